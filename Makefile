@@ -1,0 +1,26 @@
+# The two commands a newcomer types: `make run` and `make test`.
+# Each first runs the idempotent setup (apt packages, .venv, editable install).
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup run test lint bench clean
+
+setup:
+	@scripts/setup
+
+run: setup
+	$(PY) -m laminar.cli.log_demo
+
+test: setup lint
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check laminar tests benchmarks
+	$(VENV)/bin/ruff format --check laminar tests benchmarks
+	$(VENV)/bin/mypy
+
+bench: setup
+	$(PY) benchmarks/log_bench.py
+
+clean:
+	rm -rf $(VENV) .setup-stamp .pytest_cache .mypy_cache .ruff_cache
