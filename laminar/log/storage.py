@@ -18,6 +18,7 @@ write and its sync in the kernel (io_uring links) does so.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Sequence
 from typing import Protocol
@@ -156,10 +157,8 @@ class SyscallBackend:
         return SyscallStorage(os.open(path, flags, 0o644), path)
 
     async def remove(self, path: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        except FileNotFoundError:
-            pass
 
     async def list_dir(self, path: str) -> list[str]:
         return os.listdir(path)

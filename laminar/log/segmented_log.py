@@ -1,0 +1,368 @@
+"""SegmentedLog: an append-only sequence of records split into segments.
+
+Records are addressed by index, from `lowest_index` (inclusive) to
+`highest_index` (exclusive). The last segment takes appends; the others are
+sealed and read-only. Appends go through group commit (`commit.py`); truncate,
+rollover, retention and close take the log's structure lock and first drain
+what is in flight, so they never race a flush.
+
+Readable means published: under flush="always" a record becomes readable only
+once it is durable, so a reader never sees a record a crash could take back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import os
+import time
+from collections.abc import Sequence
+
+from .commit import FlushPipeline, PendingFlush
+from .config import LogConfig
+from .errors import AppendTooLarge, IndexOutOfRange, LogClosed, LogCorrupted
+from .record import Record
+from .segment import INDEX_SUFFIX, STORE_SUFFIX, Segment
+from .storage import StorageBackend, SyscallBackend
+
+log = logging.getLogger(__name__)
+
+
+class SegmentedLog:
+    """A durable log of records. Create with `await SegmentedLog.open(...)`."""
+
+    def __init__(
+        self,
+        directory: str,
+        config: LogConfig,
+        backend: StorageBackend,
+        segments: list[Segment],
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self._backend = backend
+        self._segments = segments
+        self._bases = [s.base_index for s in segments]
+        self._lock = asyncio.Lock()
+        self._closed = False
+        self._last_timestamp_ms = max(
+            (s.timestamp_of(s.end_index - 1) for s in segments if s.entries), default=0
+        )
+        self._append_waiters: list[asyncio.Future[None]] = []
+        self._pipeline = FlushPipeline(config, self._published)
+        self._interval_task = (
+            asyncio.get_running_loop().create_task(self._sync_every_interval())
+            if config.flush == "interval"
+            else None
+        )
+
+    @classmethod
+    async def open(
+        cls,
+        directory: str | os.PathLike[str],
+        config: LogConfig | None = None,
+        *,
+        backend: StorageBackend | None = None,
+    ) -> SegmentedLog:
+        """Open (or create) the log in `directory`, recovering from any crash."""
+        path = os.fspath(directory)
+        config = config or LogConfig()
+        backend = backend or SyscallBackend()
+        await backend.make_dir(path)
+        segments = await _recover_segments(backend, path)
+        if not segments:
+            segments = [await Segment.create(backend, path, 0)]
+            await backend.sync_dir(path)
+        return cls(path, config, backend, segments)
+
+    # -- properties ------------------------------------------------------------
+
+    @property
+    def lowest_index(self) -> int:
+        """The first index still held (retention and truncation move it)."""
+        return self._segments[0].base_index
+
+    @property
+    def highest_index(self) -> int:
+        """One past the last readable record: the next index to be published."""
+        return self._segments[-1].end_index
+
+    @property
+    def size_bytes(self) -> int:
+        """Payload bytes held, over all segments."""
+        return sum(s.store_bytes for s in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def flush_count(self) -> int:
+        """Group-commit flushes published since open (a measure of coalescing)."""
+        return self._pipeline.flushes
+
+    # -- appending -------------------------------------------------------------
+
+    async def append(self, values: Sequence[bytes], term: int = 0) -> int:
+        """Append a batch; return the index of its first record.
+
+        Under flush="always" the records are durable when this returns.
+        Cancelling the call does not withdraw the records.
+        """
+        if not values:
+            raise ValueError("append needs at least one record")
+        values = [v if type(v) is bytes else bytes(v) for v in values]
+        size = sum(map(len, values))
+        threshold = self.config.append_threshold_bytes
+        if size > threshold:
+            raise AppendTooLarge(
+                f"a batch of {size} bytes exceeds the append threshold of {threshold} bytes "
+                f"(segment_bytes + overflow_bytes); split it into smaller batches"
+            )
+        async with self._lock:
+            self._check_appendable()
+            segment = self._segments[-1]
+            if segment.store_end and segment.store_end + size > threshold:
+                segment = await self._roll_over()
+            timestamp_ms = max(time.time_ns() // 1_000_000, self._last_timestamp_ms)
+            self._last_timestamp_ms = timestamp_ms
+            first = segment.staged_end_index
+            done = self._pipeline.stage(segment, values, term, timestamp_ms)
+            if segment.store_end >= self.config.segment_bytes:
+                await self._roll_over()
+        await done
+        return first
+
+    def _check_appendable(self) -> None:
+        self._check_open()
+        if self._pipeline.failure is not None:
+            raise self._pipeline.failure
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosed(f"the log in {self.directory} is closed")
+
+    async def _roll_over(self) -> Segment:
+        """Seal the write segment and start a new one. Caller holds the lock."""
+        await self._pipeline.drain()
+        self._check_appendable()
+        old = self._segments[-1]
+        await old.seal()
+        new = await Segment.create(self._backend, self.directory, old.end_index)
+        await self._backend.sync_dir(self.directory)
+        self._segments.append(new)
+        self._bases.append(new.base_index)
+        if self.config.retention_bytes is not None or self.config.retention_ms is not None:
+            await self._remove_expired(time.time_ns() // 1_000_000)
+        return new
+
+    def _published(self, flush: PendingFlush) -> None:
+        waiters, self._append_waiters = self._append_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_for_append(self, index: int, timeout: float | None = None) -> bool:
+        """Wait until `index` is readable (True) or `timeout` seconds pass (False).
+
+        This is what long-polling readers use instead of polling.
+        """
+        while index >= self.highest_index:
+            self._check_open()
+            waiter = asyncio.get_running_loop().create_future()
+            self._append_waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, timeout)
+            except TimeoutError:
+                return index < self.highest_index
+        return True
+
+    # -- reading ---------------------------------------------------------------
+
+    def _segment_for(self, index: int) -> Segment:
+        self._check_open()
+        if not self.lowest_index <= index < self.highest_index:
+            raise IndexOutOfRange(
+                f"index {index} is outside the log: it holds [{self.lowest_index}, "
+                f"{self.highest_index})"
+            )
+        return self._segments[bisect.bisect_right(self._bases, index) - 1]
+
+    async def read(self, index: int) -> Record:
+        """The record at `index`. Raises IndexOutOfRange or RecordCorrupted."""
+        return await self._segment_for(index).read(index)
+
+    async def read_range(
+        self, start: int, max_bytes: int = 1 << 20, max_records: int | None = None
+    ) -> list[Record]:
+        """Records from `start` on, up to `max_bytes` of values and `max_records`.
+
+        At least one record comes back if `start < highest_index`, however large,
+        so a reader always makes progress. `start == highest_index` gives [].
+        """
+        self._check_open()
+        if max_bytes < 1 or (max_records is not None and max_records < 1):
+            raise ValueError("max_bytes and max_records must be positive")
+        if start == self.highest_index:
+            return []
+        remaining = max_records if max_records is not None else 1 << 62
+        records: list[Record] = []
+        index = start
+        budget = max_bytes
+        while remaining and index < self.highest_index:
+            segment = self._segment_for(index)
+            chunk = await segment.read_range(index, budget, remaining, at_least_one=not records)
+            if not chunk:
+                break
+            records += chunk
+            budget -= sum(len(r.value) for r in chunk)
+            remaining -= len(chunk)
+            index = chunk[-1].index + 1
+            if index < segment.end_index:
+                break  # a limit or a damaged record stopped it inside this segment
+        return records
+
+    async def index_for_timestamp(self, timestamp_ms: int) -> int:
+        """The first index whose record was appended at or after `timestamp_ms`
+        (`highest_index` if none was)."""
+        self._check_open()
+        for segment in self._segments:
+            if segment.entries and segment.timestamp_of(segment.end_index - 1) >= timestamp_ms:
+                return segment.first_index_at_or_after(timestamp_ms)
+        return self.highest_index
+
+    # -- changing the structure ------------------------------------------------
+
+    async def truncate(self, index: int) -> None:
+        """Remove the record at `index` and every record after it, durably."""
+        async with self._lock:
+            self._check_appendable()
+            await self._pipeline.drain()
+            self._check_appendable()
+            if not self.lowest_index <= index <= self.highest_index:
+                raise IndexOutOfRange(
+                    f"cannot truncate at {index}: the log holds [{self.lowest_index}, "
+                    f"{self.highest_index})"
+                )
+            if index == self.highest_index:
+                return
+            while len(self._segments) > 1 and self._segments[-1].base_index >= index:
+                await self._segments.pop().remove(self._backend)
+                self._bases.pop()
+            segment = self._segments[-1]
+            segment.truncate_to(index)
+            segment.sealed = False
+            await segment.trim_files()
+            await segment.store.sync()
+            await segment.index.sync()
+            await self._backend.sync_dir(self.directory)
+
+    async def apply_retention(self, now_ms: int | None = None) -> int:
+        """Remove whole oldest segments past the retention limits; return how many."""
+        async with self._lock:
+            self._check_open()
+            now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+            return await self._remove_expired(now)
+
+    async def _remove_expired(self, now_ms: int) -> int:
+        removed = 0
+        retention_bytes = self.config.retention_bytes
+        retention_ms = self.config.retention_ms
+        total = self.size_bytes
+        while len(self._segments) > 1:
+            oldest = self._segments[0]
+            too_big = retention_bytes is not None and total - oldest.store_bytes >= retention_bytes
+            too_old = (
+                retention_ms is not None
+                and oldest.entries > 0
+                and oldest.timestamp_of(oldest.end_index - 1) < now_ms - retention_ms
+            )
+            if not (too_big or too_old):
+                break
+            total -= oldest.store_bytes
+            await self._segments.pop(0).remove(self._backend)
+            self._bases.pop(0)
+            removed += 1
+        if removed:
+            await self._backend.sync_dir(self.directory)
+        return removed
+
+    async def _sync_every_interval(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.flush_interval_ms / 1000)
+            async with self._lock:
+                if self._closed:
+                    return
+                segment = self._segments[-1]
+                try:
+                    await segment.store.sync()
+                    await segment.index.sync()
+                except OSError as exc:  # the next flush reports it to appenders
+                    log.error("%s: periodic sync failed: %s", self.directory, exc)
+
+    async def close(self) -> None:
+        """Finish in-flight flushes, make everything durable, release the files."""
+        async with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._interval_task is not None:
+                self._interval_task.cancel()
+            await self._pipeline.stop()
+            for waiter in self._append_waiters:
+                if not waiter.done():
+                    waiter.set_exception(LogClosed(f"the log in {self.directory} was closed"))
+            write_segment = self._segments[-1]
+            if self._pipeline.failure is None:
+                await write_segment.seal()
+            else:
+                write_segment.unstage()
+            for segment in self._segments:
+                await segment.close()
+
+    async def __aenter__(self) -> SegmentedLog:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+async def _recover_segments(backend: StorageBackend, directory: str) -> list[Segment]:
+    """Open every segment in `directory`, trimming torn tails and crash debris."""
+    bases = sorted(
+        {
+            int(name[: -len(suffix)])
+            for name in await backend.list_dir(directory)
+            for suffix in (STORE_SUFFIX, INDEX_SUFFIX)
+            if name.endswith(suffix) and name[: -len(suffix)].isdigit()
+        }
+    )
+    segments: list[Segment] = []
+    for position, base in enumerate(bases):
+        last = position == len(bases) - 1
+        segment = await Segment.recover(backend, directory, base, verify_payloads=last)
+        segment.sealed = not last
+        segments.append(segment)
+    # Empty segments that break the chain are debris of an interrupted removal
+    # or rollover: nothing in them was ever acknowledged.
+    kept: list[Segment] = []
+    for position, segment in enumerate(segments):
+        follows = not kept or kept[-1].end_index == segment.base_index
+        if segment.entries == 0 and (not follows or position < len(segments) - 1):
+            log.warning(
+                "%s: removing empty segment %d left by a crash", directory, segment.base_index
+            )
+            await segment.remove(backend)
+            continue
+        if not follows:
+            for other in segments:
+                await other.close()
+            raise LogCorrupted(
+                f"{directory}: segment {segment.base_index} does not follow the previous one "
+                f"(which ends at {kept[-1].end_index}); records are missing in between"
+            )
+        kept.append(segment)
+    if kept:
+        kept[-1].sealed = False
+    return kept
