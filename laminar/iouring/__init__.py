@@ -1,0 +1,11 @@
+"""laminar's interface to the kernel's io_uring.
+
+Layers point one way: `abi` (numbers and layouts, from python-liburing) and
+`native` (three syscalls through ctypes, buffer addresses) -> `ring` (one ring:
+prepare, submit, wait, reap, keep buffers alive) -> the reactor.
+"""
+
+from .errors import IoUringUnavailable
+from .ring import Completion, Ring, check_available
+
+__all__ = ["Completion", "IoUringUnavailable", "Ring", "check_available"]

@@ -1,0 +1,210 @@
+"""File operations of UringEventLoop, for the io_uring storage backend.
+
+- `file_writev` is one IORING_OP_WRITEV per IOV_MAX buffers, linked
+  (IOSQE_IO_LINK) to an IORING_OP_FSYNC(DATASYNC) when `sync` is set, so the
+  kernel starts the sync as soon as the write is done and several such chains
+  (group-commit flushes) can be in flight at once. PLATFORM.md measured 1 / 4 /
+  8 chains in flight at 287k / 607k / 682k 1 KiB records/s.
+- A chain breaks at a short write: the kernel completes the rest of the chain
+  with -ECANCELED. Short writes happen only near real errors (ENOSPC), so we then
+  write the remainder one plain write at a time and sync after it.
+- Buffers (bytes, bytearray or anything with the buffer protocol) and the
+  iovec array stay referenced by the ring until their completions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from laminar.iouring import abi
+from laminar.iouring.native import BYTES_DATA_OFFSET, bytes_address, readable_address
+
+from .core import UringLoopCore, _oserror
+
+_Future = asyncio.Future
+AT_FDCWD = -100
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
+
+def _iovecs(buffers: Sequence[Any]) -> tuple[bytes, list[object], int]:
+    """The iovec array for `buffers`, the objects to keep alive, the byte total."""
+    flat: list[int] = []
+    keep: list[object] = []
+    total = 0
+    for buf in buffers:
+        if type(buf) is bytes:
+            n = len(buf)
+            flat += (id(buf) + BYTES_DATA_OFFSET, n)
+            keep.append(buf)
+        else:
+            with memoryview(buf) as view:
+                n = view.nbytes
+            if n:
+                address, pin = readable_address(buf)
+            else:
+                address, pin = 0, None
+            flat += (address, n)
+            keep.append(pin)
+        total += n
+    iov = struct.pack(f"<{len(flat)}Q", *flat)
+    keep.append(iov)
+    return iov, keep, total
+
+
+class FileOps(UringLoopCore):
+    """File coroutines over io_uring (regular files and directories)."""
+
+    async def file_open(
+        self, path: str | bytes | os.PathLike[Any], flags: int, mode: int = 0o644
+    ) -> int:
+        """Open `path` with `os.open` flags through IORING_OP_OPENAT; return the fd."""
+        cpath = os.fsencode(path) + b"\0"
+        fut: asyncio.Future[int] = _Future(loop=self)
+        ud = self._ring.prep(
+            abi.OP_OPENAT,
+            AT_FDCWD,
+            bytes_address(cpath),
+            mode,
+            0,
+            flags,
+            (self._fin_fd, fut),
+            cpath,
+        )
+        return await self._await_op(fut, ud)
+
+    async def file_unlink(self, path: str | bytes | os.PathLike[Any]) -> None:
+        cpath = os.fsencode(path) + b"\0"
+        await self._simple_op(
+            lambda token: self._ring.prep(
+                abi.OP_UNLINKAT, AT_FDCWD, bytes_address(cpath), 0, 0, 0, token, cpath
+            )
+        )
+
+    async def file_read(self, fd: int, length: int, offset: int) -> bytes:
+        """Read up to `length` bytes at `offset`; short only at end of file."""
+        if length <= 0:
+            return b""
+        buf = self._bufs.take(length)
+        view, address = buf
+        got = 0
+        try:
+            while got < length:
+                fut: asyncio.Future[int] = _Future(loop=self)
+                ud = self._ring.prep_read(
+                    fd, address + got, length - got, offset + got, (self._fin_result, fut), buf
+                )
+                n = await self._await_op(fut, ud)
+                if n == 0:
+                    break
+                got += n
+            return view[:got].tobytes()
+        finally:
+            if not self._ring.is_pending(ud):
+                self._bufs.give(buf)
+
+    async def file_write(self, fd: int, data: Any, offset: int) -> int:
+        """Write all of `data` at `offset` (plain writes, retried when short)."""
+        with memoryview(data) as view:
+            total = view.nbytes
+        if not total:
+            return 0
+        address, keep = readable_address(data)
+        done = 0
+        while done < total:
+            fut: asyncio.Future[int] = _Future(loop=self)
+            ud = self._ring.prep_write(
+                fd, address + done, total - done, offset + done, (self._fin_result, fut), keep
+            )
+            n = await self._await_op(fut, ud)
+            if n == 0:
+                raise _oserror(errno.EIO)
+            done += n
+        return total
+
+    async def file_writev(self, fd: int, buffers: Sequence[Any], offset: int, *, sync: bool) -> int:
+        """Write `buffers` back to back at `offset`; if `sync`, a linked fdatasync.
+
+        One WRITEV SQE per IOV_MAX buffers, all linked in one chain ending in the
+        fdatasync. Returns the number of bytes written.
+        """
+        ring = self._ring
+        plans: list[tuple[int, int, Any]] = []  # (offset, bytes, buffers) per chunk
+        position = offset
+        chunks = [buffers[i : i + IOV_MAX] for i in range(0, len(buffers), IOV_MAX)]
+        ring.reserve(len(chunks) + (1 if sync else 0))
+        futs: list[asyncio.Future[int]] = []
+        uds: list[int] = []
+        for index, chunk in enumerate(chunks):
+            iov, keep, total = _iovecs(chunk)
+            last = index == len(chunks) - 1
+            flags = abi.IOSQE_IO_LINK if (sync or not last) else 0
+            fut: asyncio.Future[int] = _Future(loop=self)
+            uds.append(
+                ring.prep_writev(
+                    fd,
+                    bytes_address(iov),
+                    len(chunk),
+                    position,
+                    (self._fin_result, fut),
+                    keep,
+                    flags,
+                )
+            )
+            futs.append(fut)
+            plans.append((position, total, chunk))
+            position += total
+        if sync:
+            fut = _Future(loop=self)
+            uds.append(ring.prep_fdatasync(fd, (self._fin_result, fut)))
+            futs.append(fut)
+        results: list[int | BaseException] = []
+        try:
+            for fut in futs:
+                try:
+                    results.append(await fut)
+                except OSError as exc:
+                    results.append(exc)
+        except asyncio.CancelledError:
+            for ud in uds:
+                self._cancel_op(ud)
+            raise
+        broken = False
+        for (chunk_offset, total, chunk), result in zip(plans, results, strict=False):
+            if isinstance(result, BaseException):
+                if getattr(result, "errno", None) != errno.ECANCELED:
+                    raise result
+                broken = True
+                await self.file_write(fd, b"".join(chunk), chunk_offset)
+            elif result < total:
+                broken = True
+                rest = b"".join(chunk)[result:]
+                await self.file_write(fd, rest, chunk_offset + result)
+        if sync:
+            sync_result = results[-1]
+            if broken:
+                await self.file_fdatasync(fd)
+            elif isinstance(sync_result, BaseException):
+                raise sync_result
+        return position - offset
+
+    async def file_fdatasync(self, fd: int) -> None:
+        await self._simple_op(lambda token: self._ring.prep_fdatasync(fd, token))
+
+    async def file_fsync(self, fd: int) -> None:
+        await self._simple_op(lambda token: self._ring.prep(abi.OP_FSYNC, fd, 0, 0, 0, 0, token))
+
+    async def file_fallocate(self, fd: int, offset: int, length: int, mode: int = 0) -> None:
+        await self._simple_op(
+            lambda token: self._ring.prep_fallocate(fd, mode, offset, length, token)
+        )
+
+    async def file_ftruncate(self, fd: int, length: int) -> None:
+        await self._simple_op(lambda token: self._ring.prep_ftruncate(fd, length, token))
+
+    async def file_close(self, fd: int) -> None:
+        await self._simple_op(lambda token: self._ring.prep_close(fd, token))

@@ -1,0 +1,236 @@
+"""Socket operations of UringEventLoop, each one io_uring operation.
+
+They behave as the stock loop's `sock_*` methods do: the same results, and the
+same exceptions for closed sockets (EBADF), resets and refused connections.
+Differences worth knowing:
+
+- A recv is in the kernel until data arrives. If its task is cancelled the
+  recv is cancelled too (IORING_OP_ASYNC_CANCEL); when data raced the cancel it
+  is dropped with the cancelled call, as on any completion-based loop.
+- `sock_sendall` is one IORING_OP_SEND with MSG_WAITALL: the kernel retries
+  short sends itself, so a large buffer costs one operation.
+- Closing a socket while one of its operations is in flight does not end that
+  operation (the ring holds a reference to the file); cancel the task first.
+- UDP `sock_recvfrom`/`sock_sendto` wait for readiness with IORING_OP_POLL_ADD
+  and then call the socket itself (a msghdr per datagram is not worth it here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+import struct
+from typing import Any
+
+from laminar.iouring import abi
+from laminar.iouring.native import BYTES_DATA_OFFSET, readable_address, writable_address
+
+from .core import UringLoopCore, _oserror
+
+_Future = asyncio.Future
+_MSG_SEND = socket.MSG_NOSIGNAL | socket.MSG_WAITALL
+_ACCEPT_FLAGS = socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC
+_POLLIN = 0x001
+_POLLOUT = 0x004
+_OP_RECV = abi.OP_RECV
+_OP_SEND = abi.OP_SEND
+
+
+def _closed_error() -> OSError:
+    return OSError(errno.EBADF, "Bad file descriptor")
+
+
+def pack_sockaddr(family: int, address: Any) -> bytes:
+    """The C sockaddr for a Python socket address of `family`."""
+    if family == socket.AF_INET:
+        host, port = address[0], address[1]
+        return struct.pack("<H", family) + struct.pack(
+            "!H4s8x", port, socket.inet_pton(socket.AF_INET, host)
+        )
+    if family == socket.AF_INET6:
+        host, port = address[0], address[1]
+        flowinfo = address[2] if len(address) > 2 else 0
+        scope_id = address[3] if len(address) > 3 else 0
+        return (
+            struct.pack("<H", family)
+            + struct.pack("!HI16s", port, flowinfo, socket.inet_pton(socket.AF_INET6, host))
+            + struct.pack("<I", scope_id)
+        )
+    if family == socket.AF_UNIX:
+        path = address.encode() if isinstance(address, str) else bytes(address)
+        if path and path[0] != 0:
+            path += b"\0"
+        if len(path) > 108:
+            raise OSError(errno.ENAMETOOLONG, "AF_UNIX path too long")
+        return struct.pack("<H", family) + path
+    raise ValueError(f"unsupported address family {family}")
+
+
+class SocketOps(UringLoopCore):
+    """`sock_*` coroutines over io_uring."""
+
+    # -- receiving -------------------------------------------------------------
+
+    async def sock_recv(self, sock: socket.socket, n: int) -> bytes:
+        """Receive up to `n` bytes; b"" at end of stream."""
+        fd = sock.fileno()
+        if fd < 0:
+            raise _closed_error()
+        if n <= 0:
+            if n < 0:
+                raise ValueError("negative buffersize in recv")
+            return b""
+        buf = self._bufs.take(n)
+        fut: asyncio.Future[bytes] = _Future(loop=self)
+        ud = self._ring.prep(_OP_RECV, fd, buf[1], n, 0, 0, (self._fin_recv, fut, buf), None)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            self._cancel_op(ud)
+            raise
+
+    def _fin_recv(self, token: tuple[Any, ...], res: int) -> None:
+        fut = token[1]
+        buf = token[2]
+        if not fut.done():
+            if res >= 0:
+                fut.set_result(buf[0][:res].tobytes())
+            else:
+                fut.set_exception(_oserror(-res))
+        self._bufs.give(buf)
+
+    async def sock_recv_into(self, sock: socket.socket, buf: Any) -> int:
+        """Receive into a writable buffer; return the number of bytes."""
+        fd = sock.fileno()
+        if fd < 0:
+            raise _closed_error()
+        view = memoryview(buf).cast("B")
+        if not len(view):
+            return 0
+        address, pin = writable_address(view)
+        fut: asyncio.Future[int] = _Future(loop=self)
+        ud = self._ring.prep(_OP_RECV, fd, address, len(view), 0, 0, (self._fin_result, fut), pin)
+        return await self._await_op(fut, ud)
+
+    # -- sending ---------------------------------------------------------------
+
+    async def sock_sendall(self, sock: socket.socket, data: Any) -> None:
+        """Send all of `data` (one SEND with MSG_WAITALL; the kernel finishes it)."""
+        fd = sock.fileno()
+        if fd < 0:
+            raise _closed_error()
+        if type(data) is bytes:
+            total = len(data)
+            address = id(data) + BYTES_DATA_OFFSET
+            keep: object = data
+        else:
+            with memoryview(data) as view:
+                total = view.nbytes
+            if not total:
+                return
+            address, keep = readable_address(data)
+        sent = 0
+        while sent < total:
+            fut: asyncio.Future[int] = _Future(loop=self)
+            ud = self._ring.prep(
+                _OP_SEND,
+                fd,
+                address + sent,
+                total - sent,
+                0,
+                _MSG_SEND,
+                (self._fin_result, fut),
+                keep,
+            )
+            try:
+                n = await fut
+            except asyncio.CancelledError:
+                self._cancel_op(ud)
+                raise
+            if n == 0:
+                raise _oserror(errno.EPIPE)
+            sent += n
+
+    # -- connections -----------------------------------------------------------
+
+    async def sock_accept(self, sock: socket.socket) -> tuple[socket.socket, Any]:
+        """Accept a connection; the new socket is non-blocking, as with the stock loop."""
+        fd = sock.fileno()
+        if fd < 0:
+            raise _closed_error()
+        fut: asyncio.Future[int] = _Future(loop=self)
+        ud = self._ring.prep_accept(fd, _ACCEPT_FLAGS, (self._fin_fd, fut))
+        newfd = await self._await_op(fut, ud)
+        conn = socket.socket(sock.family, sock.type | socket.SOCK_NONBLOCK, sock.proto, newfd)
+        try:
+            address = conn.getpeername()
+        except OSError:
+            address = None
+        return conn, address
+
+    async def sock_connect(self, sock: socket.socket, address: Any) -> None:
+        """Connect to `address` (host names are resolved as the stock loop does)."""
+        fd = sock.fileno()
+        if fd < 0:
+            raise _closed_error()
+        family = sock.family
+        if family in (socket.AF_INET, socket.AF_INET6):
+            resolved = await self._ensure_resolved(
+                address, family=family, type=sock.type, proto=sock.proto, loop=self
+            )
+            address = resolved[0][4]
+        elif family != socket.AF_UNIX:
+            await self._connect_by_readiness(sock, address)
+            return
+        sockaddr = pack_sockaddr(family, address)
+        fut: asyncio.Future[int] = _Future(loop=self)
+        ud = self._ring.prep_connect(fd, sockaddr, (self._fin_result, fut))
+        try:
+            await self._await_op(fut, ud)
+        except OSError as exc:
+            raise OSError(exc.errno, f"Connect call failed {address}") from None
+
+    async def _connect_by_readiness(self, sock: socket.socket, address: Any) -> None:
+        try:
+            sock.connect(address)
+            return
+        except (BlockingIOError, InterruptedError):
+            pass
+        await self._poll(sock.fileno(), _POLLOUT)
+        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            raise OSError(err, f"Connect call failed {address}")
+
+    # -- datagrams (readiness through the ring) --------------------------------
+
+    async def _poll(self, fd: int, events: int) -> int:
+        fut: asyncio.Future[int] = _Future(loop=self)
+        ud = self._ring.prep_poll(fd, events, (self._fin_result, fut))
+        return await self._await_op(fut, ud)
+
+    async def sock_recvfrom(self, sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
+        while True:
+            try:
+                return sock.recvfrom(bufsize)
+            except (BlockingIOError, InterruptedError):
+                pass
+            await self._poll(sock.fileno(), _POLLIN)
+
+    async def sock_recvfrom_into(
+        self, sock: socket.socket, buf: Any, nbytes: int = 0
+    ) -> tuple[int, Any]:
+        while True:
+            try:
+                return sock.recvfrom_into(buf, nbytes)
+            except (BlockingIOError, InterruptedError):
+                pass
+            await self._poll(sock.fileno(), _POLLIN)
+
+    async def sock_sendto(self, sock: socket.socket, data: Any, address: Any) -> int:
+        while True:
+            try:
+                return sock.sendto(data, address)
+            except (BlockingIOError, InterruptedError):
+                pass
+            await self._poll(sock.fileno(), _POLLOUT)
