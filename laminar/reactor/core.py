@@ -169,7 +169,7 @@ class UringLoopCore(asyncio.BaseEventLoop):
     def call_soon(
         self,
         callback: Callable[[Unpack[_Ts]], object],
-        *args: Unpack[_Ts],
+        *args: *_Ts,
         context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
         if self._closed:
@@ -201,7 +201,7 @@ class UringLoopCore(asyncio.BaseEventLoop):
     def call_soon_threadsafe(
         self,
         callback: Callable[[Unpack[_Ts]], object],
-        *args: Unpack[_Ts],
+        *args: *_Ts,
         context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
         self._check_closed()
@@ -381,7 +381,7 @@ class UringLoopCore(asyncio.BaseEventLoop):
     # -- signals (Unix, main thread) -------------------------------------------
 
     def add_signal_handler(
-        self, sig: int, callback: Callable[[Unpack[_Ts]], object], *args: Unpack[_Ts]
+        self, sig: int, callback: Callable[[Unpack[_Ts]], object], *args: *_Ts
     ) -> None:
         """Run `callback(*args)` in the loop when signal `sig` arrives."""
         if asyncio.iscoroutine(callback) or asyncio.iscoroutinefunction(callback):

@@ -1,0 +1,112 @@
+"""The io_uring storage backend for `laminar.log` (the `StorageBackend` seam).
+
+Every data operation is a completion on the shard's ring: reads are
+IORING_OP_READ, `writev(..., sync=True)` is one WRITEV entry (per IOV_MAX
+buffers) linked to an fdatasync entry, so the log's group commit can keep
+several flushes in flight; truncate, allocate and close are ring operations
+too. Directory listing and creation stay plain syscalls (rare, metadata-only).
+It must run on a `UringEventLoop`; on the stock loop use `SyscallBackend`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+
+from laminar.log.storage import Buffer, Storage
+
+from .files import FileOps
+
+
+def _uring_loop() -> FileOps:
+    loop = asyncio.get_running_loop()
+    if not isinstance(loop, FileOps):
+        raise TypeError(
+            "UringBackend needs a running UringEventLoop "
+            f"(got {type(loop).__name__}); use SyscallBackend on other loops"
+        )
+    return loop
+
+
+class UringStorage:
+    """One open file whose I/O goes through the ring."""
+
+    def __init__(self, loop: FileOps, fd: int, path: str, size: int) -> None:
+        self._loop = loop
+        self._fd = fd
+        self._path = path
+        self._size = size
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def _check_open(self) -> int:
+        if self._fd < 0:
+            raise ValueError(f"I/O operation on closed file {self._path}")
+        return self._fd
+
+    async def read_at(self, length: int, offset: int) -> bytes:
+        return await self._loop.file_read(self._check_open(), length, offset)
+
+    async def writev(self, buffers: Sequence[Buffer], offset: int, *, sync: bool) -> None:
+        fd = self._check_open()
+        written = await self._loop.file_writev(fd, buffers, offset, sync=sync)
+        self._size = max(self._size, offset + written)
+
+    async def sync(self) -> None:
+        await self._loop.file_fdatasync(self._check_open())
+
+    async def truncate(self, size: int) -> None:
+        await self._loop.file_ftruncate(self._check_open(), size)
+        self._size = size
+
+    async def allocate(self, size: int) -> None:
+        if size > self._size:
+            await self._loop.file_fallocate(self._check_open(), self._size, size - self._size)
+            self._size = size
+
+    async def close(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            await self._loop.file_close(fd)
+
+
+class UringBackend:
+    """Files whose reads, writes and syncs are io_uring operations."""
+
+    async def open(self, path: str, *, create: bool) -> Storage:
+        loop = _uring_loop()
+        path = os.fspath(path)
+        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        fd = await loop.file_open(path, flags, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+        except OSError:
+            os.close(fd)
+            raise
+        return UringStorage(loop, fd, path, size)
+
+    async def remove(self, path: str) -> None:
+        try:
+            await _uring_loop().file_unlink(path)
+        except FileNotFoundError:
+            pass
+
+    async def list_dir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+    async def make_dir(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    async def sync_dir(self, path: str) -> None:
+        loop = _uring_loop()
+        fd = await loop.file_open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, 0)
+        try:
+            await loop.file_fsync(fd)
+        finally:
+            await loop.file_close(fd)
+
+
+__all__ = ["UringBackend", "UringStorage"]
