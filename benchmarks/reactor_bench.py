@@ -70,10 +70,13 @@ async def sock_server(ready_fd: int) -> None:
     listener.listen(1024)
     listener.setblocking(False)
     os.write(ready_fd, f"{listener.getsockname()[1]}\n".encode())
+    tasks = set()
     while True:
         conn, _ = await loop.sock_accept(listener)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        loop.create_task(serve_connection(loop, conn))
+        task = loop.create_task(serve_connection(loop, conn))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
 
 class EchoProtocol(asyncio.Protocol):

@@ -11,6 +11,7 @@ It must run on a `UringEventLoop`; on the stock loop use `SyscallBackend`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Sequence
 
@@ -89,10 +90,8 @@ class UringBackend:
         return UringStorage(loop, fd, path, size)
 
     async def remove(self, path: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             await _uring_loop().file_unlink(path)
-        except FileNotFoundError:
-            pass
 
     async def list_dir(self, path: str) -> list[str]:
         return os.listdir(path)
