@@ -1,0 +1,171 @@
+"""Error codes of the wire protocol and the exceptions the codec raises.
+
+Every error a peer can see is an `ErrorCode` (sent as an integer) plus a human
+message. On this side errors split the way h11 splits them:
+
+- `ProtocolError`: the *peer* sent something the protocol does not allow. It
+  carries the code to answer with and, when the frame got that far, the
+  correlation id, op and partition id to answer to. `fatal` says whether the
+  byte stream is still in step: after a fatal error (bad magic, wrong version,
+  oversized or malformed frame) the connection must be closed, because the
+  next frame boundary is unknown or untrustworthy; after a non-fatal one
+  (unknown op, invalid fields) the frame was skipped whole and the connection
+  can carry on.
+- `WireUsageError`: *this* side asked for something the protocol cannot
+  express (a correlation id over 32 bits, feeding a full receive buffer). It
+  is a bug in the caller, never the peer's fault.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ErrorCode(IntEnum):
+    """What went wrong, as sent on the wire (msgpack int). Codes never change meaning.
+
+    1-9: framing and protocol; 10-29: the request itself; 30-49: the server's
+    state; 99: a bug on the server.
+    """
+
+    NONE = 0
+    MALFORMED_FRAME = 1
+    UNSUPPORTED_VERSION = 2
+    UNKNOWN_OP = 3
+    FRAME_TOO_LARGE = 4
+    INVALID_REQUEST = 5
+    UNKNOWN_TOPIC = 10
+    UNKNOWN_PARTITION = 11
+    TOPIC_EXISTS = 12
+    OFFSET_OUT_OF_RANGE = 13
+    RECORD_TOO_LARGE = 14
+    CORRUPT_RECORD = 15
+    USE_TCP = 16
+    NOT_OWNER = 30
+    STORAGE_ERROR = 31
+    SHUTTING_DOWN = 32
+    TIMEOUT = 33
+    INTERNAL = 99
+
+    @property
+    def default_message(self) -> str:
+        """A message for when the sender has nothing more specific to say."""
+        return _DEFAULT_MESSAGES[self]
+
+    @property
+    def retriable(self) -> bool:
+        """True when the same request may succeed later (after a metadata refresh
+        for NOT_OWNER); a client may retry an idempotent request on these."""
+        return self in _RETRIABLE
+
+
+_DEFAULT_MESSAGES: dict[ErrorCode, str] = {
+    ErrorCode.NONE: "no error",
+    ErrorCode.MALFORMED_FRAME: "the frame could not be decoded; the connection is closed",
+    ErrorCode.UNSUPPORTED_VERSION: "the frame's protocol version is not supported",
+    ErrorCode.UNKNOWN_OP: "the op code is not known to this server",
+    ErrorCode.FRAME_TOO_LARGE: "the frame is larger than the server accepts",
+    ErrorCode.INVALID_REQUEST: "the request's fields are missing or invalid",
+    ErrorCode.UNKNOWN_TOPIC: "no topic by that name or id exists",
+    ErrorCode.UNKNOWN_PARTITION: "the topic has no partition with that index",
+    ErrorCode.TOPIC_EXISTS: "a topic with that name already exists",
+    ErrorCode.OFFSET_OUT_OF_RANGE: "the index is outside the partition's retained range",
+    ErrorCode.RECORD_TOO_LARGE: "a record or batch is larger than the log accepts",
+    ErrorCode.CORRUPT_RECORD: "a record's bytes do not follow the record encoding",
+    ErrorCode.USE_TCP: "the request does not fit in a datagram; send it over TCP",
+    ErrorCode.NOT_OWNER: "this shard or node does not own the partition; refresh metadata",
+    ErrorCode.STORAGE_ERROR: "the server could not read or write its log",
+    ErrorCode.SHUTTING_DOWN: "the server is shutting down; retry elsewhere or later",
+    ErrorCode.TIMEOUT: "the request did not complete in time",
+    ErrorCode.INTERNAL: "the server failed unexpectedly",
+}
+
+_RETRIABLE = frozenset(
+    {ErrorCode.NOT_OWNER, ErrorCode.SHUTTING_DOWN, ErrorCode.TIMEOUT, ErrorCode.STORAGE_ERROR}
+)
+
+
+def error_code(value: int) -> ErrorCode:
+    """The `ErrorCode` for a wire value; codes from a newer peer become INTERNAL."""
+    try:
+        return ErrorCode(value)
+    except ValueError:
+        return ErrorCode.INTERNAL
+
+
+class WireError(Exception):
+    """Base of every exception `laminar.wire` raises on purpose."""
+
+
+class WireUsageError(WireError, ValueError):
+    """This side misused the codec (a bug in the caller, not the peer's fault)."""
+
+
+class ReceiveBufferFull(WireUsageError):
+    """`feed` would take the receive buffer past its bound; drain frames first.
+
+    Nothing was buffered: feed the same bytes again after `next_frame` has
+    returned the complete frames already held.
+    """
+
+
+class ProtocolError(WireError):
+    """The peer broke the protocol. Answer with `code`; close if `fatal`."""
+
+    code: ErrorCode = ErrorCode.MALFORMED_FRAME
+    fatal: bool = True
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        correlation_id: int | None = None,
+        op: int | None = None,
+        partition_id: int | None = None,
+    ) -> None:
+        super().__init__(message or self.code.default_message)
+        self.message = message or self.code.default_message
+        self.correlation_id = correlation_id
+        self.op = op
+        self.partition_id = partition_id
+
+
+class BadMagic(ProtocolError):
+    """Byte 4 is not the laminar magic: this is not laminar traffic."""
+
+
+class UnsupportedVersion(ProtocolError):
+    """Byte 5 names a protocol version this side does not speak."""
+
+    code = ErrorCode.UNSUPPORTED_VERSION
+
+
+class FrameTooLarge(ProtocolError):
+    """The length field announces a frame over the limit; its body was never buffered."""
+
+    code = ErrorCode.FRAME_TOO_LARGE
+
+
+class MalformedFrame(ProtocolError):
+    """The frame's lengths are inconsistent or its msgpack header does not decode."""
+
+
+class UnknownOp(ProtocolError):
+    """A well-formed frame with an op code this side has no message type for."""
+
+    code = ErrorCode.UNKNOWN_OP
+    fatal = False
+
+
+class InvalidMessage(ProtocolError):
+    """A well-formed frame whose header fields or payload layout break the schema."""
+
+    code = ErrorCode.INVALID_REQUEST
+    fatal = False
+
+
+class CorruptRecord(ProtocolError):
+    """A record blob does not follow the record encoding (`laminar.wire.records`)."""
+
+    code = ErrorCode.CORRUPT_RECORD
+    fatal = False

@@ -1,0 +1,818 @@
+"""Message types: one frozen dataclass per request and response, and their frames.
+
+A message knows its op, which header fields it sends (a msgpack map) and what
+its payload holds; `encode(correlation_id)` / `encode_buffers(...)` make a
+frame, `from_frame(frame)` checks and reads one, and `decode_request` /
+`decode_response` pick the type from the op and flags. The correlation id is
+not part of a message: it belongs to the exchange, and the caller keeps it
+(`frame.correlation_id`).
+
+Field conventions: indexes are log indexes (u64); `highest_index` is
+exclusive, the index the next append will get (an empty log has
+`lowest_index == highest_index`); times are milliseconds since the Unix epoch
+(`timestamp_ms`) or durations (`*_ms`); every node-level request (metadata,
+topics) is sent with partition id 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
+
+from laminar.wire import fields as f
+from laminar.wire.codec import Buffer, Frame, encode_frame_buffers
+from laminar.wire.errors import (
+    ErrorCode,
+    InvalidMessage,
+    ProtocolError,
+    UnknownOp,
+    WireUsageError,
+    error_code,
+)
+from laminar.wire.ops import Flags, Op
+from laminar.wire.records import (
+    FetchedRecord,
+    decode_fetch_batch,
+    decode_produce_batch,
+    encode_fetch_batch,
+    encode_produce_batch,
+    encode_record,
+)
+
+_RESPONSE = Flags.RESPONSE
+_ERROR_RESPONSE = Flags.RESPONSE | Flags.ERROR
+_KIND_MASK = Flags.RESPONSE | Flags.ERROR
+
+DEFAULT_FETCH_MAX_BYTES = 1 << 20
+DEFAULT_FETCH_MAX_RECORDS = 4096
+
+
+class Message:
+    """What every message type shares: turning itself into a frame and back."""
+
+    __slots__ = ()
+
+    OP: ClassVar[int]
+    FLAGS: ClassVar[int] = 0
+
+    def _op(self) -> int:
+        return self.OP
+
+    def _partition(self) -> int:
+        """The partition id for the frame prefix (0 for node-level messages)."""
+        return 0
+
+    def _header(self) -> dict[str, Any]:
+        return {}
+
+    def _payload(self) -> list[Buffer]:
+        return []
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        raise NotImplementedError
+
+    def encode_buffers(self, correlation_id: int) -> list[Buffer]:
+        """The frame as buffers for writev (record blobs are not copied)."""
+        return encode_frame_buffers(
+            self._op(),
+            correlation_id,
+            self._partition(),
+            self._header(),
+            self._payload(),
+            flags=self.FLAGS,
+        )
+
+    def encode(self, correlation_id: int) -> bytes:
+        """The frame as one bytes object."""
+        return b"".join(self.encode_buffers(correlation_id))
+
+    def to_frame(self, correlation_id: int) -> Frame:
+        """The `Frame` this message is sent as, without going through bytes."""
+        return Frame(
+            self._op(),
+            self.FLAGS,
+            correlation_id,
+            self._partition(),
+            self._header(),
+            b"".join(self._payload()),
+        )
+
+    @classmethod
+    def from_frame(cls, frame: Frame) -> Self:
+        """Read a message of this type; `InvalidMessage` if the frame does not fit it."""
+        if frame.op != cls.OP or frame.flags & _KIND_MASK != cls.FLAGS:
+            raise _context(
+                InvalidMessage(
+                    f"frame op={frame.op} flags=0x{frame.flags:02x} is not a {cls.__name__}"
+                ),
+                frame,
+            )
+        try:
+            return cls._decode(frame)
+        except ProtocolError as exc:
+            raise _context(exc, frame) from None
+
+
+def _context(exc: ProtocolError, frame: Frame) -> ProtocolError:
+    """Attach the frame's identity so the server can answer the right request."""
+    if exc.correlation_id is None:
+        exc.correlation_id = frame.correlation_id
+        exc.op = frame.op
+        exc.partition_id = frame.partition_id
+    return exc
+
+
+# --- nested structures ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ShardInfo:
+    """One shard of a node and the TCP port it serves partitions on directly."""
+
+    shard_id: int
+    host: str
+    port: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"shard_id": self.shard_id, "host": self.host, "port": self.port}
+
+    @classmethod
+    def from_wire(cls, h: dict[str, Any]) -> ShardInfo:
+        return cls(f.uint(h, "shard_id", f.U16), f.string(h, "host"), f.uint(h, "port", f.U16))
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A topic: its name, numeric id (the high half of its partition ids) and size."""
+
+    name: str
+    topic_id: int
+    partitions: int
+    config: dict[str, int | str] = field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        h: dict[str, Any] = {
+            "name": self.name,
+            "topic_id": self.topic_id,
+            "partitions": self.partitions,
+        }
+        if self.config:
+            h["config"] = self.config
+        return h
+
+    @classmethod
+    def from_wire(cls, h: dict[str, Any]) -> TopicInfo:
+        return cls(
+            f.string(h, "name"),
+            f.uint(h, "topic_id", f.U32),
+            f.uint(h, "partitions", f.U32 + 1),
+            f.config(h, "config"),
+        )
+
+
+# --- requests ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRequest(Message):
+    """Append records to a partition. `blobs` are encoded records
+    (`encode_record`); the server stores each as one log record, unchanged.
+
+    Header: {}. Payload: a produce batch (`laminar.wire.records`).
+    """
+
+    OP: ClassVar[int] = Op.PRODUCE
+
+    partition_id: int
+    blobs: tuple[bytes, ...]
+
+    @classmethod
+    def from_values(
+        cls,
+        partition_id: int,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[Mapping[str, bytes] | None] | None = None,
+    ) -> ProduceRequest:
+        """Encode records from parallel lists of values, keys and headers."""
+        if keys is not None and len(keys) != len(values):
+            raise WireUsageError(f"{len(keys)} keys for {len(values)} values")
+        if headers is not None and len(headers) != len(values):
+            raise WireUsageError(f"{len(headers)} header maps for {len(values)} values")
+        if keys is None and headers is None:
+            blobs = tuple(b"\x00" + v for v in values)
+        else:
+            blobs = tuple(
+                encode_record(
+                    v,
+                    None if keys is None else keys[i],
+                    None if headers is None else headers[i],
+                )
+                for i, v in enumerate(values)
+            )
+        return cls(partition_id, blobs)
+
+    def _partition(self) -> int:
+        return self.partition_id
+
+    def _payload(self) -> list[Buffer]:
+        return encode_produce_batch(self.blobs)
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        return cls(frame.partition_id, decode_produce_batch(frame.payload))
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest(Message):
+    """Read records from `index` on. The server answers with at least one record
+    when it has any (even past `max_bytes`), else waits up to `max_wait_ms` for
+    one to be appended.
+
+    Header: {index, max_bytes, max_records, max_wait_ms}.
+    """
+
+    OP: ClassVar[int] = Op.FETCH
+
+    partition_id: int
+    index: int
+    max_bytes: int = DEFAULT_FETCH_MAX_BYTES
+    max_records: int = DEFAULT_FETCH_MAX_RECORDS
+    max_wait_ms: int = 0
+
+    def _partition(self) -> int:
+        return self.partition_id
+
+    def _header(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "max_bytes": self.max_bytes,
+            "max_records": self.max_records,
+            "max_wait_ms": self.max_wait_ms,
+        }
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        h = frame.header
+        return cls(
+            frame.partition_id,
+            f.uint(h, "index"),
+            f.uint(h, "max_bytes", f.U32),
+            f.uint(h, "max_records", f.U32),
+            f.uint(h, "max_wait_ms", f.U32),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsRequest(Message):
+    """Ask for a partition's index range and, with `timestamp_ms`, the first index
+    appended at or after that time.
+
+    Header: {timestamp_ms?}.
+    """
+
+    OP: ClassVar[int] = Op.LIST_OFFSETS
+
+    partition_id: int
+    timestamp_ms: int | None = None
+
+    def _partition(self) -> int:
+        return self.partition_id
+
+    def _header(self) -> dict[str, Any]:
+        return {} if self.timestamp_ms is None else {"timestamp_ms": self.timestamp_ms}
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        return cls(frame.partition_id, f.opt_uint(frame.header, "timestamp_ms"))
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataRequest(Message):
+    """Ask for the node, its shards and ports, its topics and its routing mode.
+
+    Header: {}.
+    """
+
+    OP: ClassVar[int] = Op.METADATA
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        return cls()
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicRequest(Message):
+    """Create a topic with `partitions` partitions (the server assigns its id).
+
+    Header: {name, partitions, config?}.
+    """
+
+    OP: ClassVar[int] = Op.CREATE_TOPIC
+
+    name: str
+    partitions: int
+    config: dict[str, int | str] = field(default_factory=dict)
+
+    def _header(self) -> dict[str, Any]:
+        h: dict[str, Any] = {"name": self.name, "partitions": self.partitions}
+        if self.config:
+            h["config"] = self.config
+        return h
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        h = frame.header
+        return cls(f.string(h, "name"), f.uint(h, "partitions", f.U32 + 1), f.config(h, "config"))
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicRequest(Message):
+    """Delete a topic and all its partitions.
+
+    Header: {name}.
+    """
+
+    OP: ClassVar[int] = Op.DELETE_TOPIC
+
+    name: str
+
+    def _header(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        return cls(f.string(frame.header, "name"))
+
+
+@dataclass(frozen=True, slots=True)
+class ListTopicsRequest(Message):
+    """Ask for every topic. Header: {}."""
+
+    OP: ClassVar[int] = Op.LIST_TOPICS
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        return cls()
+
+
+@dataclass(frozen=True, slots=True)
+class Ping(Message):
+    """A liveness and routing probe. Sent with a partition id, it reaches that
+    partition's owner by the same routing as any request, and the `Pong` says
+    which shard served it.
+
+    Header: {}.
+    """
+
+    OP: ClassVar[int] = Op.PING
+
+    partition_id: int = 0
+
+    def _partition(self) -> int:
+        return self.partition_id
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        return cls(frame.partition_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardRequest(Message):
+    """Internal: a shard hands a client frame it received to the owning shard.
+    `frame` is the client's frame, byte for byte; the owner answers with a
+    `ForwardResponse` holding the response frame, which the origin sends back.
+
+    Header: {origin_shard}. Payload: the client's frame.
+    """
+
+    OP: ClassVar[int] = Op.FORWARD
+
+    partition_id: int
+    origin_shard: int
+    frame: bytes
+
+    def _partition(self) -> int:
+        return self.partition_id
+
+    def _header(self) -> dict[str, Any]:
+        return {"origin_shard": self.origin_shard}
+
+    def _payload(self) -> list[Buffer]:
+        return [self.frame]
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        return cls(frame.partition_id, f.uint(frame.header, "origin_shard", f.U16), frame.payload)
+
+
+# --- responses --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResponse(Message):
+    """The records are durable (per the node's flush policy) at indexes
+    `first_index .. first_index + count - 1`, appended at `timestamp_ms`.
+
+    Header: {first_index, count, timestamp_ms}.
+    """
+
+    OP: ClassVar[int] = Op.PRODUCE
+    FLAGS: ClassVar[int] = _RESPONSE
+
+    partition_id: int
+    first_index: int
+    count: int
+    timestamp_ms: int
+
+    def _partition(self) -> int:
+        return self.partition_id
+
+    def _header(self) -> dict[str, Any]:
+        return {
+            "first_index": self.first_index,
+            "count": self.count,
+            "timestamp_ms": self.timestamp_ms,
+        }
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        h = frame.header
+        return cls(
+            frame.partition_id,
+            f.uint(h, "first_index"),
+            f.uint(h, "count", f.U32),
+            f.uint(h, "timestamp_ms"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponse(Message):
+    """Records from the requested index on (possibly none), with the partition's
+    range at the time of the read.
+
+    Header: {lowest_index, highest_index}. Payload: a fetch batch.
+    """
+
+    OP: ClassVar[int] = Op.FETCH
+    FLAGS: ClassVar[int] = _RESPONSE
+
+    partition_id: int
+    records: tuple[FetchedRecord, ...]
+    lowest_index: int
+    highest_index: int
+
+    def _partition(self) -> int:
+        return self.partition_id
+
+    def _header(self) -> dict[str, Any]:
+        return {"lowest_index": self.lowest_index, "highest_index": self.highest_index}
+
+    def _payload(self) -> list[Buffer]:
+        return encode_fetch_batch(self.records)
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        h = frame.header
+        return cls(
+            frame.partition_id,
+            decode_fetch_batch(frame.payload),
+            f.uint(h, "lowest_index"),
+            f.uint(h, "highest_index"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsResponse(Message):
+    """A partition's range: `lowest_index` (first retained), `highest_index`
+    (exclusive), `committed_index` (exclusive: every index below it is
+    committed; equal to `highest_index` on a single node), and
+    `timestamp_index`, the first index appended at or after the requested time
+    (`highest_index` if none; None when no time was asked for).
+
+    Header: {lowest_index, highest_index, committed_index, timestamp_index?}.
+    """
+
+    OP: ClassVar[int] = Op.LIST_OFFSETS
+    FLAGS: ClassVar[int] = _RESPONSE
+
+    partition_id: int
+    lowest_index: int
+    highest_index: int
+    committed_index: int
+    timestamp_index: int | None = None
+
+    def _partition(self) -> int:
+        return self.partition_id
+
+    def _header(self) -> dict[str, Any]:
+        h = {
+            "lowest_index": self.lowest_index,
+            "highest_index": self.highest_index,
+            "committed_index": self.committed_index,
+        }
+        if self.timestamp_index is not None:
+            h["timestamp_index"] = self.timestamp_index
+        return h
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        h = frame.header
+        return cls(
+            frame.partition_id,
+            f.uint(h, "lowest_index"),
+            f.uint(h, "highest_index"),
+            f.uint(h, "committed_index"),
+            f.opt_uint(h, "timestamp_index"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataResponse(Message):
+    """The node as a client needs it for routing: its id and node port, its
+    shards in shard id order (ids 0..N-1, so `shard_for(pid, len(shards))`
+    names an index into `shards`), its topics, and its routing mode
+    ("ebpf", "cbpf" or "userspace").
+
+    Header: {node_id, host, port, routing_mode, shards: [{shard_id, host, port}],
+    topics: [{name, topic_id, partitions, config?}]}.
+    """
+
+    OP: ClassVar[int] = Op.METADATA
+    FLAGS: ClassVar[int] = _RESPONSE
+
+    node_id: str
+    host: str
+    port: int
+    routing_mode: str
+    shards: tuple[ShardInfo, ...]
+    topics: tuple[TopicInfo, ...]
+
+    def _header(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "host": self.host,
+            "port": self.port,
+            "routing_mode": self.routing_mode,
+            "shards": [s.to_wire() for s in self.shards],
+            "topics": [t.to_wire() for t in self.topics],
+        }
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        h = frame.header
+        return cls(
+            f.string(h, "node_id"),
+            f.string(h, "host"),
+            f.uint(h, "port", f.U16),
+            f.string(h, "routing_mode"),
+            f.items(h, "shards", ShardInfo.from_wire),
+            f.items(h, "topics", TopicInfo.from_wire),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicResponse(Message):
+    """The topic as created. Header: {topic: {name, topic_id, partitions, config?}}."""
+
+    OP: ClassVar[int] = Op.CREATE_TOPIC
+    FLAGS: ClassVar[int] = _RESPONSE
+
+    topic: TopicInfo
+
+    def _header(self) -> dict[str, Any]:
+        return {"topic": self.topic.to_wire()}
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        return cls(TopicInfo.from_wire(f.mapping(frame.header.get("topic"), "'topic'")))
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicResponse(Message):
+    """The topic is gone. Header: {name, topic_id}."""
+
+    OP: ClassVar[int] = Op.DELETE_TOPIC
+    FLAGS: ClassVar[int] = _RESPONSE
+
+    name: str
+    topic_id: int
+
+    def _header(self) -> dict[str, Any]:
+        return {"name": self.name, "topic_id": self.topic_id}
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        h = frame.header
+        return cls(f.string(h, "name"), f.uint(h, "topic_id", f.U32))
+
+
+@dataclass(frozen=True, slots=True)
+class ListTopicsResponse(Message):
+    """Every topic. Header: {topics: [{name, topic_id, partitions, config?}]}."""
+
+    OP: ClassVar[int] = Op.LIST_TOPICS
+    FLAGS: ClassVar[int] = _RESPONSE
+
+    topics: tuple[TopicInfo, ...]
+
+    def _header(self) -> dict[str, Any]:
+        return {"topics": [t.to_wire() for t in self.topics]}
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        return cls(f.items(frame.header, "topics", TopicInfo.from_wire))
+
+
+@dataclass(frozen=True, slots=True)
+class Pong(Message):
+    """The answer to `Ping`: which node and shard served it (`shard_id`), and which
+    shard's socket received it (`received_by`; different when it was forwarded).
+
+    Header: {node_id, shard_id, received_by}.
+    """
+
+    OP: ClassVar[int] = Op.PING
+    FLAGS: ClassVar[int] = _RESPONSE
+
+    partition_id: int
+    node_id: str
+    shard_id: int
+    received_by: int
+
+    def _partition(self) -> int:
+        return self.partition_id
+
+    def _header(self) -> dict[str, Any]:
+        return {"node_id": self.node_id, "shard_id": self.shard_id, "received_by": self.received_by}
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        h = frame.header
+        return cls(
+            frame.partition_id,
+            f.string(h, "node_id"),
+            f.uint(h, "shard_id", f.U16),
+            f.uint(h, "received_by", f.U16),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardResponse(Message):
+    """Internal: the owner's response frame to a `ForwardRequest`, byte for byte.
+
+    Header: {}. Payload: the response frame.
+    """
+
+    OP: ClassVar[int] = Op.FORWARD
+    FLAGS: ClassVar[int] = _RESPONSE
+
+    partition_id: int
+    frame: bytes
+
+    def _partition(self) -> int:
+        return self.partition_id
+
+    def _payload(self) -> list[Buffer]:
+        return [self.frame]
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        return cls(frame.partition_id, frame.payload)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorResponse(Message):
+    """The request failed. Sent with the request's op (`op`, any value, even an
+    unknown one), flags RESPONSE | ERROR, and the request's partition id. A code
+    from a newer peer that this side does not know reads as INTERNAL.
+
+    Header: {code, message}.
+    """
+
+    FLAGS: ClassVar[int] = _ERROR_RESPONSE
+
+    op: int
+    code: ErrorCode
+    message: str
+    partition_id: int = 0
+
+    @classmethod
+    def from_error(cls, exc: ProtocolError) -> ErrorResponse:
+        """The answer to a request that raised `exc` while being decoded."""
+        return cls(exc.op or 0, exc.code, exc.message, exc.partition_id or 0)
+
+    @classmethod
+    def for_code(
+        cls, op: int, code: ErrorCode, message: str | None = None, partition_id: int = 0
+    ) -> ErrorResponse:
+        """An error response with the code's default message unless one is given."""
+        return cls(op, code, message or code.default_message, partition_id)
+
+    def _op(self) -> int:
+        return self.op
+
+    def _partition(self) -> int:
+        return self.partition_id
+
+    def _header(self) -> dict[str, Any]:
+        return {"code": int(self.code), "message": self.message}
+
+    @classmethod
+    def from_frame(cls, frame: Frame) -> ErrorResponse:
+        if frame.flags & _KIND_MASK != _ERROR_RESPONSE:
+            raise _context(InvalidMessage("frame is not an error response"), frame)
+        h = frame.header
+        try:
+            return cls(
+                frame.op,
+                error_code(f.uint(h, "code", f.U16)),
+                f.string(h, "message"),
+                frame.partition_id,
+            )
+        except ProtocolError as exc:
+            raise _context(exc, frame) from None
+
+
+# --- dispatch ---------------------------------------------------------------------
+
+Request = (
+    ProduceRequest
+    | FetchRequest
+    | ListOffsetsRequest
+    | MetadataRequest
+    | CreateTopicRequest
+    | DeleteTopicRequest
+    | ListTopicsRequest
+    | Ping
+    | ForwardRequest
+)
+Response = (
+    ProduceResponse
+    | FetchResponse
+    | ListOffsetsResponse
+    | MetadataResponse
+    | CreateTopicResponse
+    | DeleteTopicResponse
+    | ListTopicsResponse
+    | Pong
+    | ForwardResponse
+    | ErrorResponse
+)
+
+REQUEST_TYPES: dict[int, type[Request]] = {
+    cls.OP: cls
+    for cls in (
+        ProduceRequest,
+        FetchRequest,
+        ListOffsetsRequest,
+        MetadataRequest,
+        CreateTopicRequest,
+        DeleteTopicRequest,
+        ListTopicsRequest,
+        Ping,
+        ForwardRequest,
+    )
+}
+RESPONSE_TYPES: dict[int, type[Response]] = {
+    cls.OP: cls
+    for cls in (
+        ProduceResponse,
+        FetchResponse,
+        ListOffsetsResponse,
+        MetadataResponse,
+        CreateTopicResponse,
+        DeleteTopicResponse,
+        ListTopicsResponse,
+        Pong,
+        ForwardResponse,
+    )
+}
+
+
+def decode_request(frame: Frame) -> Request:
+    """The request a frame carries. Raises `UnknownOp` for an op without a request
+    type (Raft and membership ops are decoded by their own layers) and
+    `InvalidMessage` for a response frame or bad fields; both are not fatal."""
+    if frame.flags & _KIND_MASK:
+        raise _context(InvalidMessage("expected a request, got a response frame"), frame)
+    cls = REQUEST_TYPES.get(frame.op)
+    if cls is None:
+        raise _context(UnknownOp(f"unknown request op {frame.op}"), frame)
+    return cls.from_frame(frame)
+
+
+def decode_response(frame: Frame) -> Response:
+    """The response a frame carries; an ERROR frame is an `ErrorResponse` whatever
+    its op."""
+    kind = frame.flags & _KIND_MASK
+    if kind == _ERROR_RESPONSE:
+        return ErrorResponse.from_frame(frame)
+    if kind != _RESPONSE:
+        raise _context(InvalidMessage("expected a response, got a request frame"), frame)
+    cls = RESPONSE_TYPES.get(frame.op)
+    if cls is None:
+        raise _context(UnknownOp(f"unknown response op {frame.op}"), frame)
+    return cls.from_frame(frame)

@@ -1,0 +1,47 @@
+"""Op codes and flag bits: bytes 6 and 7 of every frame.
+
+A response carries the op of its request with the RESPONSE flag set; an error
+response also sets ERROR (its header is then an `ErrorResponse`, whatever the
+op). Op codes are grouped so that routers can classify a frame from one byte:
+
+- 1-31: client requests (this module names them all);
+- 32-63: internal node traffic (FORWARD, between shards);
+- 64-95: reserved for Raft (`RAFT_OPS`), defined by `laminar.raft`;
+- 96-127: reserved for membership (`MEMBERSHIP_OPS`), defined by `laminar.swim`;
+- 0 and 128-255: never sent.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Final
+
+
+class Op(IntEnum):
+    """What a frame asks for (byte 6)."""
+
+    PRODUCE = 1
+    FETCH = 2
+    LIST_OFFSETS = 3
+    METADATA = 4
+    CREATE_TOPIC = 5
+    DELETE_TOPIC = 6
+    LIST_TOPICS = 7
+    PING = 8
+    FORWARD = 32
+
+
+CLIENT_OPS: Final = range(1, 32)
+INTERNAL_OPS: Final = range(32, 64)
+RAFT_OPS: Final = range(64, 96)
+MEMBERSHIP_OPS: Final = range(96, 128)
+
+
+class Flags:
+    """Flag bits (byte 7). Plain ints, not an IntFlag: they are tested per frame.
+
+    Unknown bits must be sent as zero and are ignored on receipt.
+    """
+
+    RESPONSE: Final = 0x01
+    ERROR: Final = 0x02

@@ -1,0 +1,226 @@
+"""Record bytes: one record as a blob, and batches of blobs in a frame payload.
+
+A record blob is what the log stores as one record's value, opaque to the
+server: the client encodes it once, the server appends it as is, a consumer
+decodes it. Layout (big-endian)::
+
+    u8 attrs                      bit 0: has key, bit 1: has headers, others 0
+    [u32 key_len, key]            when bit 0
+    [u32 headers_len, headers]    when bit 1: msgpack map {str: bin}
+    value                         the rest of the blob
+
+A record without key and headers is one zero byte then the value, and
+decoding it is one slice. An empty key (b"") is a key; empty headers are the
+same as no headers and decode as None.
+
+Batches put the blobs back to back after a table of lengths, so the blob
+region of a produce request is exactly what the store file will hold, and the
+blob region of a fetch response is exactly a range of the store file::
+
+    produce payload:  u32 count | count x u32 blob_len | blobs
+    fetch payload:    u32 count | count x (u64 index | u64 timestamp_ms | u32 blob_len) | blobs
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final, NamedTuple
+
+import msgpack
+
+from laminar.wire.errors import CorruptRecord, InvalidMessage, WireUsageError
+
+HAS_KEY: Final = 0x01
+HAS_HEADERS: Final = 0x02
+_KNOWN_ATTRS: Final = HAS_KEY | HAS_HEADERS
+
+_U32 = struct.Struct(">I")
+_FETCH_ENTRY = struct.Struct(">QQI")
+_PLAIN = b"\x00"
+_SWAP = sys.byteorder == "little"
+# The array typecode whose items are 4 bytes ("I" on every platform laminar runs on).
+_U32_CODE: Final = next(code for code in "IL" if array(code).itemsize == 4)
+
+Buffer = bytes | bytearray | memoryview
+
+
+# --- one record -------------------------------------------------------------------
+
+
+def encode_record(
+    value: bytes, key: bytes | None = None, headers: Mapping[str, bytes] | None = None
+) -> bytes:
+    """The blob for one record (see the module docstring for the layout)."""
+    if key is None and not headers:
+        return _PLAIN + value
+    attrs = 0
+    parts: list[bytes] = []
+    if key is not None:
+        attrs |= HAS_KEY
+        parts += (_U32.pack(len(key)), key)
+    if headers:
+        for name, hv in headers.items():
+            if type(name) is not str or not isinstance(hv, bytes | bytearray):
+                raise WireUsageError(
+                    f"record headers map str to bytes; got {name!r}: {type(hv).__name__}"
+                )
+        packed = msgpack.packb(dict(headers), use_bin_type=True)
+        attrs |= HAS_HEADERS
+        parts += (_U32.pack(len(packed)), packed)
+    return b"".join((bytes((attrs,)), *parts, value))
+
+
+def decode_record(blob: Buffer) -> tuple[bytes, bytes | None, dict[str, bytes] | None]:
+    """`(value, key, headers)` from a blob; raises `CorruptRecord` on a bad layout."""
+    if not blob:
+        raise CorruptRecord("record blob is empty (it must start with the attrs byte)")
+    attrs = blob[0]
+    if attrs == 0:
+        return bytes(blob[1:]), None, None
+    if attrs & ~_KNOWN_ATTRS:
+        raise CorruptRecord(f"record attrs byte 0x{attrs:02x} has unknown bits")
+    pos = 1
+    key: bytes | None = None
+    headers: dict[str, bytes] | None = None
+    if attrs & HAS_KEY:
+        key, pos = _section(blob, pos, "key")
+    if attrs & HAS_HEADERS:
+        packed, pos = _section(blob, pos, "headers")
+        headers = _decode_headers(packed)
+    return bytes(blob[pos:]), key, headers
+
+
+def check_record(blob: Buffer) -> None:
+    """Raise `CorruptRecord` unless `blob` decodes; cheap for plain records."""
+    if blob and blob[0] == 0:
+        return
+    decode_record(blob)
+
+
+def _section(blob: Buffer, pos: int, what: str) -> tuple[bytes, int]:
+    if pos + 4 > len(blob):
+        raise CorruptRecord(f"record blob ends inside its {what} length")
+    (size,) = _U32.unpack_from(blob, pos)
+    start = pos + 4
+    end = start + size
+    if end > len(blob):
+        raise CorruptRecord(f"record {what} of {size} bytes runs past the blob's end")
+    return bytes(blob[start:end]), end
+
+
+def _decode_headers(packed: bytes) -> dict[str, bytes]:
+    try:
+        headers = msgpack.unpackb(packed)
+    except Exception as exc:  # any failure to decode is the blob's fault
+        raise CorruptRecord(f"record headers do not decode: {type(exc).__name__}") from None
+    if type(headers) is not dict or not all(
+        type(k) is str and type(v) is bytes for k, v in headers.items()
+    ):
+        raise CorruptRecord("record headers must be a msgpack map of str to bin")
+    return headers
+
+
+# --- batches ------------------------------------------------------------------------
+
+
+class FetchedRecord(NamedTuple):
+    """One record of a fetch response: its log index, append time and blob.
+
+    A NamedTuple because a consumer builds one per record; like the log's
+    `Record`, its `index` field hides `tuple.index` on purpose."""
+
+    index: int  # type: ignore[assignment]
+    timestamp_ms: int
+    blob: bytes
+
+    def decode(self) -> tuple[bytes, bytes | None, dict[str, bytes] | None]:
+        """`(value, key, headers)` of this record."""
+        return decode_record(self.blob)
+
+
+def encode_produce_batch(blobs: Sequence[Buffer]) -> list[Buffer]:
+    """Produce payload buffers: [count + length table, *blobs] (blobs not copied)."""
+    try:
+        lengths = array(_U32_CODE, [len(blobs)])
+        lengths.extend(len(b) for b in blobs)
+    except OverflowError:
+        raise WireUsageError("a produce batch blob is larger than 4 GiB") from None
+    if _SWAP:
+        lengths.byteswap()
+    out: list[Buffer] = [lengths.tobytes()]
+    out.extend(blobs)
+    return out
+
+
+def decode_produce_batch(payload: bytes, *, check: bool = True) -> tuple[bytes, ...]:
+    """The blobs of a produce payload. With `check`, every blob must decode as a
+    record (`CorruptRecord` otherwise), so nothing undecodable reaches the log."""
+    count = _count(payload)
+    table_end = 4 + 4 * count
+    if table_end > len(payload):
+        raise InvalidMessage(f"produce batch of {count} records is longer than its payload")
+    lengths = array(_U32_CODE)
+    lengths.frombytes(payload[4:table_end])
+    if _SWAP:
+        lengths.byteswap()
+    if table_end + sum(lengths) != len(payload):
+        raise InvalidMessage(
+            f"produce batch lengths add up to {sum(lengths)} bytes but "
+            f"{len(payload) - table_end} follow the table"
+        )
+    blobs = []
+    pos = table_end
+    for size in lengths:
+        end = pos + size
+        blobs.append(payload[pos:end])
+        pos = end
+    if check:
+        for blob in blobs:
+            if not blob or blob[0]:
+                check_record(blob)
+    return tuple(blobs)
+
+
+def encode_fetch_batch(records: Iterable[tuple[int, int, Buffer]]) -> list[Buffer]:
+    """Fetch payload buffers from `(index, timestamp_ms, blob)` triples:
+    [count + entry table, *blobs] (blobs not copied)."""
+    pack = _FETCH_ENTRY.pack
+    table = [b""]
+    blobs: list[Buffer] = []
+    for index, timestamp_ms, blob in records:
+        table.append(pack(index, timestamp_ms, len(blob)))
+        blobs.append(blob)
+    table[0] = _U32.pack(len(blobs))
+    out: list[Buffer] = [b"".join(table)]
+    out.extend(blobs)
+    return out
+
+
+def decode_fetch_batch(payload: bytes) -> tuple[FetchedRecord, ...]:
+    """The records of a fetch payload, in the order sent (ascending index)."""
+    count = _count(payload)
+    table_end = 4 + _FETCH_ENTRY.size * count
+    if table_end > len(payload):
+        raise InvalidMessage(f"fetch batch of {count} records is longer than its payload")
+    records = []
+    pos = table_end
+    for index, timestamp_ms, size in _FETCH_ENTRY.iter_unpack(payload[4:table_end]):
+        end = pos + size
+        records.append(FetchedRecord(index, timestamp_ms, payload[pos:end]))
+        pos = end
+    if pos != len(payload):
+        raise InvalidMessage(
+            f"fetch batch lengths add up to {pos - table_end} bytes but "
+            f"{len(payload) - table_end} follow the table"
+        )
+    return tuple(records)
+
+
+def _count(payload: bytes) -> int:
+    if len(payload) < 4:
+        raise InvalidMessage(f"record batch payload of {len(payload)} bytes has no count")
+    count: int = _U32.unpack_from(payload)[0]
+    return count

@@ -1,0 +1,255 @@
+"""Every message type round-trips through bytes, and bad fields are named."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from laminar.wire import (
+    NEED_DATA,
+    CreateTopicRequest,
+    CreateTopicResponse,
+    DeleteTopicRequest,
+    DeleteTopicResponse,
+    ErrorCode,
+    ErrorResponse,
+    FetchedRecord,
+    FetchRequest,
+    FetchResponse,
+    Flags,
+    ForwardRequest,
+    ForwardResponse,
+    Frame,
+    FrameDecoder,
+    InvalidMessage,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListTopicsRequest,
+    ListTopicsResponse,
+    Message,
+    MetadataRequest,
+    MetadataResponse,
+    Op,
+    Ping,
+    Pong,
+    ProduceRequest,
+    ProduceResponse,
+    ProtocolError,
+    ShardInfo,
+    TopicInfo,
+    UnknownOp,
+    WireUsageError,
+    decode_frame,
+    decode_record,
+    decode_request,
+    decode_response,
+    encode_frame,
+    encode_record,
+)
+from laminar.wire.ops import RAFT_OPS
+
+u16 = st.integers(0, 2**16 - 1)
+u32 = st.integers(0, 2**32 - 1)
+u64 = st.integers(0, 2**64 - 1)
+names = st.text(max_size=30)
+configs = st.dictionaries(
+    st.text(max_size=10), st.integers(-(2**63), 2**64 - 1) | names, max_size=3
+)
+blobs = st.builds(
+    encode_record,
+    st.binary(max_size=100),
+    st.none() | st.binary(max_size=10),
+    st.none() | st.dictionaries(st.text(max_size=5), st.binary(max_size=5), max_size=2),
+)
+topics = st.builds(TopicInfo, names, u32, st.integers(0, 2**32), configs)
+shards = st.builds(ShardInfo, u16, names, u16)
+
+REQUESTS: list[st.SearchStrategy[Any]] = [
+    st.builds(ProduceRequest, u64, st.lists(blobs, max_size=10).map(tuple)),
+    st.builds(FetchRequest, u64, u64, u32, u32, u32),
+    st.builds(ListOffsetsRequest, u64, st.none() | u64),
+    st.builds(MetadataRequest),
+    st.builds(CreateTopicRequest, names, st.integers(0, 2**32), configs),
+    st.builds(DeleteTopicRequest, names),
+    st.builds(ListTopicsRequest),
+    st.builds(Ping, u64),
+    st.builds(ForwardRequest, u64, u16, st.binary(max_size=100)),
+]
+RESPONSES: list[st.SearchStrategy[Any]] = [
+    st.builds(ProduceResponse, u64, u64, u32, u64),
+    st.builds(
+        FetchResponse,
+        u64,
+        st.lists(st.builds(FetchedRecord, u64, u64, blobs), max_size=10).map(tuple),
+        u64,
+        u64,
+    ),
+    st.builds(ListOffsetsResponse, u64, u64, u64, u64, st.none() | u64),
+    st.builds(
+        MetadataResponse,
+        names,
+        names,
+        u16,
+        st.sampled_from(["ebpf", "cbpf", "userspace"]),
+        st.lists(shards, max_size=4).map(tuple),
+        st.lists(topics, max_size=4).map(tuple),
+    ),
+    st.builds(CreateTopicResponse, topics),
+    st.builds(DeleteTopicResponse, names, u32),
+    st.builds(ListTopicsResponse, st.lists(topics, max_size=4).map(tuple)),
+    st.builds(Pong, u64, names, u16, u16),
+    st.builds(ForwardResponse, u64, st.binary(max_size=100)),
+    st.builds(ErrorResponse, st.integers(0, 255), st.sampled_from(ErrorCode), names, u64),
+]
+
+
+def through_the_decoder(data: bytes) -> Frame:
+    decoder = FrameDecoder()
+    decoder.feed(data)
+    frame = decoder.next_frame()
+    assert isinstance(frame, Frame)
+    assert decoder.next_frame() is NEED_DATA
+    return frame
+
+
+@given(st.one_of(REQUESTS), u32)
+def test_requests_round_trip(message: Message, correlation_id: int) -> None:
+    frame = through_the_decoder(message.encode(correlation_id))
+    assert frame.correlation_id == correlation_id
+    assert not frame.is_response
+    assert decode_request(frame) == message
+    assert type(message).from_frame(message.to_frame(correlation_id)) == message
+    assert b"".join(message.encode_buffers(correlation_id)) == message.encode(correlation_id)
+
+
+@given(st.one_of(RESPONSES), u32)
+def test_responses_round_trip(message: Message, correlation_id: int) -> None:
+    frame = through_the_decoder(message.encode(correlation_id))
+    assert frame.correlation_id == correlation_id and frame.is_response
+    assert frame.is_error == isinstance(message, ErrorResponse)
+    assert decode_response(frame) == message
+    assert type(message).from_frame(message.to_frame(correlation_id)) == message
+
+
+def test_every_op_has_a_request_and_a_response() -> None:
+    assert len(REQUESTS) == len(Op)
+    assert len(RESPONSES) == len(Op) + 1  # plus ErrorResponse
+
+
+def test_partition_id_travels_in_the_prefix() -> None:
+    pid = (3 << 32) | 4
+    for message in (
+        ProduceRequest(pid, ()),
+        FetchRequest(pid, 0),
+        ListOffsetsRequest(pid),
+        Ping(pid),
+        ProduceResponse(pid, 1, 1, 1),
+        ErrorResponse(Op.FETCH, ErrorCode.NOT_OWNER, "no", pid),
+    ):
+        assert message.encode(1)[12:20] == pid.to_bytes(8, "big")
+    assert MetadataRequest().encode(1)[12:20] == bytes(8)
+
+
+def test_produce_from_values() -> None:
+    req = ProduceRequest.from_values(
+        5, [b"a", b"b"], keys=[b"k", None], headers=[None, {"h": b"v"}]
+    )
+    assert [decode_record(b) for b in req.blobs] == [(b"a", b"k", None), (b"b", None, {"h": b"v"})]
+    assert ProduceRequest.from_values(5, [b"x"]).blobs == (b"\x00x",)
+    with pytest.raises(WireUsageError):
+        ProduceRequest.from_values(5, [b"a"], keys=[])
+    with pytest.raises(WireUsageError):
+        ProduceRequest.from_values(5, [b"a"], headers=[None, None])
+
+
+def test_produce_payload_blobs_are_not_copied() -> None:
+    blob = b"\x00" + b"v" * 100
+    buffers = ProduceRequest(1, (blob, blob)).encode_buffers(1)
+    assert buffers[2] is blob and buffers[3] is blob
+
+
+# --- errors ------------------------------------------------------------------------
+
+
+def frame_with(op: int, header: dict[str, Any], flags: int = 0, payload: bytes = b"") -> Frame:
+    return decode_frame(encode_frame(op, 42, 7, header, payload, flags=flags))
+
+
+@pytest.mark.parametrize(
+    ("frame", "match"),
+    [
+        (frame_with(Op.FETCH, {}), "'index' is missing"),
+        (frame_with(Op.FETCH, {"index": -1}), "'index' must be an unsigned int"),
+        (frame_with(Op.FETCH, {"index": "3"}), "'index' must be an unsigned int"),
+        (
+            frame_with(
+                Op.FETCH, {"index": 0, "max_bytes": 2**32, "max_records": 1, "max_wait_ms": 0}
+            ),
+            "'max_bytes'",
+        ),
+        (
+            frame_with(Op.CREATE_TOPIC, {"name": b"bytes", "partitions": 1}),
+            "'name' must be a string",
+        ),
+        (frame_with(Op.CREATE_TOPIC, {"name": "t", "partitions": 1, "config": [1]}), "'config'"),
+        (frame_with(Op.LIST_OFFSETS, {"timestamp_ms": 1.5}), "'timestamp_ms'"),
+        (frame_with(Op.PRODUCE, {}, payload=b"\x00\x00\x00\x09"), "longer than its payload"),
+        (frame_with(Op.PING, {}, flags=Flags.RESPONSE), "expected a request"),
+    ],
+)
+def test_bad_requests_are_invalid_and_name_the_request(frame: Frame, match: str) -> None:
+    with pytest.raises(InvalidMessage, match=match) as info:
+        decode_request(frame)
+    err = info.value
+    assert err.code is ErrorCode.INVALID_REQUEST and not err.fatal
+    assert (err.correlation_id, err.op, err.partition_id) == (42, frame.op, 7)
+    reply = ErrorResponse.from_error(err)
+    assert reply == ErrorResponse(frame.op, ErrorCode.INVALID_REQUEST, err.message, 7)
+
+
+@pytest.mark.parametrize("op", [0, 9, 31, RAFT_OPS[0], 200, 255])
+def test_unknown_ops(op: int) -> None:
+    with pytest.raises(UnknownOp) as info:
+        decode_request(frame_with(op, {}))
+    assert info.value.code is ErrorCode.UNKNOWN_OP and not info.value.fatal
+    assert info.value.op == op and info.value.correlation_id == 42
+    with pytest.raises(UnknownOp):
+        decode_response(frame_with(op, {}, flags=Flags.RESPONSE))
+
+
+def test_bad_responses() -> None:
+    with pytest.raises(InvalidMessage, match="expected a response"):
+        decode_response(frame_with(Op.PING, {}))
+    with pytest.raises(InvalidMessage, match="'topics'"):
+        decode_response(frame_with(Op.LIST_TOPICS, {"topics": [1]}, flags=Flags.RESPONSE))
+    with pytest.raises(InvalidMessage, match="'topic'"):
+        decode_response(frame_with(Op.CREATE_TOPIC, {}, flags=Flags.RESPONSE))
+    with pytest.raises(InvalidMessage, match="'message'"):
+        decode_response(frame_with(Op.FETCH, {"code": 1}, flags=Flags.RESPONSE | Flags.ERROR))
+    with pytest.raises(InvalidMessage, match="not a Pong"):
+        Pong.from_frame(frame_with(Op.FETCH, {}, flags=Flags.RESPONSE))
+
+
+def test_error_codes_from_a_newer_peer_read_as_internal() -> None:
+    frame = frame_with(
+        Op.FETCH, {"code": 4000, "message": "new"}, flags=Flags.RESPONSE | Flags.ERROR
+    )
+    assert decode_response(frame) == ErrorResponse(Op.FETCH, ErrorCode.INTERNAL, "new", 7)
+
+
+def test_every_error_code_has_a_message() -> None:
+    for code in ErrorCode:
+        assert code.default_message
+    assert ErrorCode.NOT_OWNER.retriable and not ErrorCode.UNKNOWN_TOPIC.retriable
+    reply = ErrorResponse.for_code(Op.PRODUCE, ErrorCode.USE_TCP)
+    assert reply.message == ErrorCode.USE_TCP.default_message
+
+
+def test_protocol_error_defaults() -> None:
+    err = ProtocolError()
+    assert err.code is ErrorCode.MALFORMED_FRAME and err.fatal
+    assert str(err) == ErrorCode.MALFORMED_FRAME.default_message
+    assert ErrorResponse.from_error(err) == ErrorResponse(0, ErrorCode.MALFORMED_FRAME, str(err), 0)

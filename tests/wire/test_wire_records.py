@@ -1,0 +1,140 @@
+"""Record blobs and the batch layouts of produce and fetch payloads."""
+
+from __future__ import annotations
+
+import struct
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from laminar.wire import CorruptRecord, InvalidMessage, WireUsageError
+from laminar.wire.records import (
+    FetchedRecord,
+    check_record,
+    decode_fetch_batch,
+    decode_produce_batch,
+    decode_record,
+    encode_fetch_batch,
+    encode_produce_batch,
+    encode_record,
+)
+
+values = st.binary(max_size=200)
+keys = st.none() | st.binary(max_size=30)
+headers = st.none() | st.dictionaries(st.text(max_size=10), st.binary(max_size=20), max_size=4)
+
+
+@given(values, keys, headers)
+def test_record_round_trip(value: bytes, key: bytes | None, hdrs: dict[str, bytes] | None) -> None:
+    blob = encode_record(value, key, hdrs)
+    check_record(blob)
+    assert decode_record(blob) == (value, key, hdrs or None)
+    assert decode_record(memoryview(blob)) == (value, key, hdrs or None)
+
+
+def test_plain_record_is_one_byte_then_the_value() -> None:
+    assert encode_record(b"hello") == b"\x00hello"
+    assert encode_record(b"hello", None, {}) == b"\x00hello"  # empty headers = none
+    assert decode_record(b"\x00") == (b"", None, None)
+
+
+def test_keyed_record_layout() -> None:
+    assert encode_record(b"v", b"key") == b"\x01\x00\x00\x00\x03keyv"
+    assert encode_record(b"v", b"") == b"\x01\x00\x00\x00\x00v"  # an empty key is a key
+    blob = encode_record(b"v", None, {"h": b"x"})
+    packed = msgpack.packb({"h": b"x"})
+    assert blob == b"\x02" + struct.pack(">I", len(packed)) + packed + b"v"
+
+
+@pytest.mark.parametrize(
+    ("blob", "match"),
+    [
+        (b"", "empty"),
+        (b"\x04abc", "unknown bits"),
+        (b"\x01\x00\x00", "inside its key length"),
+        (b"\x01\x00\x00\x00\x09abc", "key of 9 bytes runs past"),
+        (b"\x02\x00\x00\x00\x01\xc1", "headers do not decode"),
+        (b"\x02\x00\x00\x00\x01\x90", "map of str to bin"),
+        (b"\x02" + struct.pack(">I", 7) + msgpack.packb({"h": "str"}), "map of str to bin"),
+    ],
+)
+def test_corrupt_records(blob: bytes, match: str) -> None:
+    with pytest.raises(CorruptRecord, match=match):
+        decode_record(blob)
+    with pytest.raises(CorruptRecord):
+        check_record(blob)
+
+
+def test_header_values_must_be_bytes() -> None:
+    with pytest.raises(WireUsageError):
+        encode_record(b"v", None, {"h": "text"})  # type: ignore[dict-item]
+
+
+@given(st.lists(st.builds(encode_record, values, keys, headers), max_size=20))
+def test_produce_batch_round_trip(blobs: list[bytes]) -> None:
+    payload = b"".join(encode_produce_batch(blobs))
+    assert decode_produce_batch(payload) == tuple(blobs)
+
+
+def test_produce_batch_layout_keeps_blobs_contiguous() -> None:
+    buffers = encode_produce_batch([b"\x00a", b"\x00bc"])
+    assert buffers[0] == struct.pack(">III", 2, 2, 3)
+    assert b"".join(buffers[1:]) == b"\x00a\x00bc"
+
+
+@pytest.mark.parametrize(
+    ("payload", "match"),
+    [
+        (b"", "no count"),
+        (b"\x00\x00", "no count"),
+        (struct.pack(">II", 5, 1), "longer than its payload"),
+        (struct.pack(">II", 1, 3) + b"\x00a", "add up to 3 bytes but 2"),
+        (struct.pack(">II", 1, 1) + b"\x00a", "add up to 1 bytes but 2"),
+    ],
+)
+def test_bad_produce_batches(payload: bytes, match: str) -> None:
+    with pytest.raises(InvalidMessage, match=match):
+        decode_produce_batch(payload)
+
+
+def test_produce_batch_checks_each_record() -> None:
+    payload = b"".join(encode_produce_batch([b"\x00ok", b"\x07bad", b""]))
+    with pytest.raises(CorruptRecord):
+        decode_produce_batch(payload)
+    assert decode_produce_batch(payload, check=False) == (b"\x00ok", b"\x07bad", b"")
+
+
+fetched = st.builds(FetchedRecord, st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), values)
+
+
+@given(st.lists(fetched, max_size=20))
+def test_fetch_batch_round_trip(records: list[FetchedRecord]) -> None:
+    payload = b"".join(encode_fetch_batch(records))
+    assert decode_fetch_batch(payload) == tuple(records)
+
+
+def test_fetch_batch_layout() -> None:
+    buffers = encode_fetch_batch([(7, 1000, b"\x00x")])
+    assert buffers == [struct.pack(">IQQI", 1, 7, 1000, 2), b"\x00x"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "match"),
+    [
+        (b"\x00", "no count"),
+        (struct.pack(">I", 2) + b"\x00" * 20, "longer than its payload"),
+        (struct.pack(">IQQI", 1, 0, 0, 5) + b"ab", "add up to 5 bytes but 2"),
+        (struct.pack(">IQQI", 1, 0, 0, 1) + b"ab", "add up to 1 bytes but 2"),
+    ],
+)
+def test_bad_fetch_batches(payload: bytes, match: str) -> None:
+    with pytest.raises(InvalidMessage, match=match):
+        decode_fetch_batch(payload)
+
+
+def test_fetched_record_decodes_its_blob() -> None:
+    rec = FetchedRecord(3, 99, encode_record(b"v", b"k", {"a": b"b"}))
+    assert rec.decode() == (b"v", b"k", {"a": b"b"})
+    assert rec.index == 3
