@@ -121,7 +121,9 @@ def test_linked_writev_and_fdatasync(ring: Ring, tmp_path: Path) -> None:
     try:
         chunks = [b"a" * 10, bytearray(b"b" * 20), b"c" * 30]
         pins = [readable_address(c) for c in chunks]
-        iov = b"".join(abi.IOVEC.pack(addr, len(c)) for (addr, _), c in zip(pins, chunks))
+        iov = b"".join(
+            abi.IOVEC.pack(addr, len(c)) for (addr, _), c in zip(pins, chunks, strict=True)
+        )
         ring.reserve(2)
         ring.prep_writev(fd, bytes_address(iov), 3, 0, "writev", (pins, iov), abi.IOSQE_IO_LINK)
         ring.prep_fdatasync(fd, "sync")
@@ -212,7 +214,7 @@ def test_unavailable_for_real_when_memlock_is_exhausted() -> None:
         "    print('AVAILABLE')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
-    if "AVAILABLE" == out.stdout.strip():
+    if out.stdout.strip() == "AVAILABLE":
         pytest.skip("this kernel accounts ring memory without RLIMIT_MEMLOCK")
     assert out.stdout.startswith("UNAVAILABLE"), out.stderr
     assert 'runtime="asyncio"' in out.stdout
