@@ -3,6 +3,7 @@ rendezvous hashing worth having: balance and minimal movement."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from collections import Counter
@@ -52,6 +53,16 @@ def test_xxh64_is_the_reference_algorithm() -> None:
     # Published xxh64 known answers: the vectors mean nothing if the library differs.
     assert xxhash.xxh64_intdigest(b"") == 0xEF46DB3751D8E999
     assert xxhash.xxh64_intdigest(b"a") == 0xD24EC4F1A98C6E5B
+
+
+def test_generator_reproduces_the_committed_vectors() -> None:
+    # The generator is a second, plain implementation; it must agree with the JSON.
+    path = Path(__file__).parent.parent / "scripts" / "gen_placement_vectors.py"
+    spec = importlib.util.spec_from_file_location("gen_placement_vectors", path)
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.build() == VECTORS
 
 
 @pytest.mark.parametrize("case", SHARD_CASES, ids=lambda c: c["pid"])

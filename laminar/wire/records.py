@@ -31,6 +31,7 @@ from typing import Final, NamedTuple
 
 import msgpack
 
+from laminar.wire.codec import Buffer
 from laminar.wire.errors import CorruptRecord, InvalidMessage, WireUsageError
 
 HAS_KEY: Final = 0x01
@@ -43,8 +44,6 @@ _PLAIN = b"\x00"
 _SWAP = sys.byteorder == "little"
 # The array typecode whose items are 4 bytes ("I" on every platform laminar runs on).
 _U32_CODE: Final = next(code for code in "IL" if array(code).itemsize == 4)
-
-Buffer = bytes | bytearray | memoryview
 
 
 # --- one record -------------------------------------------------------------------
