@@ -127,6 +127,7 @@ def main() -> int:
         rounds["shard_for_8_shards_per_s"].append(rate(shard_for_cached, args.seconds))
 
     produce_bytes = len(produce.encode(0))
+    frame_bytes = {"produce": produce_bytes, "fetch_response": len(fetched.encode(0))}
     result: dict[str, Any] = {
         "python": sys.version.split()[0],
         "machine": platform.machine(),
@@ -142,9 +143,10 @@ def main() -> int:
             result[name] = round(med)
             continue
         result[f"{name}_frames_per_s"] = round(med)
-        if name.startswith(("produce", "fetch_response")):
+        kind = "produce" if name.startswith("produce") else "fetch_response"
+        if name.startswith(kind):
             result[f"{name}_records_per_s"] = round(med * RECORDS)
-            result[f"{name}_mib_per_s"] = round(med * produce_bytes / (1 << 20), 1)
+            result[f"{name}_mib_per_s"] = round(med * frame_bytes[kind] / (1 << 20), 1)
     print(json.dumps(result, indent=2))
     return 0
 
