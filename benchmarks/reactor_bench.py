@@ -138,6 +138,7 @@ def run_client(port: int, seconds: float, warmup: float, depth: int) -> dict[str
     for s in socks.values():
         s.send(burst)
     responses = 0
+    total_responses = 0
     counting = False
     start = time.perf_counter()
     warm_end = start + warmup
@@ -148,6 +149,7 @@ def run_client(port: int, seconds: float, warmup: float, depth: int) -> dict[str
         now = time.perf_counter()
         if not counting and now >= warm_end:
             counting = True
+            total_responses += responses
             responses = 0
             t0 = now
             cpu0 = time.process_time()
@@ -169,7 +171,12 @@ def run_client(port: int, seconds: float, warmup: float, depth: int) -> dict[str
     cpu = time.process_time() - cpu0
     for s in socks.values():
         s.close()
-    return {"rps": responses / elapsed, "client_cpu": cpu / elapsed}
+    total_responses += responses
+    return {
+        "rps": responses / elapsed,
+        "client_cpu": cpu / elapsed,
+        "responses": total_responses,
+    }
 
 
 # -- orchestration -------------------------------------------------------------
@@ -207,6 +214,7 @@ def one_round(kind: str, seconds: float, warmup: float, depth: int) -> dict[str,
         cpu = sum(proc.cpu_times()[:2]) - cpu_before
         result = dict(json.loads(out))
         result["server_cpu"] = cpu / (time.perf_counter() - t_before)
+        result["server_cpu_us_per_request"] = cpu / result["responses"] * 1e6
         return result
     finally:
         server.kill()
@@ -235,6 +243,9 @@ def rpc_benchmark(
             "rps_rounds": [round(run["rps"]) for run in runs],
             "client_cpu_median": round(statistics.median(run["client_cpu"] for run in runs), 2),
             "server_cpu_median": round(statistics.median(run["server_cpu"] for run in runs), 2),
+            "server_cpu_us_per_request_median": round(
+                statistics.median(run["server_cpu_us_per_request"] for run in runs), 3
+            ),
         }
     if "uring" in medians:
         for other in ("asyncio", "uvloop", "uvloop-protocol"):

@@ -106,9 +106,11 @@ class UringLoopCore(asyncio.BaseEventLoop):
         ring_entries: int = 256,
         slice_s: float = 0.002,
         default_shares: int = 1000,
+        eager_send: bool = True,
     ) -> None:
         super().__init__()
         self._ring = Ring(ring_entries)
+        self._eager_send = eager_send
         self._sched = Scheduler(default_shares)
         self._default_q = self._sched.default
         self._ready = self._default_q.ready
