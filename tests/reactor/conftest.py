@@ -19,6 +19,8 @@ needs_uring = pytest.mark.skipif(
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "uring": UringEventLoop,
+    # Every send through the ring too (no eager send): the pure completion path.
+    "uring-ring-send": lambda: UringEventLoop(eager_send=False),
     "asyncio": StockEventLoop,
 }
 
@@ -27,7 +29,7 @@ Runner = Callable[[Coroutine[Any, Any, Any]], Any]
 
 @pytest.fixture(params=list(LOOPS))
 def loop_kind(request: pytest.FixtureRequest) -> str:
-    if request.param == "uring" and URING_REASON is not None:
+    if request.param.startswith("uring") and URING_REASON is not None:
         pytest.skip(f"io_uring unavailable: {URING_REASON}")
     return str(request.param)
 
