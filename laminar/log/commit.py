@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from .config import LogConfig
 from .errors import LogFailed
-from .index import ENTRY_BYTES, HEADER_BYTES
+from .index import ENTRY_BYTES, HEADER_BYTES, mark_flush_end
 from .segment import Segment
 
 
@@ -130,6 +130,8 @@ class FlushPipeline:
             flush, self._open = self._open, None
             if flush is None:
                 break
+            segment = flush.segment
+            mark_flush_end(segment.index_buf, flush.end_index - 1 - segment.base_index)
             try:
                 await self._reserve(flush)
             except Exception as exc:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from .index import MAX_FLUSHES_IN_FLIGHT
+
 FlushPolicy = Literal["always", "interval", "never"]
 FLUSH_POLICIES: tuple[FlushPolicy, ...] = ("always", "interval", "never")
 
@@ -62,9 +64,10 @@ class LogConfig:
             raise ValueError(
                 f"preallocate_bytes must not be negative, got {self.preallocate_bytes}"
             )
-        if self.max_flushes_in_flight < 1:
+        if not 1 <= self.max_flushes_in_flight <= MAX_FLUSHES_IN_FLIGHT:
             raise ValueError(
-                f"max_flushes_in_flight must be at least 1, got {self.max_flushes_in_flight}"
+                f"max_flushes_in_flight must be between 1 and {MAX_FLUSHES_IN_FLIGHT}, "
+                f"got {self.max_flushes_in_flight}"
             )
         for name in ("retention_bytes", "retention_ms"):
             value = getattr(self, name)

@@ -27,6 +27,7 @@ from .index import (
     encode_entry,
     encode_header,
     entry_at,
+    mark_flush_end,
     payload_checksum,
     scan_segment,
 )
@@ -133,6 +134,10 @@ class Segment:
         buf = bytearray(index_bytes[:index_len])
         segment = cls(directory, base_index, store, index, buf, scan.entries, scan.store_bytes)
         await segment.trim_files()
+        # What a killed process left in the page cache may not be on disk yet:
+        # make it so before anything is appended after it.
+        await store.sync()
+        await index.sync()
         return segment
 
     async def trim_files(self) -> None:
@@ -197,7 +202,7 @@ class Segment:
 
     def _entry(self, index: int) -> tuple[int, int, int, int, int]:
         slot = index - self.base_index
-        position, length, checksum, term, ts, _ = ENTRY.unpack_from(
+        position, length, _, _, checksum, term, ts, _ = ENTRY.unpack_from(
             self.index_buf, HEADER_BYTES + slot * ENTRY_BYTES
         )
         return position, length, checksum, term, ts
@@ -224,7 +229,7 @@ class Segment:
         buf = self.index_buf
         base = self.base_index
         stop = min(self.end_index, start + max_records)
-        entries: list[tuple[int, int, int, int, int, int]] = []
+        entries: list[tuple[int, int, int, int, int, int, int, int]] = []
         total = 0
         for index in range(start, stop):
             entry = unpack(buf, HEADER_BYTES + (index - base) * ENTRY_BYTES)
@@ -238,7 +243,7 @@ class Segment:
         blob = await self.store.read_at(total, first_position)
         records: list[Record] = []
         append = records.append
-        for index, (position, length, checksum, term, ts, _) in enumerate(entries, start):
+        for index, (position, length, _, _, checksum, term, ts, _) in enumerate(entries, start):
             at = position - first_position
             value = blob[at : at + length]
             if len(value) != length or payload_checksum(value) != checksum:
@@ -248,8 +253,12 @@ class Segment:
             append(Record(index, term, ts, value))
         return records
 
-    def truncate_to(self, index: int) -> None:
-        """Forget records from `index` on (in memory; the caller trims the files)."""
+    async def truncate_to(self, index: int) -> None:
+        """Remove records from `index` on, durably.
+
+        The new last entry is rewritten with FLUSH_END, or recovery would take
+        the records before it for a torn flush.
+        """
         slot = index - self.base_index
         store_end = 0
         for earlier in range(slot - 1, -1, -1):
@@ -260,6 +269,14 @@ class Segment:
         self.entries = self.staged_entries = slot
         self.store_end = self.published_store_end = store_end
         del self.index_buf[HEADER_BYTES + slot * ENTRY_BYTES :]
+        self.sealed = False
+        await self.trim_files()
+        if slot and entry_at(self.index_buf, slot - 1) is not None:
+            mark_flush_end(self.index_buf, slot - 1)
+            offset = HEADER_BYTES + (slot - 1) * ENTRY_BYTES
+            await self.index.writev([bytes(self.index_buf[offset:])], offset, sync=False)
+        await self.store.sync()
+        await self.index.sync()
 
     def timestamp_of(self, index: int) -> int:
         return self._entry(index)[4]

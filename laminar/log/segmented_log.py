@@ -123,14 +123,13 @@ class SegmentedLog:
         async with self._lock:
             self._check_appendable()
             segment = self._segments[-1]
-            if segment.store_end and segment.store_end + size > threshold:
+            used = segment.store_end
+            if used >= self.config.segment_bytes or (used and used + size > threshold):
                 segment = await self._roll_over()
             timestamp_ms = max(time.time_ns() // 1_000_000, self._last_timestamp_ms)
             self._last_timestamp_ms = timestamp_ms
             first = segment.staged_end_index
             done = self._pipeline.stage(segment, values, term, timestamp_ms)
-            if segment.store_end >= self.config.segment_bytes:
-                await self._roll_over()
         await done
         return first
 
@@ -206,6 +205,7 @@ class SegmentedLog:
             raise ValueError("max_bytes and max_records must be positive")
         if start == self.highest_index:
             return []
+        self._segment_for(start)  # raises IndexOutOfRange for a start outside the log
         remaining = max_records if max_records is not None else 1 << 62
         records: list[Record] = []
         index = start
@@ -250,12 +250,7 @@ class SegmentedLog:
             while len(self._segments) > 1 and self._segments[-1].base_index >= index:
                 await self._segments.pop().remove(self._backend)
                 self._bases.pop()
-            segment = self._segments[-1]
-            segment.truncate_to(index)
-            segment.sealed = False
-            await segment.trim_files()
-            await segment.store.sync()
-            await segment.index.sync()
+            await self._segments[-1].truncate_to(index)
             await self._backend.sync_dir(self.directory)
 
     async def apply_retention(self, now_ms: int | None = None) -> int:

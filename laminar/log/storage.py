@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -215,6 +216,9 @@ class MemoryStorage:
             await self.sync()
 
     async def sync(self) -> None:
+        # Yield first, as a real device would: a crash test can then cut the
+        # power between a write and its sync.
+        await asyncio.sleep(0)
         file = self._open_file()
         file.durable = bytearray(file.data)
 
@@ -240,6 +244,7 @@ class MemoryBackend:
     def __init__(self) -> None:
         self.files: dict[str, MemoryFile] = {}
         self.dirs: set[str] = set()
+        self._handles: list[MemoryStorage] = []
 
     async def open(self, path: str, *, create: bool) -> Storage:
         path = os.fspath(path)
@@ -248,7 +253,9 @@ class MemoryBackend:
             if not create:
                 raise FileNotFoundError(path)
             file = self.files[path] = MemoryFile()
-        return MemoryStorage(file, path)
+        handle = MemoryStorage(file, path)
+        self._handles.append(handle)
+        return handle
 
     async def remove(self, path: str) -> None:
         self.files.pop(os.fspath(path), None)
@@ -263,7 +270,18 @@ class MemoryBackend:
     async def sync_dir(self, path: str) -> None:
         return None
 
-    def crash(self) -> None:
-        """Lose everything that was not synced, as a power cut would."""
+    def crash(self, rng: random.Random | None = None) -> None:
+        """Simulate a power cut: what was not synced is lost.
+
+        With `rng`, each file instead keeps a random prefix of its unsynced
+        bytes (a torn write). Every open handle is closed, as the process died.
+        """
+        for handle in self._handles:
+            handle._file = None
+        self._handles.clear()
         for file in self.files.values():
-            file.data = bytearray(file.durable)
+            if rng is None:
+                file.data = bytearray(file.durable)
+                continue
+            keep = rng.randint(0, len(file.data))
+            file.data = bytearray(file.data[:keep] + file.durable[keep:])

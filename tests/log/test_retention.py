@@ -1,0 +1,50 @@
+"""Retention removes whole oldest segments by size and by age."""
+
+from __future__ import annotations
+
+import pytest
+
+from laminar.log import IndexOutOfRange, LogConfig, SegmentedLog
+
+from .conftest import LogEnv
+
+
+def test_retention_by_size_keeps_at_least_the_limit(env: LogEnv) -> None:
+    async def main() -> None:
+        config = LogConfig(segment_bytes=1000, retention_bytes=3000)
+        log = await SegmentedLog.open(env.directory, config, backend=env.backend)
+        for i in range(60):
+            await log.append([bytes([i]) * 100])  # 10 records per segment
+        assert log.lowest_index > 0  # retention already ran at rollovers
+        await log.apply_retention()
+        assert log.size_bytes >= 3000
+        assert log.size_bytes - 1000 < 3000
+        assert log.lowest_index % 10 == 0 and log.lowest_index > 0
+        with pytest.raises(IndexOutOfRange):
+            await log.read(log.lowest_index - 1)
+        assert (await log.read(log.lowest_index)).value == bytes([log.lowest_index]) * 100
+        low = log.lowest_index
+        await log.close()
+        log = await SegmentedLog.open(env.directory, config, backend=env.backend)
+        assert (log.lowest_index, log.highest_index) == (low, 60)
+        await log.close()
+
+    env.run(main)
+
+
+def test_retention_by_age_never_removes_the_write_segment(env: LogEnv) -> None:
+    async def main() -> None:
+        config = LogConfig(segment_bytes=1000, retention_ms=60_000)
+        log = await SegmentedLog.open(env.directory, config, backend=env.backend)
+        for i in range(35):
+            await log.append([bytes([i]) * 100])
+        newest = (await log.read(34)).timestamp_ms
+        assert await log.apply_retention(now_ms=newest) == 0
+        assert log.lowest_index == 0
+        # An hour later every sealed segment is too old; the write segment stays.
+        assert await log.apply_retention(now_ms=newest + 3_600_000) == 3
+        assert (log.lowest_index, log.highest_index, log.segment_count) == (30, 35, 1)
+        assert await log.index_for_timestamp(0) == 30
+        await log.close()
+
+    env.run(main)
