@@ -66,8 +66,10 @@ REGISTER_ENABLE_RINGS = 12
 
 # struct io_uring_sqe (64 bytes): opcode, flags, ioprio, fd, off, addr, len,
 # op_flags (rw/fsync/msg/accept/cancel/timeout/poll32/open flags), user_data,
-# buf_index, personality, file_index, addr3, pad.
+# then buf_index, personality, file_index, addr3, pad. SQE_HEAD covers the
+# first 40 bytes: the ring never sets the last 24, which stay zero from mmap.
 SQE = struct.Struct("<BBHiQQIIQHHiQQ")
+SQE_HEAD = struct.Struct("<BBHiQQIIQ")
 SQE_SIZE = 64
 # struct io_uring_cqe (16 bytes, no CQE32): user_data, res, flags.
 CQE = struct.Struct("<QiI")

@@ -123,7 +123,7 @@ class Ring:
         self._cq_head = self._cq32[self._cq_head_i]
         self._next_ud = 1
         self._ops: dict[int, tuple[Any, object]] = {}
-        self._pack = abi.SQE.pack_into
+        self._pack = abi.SQE_HEAD.pack_into
         # Timeout argument for io_uring_enter2 (IORING_ENTER_EXT_ARG).
         self._ts = ctypes.create_string_buffer(abi.TIMESPEC.size)
         self._arg = ctypes.create_string_buffer(abi.GETEVENTS_ARG.size)
@@ -171,11 +171,6 @@ class Ring:
             length,
             op_flags,
             ud,
-            0,
-            0,
-            0,
-            0,
-            0,
         )
         self._tail = tail + 1
         self._ops[ud] = (token, keep)

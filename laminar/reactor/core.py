@@ -77,6 +77,31 @@ def _oserror(err: int) -> OSError:
     return OSError(err, os.strerror(err))
 
 
+class _ReadyHandle(asyncio.Handle):
+    """A Handle built without the debug-mode lookups (the loop's debug is off).
+
+    `asyncio.Handle.__init__` asks the loop `get_debug()` on every call; the
+    loop knows, so its hot path skips that. Behaves as a Handle in every way.
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        callback: Callable[..., object],
+        args: Any,
+        loop: asyncio.AbstractEventLoop,
+        context: contextvars.Context | None,
+    ) -> None:
+        self._context = context if context is not None else contextvars.copy_context()
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        self._source_traceback = None
+
+
 def _sighandler_noop(signum: int, frame: object) -> None:
     """Python wants a handler; the wakeup fd does the real work."""
 
@@ -179,7 +204,9 @@ class UringLoopCore(asyncio.BaseEventLoop):
         if self._debug:
             self._check_thread()
             self._check_callback(callback, "call_soon")
-        handle = _Handle(callback, args, self, context)
+            handle: asyncio.Handle = _Handle(callback, args, self, context)
+        else:
+            handle = _ReadyHandle(callback, args, self, context)
         self._route(handle)
         return handle
 
