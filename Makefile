@@ -3,12 +3,16 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run demo-log test lint bench clean
 
 setup:
 	@scripts/setup
 
 run: setup
+	$(PY) -m laminar.cli.log_demo
+
+# The segmented log surviving SIGKILL: append, kill, recover, verify.
+demo-log: setup
 	$(PY) -m laminar.cli.log_demo
 
 test: setup lint

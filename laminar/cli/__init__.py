@@ -1,0 +1,1 @@
+"""Command-line entry points: laminar-node, laminar, laminar-bench, and demos."""
