@@ -10,10 +10,13 @@ and so cannot move) and its address.
 
 from __future__ import annotations
 
+from typing import Any
+
 from laminar.iouring.native import writable_address
 
-PooledBuffer = tuple[memoryview, int]
-"""(view, address): the view pins the bytearray; the address is its data."""
+PooledBuffer = tuple[memoryview, int, list[Any] | None]
+"""(view, address, home): the view pins the bytearray; the address is its
+data; home is the free list it returns to (None: not pooled)."""
 
 _CLASS_MIN_BITS = 10  # 1 KiB
 _CLASS_MAX_BITS = 20  # 1 MiB: larger buffers are not pooled
@@ -28,18 +31,20 @@ class BufferPool:
 
     def take(self, nbytes: int) -> PooledBuffer:
         bits = max((nbytes - 1).bit_length(), _CLASS_MIN_BITS)
-        free = self._free.get(bits)
-        if free:
-            return free.pop()
-        view = memoryview(bytearray(1 << bits if bits <= _CLASS_MAX_BITS else nbytes))
-        address, _pin = writable_address(view)
-        return view, address
-
-    def give(self, buffer: PooledBuffer) -> None:
-        """Return a buffer the kernel no longer uses."""
-        bits = (len(buffer[0]) - 1).bit_length()
         if bits > _CLASS_MAX_BITS:
-            return
-        free = self._free.setdefault(bits, [])
-        if len(free) < _PER_CLASS:
-            free.append(buffer)
+            view = memoryview(bytearray(nbytes))
+            return view, writable_address(view)[0], None
+        free = self._free.get(bits)
+        if free is None:
+            free = self._free[bits] = []
+        elif free:
+            return free.pop()
+        view = memoryview(bytearray(1 << bits))
+        return view, writable_address(view)[0], free
+
+    @staticmethod
+    def give(buffer: PooledBuffer) -> None:
+        """Return a buffer the kernel no longer uses."""
+        home = buffer[2]
+        if home is not None and len(home) < _PER_CLASS:
+            home.append(buffer)

@@ -47,7 +47,7 @@ from laminar.iouring import Ring
 from laminar.iouring.native import writable_address
 
 from .buffers import BufferPool
-from .queues import Scheduler, TaskQueue, context_with_queue
+from .queues import CURRENT_QUEUE, Scheduler, TaskQueue, context_with_queue
 
 logger = logging.getLogger("laminar.reactor")
 
@@ -207,7 +207,13 @@ class UringLoopCore(asyncio.BaseEventLoop):
             handle: asyncio.Handle = _Handle(callback, args, self, context)
         else:
             handle = _ReadyHandle(callback, args, self, context)
-        self._route(handle)
+        # _route, inlined: this is the hottest call in the loop.
+        queue = handle._context.get(CURRENT_QUEUE)  # type: ignore[attr-defined]
+        if queue is None or queue.owner is not self._sched:
+            queue = self._default_q
+        queue.ready.append(handle)
+        if not queue.active:
+            self._sched.activate(queue, _perf())
         return handle
 
     def _call_soon(

@@ -90,7 +90,7 @@ class FileOps(UringLoopCore):
         if length <= 0:
             return b""
         buf = self._bufs.take(length)
-        view, address = buf
+        view, address, _home = buf
         got = 0
         try:
             while got < length:

@@ -29,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-_CURRENT_QUEUE: contextvars.ContextVar[TaskQueue | None] = contextvars.ContextVar(
+CURRENT_QUEUE: contextvars.ContextVar[TaskQueue | None] = contextvars.ContextVar(
     "laminar_task_queue", default=None
 )
 
@@ -65,13 +65,13 @@ class TaskQueue:
     """A named share of the loop's CPU time. Create with `loop.create_task_queue`."""
 
     __slots__ = (
-        "_owner",
         "activated_at",
         "activations",
         "active",
         "delay_max",
         "delay_total",
         "name",
+        "owner",
         "ready",
         "runs",
         "runtime",
@@ -81,7 +81,7 @@ class TaskQueue:
     )
 
     def __init__(self, owner: object, name: str, shares: int) -> None:
-        self._owner = owner
+        self.owner = owner
         self.name = name
         self.shares = _check_shares(shares)
         self.ready: deque[Any] = deque()
@@ -141,8 +141,8 @@ class Scheduler:
 
     def queue_of(self, context: contextvars.Context) -> TaskQueue:
         """The queue a callback made in `context` belongs to."""
-        queue = context.get(_CURRENT_QUEUE)
-        if queue is None or queue._owner is not self:
+        queue = context.get(CURRENT_QUEUE)
+        if queue is None or queue.owner is not self:
             return self.default
         return queue
 
@@ -184,7 +184,7 @@ class Scheduler:
 
 def current_queue() -> TaskQueue | None:
     """The task queue of the running code, if it runs in one."""
-    return _CURRENT_QUEUE.get()
+    return CURRENT_QUEUE.get()
 
 
 def context_with_queue(
@@ -193,5 +193,5 @@ def context_with_queue(
     """A context (a copy of the current one if None) whose task queue is `queue`."""
     if context is None:
         context = contextvars.copy_context()
-    context.run(_CURRENT_QUEUE.set, queue)
+    context.run(CURRENT_QUEUE.set, queue)
     return context
