@@ -225,33 +225,50 @@ class Segment:
         values and `max_records` records; the first one regardless of size if
         `at_least_one`. Stops before a damaged record unless it is the first,
         which raises `RecordCorrupted`."""
-        unpack = ENTRY.unpack_from
-        buf = self.index_buf
-        base = self.base_index
-        stop = min(self.end_index, start + max_records)
-        entries: list[tuple[int, int, int, int, int, int, int, int]] = []
-        total = 0
-        for index in range(start, stop):
-            entry = unpack(buf, HEADER_BYTES + (index - base) * ENTRY_BYTES)
-            if total + entry[1] > max_bytes and (entries or not at_least_one):
-                break
-            total += entry[1]
-            entries.append(entry)
+        entries, total = self._entries_within(start, max_bytes, max_records, at_least_one)
         if not entries:
             return []
         first_position = entries[0][0]
         blob = await self.store.read_at(total, first_position)
         records: list[Record] = []
         append = records.append
+        new_record = tuple.__new__  # Record(...) without its Python-level __new__
         for index, (position, length, _, _, checksum, term, ts, _) in enumerate(entries, start):
             at = position - first_position
             value = blob[at : at + length]
-            if len(value) != length or payload_checksum(value) != checksum:
+            if payload_checksum(value) != checksum or len(value) != length:
                 if records:
                     break  # serve the good prefix; the next read raises for this one
                 return [await self.read(index)]
-            append(Record(index, term, ts, value))
+            append(new_record(Record, (index, term, ts, value)))
         return records
+
+    def _entries_within(
+        self, start: int, max_bytes: int, max_records: int, at_least_one: bool
+    ) -> tuple[list[tuple[int, ...]], int]:
+        """Decoded entries from `start` on that fit the limits, and their byte total.
+
+        Unpacks in growing chunks with `iter_unpack` (one C loop per chunk), so
+        a small read does not decode the whole segment's index.
+        """
+        slot = start - self.base_index
+        end_slot = min(self.entries, slot + max_records)
+        entries: list[tuple[int, ...]] = []
+        total = 0
+        chunk = 32
+        with memoryview(self.index_buf) as view:
+            while slot < end_slot:
+                upto = min(end_slot, slot + chunk)
+                span = view[HEADER_BYTES + slot * ENTRY_BYTES : HEADER_BYTES + upto * ENTRY_BYTES]
+                for entry in ENTRY.iter_unpack(span):
+                    length = entry[1]
+                    if total + length > max_bytes and (entries or not at_least_one):
+                        return entries, total
+                    total += length
+                    entries.append(entry)
+                slot = upto
+                chunk *= 4
+        return entries, total
 
     async def truncate_to(self, index: int) -> None:
         """Remove records from `index` on, durably.

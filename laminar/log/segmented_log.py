@@ -216,7 +216,7 @@ class SegmentedLog:
             if not chunk:
                 break
             records += chunk
-            budget -= sum(len(r.value) for r in chunk)
+            budget -= sum([len(r.value) for r in chunk])
             remaining -= len(chunk)
             index = chunk[-1].index + 1
             if index < segment.end_index:
