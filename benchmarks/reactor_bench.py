@@ -195,7 +195,7 @@ def one_round(kind: str, seconds: float, warmup: float, depth: int) -> dict[str,
         with os.fdopen(r) as ready:
             port = int(ready.readline())
         proc = psutil.Process(server.pid)
-        cpu_before = sum(proc.cpu_times()[:2])
+        times_before = proc.cpu_times()
         t_before = time.perf_counter()
         out = subprocess.run(
             [
@@ -214,8 +214,12 @@ def one_round(kind: str, seconds: float, warmup: float, depth: int) -> dict[str,
             capture_output=True,
             text=True,
         ).stdout
-        cpu = sum(proc.cpu_times()[:2]) - cpu_before
+        times = proc.cpu_times()
+        user = times.user - times_before.user
+        system = times.system - times_before.system
+        cpu = user + system
         result = dict(json.loads(out))
+        result["server_user_share"] = user / cpu if cpu else 0.0
         result["server_cpu"] = cpu / (time.perf_counter() - t_before)
         result["server_cpu_us_per_request"] = cpu / result["responses"] * 1e6
         return result
@@ -246,6 +250,9 @@ def rpc_benchmark(
             "rps_rounds": [round(run["rps"]) for run in runs],
             "client_cpu_median": round(statistics.median(run["client_cpu"] for run in runs), 2),
             "server_cpu_median": round(statistics.median(run["server_cpu"] for run in runs), 2),
+            "server_user_share_median": round(
+                statistics.median(run["server_user_share"] for run in runs), 2
+            ),
             "server_cpu_us_per_request_median": round(
                 statistics.median(run["server_cpu_us_per_request"] for run in runs), 3
             ),

@@ -5,7 +5,8 @@ Layers point one way: `abi` (numbers and layouts, from python-liburing) and
 prepare, submit, wait, reap, keep buffers alive) -> the reactor.
 """
 
+from . import abi
 from .errors import IoUringUnavailable
-from .ring import Completion, Ring, check_available
+from .ring import Completion, Ring, check_available, supports
 
-__all__ = ["Completion", "IoUringUnavailable", "Ring", "check_available"]
+__all__ = ["Completion", "IoUringUnavailable", "Ring", "abi", "check_available", "supports"]

@@ -470,6 +470,22 @@ def _setup(entries: int, cq_entries: int, single_issuer: bool) -> tuple[int, tup
     raise unavailable_from_errno(err, entries)
 
 
+_SUPPORTED: dict[int, bool] = {}
+
+
+def supports(opcode: int) -> bool:
+    """Whether the running kernel implements `opcode` (probed once, via python-liburing)."""
+    if not _SUPPORTED:
+        import liburing
+
+        names = liburing.probe() or {}
+        for name, ok in names.items():
+            member = getattr(liburing.io_uring_op, name, None)
+            if member is not None:
+                _SUPPORTED[int(member)] = bool(ok)
+    return _SUPPORTED.get(opcode, False)
+
+
 def check_available(entries: int = 8) -> str | None:
     """None if a ring can be set up here, else the reason it cannot."""
     try:

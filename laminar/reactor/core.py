@@ -59,6 +59,7 @@ _MAXIMUM_SELECT_TIMEOUT = 24 * 3600
 _MIN_SCHEDULED_TIMER_HANDLES = 100
 _MIN_CANCELLED_TIMER_HANDLES_FRACTION = 0.5
 _perf = time.perf_counter
+_thread_time = time.thread_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,7 +323,13 @@ class UringLoopCore(asyncio.BaseEventLoop):
                 handle._scheduled = False
 
     def _run_slice(self) -> None:
-        """Run the callbacks that were ready in the queue with the least vruntime."""
+        """Run the callbacks that were ready in the queue with the least vruntime.
+
+        Alone, a queue runs all of them (as the stock loop would) and is charged
+        wall time. Contended, it runs until its slice is used up and is charged
+        its thread's CPU time, so that a neighbour process stealing the core
+        mid-slice does not distort the shares.
+        """
         sched = self._sched
         contended = len(sched.heap) > 1
         start = _perf()
@@ -333,7 +340,9 @@ class UringLoopCore(asyncio.BaseEventLoop):
         handle: Any = None
         if self._debug:
             ran = self._run_debug(ready, ntodo)
+            elapsed = _perf() - start
         elif contended:
+            cpu_start = _thread_time()
             deadline = start + self._slice_s
             while ran < ntodo:
                 handle = ready.popleft()
@@ -342,6 +351,7 @@ class UringLoopCore(asyncio.BaseEventLoop):
                     handle._run()
                     if _perf() >= deadline:
                         break
+            elapsed = _thread_time() - cpu_start
         else:
             popleft = ready.popleft
             for _ in range(ntodo):
@@ -349,8 +359,9 @@ class UringLoopCore(asyncio.BaseEventLoop):
                 if not handle._cancelled:
                     handle._run()
             ran = ntodo
+            elapsed = _perf() - start
         handle = None
-        sched.charge(queue, _perf() - start, ran)
+        sched.charge(queue, elapsed, ran)
 
     def _run_debug(self, ready: deque[Any], ntodo: int) -> int:
         for _ in range(ntodo):

@@ -21,7 +21,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from laminar.iouring import abi
+from laminar.iouring import abi, supports
 from laminar.iouring.native import BYTES_DATA_OFFSET, bytes_address, readable_address
 
 from .core import UringLoopCore, _oserror
@@ -136,6 +136,12 @@ class FileOps(UringLoopCore):
         plans: list[tuple[int, int, Any]] = []  # (offset, bytes, buffers) per chunk
         position = offset
         chunks = [buffers[i : i + IOV_MAX] for i in range(0, len(buffers), IOV_MAX)]
+        if len(chunks) + 1 > ring.sq_entries:
+            # A chain longer than the SQ cannot be submitted whole: split it.
+            half = len(chunks) // 2 * IOV_MAX
+            head = await self.file_writev(fd, buffers[:half], offset, sync=False)
+            tail = await self.file_writev(fd, buffers[half:], offset + head, sync=sync)
+            return head + tail
         ring.reserve(len(chunks) + (1 if sync else 0))
         futs: list[asyncio.Future[int]] = []
         uds: list[int] = []
@@ -204,6 +210,9 @@ class FileOps(UringLoopCore):
         )
 
     async def file_ftruncate(self, fd: int, length: int) -> None:
+        if not supports(abi.OP_FTRUNCATE):  # kernels before 6.9
+            os.ftruncate(fd, length)
+            return
         await self._simple_op(lambda token: self._ring.prep_ftruncate(fd, length, token))
 
     async def file_close(self, fd: int) -> None:

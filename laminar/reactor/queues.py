@@ -10,8 +10,9 @@ Rules, and why:
 - When several queues have ready callbacks, the scheduler runs the one with the
   smallest virtual runtime for a slice, then charges it `elapsed / shares`.
   Over time each busy queue receives CPU time in proportion to its shares.
-  Time is measured with the same monotonic clock as the slice, around the
-  callbacks themselves, so the accounting is the queue's own run time.
+  Time is measured around the callbacks themselves: the thread's CPU time when
+  queues contend (robust to neighbours on a shared core), wall time otherwise
+  (cheaper, and nobody competes).
 - An idle queue does not bank credit: when it becomes runnable again its
   virtual runtime is raised to at least the smallest one among the runnable
   queues (or the scheduler's virtual clock if none is runnable). Otherwise a

@@ -132,7 +132,9 @@ class SocketOps(UringLoopCore):
         if fd < 0:
             raise _closed_error()
         sent = 0
-        if self._eager_send:
+        # Only a non-blocking socket may be tried directly: a blocking one would
+        # stall the whole loop (the ring handles either kind).
+        if self._eager_send and sock.gettimeout() == 0.0:
             try:
                 sent = sock.send(data)
             except (BlockingIOError, InterruptedError):

@@ -293,3 +293,28 @@ def test_thread_wakes_a_sleeping_loop(run: Runner) -> None:
         await asyncio.wait_for(event.wait(), 5)
 
     run(main())
+
+
+@needs_uring
+def test_more_operations_than_ring_entries_are_all_submitted() -> None:
+    """A tiny ring with many operations in flight: none is dropped."""
+
+    async def main() -> list[bytes]:
+        loop = asyncio.get_running_loop()
+        pairs = [socket.socketpair() for _ in range(50)]
+        for a, b in pairs:
+            a.setblocking(False)
+            b.setblocking(False)
+        try:
+            recvs = [asyncio.ensure_future(loop.sock_recv(a, 10)) for a, _ in pairs]
+            await asyncio.sleep(0.01)
+            for i, (_, b) in enumerate(pairs):
+                await loop.sock_sendall(b, b"%d" % i)
+            return await asyncio.wait_for(asyncio.gather(*recvs), 5)
+        finally:
+            for a, b in pairs:
+                a.close()
+                b.close()
+
+    with asyncio.Runner(loop_factory=lambda: UringEventLoop(ring_entries=8)) as runner:
+        assert runner.run(main()) == [b"%d" % i for i in range(50)]
