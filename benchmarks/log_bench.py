@@ -24,7 +24,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from laminar.log import LogConfig, SegmentedLog
+from laminar.log import LogConfig, SegmentedLog, StorageBackend
+from laminar.reactor import UringEventLoop, uring_unavailable_reason
+from laminar.reactor.storage import UringBackend
 
 RECORD_BYTES = 1024
 BATCH = 64
@@ -52,10 +54,16 @@ def bare_writev_fdatasync(directory: str, seconds: float) -> float:
         os.close(fd)
 
 
-async def log_append(directory: str, seconds: float, appenders: int, config: LogConfig) -> float:
+async def log_append(
+    directory: str,
+    seconds: float,
+    appenders: int,
+    config: LogConfig,
+    backend: StorageBackend | None = None,
+) -> float:
     """Records/s of `appenders` tasks appending 64-record batches concurrently."""
     values = batch_values()
-    log = await SegmentedLog.open(directory, config)
+    log = await SegmentedLog.open(directory, config, backend=backend)
     records = 0
     deadline = time.perf_counter() + seconds
 
@@ -109,16 +117,31 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = tempfile.mkdtemp(prefix="laminar-log-bench-", dir=args.dir)
 
-    def appends(flush: str) -> Callable[[str], float]:
-        config = LogConfig(flush=flush)  # type: ignore[arg-type]
+    def appends(flush: str, in_flight: int = 1) -> Callable[[str], float]:
+        config = LogConfig(flush=flush, max_flushes_in_flight=in_flight)  # type: ignore[arg-type]
         return lambda d: asyncio.run(log_append(d, args.seconds, args.appenders, config))
+
+    def uring_appends(in_flight: int) -> Callable[[str], float]:
+        config = LogConfig(flush="always", max_flushes_in_flight=in_flight)
+
+        def run(directory: str) -> float:
+            with asyncio.Runner(loop_factory=UringEventLoop) as runner:
+                return runner.run(
+                    log_append(directory, args.seconds, args.appenders, config, UringBackend())
+                )
+
+        return run
 
     variants: dict[str, Callable[[str], float]] = {
         "bare_writev_fdatasync": lambda d: bare_writev_fdatasync(d, args.seconds),
         "log_append_always": appends("always"),
+        "log_append_always_4_in_flight": appends("always", 4),
         "log_append_never": appends("never"),
         "log_read_range": lambda d: asyncio.run(log_read_range(d, args.read_records)),
     }
+    if uring_unavailable_reason() is None:
+        variants["uring_log_append_always_4_in_flight"] = uring_appends(4)
+        variants["uring_log_append_always_8_in_flight"] = uring_appends(8)
     samples: dict[str, list[float]] = {name: [] for name in variants}
     try:
         for round_no in range(args.rounds):

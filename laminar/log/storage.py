@@ -6,9 +6,10 @@ syncs, truncates and preallocates, so that is the whole interface. Backends:
 
 - `MemoryBackend`: files in memory, with a "durable" copy per file so that tests
   can simulate a crash (everything not synced is lost).
-- `SyscallBackend`: plain `pwritev`/`pread` on the calling thread (page-cache
-  speed) and `fdatasync` on a worker thread, so a flush in progress does not
-  stop the event loop. Works under any asyncio loop.
+- `SyscallBackend`: `pread` and non-durable `pwritev` on the calling thread
+  (page-cache speed); a durable write (pwritev + fdatasync) on a worker
+  thread, so a flush in progress does not stop the event loop. Works under any
+  asyncio loop.
 - the io_uring backend lives in `laminar.reactor` and runs on `UringEventLoop`.
 
 `writev(..., sync=True)` is one operation on purpose: a backend that can chain a
@@ -92,7 +93,7 @@ class StorageBackend(Protocol):
 
 
 class SyscallStorage:
-    """A file driven by plain syscalls; fdatasync runs on a worker thread."""
+    """A file driven by plain syscalls; durable writes run on a worker thread."""
 
     def __init__(self, fd: int, path: str) -> None:
         self._fd = fd
@@ -113,23 +114,17 @@ class SyscallStorage:
 
     async def writev(self, buffers: Sequence[Buffer], offset: int, *, sync: bool) -> None:
         fd = self._check_open()
-        position = offset
-        for start in range(0, len(buffers), IOV_MAX):
-            chunk = buffers[start : start + IOV_MAX]
-            expected = sum(map(len, chunk))
-            written = os.pwritev(fd, chunk, position)
-            if written != expected:
-                # Short writes happen only on real errors (ENOSPC mid-write, a
-                # fatal signal); finish the chunk the slow way or raise.
-                remaining = b"".join(chunk)[written:]
-                while remaining:
-                    n = os.pwrite(fd, remaining, position + written)
-                    written += n
-                    remaining = remaining[n:]
-            position += expected
-        self._size = max(self._size, position)
+        end = offset + sum(map(len, buffers))
         if sync:
-            await self.sync()
+            # Copying into the page cache costs about as much as the Python that
+            # staged the records: do it on the worker thread with the sync, so
+            # the loop thread stages the next flush meanwhile.
+            await asyncio.get_running_loop().run_in_executor(
+                None, _write_all_and_sync, fd, buffers, offset
+            )
+        else:
+            _write_all(fd, buffers, offset)
+        self._size = max(self._size, end)
 
     async def sync(self) -> None:
         fd = self._check_open()
@@ -148,6 +143,26 @@ class SyscallStorage:
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             os.close(fd)
+
+
+def _write_all(fd: int, buffers: Sequence[Buffer], offset: int) -> None:
+    """pwritev all of `buffers` at `offset`, IOV_MAX at a time, finishing short writes."""
+    position = offset
+    for start in range(0, len(buffers), IOV_MAX):
+        chunk = buffers[start : start + IOV_MAX]
+        expected = sum(map(len, chunk))
+        written = os.pwritev(fd, chunk, position)
+        if written != expected:  # only on real trouble: ENOSPC midway, a signal
+            rest = b"".join(chunk)[written:]
+            while rest:
+                n = os.pwrite(fd, rest, position + expected - len(rest))
+                rest = rest[n:]
+        position += expected
+
+
+def _write_all_and_sync(fd: int, buffers: Sequence[Buffer], offset: int) -> None:
+    _write_all(fd, buffers, offset)
+    os.fdatasync(fd)
 
 
 class SyscallBackend:
