@@ -23,7 +23,8 @@ lint: setup
 	$(VENV)/bin/ruff format --check laminar tests benchmarks
 	$(VENV)/bin/mypy
 
-bench: setup
+bench:
+	@scripts/setup --bench
 	$(PY) benchmarks/log_bench.py
 
 clean:
