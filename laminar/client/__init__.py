@@ -1,0 +1,83 @@
+"""The laminar client: sync (`Client`) and asyncio (`AsyncClient`), shard-direct.
+
+    from laminar.client import Client
+    with Client("127.0.0.1:7070") as c:
+        c.create_topic("events", partitions=8)
+        first = c.produce("events", partition=3, values=[b"a", b"b"])
+        records = c.fetch("events", partition=3, index=first)
+        lowest, highest = c.offsets("events", partition=3)
+
+Both clients fetch the node's metadata, compute each partition's owning shard
+with `laminar.placement.shard_for`, keep one connection per shard and pipeline
+requests on it. Modules: `routing` (addresses, the cluster view), `protocol`
+(sans-IO correlation matching), `calls` (requests as data), `retry` (what may
+be sent again), `results` and `errors` (what callers get), `blocking` and
+`sync` (the sync client), `aio` (the asyncio client).
+"""
+
+from laminar.client.errors import (
+    CannotConnectError,
+    ConnectionLostError,
+    CorruptRecordError,
+    InvalidRequestError,
+    LaminarError,
+    NotOwnerError,
+    OffsetOutOfRangeError,
+    OutcomeUnknownError,
+    ProtocolViolationError,
+    RecordTooLargeError,
+    RequestTimeoutError,
+    ServerError,
+    ServerTimeoutError,
+    ShuttingDownError,
+    StorageError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from laminar.client.results import (
+    Offsets,
+    PartitionDescription,
+    PingResult,
+    Record,
+    TopicDescription,
+)
+from laminar.client.retry import RetryPolicy
+from laminar.client.routing import ClusterView, parse_address, partition_for_key
+from laminar.client.sync import Client, Pending
+from laminar.wire import MetadataResponse, ShardInfo, TopicInfo
+
+__all__ = [
+    "CannotConnectError",
+    "Client",
+    "ClusterView",
+    "ConnectionLostError",
+    "CorruptRecordError",
+    "InvalidRequestError",
+    "LaminarError",
+    "MetadataResponse",
+    "NotOwnerError",
+    "OffsetOutOfRangeError",
+    "Offsets",
+    "OutcomeUnknownError",
+    "PartitionDescription",
+    "Pending",
+    "PingResult",
+    "ProtocolViolationError",
+    "Record",
+    "RecordTooLargeError",
+    "RequestTimeoutError",
+    "RetryPolicy",
+    "ServerError",
+    "ServerTimeoutError",
+    "ShardInfo",
+    "ShuttingDownError",
+    "StorageError",
+    "TopicDescription",
+    "TopicExistsError",
+    "TopicInfo",
+    "UnknownPartitionError",
+    "UnknownTopicError",
+    "parse_address",
+    "partition_for_key",
+]

@@ -1,0 +1,207 @@
+"""Requests as data: what to send where, how to read the answer, whether to retry.
+
+A `Call` is everything the sync and async clients need to perform a request
+and to perform it again: `target(view)` routes it with the current metadata
+(so a retry after a metadata refresh goes to the new owner), `parse(frame)`
+turns the answer into the result or raises the typed error, and
+`idempotent` tells the retry rule (`laminar.client.retry`) whether a lost
+answer may be asked for again. Record blobs are encoded once, when the call
+is built, not on every attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from laminar.client.results import Offsets, Record, expect, to_records
+from laminar.client.routing import Address, ClusterView
+from laminar.wire import (
+    CreateTopicRequest,
+    CreateTopicResponse,
+    DeleteTopicRequest,
+    DeleteTopicResponse,
+    FetchRequest,
+    FetchResponse,
+    Frame,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListTopicsRequest,
+    ListTopicsResponse,
+    Message,
+    Ping,
+    Pong,
+    ProduceRequest,
+    ProduceResponse,
+    TopicInfo,
+)
+
+T = TypeVar("T")
+
+Target = Callable[[ClusterView], tuple[Address, Message]]
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One request, ready to be sent (again) with whatever metadata is current."""
+
+    what: str
+    """The request in words, for error messages ("produce of 2 records to events/3")."""
+    target: Target
+    parse: Callable[[Frame], T]
+    idempotent: bool
+    wait_s: float = 0.0
+    """How long the node may hold the request on purpose (a long-poll fetch)."""
+    topic: str | None = None
+    """The topic it addresses: an unknown-topic answer invalidates its metadata."""
+
+
+def produce(
+    topic: str,
+    partition: int,
+    values: Sequence[bytes],
+    keys: Sequence[bytes | None] | None = None,
+    headers: Sequence[Mapping[str, bytes] | None] | None = None,
+) -> Call[int]:
+    """Append records; the result is the index of the first."""
+    if not values:
+        raise ValueError("produce needs at least one value")
+    blobs = ProduceRequest.from_values(0, values, keys, headers).blobs
+
+    def target(view: ClusterView) -> tuple[Address, Message]:
+        route = view.route(topic, partition)
+        return route.address, ProduceRequest(route.partition_id, blobs)
+
+    return Call(
+        f"produce of {len(blobs)} records to {topic}/{partition}",
+        target,
+        _first_index,
+        idempotent=False,
+        topic=topic,
+    )
+
+
+def _first_index(frame: Frame) -> int:
+    return expect(frame, ProduceResponse).first_index
+
+
+def fetch(
+    topic: str,
+    partition: int,
+    index: int,
+    max_bytes: int,
+    max_records: int,
+    max_wait_ms: int,
+) -> Call[list[Record]]:
+    """Read records from `index` on (long-poll up to `max_wait_ms` when none yet)."""
+
+    def target(view: ClusterView) -> tuple[Address, Message]:
+        route = view.route(topic, partition)
+        request = FetchRequest(route.partition_id, index, max_bytes, max_records, max_wait_ms)
+        return route.address, request
+
+    return Call(
+        f"fetch from {topic}/{partition} at index {index}",
+        target,
+        _records,
+        idempotent=True,
+        wait_s=max_wait_ms / 1000,
+        topic=topic,
+    )
+
+
+def _records(frame: Frame) -> list[Record]:
+    return to_records(expect(frame, FetchResponse).records)
+
+
+def list_offsets(
+    topic: str, partition: int, timestamp_ms: int | None = None
+) -> Call[ListOffsetsResponse]:
+    """A partition's range and, with `timestamp_ms`, the first index at that time."""
+
+    def target(view: ClusterView) -> tuple[Address, Message]:
+        route = view.route(topic, partition)
+        return route.address, ListOffsetsRequest(route.partition_id, timestamp_ms)
+
+    return Call(
+        f"list offsets of {topic}/{partition}",
+        target,
+        _list_offsets,
+        idempotent=True,
+        topic=topic,
+    )
+
+
+def _list_offsets(frame: Frame) -> ListOffsetsResponse:
+    return expect(frame, ListOffsetsResponse)
+
+
+def offsets_of(response: ListOffsetsResponse) -> Offsets:
+    return Offsets(response.lowest_index, response.highest_index)
+
+
+def create_topic(name: str, partitions: int, config: dict[str, int | str]) -> Call[TopicInfo]:
+    def target(view: ClusterView) -> tuple[Address, Message]:
+        return view.node_route().address, CreateTopicRequest(name, partitions, config)
+
+    return Call(f"create topic {name!r}", target, _created, idempotent=False)
+
+
+def _created(frame: Frame) -> TopicInfo:
+    return expect(frame, CreateTopicResponse).topic
+
+
+def delete_topic(name: str) -> Call[DeleteTopicResponse]:
+    def target(view: ClusterView) -> tuple[Address, Message]:
+        return view.node_route().address, DeleteTopicRequest(name)
+
+    return Call(f"delete topic {name!r}", target, _deleted, idempotent=False)
+
+
+def _deleted(frame: Frame) -> DeleteTopicResponse:
+    return expect(frame, DeleteTopicResponse)
+
+
+def list_topics() -> Call[list[TopicInfo]]:
+    def target(view: ClusterView) -> tuple[Address, Message]:
+        return view.node_route().address, ListTopicsRequest()
+
+    return Call("list topics", target, _topics, idempotent=True)
+
+
+def _topics(frame: Frame) -> list[TopicInfo]:
+    return list(expect(frame, ListTopicsResponse).topics)
+
+
+def ping(
+    *,
+    topic: str | None = None,
+    partition: int = 0,
+    shard: int | None = None,
+    address: Address | None = None,
+) -> Call[Pong]:
+    """A ping to the owner of `topic`/`partition`, or to shard `shard`'s port, or
+    to `address` (the node port), in that order of preference."""
+
+    def target(view: ClusterView) -> tuple[Address, Message]:
+        if topic is not None:
+            route = view.route(topic, partition)
+            return route.address, Ping(route.partition_id)
+        if shard is not None:
+            if not 0 <= shard < view.shard_count:
+                raise ValueError(f"the node has shards 0..{view.shard_count - 1}, not {shard}")
+            return view.shard_addresses[shard], Ping(0)
+        if address is not None:
+            return address, Ping(0)
+        return view.node_route().address, Ping(0)
+
+    if topic is not None:
+        where = f"{topic}/{partition}"
+    else:
+        where = "the node" if shard is None else f"shard {shard}"
+    return Call(f"ping {where}", target, _pong, idempotent=True, topic=topic)
+
+
+def _pong(frame: Frame) -> Pong:
+    return expect(frame, Pong)

@@ -1,0 +1,166 @@
+"""The exceptions the client raises: one type per thing a caller may handle.
+
+`LaminarError` is the base. An error the server answered with carries its
+`ErrorCode` in `.code` and the server's words in `.message`; an error on this
+side of the wire (no route to the node, a connection that died, a local
+timeout) has `.code` None. The split a caller most often needs:
+
+- `ServerError` and its subclasses: the node refused the request. Retrying the
+  same request will fail the same way unless `.retriable` is true.
+- `ConnectionLostError`: no answer arrived. `CannotConnectError` means the
+  request was never sent; `OutcomeUnknownError` means it was sent and may or
+  may not have been applied (the client raises it instead of retrying a
+  produce or a topic change, which are not idempotent).
+"""
+
+from __future__ import annotations
+
+from laminar.wire import ErrorCode
+
+
+class LaminarError(Exception):
+    """Base of every error the client raises on purpose."""
+
+    code: ErrorCode | None = None
+
+    def __init__(self, message: str, *, code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+    @property
+    def retriable(self) -> bool:
+        """True when the same request may succeed if sent again later."""
+        return self.code is not None and self.code.retriable
+
+    def __str__(self) -> str:
+        if self.code is None:
+            return self.message
+        return f"{self.message} ({self.code.name})"
+
+
+# --- the server said no -------------------------------------------------------------
+
+
+class ServerError(LaminarError):
+    """The node answered with an error code (`.code`) and a message."""
+
+    code: ErrorCode | None = ErrorCode.INTERNAL
+
+
+class InvalidRequestError(ServerError):
+    """The node could not accept the request as sent (bad fields, frame too large,
+    an op or version it does not speak): a bug or a version mismatch here."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+class UnknownTopicError(ServerError):
+    """No topic by that name or id exists."""
+
+    code = ErrorCode.UNKNOWN_TOPIC
+
+
+class UnknownPartitionError(ServerError):
+    """The topic has no partition with that index."""
+
+    code = ErrorCode.UNKNOWN_PARTITION
+
+
+class TopicExistsError(ServerError):
+    """A topic with that name already exists."""
+
+    code = ErrorCode.TOPIC_EXISTS
+
+
+class OffsetOutOfRangeError(ServerError):
+    """The index is outside the partition's retained range."""
+
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class RecordTooLargeError(ServerError):
+    """A record or batch is larger than the node's log accepts."""
+
+    code = ErrorCode.RECORD_TOO_LARGE
+
+
+class CorruptRecordError(ServerError):
+    """A record's bytes do not follow the record encoding."""
+
+    code = ErrorCode.CORRUPT_RECORD
+
+
+class NotOwnerError(ServerError):
+    """The shard does not own the partition: metadata was stale (retriable)."""
+
+    code = ErrorCode.NOT_OWNER
+
+
+class StorageError(ServerError):
+    """The node could not read or write its log."""
+
+    code = ErrorCode.STORAGE_ERROR
+
+
+class ShuttingDownError(ServerError):
+    """The node is draining; retry later or elsewhere."""
+
+    code = ErrorCode.SHUTTING_DOWN
+
+
+class ServerTimeoutError(ServerError):
+    """The node gave up on the request in time."""
+
+    code = ErrorCode.TIMEOUT
+
+
+_BY_CODE: dict[ErrorCode, type[ServerError]] = {
+    ErrorCode.MALFORMED_FRAME: InvalidRequestError,
+    ErrorCode.UNSUPPORTED_VERSION: InvalidRequestError,
+    ErrorCode.UNKNOWN_OP: InvalidRequestError,
+    ErrorCode.FRAME_TOO_LARGE: InvalidRequestError,
+    ErrorCode.INVALID_REQUEST: InvalidRequestError,
+    ErrorCode.USE_TCP: InvalidRequestError,
+    ErrorCode.UNKNOWN_TOPIC: UnknownTopicError,
+    ErrorCode.UNKNOWN_PARTITION: UnknownPartitionError,
+    ErrorCode.TOPIC_EXISTS: TopicExistsError,
+    ErrorCode.OFFSET_OUT_OF_RANGE: OffsetOutOfRangeError,
+    ErrorCode.RECORD_TOO_LARGE: RecordTooLargeError,
+    ErrorCode.CORRUPT_RECORD: CorruptRecordError,
+    ErrorCode.NOT_OWNER: NotOwnerError,
+    ErrorCode.STORAGE_ERROR: StorageError,
+    ErrorCode.SHUTTING_DOWN: ShuttingDownError,
+    ErrorCode.TIMEOUT: ServerTimeoutError,
+}
+
+
+def server_error(code: ErrorCode, message: str) -> ServerError:
+    """The typed exception for an error response with `code` and `message`."""
+    cls = _BY_CODE.get(code, ServerError)
+    return cls(message or code.default_message, code=code)
+
+
+# --- no answer ----------------------------------------------------------------------
+
+
+class ConnectionLostError(LaminarError):
+    """No answer came back: the connection failed or closed."""
+
+
+class CannotConnectError(ConnectionLostError):
+    """No connection could be made; the request was not sent."""
+
+
+class OutcomeUnknownError(ConnectionLostError):
+    """A request that is not safe to repeat (produce, create or delete a topic) was
+    sent and no answer came back: it may or may not have been applied."""
+
+
+class ProtocolViolationError(ConnectionLostError):
+    """The peer sent bytes that are not a valid answer; the connection was closed."""
+
+
+class RequestTimeoutError(LaminarError, TimeoutError):
+    """No answer within the client's timeout (an idempotent request: safe to retry)."""

@@ -1,0 +1,109 @@
+"""When the client sends a request again, and how long it waits before it does.
+
+The rule is the one at-least-once systems get wrong most often, so it lives
+in one place for both clients:
+
+- A request that was never sent (`CannotConnectError`) may always be sent
+  again: nothing can have been applied.
+- An idempotent request (fetch, offsets, metadata, ping, list topics) is sent
+  again after a lost connection or a retriable error code, each time with
+  freshly fetched metadata, until the retry budget is spent.
+- A produce or topic change is sent again only when the node said it did not
+  apply it (`NOT_OWNER`, `SHUTTING_DOWN`: it refused before doing anything).
+  After a lost connection it is never repeated: the caller gets an
+  `OutcomeUnknownError` and decides (fetch to check, or accept duplicates).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from laminar.client.errors import (
+    CannotConnectError,
+    ConnectionLostError,
+    LaminarError,
+    OutcomeUnknownError,
+    RequestTimeoutError,
+    ServerError,
+)
+from laminar.wire import ErrorCode
+
+# Codes with which the node refuses a request before applying any of it.
+_REFUSED_UNAPPLIED = frozenset({ErrorCode.NOT_OWNER, ErrorCode.SHUTTING_DOWN})
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How long to keep retrying and how to space attempts (exponential backoff).
+
+    `budget_s` bounds the time from the first failure to giving up; it covers a
+    shard restart (a second or two) with room to spare. `budget_s=0` disables
+    retries.
+    """
+
+    budget_s: float = 10.0
+    backoff_first_s: float = 0.02
+    backoff_max_s: float = 0.5
+
+
+def may_retry(exc: LaminarError, idempotent: bool) -> bool:
+    """Whether a request that failed with `exc` may be sent again (see module doc)."""
+    if isinstance(exc, CannotConnectError):
+        return True
+    if isinstance(exc, ServerError):
+        return exc.retriable and (idempotent or exc.code in _REFUSED_UNAPPLIED)
+    if isinstance(exc, ConnectionLostError):
+        return idempotent and not isinstance(exc, OutcomeUnknownError)
+    return False
+
+
+def final_error(exc: LaminarError, idempotent: bool, what: str) -> LaminarError | None:
+    """None when a request that failed with `exc` may be sent again; else the
+    error to raise, which for a request not safe to repeat whose answer was lost
+    is an `OutcomeUnknownError` saying so."""
+    if may_retry(exc, idempotent):
+        return None
+    if (
+        not idempotent
+        and isinstance(exc, ConnectionLostError | RequestTimeoutError)
+        and not isinstance(exc, CannotConnectError | OutcomeUnknownError)
+    ):
+        return outcome_unknown(exc, what)
+    return exc
+
+
+def outcome_unknown(exc: LaminarError, what: str) -> OutcomeUnknownError:
+    """The error for a non-idempotent request `what` whose answer was lost."""
+    return OutcomeUnknownError(
+        f"{what}: the request was sent but no answer came back ({exc.message}); "
+        "it may or may not have been applied. Read the partition to check before "
+        "sending it again."
+    )
+
+
+class Backoff:
+    """The delays of one request's retries, ending when the budget is spent.
+
+    `clock` is injected so tests can drive time."""
+
+    __slots__ = ("_clock", "_deadline", "_delay", "_policy")
+
+    def __init__(self, policy: RetryPolicy, clock: Callable[[], float] = time.monotonic) -> None:
+        self._policy = policy
+        self._clock = clock
+        self._deadline: float | None = None
+        self._delay = policy.backoff_first_s
+
+    def next_delay(self) -> float | None:
+        """Seconds to wait before the next attempt, or None to give up."""
+        now = self._clock()
+        if self._deadline is None:
+            self._deadline = now + self._policy.budget_s
+        remaining = self._deadline - now
+        if remaining <= 0:
+            return None
+        delay = min(self._delay, remaining)
+        self._delay = min(self._delay * 2, self._policy.backoff_max_s)
+        return delay

@@ -1,0 +1,375 @@
+"""`Client`: the blocking client, on plain sockets (no event loop, no thread).
+
+Every request is routed shard-direct from the cached metadata and sent on the
+one connection kept per shard. Methods that end in `_nowait` send at once and
+return a `Pending`; its `result()` waits. Sending many before waiting for any
+pipelines them, across partitions and shards:
+
+    pending = [c.produce_nowait("events", p, batch) for p in range(8)]
+    firsts = [p.result() for p in pending]
+
+The plain methods are `..._nowait(...).result()`. A `Client` may be shared by
+threads: their requests are pipelined on the same connections.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from laminar.client import calls
+from laminar.client.blocking import BlockingConnection
+from laminar.client.errors import (
+    CannotConnectError,
+    ConnectionLostError,
+    LaminarError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
+from laminar.client.results import (
+    Offsets,
+    PartitionDescription,
+    PingResult,
+    Record,
+    TopicDescription,
+    expect,
+)
+from laminar.client.retry import Backoff, RetryPolicy, final_error
+from laminar.client.routing import Address, ClusterView, format_address, parse_address
+from laminar.placement import partition_id, shard_for
+from laminar.wire import Message, MetadataRequest, MetadataResponse, TopicInfo
+from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES, DEFAULT_FETCH_MAX_RECORDS
+
+T = TypeVar("T")
+
+_NO_RESULT: Any = object()
+
+
+class Pending(Generic[T]):
+    """A request that was sent; `result()` waits for its answer, retrying it as
+    the retry rule allows (`laminar.client.retry`)."""
+
+    __slots__ = ("_call", "_client", "_conn", "_corr", "_deadline", "_error", "_result")
+
+    def __init__(self, client: Client, call: calls.Call[T]) -> None:
+        self._client = client
+        self._call = call
+        self._conn: BlockingConnection | None = None
+        self._corr = 0
+        self._deadline = 0.0
+        self._error: LaminarError | None = None
+        self._result: T = _NO_RESULT
+        self._send()
+
+    def _send(self) -> None:
+        try:
+            self._conn, self._corr = self._client._send(self._call)
+            self._deadline = time.monotonic() + self._client.timeout_s + self._call.wait_s
+            self._error = None
+        except LaminarError as exc:
+            self._conn = None
+            self._error = exc
+
+    def result(self) -> T:
+        """The answer, or the typed error (`laminar.client.errors`)."""
+        if self._result is not _NO_RESULT:
+            return self._result
+        call = self._call
+        backoff: Backoff | None = None
+        while True:
+            error = self._error
+            if error is None and self._conn is not None:
+                try:
+                    self._result = call.parse(self._conn.wait(self._corr, self._deadline))
+                    return self._result
+                except LaminarError as exc:
+                    error = exc
+            assert error is not None
+            final = final_error(error, call.idempotent, call.what)
+            if final is not None:
+                self._client._note_failure(call, final)
+                self._error = final
+                raise final
+            if backoff is None:
+                backoff = self._client._backoff()
+            delay = backoff.next_delay()
+            if delay is None:
+                self._error = error
+                raise error
+            time.sleep(delay)
+            self._client._recover()
+            self._send()
+
+
+class Client:
+    """A blocking laminar client. `Client("host:port")` fetches the metadata at
+    once, so an unreachable node fails here with `CannotConnectError`.
+
+    `timeout_s` bounds the wait for one answer (plus a fetch's `max_wait_ms`);
+    `retry` bounds how long idempotent requests are retried after connection
+    loss or retriable errors.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str = "127.0.0.1:7070",
+        *,
+        timeout_s: float = 30.0,
+        connect_timeout_s: float = 5.0,
+        retry: RetryPolicy | None = None,
+        max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
+    ) -> None:
+        self.bootstrap: Address = parse_address(bootstrap)
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.retry = retry or RetryPolicy()
+        self._max_frame_bytes = max_frame_bytes
+        self._lock = threading.RLock()
+        self._conns: dict[Address, BlockingConnection] = {}
+        self._view: ClusterView | None = None
+        self._closed = False
+        self.refresh_metadata()
+
+    # --- context and lifetime --------------------------------------------------------
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every connection; the client cannot be used afterwards."""
+        with self._lock:
+            self._closed = True
+            conns = list(self._conns.values())
+            self._conns.clear()
+        for conn in conns:
+            conn.close()
+
+    # --- records ---------------------------------------------------------------------
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[Mapping[str, bytes] | None] | None = None,
+    ) -> int:
+        """Append `values` (with optional per-record `keys` and `headers`) to a
+        partition, durably; return the index of the first. Never retried once
+        sent: a lost answer raises `OutcomeUnknownError`."""
+        return self.produce_nowait(topic, partition, values, keys, headers).result()
+
+    def produce_nowait(
+        self,
+        topic: str,
+        partition: int,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[Mapping[str, bytes] | None] | None = None,
+    ) -> Pending[int]:
+        """`produce`, sent now; `.result()` is the first index."""
+        return Pending(self, calls.produce(topic, partition, values, keys, headers))
+
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        index: int,
+        *,
+        max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+        max_records: int = DEFAULT_FETCH_MAX_RECORDS,
+        max_wait_ms: int = 0,
+    ) -> list[Record]:
+        """Records from `index` on, bounded by `max_bytes` (at least one record is
+        returned if any exists) and `max_records`. With `max_wait_ms`, waits that
+        long for a record to be appended when there is none yet (long poll)."""
+        return self.fetch_nowait(
+            topic,
+            partition,
+            index,
+            max_bytes=max_bytes,
+            max_records=max_records,
+            max_wait_ms=max_wait_ms,
+        ).result()
+
+    def fetch_nowait(
+        self,
+        topic: str,
+        partition: int,
+        index: int,
+        *,
+        max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+        max_records: int = DEFAULT_FETCH_MAX_RECORDS,
+        max_wait_ms: int = 0,
+    ) -> Pending[list[Record]]:
+        """`fetch`, sent now; `.result()` is the list of records."""
+        call = calls.fetch(topic, partition, index, max_bytes, max_records, max_wait_ms)
+        return Pending(self, call)
+
+    def offsets(self, topic: str, partition: int) -> Offsets:
+        """The partition's `(lowest, highest)` indexes; `highest` is exclusive."""
+        return calls.offsets_of(Pending(self, calls.list_offsets(topic, partition)).result())
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        """The first index appended at or after `timestamp_ms` (ms since the epoch);
+        the partition's highest index when none was."""
+        response = Pending(self, calls.list_offsets(topic, partition, timestamp_ms)).result()
+        if response.timestamp_index is None:
+            return response.highest_index
+        return response.timestamp_index
+
+    # --- topics ----------------------------------------------------------------------
+
+    def create_topic(
+        self, name: str, partitions: int = 1, *, config: dict[str, int | str] | None = None
+    ) -> TopicInfo:
+        """Create a topic; `TopicExistsError` if the name is taken."""
+        topic = Pending(self, calls.create_topic(name, partitions, config or {})).result()
+        with self._lock:
+            if self._view is not None:
+                self._view = self._view.with_topic(topic)
+        return topic
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and its records; `UnknownTopicError` if there is none."""
+        Pending(self, calls.delete_topic(name)).result()
+        with self._lock:
+            if self._view is not None:
+                self._view = self._view.without_topic(name)
+
+    def list_topics(self) -> list[TopicInfo]:
+        return Pending(self, calls.list_topics()).result()
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        """A topic with each partition's owner shard, endpoint and index range (the
+        offsets of all partitions are asked for in one pipelined burst)."""
+        view = self.refresh_metadata_view()
+        topic = view.topic(name)
+        pending = [Pending(self, calls.list_offsets(name, p)) for p in range(topic.partitions)]
+        parts = []
+        for p, waiting in enumerate(pending):
+            offsets = waiting.result()
+            pid = partition_id(topic.topic_id, p)
+            shard = shard_for(pid, view.shard_count)
+            host, port = view.shard_addresses[shard]
+            parts.append(
+                PartitionDescription(
+                    p, pid, shard, host, port, offsets.lowest_index, offsets.highest_index
+                )
+            )
+        return TopicDescription(topic, tuple(parts))
+
+    # --- the node --------------------------------------------------------------------
+
+    def metadata(self) -> MetadataResponse:
+        """Fresh metadata: the node, its shards and ports, topics, routing mode."""
+        return self.refresh_metadata_view().metadata
+
+    def ping(
+        self,
+        topic: str | None = None,
+        partition: int = 0,
+        *,
+        shard: int | None = None,
+    ) -> PingResult:
+        """Ping the owner of `topic`/`partition`, or shard `shard`, or (with
+        neither) the node port; the result says which shard served it."""
+        address = self.bootstrap if topic is None and shard is None else None
+        call = calls.ping(topic=topic, partition=partition, shard=shard, address=address)
+        start = time.perf_counter()
+        pong = Pending(self, call).result()
+        elapsed_ms = (time.perf_counter() - start) * 1000
+        return PingResult(pong.node_id, pong.shard_id, pong.received_by, elapsed_ms)
+
+    @property
+    def cluster(self) -> ClusterView:
+        """The metadata the client routes by (fetched at construction)."""
+        view = self._view
+        return view if view is not None else self.refresh_metadata_view()
+
+    def refresh_metadata(self) -> None:
+        """Fetch metadata again (the client does this itself after failures)."""
+        self.refresh_metadata_view()
+
+    def refresh_metadata_view(self) -> ClusterView:
+        """Fetch metadata from the bootstrap address, else from any known shard."""
+        candidates = [self.bootstrap]
+        if self._view is not None:
+            candidates += [a for a in self._view.shard_addresses if a != self.bootstrap]
+        error: LaminarError | None = None
+        for address in candidates:
+            try:
+                conn, corr = self._send_to(address, MetadataRequest(), idempotent=True)
+                frame = conn.wait(corr, time.monotonic() + self.timeout_s)
+                view = ClusterView.from_metadata(expect(frame, MetadataResponse), address)
+            except ConnectionLostError as exc:
+                error = exc
+                continue
+            with self._lock:
+                self._view = view
+            return view
+        assert error is not None
+        if isinstance(error, CannotConnectError) and len(candidates) > 1:
+            tried = ", ".join(format_address(a) for a in candidates)
+            raise CannotConnectError(f"cannot reach the node at any of {tried}") from error
+        raise error
+
+    # --- plumbing (used by Pending) --------------------------------------------------
+
+    def _send(self, call: calls.Call[T]) -> tuple[BlockingConnection, int]:
+        view = self._view or self.refresh_metadata_view()
+        try:
+            address, message = call.target(view)
+        except (UnknownTopicError, UnknownPartitionError):
+            # Perhaps created since the metadata was fetched: look once more.
+            address, message = call.target(self.refresh_metadata_view())
+        return self._send_to(address, message, call.idempotent)
+
+    def _send_to(
+        self, address: Address, message: Message, idempotent: bool
+    ) -> tuple[BlockingConnection, int]:
+        conn = self._connection(address, fresh_check=not idempotent)
+        return conn, conn.send(message)
+
+    def _connection(self, address: Address, fresh_check: bool) -> BlockingConnection:
+        """The live connection to `address`, made if needed. With `fresh_check`,
+        an idle connection the node has closed is replaced before use, so a
+        request that must not be repeated is not lost into a dead socket."""
+        with self._lock:
+            if self._closed:
+                raise ConnectionLostError("the client is closed")
+            conn = self._conns.get(address)
+            if conn is not None and (conn.broken or (fresh_check and conn.peer_closed())):
+                conn = None
+            if conn is None:
+                conn = BlockingConnection(address, self.connect_timeout_s, self._max_frame_bytes)
+                self._conns[address] = conn
+            return conn
+
+    def _backoff(self) -> Backoff:
+        return Backoff(self.retry)
+
+    def _recover(self) -> None:
+        """Before a retry: forget broken connections and refresh the metadata (a
+        failure here is left for the retry itself to meet)."""
+        with self._lock:
+            for address, conn in list(self._conns.items()):
+                if conn.broken:
+                    del self._conns[address]
+        with contextlib.suppress(LaminarError):
+            self.refresh_metadata_view()
+
+    def _note_failure(self, call: calls.Call[Any], error: LaminarError) -> None:
+        """An unknown-topic answer means the cached topic may be stale (deleted and
+        recreated with a new id): drop it so the next request looks again."""
+        if call.topic is not None and isinstance(error, UnknownTopicError | UnknownPartitionError):
+            with self._lock:
+                if self._view is not None:
+                    self._view = self._view.without_topic(call.topic)
