@@ -20,7 +20,7 @@ data; home is the free list it returns to (None: not pooled)."""
 
 _CLASS_MIN_BITS = 10  # 1 KiB
 _CLASS_MAX_BITS = 20  # 1 MiB: larger buffers are not pooled
-_PER_CLASS = 64
+PER_CLASS = 64
 
 
 class BufferPool:
@@ -46,5 +46,5 @@ class BufferPool:
     def give(buffer: PooledBuffer) -> None:
         """Return a buffer the kernel no longer uses."""
         home = buffer[2]
-        if home is not None and len(home) < _PER_CLASS:
+        if home is not None and len(home) < PER_CLASS:
             home.append(buffer)

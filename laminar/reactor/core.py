@@ -38,6 +38,7 @@ import os
 import signal
 import socket
 import time
+from asyncio import format_helpers
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
@@ -353,15 +354,29 @@ class UringLoopCore(asyncio.BaseEventLoop):
                         break
             elapsed = _thread_time() - cpu_start
         else:
+            # Handle._run, inlined: one Python frame less per callback.
             popleft = ready.popleft
             for _ in range(ntodo):
                 handle = popleft()
                 if not handle._cancelled:
-                    handle._run()
+                    try:
+                        handle._context.run(handle._callback, *handle._args)
+                    except (SystemExit, KeyboardInterrupt):
+                        raise
+                    except BaseException as exc:
+                        self._callback_failed(handle, exc)
             ran = ntodo
             elapsed = _perf() - start
         handle = None
         sched.charge(queue, elapsed, ran)
+
+    def _callback_failed(self, handle: Any, exc: BaseException) -> None:
+        """Report a failed callback exactly as `asyncio.Handle._run` does."""
+        source = format_helpers._format_callback_source(handle._callback, handle._args)
+        context = {"message": f"Exception in callback {source}", "exception": exc, "handle": handle}
+        if handle._source_traceback:
+            context["source_traceback"] = handle._source_traceback
+        self.call_exception_handler(context)
 
     def _run_debug(self, ready: deque[Any], ntodo: int) -> int:
         for _ in range(ntodo):

@@ -30,6 +30,7 @@ from typing import Any
 from laminar.iouring import abi
 from laminar.iouring.native import BYTES_DATA_OFFSET, readable_address, writable_address
 
+from .buffers import PER_CLASS as _POOL_PER_CLASS
 from .core import UringLoopCore, _oserror
 
 _Future = asyncio.Future
@@ -102,7 +103,9 @@ class SocketOps(UringLoopCore):
                 fut.set_result(buf[0][:res].tobytes())
             else:
                 fut.set_exception(_oserror(-res))
-        self._bufs.give(buf)
+        home = buf[2]  # BufferPool.give, inlined
+        if home is not None and len(home) < _POOL_PER_CLASS:
+            home.append(buf)
 
     async def sock_recv_into(self, sock: socket.socket, buf: Any) -> int:
         """Receive into a writable buffer; return the number of bytes."""
