@@ -12,9 +12,10 @@ with `laminar.placement.shard_for`, keep one connection per shard and pipeline
 requests on it. Modules: `routing` (addresses, the cluster view), `protocol`
 (sans-IO correlation matching), `calls` (requests as data), `retry` (what may
 be sent again), `results` and `errors` (what callers get), `blocking` and
-`sync` (the sync client), `aio` (the asyncio client).
+`sync` (the sync client), `aio_connection` and `aio` (the asyncio client).
 """
 
+from laminar.client.aio import AsyncClient
 from laminar.client.errors import (
     CannotConnectError,
     ConnectionLostError,
@@ -48,6 +49,7 @@ from laminar.client.sync import Client, Pending
 from laminar.wire import MetadataResponse, ShardInfo, TopicInfo
 
 __all__ = [
+    "AsyncClient",
     "CannotConnectError",
     "Client",
     "ClusterView",

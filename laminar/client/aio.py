@@ -1,0 +1,292 @@
+"""`AsyncClient`: the asyncio client, on the loop's sock_* methods.
+
+The same routing, retry rule and results as `Client`, with coroutines. Tasks
+pipeline naturally: every request awaits its own answer, and concurrent
+requests to one shard share its connection:
+
+    async with AsyncClient("127.0.0.1:7070") as c:
+        firsts = await asyncio.gather(
+            *(c.produce("events", p, batch) for p in range(8))
+        )
+
+It runs on the stock asyncio loop and on laminar's `UringEventLoop`. Nothing
+is sent before the first request (or `connect()`), which fetches metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from laminar.client import calls
+from laminar.client.aio_connection import AsyncConnection
+from laminar.client.errors import (
+    CannotConnectError,
+    ConnectionLostError,
+    LaminarError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
+from laminar.client.results import (
+    Offsets,
+    PartitionDescription,
+    PingResult,
+    Record,
+    TopicDescription,
+    expect,
+)
+from laminar.client.retry import Backoff, RetryPolicy, final_error
+from laminar.client.routing import Address, ClusterView, format_address, parse_address
+from laminar.placement import partition_id, shard_for
+from laminar.wire import MetadataRequest, MetadataResponse, TopicInfo
+from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES, DEFAULT_FETCH_MAX_RECORDS
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """An asyncio laminar client; see the module docstring. Use it from one
+    event loop (the one it first ran on)."""
+
+    def __init__(
+        self,
+        bootstrap: str = "127.0.0.1:7070",
+        *,
+        timeout_s: float = 30.0,
+        connect_timeout_s: float = 5.0,
+        retry: RetryPolicy | None = None,
+        max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
+    ) -> None:
+        self.bootstrap: Address = parse_address(bootstrap)
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.retry = retry or RetryPolicy()
+        self._max_frame_bytes = max_frame_bytes
+        self._conns: dict[Address, AsyncConnection] = {}
+        self._connecting: dict[Address, asyncio.Task[AsyncConnection]] = {}
+        self._view: ClusterView | None = None
+        self._generation = 0
+        self._refresh_lock: asyncio.Lock | None = None
+        self._closed = False
+
+    # --- context and lifetime --------------------------------------------------------
+
+    async def connect(self) -> AsyncClient:
+        """Fetch metadata now (fails with `CannotConnectError` if the node is down)."""
+        await self.refresh_metadata()
+        return self
+
+    async def __aenter__(self) -> AsyncClient:
+        return await self.connect()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close every connection; the client cannot be used afterwards."""
+        self._closed = True
+        conns = list(self._conns.values())
+        self._conns.clear()
+        for conn in conns:
+            await conn.close()
+
+    # --- records ---------------------------------------------------------------------
+
+    async def produce(
+        self,
+        topic: str,
+        partition: int,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[Mapping[str, bytes] | None] | None = None,
+    ) -> int:
+        """Append records durably; the index of the first. Never retried once
+        sent: a lost answer raises `OutcomeUnknownError`."""
+        return await self._call(calls.produce(topic, partition, values, keys, headers))
+
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        index: int,
+        *,
+        max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+        max_records: int = DEFAULT_FETCH_MAX_RECORDS,
+        max_wait_ms: int = 0,
+    ) -> list[Record]:
+        """Records from `index` on (see `Client.fetch`); long-polls `max_wait_ms`."""
+        call = calls.fetch(topic, partition, index, max_bytes, max_records, max_wait_ms)
+        return await self._call(call)
+
+    async def offsets(self, topic: str, partition: int) -> Offsets:
+        """The partition's `(lowest, highest)` indexes; `highest` is exclusive."""
+        return calls.offsets_of(await self._call(calls.list_offsets(topic, partition)))
+
+    async def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        """The first index appended at or after `timestamp_ms`, else the highest."""
+        response = await self._call(calls.list_offsets(topic, partition, timestamp_ms))
+        if response.timestamp_index is None:
+            return response.highest_index
+        return response.timestamp_index
+
+    # --- topics ----------------------------------------------------------------------
+
+    async def create_topic(
+        self, name: str, partitions: int = 1, *, config: dict[str, int | str] | None = None
+    ) -> TopicInfo:
+        topic = await self._call(calls.create_topic(name, partitions, config or {}))
+        if self._view is not None:
+            self._view = self._view.with_topic(topic)
+        return topic
+
+    async def delete_topic(self, name: str) -> None:
+        await self._call(calls.delete_topic(name))
+        if self._view is not None:
+            self._view = self._view.without_topic(name)
+
+    async def list_topics(self) -> list[TopicInfo]:
+        return await self._call(calls.list_topics())
+
+    async def describe_topic(self, name: str) -> TopicDescription:
+        """A topic with each partition's owner, endpoint and index range."""
+        view = await self.refresh_metadata()
+        topic = view.topic(name)
+        answers = await asyncio.gather(
+            *(self._call(calls.list_offsets(name, p)) for p in range(topic.partitions))
+        )
+        parts = []
+        for p, offsets in enumerate(answers):
+            pid = partition_id(topic.topic_id, p)
+            shard = shard_for(pid, view.shard_count)
+            host, port = view.shard_addresses[shard]
+            parts.append(
+                PartitionDescription(
+                    p, pid, shard, host, port, offsets.lowest_index, offsets.highest_index
+                )
+            )
+        return TopicDescription(topic, tuple(parts))
+
+    # --- the node --------------------------------------------------------------------
+
+    async def metadata(self) -> MetadataResponse:
+        return (await self.refresh_metadata()).metadata
+
+    async def ping(
+        self, topic: str | None = None, partition: int = 0, *, shard: int | None = None
+    ) -> PingResult:
+        """Ping the owner of `topic`/`partition`, or shard `shard`, or the node port."""
+        address = self.bootstrap if topic is None and shard is None else None
+        call = calls.ping(topic=topic, partition=partition, shard=shard, address=address)
+        start = time.perf_counter()
+        pong = await self._call(call)
+        elapsed_ms = (time.perf_counter() - start) * 1000
+        return PingResult(pong.node_id, pong.shard_id, pong.received_by, elapsed_ms)
+
+    @property
+    def cluster(self) -> ClusterView | None:
+        """The metadata the client routes by (None before the first request)."""
+        return self._view
+
+    async def refresh_metadata(self) -> ClusterView:
+        """Fetch metadata from the bootstrap address, else from any known shard.
+        Concurrent callers share one fetch."""
+        if self._refresh_lock is None:
+            self._refresh_lock = asyncio.Lock()
+        generation = self._generation
+        async with self._refresh_lock:
+            if self._generation != generation and self._view is not None:
+                return self._view  # fetched while this caller waited for the lock
+            view = await self._fetch_metadata()
+            self._view = view
+            self._generation += 1
+            return view
+
+    async def _fetch_metadata(self) -> ClusterView:
+        candidates = [self.bootstrap]
+        if self._view is not None:
+            candidates += [a for a in self._view.shard_addresses if a != self.bootstrap]
+        error: LaminarError | None = None
+        for address in candidates:
+            try:
+                conn = await self._connection(address)
+                frame = await conn.request(MetadataRequest(), self.timeout_s)
+                return ClusterView.from_metadata(expect(frame, MetadataResponse), address)
+            except ConnectionLostError as exc:
+                error = exc
+        assert error is not None
+        if isinstance(error, CannotConnectError) and len(candidates) > 1:
+            tried = ", ".join(format_address(a) for a in candidates)
+            raise CannotConnectError(f"cannot reach the node at any of {tried}") from error
+        raise error
+
+    # --- plumbing --------------------------------------------------------------------
+
+    async def _call(self, call: calls.Call[T]) -> T:
+        """Perform `call`, retrying as `laminar.client.retry` allows."""
+        backoff: Backoff | None = None
+        while True:
+            try:
+                view = self._view or await self.refresh_metadata()
+                try:
+                    address, message = call.target(view)
+                except (UnknownTopicError, UnknownPartitionError):
+                    address, message = call.target(await self.refresh_metadata())
+                conn = self._conns.get(address)
+                if conn is None or conn.broken:
+                    conn = await self._connection(address)
+                frame = await conn.request(message, self.timeout_s + call.wait_s)
+                return call.parse(frame)
+            except LaminarError as exc:
+                error = exc
+            final = final_error(error, call.idempotent, call.what)
+            if final is not None:
+                self._note_failure(call, final)
+                raise final
+            if backoff is None:
+                backoff = Backoff(self.retry)
+            delay = backoff.next_delay()
+            if delay is None:
+                raise error
+            await asyncio.sleep(delay)
+            await self._recover()
+
+    async def _connection(self, address: Address) -> AsyncConnection:
+        """The live connection to `address`; concurrent callers share one connect."""
+        if self._closed:
+            raise ConnectionLostError("the client is closed")
+        conn = self._conns.get(address)
+        if conn is not None and not conn.broken:
+            return conn
+        task = self._connecting.get(address)
+        if task is None:
+            task = asyncio.ensure_future(self._open(address))
+            self._connecting[address] = task
+            task.add_done_callback(lambda _t: self._connecting.pop(address, None))
+        return await asyncio.shield(task)
+
+    async def _open(self, address: Address) -> AsyncConnection:
+        conn = await AsyncConnection.open(address, self.connect_timeout_s, self._max_frame_bytes)
+        if self._closed:
+            await conn.close()
+            raise ConnectionLostError("the client is closed")
+        self._conns[address] = conn
+        return conn
+
+    async def _recover(self) -> None:
+        for address, conn in list(self._conns.items()):
+            if conn.broken:
+                del self._conns[address]
+        with contextlib.suppress(LaminarError):
+            await self.refresh_metadata()
+
+    def _note_failure(self, call: calls.Call[Any], error: LaminarError) -> None:
+        if (
+            call.topic is not None
+            and self._view is not None
+            and isinstance(error, UnknownTopicError | UnknownPartitionError)
+        ):
+            self._view = self._view.without_topic(call.topic)

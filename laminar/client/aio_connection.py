@@ -1,0 +1,248 @@
+"""An asyncio connection to one shard, with pipelined requests.
+
+Built on the loop's `sock_*` methods rather than streams, so it runs on the
+stock loop and on laminar's `UringEventLoop` (which has no transports), and
+a request costs no stream buffering. Theory of operation:
+
+- `request(message)` registers a future under a fresh correlation id, writes
+  the frame and awaits the future. Any number of tasks may have requests in
+  flight on one connection.
+- Writes: the frame's buffers go to the socket at once with one `sendmsg`
+  (records are not joined). Whatever the socket does not take is queued and
+  a flusher task sends it with `sock_sendall`; while it runs, later frames
+  join the queue, so frames are never interleaved and a burst of small
+  requests leaves as one write.
+- Reads: one reader task per connection receives into a fixed buffer, and the
+  sans-IO `ClientProtocol` turns bytes into frames; each resolves the future
+  of its correlation id, whatever order they come in.
+- Failure is final: an I/O error or end of stream fails every waiting
+  request with `ConnectionLostError` and the client opens a new connection.
+- A timed-out or cancelled request is abandoned: its answer, if it comes, is
+  dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from typing import Final
+
+from laminar.client.errors import (
+    CannotConnectError,
+    ConnectionLostError,
+    LaminarError,
+    RequestTimeoutError,
+)
+from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES, ClientProtocol
+from laminar.client.routing import Address, format_address
+from laminar.wire import Frame, Message
+from laminar.wire.codec import Buffer
+
+_IOV_MAX: Final = 1024
+_READ_BYTES: Final = 256 << 10
+
+
+def _is_ip_literal(host: str) -> bool:
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except OSError:
+            continue
+        return True
+    return False
+
+
+async def open_socket(address: Address, timeout_s: float) -> socket.socket:
+    """A connected non-blocking TCP socket with Nagle off; `CannotConnectError` if not."""
+    loop = asyncio.get_running_loop()
+    host, port = address
+    try:
+        if _is_ip_literal(host):
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sockaddr: tuple[object, ...] = (host, port)
+        else:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            family, _, _, _, sockaddr = infos[0]
+    except OSError as exc:
+        raise CannotConnectError(f"cannot resolve {format_address(address)}: {exc}") from exc
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        await asyncio.wait_for(loop.sock_connect(sock, sockaddr), timeout_s)
+    except (OSError, TimeoutError) as exc:
+        sock.close()
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        if isinstance(exc, TimeoutError):
+            reason = f"no answer within {timeout_s:g} s"
+        raise CannotConnectError(f"cannot reach {format_address(address)}: {reason}") from exc
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class AsyncConnection:
+    """One pipelined connection; see the module docstring."""
+
+    def __init__(
+        self, sock: socket.socket, address: Address, max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES
+    ) -> None:
+        self.address = address
+        self._sock = sock
+        self._loop = asyncio.get_running_loop()
+        self._proto = ClientProtocol(max_frame_bytes)
+        self._waiters: dict[int, asyncio.Future[Frame]] = {}
+        self._queue: list[Buffer] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._error: ConnectionLostError | None = None
+        self._reader = self._loop.create_task(self._read_loop())
+
+    @classmethod
+    async def open(
+        cls,
+        address: Address,
+        connect_timeout_s: float = 5.0,
+        max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
+    ) -> AsyncConnection:
+        return cls(await open_socket(address, connect_timeout_s), address, max_frame_bytes)
+
+    @property
+    def broken(self) -> bool:
+        return self._error is not None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._waiters)
+
+    async def request(self, message: Message, timeout_s: float) -> Frame:
+        """Send `message` and wait for its answer frame."""
+        if self._error is not None:
+            raise _copy(self._error)
+        corr, buffers = self._proto.request(message)
+        fut: asyncio.Future[Frame] = self._loop.create_future()
+        self._waiters[corr] = fut
+        self._write(buffers)
+        timer = self._loop.call_later(timeout_s, self._expire, corr, timeout_s)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            if not fut.done() or fut.cancelled():
+                self._waiters.pop(corr, None)
+                self._proto.abandon(corr)
+
+    def _expire(self, corr: int, timeout_s: float) -> None:
+        fut = self._waiters.pop(corr, None)
+        self._proto.abandon(corr)
+        if fut is not None and not fut.done():
+            fut.set_exception(
+                RequestTimeoutError(
+                    f"no answer from {format_address(self.address)} within {timeout_s:g} s"
+                )
+            )
+
+    # --- writing ---------------------------------------------------------------------
+
+    def _write(self, buffers: list[Buffer]) -> None:
+        if self._flusher is not None:
+            self._queue.extend(buffers)
+            return
+        try:
+            if len(buffers) <= _IOV_MAX:
+                sent = self._sock.sendmsg(buffers)
+            else:
+                sent = self._sock.send(b"".join(buffers))
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self._fail(self._lost(exc))
+            return
+        total = 0
+        for b in buffers:
+            total += len(b)
+        if sent < total:
+            self._queue.append(b"".join(buffers)[sent:])
+            self._flusher = self._loop.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        queue = self._queue
+        try:
+            while queue:
+                data = queue[0] if len(queue) == 1 else b"".join(queue)
+                queue.clear()
+                await self._loop.sock_sendall(self._sock, data)
+        except OSError as exc:
+            self._fail(self._lost(exc))
+        finally:
+            self._flusher = None
+
+    # --- reading ---------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        view = memoryview(bytearray(_READ_BYTES))
+        proto = self._proto
+        waiters = self._waiters
+        recv_into = self._loop.sock_recv_into
+        try:
+            while True:
+                n = await recv_into(self._sock, view[: min(_READ_BYTES, proto.receive_room)])
+                if n == 0:
+                    raise ConnectionLostError(
+                        f"{format_address(self.address)} closed the connection"
+                    )
+                for frame in proto.receive(view[:n]):
+                    fut = waiters.pop(frame.correlation_id, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(frame)
+        except ConnectionLostError as exc:
+            self._fail(exc)
+        except OSError as exc:
+            self._fail(self._lost(exc))
+
+    # --- closing ---------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the connection; requests still waiting fail with ConnectionLostError."""
+        reader = self._reader
+        self._fail(
+            ConnectionLostError(
+                f"connection to {format_address(self.address)} was closed by the client"
+            )
+        )
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+
+    def _fail(self, error: ConnectionLostError) -> None:
+        if self._error is not None:
+            return
+        self._error = error
+        waiters = list(self._waiters.values())
+        self._waiters.clear()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_exception(_copy(error))
+        for task in (self._reader, self._flusher):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        self._queue.clear()
+        # The reader's recv may still be in the kernel (io_uring): shut the socket
+        # down now, close it once the reader has let go of it.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        if self._reader.done():
+            self._sock.close()
+        else:
+            self._reader.add_done_callback(lambda _task: self._sock.close())
+
+    def _lost(self, exc: OSError) -> ConnectionLostError:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        return ConnectionLostError(f"connection to {format_address(self.address)} failed: {reason}")
+
+
+def _copy(error: LaminarError) -> LaminarError:
+    """A fresh instance per waiter, so tracebacks do not pile up on one object."""
+    copy = type(error)(error.message, code=error.code)
+    copy.__cause__ = error.__cause__
+    return copy
