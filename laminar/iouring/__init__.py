@@ -7,6 +7,14 @@ prepare, submit, wait, reap, keep buffers alive) -> the reactor.
 
 from . import abi
 from .errors import IoUringUnavailable
-from .ring import Completion, Ring, check_available, supports
+from .ring import Completion, Ring, WrongThread, check_available, supports
 
-__all__ = ["Completion", "IoUringUnavailable", "Ring", "abi", "check_available", "supports"]
+__all__ = [
+    "Completion",
+    "IoUringUnavailable",
+    "Ring",
+    "WrongThread",
+    "abi",
+    "check_available",
+    "supports",
+]

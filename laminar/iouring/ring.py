@@ -62,6 +62,10 @@ _NO_COMPLETIONS: list[Completion] = []
 _ORPHANED: list[object] = []
 
 
+class WrongThread(RuntimeError):
+    """A single-issuer ring was used from a thread other than its owner."""
+
+
 class Ring:
     """An io_uring with a token and keep-alive table.
 
@@ -72,6 +76,11 @@ class Ring:
     """
 
     def __init__(self, entries: int = 256, *, cq_entries: int = 0, single_issuer: bool = True):
+        """Set up a ring of `entries` SQEs (CQ: `cq_entries`, default 4x).
+
+        `single_issuer` asks for SINGLE_ISSUER + DEFER_TASKRUN (see module
+        docs); the ring then belongs to the first thread that submits.
+        """
         if platform.machine() not in ("x86_64", "AMD64"):
             raise IoUringUnavailable(
                 f"laminar's ring needs x86-64 memory ordering, this is {platform.machine()}"
@@ -349,6 +358,12 @@ class Ring:
             self._submitted = tail - ((tail - head) & _U32)
             self.sqes_prepared += self._submitted - (tail - to_submit)
         if ret < 0 and ret not in (-errno.ETIME, -errno.EINTR, -errno.EBUSY, -errno.EAGAIN):
+            if ret == -errno.EEXIST and self.setup_flags & abi.SETUP_SINGLE_ISSUER:
+                raise WrongThread(
+                    "this io_uring belongs to the thread that first submitted to it "
+                    "(IORING_SETUP_SINGLE_ISSUER): run the loop on one thread, or create "
+                    "it with single_issuer=False"
+                )
             raise OSError(-ret, f"io_uring_enter: {os.strerror(-ret)}")
         return to_submit
 
@@ -421,7 +436,7 @@ class Ring:
         if self._fd < 0:
             return
         if self._enabled or self._ops:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, WrongThread):
                 self.drain()
         if self._ops:
             _ORPHANED.append(list(self._ops.values()))

@@ -134,9 +134,10 @@ class UringLoopCore(asyncio.BaseEventLoop):
         slice_s: float = 0.002,
         default_shares: int = 1000,
         eager_send: bool = True,
+        single_issuer: bool = True,
     ) -> None:
         super().__init__()
-        self._ring = Ring(ring_entries)
+        self._ring = Ring(ring_entries, single_issuer=single_issuer)
         self._eager_send = eager_send
         self._sched = Scheduler(default_shares)
         self._default_q = self._sched.default
@@ -549,7 +550,12 @@ class UringLoopCore(asyncio.BaseEventLoop):
         for token in ring.tokens():
             if len(token) > 1 and isinstance(token[1], _Future) and not token[1].done():
                 token[1].cancel()
-        for token, res, _flags in ring.drain():
+        try:
+            drained = ring.drain()
+        except RuntimeError as exc:  # closed from a thread that may not submit
+            logger.info("closing without draining the ring: %s", exc)
+            drained = []
+        for token, res, _flags in drained:
             try:
                 token[0](token, res)
             except Exception:

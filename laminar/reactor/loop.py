@@ -14,7 +14,11 @@ from .sockets import SocketOps
 class UringEventLoop(SocketOps, FileOps):
     """An asyncio event loop driven by io_uring, with CPU-share task queues.
 
-    `UringEventLoop(ring_entries=256, slice_s=0.002, default_shares=1000)`.
+    `UringEventLoop(ring_entries=256, slice_s=0.002, default_shares=1000,
+    eager_send=True, single_issuer=True)`: `slice_s` bounds a contended queue's
+    turn; `eager_send` lets sock_sendall try the socket before the ring;
+    `single_issuer` binds the ring to the first thread that runs the loop
+    (faster completions); pass False to move a loop between threads.
     Raises `laminar.iouring.IoUringUnavailable` when the kernel refuses a ring;
     `laminar.reactor.loop_factory("auto")` falls back to the stock loop then.
     """
