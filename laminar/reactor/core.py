@@ -61,6 +61,7 @@ _MIN_SCHEDULED_TIMER_HANDLES = 100
 _MIN_CANCELLED_TIMER_HANDLES_FRACTION = 0.5
 _perf = time.perf_counter
 _thread_time = time.thread_time
+_new_object = object.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,28 +81,15 @@ def _oserror(err: int) -> OSError:
 
 
 class _ReadyHandle(asyncio.Handle):
-    """A Handle built without the debug-mode lookups (the loop's debug is off).
+    """A Handle whose fields `call_soon` fills in itself (debug off).
 
-    `asyncio.Handle.__init__` asks the loop `get_debug()` on every call; the
-    loop knows, so its hot path skips that. Behaves as a Handle in every way.
+    `asyncio.Handle.__init__` costs a Python frame and asks the loop
+    `get_debug()` on every call; `call_soon` is the loop's hottest function, so
+    it makes the object with `object.__new__` and sets the same fields. The
+    result is an ordinary Handle in every respect.
     """
 
     __slots__ = ()
-
-    def __init__(
-        self,
-        callback: Callable[..., object],
-        args: Any,
-        loop: asyncio.AbstractEventLoop,
-        context: contextvars.Context | None,
-    ) -> None:
-        self._context = context if context is not None else contextvars.copy_context()
-        self._loop = loop
-        self._callback = callback
-        self._args = args
-        self._cancelled = False
-        self._repr = None
-        self._source_traceback = None
 
 
 def _sighandler_noop(signum: int, frame: object) -> None:
@@ -144,6 +132,7 @@ class UringLoopCore(asyncio.BaseEventLoop):
         self._ready = self._default_q.ready
         self._slice_s = slice_s
         self._bufs = BufferPool()
+        self._recv_free: dict[int, list[Any]] = {}
         self._foreign: deque[Any] = deque()
         self._closing = False
         self._iterations = 0
@@ -208,10 +197,22 @@ class UringLoopCore(asyncio.BaseEventLoop):
             self._check_thread()
             self._check_callback(callback, "call_soon")
             handle: asyncio.Handle = _Handle(callback, args, self, context)
+            context = handle._context  # type: ignore[attr-defined]
         else:
-            handle = _ReadyHandle(callback, args, self, context)
-        # _route, inlined: this is the hottest call in the loop.
-        queue = handle._context.get(CURRENT_QUEUE)  # type: ignore[attr-defined]
+            # _ReadyHandle(...) without the __init__ frame: the hottest path.
+            if context is None:
+                context = contextvars.copy_context()
+            fast: Any = _new_object(_ReadyHandle)
+            fast._context = context
+            fast._loop = self
+            fast._callback = callback
+            fast._args = args
+            fast._cancelled = False
+            fast._repr = None
+            fast._source_traceback = None
+            handle = fast
+        # _route, inlined.
+        queue = context.get(CURRENT_QUEUE)
         if queue is None or queue.owner is not self._sched:
             queue = self._default_q
         queue.ready.append(handle)

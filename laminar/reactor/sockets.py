@@ -86,7 +86,13 @@ class SocketOps(UringLoopCore):
             if n < 0:
                 raise ValueError("negative buffersize in recv")
             return b""
-        buf = self._bufs.take(n)
+        free = self._recv_free.get(n)
+        if free:
+            buf = free.pop()
+        else:
+            buf = self._bufs.take(n)
+            if buf[2] is not None and len(self._recv_free) < 64:
+                self._recv_free[n] = buf[2]  # next time, straight to the free list
         fut: asyncio.Future[bytes] = _Future(loop=self)
         ud = self._ring.prep(_OP_RECV, fd, buf[1], n, 0, 0, (self._fin_recv, fut, buf), None)
         try:
