@@ -24,6 +24,11 @@ Theory of operation:
   eventfd, which completes the read and ends the wait. Signals use Python's
   wakeup fd (a socket pair, as the stock loop does) with a recv kept armed.
 - Nothing polls: with nothing ready and no timer the loop sleeps in the kernel.
+- The hot path is measured, not guessed (callgrind instruction counts of an
+  in-process 64-byte RPC, 16 pipelined): `call_soon` builds its handles without
+  `Handle.__init__`, ready callbacks run inline without `Handle._run`, recv
+  buffers come from per-size free lists. What remains per operation is the
+  price of asyncio itself: a Future, a Handle and a task step.
 """
 
 from __future__ import annotations
