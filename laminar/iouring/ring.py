@@ -45,11 +45,14 @@ import errno
 import mmap
 import os
 import platform
+import time
 from typing import Any
+
+import liburing
 
 from . import abi
 from .errors import IoUringUnavailable, unavailable_from_errno
-from .native import io_uring_enter2, io_uring_register, io_uring_setup
+from .native import bytes_address, io_uring_enter2, io_uring_register, io_uring_setup
 
 Completion = tuple[Any, int, int]
 """(token, res, flags) for one reaped CQE whose operation carried a token."""
@@ -268,8 +271,6 @@ class Ring:
         return self.prep(abi.OP_SEND, fd, addr, nbytes, 0, msg_flags, token, keep)
 
     def prep_connect(self, fd: int, sockaddr: bytes, token: Any) -> int:
-        from .native import bytes_address
-
         return self.prep(
             abi.OP_CONNECT, fd, bytes_address(sockaddr), 0, len(sockaddr), 0, token, sockaddr
         )
@@ -284,16 +285,12 @@ class Ring:
         """Complete with -ETIME after `seconds` (a relative timer in the ring)."""
         sec = int(seconds)
         ts = abi.TIMESPEC.pack(sec, int((seconds - sec) * 1e9))
-        from .native import bytes_address
-
         return self.prep(abi.OP_TIMEOUT, -1, bytes_address(ts), 1, 0, 0, token, ts)
 
     def prep_link_timeout(self, seconds: float, token: Any) -> int:
         """Cancel the previous (linked) entry if it has not completed in `seconds`."""
         sec = int(seconds)
         ts = abi.TIMESPEC.pack(sec, int((seconds - sec) * 1e9))
-        from .native import bytes_address
-
         return self.prep(abi.OP_LINK_TIMEOUT, -1, bytes_address(ts), 1, 0, 0, token, ts)
 
     # -- submitting and reaping ------------------------------------------------
@@ -417,8 +414,6 @@ class Ring:
         Gives up after `timeout` seconds (operations that cannot be cancelled,
         such as a write punted to a kernel worker, finish on their own).
         """
-        import time
-
         out: list[Completion] = []
         if self._fd < 0 or not self._ops:
             return out
@@ -491,8 +486,6 @@ _SUPPORTED: dict[int, bool] = {}
 def supports(opcode: int) -> bool:
     """Whether the running kernel implements `opcode` (probed once, via python-liburing)."""
     if not _SUPPORTED:
-        import liburing
-
         names = liburing.probe() or {}
         for name, ok in names.items():
             member = getattr(liburing.io_uring_op, name, None)
