@@ -318,3 +318,19 @@ def test_more_operations_than_ring_entries_are_all_submitted() -> None:
 
     with asyncio.Runner(loop_factory=lambda: UringEventLoop(ring_entries=8)) as runner:
         assert runner.run(main()) == [b"%d" % i for i in range(50)]
+
+
+def test_recv_timeouts_lose_no_data(run: Runner) -> None:
+    """wait_for around a recv, timing out again and again, then data arrives whole."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        lst, client, conn = await connected_pair()
+        with lst, client, conn:
+            for _ in range(20):
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(loop.sock_recv(conn, 100), 0.001)
+            await loop.sock_sendall(client, b"after the timeouts")
+            assert await asyncio.wait_for(loop.sock_recv(conn, 100), 5) == b"after the timeouts"
+
+    run(main())
