@@ -1,0 +1,162 @@
+"""BlockingConnection against a scripted peer: pipelining, order, failures."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from laminar.client import ConnectionLostError, ProtocolViolationError, RequestTimeoutError
+from laminar.client.blocking import BlockingConnection
+from laminar.wire import NEED_DATA, Frame, FrameDecoder, Ping, Pong
+
+Script = Callable[[socket.socket], None]
+
+
+@pytest.fixture
+def peer() -> Iterator[Callable[[Script], tuple[str, int]]]:
+    """Start a one-connection peer that runs `script(conn)` in a thread."""
+    listeners: list[socket.socket] = []
+    threads: list[threading.Thread] = []
+
+    def start(script: Script) -> tuple[str, int]:
+        lst = socket.socket()
+        lst.bind(("127.0.0.1", 0))
+        lst.listen(1)
+        listeners.append(lst)
+
+        def serve() -> None:
+            conn, _ = lst.accept()
+            with conn:
+                script(conn)
+
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        threads.append(t)
+        return lst.getsockname()
+
+    yield start
+    for lst in listeners:
+        lst.close()
+    for t in threads:
+        t.join(5)
+
+
+def read_frames(conn: socket.socket, count: int) -> list[Frame]:
+    decoder = FrameDecoder()
+    frames: list[Frame] = []
+    while len(frames) < count:
+        data = conn.recv(65536)
+        if not data:
+            break
+        decoder.feed(data)
+        while (frame := decoder.next_frame()) is not NEED_DATA:
+            frames.append(frame)
+    return frames
+
+
+def answer(frame: Frame) -> bytes:
+    return Pong(frame.partition_id, "peer", 0, 0).encode(frame.correlation_id)
+
+
+def test_pipelined_requests_answered_in_reverse(peer: Callable[[Script], tuple[str, int]]) -> None:
+    def script(conn: socket.socket) -> None:
+        frames = read_frames(conn, 8)
+        assert len(frames) == 8  # all eight were sent before any answer
+        conn.sendall(b"".join(answer(f) for f in reversed(frames)))
+        read_frames(conn, 1)
+
+    conn = BlockingConnection(peer(script))
+    ids = {pid: conn.send(Ping(pid)) for pid in range(1, 9)}
+    assert conn.in_flight == 8
+    deadline = time.monotonic() + 10
+    for pid, corr in ids.items():  # waited for in send order, answered in reverse
+        frame = conn.wait(corr, deadline)
+        assert frame.correlation_id == corr and frame.partition_id == pid
+    assert conn.in_flight == 0
+    conn.close()
+
+
+def test_threads_share_a_connection(peer: Callable[[Script], tuple[str, int]]) -> None:
+    n = 40
+
+    def script(conn: socket.socket) -> None:
+        decoder = FrameDecoder()
+        served = 0
+        while served < n:
+            decoder.feed(conn.recv(65536))
+            while (frame := decoder.next_frame()) is not NEED_DATA:
+                conn.sendall(answer(frame))
+                served += 1
+
+    conn = BlockingConnection(peer(script))
+    got: dict[int, int] = {}
+
+    def worker(pid: int) -> None:
+        corr = conn.send(Ping(pid))
+        got[pid] = conn.wait(corr, time.monotonic() + 10).partition_id
+
+    threads = [threading.Thread(target=worker, args=(pid,)) for pid in range(1, n + 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert got == {pid: pid for pid in range(1, n + 1)}
+    conn.close()
+
+
+def test_a_closed_stream_fails_every_waiter(peer: Callable[[Script], tuple[str, int]]) -> None:
+    conn = BlockingConnection(peer(lambda c: read_frames(c, 2)))
+    a, b = conn.send(Ping(1)), conn.send(Ping(2))
+    with pytest.raises(ConnectionLostError, match="closed the connection"):
+        conn.wait(a, time.monotonic() + 10)
+    with pytest.raises(ConnectionLostError):
+        conn.wait(b, time.monotonic() + 10)
+    assert conn.broken
+    with pytest.raises(ConnectionLostError):
+        conn.send(Ping(3))
+
+
+def test_timeout_abandons_the_request(peer: Callable[[Script], tuple[str, int]]) -> None:
+    release = threading.Event()
+
+    def script(conn: socket.socket) -> None:
+        late, prompt = read_frames(conn, 2)
+        release.wait(10)
+        conn.sendall(answer(late) + answer(prompt))  # the late answer is dropped
+        read_frames(conn, 1)
+
+    conn = BlockingConnection(peer(script))
+    late, prompt = conn.send(Ping(1)), conn.send(Ping(2))
+    with pytest.raises(RequestTimeoutError):
+        conn.wait(late, time.monotonic() + 0.3)
+    release.set()
+    assert conn.wait(prompt, time.monotonic() + 10).partition_id == 2
+    assert not conn.broken
+    conn.close()
+
+
+def test_garbage_from_the_peer_breaks_the_connection(
+    peer: Callable[[Script], tuple[str, int]],
+) -> None:
+    def script(conn: socket.socket) -> None:
+        read_frames(conn, 1)
+        conn.sendall(b"\x00\x00\x00\x30" + b"\x00" * 60)
+        read_frames(conn, 1)
+
+    conn = BlockingConnection(peer(script))
+    with pytest.raises(ProtocolViolationError, match="do not decode"):
+        conn.wait(conn.send(Ping(1)), time.monotonic() + 10)
+    assert conn.broken
+
+
+def test_peer_closed_is_seen_before_sending(peer: Callable[[Script], tuple[str, int]]) -> None:
+    conn = BlockingConnection(peer(lambda c: None))  # accepts, then closes at once
+    deadline = time.monotonic() + 5
+    while not conn.peer_closed():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert conn.broken

@@ -1,0 +1,64 @@
+"""Correlation ids and answer matching, sans-IO."""
+
+from __future__ import annotations
+
+import pytest
+
+from laminar.client import ProtocolViolationError, UnknownTopicError
+from laminar.client.protocol import ClientProtocol
+from laminar.wire import ErrorCode, ErrorResponse, Op, Ping, Pong
+
+
+def pong(corr: int) -> bytes:
+    return Pong(0, "n", 0, 0).encode(corr)
+
+
+def test_ids_are_unique_while_in_flight_and_wrap() -> None:
+    proto = ClientProtocol()
+    proto._next = 2**32 - 2
+    ids = [proto.request(Ping())[0] for _ in range(4)]
+    assert ids == [2**32 - 2, 2**32 - 1, 1, 2]
+    proto._next = 2**32 - 2  # wrap onto ids still in flight: they are skipped
+    assert proto.request(Ping())[0] == 3
+
+
+def test_answers_match_in_any_order_and_across_reads() -> None:
+    proto = ClientProtocol()
+    ids = [proto.request(Ping())[0] for _ in range(5)]
+    stream = b"".join(pong(c) for c in reversed(ids))
+    frames = []
+    for i in range(0, len(stream), 7):  # trickle the bytes in
+        frames += proto.receive(stream[i : i + 7])
+    assert [f.correlation_id for f in frames] == list(reversed(ids))
+    assert not proto.in_flight
+
+
+def test_abandoned_answers_are_dropped() -> None:
+    proto = ClientProtocol()
+    corr, _ = proto.request(Ping())
+    proto.abandon(corr)
+    assert proto.receive(pong(corr)) == []
+    with pytest.raises(ProtocolViolationError):  # answered twice: not any more
+        proto.receive(pong(corr))
+
+
+def test_an_answer_nobody_asked_for_breaks_the_connection() -> None:
+    proto = ClientProtocol()
+    proto.request(Ping())
+    with pytest.raises(ProtocolViolationError, match="correlation id 99"):
+        proto.receive(pong(99))
+
+
+def test_a_parting_error_names_its_cause() -> None:
+    proto = ClientProtocol()
+    proto.request(Ping())
+    last_word = ErrorResponse.for_code(Op.PING, ErrorCode.UNKNOWN_TOPIC, "gone").encode(0)
+    with pytest.raises(ProtocolViolationError, match="gone") as info:
+        proto.receive(last_word)
+    assert isinstance(info.value.__cause__, UnknownTopicError)
+
+
+def test_bytes_that_are_not_frames() -> None:
+    proto = ClientProtocol()
+    with pytest.raises(ProtocolViolationError, match="do not decode"):
+        proto.receive(b"HTTP/1.1 400 Bad Request\r\n\r\n")

@@ -1,0 +1,79 @@
+"""The retry rule: idempotent requests are repeated, others only when refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from laminar.client import (
+    CannotConnectError,
+    ConnectionLostError,
+    LaminarError,
+    OffsetOutOfRangeError,
+    OutcomeUnknownError,
+    ProtocolViolationError,
+    RequestTimeoutError,
+    RetryPolicy,
+)
+from laminar.client.errors import server_error
+from laminar.client.retry import Backoff, final_error, may_retry
+from laminar.wire import ErrorCode
+
+LOST = ConnectionLostError("reset")
+NEVER_SENT = CannotConnectError("refused")
+TIMEOUT = RequestTimeoutError("slow")
+
+
+@pytest.mark.parametrize(
+    ("error", "idempotent", "retry"),
+    [
+        (NEVER_SENT, True, True),
+        (NEVER_SENT, False, True),
+        (LOST, True, True),
+        (LOST, False, False),
+        (ProtocolViolationError("junk"), True, True),
+        (TIMEOUT, True, False),
+        (server_error(ErrorCode.NOT_OWNER, "moved"), False, True),
+        (server_error(ErrorCode.SHUTTING_DOWN, "draining"), False, True),
+        (server_error(ErrorCode.STORAGE_ERROR, "disk"), True, True),
+        (server_error(ErrorCode.STORAGE_ERROR, "disk"), False, False),
+        (server_error(ErrorCode.TIMEOUT, "slow"), False, False),
+        (server_error(ErrorCode.OFFSET_OUT_OF_RANGE, "no"), True, False),
+    ],
+)
+def test_may_retry(error: LaminarError, idempotent: bool, retry: bool) -> None:
+    assert may_retry(error, idempotent) is retry
+
+
+@pytest.mark.parametrize("error", [LOST, TIMEOUT, ProtocolViolationError("junk")])
+def test_a_lost_answer_to_a_produce_says_the_outcome_is_unknown(error: LaminarError) -> None:
+    final = final_error(error, idempotent=False, what="produce of 2 records to t/0")
+    assert isinstance(final, OutcomeUnknownError)
+    assert "may or may not have been applied" in str(final)
+    assert "produce of 2 records to t/0" in str(final)
+
+
+def test_other_errors_are_raised_as_they_are() -> None:
+    err = server_error(ErrorCode.OFFSET_OUT_OF_RANGE, "past the end")
+    assert isinstance(err, OffsetOutOfRangeError)
+    assert final_error(err, True, "fetch") is err
+    assert final_error(NEVER_SENT, False, "produce") is None  # retried: nothing was sent
+
+
+def test_backoff_doubles_up_to_its_cap_and_stops_at_the_budget() -> None:
+    now = [100.0]
+    backoff = Backoff(RetryPolicy(1.0, 0.1, 0.3), clock=lambda: now[0])
+    delays = []
+    while (d := backoff.next_delay()) is not None:
+        delays.append(round(d, 6))
+        now[0] += d
+    assert delays == [0.1, 0.2, 0.3, 0.3, 0.1]
+    assert Backoff(RetryPolicy(budget_s=0)).next_delay() is None
+
+
+def test_server_errors_carry_code_and_message() -> None:
+    err = server_error(ErrorCode.UNKNOWN_TOPIC, "no topic 'x'")
+    assert err.code == ErrorCode.UNKNOWN_TOPIC and err.message == "no topic 'x'"
+    assert str(err) == "no topic 'x' (UNKNOWN_TOPIC)"
+    assert not err.retriable
+    assert server_error(ErrorCode.NOT_OWNER, "").retriable
+    assert type(server_error(ErrorCode.INTERNAL, "bug")).__name__ == "ServerError"

@@ -1,0 +1,104 @@
+"""Addresses, the cluster view, and shard-direct routes agree with placement."""
+
+from __future__ import annotations
+
+import pytest
+
+from laminar.client import UnknownPartitionError, UnknownTopicError, parse_address
+from laminar.client.routing import ClusterView, format_address, partition_for_key
+from laminar.placement import partition_id, shard_for
+from laminar.wire import ErrorCode, MetadataResponse, ShardInfo, TopicInfo
+
+
+def metadata(shards: int = 3, host: str = "10.0.0.5") -> MetadataResponse:
+    return MetadataResponse(
+        "node-1",
+        host,
+        7070,
+        "userspace",
+        tuple(ShardInfo(i, host, 7071 + i) for i in reversed(range(shards))),
+        (TopicInfo("events", 7, 16), TopicInfo("other", 9, 1)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1:7070", ("127.0.0.1", 7070)),
+        ("localhost", ("localhost", 7070)),
+        (":9000", ("127.0.0.1", 9000)),
+        ("[::1]:7071", ("::1", 7071)),
+        ("[::1]", ("::1", 7070)),
+        ("::1", ("::1", 7070)),
+        (" host:1 ", ("host", 1)),
+    ],
+)
+def test_parse_address(text: str, expected: tuple[str, int]) -> None:
+    assert parse_address(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "host:port", "host:0", "host:70000", "[::1", "[::1]x"])
+def test_parse_address_rejects_with_a_reason(text: str) -> None:
+    with pytest.raises(ValueError, match="address"):
+        parse_address(text)
+
+
+def test_format_address_brackets_ipv6() -> None:
+    assert format_address(("::1", 1)) == "[::1]:1"
+    assert format_address(("h", 2)) == "h:2"
+
+
+def test_routes_follow_the_placement_function() -> None:
+    view = ClusterView.from_metadata(metadata(), ("10.0.0.5", 7070))
+    assert view.shard_count == 3
+    for p in range(16):
+        route = view.route("events", p)
+        pid = partition_id(7, p)
+        assert route.partition_id == pid
+        assert route.shard_id == shard_for(pid, 3)
+        assert route.address == ("10.0.0.5", 7071 + route.shard_id)
+
+
+def test_node_requests_go_to_the_metadata_partition_owner() -> None:
+    view = ClusterView.from_metadata(metadata(), ("10.0.0.5", 7070))
+    assert view.node_route().shard_id == shard_for(0, 3)
+
+
+def test_wildcard_shard_hosts_are_reached_where_the_node_was() -> None:
+    view = ClusterView.from_metadata(metadata(host="0.0.0.0"), ("192.168.1.9", 7070))
+    assert set(view.shard_addresses) == {("192.168.1.9", 7071 + i) for i in range(3)}
+
+
+def test_unknown_topic_and_partition_are_typed() -> None:
+    view = ClusterView.from_metadata(metadata(), ("h", 1))
+    with pytest.raises(UnknownTopicError) as info:
+        view.route("nope", 0)
+    assert info.value.code == ErrorCode.UNKNOWN_TOPIC
+    assert "laminar topic create nope" in str(info.value)
+    with pytest.raises(UnknownPartitionError, match=r"0\.\.15"):
+        view.route("events", 16)
+
+
+def test_shard_ids_must_be_dense() -> None:
+    md = metadata()
+    broken = MetadataResponse(
+        md.node_id, md.host, md.port, md.routing_mode, md.shards[:1], md.topics
+    )
+    with pytest.raises(ValueError, match=r"0\.\.N-1"):
+        ClusterView.from_metadata(broken, ("h", 1))
+
+
+def test_topic_changes_without_a_round_trip() -> None:
+    view = ClusterView.from_metadata(metadata(), ("h", 1))
+    added = view.with_topic(TopicInfo("new", 11, 2))
+    assert added.route("new", 1).partition_id == partition_id(11, 1)
+    assert "events" not in added.without_topic("events").topics
+    assert "new" not in view.topics  # views are values
+
+
+def test_partition_for_key_is_stable_and_spread() -> None:
+    assert partition_for_key(b"user-1", 8) == partition_for_key(b"user-1", 8)
+    seen = {partition_for_key(f"k{i}".encode(), 8) for i in range(200)}
+    assert seen == set(range(8))
+    with pytest.raises(ValueError):
+        partition_for_key(b"k", 0)

@@ -1,0 +1,250 @@
+"""Client against the fake node: API, shard-direct routing, retries, typed errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from laminar.client import (
+    CannotConnectError,
+    Client,
+    OffsetOutOfRangeError,
+    OutcomeUnknownError,
+    RequestTimeoutError,
+    RetryPolicy,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from laminar.placement import partition_id, shard_for
+from laminar.wire import ErrorCode, Op
+
+from .fakenode import NODE, FakeNode, Fault
+
+
+def test_round_trip_with_keys_and_headers(node: FakeNode) -> None:
+    with Client(node.bootstrap) as c:
+        topic = c.create_topic("events", partitions=8)
+        assert (topic.name, topic.partitions) == ("events", 8)
+        first = c.produce("events", partition=3, values=[b"a", b"b"], keys=None)
+        assert first == 0
+        second = c.produce("events", 3, [b"c", b""], keys=[b"k", None], headers=[None, {"h": b"v"}])
+        assert second == 2
+        recs = c.fetch("events", partition=3, index=first, max_bytes=1 << 20)
+        assert [(r.index, r.value, r.key, r.headers) for r in recs] == [
+            (0, b"a", None, None),
+            (1, b"b", None, None),
+            (2, b"c", b"k", None),
+            (3, b"", None, {"h": b"v"}),
+        ]
+        assert all(r.timestamp_ms > 0 for r in recs)
+        assert c.offsets("events", partition=3) == (0, 4)
+        assert c.fetch("events", 3, 1, max_records=2)[-1].index == 2
+        assert c.fetch("events", 3, 4) == []
+
+
+def test_every_partition_request_goes_to_its_owner(node: FakeNode) -> None:
+    with Client(node.bootstrap) as c:
+        info = c.create_topic("t", partitions=16)
+        for p in range(16):
+            c.produce("t", p, [b"x"])
+            c.fetch("t", p, 0)
+            c.offsets("t", p)
+            assert c.ping("t", p).shard_id == shard_for(partition_id(info.topic_id, p), 2)
+        requests = node.partition_requests()
+        assert len(requests) == 64
+        assert {r.listener for r in requests} == {0, 1}  # both shards served
+        for r in requests:
+            assert r.listener == shard_for(r.partition_id, 2)
+        # Node-level requests after bootstrap go to a shard, not the node port.
+        assert node.received[0].listener == NODE and node.received[0].op == Op.METADATA
+        create = next(r for r in node.received if r.op == Op.CREATE_TOPIC)
+        assert create.listener == shard_for(0, 2)
+
+
+def test_pipelined_produce_and_fetch_across_shards(node: FakeNode) -> None:
+    node.reverse_pipelined = True  # answers to one read come back newest first
+    with Client(node.bootstrap) as c:
+        c.create_topic("t", partitions=8)
+        pending = [c.produce_nowait("t", p % 8, [b"%d" % p] * 3) for p in range(64)]
+        firsts = [w.result() for w in pending]
+        for p in range(8):
+            assert sorted(firsts[p::8]) == [0, 3, 6, 9, 12, 15, 18, 21]
+        fetches = [c.fetch_nowait("t", p, 0) for p in range(8)]
+        assert [len(f.result()) for f in fetches] == [24] * 8
+        assert fetches[0].result() is fetches[0].result()  # the result is kept
+
+
+def test_threads_share_one_client(node: FakeNode) -> None:
+    with Client(node.bootstrap) as c:
+        c.create_topic("t", partitions=4)
+        errors: list[BaseException] = []
+
+        def worker(n: int) -> None:
+            try:
+                for i in range(25):
+                    c.produce("t", n % 4, [f"{n}-{i}".encode()])
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert not errors
+        values = [r.value for p in range(4) for r in c.fetch("t", p, 0)]
+        assert sorted(values) == sorted(f"{n}-{i}".encode() for n in range(8) for i in range(25))
+
+
+def test_describe_list_delete(node: FakeNode) -> None:
+    with Client(node.bootstrap) as c:
+        c.create_topic("a", partitions=3)
+        c.create_topic("b")
+        c.produce("a", 1, [b"x", b"y"])
+        assert sorted(t.name for t in c.list_topics()) == ["a", "b"]
+        desc = c.describe_topic("a")
+        assert [p.records for p in desc.partitions] == [0, 2, 0]
+        for part in desc.partitions:
+            assert part.shard_id == shard_for(part.partition_id, 2)
+            assert part.port == node.port(part.shard_id)
+        c.delete_topic("b")
+        assert [t.name for t in c.list_topics()] == ["a"]
+        assert c.metadata().routing_mode == "userspace"
+        assert c.ping().node_id == "fake-node"
+        assert c.ping(shard=1).received_by == 1
+
+
+def test_typed_errors(node: FakeNode) -> None:
+    with Client(node.bootstrap) as c:
+        c.create_topic("t", partitions=2)
+        with pytest.raises(TopicExistsError) as exists:
+            c.create_topic("t")
+        assert exists.value.code == ErrorCode.TOPIC_EXISTS
+        with pytest.raises(UnknownTopicError):
+            c.fetch("missing", 0, 0)
+        with pytest.raises(UnknownTopicError):
+            c.delete_topic("missing")
+        with pytest.raises(UnknownPartitionError):
+            c.produce("t", 2, [b"x"])
+        with pytest.raises(OffsetOutOfRangeError) as oor:
+            c.fetch("t", 0, 5)
+        assert oor.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+        assert "index 5" in oor.value.message
+        with pytest.raises(ValueError):
+            c.produce("t", 0, [])
+
+
+def test_a_topic_created_elsewhere_is_found(node: FakeNode) -> None:
+    with Client(node.bootstrap) as a, Client(node.bootstrap) as b:
+        a.create_topic("late", partitions=2)
+        assert b.produce("late", 1, [b"x"]) == 0  # not in b's metadata: looked up once
+
+
+def test_cannot_connect_is_typed_and_says_where() -> None:
+    with FakeNode() as fake:
+        address = fake.bootstrap
+    with pytest.raises(CannotConnectError, match=f"cannot reach {address}"):
+        Client(address, retry=RetryPolicy(budget_s=0))
+
+
+def test_fetch_is_retried_after_a_lost_connection(node: FakeNode) -> None:
+    with Client(node.bootstrap) as c:
+        c.create_topic("t", partitions=4)
+        c.produce("t", 0, [b"x"])
+        node.inject(Fault("close_before", op=Op.FETCH))
+        assert [r.value for r in c.fetch("t", 0, 0)] == [b"x"]
+        node.inject(Fault("close_before", op=Op.LIST_OFFSETS, times=2))
+        assert c.offsets("t", 0) == (0, 1)
+
+
+def test_fetch_is_retried_across_a_shard_restart(node: FakeNode) -> None:
+    with Client(node.bootstrap, retry=RetryPolicy(budget_s=5)) as c:
+        c.create_topic("t", partitions=8)
+        p = next(p for p in range(8) if c.cluster.route("t", p).shard_id == 1)
+        c.produce("t", p, [b"before"])
+        node.stop(1)
+        timer = threading.Timer(0.4, node.start, args=(1,))
+        timer.start()
+        try:
+            assert [r.value for r in c.fetch("t", p, 0)] == [b"before"]
+        finally:
+            timer.join()
+        assert c.produce("t", p, [b"after"]) == 1
+
+
+def test_produce_is_not_repeated_after_a_lost_answer(node: FakeNode) -> None:
+    with Client(node.bootstrap) as c:
+        info = c.create_topic("t", partitions=1)
+        node.inject(Fault("close_after", op=Op.PRODUCE))
+        with pytest.raises(OutcomeUnknownError, match="may or may not have been applied"):
+            c.produce("t", 0, [b"once"])
+        assert node.records(partition_id(info.topic_id, 0)) == [b"\x00once"]  # not twice
+        node.inject(Fault("close_before", op=Op.PRODUCE))
+        with pytest.raises(OutcomeUnknownError):  # the client cannot tell the two apart
+            c.produce("t", 0, [b"never"])
+        assert c.offsets("t", 0) == (0, 1)
+
+
+def test_produce_after_the_shard_dropped_an_idle_connection(node: FakeNode) -> None:
+    with Client(node.bootstrap) as c:
+        c.create_topic("t", partitions=1)
+        shard = c.cluster.route("t", 0).shard_id
+        c.produce("t", 0, [b"a"])
+        node.drop_connections(shard)
+        time.sleep(0.1)  # the FIN arrives
+        assert c.produce("t", 0, [b"b"]) == 1  # a fresh connection, no false alarm
+
+
+def test_produce_is_retried_when_the_node_refused_it(node: FakeNode) -> None:
+    with Client(node.bootstrap) as c:
+        info = c.create_topic("t", partitions=1)
+        node.inject(Fault("error", op=Op.PRODUCE, code=ErrorCode.NOT_OWNER))
+        assert c.produce("t", 0, [b"x"]) == 0
+        assert node.records(partition_id(info.topic_id, 0)) == [b"\x00x"]
+        node.inject(Fault("error", op=Op.PRODUCE, code=ErrorCode.STORAGE_ERROR))
+        with pytest.raises(Exception, match="STORAGE_ERROR"):
+            c.produce("t", 0, [b"y"])
+
+
+def test_timeouts(node: FakeNode) -> None:
+    with Client(node.bootstrap, timeout_s=0.3) as c:
+        c.create_topic("t", partitions=1)
+        node.inject(Fault("ignore", op=Op.FETCH))
+        with pytest.raises(RequestTimeoutError):
+            c.fetch("t", 0, 0)
+        node.inject(Fault("ignore", op=Op.PRODUCE))
+        with pytest.raises(OutcomeUnknownError, match="no answer"):
+            c.produce("t", 0, [b"x"])
+        assert c.offsets("t", 0) == (0, 0)  # the connection still works (ignored: not applied)
+
+
+def test_long_poll_returns_when_data_arrives(node: FakeNode) -> None:
+    with Client(node.bootstrap) as c, Client(node.bootstrap) as writer:
+        c.create_topic("t", partitions=1)
+        timer = threading.Timer(0.2, writer.produce, args=("t", 0, [b"late"]))
+        timer.start()
+        start = time.monotonic()
+        recs = c.fetch("t", 0, 0, max_wait_ms=10_000)
+        timer.join()
+        assert [r.value for r in recs] == [b"late"]
+        assert time.monotonic() - start < 9  # answered by the append, not the wait
+        assert c.fetch("t", 0, 1, max_wait_ms=50) == []  # and empty after max_wait
+
+
+def test_offset_for_timestamp(node: FakeNode) -> None:
+    with Client(node.bootstrap) as c:
+        c.create_topic("t", partitions=1)
+        c.produce("t", 0, [b"a"])
+        ts = c.fetch("t", 0, 0)[0].timestamp_ms
+        assert c.offset_for_timestamp("t", 0, ts) == 0
+        assert c.offset_for_timestamp("t", 0, ts + 60_000) == 1
+
+
+def test_closed_client_refuses_work(node: FakeNode) -> None:
+    c = Client(node.bootstrap, retry=RetryPolicy(budget_s=0))
+    c.close()
+    with pytest.raises(Exception, match="closed"):
+        c.list_topics()
