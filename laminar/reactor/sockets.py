@@ -5,8 +5,9 @@ same exceptions for closed sockets (EBADF), resets and refused connections.
 Differences worth knowing:
 
 - A recv is in the kernel until data arrives. If its task is cancelled the
-  recv is cancelled too (IORING_OP_ASYNC_CANCEL); when data raced the cancel it
-  is dropped with the cancelled call, as on any completion-based loop.
+  recv is cancelled too (IORING_OP_ASYNC_CANCEL). When data (or, for accept, a
+  connection) raced the cancel, it is kept for the next call on that socket:
+  a `wait_for` around a recv times out without losing bytes.
 - `sock_sendall` first tries the socket directly (`eager_send`, on by default,
   as the stock loop and uvloop do): a send that fits the socket buffer needs no
   completion round trip, which measured ~15% of the per-request cost. The rest
@@ -23,8 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import socket
 import struct
+import weakref
 from typing import Any
 
 from laminar.iouring import abi
@@ -75,6 +78,24 @@ def pack_sockaddr(family: int, address: Any) -> bytes:
 class SocketOps(UringLoopCore):
     """`sock_*` coroutines over io_uring."""
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # What a cancelled recv or accept received anyway (it raced its cancel):
+        # kept for the next call on the same socket, so nothing is lost. Stock
+        # asyncio waits for readiness and so never has this problem.
+        self._unread: weakref.WeakKeyDictionary[socket.socket, bytearray] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._unaccepted: dict[socket.socket, list[int]] = {}
+
+    def close(self) -> None:
+        super().close()
+        for fds in self._unaccepted.values():
+            for fd in fds:
+                os.close(fd)
+        self._unaccepted.clear()
+        self._unread.clear()
+
     # -- receiving -------------------------------------------------------------
 
     async def sock_recv(self, sock: socket.socket, n: int) -> bytes:
@@ -86,6 +107,14 @@ class SocketOps(UringLoopCore):
             if n < 0:
                 raise ValueError("negative buffersize in recv")
             return b""
+        if self._unread:
+            stashed = self._unread.get(sock)
+            if stashed:
+                data = bytes(stashed[:n])
+                del stashed[:n]
+                if not stashed:
+                    del self._unread[sock]
+                return data
         free = self._recv_free.get(n)
         if free:
             buf = free.pop()
@@ -94,7 +123,7 @@ class SocketOps(UringLoopCore):
             if buf[2] is not None and len(self._recv_free) < 64:
                 self._recv_free[n] = buf[2]  # next time, straight to the free list
         fut: asyncio.Future[bytes] = _Future(loop=self)
-        ud = self._ring.prep(_OP_RECV, fd, buf[1], n, 0, 0, (self._fin_recv, fut, buf), None)
+        ud = self._ring.prep(_OP_RECV, fd, buf[1], n, 0, 0, (self._fin_recv, fut, buf, sock), None)
         try:
             return await fut
         except asyncio.CancelledError:
@@ -109,6 +138,8 @@ class SocketOps(UringLoopCore):
                 fut.set_result(buf[0][:res].tobytes())
             else:
                 fut.set_exception(_oserror(-res))
+        elif res > 0:
+            self._stash_unread(token[3], buf[0][:res])
         home = buf[2]  # BufferPool.give, inlined
         if home is not None and len(home) < _POOL_PER_CLASS:
             home.append(buf)
@@ -121,10 +152,38 @@ class SocketOps(UringLoopCore):
         view = memoryview(buf).cast("B")
         if not len(view):
             return 0
+        if self._unread:
+            stashed = self._unread.get(sock)
+            if stashed:
+                n = min(len(view), len(stashed))
+                view[:n] = stashed[:n]
+                del stashed[:n]
+                if not stashed:
+                    del self._unread[sock]
+                return n
         address, pin = writable_address(view)
         fut: asyncio.Future[int] = _Future(loop=self)
-        ud = self._ring.prep(_OP_RECV, fd, address, len(view), 0, 0, (self._fin_result, fut), pin)
+        ud = self._ring.prep(
+            _OP_RECV, fd, address, len(view), 0, 0, (self._fin_recv_into, fut, sock, view), pin
+        )
         return await self._await_op(fut, ud)
+
+    def _fin_recv_into(self, token: tuple[Any, ...], res: int) -> None:
+        fut = token[1]
+        if not fut.done():
+            if res >= 0:
+                fut.set_result(res)
+            else:
+                fut.set_exception(_oserror(-res))
+        elif res > 0:
+            self._stash_unread(token[2], token[3][:res])
+
+    def _stash_unread(self, sock: socket.socket, data: memoryview) -> None:
+        stashed = self._unread.get(sock)
+        if stashed is None:
+            self._unread[sock] = bytearray(data)
+        else:
+            stashed += data
 
     # -- sending ---------------------------------------------------------------
 
@@ -191,15 +250,34 @@ class SocketOps(UringLoopCore):
         fd = sock.fileno()
         if fd < 0:
             raise _closed_error()
-        fut: asyncio.Future[int] = _Future(loop=self)
-        ud = self._ring.prep_accept(fd, _ACCEPT_FLAGS, (self._fin_fd, fut))
-        newfd = await self._await_op(fut, ud)
+        waiting = self._unaccepted.get(sock)
+        if waiting:
+            newfd = waiting.pop(0)
+            if not waiting:
+                del self._unaccepted[sock]
+        else:
+            fut: asyncio.Future[int] = _Future(loop=self)
+            ud = self._ring.prep_accept(fd, _ACCEPT_FLAGS, (self._fin_accept, fut, sock))
+            newfd = await self._await_op(fut, ud)
         conn = socket.socket(sock.family, sock.type | socket.SOCK_NONBLOCK, sock.proto, newfd)
         try:
             address = conn.getpeername()
         except OSError:
             address = None
         return conn, address
+
+    def _fin_accept(self, token: tuple[Any, ...], res: int) -> None:
+        fut = token[1]
+        if not fut.done():
+            if res >= 0:
+                fut.set_result(res)
+            else:
+                fut.set_exception(_oserror(-res))
+        elif res >= 0:
+            if self._closing:
+                os.close(res)
+            else:
+                self._unaccepted.setdefault(token[2], []).append(res)
 
     async def sock_connect(self, sock: socket.socket, address: Any) -> None:
         """Connect to `address` (host names are resolved as the stock loop does)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import socket
@@ -332,5 +333,51 @@ def test_recv_timeouts_lose_no_data(run: Runner) -> None:
                     await asyncio.wait_for(loop.sock_recv(conn, 100), 0.001)
             await loop.sock_sendall(client, b"after the timeouts")
             assert await asyncio.wait_for(loop.sock_recv(conn, 100), 5) == b"after the timeouts"
+
+    run(main())
+
+
+def test_data_and_connections_racing_a_cancel_are_kept(run: Runner) -> None:
+    """A recv or accept cancelled just as it completes loses nothing."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        lst, client, conn = await connected_pair()
+        with lst, client, conn:
+            for i in range(20):
+                pending = asyncio.create_task(loop.sock_recv(conn, 100))
+                await asyncio.sleep(0.002)
+                client.send(b"raced-%d " % i)  # completes the recv in the kernel...
+                pending.cancel()  # ...while its task is being cancelled
+                with contextlib.suppress(asyncio.CancelledError):
+                    assert await pending == b"raced-%d " % i
+                    continue
+                assert await asyncio.wait_for(loop.sock_recv(conn, 100), 5) == b"raced-%d " % i
+
+            into = bytearray(100)
+            pending_into = asyncio.create_task(loop.sock_recv_into(conn, into))
+            await asyncio.sleep(0.002)
+            client.send(b"into")
+            pending_into.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pending_into
+            if not pending_into.cancelled():
+                assert into[:4] == b"into"
+            else:
+                n = await asyncio.wait_for(loop.sock_recv_into(conn, into), 5)
+                assert into[:n] == b"into"
+
+            accept = asyncio.create_task(loop.sock_accept(lst))
+            await asyncio.sleep(0.002)
+            late = socket.create_connection(lst.getsockname())
+            accept.cancel()
+            with late:
+                try:
+                    accepted, _ = await accept
+                except asyncio.CancelledError:
+                    accepted, _ = await asyncio.wait_for(loop.sock_accept(lst), 5)
+                with accepted:
+                    late.sendall(b"hello")
+                    assert await asyncio.wait_for(loop.sock_recv(accepted, 10), 5) == b"hello"
 
     run(main())
