@@ -83,9 +83,8 @@ class SocketOps(UringLoopCore):
         # What a cancelled recv or accept received anyway (it raced its cancel):
         # kept for the next call on the same socket, so nothing is lost. Stock
         # asyncio waits for readiness and so never has this problem.
-        self._unread: weakref.WeakKeyDictionary[socket.socket, bytearray] = (
-            weakref.WeakKeyDictionary()
-        )
+        # Keyed by id(socket); a finalizer drops the entry with the socket.
+        self._unread: dict[int, bytearray] = {}
         self._unaccepted: dict[socket.socket, list[int]] = {}
 
     def close(self) -> None:
@@ -108,12 +107,12 @@ class SocketOps(UringLoopCore):
                 raise ValueError("negative buffersize in recv")
             return b""
         if self._unread:
-            stashed = self._unread.get(sock)
+            stashed = self._unread.get(id(sock))
             if stashed:
                 data = bytes(stashed[:n])
                 del stashed[:n]
                 if not stashed:
-                    del self._unread[sock]
+                    del self._unread[id(sock)]
                 return data
         free = self._recv_free.get(n)
         if free:
@@ -153,13 +152,13 @@ class SocketOps(UringLoopCore):
         if not len(view):
             return 0
         if self._unread:
-            stashed = self._unread.get(sock)
+            stashed = self._unread.get(id(sock))
             if stashed:
                 n = min(len(view), len(stashed))
                 view[:n] = stashed[:n]
                 del stashed[:n]
                 if not stashed:
-                    del self._unread[sock]
+                    del self._unread[id(sock)]
                 return n
         address, pin = writable_address(view)
         fut: asyncio.Future[int] = _Future(loop=self)
@@ -179,9 +178,11 @@ class SocketOps(UringLoopCore):
             self._stash_unread(token[2], token[3][:res])
 
     def _stash_unread(self, sock: socket.socket, data: memoryview) -> None:
-        stashed = self._unread.get(sock)
+        key = id(sock)
+        stashed = self._unread.get(key)
         if stashed is None:
-            self._unread[sock] = bytearray(data)
+            self._unread[key] = bytearray(data)
+            weakref.finalize(sock, self._unread.pop, key, None)
         else:
             stashed += data
 
