@@ -1,6 +1,6 @@
 """Reactor benchmark: RPC requests/s per event loop, and task-queue CPU shares.
 
-    .venv/bin/python benchmarks/reactor_bench.py [--seconds 2] [--rounds 3]
+    .venv/bin/python benchmarks/reactor_bench.py [--seconds 2] [--rounds 3] [--depth 16]
 
 Prints one JSON object.
 
@@ -10,6 +10,10 @@ Prints one JSON object.
    (pinned to CPU 1, plain non-blocking sockets and epoll) keeps 64 connections
    busy with DEPTH pipelined 64-byte requests each and counts 64-byte responses.
    Rounds interleave the loops (A B C A B C ...); medians are reported.
+   Besides requests/s: the server's and the client's CPU use (a client near
+   1.0 is the limit, not the server) and the server's CPU time per request,
+   split user/system, which neighbours on a shared machine disturb far less
+   than throughput.
 2. Shares: busy tasks in queues at 1:1, 2:1 and 10:1 shares on UringEventLoop;
    each task measures its own thread CPU time, and the scheduler reports its
    own accounting.
