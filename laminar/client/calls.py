@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from laminar.client.results import Offsets, Record, expect, to_records
+from laminar.client.results import Offsets, Record, expect, fetched_records
 from laminar.client.routing import Address, ClusterView
 from laminar.wire import (
     CreateTopicRequest,
@@ -23,7 +23,6 @@ from laminar.wire import (
     DeleteTopicRequest,
     DeleteTopicResponse,
     FetchRequest,
-    FetchResponse,
     Frame,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -104,15 +103,11 @@ def fetch(
     return Call(
         f"fetch from {topic}/{partition} at index {index}",
         target,
-        _records,
+        fetched_records,
         idempotent=True,
         wait_s=max_wait_ms / 1000,
         topic=topic,
     )
-
-
-def _records(frame: Frame) -> list[Record]:
-    return to_records(expect(frame, FetchResponse).records)
 
 
 def list_offsets(

@@ -1,24 +1,27 @@
 """What the client returns, and how an answer frame becomes it.
 
-Every answer goes through `expect`: an error frame becomes the typed
-exception for its code, anything else is decoded as the response type the
-request asked for. Records come back as `Record` tuples; a consumer makes one
-per record, so they are NamedTuples built with `tuple.__new__`, and a record
-without key and headers is decoded with one slice.
+Every answer goes through `expect` (or `fetched_records`): an error frame
+becomes the typed exception for its code, anything else is decoded as the
+response type the request asked for. Records come back as `Record` tuples; a
+consumer makes one per record, so they are NamedTuples built with
+`tuple.__new__`, and a record without key and headers is decoded with one
+slice.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
-from typing import NamedTuple, TypeVar
+from typing import Final, NamedTuple, TypeVar
 
 from laminar.client.errors import ProtocolViolationError, server_error
 from laminar.wire import (
     ErrorResponse,
-    FetchedRecord,
+    FetchResponse,
     Flags,
     Frame,
     Message,
+    Op,
     ProtocolError,
     TopicInfo,
     decode_record,
@@ -27,6 +30,9 @@ from laminar.wire import (
 M = TypeVar("M", bound=Message)
 
 _new_tuple = tuple.__new__
+_KIND_MASK: Final = Flags.RESPONSE | Flags.ERROR
+_U32: Final = struct.Struct(">I")
+_FETCH_ENTRY: Final = struct.Struct(">QQI")  # index, timestamp_ms, blob_len
 
 
 def expect(frame: Frame, response_type: type[M]) -> M:
@@ -53,17 +59,48 @@ class Record(NamedTuple):
     headers: dict[str, bytes] | None
 
 
-def to_records(fetched: tuple[FetchedRecord, ...]) -> list[Record]:
-    """Decode the blobs of a fetch answer into `Record`s."""
+def fetched_records(frame: Frame) -> list[Record]:
+    """The records of a fetch answer (or the server's error raised).
+
+    This is the consumer's hot path, so the fetch batch (layout in
+    `laminar.wire.records`: count, a table of (index, timestamp_ms, blob_len),
+    then the blobs) is decoded straight into `Record`s in one pass: half the
+    per-record cost of `decode_fetch_batch` followed by a second pass over its
+    `FetchedRecord`s. Tests hold it to `decode_fetch_batch` on random batches.
+    """
+    if frame.flags & _KIND_MASK != Flags.RESPONSE or frame.op != Op.FETCH:
+        expect(frame, FetchResponse)  # raises the server's error or says what is wrong
+    payload = frame.payload
+    if len(payload) < 4:
+        raise _bad_fetch(f"payload of {len(payload)} bytes has no record count")
+    (count,) = _U32.unpack_from(payload)
+    table_end = 4 + _FETCH_ENTRY.size * count
+    if table_end > len(payload):
+        raise _bad_fetch(f"{count} records do not fit a payload of {len(payload)} bytes")
     out: list[Record] = []
     append = out.append
-    for index, timestamp_ms, blob in fetched:
-        if blob and blob[0] == 0:  # no key, no headers: the value is the rest
-            append(_new_tuple(Record, (index, timestamp_ms, blob[1:], None, None)))
+    pos = table_end
+    payload_len = len(payload)
+    for index, timestamp_ms, size in _FETCH_ENTRY.iter_unpack(payload[4:table_end]):
+        end = pos + size
+        if end > payload_len:
+            raise _bad_fetch(f"record {index} of {size} bytes runs past the payload's end")
+        if size and payload[pos] == 0:  # value only: one slice
+            append(_new_tuple(Record, (index, timestamp_ms, payload[pos + 1 : end], None, None)))
         else:
-            value, key, headers = decode_record(blob)
+            try:
+                value, key, headers = decode_record(payload[pos:end])
+            except ProtocolError as exc:
+                raise _bad_fetch(exc.message) from exc
             append(_new_tuple(Record, (index, timestamp_ms, value, key, headers)))
+        pos = end
+    if pos != payload_len:
+        raise _bad_fetch(f"record lengths add up to {pos} bytes, the payload has {payload_len}")
     return out
+
+
+def _bad_fetch(reason: str) -> ProtocolViolationError:
+    return ProtocolViolationError(f"the node's fetch answer does not decode: {reason}")
 
 
 class Offsets(NamedTuple):
