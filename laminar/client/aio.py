@@ -33,15 +33,14 @@ from laminar.client.errors import (
 from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
 from laminar.client.results import (
     Offsets,
-    PartitionDescription,
     PingResult,
     Record,
     TopicDescription,
+    describe,
     expect,
 )
 from laminar.client.retry import Backoff, RetryPolicy, final_error
 from laminar.client.routing import Address, ClusterView, format_address, parse_address
-from laminar.placement import partition_id, shard_for
 from laminar.wire import MetadataRequest, MetadataResponse, TopicInfo
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES, DEFAULT_FETCH_MAX_RECORDS
 
@@ -153,22 +152,23 @@ class AsyncClient:
 
     async def describe_topic(self, name: str) -> TopicDescription:
         """A topic with each partition's owner, endpoint and index range."""
+        return (await self.describe_topics([name]))[0]
+
+    async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
+        """`describe_topic` for several topics (all by default, sorted by name)."""
         view = await self.refresh_metadata()
-        topic = view.topic(name)
+        if names is None:
+            names = sorted(view.topics)
+        topics = [view.topic(name) for name in names]
         answers = await asyncio.gather(
-            *(self._call(calls.list_offsets(name, p)) for p in range(topic.partitions))
-        )
-        parts = []
-        for p, offsets in enumerate(answers):
-            pid = partition_id(topic.topic_id, p)
-            shard = shard_for(pid, view.shard_count)
-            host, port = view.shard_addresses[shard]
-            parts.append(
-                PartitionDescription(
-                    p, pid, shard, host, port, offsets.lowest_index, offsets.highest_index
+            *(
+                asyncio.gather(
+                    *(self._call(calls.list_offsets(t.name, p)) for p in range(t.partitions))
                 )
+                for t in topics
             )
-        return TopicDescription(topic, tuple(parts))
+        )
+        return [describe(view, t, a) for t, a in zip(topics, answers, strict=True)]
 
     # --- the node --------------------------------------------------------------------
 

@@ -11,15 +11,19 @@ slice.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple, TypeVar
 
 from laminar.client.errors import ProtocolViolationError, server_error
+from laminar.client.routing import ClusterView
+from laminar.placement import partition_id
 from laminar.wire import (
     ErrorResponse,
     FetchResponse,
     Flags,
     Frame,
+    ListOffsetsResponse,
     Message,
     Op,
     ProtocolError,
@@ -145,3 +149,25 @@ class TopicDescription:
 
     topic: TopicInfo
     partitions: tuple[PartitionDescription, ...]
+
+
+def describe(
+    view: ClusterView, topic: TopicInfo, answers: Sequence[ListOffsetsResponse]
+) -> TopicDescription:
+    """A `TopicDescription` from the offsets of each partition, in order."""
+    parts = []
+    for p, offsets in enumerate(answers):
+        route = view.route_pid(partition_id(topic.topic_id, p))
+        host, port = route.address
+        parts.append(
+            PartitionDescription(
+                p,
+                route.partition_id,
+                route.shard_id,
+                host,
+                port,
+                offsets.lowest_index,
+                offsets.highest_index,
+            )
+        )
+    return TopicDescription(topic, tuple(parts))

@@ -32,15 +32,14 @@ from laminar.client.errors import (
 from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
 from laminar.client.results import (
     Offsets,
-    PartitionDescription,
     PingResult,
     Record,
     TopicDescription,
+    describe,
     expect,
 )
 from laminar.client.retry import Backoff, RetryPolicy, final_error
 from laminar.client.routing import Address, ClusterView, format_address, parse_address
-from laminar.placement import partition_id, shard_for
 from laminar.wire import Message, MetadataRequest, MetadataResponse, TopicInfo
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES, DEFAULT_FETCH_MAX_RECORDS
 
@@ -248,23 +247,24 @@ class Client:
         return Pending(self, calls.list_topics()).result()
 
     def describe_topic(self, name: str) -> TopicDescription:
-        """A topic with each partition's owner shard, endpoint and index range (the
-        offsets of all partitions are asked for in one pipelined burst)."""
+        """A topic with each partition's owner shard, endpoint and index range."""
+        return self.describe_topics([name])[0]
+
+    def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
+        """`describe_topic` for several topics (all of them by default, sorted by
+        name), from one metadata fetch and one pipelined burst of offset requests."""
         view = self.refresh_metadata_view()
-        topic = view.topic(name)
-        pending = [Pending(self, calls.list_offsets(name, p)) for p in range(topic.partitions)]
-        parts = []
-        for p, waiting in enumerate(pending):
-            offsets = waiting.result()
-            pid = partition_id(topic.topic_id, p)
-            shard = shard_for(pid, view.shard_count)
-            host, port = view.shard_addresses[shard]
-            parts.append(
-                PartitionDescription(
-                    p, pid, shard, host, port, offsets.lowest_index, offsets.highest_index
-                )
-            )
-        return TopicDescription(topic, tuple(parts))
+        if names is None:
+            names = sorted(view.topics)
+        topics = [view.topic(name) for name in names]
+        pending = [
+            [Pending(self, calls.list_offsets(t.name, p)) for p in range(t.partitions)]
+            for t in topics
+        ]
+        return [
+            describe(view, t, [w.result() for w in waiting])
+            for t, waiting in zip(topics, pending, strict=True)
+        ]
 
     # --- the node --------------------------------------------------------------------
 

@@ -1,0 +1,65 @@
+"""What every `laminar` subcommand shares: exit codes, usage errors, common flags."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from enum import IntEnum
+from typing import Final
+
+DEFAULT_BOOTSTRAP: Final = "127.0.0.1:7070"
+
+
+class Exit(IntEnum):
+    """Exit codes scripts can rely on (documented in `laminar --help`)."""
+
+    OK = 0
+    SERVER_ERROR = 1
+    """The node refused the request (unknown topic, out-of-range index...)."""
+    USAGE = 2
+    """The command line is wrong."""
+    CANNOT_CONNECT = 3
+    """The node could not be reached, or the connection broke before an answer."""
+    OUTCOME_UNKNOWN = 4
+    """A produce or topic change was sent but not answered: it may or may not have
+    been applied."""
+    INTERRUPTED = 130
+    """Ctrl-C (except for `consume --follow`, where it is the way to stop: 0)."""
+
+
+EXIT_CODES_HELP: Final = """\
+exit codes:
+  0    success
+  1    the node refused the request (the message says why: unknown topic, ...)
+  2    usage error (bad command line)
+  3    cannot reach the node, or the connection broke before an answer
+  4    a produce or topic change was sent but not answered: it may or may not
+       have been applied (read the partition before sending it again)
+  130  interrupted (Ctrl-C); `consume --follow` stopped by Ctrl-C exits 0
+"""
+
+
+class UsageError(Exception):
+    """The command line asks for something impossible; exit 2 with the message."""
+
+
+def common_parser() -> argparse.ArgumentParser:
+    """The flags every leaf command takes: --bootstrap, --json, --timeout."""
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("connection and output")
+    group.add_argument(
+        "-b",
+        "--bootstrap",
+        metavar="HOST:PORT",
+        default=os.environ.get("LAMINAR_BOOTSTRAP", DEFAULT_BOOTSTRAP),
+        help="the node to talk to (default: $LAMINAR_BOOTSTRAP or %(default)s)",
+    )
+    group.add_argument("--json", action="store_true", help="print JSON for scripts")
+    group.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="give up on an answer after this long (default %(default)s)",
+    )
+    return common

@@ -1,0 +1,186 @@
+"""`laminar consume TOPIC`: print records, one per line, optionally following.
+
+Where to start: --from-beginning, --from-end, --index I, or --since-ms T (the
+first record appended at or after T, milliseconds since the Unix epoch). The
+default is the beginning, or the end with --follow (new records only, like
+`tail -f`). Without --follow the command prints what the partitions hold when
+it starts and exits; with --follow it waits for new records until Ctrl-C or
+--max records. Without --partition every partition is read.
+
+Each value is printed as it is stored, followed by a newline; --json prints
+one object per line with partition, index, timestamp_ms, key, value and
+headers (bytes that are not UTF-8 come as `value_base64` etc.).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Coroutine
+from typing import Any, BinaryIO
+
+from laminar.cli.common import UsageError
+from laminar.cli.output import put_bytes, say
+from laminar.client import AsyncClient, Record, TopicInfo, UnknownTopicError
+
+LONG_POLL_MS = 5000
+"""How long one fetch waits for new records in --follow mode."""
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    parser = commands.add_parser(
+        "consume",
+        parents=[common],
+        help="print a topic's records (optionally follow new ones)",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("topic", metavar="TOPIC")
+    parser.add_argument("-p", "--partition", type=int, help="read only this partition")
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true", help="start at the oldest record")
+    start.add_argument("--from-end", action="store_true", help="start after the newest record")
+    start.add_argument("--index", type=int, metavar="I", help="start at index I")
+    start.add_argument(
+        "--since-ms", type=int, metavar="T", help="start at the first record appended at or after T"
+    )
+    parser.add_argument("-f", "--follow", action="store_true", help="wait for new records")
+    parser.add_argument("-n", "--max", type=int, metavar="N", help="stop after N records")
+    parser.set_defaults(run_async=consume)
+
+
+class Printer:
+    """Writes records to stdout and counts them against --max."""
+
+    def __init__(self, as_json: bool, limit: int | None, out: BinaryIO) -> None:
+        self.as_json = as_json
+        self.limit = limit
+        self.out = out
+        self.printed = 0
+        self.done = asyncio.Event()
+        if limit == 0:
+            self.done.set()
+
+    def write(self, partition: int, records: list[Record]) -> None:
+        if self.limit is not None:
+            records = records[: self.limit - self.printed]
+        if self.as_json:
+            lines = []
+            for r in records:
+                doc: dict[str, Any] = {
+                    "partition": partition,
+                    "index": r.index,
+                    "timestamp_ms": r.timestamp_ms,
+                }
+                put_bytes(doc, "key", r.key)
+                put_bytes(doc, "value", r.value)
+                headers: dict[str, Any] = {}
+                for name, value in (r.headers or {}).items():
+                    put_bytes(headers, name, value)
+                doc["headers"] = headers
+                lines.append(json.dumps(doc).encode())
+            data = b"\n".join(lines)
+        else:
+            data = b"\n".join(r.value for r in records)
+        if records:
+            self.out.write(data + b"\n")
+            self.out.flush()
+        self.printed += len(records)
+        if self.limit is not None and self.printed >= self.limit:
+            self.done.set()
+
+
+async def consume(args: argparse.Namespace) -> int:
+    if args.max is not None and args.max < 0:
+        raise UsageError(f"--max must be at least 0, got {args.max}")
+    printer = Printer(args.json, args.max, sys.stdout.buffer)
+    async with AsyncClient(args.bootstrap, timeout_s=args.timeout) as client:
+        topic = await _topic(client, args.topic)
+        if args.partition is None:
+            partitions = list(range(topic.partitions))
+        elif 0 <= args.partition < topic.partitions:
+            partitions = [args.partition]
+        else:
+            raise UsageError(
+                f"topic {topic.name} has partitions 0..{topic.partitions - 1}, not {args.partition}"
+            )
+        starts = await asyncio.gather(*(_start(client, args, p) for p in partitions))
+        if args.follow:
+            followers = [
+                _follow(client, args.topic, p, i, printer)
+                for p, i in zip(partitions, starts, strict=True)
+            ]
+            await _together(followers, printer)
+        else:  # one partition after the other, so the output is grouped by partition
+            ends = await asyncio.gather(*(client.offsets(args.topic, p) for p in partitions))
+            for p, i, end in zip(partitions, starts, ends, strict=True):
+                await _read_to(client, args.topic, p, i, end.highest, printer)
+    if not printer.printed and not args.follow and sys.stderr.isatty():
+        say(f"no records in {args.topic} from the chosen start (try --from-beginning)")
+    return 0
+
+
+async def _topic(client: AsyncClient, name: str) -> TopicInfo:
+    view = client.cluster
+    try:
+        if view is None:
+            raise UnknownTopicError(name)
+        return view.topic(name)
+    except UnknownTopicError:
+        return (await client.refresh_metadata()).topic(name)
+
+
+async def _start(client: AsyncClient, args: argparse.Namespace, partition: int) -> int:
+    if args.index is not None:
+        return int(args.index)
+    if args.since_ms is not None:
+        return await client.offset_for_timestamp(args.topic, partition, args.since_ms)
+    offsets = await client.offsets(args.topic, partition)
+    if args.from_end or (args.follow and not args.from_beginning):
+        return offsets.highest
+    return offsets.lowest
+
+
+async def _read_to(
+    client: AsyncClient, topic: str, partition: int, index: int, end: int, printer: Printer
+) -> None:
+    """Print records `index..end-1`: what the partition held when the command began."""
+    while index < end and not printer.done.is_set():
+        records = await client.fetch(topic, partition, index, max_records=min(4096, end - index))
+        if not records:
+            return
+        records = [r for r in records if r.index < end]
+        printer.write(partition, records)
+        index = records[-1].index + 1 if records else end
+
+
+async def _follow(
+    client: AsyncClient, topic: str, partition: int, index: int, printer: Printer
+) -> None:
+    while not printer.done.is_set():
+        records = await client.fetch(topic, partition, index, max_wait_ms=LONG_POLL_MS)
+        if records:
+            printer.write(partition, records)
+            index = records[-1].index + 1
+
+
+async def _together(followers: list[Coroutine[Any, Any, None]], printer: Printer) -> None:
+    """Run the partition followers concurrently until one fails or --max is reached."""
+    tasks: list[asyncio.Future[Any]] = [asyncio.ensure_future(f) for f in followers]
+    stop: asyncio.Future[Any] = asyncio.ensure_future(printer.done.wait())
+    try:
+        pending: set[asyncio.Future[Any]] = set(tasks)
+        while pending and not stop.done():
+            done, pending = await asyncio.wait(
+                pending | {stop}, return_when=asyncio.FIRST_COMPLETED
+            )
+            pending.discard(stop)
+            for task in done:
+                if task is not stop:
+                    task.result()  # raise a reader's error
+    finally:
+        for task in [*tasks, stop]:
+            task.cancel()
+        await asyncio.gather(*tasks, stop, return_exceptions=True)

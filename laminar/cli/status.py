@@ -1,0 +1,266 @@
+"""`laminar status`: the node, its shards, routing mode, ownership and load.
+
+Everything comes from the wire protocol except the request counters: the
+metadata names the node, its shards, their ports and the routing mode; a ping
+to each shard's own port shows it answers (and how fast); the offsets of
+every partition, asked for in one pipelined burst, give each shard's
+partitions and records. Request and byte counters and each shard's core come
+from the node's admin endpoint (`/metrics`, Prometheus text), when it can be
+reached: it is at the node port + 2000 by default (`--admin` to say where).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from laminar.cli.output import print_json, say, table
+from laminar.client import Client, LaminarError, parse_address
+from laminar.client.routing import Address, format_address
+
+ADMIN_PORT_OFFSET = 2000
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    parser = commands.add_parser(
+        "status",
+        parents=[common],
+        help="show the node, its shards, routing mode, partition owners and load",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--admin",
+        metavar="HOST:PORT",
+        help="the node's admin endpoint (default: the bootstrap host, node port + 2000)",
+    )
+    parser.set_defaults(run=status)
+
+
+# --- the admin endpoint -------------------------------------------------------------
+
+
+Sample = tuple[str, dict[str, str], float]
+
+
+def parse_prometheus(text: str) -> list[Sample]:
+    """`(name, labels, value)` for every sample line of Prometheus text format."""
+    samples = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if match is None:
+            continue
+        name, labels_text, value_text = match.groups()
+        try:
+            value = float(value_text)
+        except ValueError:
+            continue
+        labels = {k: _unescape(v) for k, v in _LABEL.findall(labels_text or "")}
+        samples.append((name, labels, value))
+    return samples
+
+
+def _unescape(value: str) -> str:
+    return value.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+
+
+@dataclass
+class ShardLoad:
+    """What /metrics says about one shard."""
+
+    core: int | None = None
+    requests: float = 0.0
+    bytes_in: float = 0.0
+    bytes_out: float = 0.0
+
+
+def shard_loads(samples: list[Sample]) -> dict[int, ShardLoad]:
+    """Per-shard counters from /metrics samples labelled `shard="i"`: requests
+    (every `*requests_total` series), bytes in and out, and the pinned core
+    (a `core` or `cpu` label on any of the shard's series)."""
+    loads: dict[int, ShardLoad] = defaultdict(ShardLoad)
+    for name, labels, value in samples:
+        shard_text = labels.get("shard")
+        if shard_text is None or not shard_text.isdigit():
+            continue
+        load = loads[int(shard_text)]
+        core = labels.get("core", labels.get("cpu"))
+        if core is not None and core.isdigit():
+            load.core = int(core)
+        if name.endswith("_requests_total"):
+            load.requests += value
+        elif name.endswith("_bytes_in_total"):
+            load.bytes_in += value
+        elif name.endswith("_bytes_out_total"):
+            load.bytes_out += value
+    return dict(loads)
+
+
+def scrape(address: Address, timeout_s: float) -> list[Sample] | None:
+    """The node's /metrics samples, or None when the endpoint cannot be read."""
+    url = f"http://{format_address(address)}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return parse_prometheus(response.read().decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+# --- gathering ----------------------------------------------------------------------
+
+
+@dataclass
+class ShardStatus:
+    shard_id: int
+    host: str
+    port: int
+    ping_ms: float | None = None
+    partitions: int = 0
+    records: int = 0
+    load: ShardLoad | None = None
+    owned: dict[str, list[int]] = field(default_factory=dict)
+
+
+def gather(client: Client, admin: Address, timeout_s: float) -> dict[str, Any]:
+    """The whole status as a JSON-ready document."""
+    view = client.refresh_metadata_view()
+    md = view.metadata
+    shards = [ShardStatus(i, *view.shard_addresses[i]) for i in range(view.shard_count)]
+    for s in shards:
+        try:
+            s.ping_ms = client.ping(shard=s.shard_id).round_trip_ms
+        except LaminarError:
+            s.ping_ms = None
+    partitions = []
+    descriptions = client.describe_topics(sorted(view.topics))
+    for desc in descriptions:
+        for part in desc.partitions:
+            shard = shards[part.shard_id]
+            shard.partitions += 1
+            shard.records += part.records
+            shard.owned.setdefault(desc.topic.name, []).append(part.index)
+            partitions.append(
+                {
+                    "topic": desc.topic.name,
+                    "partition": part.index,
+                    "partition_id": part.partition_id,
+                    "shard": part.shard_id,
+                    "lowest_index": part.lowest,
+                    "highest_index": part.highest,
+                }
+            )
+    samples = scrape(admin, min(timeout_s, 3.0))
+    loads = shard_loads(samples) if samples is not None else {}
+    for s in shards:
+        s.load = loads.get(s.shard_id)
+    return {
+        "node_id": md.node_id,
+        "host": md.host,
+        "port": md.port,
+        "routing_mode": md.routing_mode,
+        "shard_count": len(shards),
+        "shards": [_shard_json(s) for s in shards],
+        "topics": [
+            {"name": d.topic.name, "topic_id": d.topic.topic_id, "partitions": d.topic.partitions}
+            for d in descriptions
+        ],
+        "partitions": partitions,
+        "admin": {"address": format_address(admin), "reachable": samples is not None},
+    }
+
+
+def _shard_json(s: ShardStatus) -> dict[str, Any]:
+    load = s.load
+    return {
+        "shard_id": s.shard_id,
+        "host": s.host,
+        "port": s.port,
+        "core": load.core if load else None,
+        "reachable": s.ping_ms is not None,
+        "ping_ms": s.ping_ms,
+        "partitions": s.partitions,
+        "records": s.records,
+        "requests": int(load.requests) if load else None,
+        "bytes_in": int(load.bytes_in) if load else None,
+        "bytes_out": int(load.bytes_out) if load else None,
+        "owned": s.owned,
+    }
+
+
+# --- printing -----------------------------------------------------------------------
+
+
+def status(client: Client, args: argparse.Namespace) -> int:
+    if args.admin is not None:
+        admin = parse_address(args.admin)
+    else:
+        admin = (client.bootstrap[0], client.bootstrap[1] + ADMIN_PORT_OFFSET)
+    doc = gather(client, admin, args.timeout)
+    if args.json:
+        print_json(doc)
+        return 0
+    print(
+        f"node {doc['node_id']} at {doc['host']}:{doc['port']}   "
+        f"routing {doc['routing_mode']}   {doc['shard_count']} shards   "
+        f"{len(doc['topics'])} topics   {len(doc['partitions'])} partitions"
+    )
+    rows = [
+        (
+            s["shard_id"],
+            f"{s['host']}:{s['port']}",
+            s["core"],
+            "up" if s["reachable"] else "DOWN",
+            s["ping_ms"],
+            s["partitions"],
+            s["records"],
+            s["requests"],
+        )
+        for s in doc["shards"]
+    ]
+    print()
+    print(
+        table(
+            ["SHARD", "ENDPOINT", "CORE", "STATE", "PING_MS", "PARTITIONS", "RECORDS", "REQUESTS"],
+            rows,
+        )
+    )
+    if doc["topics"]:
+        print()
+        headers = ["TOPIC"] + [f"SHARD {s['shard_id']}" for s in doc["shards"]]
+        ownership = [
+            [t["name"]] + [_ranges(s["owned"].get(t["name"], [])) for s in doc["shards"]]
+            for t in doc["topics"]
+        ]
+        print("partition ownership")
+        print(table(headers, ownership))
+    if not doc["admin"]["reachable"]:
+        say(
+            f"note: the admin endpoint {doc['admin']['address']} did not answer, so cores and "
+            "request counts are not shown (pass --admin HOST:PORT if it is elsewhere)"
+        )
+    return 0
+
+
+def _ranges(indexes: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8"."""
+    if not indexes:
+        return "-"
+    parts = []
+    start = prev = indexes[0]
+    for i in [*indexes[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return ",".join(parts)
