@@ -1,0 +1,190 @@
+"""The `laminar` command: output helpers, and round trips as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from laminar.cli.output import put_bytes, table
+from laminar.cli.status import _ranges, parse_prometheus, shard_loads
+
+from .fakenode import FakeNode
+
+LAMINAR = [str(Path(sys.executable).with_name("laminar"))]
+if not Path(LAMINAR[0]).exists():
+    LAMINAR = [sys.executable, "-m", "laminar.cli.main"]
+
+
+def laminar(
+    node: FakeNode | None, *args: str, stdin: str = "", timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
+    bootstrap = ["--bootstrap", node.bootstrap] if node is not None else []
+    return subprocess.run(
+        [*LAMINAR, *args, *bootstrap],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "LAMINAR_BOOTSTRAP": ""},
+    )
+
+
+# --- helpers ------------------------------------------------------------------------
+
+
+def test_table_aligns_numbers_right_and_text_left() -> None:
+    out = table(["NAME", "N"], [("a", 1), ("long-name", 100), ("b", None)])
+    assert out.splitlines() == [
+        "NAME         N",
+        "a            1",
+        "long-name  100",
+        "b            -",
+    ]
+
+
+def test_ranges() -> None:
+    assert _ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert _ranges([3]) == "3"
+    assert _ranges([]) == "-"
+
+
+def test_prometheus_parsing_and_shard_loads() -> None:
+    text = """# HELP laminar_requests_total requests
+# TYPE laminar_requests_total counter
+laminar_requests_total{shard="0",op="produce",core="0"} 10
+laminar_requests_total{shard="0",op="fetch"} 5
+laminar_requests_total{shard="1",op="produce",core="1"} 7
+laminar_bytes_in_total{shard="1"} 1024
+laminar_info{version="1 \\"x\\""} 1
+garbage line
+"""
+    samples = parse_prometheus(text)
+    assert ("laminar_info", {"version": '1 "x"'}, 1.0) in samples
+    loads = shard_loads(samples)
+    assert (loads[0].requests, loads[0].core) == (15, 0)
+    assert (loads[1].requests, loads[1].bytes_in, loads[1].core) == (7, 1024, 1)
+
+
+def test_put_bytes_keeps_every_byte() -> None:
+    doc: dict[str, object] = {}
+    put_bytes(doc, "value", b"text")
+    put_bytes(doc, "key", b"\xff\x00")
+    put_bytes(doc, "none", None)
+    assert doc == {"value": "text", "key_base64": "/wA=", "none": None}
+
+
+# --- round trips --------------------------------------------------------------------
+
+
+def test_topic_commands(node: FakeNode) -> None:
+    created = laminar(node, "topic", "create", "events", "--partitions", "4")
+    assert created.returncode == 0, created.stderr
+    assert "created topic events" in created.stdout
+    again = laminar(node, "topic", "create", "events")
+    assert again.returncode == 1
+    assert "TOPIC_EXISTS" in again.stderr and "--if-not-exists" in again.stderr
+    assert laminar(node, "topic", "create", "events", "--if-not-exists").returncode == 0
+    listed = json.loads(laminar(node, "topic", "list", "--json").stdout)
+    assert [(t["name"], t["partitions"]) for t in listed] == [("events", 4)]
+    described = laminar(node, "topic", "describe", "events")
+    assert described.returncode == 0
+    assert described.stdout.splitlines()[1].split() == [
+        "PARTITION", "SHARD", "ENDPOINT", "LOWEST", "HIGHEST", "RECORDS"
+    ]  # fmt: skip
+    assert laminar(node, "topic", "delete", "events").returncode == 0
+    gone = laminar(node, "topic", "delete", "events")
+    assert gone.returncode == 1 and "UNKNOWN_TOPIC" in gone.stderr
+    assert laminar(node, "topic", "delete", "events", "--if-exists").returncode == 0
+
+
+def test_produce_stdin_and_consume_back(node: FakeNode) -> None:
+    assert laminar(node, "topic", "create", "t", "-p", "3").returncode == 0
+    lines = [f"line {i} é" for i in range(1000)]
+    produced = laminar(node, "produce", "t", "-p", "2", "--batch", "300", stdin="\n".join(lines))
+    assert produced.returncode == 0, produced.stderr
+    assert "produced 1000 records to t/2 at indexes 0..999" in produced.stderr
+    consumed = laminar(node, "consume", "t", "-p", "2", "--from-beginning")
+    assert consumed.returncode == 0
+    assert consumed.stdout.splitlines() == lines
+    keyed = laminar(node, "produce", "t", "-k", "user", "-v", "a", "-H", "h=1", "--json")
+    summary = json.loads(keyed.stdout)
+    as_json = laminar(node, "consume", "t", "-p", str(summary["partition"]), "--json", "-n", "1")
+    record = json.loads(as_json.stdout.splitlines()[-1])
+    assert (record["key"], record["headers"]) == ("user", {"h": "1"})
+    limited = laminar(node, "consume", "t", "--max", "5")
+    assert len(limited.stdout.splitlines()) == 5
+
+
+def test_consume_follow_sees_new_records(node: FakeNode) -> None:
+    assert laminar(node, "topic", "create", "f", "-p", "2").returncode == 0
+    follower = subprocess.Popen(
+        [*LAMINAR, "consume", "f", "--follow", "--max", "2", "--bootstrap", node.bootstrap],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not any(r.op == 2 for r in node.partition_requests()):  # its first long poll
+            assert time.monotonic() < deadline and follower.poll() is None
+            time.sleep(0.05)
+        assert laminar(node, "produce", "f", "-p", "0", "-v", "new").returncode == 0
+        assert laminar(node, "produce", "f", "-p", "1", "-v", "newer").returncode == 0
+        out, err = follower.communicate(timeout=20)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0, err
+    assert sorted(out.splitlines()) == ["new", "newer"]
+
+
+def test_status_json_names_the_routing_mode(node: FakeNode) -> None:
+    assert laminar(node, "topic", "create", "s", "-p", "8").returncode == 0
+    result = laminar(node, "status", "--json", "--admin", "127.0.0.1:1")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["routing_mode"] == "userspace"
+    assert [s["port"] for s in doc["shards"]] == [node.port(0), node.port(1)]
+    assert all(s["reachable"] for s in doc["shards"])
+    assert sum(s["partitions"] for s in doc["shards"]) == 8
+    assert doc["admin"]["reachable"] is False
+    human = laminar(node, "status", "--admin", "127.0.0.1:1")
+    assert "routing userspace" in human.stdout and "partition ownership" in human.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (["consume", "missing"], 1, "laminar topic list"),
+        (["produce", "t", "-p", "9", "-v", "x"], 1, "laminar topic describe t"),
+        (["consume", "t", "-p", "0", "--index", "1", "--follow", "-n", "1"], 1, "OFFSET_OUT"),
+        (["topic", "create"], 2, "usage"),
+        (["produce", "t", "-H", "novalue", "-v", "x"], 2, "NAME=VALUE"),
+        (["nonsense"], 2, "invalid choice"),
+    ],
+)
+def test_exit_codes(node: FakeNode, args: list[str], code: int, says: str) -> None:
+    assert laminar(node, "topic", "create", "t").returncode == 0
+    result = laminar(node, *args)
+    assert result.returncode == code, result.stderr
+    assert says in result.stderr
+
+
+def test_cannot_connect_says_what_to_do() -> None:
+    with FakeNode() as gone:
+        address = gone.bootstrap
+    result = laminar(None, "status", "--bootstrap", address)
+    assert result.returncode == 3
+    assert f"cannot reach {address}" in result.stderr
+    assert "make run" in result.stderr
+
+
+def test_help_documents_exit_codes() -> None:
+    result = laminar(None, "--help")
+    assert result.returncode == 0
+    assert "exit codes:" in result.stdout and "130" in result.stdout
