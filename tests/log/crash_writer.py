@@ -1,6 +1,6 @@
 """A writer for the SIGKILL crash test: appends forever, reports what was acknowledged.
 
-    python -m tests.log.crash_writer DIRECTORY ROUND
+    python -m tests.log.crash_writer DIRECTORY ROUND syscall|uring
 
 Every value is self-describing (batch id, position in batch, then bytes derived
 from both), so the checker can tell a record's exact expected bytes from the
@@ -15,7 +15,9 @@ import random
 import struct
 import sys
 
-from laminar.log import LogConfig, SegmentedLog
+from laminar.log import LogConfig, SegmentedLog, StorageBackend, SyscallBackend
+from laminar.reactor import UringEventLoop
+from laminar.reactor.storage import UringBackend
 
 HEADER = struct.Struct(">QI")
 CONFIG = LogConfig(segment_bytes=96 * 1024, preallocate_bytes=32 * 1024, max_flushes_in_flight=4)
@@ -34,8 +36,8 @@ def check_value(value: bytes) -> tuple[int, int]:
     return batch_id, position
 
 
-async def write_forever(directory: str, round_no: int) -> None:
-    log = await SegmentedLog.open(directory, CONFIG)
+async def write_forever(directory: str, round_no: int, backend: StorageBackend) -> None:
+    log = await SegmentedLog.open(directory, CONFIG, backend=backend)
     print(f"open {log.lowest_index} {log.highest_index}", flush=True)
     counter = 0
 
@@ -54,4 +56,9 @@ async def write_forever(directory: str, round_no: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(write_forever(sys.argv[1], int(sys.argv[2])))
+    directory, round_no, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    if kind == "uring":
+        with asyncio.Runner(loop_factory=UringEventLoop) as runner:
+            runner.run(write_forever(directory, round_no, UringBackend()))
+    else:
+        asyncio.run(write_forever(directory, round_no, SyscallBackend()))

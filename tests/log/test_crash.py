@@ -11,20 +11,23 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from laminar.log import SegmentedLog
+from laminar.reactor import uring_unavailable_reason
 
 from .crash_writer import CONFIG, check_value
 
-ROUNDS = int(os.environ.get("LAMINAR_CRASH_ROUNDS", "12"))
+ROUNDS = int(os.environ.get("LAMINAR_CRASH_ROUNDS", "8"))
 REPO = Path(__file__).resolve().parents[2]
 
 
 def run_writer_and_kill(
-    directory: Path, round_no: int, after_s: float
+    directory: Path, round_no: int, after_s: float, kind: str
 ) -> list[tuple[int, int, int]]:
     """Start a writer, SIGKILL it after `after_s`, return its acknowledged batches."""
     writer = subprocess.Popen(
-        [sys.executable, "-m", "tests.log.crash_writer", str(directory), str(round_no)],
+        [sys.executable, "-m", "tests.log.crash_writer", str(directory), str(round_no), kind],
         cwd=REPO,
         stdout=subprocess.PIPE,
         text=True,
@@ -64,12 +67,15 @@ async def verify(directory: Path, acked: list[tuple[int, int, int]]) -> int:
         await log.close()
 
 
-def test_sigkill_never_loses_an_acknowledged_record(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["syscall", "uring"])
+def test_sigkill_never_loses_an_acknowledged_record(tmp_path: Path, kind: str) -> None:
+    if kind == "uring" and (reason := uring_unavailable_reason()) is not None:
+        pytest.skip(f"io_uring unavailable here: {reason}")
     rng = random.Random(int(os.environ.get("LAMINAR_CRASH_SEED", "7")))
     acked: list[tuple[int, int, int]] = []
     records = 0
     for round_no in range(1, ROUNDS + 1):
-        acks = run_writer_and_kill(tmp_path, round_no, rng.uniform(0.05, 0.5))
+        acks = run_writer_and_kill(tmp_path, round_no, rng.uniform(0.05, 0.5), kind)
         acked.extend(acks)
         records = asyncio.run(verify(tmp_path, acked))
     assert len(acked) > ROUNDS, "the writer should have acknowledged many batches"
