@@ -11,12 +11,14 @@ is built, not on every attempt.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from laminar.client.results import Offsets, Record, expect, fetched_records
 from laminar.client.routing import Address, ClusterView
+from laminar.placement import partition_id, shard_for
 from laminar.wire import (
     CreateTopicRequest,
     CreateTopicResponse,
@@ -186,7 +188,7 @@ def ping(
         if shard is not None:
             if not 0 <= shard < view.shard_count:
                 raise ValueError(f"the node has shards 0..{view.shard_count - 1}, not {shard}")
-            return view.shard_addresses[shard], Ping(0)
+            return view.shard_addresses[shard], Ping(owned_probe_pid(shard, view.shard_count))
         if address is not None:
             return address, Ping(0)
         return view.node_route().address, Ping(0)
@@ -196,6 +198,18 @@ def ping(
     else:
         where = "the node" if shard is None else f"shard {shard}"
     return Call(f"ping {where}", target, _pong, idempotent=True, topic=topic)
+
+
+def owned_probe_pid(shard: int, shard_count: int) -> int:
+    """A partition id that `shard` owns, for probing that shard itself: pings are
+    routed like partition requests, so a ping to a shard's port with a partition
+    it does not own is forwarded and answered by the owner. The ids come from the
+    reserved topic 0, which pings may name without it holding that partition."""
+    for idx in itertools.count():
+        pid = partition_id(0, idx)
+        if shard_for(pid, shard_count) == shard:
+            return pid
+    raise AssertionError("unreachable")
 
 
 def _pong(frame: Frame) -> Pong:

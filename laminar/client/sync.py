@@ -305,8 +305,8 @@ class Client:
             candidates += [a for a in self._view.shard_addresses if a != self.bootstrap]
         error: LaminarError | None = None
         for address in candidates:
-            try:
-                conn, corr = self._send_to(address, MetadataRequest(), idempotent=True)
+            try:  # (sent as if not idempotent: a connection the node closed is replaced first)
+                conn, corr = self._send_to(address, MetadataRequest(), idempotent=False)
                 frame = conn.wait(corr, time.monotonic() + self.timeout_s)
                 view = ClusterView.from_metadata(expect(frame, MetadataResponse), address)
             except ConnectionLostError as exc:
