@@ -7,6 +7,7 @@ every partition, asked for in one pipelined burst, give each shard's
 partitions and records. Request and byte counters and each shard's core come
 from the node's admin endpoint (`/metrics`, Prometheus text), when it can be
 reached: it is at the node port + 2000 by default (`--admin` to say where).
+Without it the table shows "-" for those columns and says so.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def _unescape(value: str) -> str:
 class ShardLoad:
     """What /metrics says about one shard."""
 
+    up: bool | None = None
+    restarts: int | None = None
     core: int | None = None
     requests: float = 0.0
     bytes_in: float = 0.0
@@ -84,23 +87,30 @@ class ShardLoad:
 
 
 def shard_loads(samples: list[Sample]) -> dict[int, ShardLoad]:
-    """Per-shard counters from /metrics samples labelled `shard="i"`: requests
-    (every `*requests_total` series), bytes in and out, and the pinned core
-    (a `core` or `cpu` label on any of the shard's series)."""
+    """Per-shard figures from the node's /metrics samples labelled `shard="i"`
+    (`laminar.shards.prometheus` names them): up, restarts, requests by any op,
+    bytes received and sent, and the core the shard is pinned to when the node
+    reports it (a `laminar_shard_core` gauge, or a `core` label)."""
     loads: dict[int, ShardLoad] = defaultdict(ShardLoad)
     for name, labels, value in samples:
         shard_text = labels.get("shard")
         if shard_text is None or not shard_text.isdigit():
             continue
         load = loads[int(shard_text)]
-        core = labels.get("core", labels.get("cpu"))
+        core = labels.get("core")
         if core is not None and core.isdigit():
             load.core = int(core)
-        if name.endswith("_requests_total"):
+        if name == "laminar_shard_core":
+            load.core = int(value)
+        elif name == "laminar_shard_up":
+            load.up = value == 1
+        elif name == "laminar_shard_restarts_total":
+            load.restarts = int(value)
+        elif name == "laminar_requests_total":
             load.requests += value
-        elif name.endswith("_bytes_in_total"):
+        elif name == "laminar_received_bytes_total":
             load.bytes_in += value
-        elif name.endswith("_bytes_out_total"):
+        elif name == "laminar_sent_bytes_total":
             load.bytes_out += value
     return dict(loads)
 
@@ -186,6 +196,8 @@ def _shard_json(s: ShardStatus) -> dict[str, Any]:
         "port": s.port,
         "core": load.core if load else None,
         "reachable": s.ping_ms is not None,
+        "up": load.up if load else None,
+        "restarts": load.restarts if load else None,
         "ping_ms": s.ping_ms,
         "partitions": s.partitions,
         "records": s.records,
@@ -223,16 +235,16 @@ def status(client: Client, args: argparse.Namespace) -> int:
             s["partitions"],
             s["records"],
             s["requests"],
+            _size(s["bytes_in"]),
+            _size(s["bytes_out"]),
+            s["restarts"],
         )
         for s in doc["shards"]
     ]
+    headers = ["SHARD", "ENDPOINT", "CORE", "STATE", "PING_MS", "PARTITIONS", "RECORDS"]
+    headers += ["REQUESTS", "IN", "OUT", "RESTARTS"]
     print()
-    print(
-        table(
-            ["SHARD", "ENDPOINT", "CORE", "STATE", "PING_MS", "PARTITIONS", "RECORDS", "REQUESTS"],
-            rows,
-        )
-    )
+    print(table(headers, rows))
     if doc["topics"]:
         print()
         headers = ["TOPIC"] + [f"SHARD {s['shard_id']}" for s in doc["shards"]]
@@ -248,6 +260,18 @@ def status(client: Client, args: argparse.Namespace) -> int:
             "request counts are not shown (pass --admin HOST:PORT if it is elsewhere)"
         )
     return 0
+
+
+def _size(n: int | None) -> str | None:
+    """Bytes for people: 1536 -> "1.5 KiB"."""
+    if n is None:
+        return None
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
 
 
 def _ranges(indexes: list[int]) -> str:

@@ -57,10 +57,13 @@ def test_ranges() -> None:
 def test_prometheus_parsing_and_shard_loads() -> None:
     text = """# HELP laminar_requests_total requests
 # TYPE laminar_requests_total counter
-laminar_requests_total{shard="0",op="produce",core="0"} 10
+laminar_requests_total{shard="0",op="produce"} 10
 laminar_requests_total{shard="0",op="fetch"} 5
 laminar_requests_total{shard="1",op="produce",core="1"} 7
-laminar_bytes_in_total{shard="1"} 1024
+laminar_received_bytes_total{shard="1"} 1024
+laminar_shard_up{shard="1"} 0
+laminar_shard_restarts_total{shard="1"} 2
+laminar_shard_core{shard="0"} 0
 laminar_info{version="1 \\"x\\""} 1
 garbage line
 """
@@ -69,6 +72,7 @@ garbage line
     loads = shard_loads(samples)
     assert (loads[0].requests, loads[0].core) == (15, 0)
     assert (loads[1].requests, loads[1].bytes_in, loads[1].core) == (7, 1024, 1)
+    assert (loads[1].up, loads[1].restarts) == (False, 2)
 
 
 def test_put_bytes_keeps_every_byte() -> None:
