@@ -1,0 +1,138 @@
+"""`laminar-node`: run a laminar node (a supervisor and one shard per core).
+
+With no flags it runs a single-node cluster on loopback port 7070 with one
+shard per core and its data in ./laminar-data. See `laminar-node --help`.
+Exit codes: 0 after a clean drain (SIGTERM, SIGINT), 2 for a bad flag or a
+fatal start-up problem (port in use, data dir unusable), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+
+from laminar.log.config import FLUSH_POLICIES
+from laminar.shards.config import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_HOST,
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_PORT,
+    DEFAULT_SEGMENT_BYTES,
+    ROUTING_MODES,
+    RUNTIMES,
+    ConfigError,
+    NodeConfig,
+)
+from laminar.wire import DEFAULT_MAX_FRAME_BYTES
+
+_SIZE_RE = re.compile(r"(\d+)\s*([kmgt]?)(i?b)?", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "1048576", "64MiB", "64m", "1g" (binary units)."""
+    match = _SIZE_RE.fullmatch(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 67108864, 64MiB, 1g)")
+    return int(match[1]) * _UNITS[match[2].lower()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    cpus = os.cpu_count() or 1
+    p = argparse.ArgumentParser(
+        prog="laminar-node",
+        description="Run a laminar node: one pinned shard process per core.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--cores", type=int, default=cpus, help="shard processes, one per core")
+    p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="where partitions live")
+    p.add_argument("--host", default=DEFAULT_HOST, help="address to listen on")
+    p.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help="node port, TCP and UDP (0: ephemeral)"
+    )
+    p.add_argument(
+        "--shard-port-base",
+        type=int,
+        default=None,
+        help="shard i listens on BASE+i (default: port+1; ephemeral if --port 0)",
+    )
+    p.add_argument(
+        "--admin-port",
+        type=int,
+        default=None,
+        help="HTTP /health /metrics /status (default: port+2000; ephemeral if --port 0)",
+    )
+    p.add_argument("--runtime", choices=RUNTIMES, default="auto", help="event loop")
+    p.add_argument(
+        "--routing", choices=ROUTING_MODES, default="auto", help="node-port request steering"
+    )
+    p.add_argument(
+        "--flush", choices=FLUSH_POLICIES, default="always", help="when appends are made durable"
+    )
+    p.add_argument(
+        "--segment-bytes",
+        type=parse_size,
+        default=DEFAULT_SEGMENT_BYTES,
+        help="segment size of partition logs (e.g. 64MiB)",
+    )
+    p.add_argument(
+        "--max-frame-bytes",
+        type=parse_size,
+        default=DEFAULT_MAX_FRAME_BYTES,
+        help="largest request frame accepted",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=DEFAULT_IDLE_TIMEOUT_S,
+        help="seconds before an idle (or stalled mid-frame) connection is closed",
+    )
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        type=str.upper,
+    )
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> NodeConfig:
+    return NodeConfig(
+        cores=args.cores,
+        data_dir=os.path.abspath(args.data_dir),
+        host=args.host,
+        port=args.port,
+        shard_port_base=args.shard_port_base,
+        admin_port=args.admin_port,
+        runtime=args.runtime,
+        routing=args.routing,
+        flush=args.flush,
+        segment_bytes=args.segment_bytes,
+        max_frame_bytes=args.max_frame_bytes,
+        idle_timeout_s=args.idle_timeout,
+        log_level=args.log_level,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ConfigError as exc:
+        print(f"laminar-node: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=config.log_level,
+        format="%(asctime)s node %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from laminar.shards.supervisor import Supervisor
+
+    return Supervisor(config).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

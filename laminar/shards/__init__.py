@@ -1,0 +1,21 @@
+"""The node: a supervisor and one pinned shard process per core.
+
+`laminar-node --cores N` runs `supervisor.Supervisor`, which binds the node's
+sockets, starts N `shard_main` processes and keeps them running. Each shard
+(`shard.Shard`) owns the partitions placement gives it and serves them on its
+own port and on the shared node port. Modules, each with one job:
+
+- `config`: `NodeConfig`, the settings every process shares;
+- `listeners`: binding the node's sockets (supervisor side);
+- `steering`: the routing-mode seam where `laminar.xdp` plugs in;
+- `supervisor`, `control`, `admin`, `prometheus`: the supervisor, its control
+  channel to each shard, the admin HTTP endpoint and its metrics text;
+- `shard_main`, `shard`: a shard process and its lifecycle (start, drain);
+- `connection`, `outbox`, `datagram`: serving TCP connections and UDP datagrams;
+- `router` (pure), `dispatch`, `handlers`, `errors`: where a request is served,
+  forwarding, the per-op handlers, and failures as wire errors;
+- `channels`: pipelined inter-shard connections (forwarding, metadata tail);
+- `metadata` (pure), `metalog`: cluster metadata as a log;
+- `partitions`: the shard's partition logs;
+- `metrics`: counters, latency summaries, fsync timing.
+"""

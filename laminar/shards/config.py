@@ -1,0 +1,140 @@
+"""The node's settings: one frozen `NodeConfig`, parsed once by the supervisor.
+
+The supervisor hands the same config to every shard process as JSON on its
+command line (`to_json` / `from_json`), so a shard never re-reads flags or the
+environment: what the supervisor logged at start-up is what every shard runs.
+
+Port rules: the node port (`port`, default 7070) is bound by every shard with
+SO_REUSEPORT; shard `i` also listens alone on `shard_port_base + i` (default
+`port + 1 + i`). With `port == 0` every port is ephemeral (tests), and the
+node reports the ports it got in `<data-dir>/run/node.json`. The admin HTTP
+port defaults to `port + 2000` (9070), or ephemeral with `port == 0`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Final, Literal
+
+from laminar.log import LogConfig
+from laminar.log.config import FLUSH_POLICIES, FlushPolicy
+from laminar.wire import DEFAULT_MAX_FRAME_BYTES, MIN_FRAME_BYTES
+
+DEFAULT_PORT: Final = 7070
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_DATA_DIR: Final = "laminar-data"
+ADMIN_PORT_OFFSET: Final = 2000
+DEFAULT_SEGMENT_BYTES: Final = 64 << 20
+DEFAULT_IDLE_TIMEOUT_S: Final = 300.0
+ROUTING_MODES: Final = ("auto", "userspace")
+"""`--routing` choices accepted today; `laminar.xdp` adds "ebpf" and "cbpf"."""
+RUNTIMES: Final = ("auto", "uring", "asyncio")
+
+Runtime = Literal["auto", "uring", "asyncio"]
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message says which and what is allowed."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Everything a node and its shards need to know at start-up."""
+
+    cores: int
+    data_dir: str
+    """Absolute path; created if missing."""
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    shard_port_base: int | None = None
+    """Shard `i` listens on `shard_port_base + i`; None: `port + 1` (ephemeral if port is 0)."""
+    admin_port: int | None = None
+    """None: `port + 2000` (ephemeral if port is 0)."""
+    runtime: Runtime = "auto"
+    routing: str = "auto"
+    flush: FlushPolicy = "always"
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    """A connection with no request in flight and no complete frame for this long is closed."""
+    log_level: str = "INFO"
+    node_id: str = ""
+    """Stable identity of the node, kept in `<data-dir>/node_id`; filled in by the supervisor."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Settings added by plug-ins (e.g. `laminar.xdp`), passed through to shards untouched."""
+
+    def __post_init__(self) -> None:
+        cpus = os.cpu_count() or 1
+        if not 1 <= self.cores <= cpus:
+            raise ConfigError(
+                f"--cores {self.cores} is not possible here: this machine has {cpus} "
+                f"core{'s' if cpus != 1 else ''}; use 1..{cpus}"
+            )
+        for name in ("port", "shard_port_base", "admin_port"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 65535:
+                raise ConfigError(f"--{name.replace('_', '-')} must be in 0..65535, got {value}")
+        if self.shard_port_base and self.shard_port_base + self.cores - 1 > 65535:
+            raise ConfigError(
+                f"--shard-port-base {self.shard_port_base} leaves no room for {self.cores} shards"
+            )
+        if self.runtime not in RUNTIMES:
+            raise ConfigError(f"--runtime must be one of {', '.join(RUNTIMES)}")
+        if self.flush not in FLUSH_POLICIES:
+            raise ConfigError(f"--flush must be one of {', '.join(FLUSH_POLICIES)}")
+        if self.segment_bytes < 4096:
+            raise ConfigError(f"--segment-bytes must be at least 4096, got {self.segment_bytes}")
+        if self.max_frame_bytes < MIN_FRAME_BYTES:
+            raise ConfigError(f"--max-frame-bytes must be at least {MIN_FRAME_BYTES}")
+        if not self.idle_timeout_s > 0:
+            raise ConfigError(f"--idle-timeout must be positive, got {self.idle_timeout_s}")
+        if not os.path.isabs(self.data_dir):
+            raise ConfigError(f"data_dir must be absolute, got {self.data_dir!r}")
+
+    # -- derived settings ------------------------------------------------------
+
+    def shard_port(self, shard_id: int) -> int:
+        """The port shard `shard_id` listens on alone (0: ephemeral)."""
+        if self.shard_port_base is not None:
+            return self.shard_port_base + shard_id if self.shard_port_base else 0
+        return self.port + 1 + shard_id if self.port else 0
+
+    @property
+    def admin_port_resolved(self) -> int:
+        """The admin port to bind (0: ephemeral)."""
+        if self.admin_port is not None:
+            return self.admin_port
+        return self.port + ADMIN_PORT_OFFSET if self.port else 0
+
+    def log_config(self, *, pipelined: bool) -> LogConfig:
+        """The settings of every partition log. `pipelined` (io_uring) keeps several
+        group-commit flushes in flight, which is where that backend gains."""
+        return LogConfig(
+            segment_bytes=self.segment_bytes,
+            flush=self.flush,
+            preallocate_bytes=min(4 << 20, self.segment_bytes),
+            max_flushes_in_flight=4 if pipelined else 2,
+        )
+
+    @property
+    def run_dir(self) -> str:
+        """Where the node keeps its runtime files: node.json, the channel sockets."""
+        return os.path.join(self.data_dir, "run")
+
+    @property
+    def partitions_dir(self) -> str:
+        return os.path.join(self.data_dir, "partitions")
+
+    def with_updates(self, **changes: Any) -> NodeConfig:
+        return replace(self, **changes)
+
+    # -- passing to shard processes --------------------------------------------
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> NodeConfig:
+        return cls(**json.loads(text))

@@ -1,0 +1,198 @@
+"""Serving one stream connection: a client's TCP socket or a peer shard's channel.
+
+Rules, and why:
+
+- Requests are pipelined: every complete frame starts its own task, and the
+  response is written when it is ready (clients match them by correlation
+  id). Tasks start in arrival order and run synchronously up to the log append,
+  so pipelined produces to one partition are appended in the order sent.
+- Resources are bounded: at most `MAX_IN_FLIGHT` requests per connection and
+  `MAX_PENDING_OUT_BYTES` of unsent responses; past either, the connection stops
+  reading until it drains (TCP then pushes back on the client). The frame
+  decoder bounds buffered bytes to twice the frame limit.
+- Fatal framing errors (bad magic, wrong version, oversized or malformed frame):
+  the stream is out of step, so the connection gets one error response (none for
+  bad magic: that peer does not speak laminar) and is closed. Errors inside a
+  well-framed request are answered and the connection carries on.
+- A client that disconnects mid-frame loses only that partial frame: a request
+  is acted on only once complete, so nothing is ever half-appended.
+- Idle connections are closed by the shard's sweeper (`Connection.idle_for`):
+  no request in flight and no complete frame for the idle timeout. A client that
+  sends half a frame and stalls is idle too.
+- End of stream from the client ends reading, but requests already received are
+  still answered before the socket is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Callable
+from typing import Final
+
+from laminar.shards.dispatch import Dispatcher
+from laminar.shards.handlers import RequestContext
+from laminar.shards.metrics import ShardMetrics
+from laminar.shards.outbox import Outbox
+from laminar.wire import NEED_DATA, BadMagic, ErrorResponse, Frame, FrameDecoder, ProtocolError
+
+logger = logging.getLogger("laminar.shards")
+
+MAX_IN_FLIGHT: Final = 256
+MAX_PENDING_OUT_BYTES: Final = 16 << 20
+READ_BYTES: Final = 256 << 10
+
+
+class Connection:
+    """One accepted stream socket and the requests it carries."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        dispatcher: Dispatcher,
+        metrics: ShardMetrics,
+        ctx: RequestContext,
+        max_frame_bytes: int,
+        on_close: Callable[[Connection], None],
+    ) -> None:
+        self.sock = sock
+        self._loop = asyncio.get_running_loop()
+        self._dispatcher = dispatcher
+        self._metrics = metrics
+        self._ctx = ctx
+        self.internal = ctx.internal
+        self._decoder = FrameDecoder(max_frame_bytes)
+        self._outbox = Outbox(self._loop, sock, self._on_write_error)
+        self._on_close = on_close
+        self._reader: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._resume: asyncio.Future[None] | None = None
+        self._idle_waiter: asyncio.Future[None] | None = None
+        self.last_frame_at = time.monotonic()
+        self.closed = False
+        self._stopping = False
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    def idle_for(self, now: float) -> float:
+        """Seconds without a complete frame while nothing is in flight (0 if busy)."""
+        if self._tasks:
+            return 0.0
+        return now - self.last_frame_at
+
+    async def serve(self) -> None:
+        """Read and dispatch frames until the peer closes, errs or is stopped;
+        then answer what was received and close."""
+        reader = self._reader = asyncio.current_task()
+        assert reader is not None
+        metrics = self._metrics
+        metrics.connections_total += 1
+        metrics.connections_open += 1
+        try:
+            try:
+                await self._read_loop()
+            except asyncio.CancelledError:
+                if not self._stopping:
+                    raise
+                reader.uncancel()  # stop(): no new requests, finish the rest
+            except ProtocolError as exc:
+                metrics.protocol_errors += 1
+                if not isinstance(exc, BadMagic):
+                    error = ErrorResponse.from_error(exc)
+                    self._outbox.send(error.encode_buffers(exc.correlation_id or 0))
+            except OSError:
+                pass  # reset by peer: answers could not be delivered anyway
+            await self._finish_in_flight()
+        finally:
+            metrics.connections_open -= 1
+            self._close()
+
+    async def _read_loop(self) -> None:
+        loop = self._loop
+        sock = self.sock
+        decoder = self._decoder
+        metrics = self._metrics
+        outbox = self._outbox
+        while not self._stopping:
+            if len(self._tasks) >= MAX_IN_FLIGHT or outbox.pending_bytes > MAX_PENDING_OUT_BYTES:
+                await self._wait_resume()
+                continue
+            data = await loop.sock_recv(sock, min(READ_BYTES, decoder.room))
+            if not data:
+                return
+            metrics.bytes_in += len(data)
+            decoder.feed(data)
+            while True:
+                frame = decoder.next_frame()
+                if frame is NEED_DATA:
+                    break
+                self.last_frame_at = time.monotonic()
+                self._start(frame)
+
+    def _start(self, frame: Frame) -> None:
+        task = self._loop.create_task(self._serve_one(frame))
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    async def _serve_one(self, frame: Frame) -> None:
+        response = await self._dispatcher.dispatch(frame, self._ctx)
+        self._metrics.bytes_out += self._outbox.send(response)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self.last_frame_at = time.monotonic()
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("request task failed", exc_info=task.exception())
+        waiter = self._resume
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        if not self._tasks and self._idle_waiter is not None and not self._idle_waiter.done():
+            self._idle_waiter.set_result(None)
+
+    async def _wait_resume(self) -> None:
+        """Wait for a request to finish or the outbox to drain."""
+        self._resume = self._loop.create_future()
+        waiter = self._resume
+        if self._outbox.pending_bytes > MAX_PENDING_OUT_BYTES:
+            drained = self._loop.create_task(self._outbox.drained())
+            await asyncio.wait([waiter, drained], return_when=asyncio.FIRST_COMPLETED)
+            drained.cancel()
+        else:
+            await waiter
+        self._resume = None
+
+    async def _finish_in_flight(self) -> None:
+        """Let requests already received complete and their answers go out."""
+        while self._tasks:
+            self._idle_waiter = self._loop.create_future()
+            await self._idle_waiter
+        self._idle_waiter = None
+        await self._outbox.drained()
+
+    def _on_write_error(self, exc: BaseException) -> None:
+        """The peer is gone: stop reading and abandon requests still in flight
+        (a produce already staged in the log stays appended)."""
+        self.stop()
+        for task in list(self._tasks):
+            task.cancel()
+
+    def stop(self) -> None:
+        """Stop reading new requests (idle timeout, drain, broken socket); requests
+        in flight still complete and are answered before the socket closes."""
+        self._stopping = True
+        if self._reader is not None and not self._reader.done():
+            self._reader.cancel()
+
+    def _close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._outbox.abort()
+        for task in list(self._tasks):
+            task.cancel()
+        self.sock.close()
+        self._on_close(self)

@@ -1,0 +1,113 @@
+"""Requests over UDP on the node port: one frame per datagram, one answer back.
+
+Every shard receives on its own SO_REUSEPORT socket of the node's UDP port.
+Which shard gets a datagram is the kernel's choice (its hash, or the steering
+program of `laminar.xdp`); the frame then goes through the same dispatcher as
+TCP, so a datagram for another shard's partition is forwarded and answered
+from the receiving socket. Rules:
+
+- A datagram must hold exactly one whole frame. Foreign traffic (bad magic,
+  runt datagrams) is dropped silently and counted; other undecodable frames
+  get an error datagram when the prefix names a correlation id.
+- An answer that does not fit one datagram is replaced by a USE_TCP error:
+  UDP is for small requests.
+- A bounded number of datagrams are served at once; past that, the socket
+  buffer queues them and the kernel drops what overflows (UDP semantics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Any, Final
+
+from laminar.shards.dispatch import Dispatcher
+from laminar.shards.handlers import RequestContext
+from laminar.shards.metrics import ShardMetrics
+from laminar.wire import BadMagic, ErrorCode, ErrorResponse, ProtocolError, decode_frame
+
+logger = logging.getLogger("laminar.shards")
+
+MAX_DATAGRAM_BYTES: Final = 65507
+"""The largest UDP payload over IPv4."""
+MAX_IN_FLIGHT: Final = 512
+
+
+class DatagramServer:
+    """Serves one shard's UDP socket."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        dispatcher: Dispatcher,
+        metrics: ShardMetrics,
+        shard_id: int,
+        max_frame_bytes: int,
+    ) -> None:
+        self._sock = sock
+        self._dispatcher = dispatcher
+        self._metrics = metrics
+        self._ctx = RequestContext(received_by=shard_id)
+        self._max_frame_bytes = min(max_frame_bytes, MAX_DATAGRAM_BYTES)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self.dropped = 0
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._slots.acquire()
+            try:
+                data, address = await loop.sock_recvfrom(self._sock, MAX_DATAGRAM_BYTES + 1)
+            except OSError as exc:
+                self._slots.release()
+                logger.debug("udp receive failed: %s", exc)
+                continue
+            except BaseException:
+                self._slots.release()
+                raise
+            self._metrics.datagrams_in += 1
+            self._metrics.bytes_in += len(data)
+            task = loop.create_task(self._serve_one(data, address))
+            self._tasks.add(task)
+            task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._slots.release()
+
+    async def _serve_one(self, data: bytes, address: Any) -> None:
+        try:
+            frame = decode_frame(data, self._max_frame_bytes)
+        except BadMagic:
+            self.dropped += 1
+            return
+        except ProtocolError as exc:
+            self._metrics.protocol_errors += 1
+            if exc.correlation_id is None:
+                self.dropped += 1
+                return
+            reply = b"".join(ErrorResponse.from_error(exc).encode_buffers(exc.correlation_id))
+            await self._send(reply, address)
+            return
+        reply = b"".join(await self._dispatcher.dispatch(frame, self._ctx))
+        if len(reply) > MAX_DATAGRAM_BYTES:
+            reply = ErrorResponse.for_code(
+                frame.op,
+                ErrorCode.USE_TCP,
+                f"the response ({len(reply)} bytes) does not fit a datagram; use TCP",
+                frame.partition_id,
+            ).encode(frame.correlation_id)
+        await self._send(reply, address)
+
+    async def _send(self, reply: bytes, address: Any) -> None:
+        self._metrics.bytes_out += len(reply)
+        try:
+            await asyncio.get_running_loop().sock_sendto(self._sock, reply, address)
+        except OSError as exc:
+            logger.debug("udp send to %s failed: %s", address, exc)
+
+    def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()

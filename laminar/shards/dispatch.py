@@ -1,0 +1,164 @@
+"""One request frame in, one response frame out: routing, forwarding, errors.
+
+`Dispatcher.dispatch(frame, ctx)` is the single entry for every transport
+(TCP connections, the inter-shard channel, datagrams). It asks the router
+where the frame belongs; forwards it to the owning shard (wrapped in FORWARD,
+byte for byte) or unwraps a FORWARD that arrived for this shard; decodes and
+runs the handler; and turns any failure into an error response with the
+request's correlation id, op and partition id. It never raises for a bad
+request: the connection decides only about fatal framing errors.
+
+Counting: a request is counted (by op, with its latency) by the shard that
+serves it; the receiving shard of a forwarded request counts it as
+`forwarded_out`, the owner as `forwarded_in`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from laminar.shards.channels import Channels
+from laminar.shards.errors import error_for
+from laminar.shards.handlers import Handlers, RequestContext
+from laminar.shards.metadata import METADATA_PID
+from laminar.shards.metrics import ShardMetrics
+from laminar.shards.router import Action, route
+from laminar.wire import (
+    ErrorCode,
+    ErrorResponse,
+    ForwardRequest,
+    ForwardResponse,
+    Frame,
+    Op,
+    decode_frame,
+    decode_request,
+)
+from laminar.wire.codec import Buffer
+
+logger = logging.getLogger("laminar.shards")
+
+FORWARD_TIMEOUT_S: Final = 15.0
+"""How long a forwarded request may take beyond its own long-poll wait."""
+CHANNEL_FRAME_SLACK: Final = 64 << 10
+"""Room a FORWARD wrapper needs around a client frame of the largest size."""
+
+OP_NAMES: Final = {int(op): op.name.lower() for op in Op}
+
+Handler = Callable[[Any, int, RequestContext], Awaitable[list[Buffer]]]
+
+
+def _max_wait_s(frame: Frame) -> float:
+    if frame.op != Op.FETCH:
+        return 0.0
+    wait = frame.header.get("max_wait_ms")
+    return wait / 1000 if type(wait) is int and wait > 0 else 0.0
+
+
+class Dispatcher:
+    """Routes and serves request frames for one shard."""
+
+    def __init__(
+        self,
+        shard_id: int,
+        shard_count: int,
+        handlers: Handlers,
+        channels: Channels,
+        metrics: ShardMetrics,
+        max_frame_bytes: int,
+    ) -> None:
+        self.shard_id = shard_id
+        self.shard_count = shard_count
+        self.handlers = handlers
+        self.channels = channels
+        self.metrics = metrics
+        self.max_frame_bytes = max_frame_bytes
+        self._table: dict[int, Handler] = {
+            Op.PRODUCE: handlers.produce,
+            Op.FETCH: handlers.fetch,
+            Op.LIST_OFFSETS: handlers.list_offsets,
+            Op.METADATA: handlers.metadata_request,
+            Op.CREATE_TOPIC: handlers.create_topic,
+            Op.DELETE_TOPIC: handlers.delete_topic,
+            Op.LIST_TOPICS: handlers.list_topics,
+            Op.PING: handlers.ping,
+        }
+
+    async def dispatch(self, frame: Frame, ctx: RequestContext) -> list[Buffer]:
+        """The response frame (as buffers) to one request frame. Never raises,
+        except CancelledError."""
+        start = time.perf_counter()
+        try:
+            decision = route(
+                frame.op,
+                frame.flags,
+                frame.partition_id,
+                shard_id=self.shard_id,
+                shard_count=self.shard_count,
+                forwarded=ctx.forwarded,
+                internal=ctx.internal,
+            )
+            if decision.action is Action.FORWARD:
+                return await self._forward(decision.target, frame)
+            if decision.action is Action.REJECT:
+                return self._error(frame, decision.code, decision.message)
+            if frame.op == Op.FORWARD:
+                return await self._unwrap(frame)
+            request = decode_request(frame)
+            out = await self._table[frame.op](request, frame.correlation_id, ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            code, message, expected = error_for(exc)
+            if not expected:
+                logger.exception(
+                    "shard %d failed serving op %d on partition %d",
+                    self.shard_id,
+                    frame.op,
+                    frame.partition_id,
+                )
+            return self._error(frame, code, message)
+        name = OP_NAMES[frame.op]
+        if ctx.internal and frame.partition_id == METADATA_PID:
+            name = "metadata_tail"  # followers' long-polls: not client fetches
+        self.metrics.request_done(name, time.perf_counter() - start)
+        return out
+
+    def _error(self, frame: Frame, code: ErrorCode, message: str) -> list[Buffer]:
+        self.metrics.error(code.name.lower())
+        return ErrorResponse(frame.op, code, message, frame.partition_id).encode_buffers(
+            frame.correlation_id
+        )
+
+    async def _forward(self, target: int, frame: Frame) -> list[Buffer]:
+        """Serve `frame` on shard `target` and return its response frame."""
+        self.metrics.forwarded_out += 1
+        wrapped = ForwardRequest(frame.partition_id, self.shard_id, frame.encode())
+        try:
+            response = await self.channels.to(target).request(
+                wrapped, FORWARD_TIMEOUT_S + _max_wait_s(frame)
+            )
+        except Exception:
+            self.metrics.forward_failures += 1
+            raise
+        if response.is_error:
+            refused = ErrorResponse.from_frame(response)
+            return self._error(frame, refused.code, refused.message)
+        return [ForwardResponse.from_frame(response).frame]
+
+    async def _unwrap(self, frame: Frame) -> list[Buffer]:
+        """Serve the client frame inside a FORWARD from another shard."""
+        self.metrics.forwarded_in += 1
+        forward = ForwardRequest.from_frame(frame)
+        inner = decode_frame(forward.frame, self.max_frame_bytes + CHANNEL_FRAME_SLACK)
+        ctx = RequestContext(
+            received_by=forward.origin_shard,
+            internal=True,
+            forwarded=True,
+            origin_shard=forward.origin_shard,
+        )
+        response = b"".join(await self.dispatch(inner, ctx))
+        return ForwardResponse(frame.partition_id, response).encode_buffers(frame.correlation_id)

@@ -1,0 +1,243 @@
+"""The requests a shard serves itself, one method per op.
+
+A handler gets a decoded request that the router has already placed on this
+shard (it owns the partition, or the op is node-level) and returns the
+response frame's buffers. It raises to refuse (`RequestError`,
+`MetadataError`, log errors); the dispatcher turns that into an error
+response. Handlers never touch sockets.
+
+Produce stores each record blob of the request as one log record, unchanged, so
+a fetch returns the stored blobs as they are; a batch is one `append`, so it is
+in the log entirely or not at all. Fetch is bounded by the frame limit as well
+as by the request (a response must fit the frame a client or a forwarder can
+take), and long-polls with the log's `wait_for_append`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from laminar.log import LogClosed, SegmentedLog
+from laminar.placement import U32_MAX
+from laminar.shards.errors import RequestError
+from laminar.shards.metadata import METADATA_TOPIC_ID
+from laminar.shards.metalog import MetadataService
+from laminar.shards.metrics import ShardMetrics
+from laminar.shards.partitions import LongPolls, PartitionManager
+from laminar.wire import (
+    CreateTopicRequest,
+    CreateTopicResponse,
+    DeleteTopicRequest,
+    DeleteTopicResponse,
+    ErrorCode,
+    FetchRequest,
+    Flags,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListTopicsRequest,
+    ListTopicsResponse,
+    MetadataRequest,
+    MetadataResponse,
+    Op,
+    Ping,
+    Pong,
+    ProduceRequest,
+    ProduceResponse,
+    ShardInfo,
+    TopicInfo,
+    encode_frame_buffers,
+)
+from laminar.wire.codec import Buffer
+from laminar.wire.records import encode_fetch_batch
+
+_UNSPECIFIED_HOSTS: Final = frozenset({"0.0.0.0", "::", ""})
+
+
+@dataclass(frozen=True, slots=True)
+class ShardIdentity:
+    """Who this shard is, as metadata and pings report it."""
+
+    node_id: str
+    shard_id: int
+    shard_count: int
+    host: str
+    port: int
+    shard_ports: tuple[int, ...]
+    routing_mode: str
+    max_frame_bytes: int
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """Where a request came from."""
+
+    received_by: int
+    """The shard whose socket received it (the origin, for forwarded requests)."""
+    internal: bool = False
+    """It arrived on the inter-shard channel."""
+    forwarded: bool = False
+    """It was unwrapped from a FORWARD."""
+    origin_shard: int | None = None
+    local_host: str | None = None
+    """The address the client connected to (for metadata on wildcard binds)."""
+
+
+class Handlers:
+    """The ops this shard answers (see the module docstring)."""
+
+    def __init__(
+        self,
+        ident: ShardIdentity,
+        metadata: MetadataService,
+        partitions: PartitionManager,
+        metrics: ShardMetrics,
+        polls: LongPolls,
+    ) -> None:
+        self.ident = ident
+        self.metadata = metadata
+        self.partitions = partitions
+        self.metrics = metrics
+        self.polls = polls
+        # A fetch response must fit a frame: bound the bytes and the per-record table.
+        self._fetch_bytes_max = max(1, ident.max_frame_bytes // 2)
+        self._fetch_records_max = max(1, ident.max_frame_bytes // 64)
+
+    # -- partition resolution --------------------------------------------------
+
+    async def _topic_of(self, pid: int) -> TopicInfo:
+        """The topic partition `pid` belongs to; catches up with the metadata
+        owner once before calling a topic id unknown."""
+        topic_id, idx = pid >> 32, pid & U32_MAX
+        if topic_id == METADATA_TOPIC_ID:
+            raise RequestError(
+                ErrorCode.UNKNOWN_TOPIC, "topic id 0 is the node's internal metadata log"
+            )
+        state = self.metadata.state
+        topic = state.by_id(topic_id)
+        if topic is None and not state.knows_id(topic_id):
+            await self.metadata.catch_up()
+            topic = state.by_id(topic_id)
+        if topic is None:
+            raise RequestError(
+                ErrorCode.UNKNOWN_TOPIC, f"no topic with id {topic_id} (partition id {pid})"
+            )
+        if idx >= topic.partitions:
+            raise RequestError(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"topic {topic.name!r} has partitions 0..{topic.partitions - 1}; "
+                f"there is no partition {idx}",
+            )
+        return topic
+
+    async def _log_of(self, pid: int) -> SegmentedLog:
+        await self._topic_of(pid)
+        return await self.partitions.get(pid)
+
+    # -- partition ops ---------------------------------------------------------
+
+    async def produce(self, req: ProduceRequest, corr: int, ctx: RequestContext) -> list[Buffer]:
+        if not req.blobs:
+            raise RequestError(ErrorCode.INVALID_REQUEST, "a produce request needs a record")
+        log = await self._log_of(req.partition_id)
+        first = await log.append(req.blobs)
+        # The log assigns the timestamp; read it back so the answer is exact.
+        timestamp_ms = (await log.read(first)).timestamp_ms
+        self.metrics.records_in += len(req.blobs)
+        return ProduceResponse(
+            req.partition_id, first, len(req.blobs), timestamp_ms
+        ).encode_buffers(corr)
+
+    async def fetch(self, req: FetchRequest, corr: int, ctx: RequestContext) -> list[Buffer]:
+        pid = req.partition_id
+        if pid >> 32 == METADATA_TOPIC_ID and ctx.internal:
+            response = await self.metadata.serve_fetch(req, ctx.origin_shard)
+            return response.encode_buffers(corr)
+        if req.max_bytes == 0 or req.max_records == 0:
+            raise RequestError(ErrorCode.INVALID_REQUEST, "max_bytes and max_records must be >= 1")
+        log = await self._log_of(pid)
+        self._check_range(log, req.index)
+        if req.index == log.highest_index and req.max_wait_ms:
+            await self._long_poll(pid, log, req.index, req.max_wait_ms)
+        records = []
+        if req.index < log.highest_index:
+            records = await log.read_range(
+                req.index,
+                min(req.max_bytes, self._fetch_bytes_max),
+                min(req.max_records, self._fetch_records_max),
+            )
+        self.metrics.records_out += len(records)
+        payload = encode_fetch_batch((r.index, r.timestamp_ms, r.value) for r in records)
+        header = {"lowest_index": log.lowest_index, "highest_index": log.highest_index}
+        return encode_frame_buffers(Op.FETCH, corr, pid, header, payload, flags=Flags.RESPONSE)
+
+    @staticmethod
+    def _check_range(log: SegmentedLog, index: int) -> None:
+        if not log.lowest_index <= index <= log.highest_index:
+            raise RequestError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"index {index} is outside the partition's range [{log.lowest_index}, "
+                f"{log.highest_index}]",
+            )
+
+    async def _long_poll(self, pid: int, log: SegmentedLog, index: int, wait_ms: int) -> None:
+        """Wait for a record at `index`, until `wait_ms` pass or the shard drains."""
+        try:
+            await self.polls.wait(log, index, wait_ms / 1000)
+        except LogClosed:
+            await self._topic_of(pid)  # UNKNOWN_TOPIC if it was deleted meanwhile
+            raise
+
+    async def list_offsets(
+        self, req: ListOffsetsRequest, corr: int, ctx: RequestContext
+    ) -> list[Buffer]:
+        log = await self._log_of(req.partition_id)
+        at = None
+        if req.timestamp_ms is not None:
+            at = await log.index_for_timestamp(req.timestamp_ms)
+        highest = log.highest_index
+        return ListOffsetsResponse(
+            req.partition_id, log.lowest_index, highest, highest, at
+        ).encode_buffers(corr)
+
+    async def ping(self, req: Ping, corr: int, ctx: RequestContext) -> list[Buffer]:
+        ident = self.ident
+        return Pong(
+            req.partition_id, ident.node_id, ident.shard_id, ctx.received_by
+        ).encode_buffers(corr)
+
+    # -- node ops --------------------------------------------------------------
+
+    async def metadata_request(
+        self, req: MetadataRequest, corr: int, ctx: RequestContext
+    ) -> list[Buffer]:
+        ident = self.ident
+        host = ident.host
+        if host in _UNSPECIFIED_HOSTS and ctx.local_host:
+            host = ctx.local_host
+        shards = tuple(ShardInfo(i, host, port) for i, port in enumerate(ident.shard_ports))
+        return MetadataResponse(
+            ident.node_id,
+            host,
+            ident.port,
+            ident.routing_mode,
+            shards,
+            self.metadata.state.topics(),
+        ).encode_buffers(corr)
+
+    async def list_topics(
+        self, req: ListTopicsRequest, corr: int, ctx: RequestContext
+    ) -> list[Buffer]:
+        return ListTopicsResponse(self.metadata.state.topics()).encode_buffers(corr)
+
+    async def create_topic(
+        self, req: CreateTopicRequest, corr: int, ctx: RequestContext
+    ) -> list[Buffer]:
+        topic = await self.metadata.create_topic(req.name, req.partitions, req.config)
+        return CreateTopicResponse(topic).encode_buffers(corr)
+
+    async def delete_topic(
+        self, req: DeleteTopicRequest, corr: int, ctx: RequestContext
+    ) -> list[Buffer]:
+        topic = await self.metadata.delete_topic(req.name)
+        return DeleteTopicResponse(topic.name, topic.topic_id).encode_buffers(corr)

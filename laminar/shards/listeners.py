@@ -1,0 +1,237 @@
+"""The node's sockets, bound once by the supervisor and inherited by the shards.
+
+Why the supervisor binds them: a port in use or a bad address is found before
+any shard starts, with one clear message; port 0 works (the node port is
+bound once, then the same port is bound again by the other shards' sockets
+with SO_REUSEPORT); and a shard that crashes and restarts gets the very same
+sockets back, so connections that arrive meanwhile wait in the backlog instead
+of being refused, and a steering program (laminar.xdp) that indexes the node
+port's sockets keeps its map valid.
+
+Per shard `i` (`ShardSockets`):
+
+- `node_tcp`: the node port, SO_REUSEPORT, shared by all shards (any shard may
+  accept; requests for other shards' partitions are forwarded).
+- `shard_tcp`: shard i's own port, for clients that route themselves.
+- `node_udp`: the node port over UDP, SO_REUSEPORT (small requests; where the
+  kernel steering of laminar.xdp applies).
+- `channel`: a Unix stream socket other shards connect to
+  (`channel_address(run_dir, i)`), carrying forwarded requests and the
+  metadata tail.
+
+File descriptors keep their numbers in the child (`pass_fds`), so a shard is
+told them as `ShardSockets.fds()` and rebuilds its sockets with `from_fds`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import socket
+from dataclasses import dataclass
+
+from laminar.shards.config import NodeConfig
+
+BACKLOG = 1024
+_UNIX_PATH_MAX = 107
+
+
+class StartupError(Exception):
+    """A fatal start-up problem, described in one line for the operator."""
+
+
+def channel_address(run_dir: str, shard_id: int) -> str:
+    """The Unix socket address of shard `shard_id`'s channel listener.
+
+    `<run_dir>/shard-<i>.sock` when the path fits in a sockaddr_un, else an
+    abstract-namespace name derived from the run directory (deep test paths).
+    """
+    path = os.path.join(run_dir, f"shard-{shard_id}.sock")
+    if len(path.encode()) <= _UNIX_PATH_MAX:
+        return path
+    digest = hashlib.sha1(os.path.abspath(run_dir).encode()).hexdigest()[:16]
+    return f"\0laminar-{digest}-shard-{shard_id}"
+
+
+@dataclass(slots=True)
+class ShardSockets:
+    """The listening sockets one shard serves on."""
+
+    node_tcp: socket.socket
+    shard_tcp: socket.socket
+    node_udp: socket.socket
+    channel: socket.socket
+
+    def all(self) -> list[socket.socket]:
+        return [self.node_tcp, self.shard_tcp, self.node_udp, self.channel]
+
+    def fds(self) -> dict[str, int]:
+        return {
+            "node_tcp": self.node_tcp.fileno(),
+            "shard_tcp": self.shard_tcp.fileno(),
+            "node_udp": self.node_udp.fileno(),
+            "channel": self.channel.fileno(),
+        }
+
+    @classmethod
+    def from_fds(cls, fds: dict[str, int]) -> ShardSockets:
+        """Adopt inherited descriptors (in the shard process), non-blocking."""
+        socks = [socket.socket(fileno=fds[name]) for name in cls._NAMES]
+        for sock in socks:
+            sock.setblocking(False)
+        return cls(*socks)
+
+    _NAMES = ("node_tcp", "shard_tcp", "node_udp", "channel")
+
+    def close(self) -> None:
+        for sock in self.all():
+            sock.close()
+
+
+@dataclass(slots=True)
+class NodeSockets:
+    """Every socket of the node, per shard, with the ports actually bound."""
+
+    host: str
+    port: int
+    shards: list[ShardSockets]
+
+    @property
+    def shard_ports(self) -> list[int]:
+        return [s.shard_tcp.getsockname()[1] for s in self.shards]
+
+    def close(self) -> None:
+        for shard in self.shards:
+            shard.close()
+
+
+def _family(host: str) -> socket.AddressFamily:
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise StartupError(f"cannot resolve --host {host!r}: {exc.strerror}") from None
+    return infos[0][0]
+
+
+def _bind(
+    family: socket.AddressFamily,
+    kind: socket.SocketKind,
+    host: str,
+    port: int,
+    what: str,
+    *,
+    reuseport: bool,
+    listen: bool = True,
+) -> socket.socket:
+    sock = socket.socket(family, kind)
+    try:
+        if kind == socket.SOCK_STREAM:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuseport:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        if listen and kind == socket.SOCK_STREAM:
+            sock.listen(BACKLOG)
+        sock.set_inheritable(True)
+    except OSError as exc:
+        sock.close()
+        raise _bind_error(exc, what, host, port) from None
+    return sock
+
+
+def _bind_error(exc: OSError, what: str, host: str, port: int) -> StartupError:
+    if exc.errno == errno.EADDRINUSE:
+        return StartupError(
+            f"{what} {host}:{port} is already in use (another laminar-node?); "
+            "stop it or choose other ports"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return StartupError(f"{what}: address {host} is not an address of this machine")
+    if exc.errno == errno.EACCES:
+        return StartupError(f"{what} {host}:{port}: permission denied (ports below 1024?)")
+    return StartupError(f"{what} {host}:{port}: {exc.strerror or exc}")
+
+
+def _probe(
+    family: socket.AddressFamily, kind: socket.SocketKind, host: str, port: int, what: str
+) -> int:
+    """Bind `port` once *without* SO_REUSEPORT and return the port bound.
+
+    SO_REUSEPORT lets any process of the same user join a port's group, so a
+    second node on the same port would bind "successfully" and steal half the
+    connections. A plain bind first fails with EADDRINUSE if anyone holds the
+    port, which is the error an operator needs to see.
+    """
+    probe = _bind(family, kind, host, port, what, reuseport=False, listen=False)
+    try:
+        bound: int = probe.getsockname()[1]
+        return bound
+    finally:
+        probe.close()
+
+
+def _bind_channel(run_dir: str, shard_id: int) -> socket.socket:
+    address = channel_address(run_dir, shard_id)
+    if not address.startswith("\0"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(address)  # left by a killed node; the data-dir lock says it is ours
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(address)
+        sock.listen(BACKLOG)
+        sock.set_inheritable(True)
+    except OSError as exc:
+        sock.close()
+        raise StartupError(f"shard {shard_id} channel socket {address!r}: {exc}") from None
+    return sock
+
+
+def bind_node(config: NodeConfig) -> NodeSockets:
+    """Bind every socket of the node, or raise `StartupError` naming the problem."""
+    family = _family(config.host)
+    os.makedirs(config.run_dir, exist_ok=True)
+    bound: list[socket.socket] = []
+    shards: list[ShardSockets] = []
+    port = _probe(family, socket.SOCK_STREAM, config.host, config.port, "node port")
+    _probe(family, socket.SOCK_DGRAM, config.host, port, "node UDP port")
+    try:
+        for i in range(config.cores):
+            node_tcp = _bind(
+                family, socket.SOCK_STREAM, config.host, port, "node port", reuseport=True
+            )
+            bound.append(node_tcp)
+            node_udp = _bind(
+                family, socket.SOCK_DGRAM, config.host, port, "node UDP port", reuseport=True
+            )
+            bound.append(node_udp)
+            shard_tcp = _bind(
+                family,
+                socket.SOCK_STREAM,
+                config.host,
+                config.shard_port(i),
+                f"shard {i} port",
+                reuseport=False,
+            )
+            bound.append(shard_tcp)
+            channel = _bind_channel(config.run_dir, i)
+            bound.append(channel)
+            shards.append(ShardSockets(node_tcp, shard_tcp, node_udp, channel))
+    except BaseException:
+        for sock in bound:
+            sock.close()
+        raise
+    return NodeSockets(config.host, port, shards)
+
+
+def bind_admin(config: NodeConfig) -> socket.socket:
+    """The admin HTTP listener (the supervisor serves it)."""
+    return _bind(
+        _family(config.host),
+        socket.SOCK_STREAM,
+        config.host,
+        config.admin_port_resolved,
+        "admin port",
+        reuseport=False,
+    )

@@ -1,0 +1,126 @@
+"""Writing whole frames to one stream socket from many concurrent requests.
+
+Responses to pipelined requests finish in any order, from different tasks,
+and two `sock_sendall` calls in flight on one socket may interleave their
+bytes. An `Outbox` serialises them: `send` first tries the socket directly
+(most responses fit the socket buffer, so they cost one syscall and no task);
+whatever does not fit, and everything queued behind it, is written by one
+writer task, which joins what piled up meanwhile into one send.
+
+`pending_bytes` is what has not reached the socket yet: readers stop taking new
+requests when it grows past their bound (a client that sends but never reads
+cannot make the node buffer without limit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable, Sequence
+
+from laminar.wire.codec import Buffer
+
+
+class Outbox:
+    """Ordered, coalescing writer for one stream socket."""
+
+    __slots__ = (
+        "_drained",
+        "_error",
+        "_loop",
+        "_on_error",
+        "_queue",
+        "_sock",
+        "_task",
+        "pending_bytes",
+    )
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self._loop = loop
+        self._sock = sock
+        self._on_error = on_error
+        self._queue: list[Buffer] = []
+        self._task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+        self._drained: asyncio.Future[None] | None = None
+        self.pending_bytes = 0
+
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
+
+    def send(self, buffers: Sequence[Buffer]) -> int:
+        """Queue one frame's buffers; return its size. Never blocks, never raises
+        for a broken connection (that is reported once through `on_error`)."""
+        data: Buffer = buffers[0] if len(buffers) == 1 else b"".join(buffers)
+        size = len(data)
+        if self._error is not None:
+            return size
+        if self._task is None:
+            try:
+                sent = self._sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as exc:
+                self._fail(exc)
+                return size
+            if sent == size:
+                return size
+            data = memoryview(data)[sent:].tobytes()
+            self._queue.append(data)
+            self.pending_bytes += len(data)
+            self._task = self._loop.create_task(self._write())
+            return size
+        self._queue.append(data)
+        self.pending_bytes += size
+        return size
+
+    async def _write(self) -> None:
+        try:
+            while self._queue:
+                chunk, self._queue = self._queue, []
+                data = chunk[0] if len(chunk) == 1 else b"".join(chunk)
+                await self._loop.sock_sendall(self._sock, data)
+                self.pending_bytes -= len(data)
+        except asyncio.CancelledError:
+            self._queue.clear()
+            self.pending_bytes = 0
+            raise
+        except OSError as exc:
+            self._fail(exc)
+        finally:
+            self._task = None
+            self._wake()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._error is None:
+            self._error = exc
+            self._queue.clear()
+            self.pending_bytes = 0
+            if self._on_error is not None:
+                self._on_error(exc)
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter, self._drained = self._drained, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def drained(self) -> None:
+        """Wait until everything queued is written (or the connection failed)."""
+        while self._task is not None and self._error is None:
+            if self._drained is None:
+                self._drained = self._loop.create_future()
+            await self._drained
+
+    def abort(self) -> None:
+        """Stop writing; drop what is queued."""
+        if self._task is not None:
+            self._task.cancel()
+        self._queue.clear()
+        self.pending_bytes = 0

@@ -1,0 +1,173 @@
+"""Prometheus text exposition of the node: a pure function of shard snapshots.
+
+The supervisor asks every live shard for `ShardMetrics.snapshot()` (plus the
+shard's own fields, see `Shard.stats`) and renders them here, one sample per
+shard (label `shard`). Format: text exposition 0.0.4, every family with
+`# HELP` and `# TYPE`, counters ending in `_total`, units last
+(`_seconds`, `_bytes`). Latencies are summaries (quantiles from the shard's
+log-scale histogram, plus `_sum` and `_count`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True, slots=True)
+class ShardSample:
+    """What the supervisor knows about one shard at scrape time."""
+
+    shard_id: int
+    up: bool
+    restarts: int
+    stats: Mapping[str, Any] | None
+    """None when the shard is down or did not answer in time."""
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(labels: Mapping[str, object]) -> str:
+    if not labels:
+        return ""
+    inner = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
+    return "{" + inner + "}"
+
+
+def _number(value: float) -> str:
+    if value != value:  # NaN
+        return "NaN"
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(float(value))
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def family(self, name: str, kind: str, help_text: str) -> None:
+        self.lines.append(f"# HELP {name} {help_text}")
+        self.lines.append(f"# TYPE {name} {kind}")
+
+    def sample(self, name: str, labels: Mapping[str, object], value: float) -> None:
+        self.lines.append(f"{name}{_labels(labels)} {_number(value)}")
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+# (snapshot key, metric name, type, help)
+_SCALARS: tuple[tuple[str, str, str, str], ...] = (
+    ("bytes_in", "laminar_received_bytes_total", "counter", "Bytes received."),
+    ("bytes_out", "laminar_sent_bytes_total", "counter", "Bytes of responses sent."),
+    ("records_in", "laminar_records_produced_total", "counter", "Records appended."),
+    ("records_out", "laminar_records_fetched_total", "counter", "Records returned by fetches."),
+    ("forwarded_out", "laminar_forwarded_out_total", "counter",
+     "Requests this shard received for another shard's partition and forwarded."),
+    ("forwarded_in", "laminar_forwarded_in_total", "counter",
+     "Requests another shard forwarded to this one."),
+    ("forward_failures", "laminar_forward_failures_total", "counter",
+     "Forwarded requests that got no answer from the owning shard."),
+    ("connections_total", "laminar_connections_accepted_total", "counter", "Connections accepted."),
+    ("connections_open", "laminar_connections_open", "gauge", "Connections open now."),
+    ("connections_closed_idle", "laminar_connections_closed_idle_total", "counter",
+     "Connections closed for being idle (or stalled mid-frame) past the idle timeout."),
+    ("protocol_errors", "laminar_protocol_errors_total", "counter",
+     "Connections or datagrams dropped for undecodable framing."),
+    ("datagrams_in", "laminar_datagrams_received_total", "counter", "UDP datagrams received."),
+    ("flushes", "laminar_flushes_total", "counter", "Group-commit flushes of partition logs."),
+    ("partitions_owned", "laminar_partitions_owned", "gauge",
+     "Partitions this shard owns by placement."),
+    ("partitions_open", "laminar_partitions_open", "gauge", "Partition logs open now."),
+    ("metadata_applied_index", "laminar_metadata_applied_index", "gauge",
+     "Entries of the metadata log applied by this shard."),
+)  # fmt: skip
+
+
+def _summary(w: _Writer, name: str, labels: dict[str, object], snap: Mapping[str, float]) -> None:
+    for key, value in snap.items():
+        if key in ("count", "sum", "max"):
+            continue
+        w.sample(name, {**labels, "quantile": key}, value)
+    w.sample(f"{name}_sum", labels, snap.get("sum", 0.0))
+    w.sample(f"{name}_count", labels, snap.get("count", 0.0))
+
+
+def render(
+    node: Mapping[str, Any], shards: Iterable[ShardSample], extra: Iterable[str] = ()
+) -> str:
+    """The /metrics page. `node` holds node_id, routing_mode, runtime, cores;
+    `extra` are exposition blocks from plug-ins (e.g. XDP counters)."""
+    shards = list(shards)
+    live = [(s.shard_id, s.stats) for s in shards if s.stats is not None]
+    w = _Writer()
+    w.family("laminar_node_info", "gauge", "The node's identity and modes (always 1).")
+    w.sample(
+        "laminar_node_info",
+        {
+            "node_id": node.get("node_id", ""),
+            "runtime": node.get("runtime", ""),
+            "routing_mode": node.get("routing_mode", ""),
+        },
+        1,
+    )
+    w.family("laminar_routing_mode", "gauge", "1 for the active request routing mode.")
+    w.sample("laminar_routing_mode", {"mode": node.get("routing_mode", "")}, 1)
+    w.family("laminar_shards", "gauge", "Shard processes configured (--cores).")
+    w.sample("laminar_shards", {}, len(shards))
+    w.family("laminar_shard_up", "gauge", "1 if the shard process is running and ready.")
+    for s in shards:
+        w.sample("laminar_shard_up", {"shard": s.shard_id}, 1 if s.up else 0)
+    w.family("laminar_shard_restarts_total", "counter", "Times the shard was restarted.")
+    for s in shards:
+        w.sample("laminar_shard_restarts_total", {"shard": s.shard_id}, s.restarts)
+
+    w.family("laminar_requests_total", "counter", "Requests served, by op.")
+    for shard_id, stats in live:
+        for op, n in sorted(stats.get("requests", {}).items()):
+            w.sample("laminar_requests_total", {"shard": shard_id, "op": op}, n)
+    w.family("laminar_request_errors_total", "counter", "Error responses sent, by code.")
+    for shard_id, stats in live:
+        for code, n in sorted(stats.get("errors", {}).items()):
+            w.sample("laminar_request_errors_total", {"shard": shard_id, "code": code}, n)
+    w.family("laminar_request_latency_seconds", "summary", "Time to serve a request, by op.")
+    for shard_id, stats in live:
+        for op, snap in sorted(stats.get("latency", {}).items()):
+            _summary(w, "laminar_request_latency_seconds", {"shard": shard_id, "op": op}, snap)
+    w.family(
+        "laminar_fsync_latency_seconds",
+        "summary",
+        "Durable write (write linked to fdatasync) and sync latency of partition logs.",
+    )
+    for shard_id, stats in live:
+        if "fsync" in stats:
+            _summary(w, "laminar_fsync_latency_seconds", {"shard": shard_id}, stats["fsync"])
+
+    for key, name, kind, help_text in _SCALARS:
+        w.family(name, kind, help_text)
+        for shard_id, stats in live:
+            if key in stats:
+                w.sample(name, {"shard": shard_id}, stats[key])
+
+    w.family(
+        "laminar_task_queue_runtime_seconds_total",
+        "counter",
+        "CPU time spent in each task queue of the shard's event loop.",
+    )
+    for shard_id, stats in live:
+        for queue, qs in sorted(stats.get("task_queues", {}).items()):
+            w.sample(
+                "laminar_task_queue_runtime_seconds_total",
+                {"shard": shard_id, "queue": queue},
+                qs.get("runtime_s", 0.0),
+            )
+    text = w.text()
+    for block in extra:
+        text += block if block.endswith("\n") else block + "\n"
+    return text

@@ -1,0 +1,109 @@
+"""Where a request is served: a pure decision from the frame's routing prefix.
+
+Rules, and why:
+
+- Partition requests (produce, fetch, list offsets, ping) are served only by the
+  shard that owns the partition, `shard_for(pid, shard_count)`: the single
+  writer of each log. Any other shard forwards the frame, byte for byte, to the
+  owner over the inter-shard channel. This holds whatever the kernel steering
+  does (eBPF, cBPF or none): correctness never depends on BPF.
+- A forwarded frame is never forwarded again: if the receiving shard does not
+  own the partition (the two shards disagree on the shard count, a bug), it
+  answers NOT_OWNER instead of bouncing the frame around.
+- Topic creation and deletion go to the owner of the metadata partition, the
+  one shard that appends to the metadata log and assigns topic ids.
+- Metadata and topic listing are answered by whichever shard received them:
+  every shard holds the applied metadata (the owner waits for the other shards
+  to apply a change before acknowledging it).
+- FORWARD frames are accepted only on the inter-shard channel; a client that
+  sends one gets INVALID_REQUEST (it would otherwise pose as a shard).
+- Everything else (unknown ops, Raft and membership ops that have no server
+  yet, response frames) is handled locally, where decoding answers it with the
+  right error.
+
+Only the first 20 bytes of a frame are looked at, so this is what a forwarder
+can decide before decoding anything else.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Final
+
+from laminar.placement import shard_for
+from laminar.shards.metadata import METADATA_PID
+from laminar.wire import ErrorCode, Flags, Op
+
+PARTITION_OPS: Final = frozenset({Op.PRODUCE, Op.FETCH, Op.LIST_OFFSETS, Op.PING})
+NODE_OPS: Final = frozenset({Op.METADATA, Op.LIST_TOPICS})
+METADATA_WRITE_OPS: Final = frozenset({Op.CREATE_TOPIC, Op.DELETE_TOPIC})
+
+
+class Action(enum.Enum):
+    LOCAL = "local"
+    """Serve it on this shard."""
+    FORWARD = "forward"
+    """Send it to `Decision.target` over the inter-shard channel."""
+    REJECT = "reject"
+    """Answer with `Decision.code` and `Decision.message`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    target: int = -1
+    code: ErrorCode = ErrorCode.NONE
+    message: str = ""
+
+
+LOCAL: Final = Decision(Action.LOCAL)
+
+
+def owner_of(op: int, partition_id: int, shard_count: int) -> int | None:
+    """The shard that must serve `op` on `partition_id`; None if any shard may."""
+    if op in PARTITION_OPS:
+        return shard_for(partition_id, shard_count)
+    if op in METADATA_WRITE_OPS:
+        return shard_for(METADATA_PID, shard_count)
+    return None
+
+
+def route(
+    op: int,
+    flags: int,
+    partition_id: int,
+    *,
+    shard_id: int,
+    shard_count: int,
+    forwarded: bool = False,
+    internal: bool = False,
+) -> Decision:
+    """Decide where a request frame is served.
+
+    `forwarded`: the frame came wrapped in a FORWARD from another shard;
+    `internal`: it arrived on the inter-shard channel (not from a client).
+    """
+    if flags & (Flags.RESPONSE | Flags.ERROR):
+        return LOCAL  # decoding answers "expected a request"
+    if op == Op.FORWARD:
+        if internal and not forwarded:
+            return LOCAL
+        return Decision(
+            Action.REJECT,
+            code=ErrorCode.INVALID_REQUEST,
+            message="FORWARD is an internal op, accepted only between shards",
+        )
+    owner = owner_of(op, partition_id, shard_count)
+    if owner is None or owner == shard_id:
+        return LOCAL
+    if forwarded:
+        return Decision(
+            Action.REJECT,
+            code=ErrorCode.NOT_OWNER,
+            message=(
+                f"shard {shard_id} was forwarded a request for partition {partition_id}, "
+                f"which shard {owner} owns; refresh metadata"
+            ),
+        )
+    return Decision(Action.FORWARD, target=owner)

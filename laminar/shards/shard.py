@@ -1,0 +1,375 @@
+"""One shard process: its sockets, its partitions, its metadata view, its drain.
+
+Start-up, in order (each step depends on the one before):
+
+1. task queues (requests 1000, flush 800, background 100) where the loop has
+   them; signal handlers (SIGTERM, SIGINT: drain);
+2. the inter-shard channel listener, so peers can reach this shard (the
+   metadata owner must serve followers before it is "ready" itself);
+3. the metadata: replay (owner) or catch up with the owner (followers);
+4. the client listeners: the shard's own port, the node port (TCP and UDP);
+5. READY to the supervisor over the control socket.
+
+Drain (SIGTERM, SIGINT, or the supervisor's end of the control socket closing):
+stop accepting; stop reading new requests; end long-polls (they answer with
+what there is); let in-flight requests finish, bounded by `DRAIN_TIMEOUT_S`;
+close every log (which completes in-flight flushes and syncs); exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import time
+from typing import Any, Final
+
+from laminar.log.storage import StorageBackend, SyscallBackend
+from laminar.placement import shard_for
+from laminar.shards.channels import Channels
+from laminar.shards.config import NodeConfig
+from laminar.shards.connection import Connection
+from laminar.shards.control import (
+    CONTROL_MAX_FRAME_BYTES,
+    CONTROL_STATS,
+    ready_frame,
+    stats_response,
+)
+from laminar.shards.datagram import DatagramServer
+from laminar.shards.dispatch import CHANNEL_FRAME_SLACK, Dispatcher
+from laminar.shards.handlers import Handlers, RequestContext, ShardIdentity
+from laminar.shards.listeners import ShardSockets
+from laminar.shards.metadata import METADATA_PID, Applied
+from laminar.shards.metalog import MetadataService
+from laminar.shards.metrics import ShardMetrics, TimedBackend
+from laminar.shards.partitions import LongPolls, PartitionManager
+from laminar.wire import NEED_DATA, FrameDecoder, ProtocolError
+
+logger = logging.getLogger("laminar.shards")
+
+DRAIN_TIMEOUT_S: Final = 10.0
+PEER_DRAIN_TIMEOUT_S: Final = 3.0
+SWEEP_INTERVAL_S: Final = 1.0
+QUEUE_SHARES: Final = {"requests": 1000, "flush": 800, "background": 100}
+
+
+def _storage_backend(runtime: str) -> StorageBackend:
+    if runtime == "uring":
+        from laminar.reactor.storage import UringBackend
+
+        return UringBackend()
+    return SyscallBackend()
+
+
+class Shard:
+    """Everything one shard process runs (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        shard_id: int,
+        sockets: ShardSockets,
+        control: socket.socket,
+        *,
+        runtime: str,
+        routing_mode: str,
+        node_port: int,
+        shard_ports: list[int],
+    ) -> None:
+        self.config = config
+        self.shard_id = shard_id
+        self.sockets = sockets
+        self.control = control
+        self.runtime = runtime
+        self.routing_mode = routing_mode
+        self.metrics = ShardMetrics()
+        self.ident = ShardIdentity(
+            node_id=config.node_id,
+            shard_id=shard_id,
+            shard_count=config.cores,
+            host=config.host,
+            port=node_port,
+            shard_ports=tuple(shard_ports),
+            routing_mode=routing_mode,
+            max_frame_bytes=config.max_frame_bytes,
+        )
+        self.connections: set[Connection] = set()
+        self._serving: set[asyncio.Task[None]] = set()
+        self._internal_tasks: dict[asyncio.Task[None], bool] = {}
+        self._listeners: list[asyncio.Task[None]] = []
+        self._queues: dict[str, Any] = {}
+        self._drain_requested: asyncio.Event | None = None
+        self._owned_partitions = 0
+        self._started_at = time.time()
+
+    # -- helpers ---------------------------------------------------------------
+
+    def _owns(self, pid: int) -> bool:
+        return shard_for(pid, self.config.cores) == self.shard_id
+
+    def _spawn(self, coro: Any, queue: str = "requests") -> asyncio.Task[Any]:
+        loop = asyncio.get_running_loop()
+        tq = self._queues.get(queue)
+        if tq is not None:
+            return loop.create_task(coro, queue=tq)  # type: ignore[call-arg]
+        return loop.create_task(coro)
+
+    def request_drain(self) -> None:
+        if self._drain_requested is not None:
+            self._drain_requested.set()
+
+    # -- main ------------------------------------------------------------------
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        self._drain_requested = asyncio.Event()
+        create_queue = getattr(loop, "create_task_queue", None)
+        if create_queue is not None:
+            for name, shares in QUEUE_SHARES.items():
+                self._queues[name] = create_queue(name, shares)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_drain)
+
+        config = self.config
+        backend = TimedBackend(_storage_backend(self.runtime), self.metrics.fsync)
+        self.partitions = PartitionManager(
+            config.partitions_dir,
+            config.log_config(pipelined=self.runtime == "uring"),
+            backend,
+            self._owns,
+        )
+        self.polls = LongPolls()
+        self.channels = Channels(
+            config.run_dir,
+            self.shard_id,
+            config.cores,
+            config.max_frame_bytes + CHANNEL_FRAME_SLACK,
+        )
+        self.metadata = MetadataService(
+            self.shard_id,
+            shard_for(METADATA_PID, config.cores),
+            self.partitions,
+            self.channels,
+            self._on_metadata_applied,
+            config.cores,
+            self.polls,
+        )
+        self.handlers = Handlers(
+            self.ident, self.metadata, self.partitions, self.metrics, self.polls
+        )
+        self.dispatcher = Dispatcher(
+            self.shard_id,
+            config.cores,
+            self.handlers,
+            self.channels,
+            self.metrics,
+            config.max_frame_bytes,
+        )
+        control_task = self._spawn(self._serve_control(), "background")
+        self._listen(self.sockets.channel, internal=True)
+        await self.metadata.start()
+        self._listen(self.sockets.shard_tcp, internal=False)
+        self._listen(self.sockets.node_tcp, internal=False)
+        self.datagrams = DatagramServer(
+            self.sockets.node_udp,
+            self.dispatcher,
+            self.metrics,
+            self.shard_id,
+            config.max_frame_bytes,
+        )
+        self._listeners.append(self._spawn(self.datagrams.serve()))
+        sweeper = self._spawn(self._sweep_idle(), "background")
+        self._send_control(
+            ready_frame(
+                {
+                    "shard_id": self.shard_id,
+                    "pid": os.getpid(),
+                    "runtime": self.runtime,
+                    "routing_mode": self.routing_mode,
+                }
+            )
+        )
+        logger.info(
+            "shard %d serving on port %d (runtime %s, metadata %s)",
+            self.shard_id,
+            self.ident.shard_ports[self.shard_id],
+            self.runtime,
+            "owner" if self.metadata.is_owner else f"from shard {self.metadata.owner}",
+        )
+        await self._drain_requested.wait()
+        sweeper.cancel()
+        await self._drain()
+        control_task.cancel()
+        return 0
+
+    # -- listening -------------------------------------------------------------
+
+    def _listen(self, sock: socket.socket, *, internal: bool) -> None:
+        self._listeners.append(self._spawn(self._accept_loop(sock, internal)))
+
+    async def _accept_loop(self, listener: socket.socket, internal: bool) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except OSError as exc:
+                logger.warning("shard %d: accept failed: %s", self.shard_id, exc)
+                await asyncio.sleep(0.1)  # EMFILE and friends: let connections close
+                continue
+            sock.setblocking(False)
+            local_host = None
+            if not internal:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                with contextlib.suppress(OSError):
+                    local_host = sock.getsockname()[0]
+            ctx = RequestContext(
+                received_by=self.shard_id, internal=internal, local_host=local_host
+            )
+            max_frame = self.config.max_frame_bytes + (CHANNEL_FRAME_SLACK if internal else 0)
+            conn = Connection(
+                sock, self.dispatcher, self.metrics, ctx, max_frame, self.connections.discard
+            )
+            self.connections.add(conn)
+            task = self._spawn(conn.serve())
+            self._serving.add(task)
+            self._internal_tasks[task] = internal
+            task.add_done_callback(self._served)
+
+    def _served(self, task: asyncio.Task[None]) -> None:
+        self._serving.discard(task)
+        self._internal_tasks.pop(task, None)
+
+    async def _sweep_idle(self) -> None:
+        timeout = self.config.idle_timeout_s
+        interval = min(SWEEP_INTERVAL_S, timeout / 4)
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for conn in list(self.connections):
+                if not conn.internal and conn.idle_for(now) > timeout:
+                    self.metrics.connections_closed_idle += 1
+                    conn.stop()
+
+    # -- metadata changes ------------------------------------------------------
+
+    async def _on_metadata_applied(self, applied: Applied) -> None:
+        if applied.created is not None:
+            topic = applied.created
+            self._owned_partitions += sum(
+                1 for idx in range(topic.partitions) if self._owns((topic.topic_id << 32) | idx)
+            )
+        if applied.deleted is not None:
+            topic = applied.deleted
+            self._owned_partitions -= sum(
+                1 for idx in range(topic.partitions) if self._owns((topic.topic_id << 32) | idx)
+            )
+            await self.partitions.drop_topic(topic.topic_id, topic.partitions)
+
+    # -- control channel -------------------------------------------------------
+
+    def _send_control(self, data: bytes) -> None:
+        try:
+            self.control.sendall(data)
+        except OSError:
+            self.request_drain()
+
+    async def _serve_control(self) -> None:
+        loop = asyncio.get_running_loop()
+        decoder = FrameDecoder(CONTROL_MAX_FRAME_BYTES)
+        try:
+            while True:
+                data = await loop.sock_recv(self.control, 65536)
+                if not data:
+                    break
+                decoder.feed(data)
+                while True:
+                    frame = decoder.next_frame()
+                    if frame is NEED_DATA:
+                        break
+                    if frame.op == CONTROL_STATS:
+                        reply = stats_response(frame.correlation_id, self.stats())
+                        await loop.sock_sendall(self.control, reply)
+        except (OSError, ProtocolError) as exc:
+            logger.warning("shard %d: control channel failed: %s", self.shard_id, exc)
+        logger.info("shard %d: supervisor gone; draining", self.shard_id)
+        self.request_drain()
+
+    def stats(self) -> dict[str, Any]:
+        """The snapshot the supervisor renders into /metrics."""
+        snap = self.metrics.snapshot()
+        snap.update(
+            {
+                "shard_id": self.shard_id,
+                "pid": os.getpid(),
+                "runtime": self.runtime,
+                "routing_mode": self.routing_mode,
+                "partitions_owned": self._owned_partitions,
+                "partitions_open": self.partitions.open_count,
+                "flushes": self.partitions.flushes,
+                "metadata_applied_index": self.metadata.state.applied_index,
+                "topics": len(self.metadata.state.topics()),
+                "uptime_s": time.time() - self._started_at,
+                "task_queues": self._queue_stats(),
+            }
+        )
+        return snap
+
+    def _queue_stats(self) -> dict[str, dict[str, float]]:
+        loop = asyncio.get_running_loop()
+        queues = getattr(loop, "task_queues", None)
+        if queues is None:
+            return {}
+        out = {}
+        for queue in queues():
+            s = queue.stats()
+            out[s.name] = {
+                "shares": float(s.shares),
+                "runtime_s": s.runtime_s,
+                "runs": float(s.runs),
+                "queue_delay_s_max": s.queue_delay_s_max,
+                "queue_delay_s_mean": s.queue_delay_s_mean,
+            }
+        return out
+
+    # -- drain -----------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        logger.info("shard %d draining", self.shard_id)
+        for task in self._listeners:
+            task.cancel()
+        self.datagrams.stop()
+        self.polls.cancel_all()
+        self.metadata.stop()
+        clients = [c for c in self.connections if not c.internal]
+        for conn in clients:
+            conn.stop()
+        await self._wait_serving(lambda t: not self._internal_tasks.get(t, False), DRAIN_TIMEOUT_S)
+        # Peers may still be forwarding requests of their own clients here: keep
+        # serving the channel until they close it (they do once drained).
+        self.channels.close()
+        await self._wait_serving(lambda t: True, PEER_DRAIN_TIMEOUT_S)
+        for conn in list(self.connections):
+            conn.stop()
+        await self._wait_serving(lambda t: True, 1.0)
+        await self.partitions.close_all()
+        logger.info("shard %d drained", self.shard_id)
+
+    async def _wait_serving(self, which: Any, timeout_s: float) -> None:
+        tasks = [t for t in self._serving if which(t)]
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        if pending:
+            logger.warning(
+                "shard %d: %d connections still busy after %.0f s; closing them",
+                self.shard_id,
+                len(pending),
+                timeout_s,
+            )
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending, timeout=1.0)

@@ -1,0 +1,545 @@
+"""The supervisor: the `laminar-node` process that owns the node's shards.
+
+Theory of operation:
+
+- Preparation (synchronous, before any shard exists), each step a fatal
+  `StartupError` with a one-line reason: create and lock the data directory
+  (one node per data directory), read or create the node id, resolve the
+  runtime (io_uring or stock asyncio), bind every socket (`listeners`), set up
+  request steering (`steering`, where laminar.xdp plugs in).
+- Shards are separate programs (`python -m laminar.shards.shard_main`) started
+  with `subprocess.Popen` and `pass_fds`, not forked from a running loop: each
+  inherits exactly its sockets, one end of its control socketpair and the
+  steering descriptors, and pins itself to its core first thing.
+- Start-up succeeds when every shard has sent READY; a shard that exits before
+  that fails the whole start (its own log line says why). Then the supervisor
+  writes `<data-dir>/run/node.json` (ports and pids, for tests and tools) and
+  logs one "ready" line.
+- Watching: each shard's exit is seen through a pidfd. A shard that exits while
+  the node runs is restarted (its partitions recover from disk when next
+  touched) after a backoff that grows while it keeps crashing; node.json is
+  rewritten once the new process is ready. The supervisor keeps the listening
+  sockets, so clients of a restarting shard wait in the backlog instead of being
+  refused.
+- SIGTERM / SIGINT: every shard is sent SIGTERM and drains (see `shard`); the
+  supervisor waits (bounded, then SIGKILL), removes node.json, and exits 0 if
+  every shard drained cleanly.
+- The admin endpoint (`admin`) runs here and asks the shards for their stats
+  over the control sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import itertools
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any, Final
+
+from laminar.shards.admin import AdminServer, AdminSource
+from laminar.shards.config import NodeConfig
+from laminar.shards.control import (
+    CONTROL_MAX_FRAME_BYTES,
+    CONTROL_READY,
+    CONTROL_STATS,
+    stats_request,
+)
+from laminar.shards.listeners import NodeSockets, StartupError, bind_admin, bind_node
+from laminar.shards.prometheus import ShardSample, render
+from laminar.shards.steering import Steering, prepare_steering
+from laminar.wire import NEED_DATA, FrameDecoder, ProtocolError
+
+logger = logging.getLogger("laminar.node")
+
+READY_TIMEOUT_S: Final = 120.0
+SHUTDOWN_TIMEOUT_S: Final = 30.0
+STATS_TIMEOUT_S: Final = 2.0
+RESTART_BACKOFF_S: Final = (0.1, 0.5, 1.0, 2.0, 5.0)
+STABLE_AFTER_S: Final = 30.0
+"""A shard that ran this long before crashing restarts with the shortest backoff."""
+NODE_FILE: Final = "node.json"
+
+
+class ShardProcess:
+    """One shard slot: its current process, control channel and history."""
+
+    def __init__(self, shard_id: int) -> None:
+        self.shard_id = shard_id
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ready: asyncio.Future[dict[str, Any]] | None = None
+        self.exited: asyncio.Future[int] | None = None
+        self.restarts = 0
+        self.crashes_in_a_row = 0
+        self.started_at = 0.0
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._ids = itertools.count(1)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def up(self) -> bool:
+        return (
+            self.exited is not None
+            and not self.exited.done()
+            and self.ready is not None
+            and self.ready.done()
+            and not self.ready.cancelled()
+            and self.ready.exception() is None
+        )
+
+    async def attach(self, proc: subprocess.Popen[bytes], control: socket.socket) -> None:
+        """Start watching a freshly started process."""
+        loop = asyncio.get_running_loop()
+        self.proc = proc
+        self.started_at = time.monotonic()
+        self.ready = loop.create_future()
+        self.exited = loop.create_future()
+        self._watch_exit(loop, proc, self.exited)
+        reader, self._writer = await asyncio.open_connection(sock=control)
+        self._reader_task = loop.create_task(self._read_control(reader, self.ready))
+
+    def _watch_exit(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        proc: subprocess.Popen[bytes],
+        fut: asyncio.Future[int],
+    ) -> None:
+        pidfd = os.pidfd_open(proc.pid)
+
+        def on_exit() -> None:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+            code = proc.wait()
+            if not fut.done():
+                fut.set_result(code)
+            ready = self.ready
+            if ready is not None and not ready.done():
+                ready.set_exception(RuntimeError(f"shard exited with code {code}"))
+                ready.exception()  # retrieved here: the exit is reported by the watcher
+
+        loop.add_reader(pidfd, on_exit)
+
+    async def _read_control(
+        self, reader: asyncio.StreamReader, ready: asyncio.Future[dict[str, Any]]
+    ) -> None:
+        decoder = FrameDecoder(CONTROL_MAX_FRAME_BYTES)
+        try:
+            while data := await reader.read(65536):
+                decoder.feed(data)
+                while (frame := decoder.next_frame()) is not NEED_DATA:
+                    if frame.op == CONTROL_READY and not ready.done():
+                        ready.set_result(frame.header)
+                    elif frame.op == CONTROL_STATS:
+                        fut = self._pending.pop(frame.correlation_id, None)
+                        if fut is not None and not fut.done():
+                            stats = frame.header.get("stats")
+                            fut.set_result(stats if isinstance(stats, dict) else {})
+        except (OSError, ProtocolError) as exc:
+            logger.debug("control channel of shard %d: %s", self.shard_id, exc)
+        finally:
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(ConnectionError("shard control channel closed"))
+            self._pending.clear()
+
+    async def stats(self) -> dict[str, Any] | None:
+        """The shard's stats snapshot, or None if it does not answer in time."""
+        if not self.up or self._writer is None:
+            return None
+        corr = next(self._ids) & 0xFFFF_FFFF
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[corr] = fut
+        try:
+            self._writer.write(stats_request(corr))
+            return await asyncio.wait_for(fut, STATS_TIMEOUT_S)
+        except (TimeoutError, ConnectionError, OSError):
+            return None
+        finally:
+            self._pending.pop(corr, None)
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.exited is not None and not self.exited.done():
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
+
+    def close_control(self) -> None:
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+class Supervisor:
+    """Runs a node (see the module docstring). `Supervisor(config).run()` -> exit code."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.sockets: NodeSockets | None = None
+        self.admin_sock: socket.socket | None = None
+        self.steering: Steering | None = None
+        self.runtime = ""
+        self.slots = [ShardProcess(i) for i in range(config.cores)]
+        self._lock_fd: int | None = None
+        self._stopping = False
+        self._stop: asyncio.Event | None = None
+
+    # -- preparation -----------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Everything that can fail before a shard starts; raises `StartupError`."""
+        config = self.config
+        self._prepare_data_dir()
+        node_id = self._node_id()
+        self.runtime = self._resolve_runtime()
+        self.sockets = bind_node(config)
+        self.admin_sock = bind_admin(config)
+        self.steering = prepare_steering(config, self.sockets)
+        steering_settings = {"mode": self.steering.mode, **self.steering.shard_settings}
+        self.config = config.with_updates(
+            node_id=node_id, extra={**config.extra, "steering": steering_settings}
+        )
+
+    def _prepare_data_dir(self) -> None:
+        config = self.config
+        try:
+            os.makedirs(config.run_dir, exist_ok=True)
+            os.makedirs(config.partitions_dir, exist_ok=True)
+            probe = os.path.join(config.run_dir, f".probe-{os.getpid()}")
+            with open(probe, "wb") as f:
+                f.write(b"x")
+            os.unlink(probe)
+        except OSError as exc:
+            raise StartupError(
+                f"data dir {config.data_dir} is not usable: {exc.strerror or exc}; "
+                "choose a writable directory with --data-dir"
+            ) from None
+        lock_path = os.path.join(config.run_dir, "lock")
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise StartupError(
+                f"data dir {config.data_dir} is in use by another laminar-node (pid {holder})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(config.run_dir, NODE_FILE))
+
+    def _node_id(self) -> str:
+        path = os.path.join(self.config.data_dir, "node_id")
+        try:
+            with open(path) as f:
+                node_id = f.read().strip()
+            if node_id:
+                return node_id
+        except FileNotFoundError:
+            pass
+        node_id = self.config.node_id or f"node-{uuid.uuid4().hex[:12]}"
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(node_id + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return node_id
+
+    def _resolve_runtime(self) -> str:
+        from laminar.iouring import IoUringUnavailable
+        from laminar.reactor import resolve_runtime
+
+        try:
+            return resolve_runtime(self.config.runtime)
+        except IoUringUnavailable as exc:
+            raise StartupError(f"--runtime uring is not possible here: {exc}") from None
+
+    # -- running ---------------------------------------------------------------
+
+    def run(self) -> int:
+        """Prepare, run until SIGTERM/SIGINT, drain; return the exit code."""
+        try:
+            try:
+                self.prepare()
+            except StartupError as exc:
+                logger.error("%s", exc)
+                print(f"laminar-node: {exc}", file=sys.stderr)
+                return 2
+            return asyncio.run(self._main())
+        finally:
+            self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self.steering is not None:
+            try:
+                self.steering.close()
+            except Exception:
+                logger.exception("undoing request steering failed")
+        if self.sockets is not None:
+            self.sockets.close()
+        if self.admin_sock is not None:
+            self.admin_sock.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.config.run_dir, NODE_FILE))
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+
+    async def _main(self) -> int:
+        loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        assert self.sockets is not None and self.steering is not None
+        logger.info(
+            "starting %d shard%s (runtime %s, routing %s, data %s)",
+            self.config.cores,
+            "s" if self.config.cores != 1 else "",
+            self.runtime,
+            self.steering.mode,
+            self.config.data_dir,
+        )
+        for slot in self.slots:
+            await self._spawn(slot)
+        failure = await self._await_start()
+        if failure is not None:
+            logger.error("%s", failure)
+            print(f"laminar-node: {failure}", file=sys.stderr)
+            await self._shutdown()
+            return 1
+        admin = None
+        if self.admin_sock is not None:
+            admin = AdminServer(self.admin_sock, self._admin_source())
+            await admin.start()
+        self._write_node_file()
+        self._log_ready()
+        keepers = [loop.create_task(self._keep_running(slot)) for slot in self.slots]
+        await self._stop.wait()
+        logger.info("draining: stopping %d shards", len(self.slots))
+        self._stopping = True
+        for task in keepers:
+            task.cancel()
+        code = await self._shutdown()
+        if admin is not None:
+            await admin.close()
+        logger.info("laminar-node stopped (exit %d)", code)
+        return code
+
+    async def _spawn(self, slot: ShardProcess) -> None:
+        assert self.sockets is not None and self.steering is not None
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        fds = self.sockets.shards[slot.shard_id].fds()
+        args = [
+            sys.executable,
+            "-m",
+            "laminar.shards.shard_main",
+            "--shard-id",
+            str(slot.shard_id),
+            "--parent-pid",
+            str(os.getpid()),
+            "--config",
+            self.config.to_json(),
+            "--fds",
+            json.dumps(fds),
+            "--control-fd",
+            str(child.fileno()),
+            "--runtime",
+            self.runtime,
+            "--node-port",
+            str(self.sockets.port),
+            "--shard-ports",
+            ",".join(map(str, self.sockets.shard_ports)),
+        ]
+        pass_fds = (*fds.values(), child.fileno(), *self.steering.pass_fds)
+        try:
+            proc = subprocess.Popen(args, pass_fds=pass_fds, close_fds=True)
+        finally:
+            child.close()
+        await slot.attach(proc, parent)
+
+    async def _await_start(self) -> str | None:
+        """Wait for every shard's READY; the reason start-up failed, if it did."""
+        assert self._stop is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + READY_TIMEOUT_S
+        stop = asyncio.ensure_future(self._stop.wait())
+        while not stop.done():
+            waits: list[asyncio.Future[Any]] = [
+                s.ready for s in self.slots if s.ready is not None and not s.ready.done()
+            ]
+            if not waits or any(
+                s.ready is not None and s.ready.done() and s.ready.exception() is not None
+                for s in self.slots
+            ):
+                break
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            await asyncio.wait(
+                [*waits, stop], timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+        stop.cancel()
+        if self._stop.is_set():
+            return "interrupted during start-up"
+        for slot in self.slots:
+            ready = slot.ready
+            assert ready is not None
+            if ready.done() and ready.exception() is not None:
+                code = slot.exited.result() if slot.exited and slot.exited.done() else "?"
+                return (
+                    f"shard {slot.shard_id} exited during start-up (code {code}); "
+                    "see its log lines above"
+                )
+            if not ready.done():
+                return f"shard {slot.shard_id} did not become ready in {READY_TIMEOUT_S:.0f} s"
+        return None
+
+    async def _keep_running(self, slot: ShardProcess) -> None:
+        """Restart the shard whenever it exits while the node runs."""
+        while True:
+            assert slot.exited is not None
+            code = await asyncio.shield(slot.exited)
+            slot.close_control()
+            if self._stopping:
+                return
+            ran_s = time.monotonic() - slot.started_at
+            slot.crashes_in_a_row = 1 if ran_s > STABLE_AFTER_S else slot.crashes_in_a_row + 1
+            delay = RESTART_BACKOFF_S[min(slot.crashes_in_a_row, len(RESTART_BACKOFF_S)) - 1]
+            logger.error(
+                "shard %d (pid %s) exited with code %d after %.1f s; restarting in %.1f s",
+                slot.shard_id,
+                slot.pid,
+                code,
+                ran_s,
+                delay,
+            )
+            await asyncio.sleep(delay)
+            if self._stopping:
+                return
+            slot.restarts += 1
+            await self._spawn(slot)
+            assert slot.ready is not None
+            with contextlib.suppress(Exception):
+                await slot.ready
+                logger.info("shard %d restarted (pid %s)", slot.shard_id, slot.pid)
+                self._write_node_file()
+
+    async def _shutdown(self) -> int:
+        """SIGTERM every shard, wait for the drains (bounded), SIGKILL the rest."""
+        self._stopping = True
+        for slot in self.slots:
+            slot.signal(signal.SIGTERM)
+        exits = [s.exited for s in self.slots if s.exited is not None]
+        _, pending = await asyncio.wait(exits, timeout=SHUTDOWN_TIMEOUT_S)
+        for slot in self.slots:
+            if slot.exited is not None and slot.exited in pending:
+                logger.error("shard %d did not drain in time; killing it", slot.shard_id)
+                slot.signal(signal.SIGKILL)
+        if pending:
+            await asyncio.wait(pending, timeout=5.0)
+        code = 0
+        for slot in self.slots:
+            slot.close_control()
+            if slot.exited is None or not slot.exited.done() or slot.exited.result() != 0:
+                code = 1
+        return code
+
+    # -- reporting -------------------------------------------------------------
+
+    def node_info(self) -> dict[str, Any]:
+        assert self.sockets is not None and self.steering is not None
+        admin_port = self.admin_sock.getsockname()[1] if self.admin_sock is not None else None
+        return {
+            "node_id": self.config.node_id,
+            "pid": os.getpid(),
+            "host": self.config.host,
+            "port": self.sockets.port,
+            "shard_ports": self.sockets.shard_ports,
+            "admin_port": admin_port,
+            "cores": self.config.cores,
+            "runtime": self.runtime,
+            "routing_mode": self.steering.mode,
+            "shard_pids": [slot.pid for slot in self.slots],
+            "data_dir": self.config.data_dir,
+        }
+
+    def _write_node_file(self) -> None:
+        path = os.path.join(self.config.run_dir, NODE_FILE)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.node_info(), f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+
+    def _log_ready(self) -> None:
+        info = self.node_info()
+        logger.info(
+            "laminar-node ready: node %s, port %d (tcp+udp), %d shards on ports %s, "
+            "admin http://%s:%s, runtime %s, routing %s, data %s",
+            info["node_id"],
+            info["port"],
+            info["cores"],
+            ",".join(map(str, info["shard_ports"])),
+            info["host"],
+            info["admin_port"],
+            info["runtime"],
+            info["routing_mode"],
+            info["data_dir"],
+        )
+
+    def _admin_source(self) -> AdminSource:
+        return AdminSource(health=self._health, metrics=self._metrics, status=self._status)
+
+    def _health(self) -> tuple[bool, dict[str, Any]]:
+        down = [slot.shard_id for slot in self.slots if not slot.up]
+        body = {
+            "status": "ok" if not down else "degraded",
+            "node_id": self.config.node_id,
+            "shards": len(self.slots),
+            "shards_down": down,
+            "routing_mode": self.steering.mode if self.steering else "",
+        }
+        return not down, body
+
+    async def _gather(self) -> list[dict[str, Any] | None]:
+        return list(await asyncio.gather(*(slot.stats() for slot in self.slots)))
+
+    async def _metrics(self) -> str:
+        stats = await self._gather()
+        samples = [
+            ShardSample(slot.shard_id, slot.up, slot.restarts, s)
+            for slot, s in zip(self.slots, stats, strict=True)
+        ]
+        extra = self.steering.metrics() if self.steering is not None else ()
+        return render(self.node_info(), samples, extra)
+
+    async def _status(self) -> dict[str, Any]:
+        stats = await self._gather()
+        info = self.node_info()
+        info["shards"] = [
+            {
+                "shard_id": slot.shard_id,
+                "pid": slot.pid,
+                "up": slot.up,
+                "restarts": slot.restarts,
+                "port": info["shard_ports"][slot.shard_id],
+                "stats": s,
+            }
+            for slot, s in zip(self.slots, stats, strict=True)
+        ]
+        return info
