@@ -14,7 +14,10 @@ Per shard `i` (`ShardSockets`):
   accept; requests for other shards' partitions are forwarded).
 - `shard_tcp`: shard i's own port, for clients that route themselves.
 - `node_udp`: the node port over UDP, SO_REUSEPORT (small requests; where the
-  kernel steering of laminar.xdp applies).
+  kernel steering of laminar.xdp applies). Its group is made by the steering
+  (`steering.prepare_steering`), not here: classic BPF indexes the group's
+  sockets by bind order, so one component must bind all of them. This module
+  only checks that the UDP port is free and offers `bind_udp_group`.
 - `channel`: a Unix stream socket other shards connect to
   (`channel_address(run_dir, i)`), carrying forwarded requests and the
   metadata tail.
@@ -57,33 +60,42 @@ def channel_address(run_dir: str, shard_id: int) -> str:
 
 @dataclass(slots=True)
 class ShardSockets:
-    """The listening sockets one shard serves on."""
+    """The listening sockets one shard serves on (`node_udp`: None when the
+    steering gives this shard no UDP socket)."""
 
     node_tcp: socket.socket
     shard_tcp: socket.socket
-    node_udp: socket.socket
     channel: socket.socket
+    node_udp: socket.socket | None = None
 
     def all(self) -> list[socket.socket]:
-        return [self.node_tcp, self.shard_tcp, self.node_udp, self.channel]
+        socks = [self.node_tcp, self.shard_tcp, self.channel]
+        return socks if self.node_udp is None else [*socks, self.node_udp]
 
     def fds(self) -> dict[str, int]:
+        """The supervisor-bound descriptors (the UDP one comes from the steering)."""
         return {
             "node_tcp": self.node_tcp.fileno(),
             "shard_tcp": self.shard_tcp.fileno(),
-            "node_udp": self.node_udp.fileno(),
             "channel": self.channel.fileno(),
         }
 
     @classmethod
-    def from_fds(cls, fds: dict[str, int]) -> ShardSockets:
+    def from_fds(cls, fds: dict[str, int | None]) -> ShardSockets:
         """Adopt inherited descriptors (in the shard process), non-blocking."""
-        socks = [socket.socket(fileno=fds[name]) for name in cls._NAMES]
-        for sock in socks:
-            sock.setblocking(False)
-        return cls(*socks)
 
-    _NAMES = ("node_tcp", "shard_tcp", "node_udp", "channel")
+        def adopt(name: str) -> socket.socket | None:
+            fd = fds.get(name)
+            if fd is None:
+                return None
+            sock = socket.socket(fileno=fd)
+            sock.setblocking(False)
+            return sock
+
+        node_tcp, shard_tcp, channel = adopt("node_tcp"), adopt("shard_tcp"), adopt("channel")
+        if node_tcp is None or shard_tcp is None or channel is None:
+            raise ValueError(f"a shard needs node_tcp, shard_tcp and channel fds, got {fds}")
+        return cls(node_tcp, shard_tcp, channel, adopt("node_udp"))
 
     def close(self) -> None:
         for sock in self.all():
@@ -202,10 +214,6 @@ def bind_node(config: NodeConfig) -> NodeSockets:
                 family, socket.SOCK_STREAM, config.host, port, "node port", reuseport=True
             )
             bound.append(node_tcp)
-            node_udp = _bind(
-                family, socket.SOCK_DGRAM, config.host, port, "node UDP port", reuseport=True
-            )
-            bound.append(node_udp)
             shard_tcp = _bind(
                 family,
                 socket.SOCK_STREAM,
@@ -217,12 +225,28 @@ def bind_node(config: NodeConfig) -> NodeSockets:
             bound.append(shard_tcp)
             channel = _bind_channel(config.run_dir, i)
             bound.append(channel)
-            shards.append(ShardSockets(node_tcp, shard_tcp, node_udp, channel))
+            shards.append(ShardSockets(node_tcp, shard_tcp, channel))
     except BaseException:
         for sock in bound:
             sock.close()
         raise
     return NodeSockets(config.host, port, shards)
+
+
+def bind_udp_group(host: str, port: int, count: int) -> list[socket.socket]:
+    """`count` UDP sockets on `host:port` with SO_REUSEPORT, in shard order."""
+    family = _family(host)
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            socks.append(
+                _bind(family, socket.SOCK_DGRAM, host, port, "node UDP port", reuseport=True)
+            )
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
 
 
 def bind_admin(config: NodeConfig) -> socket.socket:

@@ -82,6 +82,7 @@ _SCALARS: tuple[tuple[str, str, str, str], ...] = (
      "Connections or datagrams dropped for undecodable framing."),
     ("datagrams_in", "laminar_datagrams_received_total", "counter", "UDP datagrams received."),
     ("flushes", "laminar_flushes_total", "counter", "Group-commit flushes of partition logs."),
+    ("core", "laminar_shard_core", "gauge", "The CPU core the shard process is pinned to."),
     ("partitions_owned", "laminar_partitions_owned", "gauge",
      "Partitions this shard owns by placement."),
     ("partitions_open", "laminar_partitions_open", "gauge", "Partition logs open now."),

@@ -173,14 +173,16 @@ class Shard:
         await self.metadata.start()
         self._listen(self.sockets.shard_tcp, internal=False)
         self._listen(self.sockets.node_tcp, internal=False)
-        self.datagrams = DatagramServer(
-            self.sockets.node_udp,
-            self.dispatcher,
-            self.metrics,
-            self.shard_id,
-            config.max_frame_bytes,
-        )
-        self._listeners.append(self._spawn(self.datagrams.serve()))
+        self.datagrams = None
+        if self.sockets.node_udp is not None:
+            self.datagrams = DatagramServer(
+                self.sockets.node_udp,
+                self.dispatcher,
+                self.metrics,
+                self.shard_id,
+                config.max_frame_bytes,
+            )
+            self._listeners.append(self._spawn(self.datagrams.serve()))
         sweeper = self._spawn(self._sweep_idle(), "background")
         self._send_control(
             ready_frame(
@@ -305,6 +307,7 @@ class Shard:
             {
                 "shard_id": self.shard_id,
                 "pid": os.getpid(),
+                "core": min(os.sched_getaffinity(0)),
                 "runtime": self.runtime,
                 "routing_mode": self.routing_mode,
                 "partitions_owned": self._owned_partitions,
@@ -341,7 +344,8 @@ class Shard:
         logger.info("shard %d draining", self.shard_id)
         for task in self._listeners:
             task.cancel()
-        self.datagrams.stop()
+        if self.datagrams is not None:
+            self.datagrams.stop()
         self.polls.cancel_all()
         self.metadata.stop()
         clients = [c for c in self.connections if not c.internal]

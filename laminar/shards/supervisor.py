@@ -208,10 +208,7 @@ class Supervisor:
         self.sockets = bind_node(config)
         self.admin_sock = bind_admin(config)
         self.steering = prepare_steering(config, self.sockets)
-        steering_settings = {"mode": self.steering.mode, **self.steering.shard_settings}
-        self.config = config.with_updates(
-            node_id=node_id, extra={**config.extra, "steering": steering_settings}
-        )
+        self.config = config.with_updates(node_id=node_id)
 
     def _prepare_data_dir(self) -> None:
         config = self.config
@@ -307,11 +304,12 @@ class Supervisor:
             loop.add_signal_handler(sig, self._stop.set)
         assert self.sockets is not None and self.steering is not None
         logger.info(
-            "starting %d shard%s (runtime %s, routing %s, data %s)",
+            "starting %d shard%s (runtime %s, routing %s: %s; data %s)",
             self.config.cores,
             "s" if self.config.cores != 1 else "",
             self.runtime,
             self.steering.mode,
+            self.steering.detail,
             self.config.data_dir,
         )
         for slot in self.slots:
@@ -343,7 +341,13 @@ class Supervisor:
     async def _spawn(self, slot: ShardProcess) -> None:
         assert self.sockets is not None and self.steering is not None
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        fds = self.sockets.shards[slot.shard_id].fds()
+        steering = self.steering
+        fds: dict[str, int | None] = {
+            **self.sockets.shards[slot.shard_id].fds(),
+            "node_udp": steering.udp_fd(slot.shard_id),
+        }
+        settings = {**steering.shard_settings(), "mode": steering.mode}
+        config = self.config.with_updates(extra={**self.config.extra, "steering": settings})
         args = [
             sys.executable,
             "-m",
@@ -353,7 +357,7 @@ class Supervisor:
             "--parent-pid",
             str(os.getpid()),
             "--config",
-            self.config.to_json(),
+            config.to_json(),
             "--fds",
             json.dumps(fds),
             "--control-fd",
@@ -365,9 +369,10 @@ class Supervisor:
             "--shard-ports",
             ",".join(map(str, self.sockets.shard_ports)),
         ]
-        pass_fds = (*fds.values(), child.fileno(), *self.steering.pass_fds)
+        pass_fds = {fd for fd in fds.values() if fd is not None}
+        pass_fds |= {child.fileno(), *steering.fds_for_shard(slot.shard_id)}
         try:
-            proc = subprocess.Popen(args, pass_fds=pass_fds, close_fds=True)
+            proc = subprocess.Popen(args, pass_fds=sorted(pass_fds), close_fds=True)
         finally:
             child.close()
         await slot.attach(proc, parent)
