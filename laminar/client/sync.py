@@ -52,7 +52,7 @@ class Pending(Generic[T]):
     """A request that was sent; `result()` waits for its answer, retrying it as
     the retry rule allows (`laminar.client.retry`)."""
 
-    __slots__ = ("_call", "_client", "_conn", "_corr", "_deadline", "_error", "_result")
+    __slots__ = ("_call", "_client", "_conn", "_corr", "_deadline", "_error", "_failed", "_result")
 
     def __init__(self, client: Client, call: calls.Call[T]) -> None:
         self._client = client
@@ -61,6 +61,9 @@ class Pending(Generic[T]):
         self._corr = 0
         self._deadline = 0.0
         self._error: LaminarError | None = None
+        """Why the latest attempt failed (it may still be retried)."""
+        self._failed: LaminarError | None = None
+        """The error `result()` raised for good."""
         self._result: T = _NO_RESULT
         self._send()
 
@@ -77,6 +80,8 @@ class Pending(Generic[T]):
         """The answer, or the typed error (`laminar.client.errors`)."""
         if self._result is not _NO_RESULT:
             return self._result
+        if self._failed is not None:
+            raise self._failed
         call = self._call
         backoff: Backoff | None = None
         while True:
@@ -87,17 +92,18 @@ class Pending(Generic[T]):
                     return self._result
                 except LaminarError as exc:
                     error = exc
-            assert error is not None
+            if error is None:  # cannot happen: _send sets a connection or an error
+                raise RuntimeError("a Pending request has neither a connection nor an error")
             final = final_error(error, call.idempotent, call.what)
             if final is not None:
                 self._client._note_failure(call, final)
-                self._error = final
+                self._failed = final
                 raise final
             if backoff is None:
                 backoff = self._client._backoff()
             delay = backoff.next_delay()
             if delay is None:
-                self._error = error
+                self._failed = error
                 raise error
             time.sleep(delay)
             self._client._recover()
