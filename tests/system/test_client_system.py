@@ -1,0 +1,167 @@
+"""The client against a real `laminar-node --cores 2`: routing, records, errors, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from laminar.client import (
+    AsyncClient,
+    Client,
+    OffsetOutOfRangeError,
+    OutcomeUnknownError,
+    RetryPolicy,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from laminar.placement import partition_id, shard_for
+from laminar.reactor import StockEventLoop, UringEventLoop, uring_unavailable_reason
+from laminar.wire import ErrorCode
+
+from .nodes import RunningNode
+
+
+def test_round_trip_across_partitions_and_shards(node: RunningNode) -> None:
+    with Client(node.bootstrap) as c:
+        assert c.cluster.shard_count == 2
+        assert [port for _, port in c.cluster.shard_addresses] == node.shard_ports
+        info = c.create_topic("events", partitions=16)
+        batches = {p: [f"{p}-{i}".encode() * (1 + i % 7) for i in range(50)] for p in range(16)}
+        pending = [c.produce_nowait("events", p, vals) for p, vals in batches.items()]
+        assert [w.result() for w in pending] == [0] * 16
+        fetches = {p: c.fetch_nowait("events", p, 0) for p in range(16)}
+        for p, waiting in fetches.items():
+            records = waiting.result()
+            assert [r.value for r in records] == batches[p]
+            assert [r.index for r in records] == list(range(50))
+            assert c.offsets("events", p) == (0, 50)
+        owners = set()
+        for p in range(16):
+            pid = partition_id(info.topic_id, p)
+            pong = c.ping("events", p)
+            owners.add(pong.shard_id)
+            # Shard-direct: the owner's own socket received it, nothing was forwarded.
+            assert pong.shard_id == pong.received_by == shard_for(pid, 2)
+        assert owners == {0, 1}
+
+
+def test_keys_headers_and_empty_values_are_preserved(node: RunningNode) -> None:
+    with Client(node.bootstrap) as c:
+        c.create_topic("t", partitions=2)
+        values = [b"", b"v1", b"\x00\xff" * 100, b"v3"]
+        keys = [None, b"", b"key", b"k\x00"]
+        headers = [{"a": b"1"}, None, {"x": b"", "y": b"\xff"}, {}]
+        first = c.produce("t", 1, values, keys=keys, headers=headers)
+        records = c.fetch("t", 1, first)
+        assert [(r.value, r.key) for r in records] == list(zip(values, keys, strict=True))
+        assert [r.headers for r in records] == [{"a": b"1"}, None, {"x": b"", "y": b"\xff"}, None]
+        assert all(r.timestamp_ms > 0 for r in records)
+        ts = records[0].timestamp_ms
+        assert c.offset_for_timestamp("t", 1, ts) == 0
+        assert c.offset_for_timestamp("t", 1, ts + 3_600_000) == 4
+
+
+def test_typed_errors_carry_the_server_code(node: RunningNode) -> None:
+    with Client(node.bootstrap) as c:
+        c.create_topic("t", partitions=2)
+        with pytest.raises(TopicExistsError):
+            c.create_topic("t")
+        with pytest.raises(UnknownTopicError):
+            c.fetch("missing", 0, 0)
+        with pytest.raises(UnknownPartitionError):
+            c.produce("t", 5, [b"x"])
+        c.produce("t", 0, [b"x"])
+        with pytest.raises(OffsetOutOfRangeError) as oor:
+            c.fetch("t", 0, 100)
+        assert oor.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+        c.delete_topic("t")
+        with pytest.raises(UnknownTopicError):
+            c.delete_topic("t")
+        # Another client still holds the deleted topic in its metadata: the node says no.
+    with Client(node.bootstrap) as stale, Client(node.bootstrap) as admin:
+        admin.create_topic("gone", partitions=1)
+        stale.refresh_metadata()
+        admin.delete_topic("gone")
+        with pytest.raises(UnknownTopicError):
+            stale.fetch("gone", 0, 0)
+
+
+def test_requests_are_retried_across_a_shard_restart(node: RunningNode) -> None:
+    with Client(node.bootstrap, retry=RetryPolicy(budget_s=20)) as c:
+        c.create_topic("t", partitions=8)
+        owned = [p for p in range(8) if c.cluster.route("t", p).shard_id == 1]
+        for p in owned:
+            c.produce("t", p, [b"before"])
+        node.kill_shard(1, wait_restart=False)
+        # Idempotent requests ride out the restart (retried with fresh metadata).
+        for p in owned:
+            assert [r.value for r in c.fetch("t", p, 0)] == [b"before"]
+        assert c.offsets("t", owned[0]) == (0, 1)
+        # A produce on the connection the dead shard left behind is not lost into it.
+        assert c.produce("t", owned[0], [b"after"]) == 1
+        assert [r.value for r in c.fetch("t", owned[0], 0)] == [b"before", b"after"]
+
+
+def test_produce_during_a_shard_kill_is_acknowledged_or_uncertain(node: RunningNode) -> None:
+    """Every acknowledged batch is in the log once; a batch whose answer was lost
+    is reported as uncertain, never silently retried into a duplicate."""
+    with Client(node.bootstrap, retry=RetryPolicy(budget_s=20)) as c:
+        c.create_topic("t", partitions=1)
+        acked: list[bytes] = []
+        uncertain: list[bytes] = []
+        stop = threading.Event()
+
+        def writer() -> None:
+            n = 0
+            while not stop.is_set():
+                value = b"r%d" % n
+                n += 1
+                try:
+                    c.produce("t", 0, [value])
+                    acked.append(value)
+                except OutcomeUnknownError:
+                    uncertain.append(value)
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        time.sleep(0.3)
+        node.kill_shard(c.cluster.route("t", 0).shard_id)
+        time.sleep(0.5)
+        stop.set()
+        thread.join(30)
+        values = [r.value for r in c.fetch("t", 0, 0, max_records=100_000)]
+        assert len(values) == len(set(values))  # nothing twice
+        assert set(acked) <= set(values)  # nothing acknowledged lost
+        assert set(values) <= set(acked) | set(uncertain)
+        assert len(acked) > 10
+
+
+LOOPS = {"asyncio": StockEventLoop, "uring": UringEventLoop}
+
+
+@pytest.mark.parametrize("loop", list(LOOPS))
+def test_async_client_long_poll_and_concurrency(node: RunningNode, loop: str) -> None:
+    if loop == "uring" and uring_unavailable_reason() is not None:
+        pytest.skip(f"io_uring unavailable: {uring_unavailable_reason()}")
+
+    async def main() -> None:
+        async with AsyncClient(node.bootstrap) as c, AsyncClient(node.bootstrap) as writer:
+            await c.create_topic("t", partitions=8)
+            firsts = await asyncio.gather(*(c.produce("t", i % 8, [b"x"] * 10) for i in range(64)))
+            assert sorted(firsts) == sorted(list(range(0, 80, 10)) * 8)
+            poll = asyncio.ensure_future(c.fetch("t", 3, 80, max_wait_ms=20_000))
+            await asyncio.sleep(0.2)
+            assert not poll.done()  # waiting on the node for a record
+            start = time.monotonic()
+            await writer.produce("t", 3, [b"arrived"])
+            records = await poll
+            assert [r.value for r in records] == [b"arrived"]
+            assert time.monotonic() - start < 15  # answered by the append, not the timeout
+            assert await c.fetch("t", 3, 81, max_wait_ms=100) == []
+
+    with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+        runner.run(main())
