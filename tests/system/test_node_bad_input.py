@@ -147,10 +147,14 @@ def test_unknown_op_is_answered_and_the_connection_stays_usable(node: RunningNod
 def test_request_errors_name_the_problem(node: RunningNode) -> None:
     tid = topic_id(node)
     good = partition_id(tid, 0)
+
+    def produce(topic: int, idx: int) -> ProduceRequest:
+        return ProduceRequest.from_values(partition_id(topic, idx), [b"x"])
+
     cases: list[tuple[object, ErrorCode, str]] = [
-        (ProduceRequest.from_values(partition_id(tid + 500, 0), [b"x"]), ErrorCode.UNKNOWN_TOPIC, "no topic"),
-        (ProduceRequest.from_values(partition_id(tid, 4), [b"x"]), ErrorCode.UNKNOWN_PARTITION, "partitions 0..3"),
-        (ProduceRequest.from_values(partition_id(0, 0), [b"x"]), ErrorCode.UNKNOWN_TOPIC, "metadata"),
+        (produce(tid + 500, 0), ErrorCode.UNKNOWN_TOPIC, "no topic"),
+        (produce(tid, 4), ErrorCode.UNKNOWN_PARTITION, "partitions 0..3"),
+        (produce(0, 0), ErrorCode.UNKNOWN_TOPIC, "metadata"),
         (ProduceRequest(good, (b"\x07garbage",)), ErrorCode.CORRUPT_RECORD, "attrs"),
         (ProduceRequest(good, ()), ErrorCode.INVALID_REQUEST, "record"),
         (FetchRequest(good, 10_000), ErrorCode.OFFSET_OUT_OF_RANGE, "outside"),
