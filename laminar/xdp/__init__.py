@@ -67,6 +67,7 @@ Modules
 - `iface`, `classifier`: XDP attachment state and the `XdpClassifier`
 """
 
+from laminar.xdp.classifier import XdpClassifier, XdpCounters
 from laminar.xdp.ebpf_steer import SteerCounters
 from laminar.xdp.errors import (
     BpfSyscallError,
@@ -94,6 +95,8 @@ __all__ = [
     "SteeringSpec",
     "SteeringUsageError",
     "XdpAttachError",
+    "XdpClassifier",
+    "XdpCounters",
     "attach_shard_socket",
     "choose_routing",
     "open_shard_socket",
