@@ -112,7 +112,9 @@ class MetadataService:
         else:
             await self._first_catch_up()
             self._follower = asyncio.get_running_loop().create_task(self._follow())
-        self._partitions.remove_orphans(t.topic_id for t in self.state.topics())
+        self._partitions.remove_orphans(
+            (t.topic_id for t in self.state.topics()), self.state.next_topic_id
+        )
         if not self._ready.done():
             self._ready.set_result(None)
 

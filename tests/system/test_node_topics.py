@@ -1,0 +1,106 @@
+"""Topics live in the metadata log: they survive restarts, deletes remove data,
+and every shard sees a change before it is acknowledged."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from laminar.client import Client, UnknownTopicError
+from laminar.placement import partition_id, shard_for
+from laminar.wire import ErrorCode, ProduceRequest
+from tests.system.nodes import RunningNode, start_node
+from tests.system.wireclient import NodeClient, ServerError
+
+
+def partition_dirs(node: RunningNode, topic_id: int) -> list[str]:
+    root = node.data_dir / "partitions"
+    return sorted(p.name for p in root.iterdir() if p.name.startswith(f"{topic_id}-"))
+
+
+def test_topics_and_records_survive_a_restart(tmp_path: Path) -> None:
+    with start_node(tmp_path, cores=2) as node, Client(node.bootstrap) as client:
+        kept = client.create_topic("kept", partitions=6)
+        gone = client.create_topic("gone", partitions=2)
+        other = client.create_topic("other", partitions=3, config={"retention.ms": 1000})
+        client.delete_topic("gone")
+        for p in range(6):
+            client.produce("kept", p, [f"v{p}-{i}".encode() for i in range(p + 1)])
+        before = client.list_topics()
+    with node.restart() as again, Client(again.bootstrap) as client:
+        assert client.list_topics() == before
+        assert [t.name for t in before] == ["kept", "other"]
+        assert client.describe_topic("other").topic.config == {"retention.ms": 1000}
+        for p in range(6):
+            values = [r.value for r in client.fetch("kept", p, 0)]
+            assert values == [f"v{p}-{i}".encode() for i in range(p + 1)]
+        fresh = client.create_topic("fresh", partitions=1)
+        # Ids are never reused, not even the deleted topic's.
+        assert fresh.topic_id > max(kept.topic_id, gone.topic_id, other.topic_id)
+
+
+def test_delete_removes_every_partition_and_the_name_can_be_reused(node: RunningNode) -> None:
+    with Client(node.bootstrap) as client:
+        topic = client.create_topic("doomed", partitions=8)
+        for p in range(8):
+            client.produce("doomed", p, [b"data"] * 3)
+        assert len(partition_dirs(node, topic.topic_id)) == 8
+        client.delete_topic("doomed")
+        assert partition_dirs(node, topic.topic_id) == []
+        assert "doomed" not in [t.name for t in client.list_topics()]
+        with pytest.raises(UnknownTopicError):
+            client.delete_topic("doomed")
+    with NodeClient(node.host, node.port) as raw:  # the old partition ids are gone too
+        pid = partition_id(topic.topic_id, 0)
+        with pytest.raises(ServerError) as caught:
+            raw.conn_for(pid).call(ProduceRequest.from_values(pid, [b"late"]))
+        assert caught.value.code is ErrorCode.UNKNOWN_TOPIC
+    with Client(node.bootstrap) as client:
+        again = client.create_topic("doomed", partitions=2)
+        assert again.topic_id != topic.topic_id
+        assert client.offsets("doomed", 0) == (0, 0)
+
+
+def test_a_new_topic_is_usable_at_once_on_every_shard(node: RunningNode) -> None:
+    """Created through one shard, produced to shard-direct on the others at once:
+    the owner acknowledges a create only after every shard applied it."""
+    with NodeClient(node.host, node.port, via_node_port=True) as via_node:
+        for n in range(15):
+            name = f"quick-{n}"
+            info = via_node.create_topic(name, 4)
+            for p in range(4):
+                pid = partition_id(info.topic_id, p)
+                owner = shard_for(pid, 2)
+                with NodeClient(node.host, node.port) as direct:
+                    direct.meta = via_node.meta
+                    assert direct.produce(name, p, [b"x"]).first_index == 0
+                    assert direct.ping(pid).shard_id == owner
+            listed = {t.name for t in via_node.list_topics()}
+            assert name in listed
+
+
+def test_partitions_of_a_delete_missed_while_down_are_removed(tmp_path: Path) -> None:
+    node = start_node(tmp_path, cores=2)
+    with node, Client(node.bootstrap) as client:
+        topic = client.create_topic("missed", partitions=4)
+        for p in range(4):
+            client.produce("missed", p, [b"old"])
+    backup = tmp_path / "backup"
+    shutil.copytree(node.data_dir / "partitions", backup)
+    with node.restart() as again, Client(again.bootstrap) as client:
+        client.delete_topic("missed")
+    # Put the deleted partitions back, as if a shard had been down for the delete,
+    # plus a directory with an id the log never assigned (which must be left alone).
+    for name in partition_dirs(node, topic.topic_id) or [
+        d.name for d in backup.iterdir() if d.name.startswith(f"{topic.topic_id}-")
+    ]:
+        shutil.copytree(backup / name, node.data_dir / "partitions" / name)
+    stray = node.data_dir / "partitions" / "999-0"
+    stray.mkdir()
+    assert len(partition_dirs(node, topic.topic_id)) == 4
+    with again.restart() as third:
+        assert partition_dirs(third, topic.topic_id) == []
+        assert stray.is_dir()
+        assert "belongs to no topic" in third.log_text()
