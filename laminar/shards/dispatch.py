@@ -58,6 +58,10 @@ def _max_wait_s(frame: Frame) -> float:
     return wait / 1000 if type(wait) is int and wait > 0 else 0.0
 
 
+def _is_metadata_tail(frame: Frame) -> bool:
+    return frame.op == Op.FETCH and frame.partition_id == METADATA_PID
+
+
 class Dispatcher:
     """Routes and serves request frames for one shard."""
 
@@ -122,7 +126,7 @@ class Dispatcher:
                 )
             return self._error(frame, code, message)
         name = OP_NAMES[frame.op]
-        if ctx.internal and frame.partition_id == METADATA_PID:
+        if ctx.internal and _is_metadata_tail(frame):
             name = "metadata_tail"  # followers' long-polls: not client fetches
         self.metrics.request_done(name, time.perf_counter() - start)
         return out
@@ -151,9 +155,10 @@ class Dispatcher:
 
     async def _unwrap(self, frame: Frame) -> list[Buffer]:
         """Serve the client frame inside a FORWARD from another shard."""
-        self.metrics.forwarded_in += 1
         forward = ForwardRequest.from_frame(frame)
         inner = decode_frame(forward.frame, self.max_frame_bytes + CHANNEL_FRAME_SLACK)
+        if not _is_metadata_tail(inner):  # the followers' tail is not client traffic
+            self.metrics.forwarded_in += 1
         ctx = RequestContext(
             received_by=forward.origin_shard,
             internal=True,

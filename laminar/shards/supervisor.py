@@ -292,7 +292,7 @@ class Supervisor:
             self.sockets.close()
         if self.admin_sock is not None:
             self.admin_sock.close()
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             os.unlink(os.path.join(self.config.run_dir, NODE_FILE))
         if self._lock_fd is not None:
             os.close(self._lock_fd)
