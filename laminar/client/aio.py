@@ -80,7 +80,11 @@ class AsyncClient:
         return self
 
     async def __aenter__(self) -> AsyncClient:
-        return await self.connect()
+        try:
+            return await self.connect()
+        except BaseException:
+            await self.close()  # `async with` will not call __aexit__
+            raise
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()

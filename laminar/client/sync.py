@@ -137,7 +137,11 @@ class Client:
         self._conns: dict[Address, BlockingConnection] = {}
         self._view: ClusterView | None = None
         self._closed = False
-        self.refresh_metadata()
+        try:
+            self.refresh_metadata()
+        except BaseException:
+            self.close()
+            raise
 
     # --- context and lifetime --------------------------------------------------------
 
