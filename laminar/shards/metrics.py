@@ -61,6 +61,8 @@ class LatencySummary:
         for slot, n in enumerate(self.buckets):
             seen += n
             if seen >= rank and n:
+                if slot == _BUCKETS:  # the overflow bucket has no upper bound
+                    return self.max_s
                 return min(_MIN_S * 2 ** (slot / _BUCKETS_PER_OCTAVE), self.max_s)
         return self.max_s
 

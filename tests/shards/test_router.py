@@ -1,0 +1,77 @@
+"""The routing decision (`laminar.shards.router`), driven directly."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from laminar.placement import partition_id, shard_for
+from laminar.shards.metadata import METADATA_PID
+from laminar.shards.router import Action, route
+from laminar.wire import ErrorCode, Flags, Op
+
+PARTITION_OPS = [Op.PRODUCE, Op.FETCH, Op.LIST_OFFSETS, Op.PING]
+
+
+@given(
+    pid=st.integers(0, 2**64 - 1),
+    shards=st.integers(1, 16),
+    me=st.integers(0, 15),
+    op=st.sampled_from(PARTITION_OPS),
+)
+def test_partition_requests_are_served_only_by_the_owner(
+    pid: int, shards: int, me: int, op: Op
+) -> None:
+    me %= shards
+    owner = shard_for(pid, shards)
+    decision = route(op, 0, pid, shard_id=me, shard_count=shards)
+    if me == owner:
+        assert decision.action is Action.LOCAL
+    else:
+        assert decision.action is Action.FORWARD and decision.target == owner
+
+
+def test_a_forwarded_frame_is_never_forwarded_again() -> None:
+    pid = partition_id(3, 1)
+    owner = shard_for(pid, 4)
+    other = (owner + 1) % 4
+    decision = route(Op.FETCH, 0, pid, shard_id=other, shard_count=4, forwarded=True, internal=True)
+    assert decision.action is Action.REJECT and decision.code is ErrorCode.NOT_OWNER
+    assert f"shard {owner} owns" in decision.message
+    local = route(Op.FETCH, 0, pid, shard_id=owner, shard_count=4, forwarded=True, internal=True)
+    assert local.action is Action.LOCAL
+
+
+def test_topic_changes_go_to_the_metadata_owner_and_reads_stay_local() -> None:
+    owner = shard_for(METADATA_PID, 3)
+    for me in range(3):
+        for op in (Op.CREATE_TOPIC, Op.DELETE_TOPIC):
+            decision = route(op, 0, 12345, shard_id=me, shard_count=3)
+            if me == owner:
+                assert decision.action is Action.LOCAL
+            else:
+                assert decision.action is Action.FORWARD and decision.target == owner
+        for op in (Op.METADATA, Op.LIST_TOPICS):
+            assert route(op, 0, 999, shard_id=me, shard_count=3).action is Action.LOCAL
+
+
+def test_forward_is_accepted_only_between_shards() -> None:
+    client = route(Op.FORWARD, 0, 5, shard_id=0, shard_count=2)
+    assert client.action is Action.REJECT and client.code is ErrorCode.INVALID_REQUEST
+    assert route(Op.FORWARD, 0, 5, shard_id=0, shard_count=2, internal=True).action is Action.LOCAL
+    nested = route(Op.FORWARD, 0, 5, shard_id=0, shard_count=2, internal=True, forwarded=True)
+    assert nested.action is Action.REJECT
+
+
+def test_unknown_ops_and_responses_are_answered_where_they_arrive() -> None:
+    pid = partition_id(1, 0)
+    for me in range(2):
+        assert route(77, 0, pid, shard_id=me, shard_count=2).action is Action.LOCAL
+        assert route(200, 0, pid, shard_id=me, shard_count=2).action is Action.LOCAL
+        response = route(Op.PRODUCE, Flags.RESPONSE, pid, shard_id=me, shard_count=2)
+        assert response.action is Action.LOCAL
+
+
+def test_one_shard_serves_everything() -> None:
+    for op in [*PARTITION_OPS, Op.CREATE_TOPIC, Op.METADATA]:
+        assert route(op, 0, 2**63 + 5, shard_id=0, shard_count=1).action is Action.LOCAL
