@@ -95,6 +95,8 @@ class Printer:
 async def consume(args: argparse.Namespace) -> int:
     if args.max is not None and args.max < 0:
         raise UsageError(f"--max must be at least 0, got {args.max}")
+    if args.index is not None and args.index < 0:
+        raise UsageError(f"--index must be at least 0, got {args.index}")
     printer = Printer(args.json, args.max, sys.stdout.buffer)
     async with AsyncClient(args.bootstrap, timeout_s=args.timeout) as client:
         topic = await _topic(client, args.topic)

@@ -170,6 +170,7 @@ def test_status_json_names_the_routing_mode(node: FakeNode) -> None:
         (["topic", "create"], 2, "usage"),
         (["produce", "t", "-H", "novalue", "-v", "x"], 2, "NAME=VALUE"),
         (["nonsense"], 2, "invalid choice"),
+        (["consume", "t", "--index", "-1"], 2, "--index must be at least 0"),
     ],
 )
 def test_exit_codes(node: FakeNode, args: list[str], code: int, says: str) -> None:
