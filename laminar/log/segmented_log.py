@@ -110,6 +110,11 @@ class SegmentedLog:
         Under flush="always" the records are durable when this returns.
         Cancelling the call does not withdraw the records.
         """
+        first, _ = await self.append_stamped(values, term)
+        return first
+
+    async def append_stamped(self, values: Sequence[bytes], term: int = 0) -> tuple[int, int]:
+        """`append`, returning (first index, the timestamp_ms the batch was given)."""
         if not values:
             raise ValueError("append needs at least one record")
         values = [v if type(v) is bytes else bytes(v) for v in values]
@@ -131,7 +136,7 @@ class SegmentedLog:
             first = segment.staged_end_index
             done = self._pipeline.stage(segment, values, term, timestamp_ms)
         await done
-        return first
+        return first, timestamp_ms
 
     def _check_appendable(self) -> None:
         self._check_open()

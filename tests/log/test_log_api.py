@@ -179,3 +179,13 @@ def test_relaxed_flush_policies_still_persist_on_close(env: LogEnv, flush: str) 
         await log.close()
 
     env.run(main)
+
+
+def test_append_stamped_reports_the_stored_timestamp(env: LogEnv) -> None:
+    async def main() -> None:
+        log = await SegmentedLog.open(env.directory, backend=env.backend)
+        first, timestamp_ms = await log.append_stamped([b"a", b"b"])
+        assert [(await log.read(first + i)).timestamp_ms for i in range(2)] == [timestamp_ms] * 2
+        await log.close()
+
+    env.run(main)
