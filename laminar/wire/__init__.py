@@ -68,7 +68,14 @@ from laminar.wire.messages import (
     decode_response,
 )
 from laminar.wire.ops import MEMBERSHIP_OPS, RAFT_OPS, Flags, Op
-from laminar.wire.records import FetchedRecord, decode_record, encode_record
+from laminar.wire.records import (
+    PRODUCER_HEADER,
+    FetchedRecord,
+    ProducerStamp,
+    decode_record,
+    encode_record,
+    producer_stamp,
+)
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
@@ -77,6 +84,7 @@ __all__ = [
     "MIN_FRAME_BYTES",
     "NEED_DATA",
     "PREFIX_BYTES",
+    "PRODUCER_HEADER",
     "RAFT_OPS",
     "VERSION",
     "BadMagic",
@@ -110,6 +118,7 @@ __all__ = [
     "Pong",
     "ProduceRequest",
     "ProduceResponse",
+    "ProducerStamp",
     "ProtocolError",
     "ReceiveBufferFull",
     "Request",
@@ -127,4 +136,5 @@ __all__ = [
     "encode_frame",
     "encode_frame_buffers",
     "encode_record",
+    "producer_stamp",
 ]

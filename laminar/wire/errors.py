@@ -41,6 +41,8 @@ class ErrorCode(IntEnum):
     RECORD_TOO_LARGE = 14
     CORRUPT_RECORD = 15
     USE_TCP = 16
+    OUT_OF_ORDER_SEQUENCE = 17
+    DUPLICATE_SEQUENCE = 18
     NOT_OWNER = 30
     STORAGE_ERROR = 31
     SHUTTING_DOWN = 32
@@ -73,6 +75,12 @@ _DEFAULT_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.RECORD_TOO_LARGE: "a record or batch is larger than the log accepts",
     ErrorCode.CORRUPT_RECORD: "a record's bytes do not follow the record encoding",
     ErrorCode.USE_TCP: "the request does not fit in a datagram; send it over TCP",
+    ErrorCode.OUT_OF_ORDER_SEQUENCE: (
+        "the idempotent batch does not continue its producer's sequence (a gap or an overlap)"
+    ),
+    ErrorCode.DUPLICATE_SEQUENCE: (
+        "the idempotent batch was appended before; its index is no longer known"
+    ),
     ErrorCode.NOT_OWNER: "this shard or node does not own the partition; refresh metadata",
     ErrorCode.STORAGE_ERROR: "the server could not read or write its log",
     ErrorCode.SHUTTING_DOWN: "the server is shutting down; retry elsewhere or later",

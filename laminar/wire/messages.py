@@ -32,9 +32,12 @@ from laminar.wire.errors import (
 )
 from laminar.wire.ops import Flags, Op
 from laminar.wire.records import (
+    PRODUCER_HEADER,
     FetchedRecord,
+    ProducerStamp,
     decode_fetch_batch,
     decode_produce_batch,
+    decode_record,
     encode_fetch_batch,
     encode_produce_batch,
     encode_record,
@@ -180,13 +183,25 @@ class ProduceRequest(Message):
     """Append records to a partition. `blobs` are encoded records
     (`encode_record`); the server stores each as one log record, unchanged.
 
-    Header: {}. Payload: a produce batch (`laminar.wire.records`).
+    An idempotent produce names its `producer_id` and the `sequence` of its
+    first record, and its first blob carries the same `ProducerStamp` in the
+    `laminar.producer` header (`from_values` puts it there); the partition
+    appends the batch only if it continues that producer's sequence
+    (`laminar.shards.idempotence`).
+
+    Header: {producer_id?, sequence?}. Payload: a produce batch (`laminar.wire.records`).
     """
 
     OP: ClassVar[int] = Op.PRODUCE
 
     partition_id: int
     blobs: tuple[bytes, ...]
+    producer_id: int | None = None
+    sequence: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.producer_id is None) != (self.sequence is None):
+            raise WireUsageError("an idempotent produce needs both producer_id and sequence")
 
     @classmethod
     def from_values(
@@ -195,34 +210,58 @@ class ProduceRequest(Message):
         values: Sequence[bytes],
         keys: Sequence[bytes | None] | None = None,
         headers: Sequence[Mapping[str, bytes] | None] | None = None,
+        *,
+        producer_id: int | None = None,
+        sequence: int | None = None,
     ) -> ProduceRequest:
-        """Encode records from parallel lists of values, keys and headers."""
+        """Encode records from parallel lists of values, keys and headers; with
+        `producer_id` and `sequence`, stamp the first record for idempotence."""
         if keys is not None and len(keys) != len(values):
             raise WireUsageError(f"{len(keys)} keys for {len(values)} values")
         if headers is not None and len(headers) != len(values):
             raise WireUsageError(f"{len(headers)} header maps for {len(values)} values")
         if keys is None and headers is None:
-            blobs = tuple(b"\x00" + v for v in values)
+            blobs = [b"\x00" + v for v in values]
         else:
-            blobs = tuple(
+            blobs = [
                 encode_record(
                     v,
                     None if keys is None else keys[i],
                     None if headers is None else headers[i],
                 )
                 for i, v in enumerate(values)
-            )
-        return cls(partition_id, blobs)
+            ]
+        if producer_id is not None and sequence is not None and values:
+            blobs[0] = _stamped(blobs[0], ProducerStamp(producer_id, sequence, len(values)))
+        return cls(partition_id, tuple(blobs), producer_id, sequence)
 
     def _partition(self) -> int:
         return self.partition_id
+
+    def _header(self) -> dict[str, Any]:
+        if self.producer_id is None:
+            return {}
+        return {"producer_id": self.producer_id, "sequence": self.sequence}
 
     def _payload(self) -> list[Buffer]:
         return encode_produce_batch(self.blobs)
 
     @classmethod
     def _decode(cls, frame: Frame) -> Self:
-        return cls(frame.partition_id, decode_produce_batch(frame.payload))
+        h = frame.header
+        producer_id = f.opt_uint(h, "producer_id")
+        sequence = f.opt_uint(h, "sequence")
+        if (producer_id is None) != (sequence is None):
+            raise InvalidMessage("an idempotent produce needs both producer_id and sequence")
+        return cls(frame.partition_id, decode_produce_batch(frame.payload), producer_id, sequence)
+
+
+def _stamped(blob: bytes, stamp: ProducerStamp) -> bytes:
+    """`blob` re-encoded with `stamp` added to its headers (the name is reserved)."""
+    value, key, headers = decode_record(blob)
+    if headers and PRODUCER_HEADER in headers:
+        raise WireUsageError(f"the record header {PRODUCER_HEADER!r} is reserved")
+    return encode_record(value, key, {**(headers or {}), PRODUCER_HEADER: stamp.encode()})
 
 
 @dataclass(frozen=True, slots=True)

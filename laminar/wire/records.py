@@ -123,6 +123,51 @@ def _decode_headers(packed: bytes) -> dict[str, bytes]:
     return headers
 
 
+# --- the idempotent producer's stamp ---------------------------------------------------
+
+PRODUCER_HEADER: Final = "laminar.producer"
+"""The header an idempotent producer puts on the first record of each batch: a
+`ProducerStamp` (see `laminar.shards.idempotence`). The name is reserved."""
+
+_STAMP = struct.Struct(">QQI")
+
+
+class ProducerStamp(NamedTuple):
+    """Who appended a batch, and which sequence numbers its records carry:
+    `first_sequence .. first_sequence + record_count - 1`. Kept in the log, so a
+    partition can rebuild its producer table after a restart."""
+
+    producer_id: int
+    first_sequence: int
+    record_count: int
+
+    def encode(self) -> bytes:
+        """The header value: u64 producer_id | u64 first_sequence | u32 record_count."""
+        try:
+            return _STAMP.pack(self.producer_id, self.first_sequence, self.record_count)
+        except struct.error:
+            raise WireUsageError(f"producer stamp out of range: {self}") from None
+
+    @classmethod
+    def decode(cls, value: bytes) -> ProducerStamp:
+        """The stamp in a header value; `CorruptRecord` if it is not one."""
+        if len(value) != _STAMP.size:
+            raise CorruptRecord(
+                f"the {PRODUCER_HEADER} header has {len(value)} bytes, not {_STAMP.size}"
+            )
+        return cls(*_STAMP.unpack(value))
+
+
+def producer_stamp(blob: Buffer) -> ProducerStamp | None:
+    """The stamp a record blob carries, or None; `CorruptRecord` on a bad blob.
+    Cheap for records without headers (one byte is looked at)."""
+    if not blob or not blob[0] & HAS_HEADERS:
+        return None
+    _, _, headers = decode_record(blob)
+    value = None if headers is None else headers.get(PRODUCER_HEADER)
+    return None if value is None else ProducerStamp.decode(value)
+
+
 # --- batches ------------------------------------------------------------------------
 
 
