@@ -1,0 +1,108 @@
+"""A laminar node started by the harness on ephemeral ports in a fresh directory.
+
+It runs `laminar-node` from this same interpreter (`python -m
+laminar.cli.node`), so the node benchmarked is the code checked out here. With
+`--port 0` every port is ephemeral and the node reports the ones it got in
+`<data-dir>/run/node.json` once every shard serves; the harness waits for
+that file to name the supervisor's pid and for the node port to accept
+connections.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from laminar.bench.servers.ports import accepts
+from laminar.bench.servers.process import ManagedProcess, ServerStartError
+
+FLUSH_POLICIES = ("always", "interval", "never")
+
+
+class LaminarNode:
+    """One `laminar-node` supervisor and its shards."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        cores: int,
+        flush: str = "always",
+        runtime: str = "auto",
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        if flush not in FLUSH_POLICIES:
+            raise ValueError(f"flush must be one of {', '.join(FLUSH_POLICIES)}")
+        self.workdir = workdir
+        self.cores = cores
+        self.flush = flush
+        self.runtime = runtime
+        self.extra_args = extra_args
+        self.data_dir = workdir / "laminar-data"
+        self.info: dict[str, Any] = {}
+        self._proc: ManagedProcess | None = None
+
+    def argv(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "laminar.cli.node",
+            "--cores",
+            str(self.cores),
+            "--data-dir",
+            str(self.data_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--flush",
+            self.flush,
+            "--runtime",
+            self.runtime,
+            *self.extra_args,
+        ]
+
+    def start(self, timeout_s: float = 30.0) -> str:
+        """Start it; the bootstrap address (host:port of the node port)."""
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self._proc = ManagedProcess(
+            "laminar-node", self.argv(), self.workdir / "laminar-node.log", self.workdir, env
+        )
+        self._proc.start()
+        node_json = self.data_dir / "run" / "node.json"
+
+        def ready() -> bool:
+            if not node_json.exists():
+                return False
+            try:
+                info = json.loads(node_json.read_text())
+            except ValueError:
+                return False  # being written
+            if self._proc is None or info.get("pid") != self._proc.pid:
+                return False  # written once every shard serves, naming the supervisor
+            host, port = _node_address(info)
+            if not accepts(host, port):
+                return False
+            self.info = info
+            return True
+
+        self._proc.wait_ready(ready, timeout_s)
+        host, port = _node_address(self.info)
+        return f"{host}:{port}"
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.stop(grace_s=10.0)
+
+    def log_tail(self) -> str:
+        return "" if self._proc is None else self._proc.log_tail()
+
+
+def _node_address(info: dict[str, Any]) -> tuple[str, int]:
+    try:
+        return str(info.get("host", "127.0.0.1")), int(info["port"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ServerStartError(f"node.json has no node port: {info!r}") from exc

@@ -1,0 +1,218 @@
+"""NATS JetStream: one file-storage stream per partition, nats-py's client.
+
+A produce is one `publish_async` per record (JetStream 2.9 has no batch
+publish), all pipelined on the connection; it is acknowledged when every
+PubAck is in. A reader is an ordered push consumer (ack none, flow control:
+the way NATS recommends to read a stream in order): messages land in a local
+buffer as the server pushes them, and `fetch` returns what is buffered,
+waiting up to the fetch wait for the first. A pull consumer's `fetch(batch)`
+would hold a partial batch until its timeout, adding that wait to every
+tailing read; the push consumer returns as soon as anything arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+
+import nats
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType
+from nats.js.errors import BadRequestError
+
+from laminar.bench.servers.nats_server import NatsServer, nats_version, supports_sync_always
+from laminar.bench.targets.base import (
+    Durability,
+    Endpoint,
+    Start,
+    System,
+    SystemUnavailable,
+)
+
+KIND = "nats-jetstream"
+VARIANTS = ("default", "sync-always")
+_MAX_PENDING_PUBLISHES = 100_000
+
+
+def _stream_name(stream: str, partition: int) -> str:
+    return f"{stream}_p{partition}".replace(".", "_").replace("-", "_")
+
+
+def _subject(stream: str, partition: int) -> str:
+    return f"{_stream_name(stream, partition)}.records"
+
+
+class NatsReader:
+    """An ordered push consumer feeding a local buffer."""
+
+    def __init__(self) -> None:
+        self._buffer: deque[bytes] = deque()
+        self._arrived = asyncio.Event()
+        self._sub: JetStreamContext.PushSubscription | None = None
+
+    async def start(self, js: JetStreamContext, stream: str, subject: str, start: Start) -> None:
+        policy = DeliverPolicy.ALL if start == "beginning" else DeliverPolicy.NEW
+        self._sub = await js.subscribe(
+            subject,
+            stream=stream,
+            cb=self._on_message,
+            ordered_consumer=True,
+            deliver_policy=policy,
+            pending_msgs_limit=-1,
+            pending_bytes_limit=-1,
+        )
+
+    async def _on_message(self, msg: Msg) -> None:
+        self._buffer.append(msg.data)
+        self._arrived.set()
+
+    async def fetch(self, max_records: int, max_wait_ms: int) -> list[bytes]:
+        if not self._buffer and max_wait_ms > 0:
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), max_wait_ms / 1000)
+            except TimeoutError:
+                return []
+        buffer = self._buffer
+        n = min(max_records, len(buffer))
+        out = [buffer.popleft() for _ in range(n)]
+        if not buffer:
+            self._arrived.clear()
+        return out
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+
+
+class NatsJetStreamTarget:
+    """The nats-py client side."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self._url = f"nats://{endpoint.address}"
+        self._nc: NatsClient | None = None
+        self._js: JetStreamContext | None = None
+
+    @property
+    def js(self) -> JetStreamContext:
+        if self._js is None:
+            raise RuntimeError("connect() first")
+        return self._js
+
+    async def connect(self) -> None:
+        self._nc = await nats.connect(
+            self._url, allow_reconnect=False, pending_size=64 << 20, max_outstanding_pings=10
+        )
+        self._js = self._nc.jetstream(publish_async_max_pending=_MAX_PENDING_PUBLISHES)
+
+    async def create_stream(self, stream: str, partitions: int) -> None:
+        for p in range(partitions):
+            try:
+                await self.js.add_stream(
+                    name=_stream_name(stream, p),
+                    subjects=[_subject(stream, p)],
+                    storage=StorageType.FILE,
+                    retention=RetentionPolicy.LIMITS,
+                    discard=DiscardPolicy.OLD,
+                    num_replicas=1,
+                )
+            except BadRequestError as exc:  # already there (another process made it)
+                if "already in use" not in str(exc):
+                    raise
+
+    async def produce(self, stream: str, partition: int, values: Sequence[bytes]) -> None:
+        js = self.js
+        subject = _subject(stream, partition)
+        name = _stream_name(stream, partition)
+        acks = [await js.publish_async(subject, value) for value in values]
+        for ack in await asyncio.gather(*acks):
+            if ack.stream != name:
+                raise RuntimeError(f"acknowledged by stream {ack.stream!r}, not {name!r}")
+
+    async def open_reader(self, stream: str, partition: int, start: Start) -> NatsReader:
+        reader = NatsReader()
+        await reader.start(
+            self.js, _stream_name(stream, partition), _subject(stream, partition), start
+        )
+        return reader
+
+    async def close(self) -> None:
+        if self._nc is not None:
+            await self._nc.close()
+
+
+class NatsJetStreamSystem(System):
+    """nats-server started by the harness; `sync-always` needs a server >= 2.10."""
+
+    def __init__(self, variant: str = "default") -> None:
+        if variant not in VARIANTS:
+            raise SystemUnavailable(
+                f"nats-jetstream has variants {', '.join(VARIANTS)}, not {variant!r}"
+            )
+        self.variant = variant
+        self.name = KIND if variant == "default" else f"{KIND}:{variant}"
+        self._server: NatsServer | None = None
+
+    def start(self, workdir: Path) -> Endpoint:
+        version = nats_version()
+        if version is None:
+            raise SystemUnavailable("nats-server is not installed (make bench installs it)")
+        sync = None
+        if self.variant == "sync-always":
+            if not supports_sync_always(version):
+                raise SystemUnavailable(
+                    f"nats-server {'.'.join(map(str, version))} has no sync_interval option "
+                    "(added in 2.10): JetStream cannot fsync before acknowledging here"
+                )
+            sync = "always"
+        self._server = NatsServer(workdir, sync=sync)
+        return Endpoint(KIND, self._server.start())
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+
+    def durability(self) -> Durability:
+        settings = {"storage": "file", "replicas": "1"}
+        if self.variant == "sync-always":
+            settings["sync_interval"] = "always"
+            return Durability(
+                True,
+                "ack after fsync",
+                "sync_interval: always: the file store syncs on every write",
+                settings,
+            )
+        version = nats_version()
+        shown = "not installed" if version is None else ".".join(map(str, version))
+        if version is not None and supports_sync_always(version):
+            settings["sync_interval"] = "2m (default)"
+            detail = (
+                f"nats-server {shown} default: acknowledged once written to the page "
+                "cache; the file store fsyncs every sync_interval (2 minutes)"
+            )
+        else:
+            settings["sync_interval"] = "not configurable (2.9)"
+            detail = (
+                f"nats-server {shown}: acknowledged once written to the page cache; "
+                "the file store fsyncs on a timer (observed: about 2 minutes); "
+                "sync_interval/always does not exist before 2.10"
+            )
+        return Durability(False, "ack before fsync (periodic sync, ~2 min)", detail, settings)
+
+    def versions(self) -> dict[str, str]:
+        version = nats_version()
+        shown = "not installed" if version is None else ".".join(map(str, version))
+        return {"nats-server": shown, "nats-py": _nats_py_version()}
+
+    def log_tail(self) -> str:
+        return "" if self._server is None else self._server.log_tail()
+
+
+def _nats_py_version() -> str:
+    from importlib.metadata import version
+
+    return version("nats-py")
