@@ -1,0 +1,202 @@
+"""Several targets, one workload, repeated rounds: medians and ratios.
+
+Rounds are interleaved (A B C, A B C, ...) so that a neighbour's burst of load
+on the shared machine lands on every target about equally rather than on one
+target's whole series; the verdict is the median over rounds, and ratios are
+taken between medians. Every run is kept, failed ones included.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from laminar.bench.config import RunConfig
+from laminar.bench.histogram import LatencyHistogram
+from laminar.bench.machine import loadavg
+from laminar.bench.progress import ProgressSink
+from laminar.bench.results import RunResult
+from laminar.bench.runner import RunPlan, headline, run_once
+from laminar.bench.targets import System, SystemOptions, SystemUnavailable, make_system
+
+LATENCY_FIELDS = ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")
+
+
+@dataclass(slots=True)
+class TargetSummary:
+    """The medians over the rounds of one target that did not fail."""
+
+    target: str
+    durability: dict[str, Any]
+    versions: dict[str, str]
+    runs: int
+    failed: int
+    with_errors: int
+    records_per_s: float | None
+    mib_per_s: float | None
+    latency_us: dict[str, float]
+    """Median over rounds of each percentile of the primary histogram."""
+    service_p99_us: float | None
+    """Produce workloads: median p99 measured from the actual send (uncorrected)."""
+    errors: int
+    failures: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "durability": self.durability,
+            "versions": self.versions,
+            "runs": self.runs,
+            "failed": self.failed,
+            "with_errors": self.with_errors,
+            "records_per_s_median": self.records_per_s,
+            "mib_per_s_median": self.mib_per_s,
+            "latency_us_median": self.latency_us,
+            "service_p99_us_median": self.service_p99_us,
+            "errors": self.errors,
+            "failures": self.failures,
+        }
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+@dataclass(slots=True)
+class Comparison:
+    config: RunConfig
+    targets: list[str]
+    rounds: int
+    runs: list[RunResult] = field(default_factory=list)
+
+    def runs_of(self, target: str) -> list[RunResult]:
+        return [r for r in self.runs if r.target == target]
+
+    def summary(self, target: str) -> TargetSummary:
+        config = self.config
+        runs = self.runs_of(target)
+        good = [r for r in runs if r.ok]
+        metric = config.primary_metric
+        latency: dict[str, float] = {}
+        for name in LATENCY_FIELDS:
+            values = [float(getattr(r.latency(metric).summary(), name)) for r in good]
+            median = _median(values)
+            if median is not None:
+                latency[name] = median
+        side = "produce" if config.workload == "produce" else "consume"
+        figures = [getattr(r, side) for r in good if getattr(r, side) is not None]
+        service = [
+            float(r.latency("produce_service").summary().p99_us)
+            for r in good
+            if r.latency("produce_service").count
+        ]
+        first = runs[0] if runs else None
+        return TargetSummary(
+            target=target,
+            durability=first.durability if first else {},
+            versions=first.versions if first else {},
+            runs=len(runs),
+            failed=len(runs) - len(good),
+            with_errors=sum(1 for r in good if r.status == "errors"),
+            records_per_s=_median([f.records_per_s for f in figures]),
+            mib_per_s=_median([f.mib_per_s for f in figures]),
+            latency_us=latency,
+            service_p99_us=_median(service) if config.workload == "produce" else None,
+            errors=sum(sum(r.errors.values()) for r in runs),
+            failures=[f"round {r.round}: {r.error}" for r in runs if not r.ok],
+        )
+
+    def summaries(self) -> list[TargetSummary]:
+        return [self.summary(t) for t in self.targets]
+
+    def ratios(self) -> dict[str, dict[str, float | None]]:
+        """For each other target: baseline (the first target) divided by it,
+        for throughput (above 1: the baseline is faster) and for each latency
+        percentile (below 1: the baseline is quicker)."""
+        summaries = self.summaries()
+        base = summaries[0]
+        out: dict[str, dict[str, float | None]] = {}
+        for other in summaries[1:]:
+            row: dict[str, float | None] = {
+                "records_per_s": _ratio(base.records_per_s, other.records_per_s)
+            }
+            for name in LATENCY_FIELDS:
+                row[name] = _ratio(base.latency_us.get(name), other.latency_us.get(name))
+            out[other.target] = row
+        return out
+
+    def goal(self) -> dict[str, Any] | None:
+        """The issue's goal: the baseline against the best peer acknowledging
+        after fsync (throughput: highest; p99: lowest)."""
+        summaries = self.summaries()
+        base = summaries[0]
+        peers = [
+            s
+            for s in summaries[1:]
+            if s.durability.get("fsync_before_ack")
+            and not s.target.startswith(base.target.split(":")[0])
+            and s.records_per_s is not None
+        ]
+        if not peers or base.records_per_s is None:
+            return None
+        best_tput = max(peers, key=lambda s: s.records_per_s or 0.0)
+        best_p99 = min(peers, key=lambda s: s.latency_us.get("p99_us", float("inf")))
+        return {
+            "baseline": base.target,
+            "best_throughput_peer": best_tput.target,
+            "throughput_ratio": _ratio(base.records_per_s, best_tput.records_per_s),
+            "best_p99_peer": best_p99.target,
+            "p99_ratio": _ratio(base.latency_us.get("p99_us"), best_p99.latency_us.get("p99_us")),
+        }
+
+    def merged_histogram(self, target: str, name: str) -> LatencyHistogram:
+        """All non-failed rounds of `target` merged (for distribution plots)."""
+        return LatencyHistogram.merged([r.latency(name) for r in self.runs_of(target) if r.ok])
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def _unavailable(name: str, reason: str, round_no: int) -> RunResult:
+    return RunResult(
+        target=name,
+        round=round_no,
+        status="failed",
+        started_at="",
+        loadavg_at_start=loadavg(),
+        durability={},
+        versions={},
+        error=f"SystemUnavailable: {reason}",
+    )
+
+
+def run_comparison(
+    targets: list[str],
+    plan: RunPlan,
+    rounds: int,
+    options: SystemOptions,
+    progress: ProgressSink,
+) -> Comparison:
+    """Run every target `rounds` times, interleaved."""
+    comparison = Comparison(plan.config, list(targets), rounds)
+    systems: dict[str, System | str] = {}
+    for name in targets:
+        try:
+            systems[name] = make_system(name, options)
+        except SystemUnavailable as exc:
+            systems[name] = str(exc)
+    for round_no in range(1, rounds + 1):
+        for name in targets:
+            system = systems[name]
+            if isinstance(system, str):
+                result = _unavailable(name, system, round_no)
+                progress.begin_run(name, round_no, rounds)
+                progress.end_run(result, headline(result, plan.config))
+            else:
+                result = run_once(system, plan, round_no, rounds, progress)
+            comparison.runs.append(result)
+    return comparison

@@ -1,0 +1,174 @@
+"""Tables of a comparison: on the terminal (rich) and as Markdown.
+
+Both show the same rows: per target the medians over rounds (throughput,
+latency percentiles of the workload's primary histogram), its durability in
+words, how many rounds failed or had errors; then the ratios against the
+first target; then every single run, failures with their reasons included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from laminar.bench.compare import LATENCY_FIELDS, Comparison, TargetSummary
+from laminar.bench.runner import headline
+
+_LATENCY_NAMES = {
+    "p50_us": "p50",
+    "p90_us": "p90",
+    "p99_us": "p99",
+    "p999_us": "p99.9",
+    "max_us": "max",
+}
+
+
+def _ms(us: float | None) -> str:
+    if us is None:
+        return "-"
+    return f"{us / 1000:.2f}" if us < 100_000 else f"{us / 1000:.0f}"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def summary_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    metric = comparison.config.primary_metric
+    headers = [
+        "target",
+        "durability",
+        "rounds ok",
+        "records/s",
+        "MiB/s",
+        *(f"{metric} {_LATENCY_NAMES[f]} ms" for f in LATENCY_FIELDS),
+        "errors",
+    ]
+    rows = []
+    for s in comparison.summaries():
+        rows.append(
+            [
+                s.target,
+                str(s.durability.get("summary", "-")),
+                f"{s.runs - s.failed}/{s.runs}",
+                _rate(s.records_per_s),
+                "-" if s.mib_per_s is None else f"{s.mib_per_s:.1f}",
+                *(_ms(s.latency_us.get(f)) for f in LATENCY_FIELDS),
+                str(s.errors),
+            ]
+        )
+    return headers, rows
+
+
+def ratio_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    base = comparison.targets[0]
+    headers = [
+        f"{base} vs",
+        "records/s ratio",
+        *(f"{_LATENCY_NAMES[f]} ratio" for f in LATENCY_FIELDS),
+    ]
+    rows = [
+        [target, _ratio(r["records_per_s"]), *(_ratio(r[f]) for f in LATENCY_FIELDS)]
+        for target, r in comparison.ratios().items()
+    ]
+    return headers, rows
+
+
+def run_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    headers = ["round", "target", "status", "load avg", "result"]
+    rows = []
+    for r in sorted(comparison.runs, key=lambda r: (r.round, comparison.targets.index(r.target))):
+        extra = ""
+        if r.due_ops and comparison.config.load == "open":
+            extra = f"; {r.issued_ops}/{r.due_ops} requests issued, {r.late_ops} late > 1 ms"
+        if r.unfinished_ops:
+            extra += f"; {r.unfinished_ops} unanswered"
+        rows.append(
+            [
+                str(r.round),
+                r.target,
+                r.status,
+                f"{r.loadavg_at_start[0]:.2f}",
+                headline(r, comparison.config) + extra,
+            ]
+        )
+    return headers, rows
+
+
+def goal_lines(comparison: Comparison) -> list[str]:
+    goal = comparison.goal()
+    if goal is None:
+        return []
+    return [
+        f"{goal['baseline']} / best fsync-before-ack peer: throughput "
+        f"{_ratio(goal['throughput_ratio'])} (vs {goal['best_throughput_peer']}), "
+        f"p99 {_ratio(goal['p99_ratio'])} (vs {goal['best_p99_peer']})"
+    ]
+
+
+def durability_lines(summaries: Sequence[TargetSummary]) -> list[str]:
+    return [f"{s.target}: {s.durability.get('detail', 'not started')}" for s in summaries]
+
+
+def print_report(comparison: Comparison, console: Console | None = None) -> None:
+    console = console or Console()
+    title = comparison.config.describe()
+    for caption, (headers, rows) in (
+        (f"medians over {comparison.rounds} round(s): {title}", summary_rows(comparison)),
+        (
+            "ratios of medians (records/s: higher is better for the first target; latency: lower)",
+            ratio_rows(comparison),
+        ),
+        ("every run", run_rows(comparison)),
+    ):
+        if not rows:
+            continue
+        table = Table(title=caption, title_justify="left")
+        for h in headers:
+            table.add_column(h, overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    for line in goal_lines(comparison):
+        console.print(f"goal: {line}")
+    for line in durability_lines(comparison.summaries()):
+        console.print(f"durability: {line}", highlight=False)
+
+
+def _md_table(headers: list[str], rows: list[list[str]]) -> str:
+    def esc(cell: str) -> str:
+        return cell.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def markdown(comparison: Comparison, command: str, plots: Sequence[str] = ()) -> str:
+    """A Markdown section for RESULTS.md: the command, the tables, the plots."""
+    parts = [
+        f"#### {comparison.config.describe()}",
+        "",
+        f"`{command}`",
+        "",
+        f"Medians over {comparison.rounds} interleaved round(s):",
+        "",
+        _md_table(*summary_rows(comparison)),
+        "",
+    ]
+    headers, rows = ratio_rows(comparison)
+    if rows:
+        parts += ["Ratios of medians:", "", _md_table(headers, rows), ""]
+    for line in goal_lines(comparison):
+        parts += [f"Goal check: {line}.", ""]
+    parts += ["<details><summary>every run</summary>", "", _md_table(*run_rows(comparison)), ""]
+    parts += ["</details>", ""]
+    for plot in plots:
+        parts += [f"![{plot}]({plot})", ""]
+    return "\n".join(parts)
