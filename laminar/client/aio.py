@@ -106,10 +106,15 @@ class AsyncClient:
         values: Sequence[bytes],
         keys: Sequence[bytes | None] | None = None,
         headers: Sequence[Mapping[str, bytes] | None] | None = None,
+        *,
+        producer_id: int | None = None,
+        sequence: int | None = None,
     ) -> int:
         """Append records durably; the index of the first. Never retried once
-        sent: a lost answer raises `OutcomeUnknownError`."""
-        return await self._call(calls.produce(topic, partition, values, keys, headers))
+        sent (a lost answer raises `OutcomeUnknownError`) unless idempotent: see
+        `Client.produce` for `producer_id` and `sequence`."""
+        call = calls.produce(topic, partition, values, keys, headers, producer_id, sequence)
+        return await self._call(call)
 
     async def fetch(
         self,

@@ -64,21 +64,28 @@ def produce(
     values: Sequence[bytes],
     keys: Sequence[bytes | None] | None = None,
     headers: Sequence[Mapping[str, bytes] | None] | None = None,
+    producer_id: int | None = None,
+    sequence: int | None = None,
 ) -> Call[int]:
-    """Append records; the result is the index of the first."""
+    """Append records; the result is the index of the first. With `producer_id`
+    and `sequence` the node deduplicates (`laminar.shards.idempotence`), so the
+    call is idempotent and is retried like a fetch."""
     if not values:
         raise ValueError("produce needs at least one value")
-    blobs = ProduceRequest.from_values(0, values, keys, headers).blobs
+    stamped = ProduceRequest.from_values(
+        0, values, keys, headers, producer_id=producer_id, sequence=sequence
+    )
+    blobs = stamped.blobs
 
     def target(view: ClusterView) -> tuple[Address, Message]:
         route = view.route(topic, partition)
-        return route.address, ProduceRequest(route.partition_id, blobs)
+        return route.address, ProduceRequest(route.partition_id, blobs, producer_id, sequence)
 
     return Call(
         f"produce of {len(blobs)} records to {topic}/{partition}",
         target,
         _first_index,
-        idempotent=False,
+        idempotent=producer_id is not None,
         topic=topic,
     )
 

@@ -92,6 +92,20 @@ class CorruptRecordError(ServerError):
     code = ErrorCode.CORRUPT_RECORD
 
 
+class OutOfOrderSequenceError(ServerError):
+    """An idempotent batch does not continue its producer's sequence (a gap or an
+    overlap): nothing was appended. The message says which sequence is expected."""
+
+    code = ErrorCode.OUT_OF_ORDER_SEQUENCE
+
+
+class DuplicateSequenceError(ServerError):
+    """An idempotent batch was appended before (nothing was appended now), but the
+    node no longer remembers its index. The records are in the partition."""
+
+    code = ErrorCode.DUPLICATE_SEQUENCE
+
+
 class NotOwnerError(ServerError):
     """The shard does not own the partition: metadata was stale (retriable)."""
 
@@ -129,6 +143,8 @@ _BY_CODE: dict[ErrorCode, type[ServerError]] = {
     ErrorCode.OFFSET_OUT_OF_RANGE: OffsetOutOfRangeError,
     ErrorCode.RECORD_TOO_LARGE: RecordTooLargeError,
     ErrorCode.CORRUPT_RECORD: CorruptRecordError,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE: OutOfOrderSequenceError,
+    ErrorCode.DUPLICATE_SEQUENCE: DuplicateSequenceError,
     ErrorCode.NOT_OWNER: NotOwnerError,
     ErrorCode.STORAGE_ERROR: StorageError,
     ErrorCode.SHUTTING_DOWN: ShuttingDownError,

@@ -12,6 +12,8 @@ in one place for both clients:
   apply it (`NOT_OWNER`, `SHUTTING_DOWN`: it refused before doing anything).
   After a lost connection it is never repeated: the caller gets an
   `OutcomeUnknownError` and decides (fetch to check, or accept duplicates).
+  An idempotent produce (one with a producer id and sequence) is the
+  exception: the node appends each sequence once, so it is retried like a fetch.
 """
 
 from __future__ import annotations

@@ -169,11 +169,20 @@ class Client:
         values: Sequence[bytes],
         keys: Sequence[bytes | None] | None = None,
         headers: Sequence[Mapping[str, bytes] | None] | None = None,
+        *,
+        producer_id: int | None = None,
+        sequence: int | None = None,
     ) -> int:
         """Append `values` (with optional per-record `keys` and `headers`) to a
         partition, durably; return the index of the first. Never retried once
-        sent: a lost answer raises `OutcomeUnknownError`."""
-        return self.produce_nowait(topic, partition, values, keys, headers).result()
+        sent: a lost answer raises `OutcomeUnknownError`. Unless idempotent:
+        with `producer_id` and the `sequence` of the first value (per producer
+        and partition: 0, then the count sent so far), the node appends each
+        sequence once, so the produce is retried, and a batch sent again returns
+        its original index (or raises `DuplicateSequenceError` once forgotten)."""
+        return self.produce_nowait(
+            topic, partition, values, keys, headers, producer_id=producer_id, sequence=sequence
+        ).result()
 
     def produce_nowait(
         self,
@@ -182,9 +191,13 @@ class Client:
         values: Sequence[bytes],
         keys: Sequence[bytes | None] | None = None,
         headers: Sequence[Mapping[str, bytes] | None] | None = None,
+        *,
+        producer_id: int | None = None,
+        sequence: int | None = None,
     ) -> Pending[int]:
         """`produce`, sent now; `.result()` is the first index."""
-        return Pending(self, calls.produce(topic, partition, values, keys, headers))
+        call = calls.produce(topic, partition, values, keys, headers, producer_id, sequence)
+        return Pending(self, call)
 
     def fetch(
         self,

@@ -25,6 +25,7 @@ from laminar.shards.metadata import METADATA_TOPIC_ID
 from laminar.shards.metalog import MetadataService
 from laminar.shards.metrics import ShardMetrics
 from laminar.shards.partitions import LongPolls, PartitionManager
+from laminar.shards.producers import IdempotentProducers
 from laminar.wire import (
     CreateTopicRequest,
     CreateTopicResponse,
@@ -99,6 +100,7 @@ class Handlers:
         self.partitions = partitions
         self.metrics = metrics
         self.polls = polls
+        self.producers = IdempotentProducers()
         # A fetch response must fit a frame: bound the bytes and the per-record table.
         self._fetch_bytes_max = max(1, ident.max_frame_bytes // 2)
         self._fetch_records_max = max(1, ident.max_frame_bytes // 64)
@@ -140,6 +142,12 @@ class Handlers:
         if not req.blobs:
             raise RequestError(ErrorCode.INVALID_REQUEST, "a produce request needs a record")
         log = await self._log_of(req.partition_id)
+        if req.producer_id is not None:  # idempotent: deduplicated by laminar.shards.producers
+            first, timestamp_ms, appended = await self.producers.append(log, req)
+            self.metrics.records_in += appended
+            return ProduceResponse(
+                req.partition_id, first, len(req.blobs), timestamp_ms
+            ).encode_buffers(corr)
         first = await log.append(req.blobs)
         # The log assigns the timestamp; read it back so the answer is exact.
         timestamp_ms = (await log.read(first)).timestamp_ms

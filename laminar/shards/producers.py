@@ -1,0 +1,194 @@
+"""Idempotent produce on a shard: the producer tables of its open partition logs.
+
+The decisions live in `laminar.shards.idempotence` (pure, with the rules and
+the guarantee); this module is their I/O. For each open partition log it
+keeps one `ProducerTable`, rebuilt from the log's tail on the first idempotent
+produce after the log was opened, and it runs each producer's batches on that
+partition one at a time: wait for the producer's previous batch to be durable,
+decide, append, record. Other producers, and plain produces, are not held up,
+so their batches still share group-commit flushes.
+
+Tables are keyed by the log object (weakly): a partition closed and opened
+again (shard restart, topic recreated, log reopened after a storage failure)
+is a new log and gets a table rebuilt from what is on disk, never a stale one.
+An append runs in its own task whose completion records the batch, so a
+request cancelled half-way (a client gone, a drain) cannot leave a durable
+batch unrecorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import weakref
+from typing import Final
+
+from laminar.log import IndexOutOfRange, SegmentedLog
+from laminar.shards.errors import RequestError
+from laminar.shards.idempotence import (
+    SCAN_BYTES_MAX,
+    AppendedBatch,
+    ProducerTable,
+    Verdict,
+)
+from laminar.wire import PRODUCER_HEADER, ErrorCode, ProduceRequest, ProducerStamp, ProtocolError
+from laminar.wire.records import HAS_HEADERS, producer_stamp
+
+logger = logging.getLogger("laminar.shards")
+
+SCAN_CHUNK_RECORDS: Final = 4096
+_STAMP_NAME: Final = PRODUCER_HEADER.encode()
+
+
+class IdempotentProducers:
+    """Appends idempotent batches to this shard's partition logs."""
+
+    def __init__(self, scan_bytes_max: int = SCAN_BYTES_MAX) -> None:
+        self.scan_bytes_max = scan_bytes_max
+        self._partitions: weakref.WeakKeyDictionary[SegmentedLog, _Partition] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def append(self, log: SegmentedLog, req: ProduceRequest) -> tuple[int, int, int]:
+        """Serve an idempotent produce on `log`: `(first_index, timestamp_ms,
+        records appended now)`, the latter 0 for a duplicate. Raises
+        `RequestError` for a bad stamp, a gap, or a forgotten duplicate."""
+        producer_id, sequence = req.producer_id, req.sequence
+        if producer_id is None or sequence is None:
+            raise ValueError("not an idempotent produce")
+        count = len(req.blobs)
+        _check_stamps(req, ProducerStamp(producer_id, sequence, count))
+        part = self._partitions.get(log)
+        if part is None:
+            part = self._partitions[log] = _Partition()
+        table = await part.table(log, self.scan_bytes_max)
+        while (busy := part.busy.get(producer_id)) is not None:
+            await asyncio.wait([busy])
+        decision = table.decide(producer_id, sequence, count)
+        if decision.verdict is Verdict.APPEND:
+            task = asyncio.get_running_loop().create_task(_append(log, req.blobs))
+            part.busy[producer_id] = task
+            task.add_done_callback(functools.partial(part.finish, producer_id, sequence, count))
+            first, timestamp_ms = await asyncio.shield(task)
+            return first, timestamp_ms, count
+        if decision.verdict is Verdict.DUPLICATE:
+            assert decision.first_index is not None and decision.timestamp_ms is not None
+            return decision.first_index, decision.timestamp_ms, 0
+        code = (
+            ErrorCode.DUPLICATE_SEQUENCE
+            if decision.verdict is Verdict.DUPLICATE_INDEX_UNKNOWN
+            else ErrorCode.OUT_OF_ORDER_SEQUENCE
+        )
+        raise RequestError(code, decision.reason)
+
+
+def _check_stamps(req: ProduceRequest, expected: ProducerStamp) -> None:
+    """The first record must carry exactly the request's stamp and no other record
+    may carry one: the log's stamps are what a restarted partition trusts."""
+    try:
+        found = producer_stamp(req.blobs[0])
+    except ProtocolError as exc:
+        raise RequestError(exc.code, exc.message) from None
+    if found != expected:
+        raise RequestError(
+            ErrorCode.INVALID_REQUEST,
+            f"an idempotent produce's first record must carry the {PRODUCER_HEADER!r} header "
+            f"{tuple(expected)} (producer id, first sequence, count); it carries "
+            f"{None if found is None else tuple(found)}",
+        )
+    for blob in req.blobs[1:]:
+        if _STAMP_NAME in blob and producer_stamp(blob) is not None:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"only the first record of a batch may carry the {PRODUCER_HEADER!r} header",
+            )
+
+
+async def _append(log: SegmentedLog, blobs: tuple[bytes, ...]) -> tuple[int, int]:
+    """`(first_index, timestamp_ms)` of the appended batch."""
+    return await log.append_stamped(blobs)
+
+
+class _Partition:
+    """One log's producer table, its loading, and each producer's batch in flight."""
+
+    __slots__ = ("_loading", "_table", "busy")
+
+    def __init__(self) -> None:
+        self._table: ProducerTable | None = None
+        self._loading: asyncio.Task[ProducerTable] | None = None
+        self.busy: dict[int, asyncio.Task[tuple[int, int]]] = {}
+
+    async def table(self, log: SegmentedLog, scan_bytes_max: int) -> ProducerTable:
+        """The table, rebuilt from the log's tail once (shared by concurrent callers)."""
+        if self._table is not None:
+            return self._table
+        if self._loading is None:
+            self._loading = asyncio.get_running_loop().create_task(_scan_tail(log, scan_bytes_max))
+        loading = self._loading
+        try:
+            table = await asyncio.shield(loading)
+        except BaseException:
+            if loading.done() and self._loading is loading:
+                self._loading = None  # the next produce tries again
+            raise
+        if self._table is None:
+            self._table = table
+        return self._table
+
+    def finish(
+        self, producer_id: int, sequence: int, count: int, task: asyncio.Task[tuple[int, int]]
+    ) -> None:
+        """Record a durable batch; a failed append changes nothing (see the
+        module docstring of `laminar.shards.idempotence`)."""
+        if self.busy.get(producer_id) is task:
+            del self.busy[producer_id]
+        if task.cancelled() or task.exception() is not None or self._table is None:
+            return
+        first, timestamp_ms = task.result()
+        self._table.appended(producer_id, AppendedBatch(sequence, count, first, timestamp_ms))
+
+
+async def _scan_tail(log: SegmentedLog, bytes_max: int) -> ProducerTable:
+    """Rebuild a table from the stamps in the last `bytes_max` bytes of `log`,
+    read backwards in chunks so the newest stamps come first."""
+    found: list[tuple[ProducerStamp, int, int]] = []
+    end = log.highest_index
+    budget = bytes_max
+    scanned = 0
+    try:
+        while budget > 0 and end > log.lowest_index:
+            start = max(log.lowest_index, end - SCAN_CHUNK_RECORDS)
+            chunk = []
+            index = start
+            while index < end:
+                records = await log.read_range(index, 8 << 20, end - index)
+                chunk += records
+                index = records[-1].index + 1
+            for record in reversed(chunk):
+                blob = record.value
+                budget -= len(blob)
+                if blob[:1] and blob[0] & HAS_HEADERS and _STAMP_NAME in blob:
+                    try:
+                        stamp = producer_stamp(blob)
+                    except ProtocolError:
+                        logger.warning(
+                            "%s: record %d has a bad producer stamp", log.directory, record.index
+                        )
+                        continue
+                    if stamp is not None:
+                        found.append((stamp, record.index, record.timestamp_ms))
+            scanned += end - start
+            end = start
+    except IndexOutOfRange:
+        pass  # retention removed the oldest segment meanwhile: that is the start
+    table = ProducerTable.restored(found)
+    if found:
+        logger.info(
+            "%s: producer table rebuilt from %d records (%d producers)",
+            log.directory,
+            scanned,
+            len(table),
+        )
+    return table

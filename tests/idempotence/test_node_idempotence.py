@@ -1,0 +1,137 @@
+"""Idempotent produce against a real `laminar-node`: duplicates are answered,
+not appended; gaps are refused; the producer table survives restarts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from laminar.client import Client, DuplicateSequenceError, OutOfOrderSequenceError
+from laminar.shards.idempotence import BATCHES_MAX
+from laminar.wire import ErrorCode, ProduceRequest
+from tests.system.nodes import RunningNode, start_node
+from tests.system.wireclient import NodeClient, ServerError
+
+PRODUCER = 0x1234_5678_9ABC_DEF0
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
+    with start_node(tmp_path_factory.mktemp("idem"), cores=2) as running:
+        yield running
+
+
+@pytest.fixture
+def client(node: RunningNode) -> Iterator[Client]:
+    with Client(node.bootstrap) as c:
+        yield c
+
+
+def _values(n: int, tag: str) -> list[bytes]:
+    return [f"{tag}-{i}".encode() for i in range(n)]
+
+
+def test_a_resent_batch_is_answered_with_its_original_index(client: Client) -> None:
+    client.create_topic("resend", partitions=2)
+    first = client.produce("resend", 1, _values(3, "a"), producer_id=PRODUCER, sequence=0)
+    again = client.produce("resend", 1, _values(3, "a"), producer_id=PRODUCER, sequence=0)
+    assert again == first
+    assert client.offsets("resend", 1).highest == first + 3
+    nxt = client.produce("resend", 1, _values(2, "b"), producer_id=PRODUCER, sequence=3)
+    assert nxt == first + 3
+    values = [r.value for r in client.fetch("resend", 1, 0)]
+    assert values == _values(3, "a") + _values(2, "b")
+    # The other partition keeps its own sequence for the same producer.
+    assert client.produce("resend", 0, [b"x"], producer_id=PRODUCER, sequence=0) == 0
+
+
+def test_a_gap_is_refused_and_nothing_is_appended(client: Client) -> None:
+    client.create_topic("gap", partitions=1)
+    client.produce("gap", 0, _values(2, "a"), producer_id=PRODUCER, sequence=0)
+    with pytest.raises(OutOfOrderSequenceError, match="must continue at sequence 2"):
+        client.produce("gap", 0, [b"late"], producer_id=PRODUCER, sequence=5)
+    assert client.offsets("gap", 0).highest == 2
+
+
+def test_a_forgotten_duplicate_is_reported_not_appended(client: Client) -> None:
+    client.create_topic("forgotten", partitions=1)
+    for i in range(BATCHES_MAX + 2):
+        client.produce("forgotten", 0, [b"%d" % i], producer_id=PRODUCER, sequence=i)
+    with pytest.raises(DuplicateSequenceError, match="appended before"):
+        client.produce("forgotten", 0, [b"0"], producer_id=PRODUCER, sequence=0)
+    assert client.offsets("forgotten", 0).highest == BATCHES_MAX + 2
+
+
+def test_pipelined_batches_of_one_producer_keep_their_order(client: Client) -> None:
+    client.create_topic("pipelined", partitions=1)
+    pending = [
+        client.produce_nowait("pipelined", 0, _values(4, f"b{i}"), producer_id=7, sequence=4 * i)
+        for i in range(20)
+    ]
+    firsts = [p.result() for p in pending]
+    assert firsts == [4 * i for i in range(20)]
+    resent = [
+        client.produce_nowait("pipelined", 0, _values(4, f"b{i}"), producer_id=7, sequence=4 * i)
+        for i in range(20)
+    ]
+    for i, p in enumerate(resent[-BATCHES_MAX:], start=20 - BATCHES_MAX):
+        assert p.result() == 4 * i
+    for p in resent[: 20 - BATCHES_MAX]:
+        with pytest.raises(DuplicateSequenceError):
+            p.result()
+    assert client.offsets("pipelined", 0).highest == 80
+
+
+def test_a_stamp_that_does_not_match_the_request_is_refused(node: RunningNode) -> None:
+    with NodeClient(node.host, node.port) as wc:
+        wc.create_topic("badstamp", 1)
+        pid = wc.pid("badstamp", 0)
+        conn = wc.conn_for(pid)
+        stamped = ProduceRequest.from_values(pid, [b"a", b"b"], producer_id=1, sequence=0)
+        lying = ProduceRequest(pid, stamped.blobs, producer_id=1, sequence=5)
+        with pytest.raises(ServerError, match="must carry") as refused:
+            conn.call(lying)
+        assert refused.value.code is ErrorCode.INVALID_REQUEST
+        with pytest.raises(ServerError, match="must carry"):
+            conn.call(ProduceRequest(pid, (b"\x00a",), producer_id=1, sequence=0))
+        twice = ProduceRequest(pid, (stamped.blobs[0], stamped.blobs[0]), 1, 0)
+        with pytest.raises(ServerError, match="only the first record"):
+            conn.call(twice)
+        assert conn.call(stamped).first_index == 0
+
+
+def test_the_stamp_header_name_is_reserved_for_the_client(client: Client) -> None:
+    client.create_topic("reserved", partitions=1)
+    with pytest.raises(ValueError, match="reserved"):
+        client.produce(
+            "reserved", 0, [b"a"], headers=[{"laminar.producer": b"x"}], producer_id=1, sequence=0
+        )
+
+
+@pytest.mark.parametrize("how", ["restart", "crash"])
+def test_the_table_survives_a_node_restart(tmp_path: Path, how: str) -> None:
+    node = start_node(tmp_path, cores=2)
+    try:
+        with Client(node.bootstrap) as c:
+            c.create_topic("durable", partitions=3)
+            c.produce("durable", 2, [b"noise"])
+            for i in range(5):
+                c.produce("durable", 2, _values(3, f"p{i}"), producer_id=PRODUCER, sequence=3 * i)
+                c.produce("durable", 2, [b"other"], producer_id=99, sequence=i)
+        if how == "crash":
+            node.kill()
+        node = node.restart()
+        with Client(node.bootstrap) as c:
+            # The last batch is answered with its index, not appended again.
+            assert (
+                c.produce("durable", 2, _values(3, "p4"), producer_id=PRODUCER, sequence=12) == 17
+            )
+            with pytest.raises(OutOfOrderSequenceError):
+                c.produce("durable", 2, [b"gap"], producer_id=PRODUCER, sequence=16)
+            assert c.produce("durable", 2, [b"next"], producer_id=PRODUCER, sequence=15) == 21
+            assert c.produce("durable", 2, [b"other"], producer_id=99, sequence=4) == 20
+            assert c.offsets("durable", 2).highest == 22
+    finally:
+        node.kill()
