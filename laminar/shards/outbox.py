@@ -3,7 +3,8 @@
 Responses to pipelined requests finish in any order, from different tasks,
 and two `sock_sendall` calls in flight on one socket may interleave their
 bytes. An `Outbox` serialises them: `send` first tries the socket directly
-(most responses fit the socket buffer, so they cost one syscall and no task);
+(most responses fit the socket buffer, so they cost one gathering sendmsg
+and no task, and a fetch's record blobs are never joined into one copy);
 whatever does not fit, and everything queued behind it, is written by one
 writer task, which joins what piled up meanwhile into one send.
 
@@ -17,8 +18,23 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable, Sequence
+from typing import Final
 
 from laminar.wire.codec import Buffer
+
+_IOV_MAX: Final = 1024
+
+
+def _unsent(buffers: Sequence[Buffer], sent: int) -> bytes:
+    """The bytes of `buffers` after the first `sent`, as one object."""
+    rest: list[Buffer] = []
+    for buf in buffers:
+        if sent >= len(buf):
+            sent -= len(buf)
+            continue
+        rest.append(memoryview(buf)[sent:] if sent else buf)
+        sent = 0
+    return b"".join(rest)
 
 
 class Outbox:
@@ -57,27 +73,38 @@ class Outbox:
     def send(self, buffers: Sequence[Buffer]) -> int:
         """Queue one frame's buffers; return its size. Never blocks, never raises
         for a broken connection (that is reported once through `on_error`)."""
-        data: Buffer = buffers[0] if len(buffers) == 1 else b"".join(buffers)
-        size = len(data)
+        size = 0
+        for buf in buffers:
+            size += len(buf)
         if self._error is not None:
             return size
-        if self._task is None:
-            try:
-                sent = self._sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError as exc:
-                self._fail(exc)
-                return size
-            if sent == size:
-                return size
-            data = memoryview(data)[sent:].tobytes()
-            self._queue.append(data)
-            self.pending_bytes += len(data)
-            self._task = self._loop.create_task(self._write())
+        if self._task is not None:
+            self._queue.extend(buffers)
+            self.pending_bytes += size
             return size
-        self._queue.append(data)
-        self.pending_bytes += size
+        # Nothing queued: hand the buffers to the kernel directly, gathered
+        # (sendmsg), so a fetch's record blobs are never joined into one copy.
+        sent = 0
+        try:
+            start = 0
+            while start < len(buffers):
+                chunk = buffers[start : start + _IOV_MAX]
+                n = self._sock.sendmsg(chunk)
+                sent += n
+                if n < sum(map(len, chunk)):
+                    break
+                start += _IOV_MAX
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as exc:
+            self._fail(exc)
+            return size
+        if sent == size:
+            return size
+        rest = _unsent(buffers, sent)
+        self._queue.append(rest)
+        self.pending_bytes += len(rest)
+        self._task = self._loop.create_task(self._write())
         return size
 
     async def _write(self) -> None:
