@@ -9,7 +9,9 @@ shard recovers each log (torn-tail scan) when it is next touched. Opening runs
 in its own task, shared by every request that needs the log meanwhile, so
 requests waiting for the same partition resume in arrival order (pipelined
 produces keep their order) and a cancelled request never abandons an open
-half-way.
+half-way. The shard runs that task in its "flush" task queue (`spawn`): a log
+starts its group-commit flusher when it opens, and the flusher inherits the
+queue, so flushes get the flush queue's CPU shares, not the requests'.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any
 
 from laminar.log import LogConfig, SegmentedLog
 from laminar.log.storage import StorageBackend
@@ -39,8 +42,11 @@ class PartitionManager:
         config: LogConfig,
         backend: StorageBackend,
         owns: Callable[[int], bool],
+        spawn: Callable[[Coroutine[Any, Any, SegmentedLog]], asyncio.Task[SegmentedLog]]
+        | None = None,
     ) -> None:
         self.root = root
+        self._spawn = spawn
         self.config = config
         self._backend = backend
         self._owns = owns
@@ -75,7 +81,11 @@ class PartitionManager:
             raise RuntimeError("the partition manager is closed")
         task = self._opening.get(pid)
         if task is None:
-            task = asyncio.get_running_loop().create_task(self._open(pid, config or self.config))
+            opening = self._open(pid, config or self.config)
+            if self._spawn is not None:
+                task = self._spawn(opening)
+            else:
+                task = asyncio.get_running_loop().create_task(opening)
             self._opening[pid] = task
         return await asyncio.shield(task)
 

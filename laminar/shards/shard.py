@@ -140,6 +140,7 @@ class Shard:
             config.log_config(pipelined=self.runtime == "uring"),
             backend,
             self._owns,
+            spawn=lambda coro: self._spawn(coro, "flush"),
         )
         self.polls = LongPolls()
         self.channels = Channels(
