@@ -16,7 +16,10 @@ interleaved, each on a fresh data directory on the same file system:
   client process (`laminar.client.AsyncClient`, shard-direct) for the same
   time: records/s and latency percentiles (closed loop: each latency is one
   request's round trip, no coordinated-omission correction is needed since no
-  request waits for a schedule slot).
+  request waits for a schedule slot). The topic is made so that its partitions
+  split evenly over the shards (`balanced_topic`); `--client raw` swaps the
+  client library for a minimal pipelined raw-socket generator, to show how
+  much of the two cores the client itself takes.
 - `consume`: the same client process then reads everything it produced back
   (one fetch loop per partition, 1 MiB per fetch): records/s.
 
@@ -113,11 +116,34 @@ def log_only_main(args: argparse.Namespace) -> None:
 # -- the client process -----------------------------------------------------------------
 
 
+async def balanced_topic(client: Any) -> Any:
+    """Create the bench topic so its partitions split evenly over the shards.
+
+    Placement is a hash: 8 partitions of one topic can land 6/2 on 2 shards
+    (topic id 1 does), and then the benchmark measures one busy shard and
+    placement luck. Topic ids are assigned by the node, so the topic is
+    re-created (new id) until the split is even; the split is reported.
+    """
+    from laminar.placement import partition_id, shard_for
+
+    shards = (await client.metadata()).shards
+    for _ in range(50):
+        topic = await client.create_topic(TOPIC, partitions=PARTITIONS)
+        owners = [
+            shard_for(partition_id(topic.topic_id, p), len(shards)) for p in range(PARTITIONS)
+        ]
+        counts = [owners.count(i) for i in range(len(shards))]
+        if max(counts) - min(counts) <= 1:
+            return topic, counts
+        await client.delete_topic(TOPIC)
+    return topic, counts
+
+
 async def _client(bootstrap: str, seconds: float, inflight: int) -> dict[str, Any]:
     from laminar.client import AsyncClient
 
     async with AsyncClient(bootstrap, timeout_s=60) as client:
-        await client.create_topic(TOPIC, partitions=PARTITIONS)
+        _, split = await balanced_topic(client)
         values = batch_values(1)
         latencies: list[float] = []
         counts = [0] * PARTITIONS
@@ -160,6 +186,7 @@ async def _client(bootstrap: str, seconds: float, inflight: int) -> dict[str, An
         "requests": len(latencies),
         "consume_records_per_s": fetched / consume_s,
         "consumed": fetched,
+        "partitions_per_shard": split,
     }
 
 
@@ -219,7 +246,7 @@ async def _raw_client(bootstrap: str, seconds: float, inflight: int) -> dict[str
     from laminar.wire.records import decode_fetch_batch
 
     async with AsyncClient(bootstrap, timeout_s=60) as client:
-        topic = await client.create_topic(TOPIC, partitions=PARTITIONS)
+        topic, split = await balanced_topic(client)
         meta = await client.metadata()
     conns = [await RawShardConnection.open(s.host, s.port) for s in meta.shards]
     pids = [partition_id(topic.topic_id, p) for p in range(PARTITIONS)]
@@ -272,6 +299,7 @@ async def _raw_client(bootstrap: str, seconds: float, inflight: int) -> dict[str
         "requests": len(latencies),
         "consume_records_per_s": fetched / consume_s,
         "consumed": fetched,
+        "partitions_per_shard": split,
     }
 
 
