@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import multiprocessing
 import os
 import resource
+import signal
 import traceback
 from dataclasses import dataclass
 from multiprocessing.queues import Queue
@@ -34,6 +37,7 @@ from laminar.bench.tally import Tally, Timeline
 from laminar.bench.targets import Endpoint, Reader, Target, connect_target
 
 GO_TIMEOUT_S: Final = 120.0
+_PR_SET_PDEATHSIG: Final = 1
 PROGRESS_EVERY_S: Final = 0.5
 
 
@@ -68,9 +72,19 @@ class WorkerChannels:
     """-1: no end (count mode)."""
 
 
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this worker when the coordinator dies, even by
+    SIGKILL (which runs none of the coordinator's clean-up)."""
+    parent = multiprocessing.parent_process()
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(1)  # the coordinator was gone before the request took effect
+
+
 def worker_main(spec: WorkerSpec, channels: WorkerChannels) -> None:
     """Process entry point."""
     try:
+        _die_with_parent()
         if spec.cpu is not None:
             os.sched_setaffinity(0, {spec.cpu})
         asyncio.run(_run(spec, channels))

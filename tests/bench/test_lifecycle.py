@@ -34,7 +34,7 @@ def _gone(pid: int, within_s: float = 15.0) -> bool:
     return False
 
 
-def _child(mode: str) -> tuple[subprocess.Popen[str], int]:
+def _child(mode: str) -> tuple[subprocess.Popen[str], int, int]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.bench.lifecycle_child", mode],
         cwd=ROOT,
@@ -47,22 +47,25 @@ def _child(mode: str) -> tuple[subprocess.Popen[str], int]:
     if not line.strip():
         proc.wait(10)
         pytest.fail(f"child did not start its server: {proc.stderr.read() if proc.stderr else ''}")
-    return proc, int(line)
+    server, generator = line.split()
+    return proc, int(server), int(generator)
 
 
 @pytest.mark.parametrize("mode", ["return", "raise", "exit"])
 def test_server_stops_when_the_harness_ends(mode: str) -> None:
-    proc, server_pid = _child(mode)
+    proc, server_pid, generator_pid = _child(mode)
     proc.wait(30)
     assert _gone(server_pid), f"server {server_pid} outlived a harness that did {mode!r}"
+    assert _gone(generator_pid), f"generator {generator_pid} outlived a harness that did {mode!r}"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL])
 def test_server_stops_when_the_harness_is_signalled(signum: int) -> None:
-    proc, server_pid = _child("wait")
+    proc, server_pid, generator_pid = _child("wait")
     os.kill(proc.pid, signum)
     proc.wait(30)
     assert _gone(server_pid), f"server {server_pid} outlived signal {signum} to the harness"
+    assert _gone(generator_pid), f"generator {generator_pid} outlived signal {signum}"
     if signum != signal.SIGKILL:
         assert proc.returncode != 0
 
