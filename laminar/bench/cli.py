@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--keep-data", action="store_true")
     r.add_argument("--markdown", type=Path, default=None, help="also write a Markdown fragment")
+    r.add_argument(
+        "--markdown-base",
+        type=Path,
+        default=None,
+        help="directory the fragment's plot links are relative to (default: its own)",
+    )
     r.add_argument("--no-plots", action="store_true")
     r.add_argument("--progress", choices=("auto", "rich", "lines", "none"), default="auto")
     t = p.add_argument_group("targets")
@@ -215,8 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     path = write_json(document, out / "results.json")
     print(f"results: {path}" + "".join(f", {out / p}" for p in plots))
     if args.markdown is not None:
-        shown = shlex.join(command)
-        args.markdown.write_text(markdown(comparison, shown, plots))
+        base = args.markdown_base or args.markdown.parent
+        links = [os.path.relpath(out / p, base) for p in plots]
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(markdown(comparison, shlex.join(command), links, machine))
         print(f"markdown: {args.markdown}")
     failed = sum(1 for r in comparison.runs if not r.ok)
     return 1 if failed == len(comparison.runs) else 0

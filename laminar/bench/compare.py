@@ -40,6 +40,9 @@ class TargetSummary:
     service_p99_us: float | None
     """Produce workloads: median p99 measured from the actual send (uncorrected)."""
     errors: int
+    on_time: float | None = None
+    """Open loop: median share of the scheduled requests that were sent no more
+    than 1 ms late (below 1: the target, or the generator, fell behind)."""
     failures: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -55,6 +58,7 @@ class TargetSummary:
             "latency_us_median": self.latency_us,
             "service_p99_us_median": self.service_p99_us,
             "errors": self.errors,
+            "on_time_median": self.on_time,
             "failures": self.failures,
         }
 
@@ -91,6 +95,11 @@ class Comparison:
             for r in good
             if r.latency("produce_service").count
         ]
+        on_time = [
+            (r.issued_ops - r.late_ops) / r.due_ops
+            for r in good
+            if r.due_ops and config.load == "open"
+        ]
         first = runs[0] if runs else None
         return TargetSummary(
             target=target,
@@ -104,6 +113,7 @@ class Comparison:
             latency_us=latency,
             service_p99_us=_median(service) if config.workload == "produce" else None,
             errors=sum(sum(r.errors.values()) for r in runs),
+            on_time=_median(on_time),
             failures=[f"round {r.round}: {r.error}" for r in runs if not r.ok],
         )
 

@@ -9,6 +9,8 @@ first target; then every single run, failures with their reasons included.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -50,19 +52,23 @@ def summary_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
         *(f"{metric} {_LATENCY_NAMES[f]} ms" for f in LATENCY_FIELDS),
         "errors",
     ]
+    open_loop = comparison.config.load == "open" and not comparison.config.consumes_backlog
+    if open_loop:
+        headers.append("sent on time")
     rows = []
     for s in comparison.summaries():
-        rows.append(
-            [
-                s.target,
-                str(s.durability.get("summary", "-")),
-                f"{s.runs - s.failed}/{s.runs}",
-                _rate(s.records_per_s),
-                "-" if s.mib_per_s is None else f"{s.mib_per_s:.1f}",
-                *(_ms(s.latency_us.get(f)) for f in LATENCY_FIELDS),
-                str(s.errors),
-            ]
-        )
+        row = [
+            s.target,
+            str(s.durability.get("summary", "-")),
+            f"{s.runs - s.failed}/{s.runs}",
+            _rate(s.records_per_s),
+            "-" if s.mib_per_s is None else f"{s.mib_per_s:.1f}",
+            *(_ms(s.latency_us.get(f)) for f in LATENCY_FIELDS),
+            str(s.errors),
+        ]
+        if open_loop:
+            row.append("-" if s.on_time is None else f"{100 * s.on_time:.0f}%")
+        rows.append(row)
     return headers, rows
 
 
@@ -117,7 +123,10 @@ def durability_lines(summaries: Sequence[TargetSummary]) -> list[str]:
 
 
 def print_report(comparison: Comparison, console: Console | None = None) -> None:
-    console = console or Console()
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=160)
     title = comparison.config.describe()
     for caption, (headers, rows) in (
         (f"medians over {comparison.rounds} round(s): {title}", summary_rows(comparison)),
@@ -150,13 +159,34 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def markdown(comparison: Comparison, command: str, plots: Sequence[str] = ()) -> str:
-    """A Markdown section for RESULTS.md: the command, the tables, the plots."""
+def machine_line(machine: dict[str, Any]) -> str:
+    fs = machine.get("workdir_filesystem", {})
+    load = machine.get("loadavg_at_start") or [0.0]
+    return (
+        f"{machine.get('cores')} cores ({machine.get('cpu_model')}), kernel "
+        f"{machine.get('kernel')}, Python {machine.get('python')}, data on "
+        f"{fs.get('type', '?')}, load average {load[0]:.2f} at start, commit "
+        f"{machine.get('laminar_commit')}"
+    )
+
+
+def markdown(
+    comparison: Comparison,
+    command: str,
+    plots: Sequence[str] = (),
+    machine: dict[str, Any] | None = None,
+) -> str:
+    """A Markdown section for RESULTS.md: the command, the tables, the plots
+    (`plots` are links as they should appear), durability and versions."""
     parts = [
-        f"#### {comparison.config.describe()}",
+        f"### {comparison.config.describe()}",
         "",
         f"`{command}`",
         "",
+    ]
+    if machine is not None:
+        parts += [f"Machine: {machine_line(machine)}.", ""]
+    parts += [
         f"Medians over {comparison.rounds} interleaved round(s):",
         "",
         _md_table(*summary_rows(comparison)),
@@ -167,8 +197,14 @@ def markdown(comparison: Comparison, command: str, plots: Sequence[str] = ()) ->
         parts += ["Ratios of medians:", "", _md_table(headers, rows), ""]
     for line in goal_lines(comparison):
         parts += [f"Goal check: {line}.", ""]
+    for plot in plots:
+        parts += [f"![{Path(plot).name}]({plot})", ""]
     parts += ["<details><summary>every run</summary>", "", _md_table(*run_rows(comparison)), ""]
     parts += ["</details>", ""]
-    for plot in plots:
-        parts += [f"![{plot}]({plot})", ""]
+    summaries = comparison.summaries()
+    parts += ["<details><summary>durability and versions</summary>", ""]
+    for s in summaries:
+        versions = ", ".join(f"{k} {v}" for k, v in s.versions.items())
+        parts.append(f"- {s.target}: {s.durability.get('detail', 'not started')} ({versions})")
+    parts += ["", "</details>", ""]
     return "\n".join(parts)
