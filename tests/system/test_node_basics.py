@@ -51,3 +51,26 @@ def test_produce_and_fetch_across_partitions_and_shards(node: RunningNode) -> No
             assert client.fetch_all("events", p) == [f"{p}-{i}".encode() for i in range(25)]
             offsets = client.offsets("events", p)
             assert (offsets.lowest_index, offsets.highest_index) == (0, 25)
+
+
+def test_offsets_by_timestamp_and_broker_timestamps(node: RunningNode) -> None:
+    from laminar.wire import ListOffsetsRequest
+
+    with NodeClient(node.host, node.port) as client:
+        client.create_topic("times", 1)
+        first = client.produce("times", 0, [b"a", b"b"])
+        second = client.produce("times", 0, [b"c"])
+        assert second.timestamp_ms >= first.timestamp_ms > 0
+        records = client.fetch("times", 0, 0).records
+        assert [r.timestamp_ms for r in records] == [first.timestamp_ms] * 2 + [second.timestamp_ms]
+        pid = client.pid("times", 0)
+        conn = client.conn_for(pid)
+        at_first = conn.call(ListOffsetsRequest(pid, timestamp_ms=first.timestamp_ms))
+        assert (at_first.lowest_index, at_first.highest_index, at_first.committed_index) == (
+            0,
+            3,
+            3,
+        )
+        assert at_first.timestamp_index == 0
+        later = conn.call(ListOffsetsRequest(pid, timestamp_ms=second.timestamp_ms + 60_000))
+        assert later.timestamp_index == 3
