@@ -6,6 +6,7 @@ import json
 import urllib.request
 
 from laminar.placement import partition_id, shard_for
+from laminar.wire import ListOffsetsRequest
 from tests.system.nodes import RunningNode
 from tests.system.wireclient import NodeClient
 
@@ -54,8 +55,6 @@ def test_produce_and_fetch_across_partitions_and_shards(node: RunningNode) -> No
 
 
 def test_offsets_by_timestamp_and_broker_timestamps(node: RunningNode) -> None:
-    from laminar.wire import ListOffsetsRequest
-
     with NodeClient(node.host, node.port) as client:
         client.create_topic("times", 1)
         first = client.produce("times", 0, [b"a", b"b"])
