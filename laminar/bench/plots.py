@@ -33,7 +33,6 @@ def plot_latency(comparison: Comparison, path: Path) -> Path:
     bars.set_xticklabels(_LABELS)
     bars.set_yscale("log")
     bars.set_ylabel(f"{metric} latency, ms (median over rounds)")
-    bars.legend(fontsize="small")
     bars.grid(axis="y", which="both", alpha=0.3)
     for s in summaries:
         points = comparison.merged_histogram(s.target, metric).spectrum()
@@ -49,10 +48,11 @@ def plot_latency(comparison: Comparison, path: Path) -> Path:
     spectrum.set_xticklabels(["0%", "50%", "90%", "99%", "99.9%", "99.99%"])
     spectrum.set_xlabel("percentile")
     spectrum.set_ylabel(f"{metric} latency, ms (all rounds merged)")
-    spectrum.legend(fontsize="small")
     spectrum.grid(which="both", alpha=0.3)
+    handles, labels = bars.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize="small")
     fig.suptitle(comparison.config.describe(), fontsize="medium")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0.0, 0.06, 1.0, 1.0))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
