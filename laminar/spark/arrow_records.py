@@ -1,0 +1,187 @@
+"""Fetch answers to Arrow record batches, in bulk.
+
+A fetch answer's payload (`laminar.wire.records`) is a table of (index,
+timestamp_ms, blob length) entries followed by the record blobs back to back;
+a blob is an attrs byte, an optional length-prefixed key, optional
+length-prefixed msgpack headers, then the value. Spark's Arrow path wants
+each column as one buffer, so instead of building a Python object per
+record, this module computes every record's key and value boundaries with
+numpy and gathers the bytes of all values (and of all keys) in one masked
+copy each. Only headers (a msgpack map per record that has them) are decoded
+one by one. This is what lets a Spark read pass a million rows a second.
+
+Every length is checked against the blob it claims to lie in; a payload that
+does not add up raises `CorruptFetchError` rather than yield wrong rows.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgpack
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from laminar.spark.schema import ARROW_SCHEMA, HEADERS_TYPE
+from laminar.wire import PRODUCER_HEADER
+
+_ENTRY: Final = np.dtype([("index", ">u8"), ("timestamp_ms", ">u8"), ("length", ">u4")])
+_HAS_KEY: Final = 0x01
+_HAS_HEADERS: Final = 0x02
+_TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
+
+Ints = npt.NDArray[np.int64]
+Bytes = npt.NDArray[np.uint8]
+
+
+class CorruptFetchError(ValueError):
+    """A fetch answer's lengths or record layout do not add up."""
+
+
+def fetch_to_arrow(payload: bytes, partition: int, end: int) -> pa.RecordBatch:
+    """The records of a fetch answer's payload with index below `end`, as a
+    RecordBatch of the read schema (`laminar.spark.schema`)."""
+    if len(payload) < 4:
+        raise CorruptFetchError(f"a fetch payload of {len(payload)} bytes has no count")
+    count = int.from_bytes(payload[:4], "big")
+    table_end = 4 + _ENTRY.itemsize * count
+    if table_end > len(payload):
+        raise CorruptFetchError(f"{count} records do not fit a payload of {len(payload)} bytes")
+    entries = np.frombuffer(payload, _ENTRY, count, 4)
+    all_lengths = entries["length"].astype(np.int64)
+    if table_end + int(all_lengths.sum()) != len(payload):
+        raise CorruptFetchError("the record lengths do not add up to the payload's size")
+    indexes = entries["index"].astype(np.int64)
+    n = int(np.searchsorted(indexes, end))
+    lengths = all_lengths[:n]
+    if n and int(lengths.min()) < 1:
+        raise CorruptFetchError("a record blob is empty (it must start with its attrs byte)")
+    starts = np.empty(n, np.int64)
+    if n:
+        starts[0] = table_end
+        np.cumsum(lengths[:-1], out=starts[1:])
+        starts[1:] += table_end
+    ends = starts + lengths
+    buf = np.frombuffer(payload, np.uint8)
+    attrs = buf[starts]
+    if not attrs.any():  # no keys, no headers: the common case
+        value = _gather(buf, starts + 1, ends)
+        key = pa.nulls(n, pa.binary())
+        headers = pa.nulls(n, HEADERS_TYPE)
+    else:
+        key, value, headers = _decode_sections(payload, buf, attrs, starts, ends)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(np.full(n, partition, np.int32)),
+            pa.array(indexes[:n]),
+            pa.array(entries["timestamp_ms"][:n].astype(np.int64) * 1000, type=_TIMESTAMP),
+            key,
+            value,
+            headers,
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def _decode_sections(
+    payload: bytes,
+    buf: Bytes,
+    attrs: npt.NDArray[np.uint8],
+    starts: Ints,
+    ends: Ints,
+) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """Keys, values and headers of blobs that may have keys and headers."""
+    if (attrs & ~np.uint8(_HAS_KEY | _HAS_HEADERS)).any():
+        raise CorruptFetchError("a record's attrs byte has unknown bits")
+    has_key = (attrs & _HAS_KEY).astype(bool)
+    has_headers = (attrs & _HAS_HEADERS).astype(bool)
+    pos = starts + 1
+    key_start, key_end = _section(buf, pos, ends, has_key, "key")
+    pos = np.where(has_key, key_end, pos)
+    headers_start, headers_end = _section(buf, pos, ends, has_headers, "headers")
+    pos = np.where(has_headers, headers_end, pos)
+    key = _gather(buf, key_start, key_end, has_key)
+    value = _gather(buf, pos, ends)
+    headers_list: list[list[tuple[str, bytes]] | None] = [None] * len(starts)
+    for i in np.flatnonzero(has_headers).tolist():
+        headers_list[i] = _headers(payload[int(headers_start[i]) : int(headers_end[i])])
+    return key, value, pa.array(headers_list, type=HEADERS_TYPE)
+
+
+def _section(
+    buf: Bytes, pos: Ints, ends: Ints, present: npt.NDArray[np.bool_], what: str
+) -> tuple[Ints, Ints]:
+    """`(start, end)` of a u32-length-prefixed section at `pos` where `present`
+    (elsewhere an empty section at `pos`)."""
+    if not present.any():
+        return pos, pos
+    if (present & (pos + 4 > ends)).any():
+        raise CorruptFetchError(f"a record ends inside its {what} length")
+    at = np.where(present, pos, 0)
+    size = (
+        (buf[at].astype(np.int64) << 24)
+        | (buf[at + 1].astype(np.int64) << 16)
+        | (buf[at + 2].astype(np.int64) << 8)
+        | buf[at + 3].astype(np.int64)
+    )
+    start = np.where(present, pos + 4, pos)
+    end = np.where(present, start + size, pos)
+    if (end > ends).any():
+        raise CorruptFetchError(f"a record's {what} runs past the record's end")
+    return start, end
+
+
+def _gather(
+    buf: Bytes,
+    starts: Ints,
+    ends: Ints,
+    valid: npt.NDArray[np.bool_] | None = None,
+) -> pa.Array:
+    """A BinaryArray of `buf[starts[i]:ends[i]]` (ordered, disjoint slices):
+    one mask over the region they span, one masked copy."""
+    n = len(starts)
+    if n == 0:
+        return pa.array([], pa.binary())
+    lengths = ends - starts
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        raise CorruptFetchError("a fetch answer holds over 2 GiB of one column")
+    first = int(starts[0])
+    gaps = np.empty(n, np.int64)
+    gaps[0] = 0
+    gaps[1:] = starts[1:] - ends[:-1]
+    runs = np.empty(2 * n, np.int64)
+    runs[0::2] = gaps
+    runs[1::2] = lengths
+    keep = np.repeat(np.tile(np.array([False, True]), n), runs)
+    data = buf[first : first + len(keep)][keep]
+    validity = None
+    null_count = 0
+    if valid is not None and not valid.all():
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        null_count = int(n - valid.sum())
+    return pa.Array.from_buffers(
+        pa.binary(),
+        n,
+        [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)],
+        null_count,
+    )
+
+
+def _headers(packed: bytes) -> list[tuple[str, bytes]] | None:
+    """A record's headers without the system's producer stamp; None if empty."""
+    try:
+        headers = msgpack.unpackb(packed)
+    except Exception as exc:  # any failure to decode is the record's fault
+        raise CorruptFetchError(f"record headers do not decode: {type(exc).__name__}") from None
+    if type(headers) is not dict:
+        raise CorruptFetchError("record headers must be a msgpack map of str to bin")
+    items = []
+    for name, value in headers.items():
+        if type(name) is not str or type(value) is not bytes:
+            raise CorruptFetchError("record headers must be a msgpack map of str to bin")
+        if name != PRODUCER_HEADER:
+            items.append((name, value))
+    return items or None

@@ -1,0 +1,181 @@
+"""Structured Streaming: `spark.readStream.format("laminar")`, `df.writeStream.format("laminar")`.
+
+Reading. An offset is the next index of every partition read (`laminar.spark.plan`),
+so a micro-batch is the ranges `[start, end)` between two offsets. Spark
+writes the end offset to the checkpoint before the micro-batch runs and marks
+it committed after, and a restarted query starts from the last offset it
+committed: the records after it are read once, none skipped, none repeated.
+laminar keeps no consumer positions of its own (`commit` has nothing to
+store), so the checkpoint is the only truth. `latestOffset` honours the read
+limit Spark passes (`maxRecordsPerTrigger` becomes `ReadMaxRows`) and, under
+`Trigger.AvailableNow`, stops at the indexes that were latest when the query
+started. Records removed by retention before the query read them are an
+error, not a silent skip.
+
+Writing. Each task of each micro-batch is an idempotent producer whose id
+comes from the query id, the micro-batch id and the task's partition id
+(`laminar.spark.writing`), all of which a restarted query reuses when it runs
+an unfinished micro-batch again: its records are not appended twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from laminar.client import Client
+from laminar.spark.errors import LaminarSparkError
+from laminar.spark.options import ReadOptions, WriteOptions
+from laminar.spark.plan import from_offset, limit_records, split, to_offset
+from laminar.spark.reading import TopicState, connect, ranges, read_split, splits
+from laminar.spark.schema import WriteColumns
+from laminar.spark.writing import WriteTarget, WrittenCounts, stream_producer_id, write_task
+
+logger = logging.getLogger("laminar.spark")
+
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Reads a topic as a stream (see the module docstring)."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self._client: Client | None = None
+        self._available_now: dict[int, int] | None = None
+        self._topic()  # unknown topic or partitions, unreachable node: fail at start
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The reader is pickled to the tasks that run read(); a client is not.
+        return {"options": self.options, "_client": None, "_available_now": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def _topic(self) -> TopicState:
+        if self._client is None:
+            self._client = connect(self.options.bootstrap, self.options.topic)
+        return TopicState.fetch(self._client, self.options)
+
+    def initialOffset(self) -> dict[str, int]:
+        topic = self._topic()
+        assert self._client is not None
+        return to_offset(topic.starting(self._client, self.options, "latest"))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_records_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: read up to what is there now, then stop."""
+        self._available_now = dict(self._topic().highest)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
+        topic = self._topic()
+        begin = self._checked(from_offset(start), topic)
+        latest = topic.highest
+        if self._available_now is not None:
+            latest = {p: max(begin[p], self._available_now[p]) for p in begin}
+        if isinstance(limit, ReadMaxRows):
+            end = limit_records(begin, latest, limit.max_rows)
+        elif isinstance(limit, ReadMinRows):
+            backlog = sum(latest[p] - begin[p] for p in begin)
+            end = latest if backlog >= limit.min_rows else begin
+        else:
+            end = {p: latest[p] for p in begin}
+        return to_offset(end)
+
+    def reportLatestOffset(self) -> dict[str, int]:
+        return to_offset(self._topic().highest)
+
+    def _checked(self, begin: dict[int, int], topic: TopicState) -> dict[int, int]:
+        if sorted(begin) != sorted(topic.partitions):
+            raise LaminarSparkError(
+                f"the checkpoint reads partitions {sorted(begin)} of {topic.topic!r} but the "
+                f"options choose {list(topic.partitions)}; use a new checkpointLocation to "
+                "change them"
+            )
+        lost = {p: (begin[p], topic.lowest[p]) for p in begin if begin[p] < topic.lowest[p]}
+        if lost:
+            p, (want, lowest) = next(iter(sorted(lost.items())))
+            raise LaminarSparkError(
+                f"records {want}..{lowest - 1} of {topic.topic}/{p} were removed (retention) "
+                "before this query read them"
+            )
+        return begin
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        begin, stop = from_offset(start), from_offset(end)
+        topic = TopicState(self.options.topic, tuple(sorted(stop)), {}, {})
+        pieces = split(ranges(topic, begin, stop, "end offset"), self.options.max_records_per_split)
+        return splits(self.options.bootstrap, self.options.topic, pieces)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_split(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to store: the query's checkpoint holds its position."""
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+class LaminarStreamWriter(DataSourceStreamArrowWriter):
+    """Appends each micro-batch to a topic, idempotently (module docstring)."""
+
+    def __init__(self, options: WriteOptions, columns: WriteColumns, overwrite: bool) -> None:
+        if overwrite:
+            raise LaminarSparkError(
+                'laminar topics are append-only: use outputMode("append") or "update"'
+            )
+        self.target = WriteTarget.check(options, columns)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenCounts:
+        ctx = TaskContext.get()
+        query_id = None if ctx is None else ctx.getLocalProperty(QUERY_ID_PROPERTY)
+        batch_id = None if ctx is None else ctx.getLocalProperty(BATCH_ID_PROPERTY)
+        if query_id is None or batch_id is None:
+            raise RuntimeError(
+                "a laminar stream writer task sees no streaming query id or batch id "
+                f"(task properties {QUERY_ID_PROPERTY!r}, {BATCH_ID_PROPERTY!r})"
+            )
+        return write_task(
+            self.target, iterator, lambda part: stream_producer_id(query_id, int(batch_id), part)
+        )
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to do: the micro-batch's records were durable when its tasks ended."""
+        done = [m for m in messages if isinstance(m, WrittenCounts)]
+        logger.info(
+            "laminar stream write to %s, batch %d: %d records",
+            self.target.options.topic,
+            batchId,
+            sum(m.records for m in done),
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        logger.warning(
+            "laminar stream write to %s, batch %d failed; a rerun appends only what is missing",
+            self.target.options.topic,
+            batchId,
+        )

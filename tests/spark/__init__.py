@@ -1,0 +1,1 @@
+"""Tests of the PySpark connector (`laminar.spark`); skipped without pyspark."""
