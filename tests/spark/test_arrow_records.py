@@ -1,0 +1,77 @@
+"""Fetch answers decoded into Arrow in bulk agree with the wire's own decoder."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed: pip install 'pyspark[sql]==4.3.0'")
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from laminar.spark.arrow_records import CorruptFetchError, fetch_to_arrow
+from laminar.spark.schema import ARROW_SCHEMA
+from laminar.wire import PRODUCER_HEADER, ProducerStamp, decode_record, encode_record
+from laminar.wire.records import encode_fetch_batch
+
+headers = st.none() | st.dictionaries(st.sampled_from(["a", "b", "ü"]), st.binary(max_size=6))
+records = st.lists(
+    st.tuples(
+        st.binary(max_size=40),
+        st.none() | st.binary(max_size=8),
+        headers,
+        st.booleans(),
+    ),
+    max_size=40,
+)
+
+
+def _payload(blobs: list[bytes], first: int) -> bytes:
+    entries = ((first + i, 1_700_000_000_000 + i, b) for i, b in enumerate(blobs))
+    return b"".join(bytes(b) for b in encode_fetch_batch(entries))
+
+
+@given(records, st.integers(0, 2**40), st.integers(0, 45))
+def test_bulk_decoding_matches_the_wire(
+    recs: list[tuple[bytes, bytes | None, dict[str, bytes] | None, bool]], first: int, cut: int
+) -> None:
+    blobs = []
+    for value, key, hdrs, stamped in recs:
+        if stamped:
+            hdrs = {**(hdrs or {}), PRODUCER_HEADER: ProducerStamp(1, 2, 3).encode()}
+        blobs.append(encode_record(value, key, hdrs))
+    batch = fetch_to_arrow(_payload(blobs, first), 4, first + cut)
+    assert batch.schema == ARROW_SCHEMA
+    rows = batch.to_pylist()
+    assert len(rows) == min(cut, len(blobs))
+    for i, row in enumerate(rows):
+        value, key, hdrs = decode_record(blobs[i])
+        shown = {k: v for k, v in (hdrs or {}).items() if k != PRODUCER_HEADER}
+        assert (row["partition"], row["index"]) == (4, first + i)
+        assert int(row["timestamp"].timestamp() * 1000) == 1_700_000_000_000 + i
+        assert (row["value"], row["key"]) == (value, key)
+        assert (dict(row["headers"]) if row["headers"] else None) == (shown or None)
+
+
+@pytest.mark.parametrize(
+    ("blob", "match"),
+    [
+        (b"", "empty"),
+        (b"\x04abc", "unknown bits"),
+        (b"\x01\x00\x00", "inside its key length"),
+        (b"\x01\x00\x00\x00\x09ab", "key runs past"),
+        (b"\x02\x00\x00\x00\x01\xc1", "do not decode"),
+    ],
+)
+def test_corrupt_records_are_refused(blob: bytes, match: str) -> None:
+    good = encode_record(b"fine", b"k")
+    with pytest.raises(CorruptFetchError, match=match):
+        fetch_to_arrow(_payload([good, blob], 0), 0, 10)
+
+
+def test_lengths_that_do_not_add_up_are_refused() -> None:
+    payload = _payload([b"\x00abc"], 0)
+    with pytest.raises(CorruptFetchError, match="add up"):
+        fetch_to_arrow(payload + b"x", 0, 10)
+    with pytest.raises(CorruptFetchError, match="do not fit"):
+        fetch_to_arrow(payload[:10], 0, 10)

@@ -1,0 +1,121 @@
+"""Options, ranges, splits, offsets and read limits: pure functions, no Spark."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed: pip install 'pyspark[sql]==4.3.0'")
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from laminar.spark.errors import LaminarSparkError
+from laminar.spark.options import read_options, write_options
+from laminar.spark.plan import (
+    Range,
+    from_offset,
+    limit_records,
+    resolve_index,
+    split,
+    to_offset,
+)
+
+
+def test_read_options_parse_and_default() -> None:
+    opts = read_options(
+        {
+            "Topic": "t",
+            "PARTITIONS": "[2, 0,2]",
+            "startingIndex": '{"0": 5, "2": "latest"}',
+            "maxRecordsPerSplit": "10",
+        }
+    )
+    assert opts.topic == "t" and opts.bootstrap == "127.0.0.1:7070"
+    assert opts.partitions == (0, 2)
+    assert opts.starting == {0: 5, 2: "latest"}
+    assert opts.ending == "latest" and opts.max_records_per_split == 10
+    assert read_options({"topic": "t", "startingIndex": "7"}).starting == 7
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({}, '"topic" option is required'),
+        ({"topic": "t", "bootstrap": "host:x"}, "not host:port"),
+        ({"topic": "t", "startingIndex": "soon"}, "not an integer"),
+        ({"topic": "t", "startingIndex": '{"0": -1}'}, "not an index"),
+        ({"topic": "t", "startingIndex": "{"}, "not valid JSON"),
+        ({"topic": "t", "startingIndex": "0", "startingTimestamp": "1"}, "not both"),
+        ({"topic": "t", "maxRecordsPerSplit": "0"}, "at least 1"),
+        ({"topic": "t", "subscribe": "t"}, "laminar calls it 'topic'"),
+        ({"topic": "t", "partitions": ","}, "names no partition"),
+    ],
+)
+def test_bad_read_options(options: dict[str, str], match: str) -> None:
+    with pytest.raises(LaminarSparkError, match=match):
+        read_options(options)
+
+
+def test_write_options() -> None:
+    assert write_options({"topic": "t"}).max_batch_bytes == 1 << 20
+    with pytest.raises(LaminarSparkError, match="over the limit"):
+        write_options({"topic": "t", "maxBatchBytes": str(64 << 20)})
+    with pytest.raises(LaminarSparkError, match="unknown option 'startingindex'"):
+        write_options({"topic": "t", "startingIndex": "0"})
+
+
+def test_resolve_index() -> None:
+    assert resolve_index("earliest", "latest", 0, 3, 9, "x") == 3
+    assert resolve_index(None, "latest", 0, 3, 9, "x") == 9
+    assert resolve_index({1: 4}, "earliest", 0, 3, 9, "x") == 3
+    assert resolve_index({0: 9}, "earliest", 0, 3, 9, "x") == 9
+    with pytest.raises(LaminarSparkError, match=r"x=2 for partition 0 is out of range"):
+        resolve_index(2, "earliest", 0, 3, 9, "x")
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 300)), max_size=5),
+    st.none() | st.integers(1, 70),
+)
+def test_splits_cover_each_range_once_in_order(
+    spans: list[tuple[int, int]], max_records: int | None
+) -> None:
+    ranges = [Range(p, start, start + size) for p, (start, size) in enumerate(spans)]
+    pieces = split(ranges, max_records)
+    for r in ranges:
+        mine = [q for q in pieces if q.partition == r.partition]
+        covered = [i for q in mine for i in range(q.start, q.end)]
+        assert covered == list(range(r.start, r.end))
+        assert all(q.records >= 1 for q in mine)
+        if max_records is not None:
+            assert all(q.records <= max_records for q in mine)
+
+
+@given(st.dictionaries(st.integers(0, 200), st.integers(0, 2**40), max_size=12))
+def test_offsets_serialize_with_sorted_keys_and_round_trip(indexes: dict[int, int]) -> None:
+    offset = to_offset(indexes)
+    assert json.dumps(offset) == json.dumps(offset, sort_keys=True)
+    assert from_offset(json.loads(json.dumps(offset))) == indexes
+
+
+def test_a_foreign_offset_is_refused() -> None:
+    with pytest.raises(LaminarSparkError, match="another source"):
+        from_offset({"topic-0": 3})
+
+
+@given(
+    st.dictionaries(st.integers(0, 8), st.tuples(st.integers(0, 100), st.integers(0, 100))),
+    st.integers(1, 150),
+)
+def test_read_limits_are_exact_and_fair(
+    spans: dict[int, tuple[int, int]], max_records: int
+) -> None:
+    start = {p: s for p, (s, _) in spans.items()}
+    latest = {p: s + n for p, (s, n) in spans.items()}
+    end = limit_records(start, latest, max_records)
+    backlog = sum(latest[p] - start[p] for p in start)
+    assert sum(end[p] - start[p] for p in start) == min(max_records, backlog)
+    assert all(start[p] <= end[p] <= latest[p] for p in start)
+    assert end == limit_records(start, latest, max_records)  # deterministic
