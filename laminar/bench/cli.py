@@ -18,11 +18,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from laminar.bench.compare import run_comparison
+from laminar.bench.compare import Comparison, run_comparison
 from laminar.bench.config import LOAD_MODELS, START_FROM, WORKLOADS, BenchConfigError, RunConfig
 from laminar.bench.machine import filesystem_of, machine_facts
-from laminar.bench.output import results_document, write_json
+from laminar.bench.output import (
+    comparison_from_document,
+    read_json,
+    results_document,
+    write_json,
+)
 from laminar.bench.progress import make_progress
 from laminar.bench.report import markdown, print_report
 from laminar.bench.runner import RunPlan
@@ -84,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r = p.add_argument_group("runs and outputs")
     r.add_argument("--rounds", type=int, default=1)
+    r.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        metavar="RESULTS",
+        help="measure nothing: render tables, plots and Markdown from a results.json",
+    )
     r.add_argument("--out", type=Path, default=None, help="directory for JSON and plots")
     r.add_argument(
         "--workdir",
@@ -162,6 +175,8 @@ def _out_dir(args: argparse.Namespace) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.from_json is not None:
+        return _rerender(args)
     try:
         config = _config(args)
         targets = _targets(args)
@@ -197,6 +212,29 @@ def main(argv: list[str] | None = None) -> int:
         progress.close()
         if not args.keep_data:
             _remove_empty(workroot)
+    target_options = {
+        "bootstrap": args.bootstrap,
+        "laminar_cores": args.laminar_cores or os.cpu_count(),
+        "laminar_runtime": args.laminar_runtime,
+    }
+    document = results_document(comparison, command, machine, target_options)
+    _render(args, comparison, document)
+    failed = sum(1 for r in comparison.runs if not r.ok)
+    return 1 if failed == len(comparison.runs) else 0
+
+
+def _rerender(args: argparse.Namespace) -> int:
+    """Tables, plots, JSON and Markdown again from a saved results file."""
+    document = read_json(args.from_json)
+    comparison = comparison_from_document(document)
+    document = results_document(
+        comparison, document["command"], document["machine"], document["target_options"]
+    )
+    _render(args, comparison, document)
+    return 0
+
+
+def _render(args: argparse.Namespace, comparison: Comparison, document: dict[str, Any]) -> None:
     print_report(comparison)
     out = _out_dir(args)
     out.mkdir(parents=True, exist_ok=True)
@@ -208,26 +246,15 @@ def main(argv: list[str] | None = None) -> int:
             plot_latency(comparison, out / "latency.png").name,
             plot_throughput(comparison, out / "throughput.png").name,
         ]
-    document = results_document(
-        comparison,
-        command,
-        machine,
-        {
-            "bootstrap": args.bootstrap,
-            "laminar_cores": args.laminar_cores or os.cpu_count(),
-            "laminar_runtime": args.laminar_runtime,
-        },
-    )
     path = write_json(document, out / "results.json")
     print(f"results: {path}" + "".join(f", {out / p}" for p in plots))
     if args.markdown is not None:
         base = args.markdown_base or args.markdown.parent
         links = [os.path.relpath(out / p, base) for p in plots]
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(markdown(comparison, shlex.join(command), links, machine))
+        text = markdown(comparison, shlex.join(document["command"]), links, document["machine"])
+        args.markdown.write_text(text)
         print(f"markdown: {args.markdown}")
-    failed = sum(1 for r in comparison.runs if not r.ok)
-    return 1 if failed == len(comparison.runs) else 0
 
 
 def _remove_empty(path: Path) -> None:

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from laminar.bench.compare import Comparison
+from laminar.bench.config import RunConfig
+from laminar.bench.results import run_from_dict
 
 SCHEMA = "laminar-bench/1"
 
@@ -34,3 +36,19 @@ def results_document(
 def write_json(document: dict[str, Any], path: Path) -> Path:
     path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
     return path
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(path.read_text())
+    if document.get("schema") != SCHEMA:
+        raise ValueError(f"{path} is not a {SCHEMA} results file")
+    return document
+
+
+def comparison_from_document(document: dict[str, Any]) -> Comparison:
+    """The comparison a results file was written from (to re-render it)."""
+    comparison = Comparison(
+        RunConfig(**document["config"]), list(document["targets"]), int(document["rounds"])
+    )
+    comparison.runs = [run_from_dict(run) for run in document["runs"]]
+    return comparison

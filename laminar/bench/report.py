@@ -111,11 +111,17 @@ def goal_lines(comparison: Comparison) -> list[str]:
     goal = comparison.goal()
     if goal is None:
         return []
-    return [
-        f"{goal['baseline']} / best fsync-before-ack peer: throughput "
-        f"{_ratio(goal['throughput_ratio'])} (vs {goal['best_throughput_peer']}), "
-        f"p99 {_ratio(goal['p99_ratio'])} (vs {goal['best_p99_peer']})"
-    ]
+    parts = []
+    if "throughput_ratio" in goal:
+        parts.append(
+            f"throughput {_ratio(goal['throughput_ratio'])} of {goal['best_throughput_peer']} "
+            f"(goal >= 1.0x: {'met' if goal['throughput_met'] else 'missed'})"
+        )
+    parts.append(
+        f"p99 {_ratio(goal['p99_ratio'])} of {goal['best_p99_peer']} "
+        f"(goal <= 1.0x: {'met' if goal['p99_met'] else 'missed'})"
+    )
+    return [f"{goal['baseline']} against the best peer that acks after fsync: " + "; ".join(parts)]
 
 
 def durability_lines(summaries: Sequence[TargetSummary]) -> list[str]:

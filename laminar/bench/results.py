@@ -118,6 +118,48 @@ class RunResult:
         }
 
 
+def run_from_dict(data: dict[str, Any]) -> RunResult:
+    """The inverse of `RunResult.to_dict` (to re-render saved results)."""
+
+    def figures(d: dict[str, Any] | None) -> RoleFigures | None:
+        if d is None:
+            return None
+        return RoleFigures(d["records"], d["bytes"], d["ops"], d["elapsed_s"])
+
+    one, five, fifteen = data["loadavg_at_start"]
+    result = RunResult(
+        target=data["target"],
+        round=data["round"],
+        status=data["status"],
+        started_at=data["started_at"],
+        loadavg_at_start=(one, five, fifteen),
+        durability=data["durability"],
+        versions=data["versions"],
+        error=data["error"],
+        produce=figures(data["produce"]),
+        consume=figures(data["consume"]),
+        histograms={
+            name: LatencyHistogram.decode(text) for name, text in data["histograms_hdr"].items()
+        },
+        errors=data["errors"],
+        error_samples=data["error_samples"],
+    )
+    for name in (
+        "issued_ops",
+        "due_ops",
+        "unfinished_ops",
+        "late_ops",
+        "empty_fetches",
+        "produced_total",
+        "consumed_total",
+        "worker_cpu_s",
+        "wall_s",
+        "server_log_tail",
+    ):
+        setattr(result, name, data[name])
+    return result
+
+
 def _figures(reports: list[WorkerReport], measure_start_ns: int) -> RoleFigures | None:
     if not reports:
         return None

@@ -132,3 +132,19 @@ def test_splice_keeps_everything_outside_the_markers() -> None:
     assert twice.endswith("\ntrailing text by others\n")
     with pytest.raises(MarkerError):
         splice(f"{END}\n{BEGIN}\n", "x")
+
+
+def test_saved_results_render_the_same_comparison() -> None:
+    from laminar.bench.output import comparison_from_document, results_document
+
+    c = Comparison(RunConfig(), ["laminar", "redis-streams"], 2)
+    for round_no in (1, 2):
+        c.runs.append(_result("laminar", round_no, 1000 * round_no, 3000, fsync=True))
+        c.runs.append(_result("redis-streams", round_no, 700, 2000, fsync=True))
+    c.runs[-1].errors = {"TimeoutError": 2}
+    c.runs[-1].status = "errors"
+    document = results_document(c, ["laminar-bench"], {"cores": 2}, {})
+    again = comparison_from_document(document)
+    assert [s.to_dict() for s in again.summaries()] == [s.to_dict() for s in c.summaries()]
+    assert again.goal() == c.goal()
+    assert results_document(again, ["laminar-bench"], {"cores": 2}, {}) == document
