@@ -73,6 +73,7 @@ class Connection:
         self.last_frame_at = time.monotonic()
         self.closed = False
         self._stopping = False
+        self._reading = False
 
     @property
     def in_flight(self) -> int:
@@ -94,6 +95,7 @@ class Connection:
         metrics.connections_open += 1
         try:
             try:
+                self._reading = True
                 await self._read_loop()
             except asyncio.CancelledError:
                 if not self._stopping:
@@ -106,6 +108,7 @@ class Connection:
                     self._outbox.send(error.encode_buffers(exc.correlation_id or 0))
             except OSError:
                 pass  # reset by peer: answers could not be delivered anyway
+            self._reading = False
             await self._finish_in_flight()
         finally:
             metrics.connections_open -= 1
@@ -184,8 +187,8 @@ class Connection:
         """Stop reading new requests (idle timeout, drain, broken socket); requests
         in flight still complete and are answered before the socket closes."""
         self._stopping = True
-        if self._reader is not None and not self._reader.done():
-            self._reader.cancel()
+        if self._reading and self._reader is not None and not self._reader.done():
+            self._reader.cancel()  # only the read: what was received is still answered
 
     def _close(self) -> None:
         if self.closed:
