@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -15,6 +16,7 @@ import psutil
 import pytest
 
 from laminar.client import Client
+from laminar.wire import FetchRequest, FetchResponse
 from tests.system.nodes import NodeStartError, RunningNode, node_command, start_node
 from tests.system.wireclient import NodeClient
 
@@ -149,3 +151,21 @@ def test_health_reports_a_shard_down(tmp_path: Path) -> None:
         assert _get(node, "/health")[0] == 200
         if code == 503:  # seen while the shard was down (it restarts in 0.1 s)
             assert json.loads(body)["shards_down"] == [1]
+
+
+def test_drain_ends_long_polls_with_an_answer(tmp_path: Path) -> None:
+    node = start_node(tmp_path, cores=2)
+    with NodeClient(node.host, node.port) as client:
+        client.create_topic("polls", 4)
+        pids = [client.pid("polls", p) for p in range(4)]
+        conns = [client.conn_for(pid) for pid in pids]
+        for conn, pid in zip(conns, pids, strict=True):
+            conn.send(FetchRequest(pid, 0, max_wait_ms=30_000))
+        time.sleep(0.3)  # the fetches are waiting at the end of their logs
+        start = time.monotonic()
+        node.proc.send_signal(signal.SIGTERM)
+        for conn in conns:
+            response = conn.read_response()
+            assert isinstance(response, FetchResponse) and response.records == ()
+        assert node.proc.wait(20) == 0
+        assert time.monotonic() - start < 10
