@@ -26,6 +26,7 @@ lint: setup
 bench:
 	@scripts/setup --bench
 	$(PY) benchmarks/log_bench.py
+	benchmarks/compare.sh
 
 clean:
 	rm -rf $(VENV) .setup-stamp .pytest_cache .mypy_cache .ruff_cache

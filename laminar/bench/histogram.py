@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Final
 
-from hdrh.histogram import HdrHistogram  # type: ignore[import-untyped]
+from hdrh.histogram import HdrHistogram
 
 LOWEST_US: Final = 1
 HIGHEST_US: Final = 3_600_000_000
