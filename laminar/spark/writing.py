@@ -119,10 +119,12 @@ class _Buffer:
 
     __slots__ = ("bytes", "headers", "in_flight", "keys", "next_sequence", "values")
 
-    def __init__(self) -> None:
+    def __init__(self, keys: bool, headers: bool) -> None:
         self.values: list[bytes] = []
-        self.keys: list[bytes | None] = []
-        self.headers: list[dict[str, bytes] | None] = []
+        # Lists only when the DataFrame has the column: value-only records take
+        # the client's fast path (no per-record encoding call).
+        self.keys: list[bytes | None] | None = [] if keys else None
+        self.headers: list[dict[str, bytes] | None] | None = [] if headers else None
         self.bytes = 0
         self.next_sequence = 0
         self.in_flight: tuple[Pending[int], int] | None = None
@@ -139,7 +141,8 @@ class TopicProducer:
         self.topic = target.options.topic
         self.producer_id = producer_id
         self.max_bytes = target.options.max_batch_bytes
-        self._buffers = [_Buffer() for _ in range(target.partitions)]
+        has_keys, has_headers = target.columns.key is not None, target.columns.headers is not None
+        self._buffers = [_Buffer(has_keys, has_headers) for _ in range(target.partitions)]
         self._round_robin = round_robin_start
         self.records = 0
         self.already_there = 0
@@ -226,8 +229,10 @@ class TopicProducer:
             if fit > 0:
                 end = done + fit
                 buf.values += values[done:end]
-                buf.keys += keys[done:end] if keys is not None else [None] * fit
-                buf.headers += headers[done:end] if headers is not None else [None] * fit
+                if buf.keys is not None and keys is not None:
+                    buf.keys += keys[done:end]
+                if buf.headers is not None and headers is not None:
+                    buf.headers += headers[done:end]
                 buf.bytes += int(sizes[end - 1]) - base
                 done = end
             if buf.bytes >= self.max_bytes or len(buf.values) >= BATCH_RECORDS_MAX or fit <= 0:
@@ -236,21 +241,23 @@ class TopicProducer:
     def _send(self, p: int) -> None:
         buf = self._buffers[p]
         self._settle(buf)  # one batch in flight per partition keeps them in order
-        has_keys = any(k is not None for k in buf.keys)
-        has_headers = any(h for h in buf.headers)
         pending = self.client.produce_nowait(
             self.topic,
             p,
             buf.values,
-            buf.keys if has_keys else None,
-            buf.headers if has_headers else None,
+            buf.keys,
+            buf.headers,
             producer_id=self.producer_id,
             sequence=buf.next_sequence,
         )
         count = len(buf.values)
         buf.in_flight = (pending, count)
         buf.next_sequence += count
-        buf.values, buf.keys, buf.headers, buf.bytes = [], [], [], 0
+        buf.values, buf.bytes = [], 0
+        if buf.keys is not None:
+            buf.keys = []
+        if buf.headers is not None:
+            buf.headers = []
 
     def _settle(self, buf: _Buffer) -> None:
         if buf.in_flight is None:

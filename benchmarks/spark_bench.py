@@ -1,0 +1,304 @@
+"""Rows/s of the Spark connector next to the plain client, in one run.
+
+    .venv/bin/python benchmarks/spark_bench.py [--records 1000000] [--value-bytes 100]
+        [--partitions 4] [--cores 2] [--rounds 3] [--bootstrap HOST:PORT]
+
+Starts `laminar-node --cores N` on ephemeral ports (unless `--bootstrap` names
+a running node), fills a topic with `--records` records of `--value-bytes`
+bytes through the plain client, then measures, on the same data:
+
+- `client_produce`: the plain client producing them (pipelined batches of 5000);
+- `client_fetch`: the plain client reading them back (`Client.fetch`, records
+  decoded into Python tuples), one partition after the other;
+- `connector_fetch_arrow`: the connector's task read loop (`read_split`: raw
+  fetch answers decoded into Arrow in bulk) in this process, without Spark;
+- `spark_read_count`: `spark.read.format("laminar")...load().count()`;
+- `spark_read_to_parquet`: the same read written with `.write.parquet(...)`;
+- `spark_write_topic`: `spark.range(N)` as `--value-bytes` values written into a
+  new topic with `df.write.format("laminar")` (idempotent producers);
+- `spark_canned_count`: a control: the same `count()` over a Python data
+  source that yields the same Arrow batches from memory (no node, no network),
+  i.e. what Spark itself costs for this schema on this machine.
+
+Spark runs `local[<cores>]` with the UI off. Each Spark figure is the median of
+`--rounds` runs after one warm-up run (JVM and Python workers started). The
+machine's load average is recorded: the test machines are shared, and a
+neighbour's load moves every figure. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+READ_TARGET_ROWS_PER_S = 1_000_000
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def start_node(base: Path, cores: int) -> tuple[subprocess.Popen[bytes], str]:
+    log_path = base / "node.log"
+    with open(log_path, "wb") as out:
+        node = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "laminar.cli.node",
+                "--cores",
+                str(cores),
+                "--port",
+                "0",
+                "--data-dir",
+                str(base / "data"),
+                "--log-level",
+                "WARNING",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+    info_path = base / "data" / "run" / "node.json"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            info = json.loads(info_path.read_text())
+            if info.get("pid") == node.pid:
+                return node, f"{info['host']}:{info['port']}"
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass
+        if node.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("laminar-node did not start:\n" + log_path.read_text())
+        time.sleep(0.05)
+
+
+def timed(fn: Callable[[], int]) -> float:
+    """Rows/s of `fn`, which returns how many rows it handled."""
+    start = time.perf_counter()
+    rows = fn()
+    return rows / (time.perf_counter() - start)
+
+
+def spark_rounds(fn: Callable[[], int], rounds: int) -> dict[str, Any]:
+    fn()  # warm-up: JVM code paths, Python workers
+    runs = [timed(fn) for _ in range(rounds)]
+    return {"median": statistics.median(runs), "best": max(runs), "runs": runs}
+
+
+def fill(client: Any, topic: str, records: int, partitions: int, value: bytes) -> int:
+    batch = 5000
+    pending: list[Any] = []
+    sent = 0
+    i = 0
+    while sent < records:
+        n = min(batch, records - sent)
+        pending.append(client.produce_nowait(topic, i % partitions, [value] * n))
+        if len(pending) >= 8:
+            pending.pop(0).result()
+        sent += n
+        i += 1
+    for p in pending:
+        p.result()
+    return records
+
+
+def client_fetch(client: Any, topic: str, partitions: int) -> int:
+    rows = 0
+    for p in range(partitions):
+        index, highest = client.offsets(topic, p)
+        while index < highest:
+            got = client.fetch(topic, p, index, max_bytes=4 << 20, max_records=65536)
+            rows += len(got)
+            index = got[-1].index + 1
+    return rows
+
+
+def connector_fetch(bootstrap: str, client: Any, topic: str, partitions: int) -> int:
+    from laminar.spark.plan import Range
+    from laminar.spark.reading import RangeSplit, read_split
+
+    rows = 0
+    for p in range(partitions):
+        lowest, highest = client.offsets(topic, p)
+        for batch in read_split(RangeSplit(bootstrap, topic, Range(p, lowest, highest))):
+            rows += batch.num_rows
+    return rows
+
+
+def canned_source(records: int, value_bytes: int, splits: int) -> type:
+    """A data source yielding laminar-shaped Arrow batches from memory (the
+    control): built here so cloudpickle ships it by value to the workers."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from laminar.spark.arrow_records import fetch_to_arrow
+    from laminar.spark.schema import SCHEMA_DDL
+    from laminar.wire.records import encode_fetch_batch
+
+    per_split = records // splits
+    chunk = min(per_split, (4 << 20) // (value_bytes + 1))
+
+    class CannedReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(splits)]
+
+        def read(self, partition: InputPartition) -> Iterator[Any]:
+            blob = b"\x00" + b"x" * value_bytes
+            entries = ((i, 1_700_000_000_000, blob) for i in range(chunk))
+            payload = b"".join(bytes(b) for b in encode_fetch_batch(entries))
+            done = 0
+            while done < per_split:
+                n = min(chunk, per_split - done)
+                yield fetch_to_arrow(payload, partition.value, n)
+                done += n
+
+    class CannedSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "laminar_canned"
+
+        def schema(self) -> str:
+            return SCHEMA_DDL
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return CannedReader()
+
+    return CannedSource
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--records", type=int, default=1_000_000)
+    p.add_argument("--value-bytes", type=int, default=100)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--cores", type=int, default=2, help="node shards and Spark local[N] threads")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--bootstrap", help="use this running node instead of starting one")
+    args = p.parse_args()
+
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from laminar.client import Client
+
+    base = Path(tempfile.mkdtemp(prefix="spark-bench-"))
+    node = None
+    try:
+        if args.bootstrap:
+            bootstrap = args.bootstrap
+        else:
+            node, bootstrap = start_node(base, args.cores)
+        load_start = os.getloadavg()
+        results: dict[str, Any] = {}
+        value = b"x" * args.value_bytes
+        stamp = int(time.time())
+        source, sink = f"spark-bench-{stamp}", f"spark-bench-out-{stamp}"
+        with Client(bootstrap) as client:
+            client.create_topic(source, partitions=args.partitions)
+            client.create_topic(sink, partitions=args.partitions)
+            log(f"filling {source} with {args.records} records of {args.value_bytes} bytes")
+            results["client_produce"] = timed(
+                lambda: fill(client, source, args.records, args.partitions, value)
+            )
+            results["client_fetch"] = timed(lambda: client_fetch(client, source, args.partitions))
+            results["connector_fetch_arrow"] = timed(
+                lambda: connector_fetch(bootstrap, client, source, args.partitions)
+            )
+
+            log("starting Spark")
+            from pyspark.sql import SparkSession
+
+            started = time.perf_counter()
+            spark = (
+                SparkSession.builder.master(f"local[{args.cores}]")
+                .config("spark.ui.enabled", "false")
+                .config("spark.local.dir", str(base / "spark"))
+                .getOrCreate()
+            )
+            spark.sparkContext.setLogLevel("ERROR")
+            from laminar.spark import LaminarDataSource
+
+            spark.dataSource.register(LaminarDataSource)
+            spark.dataSource.register(
+                canned_source(args.records, args.value_bytes, args.partitions)
+            )
+            results["spark_session_start_s"] = time.perf_counter() - started
+
+            def reader() -> Any:
+                return (
+                    spark.read.format("laminar")
+                    .option("bootstrap", bootstrap)
+                    .option("topic", source)
+                    .load()
+                )
+
+            log("spark: count")
+            results["spark_read_count"] = spark_rounds(lambda: int(reader().count()), args.rounds)
+            log("spark: parquet")
+            out = base / "parquet"
+
+            def to_parquet() -> int:
+                reader().write.mode("overwrite").parquet(str(out))
+                return args.records
+
+            results["spark_read_to_parquet"] = spark_rounds(to_parquet, args.rounds)
+            log("spark: canned count (control)")
+            results["spark_canned_count"] = spark_rounds(
+                lambda: int(spark.read.format("laminar_canned").load().count()), args.rounds
+            )
+            log("spark: write into a topic")
+            frame = spark.range(args.records).selectExpr(
+                f"CAST(lpad(CAST(id AS STRING), {args.value_bytes}, 'x') AS BINARY) AS value"
+            )
+
+            def write() -> int:
+                frame.write.format("laminar").option("bootstrap", bootstrap).option(
+                    "topic", sink
+                ).mode("append").save()
+                return args.records
+
+            results["spark_write_topic"] = spark_rounds(write, args.rounds)
+            written = sum(client.offsets(sink, q).highest for q in range(args.partitions))
+            # Warm-up and rounds each append every row once: no more, no fewer.
+            results["spark_write_topic"]["records_in_topic"] = written
+            results["spark_write_topic"]["records_expected"] = (args.rounds + 1) * args.records
+            spark.stop()
+        report = {
+            "bench": "spark",
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "records": args.records,
+            "value_bytes": args.value_bytes,
+            "partitions": args.partitions,
+            "cores": args.cores,
+            "rounds": args.rounds,
+            "rows_per_s": results,
+            "read_target_rows_per_s": READ_TARGET_ROWS_PER_S,
+            "read_target_met": results["spark_read_count"]["median"] >= READ_TARGET_ROWS_PER_S,
+            "machine": {
+                "python": platform.python_version(),
+                "cpus": os.cpu_count(),
+                "load_avg_start": load_start,
+                "load_avg_end": os.getloadavg(),
+            },
+        }
+        print(json.dumps(report, indent=2))
+    finally:
+        if node is not None:
+            node.terminate()
+            node.wait(60)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
