@@ -3,6 +3,8 @@ not appended; gaps are refused; the producer table survives restarts."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,5 +135,37 @@ def test_the_table_survives_a_node_restart(tmp_path: Path, how: str) -> None:
             assert c.produce("durable", 2, [b"next"], producer_id=PRODUCER, sequence=15) == 21
             assert c.produce("durable", 2, [b"other"], producer_id=99, sequence=4) == 20
             assert c.offsets("durable", 2).highest == 22
+    finally:
+        node.kill()
+
+
+def test_produce_is_retried_through_a_shard_crash_without_duplicates(tmp_path: Path) -> None:
+    """SIGKILL the owning shard while one producer streams batches: the client
+    retries what got no answer, and the restarted shard, having rebuilt its
+    table from the log, appends each batch exactly once."""
+    node = start_node(tmp_path, cores=2)
+    try:
+        with Client(node.bootstrap) as c:
+            c.create_topic("crash", partitions=1)
+            owner = c.describe_topic("crash").partitions[0].shard_id
+            before = node.shard_pids()[owner]
+            killer = threading.Timer(0.3, node.kill_shard, (owner,), {"wait_restart": False})
+            killer.start()
+            sent = 0
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and (killer.is_alive() or sent < 400):
+                values = [f"r{sent + i}".encode() for i in range(10)]
+                c.produce("crash", 0, values, producer_id=PRODUCER, sequence=sent)
+                sent += 10
+            killer.join()
+            assert node.wait_shard_restarted(owner, before) != before
+            values = []
+            index, highest = c.offsets("crash", 0)
+            while index < highest:
+                got = c.fetch("crash", 0, index)
+                values += [r.value for r in got]
+                index = got[-1].index + 1
+        assert values == [f"r{i}".encode() for i in range(sent)]
+        assert "producer table rebuilt" in node.log_text()  # by the restarted shard
     finally:
         node.kill()
