@@ -8,8 +8,14 @@ PY := $(VENV)/bin/python
 setup:
 	@scripts/setup
 
+# The node with its defaults: one shard per core, 127.0.0.1:7070, data in ./laminar-data.
 run: setup
-	$(PY) -m laminar.cli.log_demo
+	@echo "laminar-node: starting on 127.0.0.1:7070 (Ctrl-C drains and stops it). From another terminal:"
+	@echo "  .venv/bin/laminar topic create events --partitions 4"
+	@echo "  echo hello | .venv/bin/laminar produce events"
+	@echo "  .venv/bin/laminar consume events --follow"
+	@echo "  .venv/bin/laminar status"
+	@exec $(VENV)/bin/laminar-node
 
 # The segmented log surviving SIGKILL: append, kill, recover, verify.
 demo-log: setup
@@ -26,7 +32,9 @@ lint: setup
 bench:
 	@scripts/setup --bench
 	$(PY) benchmarks/log_bench.py
+	$(PY) benchmarks/reactor_bench.py
+	$(PY) benchmarks/node_bench.py
 	benchmarks/compare.sh
 
 clean:
-	rm -rf $(VENV) .setup-stamp .pytest_cache .mypy_cache .ruff_cache
+	rm -rf laminar-data $(VENV) .setup-stamp .pytest_cache .mypy_cache .ruff_cache
