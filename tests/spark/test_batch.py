@@ -42,7 +42,7 @@ def test_batch_read_returns_every_record_of_every_partition(
     rows = df.collect()
     assert rows_as_tuples(rows) == expected
     appended_ms = {r.timestamp_ms for p in range(4) for r in all_records(client, topic, p)}
-    seen_ms = {int(r.timestamp.timestamp() * 1000) for r in rows}
+    seen_ms = {round(r.timestamp.timestamp() * 1000) for r in rows}
     assert seen_ms == appended_ms
 
 
