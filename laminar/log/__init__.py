@@ -15,7 +15,7 @@ from .errors import (
     LogFailed,
     RecordCorrupted,
 )
-from .record import Record
+from .record import Record, RecordBatch
 from .segmented_log import SegmentedLog
 from .storage import MemoryBackend, Storage, StorageBackend, SyscallBackend
 
@@ -30,6 +30,7 @@ __all__ = [
     "LogFailed",
     "MemoryBackend",
     "Record",
+    "RecordBatch",
     "RecordCorrupted",
     "SegmentedLog",
     "Storage",

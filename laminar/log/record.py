@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 
@@ -18,3 +19,38 @@ class Record(NamedTuple):
     term: int
     timestamp_ms: int
     value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RecordBatch:
+    """Consecutive records of one segment in columns, their values back to back.
+
+    `payload` holds the values of records `first_index ...` in order, exactly
+    as the store holds them, so a server can send it on without touching each
+    record; value `k` is `payload[offsets[k] : offsets[k] + lengths[k]]`.
+    Every value was checked against its checksum when the batch was read.
+    """
+
+    first_index: int
+    terms: tuple[int, ...]
+    timestamps_ms: tuple[int, ...]
+    lengths: tuple[int, ...]
+    payload: bytes
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def end_index(self) -> int:
+        """One past the last record of the batch."""
+        return self.first_index + len(self.lengths)
+
+    def records(self) -> list[Record]:
+        """The batch as `Record`s (copies each value)."""
+        out = []
+        at = 0
+        for k, length in enumerate(self.lengths):
+            value = self.payload[at : at + length]
+            out.append(Record(self.first_index + k, self.terms[k], self.timestamps_ms[k], value))
+            at += length
+        return out

@@ -17,6 +17,7 @@ import bisect
 import logging
 import os
 from collections.abc import Sequence
+from itertools import accumulate
 
 from .errors import LogCorrupted, RecordCorrupted
 from .index import (
@@ -31,7 +32,7 @@ from .index import (
     payload_checksum,
     scan_segment,
 )
-from .record import Record
+from .record import Record, RecordBatch
 from .storage import Storage, StorageBackend
 
 log = logging.getLogger(__name__)
@@ -242,6 +243,35 @@ class Segment:
                 return [await self.read(index)]
             append(new_record(Record, (index, term, ts, value)))
         return records
+
+    async def read_batch(self, start: int, max_bytes: int, max_records: int) -> RecordBatch:
+        """Published records from `start` in columns (see `RecordBatch`): at least
+        one, then up to `max_bytes` and `max_records`. Checksums are verified
+        with C-level loops only; a damaged record ends the batch before it, or
+        raises `RecordCorrupted` if it is the first."""
+        entries, total = self._entries_within(start, max_bytes, max_records, True)
+        positions, lengths, _, _, checksums, terms, stamps, _ = zip(*entries, strict=True)
+        first_position = positions[0]
+        payload = await self.store.read_at(total, first_position)
+        starts = list(accumulate(lengths, initial=0))
+        expected_positions = tuple(first_position + at for at in starts[:-1])
+        with memoryview(payload) as view:
+            slices = map(view.__getitem__, map(slice, starts, starts[1:]))
+            sums = tuple(map(payload_checksum, slices))
+        if sums == checksums and positions == expected_positions:
+            return RecordBatch(start, terms, stamps, lengths, payload)
+        good = next(
+            k
+            for k in range(len(sums))
+            if sums[k] != checksums[k] or positions[k] != expected_positions[k]
+        )
+        if good == 0:
+            record = await self.read(start)  # raises RecordCorrupted with the reason
+            value = record.value
+            return RecordBatch(start, (record.term,), (record.timestamp_ms,), (len(value),), value)
+        return RecordBatch(
+            start, terms[:good], stamps[:good], lengths[:good], payload[: starts[good]]
+        )
 
     def _entries_within(
         self, start: int, max_bytes: int, max_records: int, at_least_one: bool

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from .commit import FlushPipeline, PendingFlush
 from .config import LogConfig
 from .errors import AppendTooLarge, IndexOutOfRange, LogClosed, LogCorrupted
-from .record import Record
+from .record import Record, RecordBatch
 from .segment import INDEX_SUFFIX, STORE_SUFFIX, Segment
 from .storage import StorageBackend, SyscallBackend
 
@@ -227,6 +227,22 @@ class SegmentedLog:
             if index < segment.end_index:
                 break  # a limit or a damaged record stopped it inside this segment
         return records
+
+    async def read_batch(
+        self, start: int, max_bytes: int = 1 << 20, max_records: int | None = None
+    ) -> RecordBatch:
+        """Records from `start` on as one `RecordBatch`: values back to back as
+        stored, metadata in columns, checksums verified. The cheap way to serve
+        a fetch. Stops at the end of `start`'s segment; like `read_range` it
+        returns at least one record if `start < highest_index`, and an empty
+        batch at `highest_index`."""
+        self._check_open()
+        if max_bytes < 1 or (max_records is not None and max_records < 1):
+            raise ValueError("max_bytes and max_records must be positive")
+        if start == self.highest_index:
+            return RecordBatch(start, (), (), (), b"")
+        segment = self._segment_for(start)
+        return await segment.read_batch(start, max_bytes, max_records or 1 << 62)
 
     async def index_for_timestamp(self, timestamp_ms: int) -> int:
         """The first index whose record was appended at or after `timestamp_ms`

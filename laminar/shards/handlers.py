@@ -50,7 +50,7 @@ from laminar.wire import (
     encode_frame_buffers,
 )
 from laminar.wire.codec import Buffer
-from laminar.wire.records import encode_fetch_batch
+from laminar.wire.records import encode_fetch_columns
 
 _UNSPECIFIED_HOSTS: Final = frozenset({"0.0.0.0", "::", ""})
 
@@ -165,15 +165,16 @@ class Handlers:
         self._check_range(log, req.index)
         if req.index == log.highest_index and req.max_wait_ms:
             await self._long_poll(pid, log, req.index, req.max_wait_ms)
-        records = []
-        if req.index < log.highest_index:
-            records = await log.read_range(
-                req.index,
-                min(req.max_bytes, self._fetch_bytes_max),
-                min(req.max_records, self._fetch_records_max),
-            )
-        self.metrics.records_out += len(records)
-        payload = encode_fetch_batch((r.index, r.timestamp_ms, r.value) for r in records)
+        # The stored blobs go out as one buffer, exactly as the store holds them.
+        batch = await log.read_batch(
+            req.index,
+            min(req.max_bytes, self._fetch_bytes_max),
+            min(req.max_records, self._fetch_records_max),
+        )
+        self.metrics.records_out += len(batch)
+        payload = encode_fetch_columns(
+            batch.first_index, batch.timestamps_ms, batch.lengths, batch.payload
+        )
         header = {"lowest_index": log.lowest_index, "highest_index": log.highest_index}
         return encode_frame_buffers(Op.FETCH, corr, pid, header, payload, flags=Flags.RESPONSE)
 

@@ -87,6 +87,9 @@ def test_flipped_payload_byte_is_reported_not_served_and_not_trimmed(tmp_path: P
         assert [r.value for r in await log.read_range(0, 1 << 30)] == VALUES[:victim]
         with pytest.raises(RecordCorrupted):
             await log.read_range(victim, 1 << 30)
+        assert len(await log.read_batch(0, 1 << 30)) == victim  # stops before the damage
+        with pytest.raises(RecordCorrupted):
+            await log.read_batch(victim, 1 << 30)
         assert [r.value for r in await log.read_range(victim + 1, 1 << 30)] == VALUES[victim + 1 :]
         await log.close()
 

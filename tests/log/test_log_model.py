@@ -90,6 +90,19 @@ class LogMachine(RuleBasedStateMachine):
             assert used <= max_bytes or len(got) == 1
             assert used + len(expected[len(got)]) > max_bytes
 
+    @rule(data=st.data(), max_bytes=st.integers(1, 2000), max_records=st.integers(1, 30))
+    def read_batch(self, data: st.DataObject, max_bytes: int, max_records: int) -> None:
+        i = data.draw(st.integers(0, len(self.model)))
+        batch = self.run(self.log.read_batch(self.lowest + i, max_bytes, max_records))
+        expected = self.model[i : i + max_records]
+        values = [r.value for r in batch.records()]
+        assert values == expected[: len(values)]  # may stop early at a segment's end
+        assert batch.payload == b"".join(values)
+        assert list(batch.terms) == self.terms[i : i + len(values)]
+        if i < len(self.model):
+            assert len(batch) >= 1
+            assert sum(batch.lengths) <= max_bytes or len(batch) == 1
+
     @precondition(lambda self: self.model)
     @rule(data=st.data())
     def truncate(self, data: st.DataObject) -> None:

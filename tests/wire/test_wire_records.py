@@ -17,6 +17,7 @@ from laminar.wire.records import (
     decode_produce_batch,
     decode_record,
     encode_fetch_batch,
+    encode_fetch_columns,
     encode_produce_batch,
     encode_record,
 )
@@ -113,6 +114,18 @@ fetched = st.builds(FetchedRecord, st.integers(0, 2**64 - 1), st.integers(0, 2**
 def test_fetch_batch_round_trip(records: list[FetchedRecord]) -> None:
     payload = b"".join(encode_fetch_batch(records))
     assert decode_fetch_batch(payload) == tuple(records)
+
+
+@given(
+    st.integers(0, 2**40),
+    st.lists(st.tuples(st.integers(0, 2**63), st.binary(max_size=30)), max_size=20),
+)
+def test_fetch_columns_encode_like_records(first: int, rows: list[tuple[int, bytes]]) -> None:
+    timestamps = [ts for ts, _ in rows]
+    blobs = [blob for _, blob in rows]
+    columns = encode_fetch_columns(first, timestamps, [len(b) for b in blobs], b"".join(blobs))
+    triples = [(first + k, ts, blob) for k, (ts, blob) in enumerate(rows)]
+    assert b"".join(columns) == b"".join(encode_fetch_batch(triples))
 
 
 def test_fetch_batch_layout() -> None:
