@@ -113,6 +113,14 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"options choose {list(topic.partitions)}; use a new checkpointLocation to "
                 "change them"
             )
+        ahead = [p for p in begin if begin[p] > topic.highest[p]]
+        if ahead:
+            p = ahead[0]
+            raise LaminarSparkError(
+                f"the checkpoint has read {topic.topic}/{p} up to index {begin[p]}, but the "
+                f"partition ends at {topic.highest[p]} (was the topic deleted and created "
+                "again?); use a new checkpointLocation"
+            )
         lost = {p: (begin[p], topic.lowest[p]) for p in begin if begin[p] < topic.lowest[p]}
         if lost:
             p, (want, lowest) = next(iter(sorted(lost.items())))
