@@ -23,7 +23,7 @@ from pyspark.sql.datasource import (
 
 from laminar.spark.errors import LaminarSparkError
 from laminar.spark.options import ReadOptions, WriteOptions
-from laminar.spark.plan import split
+from laminar.spark.plan import interleave, split
 from laminar.spark.reading import TopicState, connect, ranges, read_split, splits
 from laminar.spark.schema import WriteColumns
 from laminar.spark.writing import WriteTarget, WrittenCounts, batch_producer_id, write_task
@@ -41,6 +41,7 @@ class LaminarBatchReader(DataSourceReader):
             start = topic.starting(client, options, "earliest")
         end = topic.ending(options)
         pieces = split(ranges(topic, start, end), options.max_records_per_split)
+        pieces = interleave(pieces, topic.shards)
         self._splits = splits(options.bootstrap, options.topic, pieces)
 
     def partitions(self) -> Sequence[InputPartition]:

@@ -80,6 +80,21 @@ def split(ranges: Iterable[Range], max_records: int | None) -> list[Range]:
     return out
 
 
+def interleave(pieces: Iterable[Range], shard_of: Mapping[int, int]) -> list[Range]:
+    """`pieces` reordered so consecutive ones belong to different shards where
+    possible (round robin over shards, each shard's pieces in order): Spark
+    starts tasks in this order, so tasks running together keep every shard busy
+    instead of queueing on one."""
+    by_shard: dict[int, list[Range]] = {}
+    for piece in pieces:
+        by_shard.setdefault(shard_of.get(piece.partition, 0), []).append(piece)
+    queues = [by_shard[s] for s in sorted(by_shard)]
+    out: list[Range] = []
+    for i in range(max((len(q) for q in queues), default=0)):
+        out += [q[i] for q in queues if i < len(q)]
+    return out
+
+
 # --- streaming offsets --------------------------------------------------------------
 
 

@@ -44,6 +44,8 @@ class TopicState:
     partitions: tuple[int, ...]
     lowest: dict[int, int]
     highest: dict[int, int]
+    shards: dict[int, int]
+    """The shard that owns each partition."""
 
     @classmethod
     def fetch(cls, client: Client, options: ReadOptions) -> TopicState:
@@ -66,6 +68,7 @@ class TopicState:
             chosen,
             {p: parts[p].lowest for p in chosen},
             {p: parts[p].highest for p in chosen},
+            {p: parts[p].shard_id for p in chosen},
         )
 
     def starting(self, client: Client, options: ReadOptions, default: str) -> dict[int, int]:

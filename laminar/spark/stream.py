@@ -43,7 +43,7 @@ from pyspark.sql.streaming.datasource import (
 from laminar.client import Client
 from laminar.spark.errors import LaminarSparkError
 from laminar.spark.options import ReadOptions, WriteOptions
-from laminar.spark.plan import from_offset, limit_records, split, to_offset
+from laminar.spark.plan import from_offset, interleave, limit_records, split, to_offset
 from laminar.spark.reading import TopicState, connect, ranges, read_split, splits
 from laminar.spark.schema import WriteColumns
 from laminar.spark.writing import WriteTarget, WrittenCounts, stream_producer_id, write_task
@@ -132,8 +132,13 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, stop = from_offset(start), from_offset(end)
-        topic = TopicState(self.options.topic, tuple(sorted(stop)), {}, {})
+        if self._client is None:
+            self._client = connect(self.options.bootstrap, self.options.topic)
+        view = self._client.cluster  # cached metadata: no request per micro-batch
+        shards = {p: view.route(self.options.topic, p).shard_id for p in stop}
+        topic = TopicState(self.options.topic, tuple(sorted(stop)), {}, {}, shards)
         pieces = split(ranges(topic, begin, stop, "end offset"), self.options.max_records_per_split)
+        pieces = interleave(pieces, shards)
         return splits(self.options.bootstrap, self.options.topic, pieces)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

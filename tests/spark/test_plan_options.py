@@ -16,6 +16,7 @@ from laminar.spark.options import read_options, write_options
 from laminar.spark.plan import (
     Range,
     from_offset,
+    interleave,
     limit_records,
     resolve_index,
     split,
@@ -119,3 +120,23 @@ def test_read_limits_are_exact_and_fair(
     assert sum(end[p] - start[p] for p in start) == min(max_records, backlog)
     assert all(start[p] <= end[p] <= latest[p] for p in start)
     assert end == limit_records(start, latest, max_records)  # deterministic
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2)), max_size=20))
+def test_interleave_alternates_shards_and_keeps_each_shards_order(
+    owned: list[tuple[int, int]],
+) -> None:
+    shard_of = {partition: shard for partition, shard in owned}
+    pieces = [Range(p, i, i + 1) for i, (p, _) in enumerate(owned)]
+    out = interleave(pieces, shard_of)
+    assert sorted(out, key=lambda r: r.start) == pieces
+    for shard in set(shard_of.values()):
+        mine = [r for r in pieces if shard_of[r.partition] == shard]
+        assert [r for r in out if shard_of[r.partition] == shard] == mine
+    counts = {s: sum(shard_of[r.partition] == s for r in pieces) for s in set(shard_of.values())}
+    if not counts:
+        return
+    rounds = min(counts.values(), default=0)
+    head = out[: rounds * len(counts)]  # while every shard has pieces left, they alternate
+    for i in range(0, len(head), len(counts)):
+        assert len({shard_of[r.partition] for r in head[i : i + len(counts)]}) == len(counts)
