@@ -20,8 +20,11 @@ bytes through the plain client, then measures, on the same data:
   source that yields the same Arrow batches from memory (no node, no network),
   i.e. what Spark itself costs for this schema on this machine.
 
-Spark runs `local[<cores>]` with the UI off. Each Spark figure is the median of
-`--rounds` runs after one warm-up run (JVM and Python workers started). The
+The node serves each partition from one shard (one core), so the JSON says
+how many of the topic's partitions each shard owns: a read cannot go faster
+than its busiest shard. Spark runs `local[<cores>]` with the UI off. Each
+Spark figure is the median of `--rounds` runs after one warm-up run (JVM and
+Python workers started). The
 machine's load average is recorded: the test machines are shared, and a
 neighbour's load moves every figure. Prints one JSON object.
 """
@@ -207,6 +210,9 @@ def main() -> None:
         with Client(bootstrap) as client:
             client.create_topic(source, partitions=args.partitions)
             client.create_topic(sink, partitions=args.partitions)
+            owners = [d.shard_id for d in client.describe_topic(source).partitions]
+            per_shard = {str(s): owners.count(s) for s in sorted(set(owners))}
+            log(f"partitions per shard: {per_shard}")
             log(f"filling {source} with {args.records} records of {args.value_bytes} bytes")
             results["client_produce"] = timed(
                 lambda: fill(client, source, args.records, args.partitions, value)
@@ -280,6 +286,7 @@ def main() -> None:
             "records": args.records,
             "value_bytes": args.value_bytes,
             "partitions": args.partitions,
+            "partitions_per_shard": per_shard,
             "cores": args.cores,
             "rounds": args.rounds,
             "rows_per_s": results,
