@@ -9,8 +9,10 @@ decide, append, record. Other producers, and plain produces, are not held up,
 so their batches still share group-commit flushes.
 
 Tables are keyed by the log object (weakly): a partition closed and opened
-again (shard restart, topic recreated, log reopened after a storage failure)
-is a new log and gets a table rebuilt from what is on disk, never a stale one.
+again (a shard restart, a topic deleted and created again) is a new log and
+gets a table rebuilt from what is on disk, never a stale one. A log whose
+flush failed refuses every append until it is opened again, so a table never
+has to guess whether a failed batch reached the disk.
 An append runs in its own task whose completion records the batch, so a
 request cancelled half-way (a client gone, a drain) cannot leave a durable
 batch unrecorded.
