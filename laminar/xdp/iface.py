@@ -1,4 +1,10 @@
-"""What XDP program an interface carries, as iproute2 reports it.
+"""Interfaces as iproute2 reports them: which one has an address, and what XDP
+program it carries.
+
+`interface_of(host)` finds the interface a node's --host address is on
+(`ip -j addr show`): 127.0.0.1 is on `lo`; an address inside an interface's
+prefix counts too (127.0.0.2 is on `lo` through 127.0.0.1/8). Wildcards
+(0.0.0.0, ::) are on every interface, so they name none.
 
 `ip -j -d link show dev IF` lists the attached program under "xdp": its mode
 (IFLA_XDP_ATTACHED: 1 native/driver, 2 generic/skb, 3 offload) and the
@@ -9,6 +15,7 @@ namespace of the calling process.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import shutil
 import socket
@@ -48,6 +55,46 @@ def ifindex(ifname: str) -> int:
         return socket.if_nametoindex(ifname)
     except OSError as exc:
         raise XdpAttachError(f"no interface {ifname!r} in this network namespace") from exc
+
+
+WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::"})
+
+
+def _ip_json(*args: str) -> list[dict[str, object]]:
+    ip = shutil.which("ip")
+    if ip is None:
+        raise XdpAttachError("the `ip` command (iproute2) is needed to inspect interfaces")
+    result = subprocess.run([ip, "-j", *args], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise XdpAttachError(f"ip {' '.join(args)}: {result.stderr.strip()}")
+    data = json.loads(result.stdout or "[]")
+    return data if isinstance(data, list) else []
+
+
+def interface_of(host: str) -> str | None:
+    """The interface holding `host` (a literal or a name) in this network namespace;
+    None for a wildcard or an address no interface has."""
+    if host in WILDCARD_HOSTS:
+        return None
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)
+    except socket.gaierror:
+        return None
+    wanted = {ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos}
+    if any(w.is_unspecified for w in wanted):
+        return None
+    containing = None
+    for link in _ip_json("addr", "show"):
+        name = str(link.get("ifname", ""))
+        addr_info = link.get("addr_info")
+        for entry in addr_info if isinstance(addr_info, list) else []:
+            local = ipaddress.ip_address(str(entry.get("local")).split("%")[0])
+            if local in wanted:
+                return name
+            network = ipaddress.ip_network(f"{local}/{entry.get('prefixlen')}", strict=False)
+            if containing is None and any(w in network for w in wanted) and local.is_loopback:
+                containing = name
+    return containing
 
 
 def attached_xdp(ifname: str, netns: str | None = None) -> list[AttachedXdp]:
