@@ -3,7 +3,8 @@
 With no flags it runs a single-node cluster on loopback port 7070 with one
 shard per core and its data in ./laminar-data. See `laminar-node --help`.
 Exit codes: 0 after a clean drain (SIGTERM, SIGINT), 2 for a bad flag or a
-fatal start-up problem (port in use, data dir unusable), 1 otherwise.
+fatal start-up problem (port in use, data dir unusable, a forced --routing
+mode that cannot load here), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from laminar.shards.config import (
     DEFAULT_SEGMENT_BYTES,
     ROUTING_MODES,
     RUNTIMES,
+    UDP_PAYLOAD_BYTES_MAX,
+    XDP_MODES,
     ConfigError,
     NodeConfig,
 )
@@ -48,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--cores", type=int, default=cpus, help="shard processes, one per core")
+    p.add_argument(
+        "--allow-oversubscribe",
+        action="store_true",
+        help="allow --cores above this machine's core count (shards share cores; for tests)",
+    )
     p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="where partitions live")
     p.add_argument("--host", default=DEFAULT_HOST, help="address to listen on")
     p.add_argument(
@@ -67,7 +75,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--runtime", choices=RUNTIMES, default="auto", help="event loop")
     p.add_argument(
-        "--routing", choices=ROUTING_MODES, default="auto", help="node-port request steering"
+        "--routing",
+        choices=ROUTING_MODES,
+        default="auto",
+        help="node-port UDP steering: auto tries ebpf (needs CAP_BPF), then cbpf, then "
+        "userspace (shards forward); a forced mode that cannot load stops start-up",
+    )
+    p.add_argument(
+        "--xdp",
+        choices=XDP_MODES,
+        default="auto",
+        help="auto: attach the XDP classifier to the --host interface when routing is ebpf "
+        "(the start-up log says why not otherwise); off: never",
+    )
+    p.add_argument(
+        "--udp-max-bytes",
+        type=parse_size,
+        default=UDP_PAYLOAD_BYTES_MAX,
+        help="largest request or answer datagram on the node port (bigger: use TCP)",
     )
     p.add_argument(
         "--flush", choices=FLUSH_POLICIES, default="always", help="when appends are made durable"
@@ -109,6 +134,9 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         admin_port=args.admin_port,
         runtime=args.runtime,
         routing=args.routing,
+        xdp=args.xdp,
+        udp_max_bytes=args.udp_max_bytes,
+        allow_oversubscribe=args.allow_oversubscribe,
         flush=args.flush,
         segment_bytes=args.segment_bytes,
         max_frame_bytes=args.max_frame_bytes,

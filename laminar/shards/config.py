@@ -4,6 +4,10 @@ The supervisor hands the same config to every shard process as JSON on its
 command line (`to_json` / `from_json`), so a shard never re-reads flags or the
 environment: what the supervisor logged at start-up is what every shard runs.
 
+Cores: one shard per core, at most `os.cpu_count()` of them, unless
+`allow_oversubscribe` is set (tests and benchmarks that need more shards than
+this machine has cores: shards then share cores round-robin).
+
 Port rules: the node port (`port`, default 7070) is bound by every shard with
 SO_REUSEPORT; shard `i` also listens alone on `shard_port_base + i` (default
 `port + 1 + i`). With `port == 0` every port is ephemeral (tests), and the
@@ -28,8 +32,13 @@ DEFAULT_DATA_DIR: Final = "laminar-data"
 ADMIN_PORT_OFFSET: Final = 2000
 DEFAULT_SEGMENT_BYTES: Final = 64 << 20
 DEFAULT_IDLE_TIMEOUT_S: Final = 300.0
-ROUTING_MODES: Final = ("auto", "userspace")
-"""`--routing` choices accepted today; `laminar.xdp` adds "ebpf" and "cbpf"."""
+ROUTING_MODES: Final = ("auto", "ebpf", "cbpf", "userspace")
+"""`--routing` choices (`laminar.xdp.routing.REQUESTED_MODES`, kept here so the
+config does not import the BPF layer)."""
+XDP_MODES: Final = ("auto", "off")
+"""`--xdp`: attach the classifier when the node can (auto), or never (off)."""
+UDP_PAYLOAD_BYTES_MAX: Final = 65507
+"""The largest UDP payload over IPv4: the default and the ceiling of `udp_max_bytes`."""
 RUNTIMES: Final = ("auto", "uring", "asyncio")
 
 Runtime = Literal["auto", "uring", "asyncio"]
@@ -54,6 +63,12 @@ class NodeConfig:
     """None: `port + 2000` (ephemeral if port is 0)."""
     runtime: Runtime = "auto"
     routing: str = "auto"
+    xdp: str = "auto"
+    udp_max_bytes: int = UDP_PAYLOAD_BYTES_MAX
+    """Largest request or answer datagram on the node port; bigger ones get USE_TCP.
+    1472 keeps datagrams within an Ethernet MTU (no IP fragments, which XDP cannot check)."""
+    allow_oversubscribe: bool = False
+    """Allow more shards than cores (they share cores); for tests and benchmarks."""
     flush: FlushPolicy = "always"
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
@@ -67,10 +82,11 @@ class NodeConfig:
 
     def __post_init__(self) -> None:
         cpus = os.cpu_count() or 1
-        if not 1 <= self.cores <= cpus:
+        if self.cores < 1 or (self.cores > cpus and not self.allow_oversubscribe):
             raise ConfigError(
                 f"--cores {self.cores} is not possible here: this machine has {cpus} "
-                f"core{'s' if cpus != 1 else ''}; use 1..{cpus}"
+                f"core{'s' if cpus != 1 else ''}; use 1..{cpus} "
+                "(or --allow-oversubscribe to run more shards than cores)"
             )
         for name in ("port", "shard_port_base", "admin_port"):
             value = getattr(self, name)
@@ -79,6 +95,15 @@ class NodeConfig:
         if self.shard_port_base and self.shard_port_base + self.cores - 1 > 65535:
             raise ConfigError(
                 f"--shard-port-base {self.shard_port_base} leaves no room for {self.cores} shards"
+            )
+        if self.routing not in ROUTING_MODES:
+            raise ConfigError(f"--routing must be one of {', '.join(ROUTING_MODES)}")
+        if self.xdp not in XDP_MODES:
+            raise ConfigError(f"--xdp must be one of {', '.join(XDP_MODES)}")
+        if not MIN_FRAME_BYTES <= self.udp_max_bytes <= UDP_PAYLOAD_BYTES_MAX:
+            raise ConfigError(
+                f"--udp-max-bytes must be in {MIN_FRAME_BYTES}..{UDP_PAYLOAD_BYTES_MAX}, "
+                f"got {self.udp_max_bytes}"
             )
         if self.runtime not in RUNTIMES:
             raise ConfigError(f"--runtime must be one of {', '.join(RUNTIMES)}")

@@ -15,9 +15,10 @@ Per shard `i` (`ShardSockets`):
 - `shard_tcp`: shard i's own port, for clients that route themselves.
 - `node_udp`: the node port over UDP, SO_REUSEPORT (small requests; where the
   kernel steering of laminar.xdp applies). Its group is made by the steering
-  (`steering.prepare_steering`), not here: classic BPF indexes the group's
-  sockets by bind order, so one component must bind all of them. This module
-  only checks that the UDP port is free and offers `bind_udp_group`.
+  (`steering.prepare_steering`, through `laminar.xdp.ReuseportSteering`), not
+  here: classic BPF indexes the group's sockets by bind order, so one
+  component must bind all of them. This module only checks that the UDP port
+  is free.
 - `channel`: a Unix stream socket other shards connect to
   (`channel_address(run_dir, i)`), carrying forwarded requests and the
   metadata tail.
@@ -231,22 +232,6 @@ def bind_node(config: NodeConfig) -> NodeSockets:
             sock.close()
         raise
     return NodeSockets(config.host, port, shards)
-
-
-def bind_udp_group(host: str, port: int, count: int) -> list[socket.socket]:
-    """`count` UDP sockets on `host:port` with SO_REUSEPORT, in shard order."""
-    family = _family(host)
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            socks.append(
-                _bind(family, socket.SOCK_DGRAM, host, port, "node UDP port", reuseport=True)
-            )
-    except BaseException:
-        for sock in socks:
-            sock.close()
-        raise
-    return socks
 
 
 def bind_admin(config: NodeConfig) -> socket.socket:

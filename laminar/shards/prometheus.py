@@ -100,6 +100,20 @@ def _summary(w: _Writer, name: str, labels: dict[str, object], snap: Mapping[str
     w.sample(f"{name}_count", labels, snap.get("count", 0.0))
 
 
+def render_family(
+    name: str,
+    kind: str,
+    help_text: str,
+    samples: Iterable[tuple[Mapping[str, object], float]],
+) -> str:
+    """One metric family as an exposition block, for plug-ins' `extra` blocks."""
+    w = _Writer()
+    w.family(name, kind, help_text)
+    for labels, value in samples:
+        w.sample(name, labels, value)
+    return w.text()
+
+
 def render(
     node: Mapping[str, Any], shards: Iterable[ShardSample], extra: Iterable[str] = ()
 ) -> str:

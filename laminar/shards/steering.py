@@ -1,56 +1,55 @@
 """Request steering: how requests on the node port reach their owning shard.
 
-This module is the seam where `laminar.xdp` (eBPF / classic BPF reuseport
-steering and the XDP classifier) plugs into the node. Today it knows one mode:
+This module is the seam where `laminar.xdp` plugs into the node. The modes
+(`--routing`, see `laminar.xdp.routing`):
 
-- "userspace": every shard has a socket in the node port's UDP SO_REUSEPORT
-  group (and in its TCP group, bound by `listeners`); the kernel spreads
-  datagrams and connections by its own hash, and a shard forwards requests for
-  partitions it does not own over the inter-shard channel
-  (`laminar.shards.dispatch`). Always available; the fallback of the others.
+- "ebpf": an SK_REUSEPORT program reads the partition id of each datagram and
+  picks the owner's socket from a socket array; malformed datagrams are
+  counted and dropped in the kernel. Needs CAP_BPF.
+- "cbpf": a classic reuseport program computes the same owner and returns its
+  socket's bind-order index. No privilege needed.
+- "userspace": plain SO_REUSEPORT; the kernel spreads datagrams by its own
+  hash and shards forward what they do not own.
+- "auto" (the default) takes the first of those that loads and the start-up
+  log says why the better ones did not; a forced mode that cannot load is a
+  `StartupError` naming the cause.
 
-How a steering mode plugs in (supervisor side, before any shard starts):
+Shards need nothing more to be correct: in every mode they check ownership of
+each request and forward over the inter-shard channel (`dispatch`); the modes
+differ in how often they have to. TCP on the node port is never steered (the
+program would run at SYN time, before any request).
+
+Supervisor side, before any shard starts:
 
 1. `prepare_steering(config, sockets)` runs after the TCP sockets are bound
-   (`sockets.port` is the node port, ephemeral ports resolved) and makes the
-   node port's UDP group: one socket per shard, in shard order, held by the
-   supervisor for the node's whole life (a restarted shard gets the same
-   socket back, so a socket array or a classic-BPF bind order stays valid).
-   A BPF mode attaches its program to that group and fills its map.
-2. It returns a `Steering`:
-   - `mode`: what the node reports (metadata, /metrics, start-up log, node.json);
-   - `udp_fd(i)`: shard i's UDP socket descriptor (None: no UDP for shard i);
-   - `fds_for_shard(i)`: every descriptor shard i must inherit for steering,
-     its UDP socket included (`pass_fds` keeps the numbers);
-   - `shard_settings()`: JSON-able settings for the shards, read when a shard
-     process starts (so a restarted shard gets current ones), delivered as
-     `config.extra["steering"]` (with "mode" added);
-   - `close()`: run by the supervisor on every exit path (detach, close maps);
-   - `metrics()`: Prometheus text blocks appended to /metrics (e.g. counters);
-   - `detail`: a line for the start-up log (why better modes were skipped).
+   (`sockets.port` is the node port) and makes the node port's UDP group
+   (`ReuseportSteering`): one socket per shard, bound in shard order and held
+   by the supervisor for the node's whole life, so a restarted shard gets the
+   same socket back; the socket array and the classic program's bind order
+   stay valid, and datagrams sent meanwhile wait in its queue.
+2. With ebpf routing it also attaches the XDP classifier (`xdp_attach`).
+3. It returns a `Steering`: `mode`; `udp_fd(i)` and `fds_for_shard(i)` (what
+   shard i inherits); `shard_settings()` (delivered as
+   `config.extra["steering"]`, with "mode" added); `close()` (run by the
+   supervisor on every exit path: detach, unload, close the sockets);
+   `metrics()` (exposition blocks for /metrics); `state()` (JSON for /status
+   and node.json); `detail` (the start-up log line).
 
-   For `laminar.xdp.ReuseportSteering` (`rs = ReuseportSteering.prepare(
-   shard_count=config.cores, host=config.host, port=sockets.port,
-   routing=config.routing)`), that is `udp_fd=lambda i: rs.spec.socket_fds[i]`,
-   `fds_for_shard=rs.fds_for_shard`, `shard_settings=lambda: {"spec":
-   rs.spec.to_json()}`, `close=rs.close`, `detail=rs.describe()`.
-3. Shards need nothing more to be correct: they check ownership of every
-   request and forward when needed. `shard_setup(settings)` is where a shard
-   adopts what the supervisor prepared; it returns the mode it reports.
-
-`--routing` accepts "auto" and "userspace" today (`config.ROUTING_MODES`);
-forcing a mode that cannot be set up must raise `StartupError` with the reason.
+Shard side: `shard_setup(settings)` returns the mode the shard reports; the
+UDP socket itself arrives with the shard's other sockets (`listeners`).
 """
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from laminar.shards.config import ROUTING_MODES, NodeConfig
-from laminar.shards.listeners import NodeSockets, StartupError, bind_udp_group
+from laminar.shards.config import NodeConfig
+from laminar.shards.listeners import NodeSockets, StartupError
+from laminar.shards.prometheus import render_family
+from laminar.shards.xdp_attach import NodeXdp, attach_classifier
+from laminar.xdp import ReuseportSteering, RoutingUnavailable, SteerCounters, SteeringUsageError
 
 
 def _nothing() -> None:
@@ -75,38 +74,87 @@ class Steering:
     shard_settings: Callable[[], dict[str, Any]] = _no_settings
     close: Callable[[], None] = _nothing
     metrics: Callable[[], list[str]] = _no_metrics
+    state: Callable[[], dict[str, Any]] = _no_settings
     detail: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def userspace_steering(host: str, port: int, shard_count: int) -> Steering:
-    """Plain SO_REUSEPORT: the kernel's hash picks the shard, shards forward."""
-    group: list[socket.socket] = bind_udp_group(host, port, shard_count)
+def prepare_steering(config: NodeConfig, sockets: NodeSockets) -> Steering:
+    """Bind the node port's UDP group and steer it; raise `StartupError` if a
+    forced mode cannot be had or the port cannot be bound."""
+    try:
+        rs = ReuseportSteering.prepare(
+            config.cores, config.host, sockets.port, routing=config.routing
+        )
+    except RoutingUnavailable as exc:
+        raise StartupError(
+            f"--routing {config.routing} is not possible here: {exc.cause} "
+            "(--routing auto picks the best mode that loads)"
+        ) from None
+    except (OSError, SteeringUsageError) as exc:
+        raise StartupError(f"node UDP port {config.host}:{sockets.port}: {exc}") from None
+    try:
+        xdp = attach_classifier(config.xdp, str(rs.mode), config.host, rs.port)
+    except BaseException:
+        rs.close()
+        raise
+    return _from_reuseport(rs, xdp)
+
+
+def _from_reuseport(rs: ReuseportSteering, xdp: NodeXdp) -> Steering:
+    def udp_fd(shard: int) -> int | None:
+        return rs.spec.socket_fds[shard]
 
     def close() -> None:
-        for sock in group:
-            sock.close()
+        try:
+            xdp.close()
+        finally:
+            rs.close()
+
+    def metrics() -> list[str]:
+        blocks = xdp.metrics()
+        counters = rs.counters()
+        if counters is not None:
+            blocks.append(
+                render_family(
+                    "laminar_steering_datagrams_total",
+                    "counter",
+                    "Datagrams the eBPF reuseport program handled, by outcome "
+                    "(malformed ones dropped, by reason).",
+                    _steer_samples(counters),
+                )
+            )
+        return blocks
+
+    def state() -> dict[str, Any]:
+        counters = rs.counters()
+        return {
+            "steering_counters": None if counters is None else counters.as_dict(),
+            "xdp": xdp.state(),
+        }
 
     return Steering(
-        "userspace",
-        udp_fd=lambda i: group[i].fileno(),
-        fds_for_shard=lambda i: (group[i].fileno(),),
+        str(rs.mode),
+        udp_fd=udp_fd,
+        fds_for_shard=rs.fds_for_shard,
+        shard_settings=lambda: {"spec": rs.spec.to_json()},
         close=close,
-        detail="SO_REUSEPORT hashing; shards forward requests they do not own",
+        metrics=metrics,
+        state=state,
+        detail=f"{rs.describe()}; {xdp.describe()}",
+        extra={"xdp": xdp},
     )
 
 
-def prepare_steering(config: NodeConfig, sockets: NodeSockets) -> Steering:
-    """Choose and prepare the routing mode; raise `StartupError` if a forced
-    mode cannot be had."""
-    if config.routing not in ROUTING_MODES:
-        raise StartupError(
-            f"--routing {config.routing!r} is not available; choose one of "
-            f"{', '.join(ROUTING_MODES)}"
-        )
-    # laminar.xdp: for "auto", "ebpf" and "cbpf", prepare ReuseportSteering here
-    # (see the module docstring), falling back to userspace only for "auto".
-    return userspace_steering(config.host, sockets.port, config.cores)
+_MALFORMED = ("short", "bad_magic", "bad_version", "bad_length")
+
+
+def _steer_samples(counters: SteerCounters) -> Iterator[tuple[dict[str, object], float]]:
+    for outcome, value in counters.as_dict().items():
+        if outcome in _MALFORMED:
+            yield {"outcome": "malformed", "reason": outcome}, value
+        else:
+            yield {"outcome": outcome}, value
 
 
 def shard_setup(settings: dict[str, Any]) -> str:

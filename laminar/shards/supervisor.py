@@ -485,6 +485,7 @@ class Supervisor:
             "cores": self.config.cores,
             "runtime": self.runtime,
             "routing_mode": self.steering.mode,
+            "routing_detail": self.steering.detail,
             "shard_pids": [slot.pid for slot in self.slots],
             "data_dir": self.config.data_dir,
         }
@@ -542,6 +543,8 @@ class Supervisor:
     async def _status(self) -> dict[str, Any]:
         stats = await self._gather()
         info = self.node_info()
+        if self.steering is not None:
+            info.update(self.steering.state())
         info["shards"] = [
             {
                 "shard_id": slot.shard_id,

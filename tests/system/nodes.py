@@ -209,8 +209,12 @@ def _pid_alive(pid: int) -> bool:
 
 
 def node_command(data_dir: Path, cores: int, flags: dict[str, Any]) -> list[str]:
-    """The command line that runs a node (tests may run it themselves)."""
-    all_flags = {"port": 0, "log_level": "INFO", **flags}
+    """The command line that runs a node (tests may run it themselves).
+
+    `--xdp off` unless a test asks otherwise: test nodes listen on 127.0.0.1, and
+    nothing may attach to the host's `lo` (XDP tests run their node in a network
+    namespace of their own, see test_routing_xdp.py)."""
+    all_flags = {"port": 0, "log_level": "INFO", "xdp": "off", **flags}
     return [
         sys.executable,
         "-m",

@@ -7,6 +7,7 @@ import urllib.request
 
 from laminar.placement import partition_id, shard_for
 from laminar.wire import ListOffsetsRequest
+from tests.system.bpf_env import AUTO_ROUTING
 from tests.system.nodes import RunningNode
 from tests.system.wireclient import NodeClient
 
@@ -17,7 +18,7 @@ def test_node_reports_ports_shards_and_routing_mode(node: RunningNode) -> None:
         assert meta.port == node.port
         assert [s.port for s in meta.shards] == node.shard_ports
         assert [s.shard_id for s in meta.shards] == [0, 1]
-        assert meta.routing_mode == "userspace" == node.routing_mode
+        assert meta.routing_mode == AUTO_ROUTING == node.routing_mode
         assert meta.topics == ()
     with urllib.request.urlopen(node.admin_url + "/health", timeout=10) as reply:
         health = json.load(reply)

@@ -17,6 +17,7 @@ import pytest
 
 from laminar.client import Client
 from laminar.wire import FetchRequest, FetchResponse
+from tests.system.bpf_env import AUTO_ROUTING
 from tests.system.nodes import NodeStartError, RunningNode, node_command, start_node
 from tests.system.wireclient import NodeClient
 
@@ -57,7 +58,7 @@ def test_one_node_per_data_dir(node: RunningNode, tmp_path: Path) -> None:
 def test_sigint_drains_like_sigterm(tmp_path: Path) -> None:
     node = start_node(tmp_path, cores=2, runtime="asyncio")
     with Client(node.bootstrap) as client:
-        assert client.metadata().routing_mode == "userspace"
+        assert client.metadata().routing_mode == AUTO_ROUTING
         client.create_topic("t", partitions=2)
         client.produce("t", 1, [b"kept"])
     assert node.info["runtime"] == "asyncio"
@@ -92,7 +93,7 @@ def test_metrics_count_requests_forwards_and_fsyncs(node: RunningNode) -> None:
         if line and not line.startswith("#"):
             name, value = line.rsplit(" ", 1)
             samples[name] = float(value)
-    assert samples['laminar_routing_mode{mode="userspace"}'] == 1
+    assert samples[f'laminar_routing_mode{{mode="{AUTO_ROUTING}"}}'] == 1
     assert samples['laminar_shard_up{shard="0"}'] == samples['laminar_shard_up{shard="1"}'] == 1
     produced = sum(
         v
@@ -124,7 +125,7 @@ def test_metrics_count_requests_forwards_and_fsyncs(node: RunningNode) -> None:
 
     code, body = _get(node, "/status")
     status = json.loads(body)
-    assert code == 200 and status["routing_mode"] == "userspace" and status["cores"] == 2
+    assert code == 200 and status["routing_mode"] == AUTO_ROUTING and status["cores"] == 2
     owned = [s["stats"]["partitions_owned"] for s in status["shards"]]
     assert sum(owned) == 8
     assert _get(node, "/nope")[0] == 404

@@ -1,5 +1,5 @@
-"""Requests over UDP on the node port (userspace routing: any shard receives,
-the owner serves). The kernel-steered modes of laminar.xdp build on this path."""
+"""Requests over UDP on the node port, in the routing mode `auto` picks (the
+owner serves whichever shard receives; test_routing_*.py covers each mode)."""
 
 from __future__ import annotations
 
