@@ -9,8 +9,10 @@ from the receiving socket. Rules:
 - A datagram must hold exactly one whole frame. Foreign traffic (bad magic,
   runt datagrams) is dropped silently and counted; other undecodable frames
   get an error datagram when the prefix names a correlation id.
-- An answer that does not fit one datagram is replaced by a USE_TCP error:
-  UDP is for small requests.
+- UDP is for small requests: a request datagram larger than `udp_max_bytes`,
+  or an answer that would be, gets a USE_TCP error instead (a fetch should
+  ask for `max_bytes` that fit). The default limit is the largest IPv4 UDP
+  payload; 1472 keeps datagrams within an Ethernet MTU, unfragmented.
 - A bounded number of datagrams are served at once; past that, the socket
   buffer queues them and the kernel drops what overflows (UDP semantics).
 """
@@ -25,12 +27,21 @@ from typing import Any, Final
 from laminar.shards.dispatch import Dispatcher
 from laminar.shards.handlers import RequestContext
 from laminar.shards.metrics import ShardMetrics
-from laminar.wire import BadMagic, ErrorCode, ErrorResponse, ProtocolError, decode_frame
+from laminar.wire import (
+    MAGIC,
+    PREFIX_BYTES,
+    BadMagic,
+    ErrorCode,
+    ErrorResponse,
+    ProtocolError,
+    decode_frame,
+)
+from laminar.wire.codec import OFFSET_MAGIC, PREFIX
 
 logger = logging.getLogger("laminar.shards")
 
-MAX_DATAGRAM_BYTES: Final = 65507
-"""The largest UDP payload over IPv4."""
+RECEIVE_BYTES: Final = 65536
+"""More than any UDP payload (65527 over IPv6), so no datagram is ever truncated."""
 MAX_IN_FLIGHT: Final = 512
 
 
@@ -44,22 +55,23 @@ class DatagramServer:
         metrics: ShardMetrics,
         shard_id: int,
         max_frame_bytes: int,
+        udp_max_bytes: int,
     ) -> None:
         self._sock = sock
         self._dispatcher = dispatcher
         self._metrics = metrics
         self._ctx = RequestContext(received_by=shard_id)
-        self._max_frame_bytes = min(max_frame_bytes, MAX_DATAGRAM_BYTES)
+        self._max_frame_bytes = max_frame_bytes
+        self._udp_max_bytes = udp_max_bytes
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
-        self.dropped = 0
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             await self._slots.acquire()
             try:
-                data, address = await loop.sock_recvfrom(self._sock, MAX_DATAGRAM_BYTES + 1)
+                data, address = await loop.sock_recvfrom(self._sock, RECEIVE_BYTES)
             except OSError as exc:
                 self._slots.release()
                 logger.debug("udp receive failed: %s", exc)
@@ -78,28 +90,48 @@ class DatagramServer:
         self._slots.release()
 
     async def _serve_one(self, data: bytes, address: Any) -> None:
+        if len(data) > self._udp_max_bytes:
+            await self._refuse_oversized(data, address)
+            return
         try:
             frame = decode_frame(data, self._max_frame_bytes)
         except BadMagic:
-            self.dropped += 1
+            self._metrics.datagrams_dropped += 1
             return
         except ProtocolError as exc:
             self._metrics.protocol_errors += 1
             if exc.correlation_id is None:
-                self.dropped += 1
+                self._metrics.datagrams_dropped += 1
                 return
             reply = b"".join(ErrorResponse.from_error(exc).encode_buffers(exc.correlation_id))
             await self._send(reply, address)
             return
         reply = b"".join(await self._dispatcher.dispatch(frame, self._ctx))
-        if len(reply) > MAX_DATAGRAM_BYTES:
-            reply = ErrorResponse.for_code(
+        if len(reply) > self._udp_max_bytes:
+            reply = self._use_tcp(
                 frame.op,
-                ErrorCode.USE_TCP,
-                f"the response ({len(reply)} bytes) does not fit a datagram; use TCP",
+                frame.correlation_id,
                 frame.partition_id,
-            ).encode(frame.correlation_id)
+                f"the answer ({len(reply)} bytes) does not fit a datagram "
+                f"({self._udp_max_bytes} bytes here); use TCP or ask for less",
+            )
         await self._send(reply, address)
+
+    async def _refuse_oversized(self, data: bytes, address: Any) -> None:
+        """USE_TCP for a laminar request datagram over the limit; drop anything else."""
+        if len(data) < PREFIX_BYTES or data[OFFSET_MAGIC] != MAGIC:
+            self._metrics.datagrams_dropped += 1
+            return
+        _, _, _, op, _, corr, pid = PREFIX.unpack_from(data)
+        message = (
+            f"the request ({len(data)} bytes) does not fit a datagram "
+            f"({self._udp_max_bytes} bytes here); send it over TCP"
+        )
+        await self._send(self._use_tcp(op, corr, pid, message), address)
+
+    def _use_tcp(self, op: int, corr: int, pid: int, message: str) -> bytes:
+        self._metrics.error("use_tcp")
+        return ErrorResponse.for_code(op, ErrorCode.USE_TCP, message, pid).encode(corr)
 
     async def _send(self, reply: bytes, address: Any) -> None:
         self._metrics.bytes_out += len(reply)

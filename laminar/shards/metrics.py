@@ -92,6 +92,7 @@ class ShardMetrics:
         self.connections_closed_idle = 0
         self.protocol_errors = 0
         self.datagrams_in = 0
+        self.datagrams_dropped = 0
         self.fsync = LatencySummary()
         self.flushes_closed_logs = 0
 
@@ -122,6 +123,7 @@ class ShardMetrics:
             "connections_closed_idle": self.connections_closed_idle,
             "protocol_errors": self.protocol_errors,
             "datagrams_in": self.datagrams_in,
+            "datagrams_dropped": self.datagrams_dropped,
             "fsync": self.fsync.snapshot(),
         }
 

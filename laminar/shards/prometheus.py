@@ -81,6 +81,8 @@ _SCALARS: tuple[tuple[str, str, str, str], ...] = (
     ("protocol_errors", "laminar_protocol_errors_total", "counter",
      "Connections or datagrams dropped for undecodable framing."),
     ("datagrams_in", "laminar_datagrams_received_total", "counter", "UDP datagrams received."),
+    ("datagrams_dropped", "laminar_datagrams_dropped_total", "counter",
+     "UDP datagrams dropped by the shard as not laminar frames (no answer sent)."),
     ("flushes", "laminar_flushes_total", "counter", "Group-commit flushes of partition logs."),
     ("core", "laminar_shard_core", "gauge", "The CPU core the shard process is pinned to."),
     ("partitions_owned", "laminar_partitions_owned", "gauge",

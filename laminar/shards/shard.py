@@ -182,6 +182,7 @@ class Shard:
                 self.metrics,
                 self.shard_id,
                 config.max_frame_bytes,
+                config.udp_max_bytes,
             )
             self._listeners.append(self._spawn(self.datagrams.serve()))
         sweeper = self._spawn(self._sweep_idle(), "background")
