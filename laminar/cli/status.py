@@ -7,7 +7,10 @@ every partition, asked for in one pipelined burst, give each shard's
 partitions and records. Request and byte counters and each shard's core come
 from the node's admin endpoint (`/metrics`, Prometheus text), when it can be
 reached: it is at the node port + 2000 by default (`--admin` to say where).
-Without it the table shows "-" for those columns and says so.
+Without it the table shows "-" for those columns and says so. The same page
+gives the kernel's side of routing: what the eBPF steering program did with
+the node port's datagrams, and whether the XDP classifier is attached (or why
+not) with its packet counts per class.
 """
 
 from __future__ import annotations
@@ -84,13 +87,15 @@ class ShardLoad:
     requests: float = 0.0
     bytes_in: float = 0.0
     bytes_out: float = 0.0
+    forwarded: float = 0.0
 
 
 def shard_loads(samples: list[Sample]) -> dict[int, ShardLoad]:
     """Per-shard figures from the node's /metrics samples labelled `shard="i"`
     (`laminar.shards.prometheus` names them): up, restarts, requests by any op,
-    bytes received and sent, and the core the shard is pinned to when the node
-    reports it (a `laminar_shard_core` gauge, or a `core` label)."""
+    bytes received and sent, requests forwarded to their owner, and the core
+    the shard is pinned to when the node reports it (a `laminar_shard_core`
+    gauge, or a `core` label)."""
     loads: dict[int, ShardLoad] = defaultdict(ShardLoad)
     for name, labels, value in samples:
         shard_text = labels.get("shard")
@@ -112,7 +117,51 @@ def shard_loads(samples: list[Sample]) -> dict[int, ShardLoad]:
             load.bytes_in += value
         elif name == "laminar_sent_bytes_total":
             load.bytes_out += value
+        elif name == "laminar_forwarded_out_total":
+            load.forwarded += value
     return dict(loads)
+
+
+_MALFORMED_REASONS = ("short", "bad_magic", "bad_version", "bad_length")
+
+
+def steering_counts(samples: list[Sample]) -> dict[str, int] | None:
+    """The eBPF steering program's counters (None: the node runs another mode)."""
+    counts: dict[str, int] = {}
+    for name, labels, value in samples:
+        if name != "laminar_steering_datagrams_total":
+            continue
+        key = labels.get("reason") or labels.get("outcome", "")
+        counts[key] = counts.get(key, 0) + int(value)
+    if not counts:
+        return None
+    counts["malformed"] = sum(counts.get(r, 0) for r in _MALFORMED_REASONS)
+    return counts
+
+
+def xdp_state(samples: list[Sample]) -> dict[str, Any] | None:
+    """Whether the XDP classifier is attached (or why not), and its packet counts
+    summed over CPUs; None when the node does not report XDP at all."""
+    state: dict[str, Any] | None = None
+    counts: dict[str, int] = {}
+    for name, labels, value in samples:
+        if name == "laminar_xdp_attached":
+            state = {
+                "attached": value == 1,
+                "interface": labels.get("interface") or None,
+                "mode": labels.get("mode") or None,
+                "reason": labels.get("reason", ""),
+            }
+        elif name == "laminar_xdp_packets_total":
+            reason = labels.get("reason")
+            key = f"malformed_{reason}" if reason else labels.get("class", "")
+            counts[key] = counts.get(key, 0) + int(value)
+    if state is None:
+        return None
+    if counts:
+        counts["malformed"] = sum(counts.get(f"malformed_{r}", 0) for r in _MALFORMED_REASONS)
+    state["counters"] = counts or None
+    return state
 
 
 def scrape(address: Address, timeout_s: float) -> list[Sample] | None:
@@ -184,6 +233,8 @@ def gather(client: Client, admin: Address, timeout_s: float) -> dict[str, Any]:
             for d in descriptions
         ],
         "partitions": partitions,
+        "steering": steering_counts(samples) if samples is not None else None,
+        "xdp": xdp_state(samples) if samples is not None else None,
         "admin": {"address": format_address(admin), "reachable": samples is not None},
     }
 
@@ -204,6 +255,7 @@ def _shard_json(s: ShardStatus) -> dict[str, Any]:
         "requests": int(load.requests) if load else None,
         "bytes_in": int(load.bytes_in) if load else None,
         "bytes_out": int(load.bytes_out) if load else None,
+        "forwarded": int(load.forwarded) if load else None,
         "owned": s.owned,
     }
 
@@ -225,6 +277,8 @@ def status(client: Client, args: argparse.Namespace) -> int:
         f"routing {doc['routing_mode']}   {doc['shard_count']} shards   "
         f"{len(doc['topics'])} topics   {len(doc['partitions'])} partitions"
     )
+    for line in _kernel_lines(doc):
+        print(line)
     rows = [
         (
             s["shard_id"],
@@ -237,12 +291,13 @@ def status(client: Client, args: argparse.Namespace) -> int:
             s["requests"],
             _size(s["bytes_in"]),
             _size(s["bytes_out"]),
+            s["forwarded"],
             s["restarts"],
         )
         for s in doc["shards"]
     ]
     headers = ["SHARD", "ENDPOINT", "CORE", "STATE", "PING_MS", "PARTITIONS", "RECORDS"]
-    headers += ["REQUESTS", "IN", "OUT", "RESTARTS"]
+    headers += ["REQUESTS", "IN", "OUT", "FORWARDED", "RESTARTS"]
     print()
     print(table(headers, rows))
     if doc["topics"]:
@@ -260,6 +315,36 @@ def status(client: Client, args: argparse.Namespace) -> int:
             "request counts are not shown (pass --admin HOST:PORT if it is elsewhere)"
         )
     return 0
+
+
+def _kernel_lines(doc: dict[str, Any]) -> list[str]:
+    """The steering program's and the XDP classifier's lines of the human view."""
+    lines = []
+    steering = doc.get("steering")
+    if steering:
+        lines.append(
+            f"steering  ebpf steered {steering.get('steered', 0)}, "
+            f"malformed dropped {steering['malformed']}{_reasons(steering, '')}, "
+            f"no socket {steering.get('no_socket', 0)}"
+        )
+    xdp = doc.get("xdp")
+    if xdp and xdp["attached"]:
+        counts = xdp.get("counters") or {}
+        lines.append(
+            f"xdp       on {xdp['interface']} ({xdp['mode']}): "
+            f"partition {counts.get('partition', 0)}, membership {counts.get('membership', 0)}, "
+            f"malformed dropped {counts.get('malformed', 0)}{_reasons(counts, 'malformed_')}, "
+            f"other {counts.get('other', 0)}"
+        )
+    elif xdp:
+        lines.append(f"xdp       not attached: {xdp['reason']}")
+    return lines
+
+
+def _reasons(counts: dict[str, int], prefix: str) -> str:
+    """ " (short 1, bad_magic 2)" for the malformed reasons that occurred."""
+    found = [f"{r} {counts[prefix + r]}" for r in _MALFORMED_REASONS if counts.get(prefix + r)]
+    return f" ({', '.join(found)})" if found else ""
 
 
 def _size(n: int | None) -> str | None:
