@@ -10,6 +10,9 @@
         code = node.terminate()                        # SIGTERM, wait, exit code
     node = node.restart()                              # same data dir, new ports
 
+`start_node(tmp, prefix=["ip", "netns", "exec", ns])` runs it under a command
+that execs it (a network namespace, `setpriv`).
+
 The node runs with `--port 0` (every port ephemeral) in its own session, so
 `kill()` takes the supervisor and every shard down at once, like a machine
 crash. Readiness is `<data-dir>/run/node.json` naming the node's pid, which
@@ -32,6 +35,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +69,7 @@ class RunningNode:
     log_path: Path
     cores: int
     flags: dict[str, Any]
+    prefix: tuple[str, ...] = ()
     info: dict[str, Any] = field(default_factory=dict)
 
     # -- what tests use ---------------------------------------------------------
@@ -180,7 +185,7 @@ class RunningNode:
         if self.alive():
             self.terminate()
         flags = {**self.flags, **changes}
-        return _start(self.data_dir, self.log_path.parent, self.cores, flags)
+        return _start(self.data_dir, self.log_path.parent, self.cores, flags, self.prefix)
 
     # -- context manager ----------------------------------------------------------
 
@@ -227,17 +232,23 @@ def node_command(data_dir: Path, cores: int, flags: dict[str, Any]) -> list[str]
     ]
 
 
-def _start(data_dir: Path, log_dir: Path, cores: int, flags: dict[str, Any]) -> RunningNode:
+def _start(
+    data_dir: Path,
+    log_dir: Path,
+    cores: int,
+    flags: dict[str, Any],
+    prefix: Sequence[str] = (),
+) -> RunningNode:
     log_path = log_dir / f"node-{next(_counter)}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            node_command(data_dir, cores, flags),
+            [*prefix, *node_command(data_dir, cores, flags)],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    node = RunningNode(proc, data_dir, log_path, cores, dict(flags))
+    node = RunningNode(proc, data_dir, log_path, cores, dict(flags), tuple(prefix))
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         info = node.node_file()
@@ -255,9 +266,17 @@ def _start(data_dir: Path, log_dir: Path, cores: int, flags: dict[str, Any]) -> 
 
 
 def start_node(
-    tmp_path: Path, cores: int = 2, *, data_dir: Path | None = None, **flags: Any
+    tmp_path: Path,
+    cores: int = 2,
+    *,
+    data_dir: Path | None = None,
+    prefix: Sequence[str] = (),
+    **flags: Any,
 ) -> RunningNode:
     """Start `laminar-node --cores N --port 0` on `data_dir` (default
-    `tmp_path/data`) and return it once ready (see the module docstring)."""
+    `tmp_path/data`) and return it once ready (see the module docstring).
+
+    `prefix` runs the node under a command that then execs it, keeping the pid
+    (`ip netns exec NS`, `setpriv ... --`)."""
     data_dir = data_dir or tmp_path / "data"
-    return _start(Path(data_dir), Path(tmp_path), cores, flags)
+    return _start(Path(data_dir), Path(tmp_path), cores, flags, prefix)
