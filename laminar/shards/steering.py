@@ -88,8 +88,7 @@ def prepare_steering(config: NodeConfig, sockets: NodeSockets) -> Steering:
         )
     except RoutingUnavailable as exc:
         raise StartupError(
-            f"--routing {config.routing} is not possible here: {exc.cause} "
-            "(--routing auto picks the best mode that loads)"
+            f"--routing {config.routing}: {exc} (--routing auto picks the best mode that loads)"
         ) from None
     except (OSError, SteeringUsageError) as exc:
         raise StartupError(f"node UDP port {config.host}:{sockets.port}: {exc}") from None
