@@ -99,6 +99,8 @@ class UdpClient:
         self._sock.connect((host, port))  # only the node's answers, and ICMP errors
         self._sock.setblocking(False)
         self._ids = itertools.count(1)
+        self.datagrams_sent = 0
+        """Request datagrams sent, resends included (to match the node's counters)."""
 
     # -- one request -------------------------------------------------------------
 
@@ -167,6 +169,7 @@ class UdpClient:
         # The resend timer covers a full buffer or an ICMP error, like a loss.
         with contextlib.suppress(BlockingIOError, ConnectionRefusedError):
             self._sock.send(item.data)
+            self.datagrams_sent += 1
 
     def _receive(
         self, pending: dict[int, _Pending], results: list[Response | LaminarError | None]
