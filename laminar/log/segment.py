@@ -16,8 +16,10 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import sys
 from collections.abc import Sequence
-from itertools import accumulate
+from itertools import accumulate, repeat
+from typing import NamedTuple
 
 from .errors import LogCorrupted, RecordCorrupted
 from .index import (
@@ -36,6 +38,14 @@ from .record import Record, RecordBatch
 from .storage import Storage, StorageBackend
 
 log = logging.getLogger(__name__)
+
+# `_columns` reads the index as native u64/u32 words; the format is little-endian.
+if sys.byteorder != "little":
+    raise ImportError(
+        "laminar.log reads its little-endian index natively: needs a little-endian host"
+    )
+_U64_WORDS = ENTRY_BYTES // 8  # position, length|flags, checksum, term, timestamp, own checksum
+_U32_WORDS = ENTRY_BYTES // 4  # the length is u32 word 2
 
 STORE_SUFFIX = ".store"
 INDEX_SUFFIX = ".index"
@@ -226,79 +236,104 @@ class Segment:
         values and `max_records` records; the first one regardless of size if
         `at_least_one`. Stops before a damaged record unless it is the first,
         which raises `RecordCorrupted`."""
-        entries, total = self._entries_within(start, max_bytes, max_records, at_least_one)
-        if not entries:
+        span = await self._read_span(start, max_bytes, max_records, at_least_one)
+        if span is None:
             return []
-        first_position = entries[0][0]
-        blob = await self.store.read_at(total, first_position)
-        records: list[Record] = []
-        append = records.append
-        new_record = tuple.__new__  # Record(...) without its Python-level __new__
-        for index, (position, length, _, _, checksum, term, ts, _) in enumerate(entries, start):
-            at = position - first_position
-            value = blob[at : at + length]
-            if payload_checksum(value) != checksum or len(value) != length:
-                if records:
-                    break  # serve the good prefix; the next read raises for this one
-                return [await self.read(index)]
-            append(new_record(Record, (index, term, ts, value)))
-        return records
+        values = list(map(span.payload.__getitem__, map(slice, span.starts, span.starts[1:])))
+        rows = zip(
+            range(start, start + len(values)), span.terms, span.timestamps, values, strict=True
+        )
+        return list(map(tuple.__new__, repeat(Record), rows))  # Record(...) minus its __new__
 
     async def read_batch(self, start: int, max_bytes: int, max_records: int) -> RecordBatch:
         """Published records from `start` in columns (see `RecordBatch`): at least
-        one, then up to `max_bytes` and `max_records`. Checksums are verified
-        with C-level loops only; a damaged record ends the batch before it, or
-        raises `RecordCorrupted` if it is the first."""
-        entries, total = self._entries_within(start, max_bytes, max_records, True)
-        positions, lengths, _, _, checksums, terms, stamps, _ = zip(*entries, strict=True)
+        one, then up to `max_bytes` and `max_records`. Stops before a damaged
+        record unless it is the first, which raises `RecordCorrupted`."""
+        span = await self._read_span(start, max_bytes, max_records, True)
+        assert span is not None
+        return RecordBatch(
+            start, tuple(span.terms), tuple(span.timestamps), tuple(span.lengths), span.payload
+        )
+
+    async def _read_span(
+        self, start: int, max_bytes: int, max_records: int, at_least_one: bool
+    ) -> _Span | None:
+        """Index columns and store bytes of the records from `start` that fit the
+        limits, cut before the first damaged one. Every per-record step is a
+        C-level loop (`map`, `accumulate`, strided memoryview `tolist`)."""
+        columns = self._columns(start, max_bytes, max_records, at_least_one)
+        if columns is None:
+            return None
+        positions, lengths, checksums, terms, timestamps = columns
         first_position = positions[0]
-        payload = await self.store.read_at(total, first_position)
         starts = list(accumulate(lengths, initial=0))
-        expected_positions = tuple(first_position + at for at in starts[:-1])
+        payload = await self.store.read_at(starts[-1], first_position)
         with memoryview(payload) as view:
             slices = map(view.__getitem__, map(slice, starts, starts[1:]))
-            sums = tuple(map(payload_checksum, slices))
-        if sums == checksums and positions == expected_positions:
-            return RecordBatch(start, terms, stamps, lengths, payload)
+            sums = list(map(payload_checksum, slices))
+        expected = [first_position + at for at in starts[:-1]]
+        if sums == checksums and positions == expected and len(payload) == starts[-1]:
+            return _Span(lengths, terms, timestamps, starts, payload)
         good = next(
-            k
-            for k in range(len(sums))
-            if sums[k] != checksums[k] or positions[k] != expected_positions[k]
+            (k for k in range(len(sums)) if sums[k] != checksums[k] or positions[k] != expected[k]),
+            len(sums),
         )
         if good == 0:
-            record = await self.read(start)  # raises RecordCorrupted with the reason
-            value = record.value
-            return RecordBatch(start, (record.term,), (record.timestamp_ms,), (len(value),), value)
-        return RecordBatch(
-            start, terms[:good], stamps[:good], lengths[:good], payload[: starts[good]]
+            await self.read(start)  # raises RecordCorrupted with the reason
+        return _Span(
+            lengths[:good],
+            terms[:good],
+            timestamps[:good],
+            starts[: good + 1],
+            payload[: starts[good]],
         )
 
-    def _entries_within(
+    def _columns(
         self, start: int, max_bytes: int, max_records: int, at_least_one: bool
-    ) -> tuple[list[tuple[int, ...]], int]:
-        """Decoded entries from `start` on that fit the limits, and their byte total.
+    ) -> tuple[list[int], list[int], list[int], list[int], list[int]] | None:
+        """(positions, lengths, checksums, terms, timestamps) of the published
+        entries from `start` on that fit the limits, or None if none does.
 
-        Unpacks in growing chunks with `iter_unpack` (one C loop per chunk), so
-        a small read does not decode the whole segment's index.
+        The index is read as arrays of u64 and u32 words (48-byte entries are 6
+        and 12 of them); lengths are read in growing chunks, so a small read does
+        not touch the whole segment's index.
         """
-        slot = start - self.base_index
-        end_slot = min(self.entries, slot + max_records)
-        entries: list[tuple[int, ...]] = []
-        total = 0
-        chunk = 32
-        with memoryview(self.index_buf) as view:
-            while slot < end_slot:
-                upto = min(end_slot, slot + chunk)
-                span = view[HEADER_BYTES + slot * ENTRY_BYTES : HEADER_BYTES + upto * ENTRY_BYTES]
-                for entry in ENTRY.iter_unpack(span):
-                    length = entry[1]
-                    if total + length > max_bytes and (entries or not at_least_one):
-                        return entries, total
-                    total += length
-                    entries.append(entry)
-                slot = upto
+        first = start - self.base_index
+        end = min(self.entries, first + max_records)
+        with (
+            memoryview(self.index_buf) as raw,
+            raw[HEADER_BYTES : HEADER_BYTES + end * ENTRY_BYTES] as entries,
+            entries.cast("I") as u32,
+            entries.cast("Q") as u64,
+        ):
+            lengths: list[int] = []
+            total = 0
+            upto = first
+            chunk = 64
+            while upto < end:
+                stop = min(end, upto + chunk)
+                more = u32[upto * _U32_WORDS + 2 : stop * _U32_WORDS : _U32_WORDS].tolist()
+                totals = list(accumulate(more, initial=total))
+                if totals[-1] > max_bytes:
+                    fit = bisect.bisect_right(totals, max_bytes) - 1
+                    if fit == 0 and not lengths and at_least_one:
+                        fit = 1
+                    lengths += more[:fit]
+                    break
+                lengths += more
+                total = totals[-1]
+                upto = stop
                 chunk *= 4
-        return entries, total
+            if not lengths:
+                return None
+            a, b = first * _U64_WORDS, (first + len(lengths)) * _U64_WORDS
+            return (
+                u64[a:b:_U64_WORDS].tolist(),
+                lengths,
+                u64[a + 2 : b : _U64_WORDS].tolist(),
+                u64[a + 3 : b : _U64_WORDS].tolist(),
+                u64[a + 4 : b : _U64_WORDS].tolist(),
+            )
 
     async def truncate_to(self, index: int) -> None:
         """Remove records from `index` on, durably.
@@ -338,6 +373,17 @@ class Segment:
     @property
     def store_bytes(self) -> int:
         return self.published_store_end
+
+
+class _Span(NamedTuple):
+    """Records read for `read_range`/`read_batch`: columns, value offsets
+    (`starts[k]` to `starts[k + 1]` in `payload`), and the store bytes."""
+
+    lengths: list[int]
+    terms: list[int]
+    timestamps: list[int]
+    starts: list[int]
+    payload: bytes
 
 
 def _last_end(index_bytes: bytes) -> int:
