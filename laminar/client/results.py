@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate, repeat
 from typing import Final, NamedTuple, TypeVar
 
 from laminar.client.errors import ProtocolViolationError, server_error
@@ -81,6 +82,25 @@ def fetched_records(frame: Frame) -> list[Record]:
     table_end = 4 + _FETCH_ENTRY.size * count
     if table_end > len(payload):
         raise _bad_fetch(f"{count} records do not fit a payload of {len(payload)} bytes")
+    if not count:
+        if table_end != len(payload):
+            raise _bad_fetch(f"an empty batch carries {len(payload) - table_end} stray bytes")
+        return []
+    indexes, stamps, sizes = zip(*_FETCH_ENTRY.iter_unpack(payload[4:table_end]), strict=True)
+    starts = list(accumulate(sizes, initial=table_end))
+    if starts[-1] == len(payload) and 0 not in sizes:
+        attrs = bytes(map(payload.__getitem__, starts[:-1]))
+        if attrs.count(0) == count:
+            # Every record is a bare value (no key, no headers): slice them all
+            # with C-level loops, no Python per record.
+            values = map(payload.__getitem__, map(slice, map((1).__add__, starts), starts[1:]))
+            rows = zip(indexes, stamps, values, repeat(None), repeat(None), strict=False)
+            return list(map(tuple.__new__, repeat(Record), rows))
+    return _fetched_one_by_one(payload, table_end)
+
+
+def _fetched_one_by_one(payload: bytes, table_end: int) -> list[Record]:
+    """`fetched_records` for batches with keys or headers, checking each record."""
     out: list[Record] = []
     append = out.append
     pos = table_end
