@@ -64,6 +64,7 @@ from laminar.wire import (
 )
 
 UDP_PAYLOAD_BYTES_MAX: Final = 65507
+RECEIVE_BUFFER_BYTES: Final = 1 << 20
 FETCH_OVERHEAD_BYTES: Final = 256
 """Room a fetch answer needs beyond its records' bytes (prefix, header, record table)."""
 _T = TypeVar("_T")
@@ -96,6 +97,8 @@ class UdpClient:
         self.max_datagram_bytes = max_datagram_bytes
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_DGRAM)
+        # Room for a window of answers even when each costs a page (generic XDP).
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
         self._sock.connect((host, port))  # only the node's answers, and ICMP errors
         self._sock.setblocking(False)
         self._ids = itertools.count(1)

@@ -33,6 +33,8 @@ from .udp_helpers import many_pids, request
 SHARDS = 3
 ROOT = Path(__file__).resolve().parents[2]
 QUIET_S = 2.0
+CLIENT_RCVBUF_BYTES = 4 << 20
+"""Room for a batch of 200 answers even when generic XDP on lo makes each cost a page."""
 
 MODES = [
     pytest.param(
@@ -92,6 +94,7 @@ def _ask(port: int, pids: list[int], first_corr: int = 0) -> dict[int, tuple[int
     """Send one request per pid; correlation id -> (answering shard, pid)."""
     answers: dict[int, tuple[int, int]] = {}
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, CLIENT_RCVBUF_BYTES)
         for start in range(0, len(pids), 200):
             for corr, pid in enumerate(pids[start : start + 200], first_corr + start):
                 client.sendto(request(pid, corr), ("127.0.0.1", port))
@@ -122,6 +125,7 @@ def test_each_shard_answers_for_its_partitions_and_survives_a_restart(node: Node
 
 def _ask_without_waiting(port: int, pids: list[int], first_corr: int) -> socket.socket:
     client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, CLIENT_RCVBUF_BYTES)
     for corr, pid in enumerate(pids, first_corr):
         client.sendto(request(pid, corr), ("127.0.0.1", port))
     return client
