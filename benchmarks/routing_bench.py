@@ -20,7 +20,9 @@ requests outstanding over `--sockets` UDP sockets, PING requests spread over
   each request written to its owner's connection, pipelined.
 
 Rounds are interleaved (the variant order rotates every round) and the
-summary takes medians over rounds. As root the whole run happens inside a
+summary takes medians over rounds; the ratios to userspace are medians of the
+ratios within each round, which neighbours' load on a shared machine moves
+less than the rates themselves. As root the whole run happens inside a
 throwaway network namespace (its own `lo`), so nothing is attached to the
 host's interfaces and other users of the host's `lo` are not measured with
 it; `--no-netns` runs on the host (and skips `ebpf+xdp`). The shards pin
@@ -177,39 +179,52 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, fl
             "forwarded_share": statistics.median(r["forwarded_share"] for r in runs),
             "lost": sum(r["lost"] for r in runs),
         }
-    base = summary.get("userspace")
-    for row in summary.values():
-        row["rate_vs_userspace"] = row["requests_per_s"] / base["requests_per_s"] if base else 0.0
+    if "userspace" in summary:
+        for name, row in summary.items():
+            # Within one round the variants ran minutes apart at most, under the
+            # same neighbours: the ratio is steadier than either rate.
+            row["rate_vs_userspace"] = statistics.median(
+                r[name]["requests_per_s"] / r["userspace"]["requests_per_s"] for r in rounds
+            )
+            row["p99_vs_userspace"] = statistics.median(
+                r[name]["latency_us"]["p99"] / r["userspace"]["latency_us"]["p99"] for r in rounds
+            )
     return summary
 
 
 def goal(summary: dict[str, dict[str, float]]) -> dict[str, Any]:
-    ebpf, user = summary.get("ebpf"), summary.get("userspace")
-    if ebpf is None or user is None:
+    ebpf = summary.get("ebpf")
+    if ebpf is None or "rate_vs_userspace" not in ebpf:
         return {"met": None}
-    ratio = ebpf["requests_per_s"] / user["requests_per_s"]
-    lower_p99 = ebpf["p99_us"] < user["p99_us"]
-    return {"rate_ratio": ratio, "lower_p99": lower_p99, "met": ratio >= GOAL_RATIO and lower_p99}
+    ratio, p99_ratio = ebpf["rate_vs_userspace"], ebpf["p99_vs_userspace"]
+    return {
+        "rate_ratio": ratio,
+        "p99_ratio": p99_ratio,
+        "lower_p99": p99_ratio < 1,
+        "met": ratio >= GOAL_RATIO and p99_ratio < 1,
+    }
 
 
 def markdown(doc: dict[str, Any]) -> str:
     rows = [
-        "| variant | requests/s | vs userspace | p50 us | p99 us | forwarded |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| variant | requests/s | rate vs userspace | p50 us | p99 us | p99 vs userspace "
+        "| forwarded |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, row in doc["summary"].items():
         share = f"{row['forwarded_share'] * 100:.0f}%" if name != "tcp-direct" else "-"
         rows.append(
-            f"| {name} | {row['requests_per_s']:,.0f} | {row['rate_vs_userspace']:.2f}x | "
-            f"{row['p50_us']:,.0f} | {row['p99_us']:,.0f} | {share} |"
+            f"| {name} | {row['requests_per_s']:,.0f} | {row.get('rate_vs_userspace', 0):.2f}x | "
+            f"{row['p50_us']:,.0f} | {row['p99_us']:,.0f} | {row.get('p99_vs_userspace', 0):.2f}x "
+            f"| {share} |"
         )
     g = doc["goal"]
     if g.get("met") is not None:
         rows.append("")
         rows.append(
             f"Goal (eBPF >= {GOAL_RATIO}x userspace forwarding at a lower p99): "
-            f"{'met' if g['met'] else 'missed'}: {g['rate_ratio']:.2f}x, "
-            f"p99 {'lower' if g['lower_p99'] else 'not lower'}."
+            f"{'met' if g['met'] else 'missed'}: {g['rate_ratio']:.2f}x the rate, "
+            f"{g['p99_ratio']:.2f}x the p99 (medians of within-round ratios)."
         )
     return "\n".join(rows)
 
@@ -298,7 +313,8 @@ def main() -> int:
         print(markdown(doc))
     for name, row in doc["summary"].items():
         print(
-            f"{name:10} {row['requests_per_s']:>9,.0f} req/s ({row['rate_vs_userspace']:.2f}x)  "
+            f"{name:10} {row['requests_per_s']:>9,.0f} req/s "
+            f"({row.get('rate_vs_userspace', 0):.2f}x)  "
             f"p50 {row['p50_us']:>7,.0f} us  p99 {row['p99_us']:>7,.0f} us",
             file=sys.stderr,
         )

@@ -14,9 +14,10 @@ so there is no coordinated omission to correct). Prints one JSON object.
   requests split evenly. Several source ports stand for several clients: the
   kernel's reuseport hash spreads them over the shards when nothing steers.
   A request unanswered after `LOST_AFTER_S` is counted lost and replaced.
-- tcp: one connection per shard port, each request sent to the connection of
-  its owning shard (`placement.shard_for`, what the client library does), the
-  answers read and the next requests written in one batch per wakeup.
+- tcp: one connection per shard port; one sequence of requests, each sent to
+  the connection of its owning shard (`placement.shard_for`, what the client
+  library does); the answers of a wakeup are read and as many next requests
+  written, one write per connection.
 
 The frames are encoded once up front (correlation id = slot); the loop only
 sends them and reads the correlation id of each answer (bytes 8..11), so the
@@ -116,9 +117,8 @@ def run_udp(args: argparse.Namespace, pids: list[int]) -> dict[str, Any]:
         with contextlib.suppress(BlockingIOError, ConnectionRefusedError):
             sock.send(requests[slot])
 
-    per_socket = max(1, args.inflight // len(socks))
-    for sock in socks:
-        for _ in range(per_socket):
+    for i, sock in enumerate(socks):  # exactly `inflight` in total
+        for _ in range(args.inflight // len(socks) + (i < args.inflight % len(socks))):
             send(sock)
     next_sweep = perf() + LOST_AFTER_S
     while (now := perf()) < rec.end:
@@ -149,9 +149,8 @@ def run_udp(args: argparse.Namespace, pids: list[int]) -> dict[str, Any]:
 def run_tcp(args: argparse.Namespace, pids: list[int]) -> dict[str, Any]:
     ports = [int(p) for p in args.shard_ports.split(",")]
     shards = len(ports)
-    mine: list[list[bytes]] = [[] for _ in range(shards)]
-    for slot, data in enumerate(_requests(pids)):
-        mine[shard_for(pids[slot % len(pids)], shards)].append(data)
+    requests = _requests(pids)
+    owner_of = [shard_for(pids[slot % len(pids)], shards) for slot in range(SLOTS)]
     conns = []
     for port in ports:
         conn = socket.create_connection((args.host, port))
@@ -163,51 +162,51 @@ def run_tcp(args: argparse.Namespace, pids: list[int]) -> dict[str, Any]:
         poller.register(conn.fileno(), select.EPOLLIN)
     index = {c.fileno(): i for i, c in enumerate(conns)}
     perf, unpack_len, unpack_corr = time.perf_counter, _LEN.unpack_from, _CORR.unpack_from
-    sent_at: list[dict[int, float]] = [{} for _ in range(shards)]
-    cursor = [0] * shards
+    sent_at = [0.0] * SLOTS
     buffers = [bytearray() for _ in range(shards)]
+    next_slot = 0
     rec = Recorder(args.warmup, args.seconds)
 
-    def batch(shard: int, count: int) -> bytes:
-        out = []
+    def send(count: int) -> None:
+        """The next `count` requests of the one sequence, each to its owner's connection."""
+        nonlocal next_slot
+        out: list[list[bytes]] = [[] for _ in range(shards)]
         now = perf()
         for _ in range(count):
-            data = mine[shard][cursor[shard] % len(mine[shard])]
-            cursor[shard] += 1
-            sent_at[shard][unpack_corr(data, 8)[0]] = now
-            out.append(data)
-        return b"".join(out)
+            slot = next_slot
+            next_slot = (slot + 1) & (SLOTS - 1)
+            sent_at[slot] = now
+            out[owner_of[slot]].append(requests[slot])
+        for shard, frames in enumerate(out):
+            if frames:
+                conns[shard].setblocking(True)
+                conns[shard].sendall(b"".join(frames))
+                conns[shard].setblocking(False)
 
-    per_conn = max(1, args.inflight // shards)
-    for shard, conn in enumerate(conns):
-        if mine[shard]:
-            conn.sendall(batch(shard, per_conn))
+    send(args.inflight)
     while perf() < rec.end:
+        answered = 0
         for fd, _ in poller.poll(0.1):
             shard = index[fd]
-            conn = conns[shard]
             try:
-                data = conn.recv(1 << 20)
+                data = conns[shard].recv(1 << 20)
             except BlockingIOError:
                 continue
             if not data:
                 raise ConnectionError(f"shard {shard} closed the connection")
             buf = buffers[shard]
             buf += data
-            pos, answered, now = 0, 0, perf()
+            pos, now = 0, perf()
             while len(buf) - pos >= 4:
                 size = 4 + unpack_len(buf, pos)[0]
                 if len(buf) - pos < size:
                     break
-                corr = unpack_corr(buf, pos + 8)[0]
-                rec.done(sent_at[shard].pop(corr), now)
+                rec.done(sent_at[unpack_corr(buf, pos + 8)[0]], now)
                 pos += size
                 answered += 1
             del buf[:pos]
-            if answered:
-                conn.setblocking(True)
-                conn.sendall(batch(shard, answered))
-                conn.setblocking(False)
+        if answered:
+            send(answered)
     return rec.result()
 
 
