@@ -7,7 +7,8 @@ own port and on the shared node port. Modules, each with one job:
 
 - `config`: `NodeConfig`, the settings every process shares;
 - `listeners`: binding the node's sockets (supervisor side);
-- `steering`: the routing-mode seam where `laminar.xdp` plugs in;
+- `steering`: the node port's UDP steering through `laminar.xdp` (ebpf, cbpf
+  or userspace) and `xdp_attach`: the XDP classifier on the node's interface;
 - `supervisor`, `control`, `admin`, `prometheus`: the supervisor, its control
   channel to each shard, the admin HTTP endpoint and its metrics text;
 - `shard_main`, `shard`: a shard process and its lifecycle (start, drain);

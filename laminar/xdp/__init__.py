@@ -53,6 +53,14 @@ program fds, which `attach_shard_socket(spec, i, sock)` needs to register a
 socket the shard bound itself. The spec carries fd numbers: pass_fds keeps
 them unchanged in the child.
 
+In the node
+-----------
+
+`laminar.shards.steering.prepare_steering` does the supervisor side for
+`laminar-node` (`--routing`, `--xdp`) and `laminar.shards.xdp_attach` owns
+the classifier; shards adopt the socket passed to them. `laminar.client.udp`
+is a small client for the node port's UDP path.
+
 Modules
 -------
 
