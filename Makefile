@@ -34,6 +34,7 @@ bench:
 	$(PY) benchmarks/log_bench.py
 	$(PY) benchmarks/reactor_bench.py
 	$(PY) benchmarks/node_bench.py
+	$(PY) benchmarks/routing_bench.py
 	benchmarks/compare.sh
 
 clean:

@@ -69,7 +69,7 @@ class Variant:
 
 VARIANTS = (
     Variant("ebpf", "ebpf", "off", "udp"),
-    Variant("ebpf+xdp", "ebpf", "auto", "udp"),
+    Variant("ebpf+xdp", "ebpf", "generic", "udp"),
     Variant("cbpf", "cbpf", "off", "udp"),
     Variant("userspace", "userspace", "off", "udp"),
     Variant("tcp-direct", "userspace", "off", "tcp"),

@@ -85,8 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--xdp",
         choices=XDP_MODES,
         default="auto",
-        help="auto: attach the XDP classifier to the --host interface when routing is ebpf "
-        "(the start-up log says why not otherwise); off: never",
+        help="auto: attach the XDP classifier to the --host interface in native mode when "
+        "routing is ebpf (the start-up log says why not otherwise); native/generic: that "
+        "mode only (generic works on any interface, lo included, but slows all its "
+        "traffic); off: never",
     )
     p.add_argument(
         "--udp-max-bytes",

@@ -10,8 +10,11 @@ makes it after the reuseport steering is set up). Rules:
 - Never fatal: when the classifier cannot attach, `reason` says why in one
   line (start-up log, /status, /metrics) and the node runs without it.
   Correctness never depends on it: the shards check every datagram anyway.
-- The interface is the one holding `--host` (`lo` for 127.0.0.1, where only
-  generic mode exists); a wildcard host is on every interface and names none.
+- The interface is the one holding `--host`; a wildcard host is on every
+  interface and names none. `auto` attaches in native mode only: generic
+  (skb) mode, the only one `lo` offers, copies every packet of the interface
+  into a new page and slows all its traffic, the node's or not, so it is used
+  only when asked for (`--xdp generic`).
 - The classifier attaches through a BPF link, so the kernel detaches it when
   the supervisor dies, SIGKILL included; `close()` covers every other exit.
   Shards never hold the link (they start with close_fds).
@@ -25,7 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from laminar.shards.prometheus import render_family
 from laminar.xdp import BpfUnavailable, XdpAttachError, XdpClassifier, XdpCounters
@@ -156,12 +159,19 @@ def attach_classifier(requested: str, routing_mode: str, host: str, port: int) -
             reason=f"--host {host} is not the address of one interface here "
             "(a wildcard listens on all of them); give --host an interface's address",
         )
-    classifier = XdpClassifier(ifname, partition_ports=[port])
+    mode: Literal["native", "generic"] = "generic" if requested == "generic" else "native"
+    classifier = XdpClassifier(ifname, partition_ports=[port], mode=mode)
     try:
         classifier.attach()
     except (BpfUnavailable, XdpAttachError, OSError) as exc:
         classifier.close()
-        return NodeXdp(requested, ifname, reason=f"cannot attach to {ifname}: {exc}")
+        reason = f"cannot attach to {ifname}: {exc}"
+        if requested == "auto":
+            reason += (
+                f"; generic mode would work but slows all traffic on {ifname}: "
+                "pass --xdp generic to accept that"
+            )
+        return NodeXdp(requested, ifname, reason=reason)
     for stale in classifier.replaced_stale:
         logger.warning(
             "replaced a stale laminar_xdp (id %d, %s) left on %s by a killed run",
