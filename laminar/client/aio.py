@@ -41,6 +41,7 @@ from laminar.client.results import (
 )
 from laminar.client.retry import Backoff, RetryPolicy, final_error
 from laminar.client.routing import Address, ClusterView, format_address, parse_address
+from laminar.memory import tune_allocator
 from laminar.wire import MetadataRequest, MetadataResponse, TopicInfo
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES, DEFAULT_FETCH_MAX_RECORDS
 
@@ -60,6 +61,7 @@ class AsyncClient:
         retry: RetryPolicy | None = None,
         max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
     ) -> None:
+        tune_allocator()  # fetch answers are MiB-sized buffers: see laminar.memory
         self.bootstrap: Address = parse_address(bootstrap)
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s

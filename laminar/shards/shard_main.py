@@ -67,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     _pin(args.shard_id)
     _die_with_parent(args.parent_pid)
     _raise_fd_limit()
+    from laminar.memory import tune_allocator
+
+    tune_allocator()  # a fetch reads MiB-sized store buffers: see laminar.memory
 
     import logging
     import socket
