@@ -256,12 +256,13 @@ def encode_fetch_columns(
     fields[0::3] = range(first_index, first_index + count)
     fields[1::3] = timestamps_ms
     fields[2::3] = lengths
-    return [_fetch_table(count).pack(count, *fields), blobs]
+    return [fetch_table(count).pack(count, *fields), blobs]
 
 
 @functools.lru_cache(maxsize=128)
-def _fetch_table(count: int) -> struct.Struct:
-    """The struct of a fetch batch's count and entry table for `count` records."""
+def fetch_table(count: int) -> struct.Struct:
+    """The struct of a fetch batch's count and entry table for `count` records
+    (packing or unpacking it is one C call instead of one per record)."""
     return struct.Struct(">I" + "QQI" * count)
 
 
