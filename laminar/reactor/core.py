@@ -45,7 +45,7 @@ import socket
 import time
 from asyncio import format_helpers
 from collections import deque
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple, Unpack
 
@@ -53,7 +53,7 @@ from laminar.iouring import Ring
 from laminar.iouring.native import writable_address
 
 from .buffers import BufferPool
-from .queues import CURRENT_QUEUE, Scheduler, TaskQueue, context_with_queue
+from .queues import CURRENT_QUEUE, Scheduler, TaskQueueLoop
 
 logger = logging.getLogger("laminar.reactor")
 
@@ -101,7 +101,7 @@ def _sighandler_noop(signum: int, frame: object) -> None:
     """Python wants a handler; the wakeup fd does the real work."""
 
 
-class UringLoopCore(asyncio.BaseEventLoop):
+class UringLoopCore(TaskQueueLoop):
     """Iteration, task queues, wake-ups, signals and shutdown. See module docs."""
 
     if TYPE_CHECKING:  # BaseEventLoop internals this loop builds on (untyped there)
@@ -161,32 +161,6 @@ class UringLoopCore(asyncio.BaseEventLoop):
             ring.in_flight,
             self._iterations,
         )
-
-    # -- task queues -----------------------------------------------------------
-
-    def create_task_queue(self, name: str, shares: int = 1000) -> TaskQueue:
-        """A new queue that receives CPU time in proportion to `shares` (1..10000)."""
-        return self._sched.create(name, shares)
-
-    @property
-    def default_task_queue(self) -> TaskQueue:
-        return self._default_q
-
-    def task_queues(self) -> list[TaskQueue]:
-        return list(self._sched.queues.values())
-
-    def create_task(  # type: ignore[override]
-        self,
-        coro: Coroutine[Any, Any, _T] | Generator[Any, None, _T],
-        *,
-        name: str | None = None,
-        context: contextvars.Context | None = None,
-        queue: TaskQueue | None = None,
-    ) -> asyncio.Task[_T]:
-        """Schedule `coro`; in `queue` if given, else in the creator's queue."""
-        if queue is not None:
-            context = context_with_queue(queue, context)
-        return super().create_task(coro, name=name, context=context)
 
     # -- scheduling callbacks --------------------------------------------------
 

@@ -23,12 +23,16 @@ Rules, and why:
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import heapq
 import itertools
 from collections import deque
+from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 CURRENT_QUEUE: contextvars.ContextVar[TaskQueue | None] = contextvars.ContextVar(
     "laminar_task_queue", default=None
@@ -196,3 +200,35 @@ def context_with_queue(
         context = contextvars.copy_context()
     context.run(CURRENT_QUEUE.set, queue)
     return context
+
+
+class TaskQueueLoop(asyncio.BaseEventLoop):
+    """The task-queue API both laminar loops offer (`UringEventLoop` schedules by
+    shares; `StockEventLoop` keeps queues as labels). Mixed in before the
+    concrete loop class; the loop sets `_sched`."""
+
+    _sched: Scheduler
+
+    def create_task_queue(self, name: str, shares: int = 1000) -> TaskQueue:
+        """A new queue that receives CPU time in proportion to `shares` (1..10000)."""
+        return self._sched.create(name, shares)
+
+    @property
+    def default_task_queue(self) -> TaskQueue:
+        return self._sched.default
+
+    def task_queues(self) -> list[TaskQueue]:
+        return list(self._sched.queues.values())
+
+    def create_task(
+        self,
+        coro: Coroutine[Any, Any, _T] | Generator[Any, None, _T],
+        *,
+        name: object = None,
+        context: contextvars.Context | None = None,
+        queue: TaskQueue | None = None,
+    ) -> asyncio.Task[_T]:
+        """Schedule `coro`; in `queue` if given, else in the creator's queue."""
+        if queue is not None:
+            context = context_with_queue(queue, context)
+        return super().create_task(coro, name=name, context=context)
