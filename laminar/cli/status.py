@@ -6,7 +6,7 @@ to each shard's own port shows it answers (and how fast); the offsets of
 every partition, asked for in one pipelined burst, give each shard's
 partitions and records. Request and byte counters and each shard's core come
 from the node's admin endpoint (`/metrics`, Prometheus text), when it can be
-reached: it is at the node port + 2000 by default (`--admin` to say where).
+reached: the metadata names its port (`--admin` to say where otherwise).
 Without it the table shows "-" for those columns and says so. The same page
 gives the kernel's side of routing: what the eBPF steering program did with
 the node port's datagrams, and whether the XDP classifier is attached (or why
@@ -43,7 +43,8 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--admin",
         metavar="HOST:PORT",
-        help="the node's admin endpoint (default: the bootstrap host, node port + 2000)",
+        help="the node's admin endpoint (default: the bootstrap host and the admin port "
+        "the node's metadata names)",
     )
     parser.set_defaults(run=status)
 
@@ -267,7 +268,9 @@ def status(client: Client, args: argparse.Namespace) -> int:
     if args.admin is not None:
         admin = parse_address(args.admin)
     else:
-        admin = (client.bootstrap[0], client.bootstrap[1] + ADMIN_PORT_OFFSET)
+        # Nodes too old to name it keep it at their default offset.
+        port = client.metadata().admin_port or client.bootstrap[1] + ADMIN_PORT_OFFSET
+        admin = (client.bootstrap[0], port)
     doc = gather(client, admin, args.timeout)
     if args.json:
         print_json(doc)

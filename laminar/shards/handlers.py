@@ -65,6 +65,7 @@ class ShardIdentity:
     host: str
     port: int
     shard_ports: tuple[int, ...]
+    admin_port: int | None
     routing_mode: str
     max_frame_bytes: int
 
@@ -230,6 +231,7 @@ class Handlers:
             ident.routing_mode,
             shards,
             self.metadata.state.topics(),
+            ident.admin_port,
         ).encode_buffers(corr)
 
     async def list_topics(

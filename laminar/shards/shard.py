@@ -78,6 +78,7 @@ class Shard:
         routing_mode: str,
         node_port: int,
         shard_ports: list[int],
+        admin_port: int | None = None,
     ) -> None:
         self.config = config
         self.shard_id = shard_id
@@ -93,6 +94,7 @@ class Shard:
             host=config.host,
             port=node_port,
             shard_ports=tuple(shard_ports),
+            admin_port=admin_port,
             routing_mode=routing_mode,
             max_frame_bytes=config.max_frame_bytes,
         )

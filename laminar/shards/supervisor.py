@@ -369,6 +369,8 @@ class Supervisor:
             "--shard-ports",
             ",".join(map(str, self.sockets.shard_ports)),
         ]
+        if self.admin_sock is not None:
+            args += ["--admin-port", str(self.admin_sock.getsockname()[1])]
         pass_fds = {fd for fd in fds.values() if fd is not None}
         pass_fds |= {child.fileno(), *steering.fds_for_shard(slot.shard_id)}
         try:

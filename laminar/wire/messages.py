@@ -572,11 +572,12 @@ class ListOffsetsResponse(Message):
 class MetadataResponse(Message):
     """The node as a client needs it for routing: its id and node port, its
     shards in shard id order (ids 0..N-1, so `shard_for(pid, len(shards))`
-    names an index into `shards`), its topics, and its routing mode
-    ("ebpf", "cbpf" or "userspace").
+    names an index into `shards`), its topics, its routing mode ("ebpf",
+    "cbpf" or "userspace"), and the port of its admin HTTP endpoint (None when
+    it has none).
 
     Header: {node_id, host, port, routing_mode, shards: [{shard_id, host, port}],
-    topics: [{name, topic_id, partitions, config?}]}.
+    topics: [{name, topic_id, partitions, config?}], admin_port?}.
     """
 
     OP: ClassVar[int] = Op.METADATA
@@ -588,6 +589,7 @@ class MetadataResponse(Message):
     routing_mode: str
     shards: tuple[ShardInfo, ...]
     topics: tuple[TopicInfo, ...]
+    admin_port: int | None = None
 
     def _header(self) -> dict[str, Any]:
         return {
@@ -597,6 +599,7 @@ class MetadataResponse(Message):
             "routing_mode": self.routing_mode,
             "shards": [s.to_wire() for s in self.shards],
             "topics": [t.to_wire() for t in self.topics],
+            "admin_port": self.admin_port,
         }
 
     @classmethod
@@ -609,6 +612,7 @@ class MetadataResponse(Message):
             f.string(h, "routing_mode"),
             f.items(h, "shards", ShardInfo.from_wire),
             f.items(h, "topics", TopicInfo.from_wire),
+            f.opt_uint(h, "admin_port", f.U16),
         )
 
 

@@ -54,6 +54,9 @@ def test_create_produce_consume_status(node: RunningNode) -> None:
     assert sum(s["requests"] for s in doc["shards"]) > 0
     human = laminar(node, "status", "--admin", admin)
     assert f"routing {node.routing_mode}" in human.stdout
+    # Without --admin, the metadata names the admin port (ephemeral here).
+    found = json.loads(laminar(node, "status", "--json").stdout)
+    assert found["admin"] == {"address": admin, "reachable": True}
 
 
 def test_exit_codes_against_a_real_node(node: RunningNode) -> None:

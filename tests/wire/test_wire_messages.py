@@ -96,6 +96,7 @@ RESPONSES: list[st.SearchStrategy[Any]] = [
         st.sampled_from(["ebpf", "cbpf", "userspace"]),
         st.lists(shards, max_size=4).map(tuple),
         st.lists(topics, max_size=4).map(tuple),
+        st.none() | u16,
     ),
     st.builds(CreateTopicResponse, topics),
     st.builds(DeleteTopicResponse, names, u32),
