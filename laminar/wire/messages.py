@@ -16,6 +16,7 @@ topics) is sent with partition id 0.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
@@ -51,7 +52,7 @@ DEFAULT_FETCH_MAX_BYTES = 1 << 20
 DEFAULT_FETCH_MAX_RECORDS = 4096
 
 
-class Message:
+class Message(abc.ABC):
     """What every message type shares: turning itself into a frame and back."""
 
     __slots__ = ()
@@ -73,8 +74,9 @@ class Message:
         return []
 
     @classmethod
+    @abc.abstractmethod
     def _decode(cls, frame: Frame) -> Self:
-        raise NotImplementedError
+        """The message in `frame` (its op and flags already checked)."""
 
     def encode_buffers(self, correlation_id: int) -> list[Buffer]:
         """The frame as buffers for writev (record blobs are not copied)."""
@@ -767,16 +769,20 @@ class ErrorResponse(Message):
     def from_frame(cls, frame: Frame) -> ErrorResponse:
         if frame.flags & _KIND_MASK != _ERROR_RESPONSE:
             raise _context(InvalidMessage("frame is not an error response"), frame)
-        h = frame.header
         try:
-            return cls(
-                frame.op,
-                error_code(f.uint(h, "code", f.U16)),
-                f.string(h, "message"),
-                frame.partition_id,
-            )
+            return cls._decode(frame)
         except ProtocolError as exc:
             raise _context(exc, frame) from None
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        h = frame.header
+        return cls(
+            frame.op,
+            error_code(f.uint(h, "code", f.U16)),
+            f.string(h, "message"),
+            frame.partition_id,
+        )
 
 
 # --- dispatch ---------------------------------------------------------------------
