@@ -92,22 +92,30 @@ class StorageBackend(Protocol):
 # Plain syscalls
 
 
-class SyscallStorage:
-    """A file driven by plain syscalls; durable writes run on a worker thread."""
+class FdFile:
+    """What the file-descriptor backends share: the fd, its path, the size."""
 
-    def __init__(self, fd: int, path: str) -> None:
+    def __init__(self, fd: int, path: str, size: int) -> None:
         self._fd = fd
         self._path = path
-        self._size = os.fstat(fd).st_size
+        self._size = size
 
     @property
     def size(self) -> int:
         return self._size
 
     def _check_open(self) -> int:
+        """The fd; ValueError (as for a closed Python file) once closed."""
         if self._fd < 0:
             raise ValueError(f"I/O operation on closed file {self._path}")
         return self._fd
+
+
+class SyscallStorage(FdFile):
+    """A file driven by plain syscalls; durable writes run on a worker thread."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        super().__init__(fd, path, os.fstat(fd).st_size)
 
     async def read_at(self, length: int, offset: int) -> bytes:
         return os.pread(self._check_open(), length, offset)

@@ -15,7 +15,7 @@ import contextlib
 import os
 from collections.abc import Sequence
 
-from laminar.log.storage import Buffer, Storage
+from laminar.log.storage import Buffer, FdFile, Storage
 
 from .files import FileOps
 
@@ -30,23 +30,12 @@ def _uring_loop() -> FileOps:
     return loop
 
 
-class UringStorage:
+class UringStorage(FdFile):
     """One open file whose I/O goes through the ring."""
 
     def __init__(self, loop: FileOps, fd: int, path: str, size: int) -> None:
+        super().__init__(fd, path, size)
         self._loop = loop
-        self._fd = fd
-        self._path = path
-        self._size = size
-
-    @property
-    def size(self) -> int:
-        return self._size
-
-    def _check_open(self) -> int:
-        if self._fd < 0:
-            raise ValueError(f"I/O operation on closed file {self._path}")
-        return self._fd
 
     async def read_at(self, length: int, offset: int) -> bytes:
         return await self._loop.file_read(self._check_open(), length, offset)
