@@ -5,7 +5,11 @@ Rules, and why:
 - Requests are pipelined: every complete frame starts its own task, and the
   response is written when it is ready (clients match them by correlation
   id). Tasks start in arrival order and run synchronously up to the log append,
-  so pipelined produces to one partition are appended in the order sent.
+  so pipelined produces to one partition are appended in the order sent. A
+  plain produce that can be staged at once skips the task
+  (`laminar.shards.fastpath`); it is staged in the same order.
+- Responses leave through an `Outbox`: all those completed in one loop
+  iteration go out in one gathering write.
 - Resources are bounded: at most `MAX_IN_FLIGHT` requests per connection and
   `MAX_PENDING_OUT_BYTES` of unsent responses; past either, the connection stops
   reading until it drains (TCP then pushes back on the client). The frame
@@ -38,11 +42,12 @@ import time
 from collections.abc import Callable
 from typing import Final
 
+from laminar.outbox import Outbox
 from laminar.shards.budget import InputBudget, request_cost_bytes
 from laminar.shards.dispatch import Dispatcher
+from laminar.shards.fastpath import ProduceFastPath
 from laminar.shards.handlers import RequestContext
 from laminar.shards.metrics import ShardMetrics
-from laminar.shards.outbox import Outbox
 from laminar.wire import (
     NEED_DATA,
     REQUEST_HEADER_LIMITS,
@@ -53,6 +58,7 @@ from laminar.wire import (
     ProtocolError,
     request_frame_limits,
 )
+from laminar.wire.codec import Buffer
 
 logger = logging.getLogger("laminar.shards")
 
@@ -97,7 +103,10 @@ class Connection:
         self._on_close = on_close
         self._reader: asyncio.Task[None] | None = None
         self._tasks: dict[asyncio.Task[None], int] = {}
-        """Requests in flight and what each is charged."""
+        """Requests in flight as tasks, and what each is charged."""
+        self._fast: ProduceFastPath | None = None
+        self._fast_in_flight = 0
+        """Requests taken by the fast path and not answered yet."""
         self._resume: asyncio.Future[None] | None = None
         self._idle_waiter: asyncio.Future[None] | None = None
         self.last_frame_at = time.monotonic()
@@ -109,11 +118,11 @@ class Connection:
 
     @property
     def in_flight(self) -> int:
-        return len(self._tasks)
+        return len(self._tasks) + self._fast_in_flight
 
     def idle_for(self, now: float) -> float:
         """Seconds without a complete frame while nothing is in flight (0 if busy)."""
-        if self._tasks:
+        if self.in_flight:
             return 0.0
         return now - self.last_frame_at
 
@@ -122,6 +131,7 @@ class Connection:
         then answer what was received and close."""
         reader = self._reader = asyncio.current_task()
         assert reader is not None
+        self._fast = ProduceFastPath(self._dispatcher)  # in this task's context (queue)
         metrics = self._metrics
         metrics.connections_total += 1
         metrics.connections_open += 1
@@ -155,7 +165,7 @@ class Connection:
         budget = self._budget
         while not self._stopping:
             if (
-                len(self._tasks) >= MAX_IN_FLIGHT
+                self.in_flight >= MAX_IN_FLIGHT
                 or outbox.pending_bytes > MAX_PENDING_OUT_BYTES
                 or (budget.used >= budget.limit_bytes and self._held)
             ):
@@ -189,25 +199,45 @@ class Connection:
         extra = cost - frame_bytes  # the frame's own bytes were charged when received
         self._budget.charge(extra)
         self._held += extra
+        fast = self._fast
+        if fast is not None and fast.try_serve(
+            frame, self._ctx, functools.partial(self._answer_fast, cost)
+        ):
+            self._fast_in_flight += 1
+            return
         task = self._loop.create_task(self._serve_one(frame))
         self._tasks[task] = cost
         task.add_done_callback(self._task_done)
+
+    def _release(self, cost: int) -> None:
+        self._held -= cost
+        self._budget.release(cost)
+
+    def _answer_fast(self, cost: int, response: list[Buffer]) -> None:
+        """A fast-path produce is durable (or failed): answer it, unless the
+        connection is gone (its records stay appended, as with a task)."""
+        self._fast_in_flight -= 1
+        self._release(cost)
+        if not self.closed:
+            self._metrics.bytes_out += self._outbox.send(response)
+        self._request_finished()
 
     async def _serve_one(self, frame: Frame) -> None:
         response = await self._dispatcher.dispatch(frame, self._ctx)
         self._metrics.bytes_out += self._outbox.send(response)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
-        cost = self._tasks.pop(task, 0)
-        self._held -= cost
-        self._budget.release(cost)
-        self.last_frame_at = time.monotonic()
+        self._release(self._tasks.pop(task, 0))
         if not task.cancelled() and task.exception() is not None:
             logger.error("request task failed", exc_info=task.exception())
+        self._request_finished()
+
+    def _request_finished(self) -> None:
+        self.last_frame_at = time.monotonic()
         waiter = self._resume
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
-        if not self._tasks and self._idle_waiter is not None and not self._idle_waiter.done():
+        if not self.in_flight and self._idle_waiter is not None and not self._idle_waiter.done():
             self._idle_waiter.set_result(None)
 
     async def _wait_resume(self) -> None:
@@ -228,7 +258,7 @@ class Connection:
 
     async def _finish_in_flight(self) -> None:
         """Let requests already received complete and their answers go out."""
-        while self._tasks:
+        while self.in_flight:
             self._idle_waiter = self._loop.create_future()
             await self._idle_waiter
         self._idle_waiter = None
@@ -252,7 +282,8 @@ class Connection:
         if self.closed:
             return
         self.closed = True
-        buffered = self._held - sum(self._tasks.values())  # requests release their own
+        # Requests in flight release their own charges when they end.
+        buffered = self._decoder.buffered_bytes
         self._held -= buffered
         self._budget.release(buffered)
         self._decoder.discard()  # the connection may live on in a reference cycle
