@@ -214,7 +214,8 @@ class RaftLog:
             self.handed = max(0, self.handed - position - 1)
 
     def has_committed(self) -> bool:
-        return self.committed > self.applied
+        """Are there committed entries to deliver (after the next take_unstable)?"""
+        return min(self.committed, self.last_index()) > self.applied
 
     def take_committed(self, max_bytes: int) -> list[Entry]:
         """Committed entries after `applied`, in order, within max_bytes."""
