@@ -13,6 +13,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -111,3 +112,43 @@ def machine_facts(workdir: Path) -> dict[str, Any]:
         "workdir": str(workdir),
         "workdir_filesystem": filesystem_of(workdir),
     }
+
+
+class ProcessTreeCpu:
+    """CPU used by a process and its descendants between `start()` and
+    `cores()`, in cores (CPU seconds per wall second). Descendants are looked up
+    at both ends: a laminar node's shards are children of its supervisor."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self._cpu_s = 0.0
+        self._wall_s = 0.0
+
+    def _total(self) -> float:
+        import psutil
+
+        if self.pid is None:
+            return 0.0
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return 0.0
+        total = 0.0
+        for proc in procs:
+            try:
+                times = proc.cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system
+        return total
+
+    def start(self) -> None:
+        self._cpu_s = self._total()
+        self._wall_s = time.monotonic()
+
+    def cores(self) -> float | None:
+        if self.pid is None:
+            return None
+        wall = time.monotonic() - self._wall_s
+        return (self._total() - self._cpu_s) / wall if wall > 0 else None
