@@ -78,6 +78,12 @@ def summary_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+def _floor(floor: dict[str, float] | None) -> str:
+    if not floor:
+        return "-"
+    return f"{floor['p50_us'] / 1000:.2f} / {floor['p99_us'] / 1000:.2f}"
+
+
 def _share(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.0f}%"
 
@@ -109,7 +115,7 @@ def ratio_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
 
 
 def run_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
-    headers = ["round", "target", "status", "load avg", "result"]
+    headers = ["round", "target", "status", "load avg", "fdatasync floor p50/p99 ms", "result"]
     rows = []
     for r in sorted(comparison.runs, key=lambda r: (r.round, comparison.targets.index(r.target))):
         extra = ""
@@ -136,6 +142,7 @@ def run_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
                 r.target,
                 r.status,
                 f"{r.loadavg_at_start[0]:.2f}",
+                _floor(r.fsync_floor_us),
                 headline(r, comparison.config) + extra,
             ]
         )
@@ -229,6 +236,15 @@ def markdown(
     ]
     if machine is not None:
         parts += [f"Machine: {machine_line(machine)}.", ""]
+    floors = sorted(r.fsync_floor_us["p50_us"] for r in comparison.runs if r.fsync_floor_us)
+    loads = sorted(r.loadavg_at_start[0] for r in comparison.runs)
+    if floors:
+        parts += [
+            f"Bare 1 KiB pwritev+fdatasync floor measured before each run: p50 "
+            f"{floors[len(floors) // 2] / 1000:.2f} ms (from {floors[0] / 1000:.2f} to "
+            f"{floors[-1] / 1000:.2f} ms); load average {loads[0]:.2f} to {loads[-1]:.2f}.",
+            "",
+        ]
     parts += [
         f"Medians over {comparison.rounds} interleaved round(s):",
         "",

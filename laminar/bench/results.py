@@ -83,6 +83,8 @@ class RunResult:
     """CPU the server (with its child processes) used over the run, in cores."""
     delivery: dict[str, Any] | None = None
     """The identity check (`laminar.bench.delivery.DeliveryVerdict.to_dict`)."""
+    fsync_floor_us: dict[str, float] | None = None
+    """The bare 1 KiB pwritev+fdatasync latency just before the run (p50, p99)."""
 
     @property
     def ok(self) -> bool:
@@ -153,6 +155,7 @@ class RunResult:
             "generator_bound": self.generator_bound,
             "server_cpu_cores": self.server_cpu_cores,
             "delivery": self.delivery,
+            "fsync_floor_us": self.fsync_floor_us,
         }
 
 
@@ -195,7 +198,7 @@ def run_from_dict(data: dict[str, Any]) -> RunResult:
         "server_log_tail",
     ):
         setattr(result, name, data[name])
-    for name in ("generator_core_shares", "server_cpu_cores", "delivery"):
+    for name in ("generator_core_shares", "server_cpu_cores", "delivery", "fsync_floor_us"):
         if name in data:  # results saved before these existed lack them
             setattr(result, name, data[name])
     return result

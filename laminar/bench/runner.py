@@ -29,7 +29,7 @@ from typing import Any, Final
 from laminar.bench.config import RunConfig, backlog_split
 from laminar.bench.delivery import PREFILL_PRODUCER, DeliveryVerdict, Ledger, check_delivery
 from laminar.bench.histogram import LatencyHistogram
-from laminar.bench.machine import ProcessTreeCpu, loadavg
+from laminar.bench.machine import ProcessTreeCpu, fsync_floor_us, loadavg
 from laminar.bench.progress import ProgressSink
 from laminar.bench.records import RecordMaker
 from laminar.bench.results import RunResult, fill_from_reports
@@ -184,8 +184,14 @@ def _wait_ready(workers: _Workers, progress: ProgressSink) -> None:
 
 
 def _collect(
-    workers: _Workers, config: RunConfig, progress: ProgressSink, result: RunResult
+    workers: _Workers,
+    config: RunConfig,
+    progress: ProgressSink,
+    result: RunResult,
+    server_cpu: ProcessTreeCpu,
 ) -> list[WorkerReport]:
+    """Gather the workers' reports, showing progress; `server_cpu` is sampled
+    at the measurement window's start and end (to within a poll)."""
     ch = workers.channels
     producers = {s.worker_id for s in workers.specs if s.role == "producer"}
     reports: dict[int, WorkerReport] = {}
@@ -212,6 +218,10 @@ def _collect(
                 result.error_samples.append(f"worker {worker_id}: {message[2][-2000:]}")
                 raise RunFailed(f"worker {worker_id} failed:\n{message[2]}")
         now = time.monotonic_ns()
+        if not server_cpu.started and now >= measure_start:
+            server_cpu.start()
+        if measure_end > 0 and now >= measure_end:
+            server_cpu.stop()
         phase = "warm-up" if now < measure_start else "measuring"
         remaining = None
         if measure_end > 0:
@@ -226,6 +236,7 @@ def _collect(
             raise RunFailed("; ".join(dead))
         if hard_deadline is not None and now > hard_deadline:
             raise RunFailed("workers did not finish in time (drain deadline passed)")
+    server_cpu.stop()
     return list(reports.values())
 
 
@@ -251,6 +262,8 @@ def run_once(
     stream = f"bench{uuid.uuid4().hex[:10]}"
     workers: _Workers | None = None
     try:
+        progress.phase("measuring the fdatasync floor")
+        result.fsync_floor_us = fsync_floor_us(workdir)
         progress.phase("starting server")
         endpoint = system.start(workdir)
         progress.phase("creating stream" + (" and prefilling" if config.consumes_backlog else ""))
@@ -267,10 +280,9 @@ def run_once(
         if config.duration_s is not None:
             ch.measure_end_ns.value = start + warmup + round(config.duration_s * 1e9)
         server_cpu = ProcessTreeCpu(system.server_pid())
-        server_cpu.start()
         ch.go.set()
-        reports = _collect(workers, config, progress, result)
-        result.server_cpu_cores = server_cpu.cores()
+        reports = _collect(workers, config, progress, result, server_cpu)
+        result.server_cpu_cores = server_cpu.cores
         fill_from_reports(result, reports, ch.measure_start_ns.value)
         if config.producer_count:
             progress.phase("reading back for the identity check")

@@ -19,7 +19,6 @@ from typing import Any
 
 import hiredis
 
-
 _NEED_DATA: Any = object()
 
 
