@@ -3,7 +3,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run demo-log test lint bench clean
+.PHONY: setup run demo-log test soak lint bench clean
 
 setup:
 	@scripts/setup
@@ -23,6 +23,10 @@ demo-log: setup
 
 test: setup lint
 	$(PY) -m pytest -q
+
+# Long runs that do not belong in `make test`: one recipe line per area.
+soak: setup
+	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/swim/test_soak.py
 
 lint: setup
 	$(VENV)/bin/ruff check laminar tests benchmarks
