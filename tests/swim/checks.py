@@ -63,6 +63,18 @@ def settle(cluster: SimCluster, within_ms: int) -> list[str]:
         cluster.run_until(min(cluster.now_ms + CHECK_EVERY_MS, deadline))
 
 
+def quiesce(cluster: SimCluster, within_ms: int) -> list[str]:
+    """Run `within_ms` more and name the running members still holding news to
+    send: with nothing changing, every update must reach its retransmit limit
+    and leave the queue (the dissemination bound of SWIM section 4.1)."""
+    cluster.run_until(cluster.now_ms + within_ms)
+    return [
+        f"n{m.index} still has {m.swim.pending_updates()} updates to send"
+        for m in cluster.live()
+        if m.swim.pending_updates()
+    ][:5]
+
+
 def describe(cluster: SimCluster, problems: list[str], what: str) -> str:
     return (
         f"{what} after {cluster.now_ms} ms: {'; '.join(problems)} "

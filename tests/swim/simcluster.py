@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from laminar.swim import Member, MemberChange, MemberState, Packet, Swim, SwimConfig
 from laminar.swim.codec import decode_packet, encode_packet
@@ -25,15 +25,6 @@ from tests.swim.simnet import NetworkProfile, SimNetwork
 
 _DELIVER = 0
 _TIMER = 1
-
-
-@dataclass(slots=True)
-class Observation:
-    """Member `observer` saw `change` at `time_ms`."""
-
-    time_ms: int
-    observer: int
-    change: MemberChange
 
 
 @dataclass(slots=True)
@@ -47,7 +38,6 @@ class SimMember:
     deadline_ms: int = -1
     """The core's deadline that pending timer stands for."""
     left_at_ms: int | None = None
-    observations: list[Observation] = field(default_factory=list)
 
 
 def node_id(index: int) -> str:
@@ -73,6 +63,7 @@ class SimCluster:
         check_codec: bool = False,
         on_change: Callable[[int, int, MemberChange], None] | None = None,
     ) -> None:
+        """`on_change(time_ms, observer, change)` sees every member change as it happens."""
         self.seed = seed
         self.config = config if config is not None else SwimConfig()
         self.now_ms = 0
@@ -179,9 +170,8 @@ class SimCluster:
             if target.slow_max_ms:
                 delay += self._slow_rng.randint(0, target.slow_max_ms)
             self._push(now + delay, _DELIVER, destination, packet)
-        for change in ready.changes:
-            member.observations.append(Observation(now, member.index, change))
-            if self._on_change is not None:
+        if self._on_change is not None:
+            for change in ready.changes:
                 self._on_change(now, member.index, change)
         deadline = swim.next_deadline_ms()
         if deadline != member.deadline_ms or member.timer_at_ms < 0:

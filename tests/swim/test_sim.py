@@ -5,6 +5,7 @@
   one incarnation and weight each.
 - A crashed member is declared dead by every running member.
 - No running member stays marked dead once it can refute.
+- Once nothing changes, gossip stops: every update leaves every queue.
 
 `test_soak.py` runs the same checks over many more seeds and larger clusters
 (`make soak`).
@@ -15,12 +16,13 @@ from __future__ import annotations
 import pytest
 
 from laminar.swim import MemberState, SwimConfig
-from tests.swim.checks import describe, settle
+from tests.swim.checks import describe, quiesce, settle
 from tests.swim.faults import plan_faults, run_plan
 from tests.swim.simcluster import SimCluster
 from tests.swim.simnet import NetworkProfile
 
 SETTLE_MS = 600_000
+QUIESCE_MS = 30_000
 
 
 def check_seed(
@@ -31,6 +33,8 @@ def check_seed(
     run_plan(cluster, plan)
     problems = settle(cluster, SETTLE_MS)
     assert not problems, describe(cluster, problems, f"views disagree ({plan.summary()})")
+    problems = quiesce(cluster, QUIESCE_MS)
+    assert not problems, describe(cluster, problems, "gossip did not stop")
 
 
 @pytest.mark.parametrize("seed", range(10))
