@@ -3,7 +3,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run demo-log test soak lint bench clean
+.PHONY: setup run demo-log test lint bench soak clean
 
 setup:
 	@scripts/setup
@@ -24,14 +24,15 @@ demo-log: setup
 test: setup lint
 	$(PY) -m pytest -q
 
-# Long runs that do not belong in `make test`: one recipe line per area.
-soak: setup
-	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/swim/test_soak.py
-
 lint: setup
 	$(VENV)/bin/ruff check laminar tests benchmarks
 	$(VENV)/bin/ruff format --check laminar tests benchmarks
 	$(VENV)/bin/mypy
+
+# Long randomized runs (minutes); each part on its own line.
+soak: setup
+	$(PY) -m tests.raft.sim.soak --seeds 10000 --processes 2
+	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/swim/test_soak.py
 
 bench:
 	@scripts/setup --bench
