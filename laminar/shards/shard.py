@@ -44,7 +44,7 @@ from laminar.shards.dispatch import CHANNEL_FRAME_SLACK, Dispatcher
 from laminar.shards.handlers import Handlers, RequestContext, ShardIdentity
 from laminar.shards.listeners import ShardSockets, is_sibling_shard, peer_credentials
 from laminar.shards.metadata import METADATA_PID, Applied
-from laminar.shards.metalog import MetadataService
+from laminar.shards.metalog import METADATA_FRAME_BYTES_MIN, MetadataService
 from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.retention import Retention
@@ -169,7 +169,8 @@ class Shard:
             config.run_dir,
             self.shard_id,
             config.cores,
-            config.max_frame_bytes + CHANNEL_FRAME_SLACK,
+            # Answers from peers include metadata snapshots, which hold every topic.
+            max(config.max_frame_bytes, METADATA_FRAME_BYTES_MIN) + CHANNEL_FRAME_SLACK,
         )
         self.metadata = MetadataService(
             self.shard_id,
