@@ -352,6 +352,7 @@ def _kernel_lines(doc: dict[str, Any]) -> list[str]:
     if steering:
         lines.append(
             f"steering  ebpf steered {steering.get('steered', 0)}, "
+            f"membership {steering.get('membership', 0)}, "
             f"malformed dropped {steering['malformed']}{_reasons(steering, '')}, "
             f"no socket {steering.get('no_socket', 0)}"
         )
