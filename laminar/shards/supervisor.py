@@ -9,8 +9,9 @@ Theory of operation:
   request steering (`steering`, where laminar.xdp plugs in).
 - Shards are separate programs (`python -m laminar.shards.shard_main`) started
   with `subprocess.Popen` and `pass_fds`, not forked from a running loop: each
-  inherits exactly its sockets, one end of its control socketpair and the
-  steering descriptors, and pins itself to its core first thing.
+  inherits exactly its sockets (its UDP socket of the steering group among
+  them, but no BPF program or map) and one end of its control socketpair, and
+  pins itself to its core first thing.
 - Start-up succeeds when every shard has sent READY; a shard that exits before
   that fails the whole start (its own log line says why). Then the supervisor
   writes `<data-dir>/run/node.json` (ports and pids, for tests and tools) and
