@@ -42,11 +42,12 @@ from laminar.shards.control import (
 from laminar.shards.datagram import DatagramServer
 from laminar.shards.dispatch import CHANNEL_FRAME_SLACK, Dispatcher
 from laminar.shards.handlers import Handlers, RequestContext, ShardIdentity
-from laminar.shards.listeners import ShardSockets
+from laminar.shards.listeners import ShardSockets, is_sibling_shard, peer_credentials
 from laminar.shards.metadata import METADATA_PID, Applied
 from laminar.shards.metalog import MetadataService
 from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.partitions import LongPolls, PartitionManager
+from laminar.shards.retention import Retention
 from laminar.wire import (
     NEED_DATA,
     ErrorCode,
@@ -62,6 +63,14 @@ DRAIN_TIMEOUT_S: Final = 10.0
 PEER_DRAIN_TIMEOUT_S: Final = 3.0
 SWEEP_INTERVAL_S: Final = 1.0
 QUEUE_SHARES: Final = {"requests": 1000, "flush": 800, "background": 100}
+
+
+def _describe_peer(sock: socket.socket) -> str:
+    try:
+        pid, uid, _ = peer_credentials(sock)
+    except OSError:
+        return "(credentials unknown)"
+    return f"(pid {pid}, uid {uid})"
 
 
 def _storage_backend(runtime: str) -> StorageBackend:
@@ -183,6 +192,13 @@ class Shard:
             self.metrics,
             config.max_frame_bytes,
         )
+        self.retention = Retention(
+            self.partitions,
+            self.metadata.state.topics,
+            self._owns,
+            self.metrics,
+            config.retention_check_interval_s,
+        )
         control_task = self._spawn(self._serve_control(), "background")
         self._listen(self.sockets.channel, internal=True)
         await self.metadata.start()
@@ -201,6 +217,7 @@ class Shard:
             )
             self._listeners.append(self._spawn(self.datagrams.serve()))
         sweeper = self._spawn(self._sweep_idle(), "background")
+        retention = self._spawn(self.retention.run(), "background")
         self._send_control(
             ready_frame(
                 {
@@ -220,6 +237,7 @@ class Shard:
         )
         await self._drain_requested.wait()
         sweeper.cancel()
+        retention.cancel()
         await self._drain()
         control_task.cancel()
         return 0
@@ -239,6 +257,15 @@ class Shard:
                 await asyncio.sleep(0.1)  # EMFILE and friends: let connections close
                 continue
             sock.setblocking(False)
+            if internal and not is_sibling_shard(sock):
+                self.metrics.channel_refused += 1
+                logger.warning(
+                    "shard %d: refused a channel connection from a non-shard peer %s",
+                    self.shard_id,
+                    _describe_peer(sock),
+                )
+                sock.close()
+                continue
             if not internal and self._client_connections >= self.config.max_connections:
                 self._refuse(sock)
                 continue
@@ -307,6 +334,8 @@ class Shard:
         for topic in applied.deleted:
             self._owned_partitions -= self._owned_count(topic)
             await self.partitions.drop_topic(topic.topic_id, topic.partitions)
+        for topic in applied.altered:
+            self.retention.apply_config(topic)
 
     def _owned_count(self, topic: TopicInfo) -> int:
         return sum(1 for idx in range(topic.partitions) if self._owns((topic.topic_id << 32) | idx))
