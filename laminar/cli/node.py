@@ -18,10 +18,14 @@ import sys
 from laminar.log.config import FLUSH_POLICIES
 from laminar.shards.config import (
     DEFAULT_DATA_DIR,
+    DEFAULT_DECISION_RETENTION_S,
     DEFAULT_HOST,
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_PORT,
+    DEFAULT_PUBLISH_CHUNK_BYTES,
     DEFAULT_SEGMENT_BYTES,
+    DEFAULT_STAGING_BYTES_MAX,
+    DEFAULT_STAGING_TIMEOUT_S,
     ROUTING_MODES,
     RUNTIMES,
     UDP_PAYLOAD_BYTES_MAX,
@@ -118,6 +122,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds before an idle (or stalled mid-frame) connection is closed",
     )
     p.add_argument(
+        "--staging-bytes-max",
+        type=parse_size,
+        default=DEFAULT_STAGING_BYTES_MAX,
+        help="staged (uncommitted) atomic-write bytes one shard holds at most (e.g. 1GiB)",
+    )
+    p.add_argument(
+        "--staging-timeout",
+        type=float,
+        default=DEFAULT_STAGING_TIMEOUT_S,
+        help="seconds after which idle staged data no commit claims expires",
+    )
+    p.add_argument(
+        "--decision-retention",
+        type=float,
+        default=DEFAULT_DECISION_RETENTION_S,
+        help="seconds commit decisions are remembered (retried commits are answered, "
+        "not published again)",
+    )
+    p.add_argument(
+        "--publish-chunk-bytes",
+        type=parse_size,
+        default=DEFAULT_PUBLISH_CHUNK_BYTES,
+        help="a commit appends each partition's records in appends of at most this size",
+    )
+    p.add_argument(
         "--log-level",
         default="INFO",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -143,6 +172,10 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         segment_bytes=args.segment_bytes,
         max_frame_bytes=args.max_frame_bytes,
         idle_timeout_s=args.idle_timeout,
+        staging_bytes_max=args.staging_bytes_max,
+        staging_timeout_s=args.staging_timeout,
+        decision_retention_s=args.decision_retention,
+        publish_chunk_bytes=args.publish_chunk_bytes,
         log_level=args.log_level,
     )
 

@@ -18,6 +18,7 @@ be sent again), `results` and `errors` (what callers get), `blocking` and
 from laminar.client.aio import AsyncClient
 from laminar.client.errors import (
     CannotConnectError,
+    CommitPendingError,
     ConnectionLostError,
     CorruptRecordError,
     DuplicateSequenceError,
@@ -33,10 +34,15 @@ from laminar.client.errors import (
     ServerError,
     ServerTimeoutError,
     ShuttingDownError,
+    StagedDataMissingError,
+    StageOutOfOrderError,
+    StagingFullError,
     StorageError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
+    WriteAbortedError,
+    WriteCommittedError,
 )
 from laminar.client.results import (
     Offsets,
@@ -48,13 +54,17 @@ from laminar.client.results import (
 from laminar.client.retry import RetryPolicy
 from laminar.client.routing import ClusterView, parse_address, partition_for_key
 from laminar.client.sync import Client, Pending
+from laminar.client.writes import AtomicWrite, CommitResult, Stager, new_write_id
 from laminar.wire import MetadataResponse, ShardInfo, TopicInfo
 
 __all__ = [
     "AsyncClient",
+    "AtomicWrite",
     "CannotConnectError",
     "Client",
     "ClusterView",
+    "CommitPendingError",
+    "CommitResult",
     "ConnectionLostError",
     "CorruptRecordError",
     "DuplicateSequenceError",
@@ -78,12 +88,19 @@ __all__ = [
     "ServerTimeoutError",
     "ShardInfo",
     "ShuttingDownError",
+    "StageOutOfOrderError",
+    "StagedDataMissingError",
+    "Stager",
+    "StagingFullError",
     "StorageError",
     "TopicDescription",
     "TopicExistsError",
     "TopicInfo",
     "UnknownPartitionError",
     "UnknownTopicError",
+    "WriteAbortedError",
+    "WriteCommittedError",
+    "new_write_id",
     "parse_address",
     "partition_for_key",
 ]

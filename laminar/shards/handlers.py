@@ -137,6 +137,10 @@ class Handlers:
         await self._topic_of(pid)
         return await self.partitions.get(pid)
 
+    # The write protocol (`laminar.shards.staging`) resolves partitions the same way.
+    topic_of = _topic_of
+    log_of = _log_of
+
     # -- partition ops ---------------------------------------------------------
 
     async def produce(self, req: ProduceRequest, corr: int, ctx: RequestContext) -> list[Buffer]:

@@ -46,7 +46,8 @@ from laminar.shards.metadata import METADATA_PID, Applied
 from laminar.shards.metalog import MetadataService
 from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.partitions import LongPolls, PartitionManager
-from laminar.wire import NEED_DATA, FrameDecoder, ProtocolError
+from laminar.shards.staging.service import WriteService, WriteSettings
+from laminar.wire import NEED_DATA, Frame, FrameDecoder, Message, ProtocolError, decode_frame
 
 logger = logging.getLogger("laminar.shards")
 
@@ -119,6 +120,13 @@ class Shard:
             return loop.create_task(coro, queue=tq)  # type: ignore[call-arg]
         return loop.create_task(coro)
 
+    async def _internal_request(self, message: Message) -> Frame:
+        """Serve a request of this node's own (the write protocol's) here or on
+        the shard that owns its partition; the answer frame."""
+        ctx = RequestContext(received_by=self.shard_id, internal=True)
+        answer = await self.dispatcher.dispatch(message.to_frame(0), ctx)
+        return decode_frame(b"".join(answer), self.config.max_frame_bytes + CHANNEL_FRAME_SLACK)
+
     def request_drain(self) -> None:
         if self._drain_requested is not None:
             self._drain_requested.set()
@@ -171,9 +179,26 @@ class Shard:
             self.metrics,
             config.max_frame_bytes,
         )
+        self.writes = WriteService(
+            WriteSettings(
+                config.staging_dir,
+                config.decisions_dir,
+                config.staging_bytes_max,
+                config.staging_timeout_s,
+                round(config.decision_retention_s * 1000),
+                config.publish_append_bytes,
+            ),
+            backend,
+            self._owns,
+            self.handlers.log_of,
+            self.handlers.topic_of,
+            self._internal_request,
+        )
+        self.dispatcher.add_handlers(self.writes.table())
         control_task = self._spawn(self._serve_control(), "background")
         self._listen(self.sockets.channel, internal=True)
         await self.metadata.start()
+        await self.writes.start()
         self._listen(self.sockets.shard_tcp, internal=False)
         self._listen(self.sockets.node_tcp, internal=False)
         self.datagrams = None
@@ -274,6 +299,7 @@ class Shard:
                 1 for idx in range(topic.partitions) if self._owns((topic.topic_id << 32) | idx)
             )
             await self.partitions.drop_topic(topic.topic_id, topic.partitions)
+            await self.writes.drop_topic(topic.topic_id)
 
     # -- control channel -------------------------------------------------------
 
@@ -321,6 +347,7 @@ class Shard:
                 "topics": len(self.metadata.state.topics()),
                 "uptime_s": time.time() - self._started_at,
                 "task_queues": self._queue_stats(),
+                **self.writes.stats(),
             }
         )
         return snap
@@ -363,6 +390,7 @@ class Shard:
         for conn in list(self.connections):
             conn.stop()
         await self._wait_serving(lambda t: True, 1.0)
+        await self.writes.close()
         await self.partitions.close_all()
         logger.info("shard %d drained", self.shard_id)
 

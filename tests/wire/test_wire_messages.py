@@ -49,6 +49,7 @@ from laminar.wire import (
     encode_frame,
     encode_record,
 )
+from laminar.wire import writes as w
 from laminar.wire.ops import RAFT_OPS
 
 u16 = st.integers(0, 2**16 - 1)
@@ -66,6 +67,20 @@ blobs = st.builds(
 )
 topics = st.builds(TopicInfo, names, u32, st.integers(0, 2**32), configs)
 shards = st.builds(ShardInfo, u16, names, u16)
+parts = st.builds(w.StagedPart, u64, u64, u32, u64, u32, u64)
+parts_tuple = st.lists(parts, max_size=4).map(tuple)
+states = st.sampled_from(sorted(w.WriteState.ALL))
+
+
+def _partition_parts(cls: type[Any]) -> st.SearchStrategy[Any]:
+    """An internal per-partition request whose parts are all of its partition."""
+    return st.builds(
+        lambda pid, commit, ps: cls(pid, commit, tuple(p._replace(partition_id=pid) for p in ps)),
+        u64,
+        u64,
+        parts_tuple,
+    )
+
 
 REQUESTS: list[st.SearchStrategy[Any]] = [
     st.builds(ProduceRequest, u64, st.lists(blobs, max_size=10).map(tuple)),
@@ -77,6 +92,15 @@ REQUESTS: list[st.SearchStrategy[Any]] = [
     st.builds(ListTopicsRequest),
     st.builds(Ping, u64),
     st.builds(ForwardRequest, u64, u16, st.binary(max_size=100)),
+    st.builds(
+        w.StageRequest, u64, u64, u32, u64, u32, st.lists(blobs, max_size=5).map(tuple), u32
+    ),
+    st.builds(w.CommitWriteRequest, u64, parts_tuple),
+    st.builds(w.AbortWriteRequest, u64, st.booleans(), parts_tuple),
+    st.builds(w.WriteStatusRequest, u64),
+    _partition_parts(w.CheckStagedRequest),
+    _partition_parts(w.PublishStagedRequest),
+    _partition_parts(w.DropStagedRequest),
 ]
 RESPONSES: list[st.SearchStrategy[Any]] = [
     st.builds(ProduceResponse, u64, u64, u32, u64),
@@ -103,6 +127,18 @@ RESPONSES: list[st.SearchStrategy[Any]] = [
     st.builds(ListTopicsResponse, st.lists(topics, max_size=4).map(tuple)),
     st.builds(Pong, u64, names, u16, u16),
     st.builds(ForwardResponse, u64, st.binary(max_size=100)),
+    st.builds(w.StageResponse, u64, u32, u32, st.booleans()),
+    st.builds(
+        w.CommitWriteResponse,
+        u64,
+        st.booleans(),
+        st.lists(st.builds(w.Published, u64, u64, u64), max_size=4).map(tuple),
+    ),
+    st.builds(w.AbortWriteResponse, u64, states),
+    st.builds(w.WriteStateResponse, u64, states),
+    st.builds(w.CheckStagedResponse, u64, u64, u64),
+    st.builds(w.PublishStagedResponse, u64, u64, u64),
+    st.builds(w.DropStagedResponse, u64, u64, u64),
     st.builds(ErrorResponse, st.integers(0, 255), st.sampled_from(ErrorCode), names, u64),
 ]
 
@@ -211,7 +247,7 @@ def test_bad_requests_are_invalid_and_name_the_request(frame: Frame, match: str)
     assert reply == ErrorResponse(frame.op, ErrorCode.INVALID_REQUEST, err.message, 7)
 
 
-@pytest.mark.parametrize("op", [0, 9, 31, RAFT_OPS[0], 200, 255])
+@pytest.mark.parametrize("op", [0, 30, 31, RAFT_OPS[0], 200, 255])
 def test_unknown_ops(op: int) -> None:
     with pytest.raises(UnknownOp) as info:
         decode_request(frame_with(op, {}))
