@@ -66,10 +66,17 @@ class StagingFiles:
             await self._trim()
 
     async def append(self, path: str, buffers: Sequence[Buffer], *, create: bool) -> int:
-        """Append `buffers` durably; the offset they start at."""
+        """Append `buffers` durably; the offset they start at. A write that fails
+        is cut off again (best effort; recovery cuts any torn tail anyway), so the
+        next append follows the last good frame."""
         async with self.using(path, create=create) as storage:
             offset = storage.size
-            await storage.writev(buffers, offset, sync=True)
+            try:
+                await storage.writev(buffers, offset, sync=True)
+            except Exception:
+                with contextlib.suppress(Exception):
+                    await storage.truncate(offset)
+                raise
             return offset
 
     async def read(self, path: str, offset: int, length: int) -> bytes:

@@ -202,11 +202,7 @@ class Participant:
                     await self.files.ensure_dir(self.directory(pid))
                 offset = await self.files.append(path, [*header, *batch], create=new)
             except BaseException:
-                # Nothing may follow a torn write in this file: give the attempt up.
-                self.area.stage_failed(size)
-                with contextlib.suppress(OSError):
-                    await self.files.remove(path)
-                self.area.drop_attempt(pid, key)
+                self.area.stage_failed(size)  # the batch may be sent again
                 raise
             start = offset + frame_bytes(header)
             staged = StagedBatch(req.sequence, len(req.blobs), start, frame_bytes(batch))
