@@ -22,7 +22,14 @@ Read options (batch and streaming):
                         this many records (default: one task per partition)
 
 Write options (batch and streaming): bootstrap, topic, and
-  maxBatchBytes         bytes of record values per produce request (default 1 MiB)
+  maxBatchBytes         bytes of record values per request (default 1 MiB)
+  guarantee             "exactly-once" (default: tasks stage, the driver commits
+                        the winning attempts atomically) or "at-least-once"
+                        (tasks append as they go: retries duplicate, a failed
+                        job leaves what its tasks wrote)
+  stagingTimeoutMs      how long a task's staged rows may wait for the commit
+                        after its last batch (default: the node's
+                        --staging-timeout)
 """
 
 from __future__ import annotations
@@ -57,7 +64,10 @@ _READ_OPTIONS: Final = frozenset(
         "maxrecordspersplit",
     }
 )
-_WRITE_OPTIONS: Final = frozenset({"bootstrap", "topic", "maxbatchbytes"})
+_WRITE_OPTIONS: Final = frozenset(
+    {"bootstrap", "topic", "maxbatchbytes", "guarantee", "stagingtimeoutms"}
+)
+GUARANTEES: Final = ("exactly-once", "at-least-once")
 # Options Spark itself may pass to a source or sink.
 _SPARK_OPTIONS: Final = frozenset({"path", "checkpointlocation", "queryname"})
 _KAFKA_HINTS: Final = {
@@ -85,11 +95,13 @@ class ReadOptions:
 
 @dataclass(frozen=True, slots=True)
 class WriteOptions:
-    """Where to write and how to batch."""
+    """Where to write, how to batch, and with which guarantee."""
 
     bootstrap: str
     topic: str
     max_batch_bytes: int
+    guarantee: str = "exactly-once"
+    staging_timeout_s: float | None = None
 
 
 def read_options(options: Mapping[str, str]) -> ReadOptions:
@@ -119,7 +131,17 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
         raise LaminarSparkError(
             f"maxBatchBytes={batch_bytes} is over the limit of {MAX_BATCH_BYTES_LIMIT}"
         )
-    return WriteOptions(_bootstrap(opts), _topic(opts), batch_bytes)
+    guarantee = opts.get("guarantee", "exactly-once").strip().lower()
+    if guarantee not in GUARANTEES:
+        raise LaminarSparkError(f"guarantee={guarantee!r}: use one of {', '.join(GUARANTEES)}")
+    timeout_ms = _positive(opts, "stagingtimeoutms", "stagingTimeoutMs")
+    return WriteOptions(
+        _bootstrap(opts),
+        _topic(opts),
+        batch_bytes,
+        guarantee,
+        None if timeout_ms is None else timeout_ms / 1000,
+    )
 
 
 def _lowered(options: Mapping[str, str], known: frozenset[str]) -> dict[str, str]:

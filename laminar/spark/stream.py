@@ -12,10 +12,18 @@ limit Spark passes (`maxRecordsPerTrigger` becomes `ReadMaxRows`) and, under
 started. Records removed by retention before the query read them are an
 error, not a silent skip.
 
-Writing. Each task of each micro-batch is an idempotent producer whose id
-comes from the query id, the micro-batch id and the task's partition id
-(`laminar.spark.writing`), all of which a restarted query reuses when it runs
-an unfinished micro-batch again: its records are not appended twice.
+Writing. Each micro-batch is one atomic write (`laminar.spark.writing`): its
+tasks stage their rows, and the driver's `commit(messages, batchId)` commits
+the successful attempts under `stream_commit_id(query id, batchId)`. A
+restarted query that runs an unfinished micro-batch again commits under the
+same id: if the first run had committed (the driver died before Spark
+recorded it), the node answers "committed before" and nothing is appended
+twice; if it had not, the first run's staged rows are never published.
+
+Spark gives the batch id to `commit` (public API) but tells a writer nothing
+about its query; the query id comes from the task property Spark sets for
+streaming tasks (`sql.streaming.queryId`, an internal name, checked: a task
+without it fails with an error saying so).
 """
 
 from __future__ import annotations
@@ -40,18 +48,26 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from laminar.client import Client
+from laminar.client import Client, new_write_id
 from laminar.spark.errors import LaminarSparkError
 from laminar.spark.options import ReadOptions, WriteOptions
 from laminar.spark.plan import from_offset, interleave, limit_records, split, to_offset
 from laminar.spark.reading import TopicState, connect, ranges, read_split, splits
 from laminar.spark.schema import WriteColumns
-from laminar.spark.writing import WriteTarget, WrittenCounts, stream_producer_id, write_task
+from laminar.spark.writing import (
+    ProducedTask,
+    StagedTask,
+    WriteTarget,
+    abort_tasks,
+    commit_tasks,
+    stream_commit_id,
+    write_task,
+)
 
 logger = logging.getLogger("laminar.spark")
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
-BATCH_ID_PROPERTY = "streaming.sql.batchId"
+"""Spark's task property naming the streaming query (`StreamExecution.QUERY_ID_KEY`)."""
 
 
 class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -154,7 +170,7 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class LaminarStreamWriter(DataSourceStreamArrowWriter):
-    """Appends each micro-batch to a topic, idempotently (module docstring)."""
+    """Appends each micro-batch to a topic, exactly once (module docstring)."""
 
     def __init__(self, options: WriteOptions, columns: WriteColumns, overwrite: bool) -> None:
         if overwrite:
@@ -162,33 +178,39 @@ class LaminarStreamWriter(DataSourceStreamArrowWriter):
                 'laminar topics are append-only: use outputMode("append") or "update"'
             )
         self.target = WriteTarget.check(options, columns)
+        self.run_id = new_write_id()
+        """Tasks of this run of the query stage under it."""
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenCounts:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedTask | ProducedTask:
         ctx = TaskContext.get()
         query_id = None if ctx is None else ctx.getLocalProperty(QUERY_ID_PROPERTY)
-        batch_id = None if ctx is None else ctx.getLocalProperty(BATCH_ID_PROPERTY)
-        if query_id is None or batch_id is None:
-            raise RuntimeError(
-                "a laminar stream writer task sees no streaming query id or batch id "
-                f"(task properties {QUERY_ID_PROPERTY!r}, {BATCH_ID_PROPERTY!r})"
+        if query_id is None and self.target.options.guarantee == "exactly-once":
+            raise LaminarSparkError(
+                "a laminar stream writer task sees no streaming query id (Spark's task property "
+                f"{QUERY_ID_PROPERTY!r} is missing: has this Spark version renamed it?); "
+                'exactly-once needs it. Use guarantee="at-least-once" to write without it.'
             )
-        return write_task(
-            self.target, iterator, lambda part: stream_producer_id(query_id, int(batch_id), part)
-        )
+        return write_task(self.target, iterator, self.run_id, query_id=query_id)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to do: the micro-batch's records were durable when its tasks ended."""
-        done = [m for m in messages if isinstance(m, WrittenCounts)]
-        logger.info(
-            "laminar stream write to %s, batch %d: %d records",
-            self.target.options.topic,
-            batchId,
-            sum(m.records for m in done),
-        )
+        """Commit the micro-batch once, under an id its re-runs share."""
+        query_id = _query_id(messages)
+        if query_id is None:
+            return  # at-least-once, or no task ran
+        commit_id = stream_commit_id(query_id, batchId)
+        commit_tasks(self.target, commit_id, messages, f"laminar stream batch {batchId}")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        logger.warning(
-            "laminar stream write to %s, batch %d failed; a rerun appends only what is missing",
-            self.target.options.topic,
-            batchId,
-        )
+        """Drop what the micro-batch staged; not for good, since the query may run
+        the batch again under the same commit id."""
+        query_id = _query_id(messages)
+        if query_id is not None:
+            commit_id = stream_commit_id(query_id, batchId)
+            abort_tasks(self.target, commit_id, messages, final=False)
+
+
+def _query_id(messages: list[WriterCommitMessage | None]) -> str | None:
+    ids = {m.query_id for m in messages if isinstance(m, StagedTask) and m.query_id}
+    if len(ids) > 1:
+        raise LaminarSparkError(f"one micro-batch's tasks name several query ids: {sorted(ids)}")
+    return next(iter(ids), None)

@@ -375,7 +375,8 @@ class PublishStagedRequest(_PartitionParts):
 @dataclass(frozen=True, slots=True)
 class DropStagedRequest(_PartitionParts):
     """Internal (op 15): forget `commit_id` on this partition and drop the named
-    parts' staged data (a finished or aborted commit)."""
+    parts' staged data, and any other attempt of their writes that no commit
+    claims (a finished or aborted commit's losers)."""
 
     OP: ClassVar[int] = Op.DROP_STAGED
 

@@ -21,7 +21,8 @@ Rules:
 3. A commit may claim parts only if each is staged in full (its batch count and
    record count match). The claim is durable before the coordinator hears yes.
 4. An attempt nobody claims expires after it was idle for its timeout: it is
-   dropped. A claimed attempt and a commit record are dropped only after the
+   dropped. Idle means no batch of its *write* reached this shard for that
+   long (a job whose tasks still stage here keeps its finished tasks' rows). A claimed attempt and a commit record are dropped only after the
    coordinator says the commit is not pending (unknown, aborted or done), and
    only if no new claim arrived while it was asked (a commit sent again may be
    checking the same parts right then).
@@ -34,6 +35,7 @@ Rules:
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -142,6 +144,9 @@ class StagingArea:
         """Staged bytes, including reservations of batches being written."""
         self._attempts: dict[tuple[int, AttemptKey], Attempt] = {}
         self._commits: dict[tuple[int, int], CommitRecord] = {}
+        self._write_active: dict[int, float] = {}
+        """When a batch of each write id last arrived."""
+        self._write_attempts: Counter[int] = Counter()
 
     # -- views ---------------------------------------------------------------------
 
@@ -225,12 +230,14 @@ class StagingArea:
         if attempt is None:
             attempt = Attempt(pid, key, self.timeout_for(timeout_ms), now)
             self._attempts[(pid, key)] = attempt
+            self._write_attempts[key.write_id] += 1
         if batch.sequence != len(attempt.batches):
             raise ValueError(f"batch {batch.sequence} recorded out of order: decide first")
         attempt.batches.append(batch)
         attempt.bytes += reserved
         attempt.records += batch.records
         attempt.idle_since = now
+        self._write_active[key.write_id] = now
         return attempt
 
     def stage_failed(self, reserved: int) -> None:
@@ -341,7 +348,7 @@ class StagingArea:
         drops = [
             Drop(a.partition_id, a.key)
             for a in self._attempts.values()
-            if a.claimed_by is None and not a.publishing and now - a.idle_since >= a.timeout_s
+            if a.claimed_by is None and not a.publishing and self.idle_for(a, now) >= a.timeout_s
         ]
         asks = []
         for record in self._commits.values():
@@ -350,6 +357,11 @@ class StagingArea:
             record.asking = True
             asks.append(Ask(record.partition_id, record.commit_id, record.generation))
         return drops, asks
+
+    def idle_for(self, attempt: Attempt, now: float) -> float:
+        """Seconds since the attempt, or any attempt of its write, staged here."""
+        active = max(attempt.idle_since, self._write_active.get(attempt.key.write_id, 0.0))
+        return now - active
 
     def _record_timeout(self, record: CommitRecord) -> float:
         timeouts = [
@@ -383,6 +395,10 @@ class StagingArea:
         attempt = self._attempts.pop((pid, key), None)
         if attempt is not None:
             self.bytes -= attempt.bytes
+            self._write_attempts[key.write_id] -= 1
+            if self._write_attempts[key.write_id] <= 0:
+                del self._write_attempts[key.write_id]
+                self._write_active.pop(key.write_id, None)
         return attempt
 
     def drop_commit(self, pid: int, commit_id: int) -> CommitRecord | None:
@@ -412,6 +428,7 @@ class StagingArea:
             attempt.records += batch.records
         attempt.bytes = file_bytes
         self._attempts[(pid, key)] = attempt
+        self._write_attempts[key.write_id] += 1
         self.bytes += file_bytes
         return attempt
 

@@ -321,8 +321,9 @@ class Participant:
     # -- drop ---------------------------------------------------------------------------------
 
     async def drop(self, pid: int, commit_id: int, parts: tuple[StagedPart, ...]) -> int:
-        """Forget `commit_id` here and drop the named parts' staged data (unless
-        another commit claims them); how many attempts were dropped."""
+        """Forget `commit_id` here and drop the named parts' staged data, and every
+        other attempt of their writes no commit claims (the losers: failed and
+        speculative attempts); how many attempts were dropped."""
         return await shielded(self._drop(pid, commit_id, parts))
 
     async def _drop(self, pid: int, commit_id: int, parts: tuple[StagedPart, ...]) -> int:
@@ -334,9 +335,10 @@ class Participant:
                     f"commit {commit_id:#x} is being published on partition {pid:#x}",
                 )
             await self._forget_commit(pid, commit_id)
+        named = {AttemptKey.of(p) for p in parts}
+        writes = {p.write_id for p in parts}
         dropped = 0
-        for part in parts:
-            key = AttemptKey.of(part)
+        for key in [*named, *(k for w in writes for k in self.area.keys_of_write(pid, w))]:
             attempt = self.area.attempt(pid, key)
             if attempt is not None and attempt.claimed_by in (None, commit_id):
                 dropped += await self._drop_attempt(pid, key)
@@ -378,7 +380,7 @@ class Participant:
                     attempt is None
                     or attempt.claimed_by is not None
                     or attempt.publishing
-                    or now - attempt.idle_since < attempt.timeout_s
+                    or self.area.idle_for(attempt, now) < attempt.timeout_s
                 ):
                     continue
                 self.area.drop_attempt(drop.partition_id, drop.key)
