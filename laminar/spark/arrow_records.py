@@ -25,11 +25,14 @@ import pyarrow as pa
 
 from laminar.spark.schema import ARROW_SCHEMA, HEADERS_TYPE
 from laminar.wire import PRODUCER_HEADER
+from laminar.wire.writes import WRITE_HEADER
 
 _ENTRY: Final = np.dtype([("index", ">u8"), ("timestamp_ms", ">u8"), ("length", ">u4")])
 _HAS_KEY: Final = 0x01
 _HAS_HEADERS: Final = 0x02
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
+_SYSTEM_HEADERS: Final = frozenset({PRODUCER_HEADER, WRITE_HEADER})
+"""Stamps laminar puts on records (idempotent producers, atomic writes): not data."""
 
 Ints = npt.NDArray[np.int64]
 Bytes = npt.NDArray[np.uint8]
@@ -182,6 +185,6 @@ def _headers(packed: bytes) -> list[tuple[str, bytes]] | None:
     for name, value in headers.items():
         if type(name) is not str or type(value) is not bytes:
             raise CorruptFetchError("record headers must be a msgpack map of str to bin")
-        if name != PRODUCER_HEADER:
+        if name not in _SYSTEM_HEADERS:
             items.append((name, value))
     return items or None

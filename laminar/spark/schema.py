@@ -9,9 +9,10 @@ Read schema (every record is one row):
   value      BINARY               its value
   headers    MAP<STRING,BINARY>   its headers; null when it has none
 
-The header `laminar.producer` that idempotent writers put on the first record
-of each batch (`laminar.shards.idempotence`) belongs to the system and is not
-shown. A write takes `value` (BINARY or STRING, required) and optionally
+The headers `laminar.producer` (idempotent producers,
+`laminar.shards.idempotence`) and `laminar.write` (atomic writes,
+`laminar.shards.staging`) that laminar puts on the first record of a batch
+belong to the system and are not shown. A write takes `value` (BINARY or STRING, required) and optionally
 `key` (BINARY or STRING), `headers` (MAP<STRING,BINARY or STRING>) and
 `partition` (an integer type); other columns are ignored, so a DataFrame read
 from one topic can be written to another as it is.

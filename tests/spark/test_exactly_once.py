@@ -56,7 +56,7 @@ def _wait_for(what: str, condition: Any, timeout_s: float = 30.0, node: Any = No
         if time.monotonic() > deadline:
             shown = "" if node is None else _staging_metrics(node)
             raise AssertionError(f"timed out waiting for {what}{shown}")
-        time.sleep(0.05)
+        time.sleep(0.2)
 
 
 def _staging_metrics(node: RunningNode) -> str:
@@ -153,7 +153,7 @@ def _fail_first_attempt(admin_url: str, witness: Path, task: int, after_batches:
             before = staged_batches()
             deadline = time.monotonic() + 30
             while staged_batches() == before and time.monotonic() < deadline:
-                time.sleep(0.05)  # the writer stages what it was handed so far
+                time.sleep(0.2)  # the writer stages what it was handed so far
             witness.write_text("failed")
             raise RuntimeError("injected failure of the first attempt")
 
@@ -163,7 +163,7 @@ def _fail_first_attempt(admin_url: str, witness: Path, task: int, after_batches:
         if not first:
             deadline = time.monotonic() + 60
             while not witness.exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
+                time.sleep(0.1)
         for i, batch in enumerate(batches):
             yield batch
             if first and i + 1 == after_batches:
@@ -181,7 +181,7 @@ def test_a_retry_after_a_shuffle_writes_each_row_once(
     rows; Spark retries it (spark.task.maxFailures) and the shuffle may hand
     the retry its rows in another order."""
     topic = fresh_topic(client, "shuffled", 4)
-    rows = 3000
+    rows = 1500
     witness = tmp_path / "failed-attempt"
     udf = _fail_first_attempt(node.admin_url, witness, task=0, after_batches=3)
     dropped_before = metric(node, "laminar_staged_dropped_total")
