@@ -12,10 +12,11 @@ Read schema (every record is one row):
 The headers `laminar.producer` (idempotent producers,
 `laminar.shards.idempotence`) and `laminar.write` (atomic writes,
 `laminar.shards.staging`) that laminar puts on the first record of a batch
-belong to the system and are not shown. A write takes `value` (BINARY or STRING, required) and optionally
-`key` (BINARY or STRING), `headers` (MAP<STRING,BINARY or STRING>) and
-`partition` (an integer type); other columns are ignored, so a DataFrame read
-from one topic can be written to another as it is.
+belong to the system and are not shown. A write takes `value` (BINARY or
+STRING, required) and optionally `key` (BINARY or STRING), `headers`
+(MAP<STRING,BINARY or STRING>) and `partition` (an integer type); other
+columns are ignored, so a DataFrame read from one topic can be written to another
+as it is.
 """
 
 from __future__ import annotations

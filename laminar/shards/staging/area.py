@@ -22,7 +22,8 @@ Rules:
    record count match). The claim is durable before the coordinator hears yes.
 4. An attempt nobody claims expires after it was idle for its timeout: it is
    dropped. Idle means no batch of its *write* reached this shard for that
-   long (a job whose tasks still stage here keeps its finished tasks' rows). A claimed attempt and a commit record are dropped only after the
+   long (a job whose tasks still stage here keeps its finished tasks' rows).
+   A claimed attempt and a commit record are dropped only after the
    coordinator says the commit is not pending (unknown, aborted or done), and
    only if no new claim arrived while it was asked (a commit sent again may be
    checking the same parts right then).
