@@ -14,8 +14,14 @@ bytes through the plain client, then measures, on the same data:
   fetch answers decoded into Arrow in bulk) in this process, without Spark;
 - `spark_read_count`: `spark.read.format("laminar")...load().count()`;
 - `spark_read_to_parquet`: the same read written with `.write.parquet(...)`;
-- `spark_write_topic`: `spark.range(N)` as `--value-bytes` values written into a
-  new topic with `df.write.format("laminar")` (idempotent producers);
+- `spark_write_exactly_once` and `spark_write_at_least_once`: `spark.range(N)`
+  as `--value-bytes` values (each holding its row id) written into a new topic
+  with `df.write.format("laminar")`, with the default exactly-once protocol
+  (tasks stage, the driver commits) and with `guarantee=at-least-once` (tasks
+  append as they go: the old plain write). The two alternate within each
+  round (order rotated), and every written topic is read back and checked by
+  identity: each row id exactly once. `exactly_once_cost` is the ratio of
+  the medians of their times (target: at most 1.5);
 - `spark_canned_count`: a control: the same `count()` over a Python data
   source that yields the same Arrow batches from memory (no node, no network),
   i.e. what Spark itself costs for this schema on this machine.
@@ -141,6 +147,73 @@ def connector_fetch(bootstrap: str, client: Any, topic: str, partitions: int) ->
     return rows
 
 
+WRITE_MODES = ("exactly-once", "at-least-once")
+
+
+def write_rounds(
+    spark: Any,
+    client: Any,
+    bootstrap: str,
+    records: int,
+    value_bytes: int,
+    partitions: int,
+    rounds: int,
+) -> dict[str, Any]:
+    """Rows/s of both write modes, interleaved (order rotated each round, after
+    one warm-up round), each written topic checked by identity then deleted."""
+    frame = spark.range(records).selectExpr(
+        f"CAST(lpad(CAST(id AS STRING), {value_bytes}, 'x') AS BINARY) AS value"
+    )
+    runs: dict[str, list[float]] = {m: [] for m in WRITE_MODES}
+    for round_no in range(rounds + 1):
+        order = WRITE_MODES if round_no % 2 == 0 else WRITE_MODES[::-1]
+        for mode in order:
+            topic = f"spark-bench-write-{mode}-{round_no}-{int(time.time())}"
+            client.create_topic(topic, partitions=partitions)
+            start = time.perf_counter()
+            frame.write.format("laminar").option("bootstrap", bootstrap).option(
+                "topic", topic
+            ).option("guarantee", mode).mode("append").save()
+            elapsed = time.perf_counter() - start
+            check_identity(bootstrap, client, topic, partitions, records)
+            client.delete_topic(topic)
+            if round_no:
+                runs[mode].append(records / elapsed)
+            log(f"  {mode}: {records / elapsed:,.0f} rows/s (identity checked)")
+    medians = {m: statistics.median(runs[m]) for m in WRITE_MODES}
+    return {
+        "rows_per_s": {m: {"median": medians[m], "runs": runs[m]} for m in WRITE_MODES},
+        "exactly_once_cost": medians["at-least-once"] / medians["exactly-once"],
+        "cost_target": 1.5,
+        "identity_checked": True,
+    }
+
+
+def check_identity(bootstrap: str, client: Any, topic: str, partitions: int, records: int) -> None:
+    """Every row id 0..records-1 exactly once in `topic` (values are the id
+    left-padded with "x"), read back through the connector's Arrow path."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from laminar.spark.plan import Range
+    from laminar.spark.reading import RangeSplit, read_split
+
+    chunks = []
+    for p in range(partitions):
+        lowest, highest = client.offsets(topic, p)
+        for batch in read_split(RangeSplit(bootstrap, topic, Range(p, lowest, highest))):
+            text = pc.cast(batch.column(batch.schema.get_field_index("value")), "string")
+            chunks.append(pc.cast(pc.utf8_ltrim(text, "x"), "int64").to_numpy())
+    ids = np.sort(np.concatenate(chunks)) if chunks else np.array([], np.int64)
+    if len(ids) != records or not np.array_equal(ids, np.arange(records)):
+        missing = np.setdiff1d(np.arange(records), ids)
+        duplicated = len(ids) - len(np.unique(ids))
+        raise AssertionError(
+            f"{topic}: {len(missing)} row ids missing, {duplicated} duplicated "
+            f"(of {records}): delivery is broken"
+        )
+
+
 def canned_source(records: int, value_bytes: int, splits: int) -> type:
     """A data source yielding laminar-shaped Arrow batches from memory (the
     control): built here so cloudpickle ships it by value to the workers."""
@@ -206,10 +279,9 @@ def main() -> None:
         results: dict[str, Any] = {}
         value = b"x" * args.value_bytes
         stamp = int(time.time())
-        source, sink = f"spark-bench-{stamp}", f"spark-bench-out-{stamp}"
+        source = f"spark-bench-{stamp}"
         with Client(bootstrap) as client:
             client.create_topic(source, partitions=args.partitions)
-            client.create_topic(sink, partitions=args.partitions)
             owners = [d.shard_id for d in client.describe_topic(source).partitions]
             per_shard = {str(s): owners.count(s) for s in sorted(set(owners))}
             log(f"partitions per shard: {per_shard}")
@@ -263,22 +335,16 @@ def main() -> None:
             results["spark_canned_count"] = spark_rounds(
                 lambda: int(spark.read.format("laminar_canned").load().count()), args.rounds
             )
-            log("spark: write into a topic")
-            frame = spark.range(args.records).selectExpr(
-                f"CAST(lpad(CAST(id AS STRING), {args.value_bytes}, 'x') AS BINARY) AS value"
+            log("spark: writes, exactly-once against at-least-once")
+            results["spark_write"] = write_rounds(
+                spark,
+                client,
+                bootstrap,
+                args.records,
+                args.value_bytes,
+                args.partitions,
+                args.rounds,
             )
-
-            def write() -> int:
-                frame.write.format("laminar").option("bootstrap", bootstrap).option(
-                    "topic", sink
-                ).mode("append").save()
-                return args.records
-
-            results["spark_write_topic"] = spark_rounds(write, args.rounds)
-            written = sum(client.offsets(sink, q).highest for q in range(args.partitions))
-            # Warm-up and rounds each append every row once: no more, no fewer.
-            results["spark_write_topic"]["records_in_topic"] = written
-            results["spark_write_topic"]["records_expected"] = (args.rounds + 1) * args.records
             spark.stop()
         report = {
             "bench": "spark",
