@@ -24,7 +24,14 @@ from laminar.client import new_write_id
 from laminar.spark.errors import LaminarSparkError
 from laminar.spark.options import ReadOptions, WriteOptions
 from laminar.spark.plan import interleave, split
-from laminar.spark.reading import TopicState, connect, ranges, read_split, splits
+from laminar.spark.reading import (
+    TopicState,
+    connect,
+    ranges,
+    read_split,
+    splits,
+    subscribed_topics,
+)
 from laminar.spark.schema import WriteColumns
 from laminar.spark.writing import (
     ProducedTask,
@@ -37,17 +44,22 @@ from laminar.spark.writing import (
 
 
 class LaminarBatchReader(DataSourceReader):
-    """Reads `[startingIndex, endingIndex)` of each chosen partition."""
+    """Reads `[startingIndex, endingIndex)` of each chosen partition of each topic."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
+        pieces = []
+        shards: dict[tuple[str, int], int] = {}
         with connect(options.bootstrap, options.topic) as client:
-            topic = TopicState.fetch(client, options)
-            start = topic.starting(client, options, "earliest")
-        end = topic.ending(options)
-        pieces = split(ranges(topic, start, end), options.max_records_per_split)
-        pieces = interleave(pieces, topic.shards)
-        self._splits = splits(options.bootstrap, options.topic, pieces)
+            for name in subscribed_topics(client, options):
+                one = options.for_topic(name)
+                topic = TopicState.fetch(client, one)
+                start = topic.starting(client, one, "earliest")
+                end = topic.ending(client, one)
+                pieces += split(ranges(topic, start, end), options.max_records_per_split)
+                shards.update({(name, p): s for p, s in topic.shards.items()})
+        pieces = interleave(pieces, lambda r: shards.get((r.topic, r.partition), 0))
+        self._splits = splits(options, pieces)
 
     def partitions(self) -> Sequence[InputPartition]:
         return self._splits

@@ -1,6 +1,9 @@
 """The schema of a topic as a DataFrame, and the columns a write accepts.
 
-Read schema (every record is one row):
+Read schema (every record is one row; a read of several topics adds
+`topic STRING` at the end; `kafkaCompatibleSchema=true` gives Spark's Kafka
+source columns instead: key, value, topic, partition, offset, timestamp,
+timestampType (1: append time), headers ARRAY<STRUCT<key, value>>):
 
   partition  INT                  the partition the record is in
   index      BIGINT               its index in that partition
@@ -58,17 +61,53 @@ ARROW_SCHEMA: Final = pa.schema(
 )
 """What the readers yield: Spark checks each batch against the read schema."""
 
+TOPIC_DDL: Final = "topic STRING"
+"""Appended to laminar's columns when a read covers several topics (subscribe)."""
+KAFKA_SCHEMA_DDL: Final = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
+    "timestamp TIMESTAMP, timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+)
+"""`kafkaCompatibleSchema=true`: the columns of Spark's Kafka source, in its order."""
+KAFKA_COLUMNS: Final = (
+    "key",
+    "value",
+    "topic",
+    "partition",
+    "offset",
+    "timestamp",
+    "timestampType",
+    "headers",
+)
+LOG_APPEND_TIME: Final = 1
+"""Kafka's timestampType for a time the broker set: laminar's timestamps are
+append times."""
+
+
+def read_schema(kafka: bool, topic_column: bool) -> str:
+    """The DDL of a read's rows (see the module docstring)."""
+    if kafka:
+        return KAFKA_SCHEMA_DDL
+    return f"{SCHEMA_DDL}, {TOPIC_DDL}" if topic_column else SCHEMA_DDL
+
+
+def read_columns(kafka: bool, topic_column: bool) -> tuple[str, ...]:
+    if kafka:
+        return KAFKA_COLUMNS
+    return (*COLUMNS, "topic") if topic_column else COLUMNS
+
+
 _TEXT: Final = (BinaryType, StringType)
 _INTEGERS: Final = (ByteType, ShortType, IntegerType, LongType)
 
 
-def check_read_schema(schema: StructType) -> None:
+def check_read_schema(schema: StructType, kafka: bool = False, topic_column: bool = False) -> None:
     """A user-given read schema must be the topic schema (columns cannot be
     renamed or retyped here; select and cast after reading)."""
-    if [f.name for f in schema.fields] != list(COLUMNS):
+    if [f.name for f in schema.fields] != list(read_columns(kafka, topic_column)):
         raise LaminarSparkError(
-            f"a laminar topic reads as ({SCHEMA_DDL}); got ({schema.simpleString()}). "
-            "Leave .schema() out and select or cast columns after loading."
+            f"a laminar topic reads as ({read_schema(kafka, topic_column)}); got "
+            f"({schema.simpleString()}). Leave .schema() out and select or cast columns after "
+            "loading."
         )
 
 

@@ -48,7 +48,7 @@ from laminar.client import Client, LaminarError, Pending, partition_for_key
 from laminar.client.writes import CommitResult
 from laminar.spark.errors import LaminarSparkError, explain
 from laminar.spark.options import WriteOptions
-from laminar.spark.reading import CONNECT_TIMEOUT_S, connect
+from laminar.spark.reading import connect, open_client
 from laminar.spark.schema import WriteColumns
 from laminar.wire.writes import StagedPart
 
@@ -162,7 +162,7 @@ def write_task(
     if task is None or spark_attempt is None:
         task, spark_attempt = task_context()
     options = target.options
-    with Client(options.bootstrap, connect_timeout_s=CONNECT_TIMEOUT_S) as client:
+    with open_client(options.bootstrap) as client:
         if options.guarantee == "at-least-once":
             producer = _Producer(client)
             writer = TopicWriter(producer, target, round_robin_start=task)
@@ -226,19 +226,18 @@ def abort_tasks(
     final: bool,
 ) -> None:
     """On the driver: abort (for good when `final`) and drop what the tasks staged."""
+    topic = target.options.topic
+    if target.options.guarantee == "at-least-once":
+        logger.warning("laminar write to %s failed; what its tasks appended stays", topic)
+        return
     parts = [p for m in messages if isinstance(m, StagedTask) for p in m.parts]
-    options = target.options
     try:
-        with connect(options.bootstrap, options.topic) as client:
+        with connect(target.options.bootstrap, topic) as client:
             state = client.abort_write(commit_id, parts, final=final)
     except (LaminarError, LaminarSparkError) as exc:
-        logger.warning(
-            "aborting the write to %s failed (staged data expires): %s", options.topic, exc
-        )
+        logger.warning("aborting the write to %s failed (staged rows expire): %s", topic, exc)
         return
-    logger.warning(
-        "laminar write to %s aborted (%s): nothing of it is visible", options.topic, state
-    )
+    logger.warning("laminar write to %s aborted (%s): nothing of it is visible", topic, state)
 
 
 def _hint(exc: LaminarError) -> str:
