@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from laminar.bench.config import RunConfig
 from laminar.bench.histogram import LatencyHistogram
 from laminar.bench.pacing import Clock
-from laminar.bench.records import intended_ns_of
+from laminar.bench.records import intended_ns_of, record_id
 from laminar.bench.tally import Tally, Timeline
 from laminar.bench.targets.base import Reader
 
@@ -97,6 +97,7 @@ class Consumer:
                 continue
             received += n
             tally.total_records += n
+            tally.seen_ids.extend(map(record_id, values))
             if backlog:
                 fetch_hist.record_ns(t1 - t0)
                 tally.ops += 1

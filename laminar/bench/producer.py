@@ -47,7 +47,9 @@ class Producer:
         self.tally = tally
         self.clock = clock
         self.abort = abort
-        self.maker = RecordMaker(config.record_bytes)
+        self.maker = RecordMaker(config.record_bytes, source=index)
+        self._ids: dict[int, tuple[int, int]] = {}
+        """The id range of each batch in flight, by its number `k`."""
         self.schedule: Schedule | None = None
         if config.load == "open":
             interval_ns = max(1, round(1e9 * config.batch / config.rate_per_producer))
@@ -91,15 +93,21 @@ class Producer:
             intended = self.schedule.intended_ns(k)
         else:
             intended = self.clock.now_ns()
+        self._ids[k] = (self.maker.next_id, self.config.batch)
         values = self.maker.batch(intended, self.config.batch)
         await self.target.produce(self.stream, partition, values)
 
     def on_done(self, o: Outcome) -> None:
         self.finished += 1
         tally = self.tally
+        ids = self._ids.pop(o.k, None)
         if o.error is not None:
             tally.error(o.error)
+            if ids is not None:
+                tally.unsure_ids.append(ids)
             return
+        if ids is not None:
+            tally.acked_ids.append(ids)
         batch = self.config.batch
         tally.total_records += batch
         if o.intended_ns < self.timeline.measure_start_ns:
@@ -143,6 +151,8 @@ class Producer:
             if error is not None:
                 raise error
         self.tally.unfinished_ops = self.issued - self.finished
+        self.tally.unsure_ids += self._ids.values()  # sent, never answered
+        self._ids.clear()
         self.tally.due_ops = self._due_ops()
 
     def _due_ops(self) -> int:

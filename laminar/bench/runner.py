@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from laminar.bench.config import RunConfig
+from laminar.bench.delivery import check_delivery
 from laminar.bench.histogram import LatencyHistogram
 from laminar.bench.machine import loadavg
 from laminar.bench.progress import ProgressSink
-from laminar.bench.records import RecordMaker
+from laminar.bench.records import PREFILL_SOURCE, SOURCE_SHIFT, RecordMaker
 from laminar.bench.results import RunResult, fill_from_reports
 from laminar.bench.tally import WorkerReport
 from laminar.bench.targets import Endpoint, System, connect_target
@@ -73,7 +74,7 @@ async def _setup(endpoint: Endpoint, stream: str, config: RunConfig) -> None:
     try:
         await target.create_stream(stream, config.partitions)
         if config.consumes_backlog:
-            maker = RecordMaker(config.record_bytes)
+            maker = RecordMaker(config.record_bytes, PREFILL_SOURCE)
             for p, n in enumerate(backlog_split(config.prefill, config.partitions)):
                 batches = [min(PREFILL_BATCH, n - i) for i in range(0, n, PREFILL_BATCH)]
                 for i in range(0, len(batches), PREFILL_WINDOW):
@@ -271,7 +272,7 @@ def run_once(
         ch.go.set()
         reports = _collect(workers, config, progress, result)
         fill_from_reports(result, reports, ch.measure_start_ns.value)
-        _check_delivery(result, config)
+        _check_delivery(result, config, reports)
     except Exception as exc:
         result.status = "failed"
         result.error = f"{type(exc).__name__}: {exc}"
@@ -290,14 +291,24 @@ def run_once(
     return result
 
 
-def _check_delivery(result: RunResult, config: RunConfig) -> None:
-    """A tailing consumer must see every acknowledged record."""
-    if config.workload == "produce" or config.consumes_backlog:
+def _check_delivery(result: RunResult, config: RunConfig, reports: list[WorkerReport]) -> None:
+    """Consumers must have every acknowledged record exactly once, by id
+    (`laminar.bench.delivery`); a backlog run, no prefilled record twice."""
+    if config.workload == "produce":
         return
-    missing = result.produced_total - result.consumed_total
-    if missing > 0:
+    seen = [r.seen_ids for r in reports if r.role == "consumer"]
+    if config.consumes_backlog:
+        expected = [(PREFILL_SOURCE << SOURCE_SHIFT, config.prefill)]
+        check = check_delivery(seen, expected, [], require_all=False)
+    else:
+        producers = [r for r in reports if r.role == "producer"]
+        acked = [ids for r in producers for ids in r.acked_ids]
+        unsure = [ids for r in producers for ids in r.unsure_ids]
+        check = check_delivery(seen, acked, unsure)
+    if not check.ok:
         result.status = "errors"
-        result.errors["not delivered by the drain deadline"] = missing
+        result.errors.update(check.errors())
+        result.error_samples += list(check.examples)
 
 
 def headline(result: RunResult, config: RunConfig) -> str:

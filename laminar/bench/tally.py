@@ -7,6 +7,7 @@ merges exactly (`laminar.bench.histogram`).
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -59,6 +60,12 @@ class WorkerReport:
     cpu_s: float = 0.0
     total_records: int = 0
     """Records acknowledged or received over the whole run, warm-up included."""
+    acked_ids: list[tuple[int, int]] = field(default_factory=list)
+    """Producers: the record ids acknowledged, as (first, count) ranges."""
+    unsure_ids: list[tuple[int, int]] = field(default_factory=list)
+    """Producers: ids sent whose outcome is unknown (errors, no answer)."""
+    seen_ids: array[int] = field(default_factory=lambda: array("Q"))
+    """Consumers: every record id received."""
 
 
 class Tally:
@@ -80,6 +87,9 @@ class Tally:
         self.total_records = 0
         self.errors: Counter[str] = Counter()
         self.error_samples: list[str] = []
+        self.acked_ids: list[tuple[int, int]] = []
+        self.unsure_ids: list[tuple[int, int]] = []
+        self.seen_ids = array("Q")
 
     def error(self, exc: BaseException) -> None:
         kind = type(exc).__name__
@@ -109,4 +119,7 @@ class Tally:
             error_samples=list(self.error_samples),
             cpu_s=cpu_s,
             total_records=self.total_records,
+            acked_ids=list(self.acked_ids),
+            unsure_ids=list(self.unsure_ids),
+            seen_ids=self.seen_ids,
         )
