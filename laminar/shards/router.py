@@ -15,8 +15,11 @@ Rules, and why:
 - Metadata and topic listing are answered by whichever shard received them:
   every shard holds the applied metadata (the owner waits for the other shards
   to apply a change before acknowledging it).
-- FORWARD frames are accepted only on the inter-shard channel; a client that
-  sends one gets INVALID_REQUEST (it would otherwise pose as a shard).
+- Internal ops (FORWARD, METADATA_TAIL) are accepted only on the inter-shard
+  channel, never unwrapped from a FORWARD; a client that sends one gets
+  INVALID_REQUEST (it would otherwise pose as a shard). The metadata tail is
+  sent straight to the metadata owner's channel, so it is served where it
+  arrives (a non-owner answers NOT_OWNER).
 - The write protocol's ops are served by the owner of the frame's partition
   id: staging and the internal check/publish/drop by the partition's owner,
   commit/abort/status by the owner of the commit's coordinator id. The
@@ -54,7 +57,8 @@ WRITE_OPS: Final = frozenset(
 )
 INTERNAL_WRITE_OPS: Final = frozenset({Op.CHECK_STAGED, Op.PUBLISH_STAGED, Op.DROP_STAGED})
 NODE_OPS: Final = frozenset({Op.METADATA, Op.LIST_TOPICS})
-METADATA_WRITE_OPS: Final = frozenset({Op.CREATE_TOPIC, Op.DELETE_TOPIC})
+METADATA_WRITE_OPS: Final = frozenset({Op.CREATE_TOPIC, Op.DELETE_TOPIC, Op.ALTER_TOPIC})
+INTERNAL_OPS: Final = frozenset({Op.FORWARD, Op.METADATA_TAIL})
 
 
 class Action(enum.Enum):
@@ -103,13 +107,13 @@ def route(
     """
     if flags & (Flags.RESPONSE | Flags.ERROR):
         return LOCAL  # decoding answers "expected a request"
-    if op == Op.FORWARD:
+    if op in INTERNAL_OPS:
         if internal and not forwarded:
             return LOCAL
         return Decision(
             Action.REJECT,
             code=ErrorCode.INVALID_REQUEST,
-            message="FORWARD is an internal op, accepted only between shards",
+            message=f"{Op(op).name} is an internal op, accepted only between shards",
         )
     if op in INTERNAL_WRITE_OPS and not internal:
         return Decision(

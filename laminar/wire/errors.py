@@ -53,6 +53,9 @@ class ErrorCode(IntEnum):
     SHUTTING_DOWN = 32
     TIMEOUT = 33
     COMMIT_PENDING = 34
+    OUTCOME_UNKNOWN = 37
+    NOT_READY = 38
+    TOO_MANY_CONNECTIONS = 39
     INTERNAL = 99
 
     @property
@@ -104,6 +107,16 @@ _DEFAULT_MESSAGES: dict[ErrorCode, str] = {
         "the commit is decided but not yet published everywhere; the node finishes it, "
         "send the commit again to wait for it"
     ),
+    ErrorCode.OUTCOME_UNKNOWN: (
+        "the request was handed on and no answer came back: it may or may not have been "
+        "applied; read to check before sending it again"
+    ),
+    ErrorCode.NOT_READY: (
+        "the shard is still loading its metadata; nothing was applied; retry shortly"
+    ),
+    ErrorCode.TOO_MANY_CONNECTIONS: (
+        "the shard serves as many connections as it may; nothing was read; retry later"
+    ),
     ErrorCode.INTERNAL: "the server failed unexpectedly",
 }
 
@@ -114,6 +127,8 @@ _RETRIABLE = frozenset(
         ErrorCode.TIMEOUT,
         ErrorCode.STORAGE_ERROR,
         ErrorCode.COMMIT_PENDING,
+        ErrorCode.NOT_READY,
+        ErrorCode.TOO_MANY_CONNECTIONS,
     }
 )
 
