@@ -44,8 +44,6 @@ COORDINATOR_BUCKETS: Final = 16
 shard that owns its reserved partition id (`coordinator_pid`)."""
 _COORDINATOR_IDX_BASE: Final = 0x1_0000
 
-PartsWire = list[list[int]]
-
 
 def coordinator_bucket(commit_id: int) -> int:
     """The bucket that decides `commit_id`."""
@@ -122,15 +120,24 @@ class StagedPart(NamedTuple):
         return part
 
 
-def _parts(h: dict[str, Any], key: str = "parts") -> tuple[StagedPart, ...]:
-    raw = h.get(key)
-    if type(raw) is not list:
-        raise InvalidMessage(f"header field {key!r} must be a list of staged parts")
-    return tuple(StagedPart.from_wire(item) for item in raw)
+_PART = struct.Struct(">QQIQIQ")  # partition_id, write_id, task, attempt, batches, records
 
 
-def _parts_wire(parts: tuple[StagedPart, ...]) -> PartsWire:
-    return [p.to_wire() for p in parts]
+def _parts_payload(parts: tuple[StagedPart, ...]) -> list[Buffer]:
+    """Parts travel in the payload, 40 bytes each: a commit may name thousands,
+    more than a request header may hold (`laminar.wire.codec.REQUEST_HEADER_LIMITS`)."""
+    try:
+        return [b"".join(_PART.pack(*p) for p in parts)]
+    except struct.error as exc:
+        raise WireUsageError(f"a staged part does not fit its fields: {exc}") from None
+
+
+def _parts(payload: bytes) -> tuple[StagedPart, ...]:
+    if len(payload) % _PART.size:
+        raise InvalidMessage(
+            f"a payload of staged parts is {_PART.size} bytes each; got {len(payload)} bytes"
+        )
+    return tuple(StagedPart._make(t) for t in _PART.iter_unpack(payload))
 
 
 class Published(NamedTuple):
@@ -196,6 +203,7 @@ class StageRequest(Message):
     """
 
     OP: ClassVar[int] = Op.STAGE
+    PAYLOAD: ClassVar[bool] = True
 
     partition_id: int
     write_id: int
@@ -242,10 +250,12 @@ class CommitWriteRequest(Message):
     with its first outcome and publishes nothing (the parts named now are
     dropped); an aborted one is refused.
 
-    Header: {commit_id, parts: [[partition_id, write_id, task, attempt, batches, records]]}.
+    Header: {commit_id}. Payload: the parts, each (partition_id u64, write_id u64,
+    task u32, attempt u64, batches u32, records u64), big-endian.
     """
 
     OP: ClassVar[int] = Op.COMMIT_WRITE
+    PAYLOAD: ClassVar[bool] = True
 
     commit_id: int
     parts: tuple[StagedPart, ...]
@@ -254,12 +264,14 @@ class CommitWriteRequest(Message):
         return coordinator_pid(self.commit_id)
 
     def _header(self) -> dict[str, Any]:
-        return {"commit_id": self.commit_id, "parts": _parts_wire(self.parts)}
+        return {"commit_id": self.commit_id}
+
+    def _payload(self) -> list[Buffer]:
+        return _parts_payload(self.parts)
 
     @classmethod
     def _decode(cls, frame: Frame) -> Self:
-        h = frame.header
-        msg = cls(f.uint(h, "commit_id"), _parts(h))
+        msg = cls(f.uint(frame.header, "commit_id"), _parts(frame.payload))
         _check_coordinator(frame, msg.commit_id)
         return msg
 
@@ -271,10 +283,11 @@ class AbortWriteRequest(Message):
     named `parts` are dropped (a streaming micro-batch that may run again under
     the same id). Staged data not named here expires.
 
-    Header: {commit_id, final, parts}.
+    Header: {commit_id, final}. Payload: parts, as for a commit.
     """
 
     OP: ClassVar[int] = Op.ABORT_WRITE
+    PAYLOAD: ClassVar[bool] = True
 
     commit_id: int
     final: bool = True
@@ -284,7 +297,10 @@ class AbortWriteRequest(Message):
         return coordinator_pid(self.commit_id)
 
     def _header(self) -> dict[str, Any]:
-        return {"commit_id": self.commit_id, "final": self.final, "parts": _parts_wire(self.parts)}
+        return {"commit_id": self.commit_id, "final": self.final}
+
+    def _payload(self) -> list[Buffer]:
+        return _parts_payload(self.parts)
 
     @classmethod
     def _decode(cls, frame: Frame) -> Self:
@@ -292,7 +308,7 @@ class AbortWriteRequest(Message):
         final = h.get("final")
         if type(final) is not bool:
             raise InvalidMessage("header field 'final' must be a bool")
-        msg = cls(f.uint(h, "commit_id"), final, _parts(h))
+        msg = cls(f.uint(h, "commit_id"), final, _parts(frame.payload))
         _check_coordinator(frame, msg.commit_id)
         return msg
 
@@ -330,7 +346,9 @@ def _check_coordinator(frame: Frame, commit_id: int) -> None:
 class _PartitionParts(Message):
     """Internal: a coordinator's request about one partition's parts of a commit.
 
-    Header: {commit_id, parts}."""
+    Header: {commit_id}. Payload: parts, as for a commit."""
+
+    PAYLOAD: ClassVar[bool] = True
 
     partition_id: int
     commit_id: int
@@ -344,15 +362,17 @@ class _PartitionParts(Message):
         return self.partition_id
 
     def _header(self) -> dict[str, Any]:
-        return {"commit_id": self.commit_id, "parts": _parts_wire(self.parts)}
+        return {"commit_id": self.commit_id}
+
+    def _payload(self) -> list[Buffer]:
+        return _parts_payload(self.parts)
 
     @classmethod
     def _decode(cls, frame: Frame) -> Self:
-        h = frame.header
-        parts = _parts(h)
+        parts = _parts(frame.payload)
         if any(p.partition_id != frame.partition_id for p in parts):
             raise InvalidMessage("every part must be of the request's partition")
-        return cls(frame.partition_id, f.uint(h, "commit_id"), parts)
+        return cls(frame.partition_id, f.uint(frame.header, "commit_id"), parts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -261,7 +261,6 @@ def test_bad_requests_are_invalid_and_name_the_request(frame: Frame, match: str)
     assert reply == ErrorResponse(frame.op, ErrorCode.INVALID_REQUEST, err.message, 7)
 
 
-@pytest.mark.parametrize("op", [0, 30, 31, RAFT_OPS[0], 200, 255])
 def test_a_payload_on_an_op_without_one_is_refused() -> None:
     frame = frame_with(
         Op.FETCH,
@@ -285,7 +284,7 @@ def test_request_frame_limits_leave_room_for_a_header_only_without_a_payload() -
     assert info.value.correlation_id == 3 and info.value.fatal
 
 
-@pytest.mark.parametrize("op", [0, 9, 31, 34, RAFT_OPS[0], 200, 255])
+@pytest.mark.parametrize("op", [0, 30, 31, 34, RAFT_OPS[0], 200, 255])
 def test_unknown_ops(op: int) -> None:
     with pytest.raises(UnknownOp) as info:
         decode_request(frame_with(op, {}))
