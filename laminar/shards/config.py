@@ -51,6 +51,7 @@ DEFAULT_MAX_INPUT_BYTES: Final = 256 << 20
 DEFAULT_FRAME_TIMEOUT_S: Final = 30.0
 DEFAULT_MAX_WAIT_MS: Final = 60_000
 DEFAULT_MAX_TOPICS: Final = 10_000
+DEFAULT_RETENTION_CHECK_INTERVAL_S: Final = 60.0
 RUNTIMES: Final = ("auto", "uring", "asyncio")
 DEFAULT_STAGING_BYTES_MAX: Final = 1 << 30
 DEFAULT_STAGING_TIMEOUT_S: Final = 600.0
@@ -116,6 +117,8 @@ class NodeConfig:
     """The longest a fetch long-polls, whatever it asks for."""
     max_topics: int = DEFAULT_MAX_TOPICS
     """Topics the node holds at most (each is in every metadata answer)."""
+    retention_check_interval_s: float = DEFAULT_RETENTION_CHECK_INTERVAL_S
+    """How often each shard applies its topics' retention (`laminar.shards.retention`)."""
     admin_host: str = DEFAULT_HOST
     """Address of the admin HTTP endpoint (loopback unless asked: /status and
     /metrics describe the node to whoever can reach them)."""
@@ -173,6 +176,11 @@ class NodeConfig:
         if self.publish_chunk_bytes < 4096:
             raise ConfigError(
                 f"--publish-chunk-bytes must be at least 4096, got {self.publish_chunk_bytes}"
+            )
+        if not self.retention_check_interval_s > 0:
+            raise ConfigError(
+                "--retention-check-interval must be positive, "
+                f"got {self.retention_check_interval_s}"
             )
         if not self.frame_timeout_s > 0:
             raise ConfigError(f"--frame-timeout must be positive, got {self.frame_timeout_s}")

@@ -47,6 +47,7 @@ from laminar.shards.metadata import METADATA_PID, Applied
 from laminar.shards.metalog import MetadataService
 from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.partitions import LongPolls, PartitionManager
+from laminar.shards.retention import Retention
 from laminar.shards.staging.service import WriteService, WriteSettings
 from laminar.wire import (
     NEED_DATA,
@@ -210,6 +211,13 @@ class Shard:
             self._internal_request,
         )
         self.dispatcher.add_handlers(self.writes.table())
+        self.retention = Retention(
+            self.partitions,
+            self.metadata.state.topics,
+            self._owns,
+            self.metrics,
+            config.retention_check_interval_s,
+        )
         control_task = self._spawn(self._serve_control(), "background")
         self._listen(self.sockets.channel, internal=True)
         await self.metadata.start()
@@ -229,6 +237,7 @@ class Shard:
             )
             self._listeners.append(self._spawn(self.datagrams.serve()))
         sweeper = self._spawn(self._sweep_idle(), "background")
+        retention = self._spawn(self.retention.run(), "background")
         self._send_control(
             ready_frame(
                 {
@@ -248,6 +257,7 @@ class Shard:
         )
         await self._drain_requested.wait()
         sweeper.cancel()
+        retention.cancel()
         await self._drain()
         control_task.cancel()
         return 0
@@ -336,6 +346,8 @@ class Shard:
             self._owned_partitions -= self._owned_count(topic)
             await self.partitions.drop_topic(topic.topic_id, topic.partitions)
             await self.writes.drop_topic(topic.topic_id)
+        for topic in applied.altered:
+            self.retention.apply_config(topic)
 
     def _owned_count(self, topic: TopicInfo) -> int:
         return sum(1 for idx in range(topic.partitions) if self._owns((topic.topic_id << 32) | idx))

@@ -3,7 +3,9 @@ SparkSession against a real node. Rows are checked by identity."""
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from laminar.spark.reading import TopicState
 from laminar.spark.stream import LaminarStreamReader
 from tests.delivery import assert_exactly_once
 from tests.spark.helpers import all_records, fresh_topic
-from tests.system.nodes import RunningNode
+from tests.system.nodes import RunningNode, start_node
 
 
 def _fill(client: Client, topic: str, partitions: int, count: int) -> list[tuple[str, int, int]]:
@@ -138,11 +140,68 @@ def test_a_stream_of_several_topics_resumes_from_its_checkpoint(
     assert_exactly_once([(r.topic, r.partition, r["index"]) for r in rows], expected)
 
 
+@pytest.fixture(scope="module")
+def retaining_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
+    """A node whose retention passes run often."""
+    with start_node(
+        tmp_path_factory.mktemp("retention"), cores=2, retention_check_interval=0.2
+    ) as running:
+        yield running
+
+
+def test_a_stream_behind_retention_fails_or_with_fail_on_data_loss_false_skips_and_counts(
+    spark: Any, retaining_node: RunningNode, tmp_path: Path
+) -> None:
+    node = retaining_node
+    with Client(node.bootstrap) as client:
+        topic = "lossy"
+        client.create_topic(
+            topic, partitions=1, config={"segment.bytes": 4096, "retention.bytes": 8192}
+        )
+        value = lambda i: f"r{i:05d}-".encode() + b"x" * 90  # noqa: E731
+        client.produce(topic, 0, [value(i) for i in range(40)])
+        checkpoint = tmp_path / "checkpoint"
+
+        out = tmp_path / "out"
+
+        def run(fail_on_data_loss: str) -> Any:
+            query = (
+                spark.readStream.format("laminar")
+                .option("bootstrap", node.bootstrap)
+                .option("topic", topic)
+                .option("startingIndex", "earliest")
+                .option("failOnDataLoss", fail_on_data_loss)
+                .load()
+                .writeStream.format("parquet")
+                .option("path", str(out))
+                .option("checkpointLocation", str(checkpoint))
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination()
+            return query
+
+        run("true")
+        for start in range(40, 400, 40):  # retention removes what the stream has not read
+            client.produce(topic, 0, [value(i) for i in range(start, start + 40)])
+        deadline = time.monotonic() + 30
+        while client.offsets(topic, 0).lowest <= 40:
+            assert time.monotonic() < deadline, "retention did not run"
+            time.sleep(0.1)
+        lowest, highest = client.offsets(topic, 0)
+        with pytest.raises(Exception, match="were removed \\(retention\\)"):
+            run("true")
+        query = run("false")
+        rows = spark.read.parquet(str(out)).collect()
+        assert_exactly_once([r["index"] for r in rows], [*range(40), *range(lowest, highest)])
+        offsets = [p["sources"][0]["endOffset"] for p in query.recentProgress]
+        assert any(json.loads(o).get("lostRecords") == lowest - 40 for o in offsets if o)
+
+
 def test_fail_on_data_loss_false_skips_removed_records_and_counts_them(
     node: RunningNode, client: Client
 ) -> None:
-    """Retention is simulated (the node does not apply it yet): the reader is
-    handed a topic whose first retained index passed the checkpoint's."""
+    """The reader's check alone, against ranges as retention leaves them."""
     topic = fresh_topic(client, "lossy", 2)
     _fill(client, topic, 2, 10)
     for fail, expect_error in (("true", True), ("false", False)):

@@ -163,6 +163,11 @@ class Participant:
     def commit_path(self, pid: int, commit_id: int) -> str:
         return os.path.join(self.directory(pid), f"{commit_id:016x}.commit")
 
+    def _append_bytes(self, log: SegmentedLog) -> int:
+        """The largest publish append into `log`: the node's chunk size, within one
+        of the log's segments (a topic may set a smaller segment.bytes)."""
+        return min(self.chunk_bytes, log.config.segment_bytes)
+
     # -- stage ------------------------------------------------------------------------
 
     async def stage(self, req: StageRequest) -> tuple[int, bool]:
@@ -181,11 +186,12 @@ class Participant:
             new = self.area.attempt(pid, key) is None
             header = attempt_header(pid, key, req.timeout_ms) if new else []
             batch = batch_frame(req.sequence, req.blobs)
-            if frame_bytes(batch) > self.chunk_bytes:
+            limit = self._append_bytes(await self._log_of(pid))
+            if frame_bytes(batch) > limit:
                 raise RequestError(
                     ErrorCode.RECORD_TOO_LARGE,
-                    f"a staged batch of {frame_bytes(batch)} bytes is over the node's publish "
-                    f"append size of {self.chunk_bytes} bytes; send smaller batches",
+                    f"a staged batch of {frame_bytes(batch)} bytes is over the partition's "
+                    f"publish append size of {limit} bytes; send smaller batches",
                 )
             size = frame_bytes(header) + frame_bytes(batch)
             decision = self.area.decide_stage(pid, key, req.sequence, len(req.blobs), size)
@@ -245,12 +251,12 @@ class Participant:
             record = self.area.commit_record(pid, commit_id)
             if record is not None and record.published is not None:
                 return record.published
+            log = await self._log_of(pid)
             try:
-                plan = self.area.plan_publish(pid, commit_id, parts, self.chunk_bytes)
+                plan = self.area.plan_publish(pid, commit_id, parts, self._append_bytes(log))
             except MissingStagedData as exc:
                 logger.error("commit %#x cannot be published: %s", commit_id, exc)
                 raise RequestError(ErrorCode.STAGED_DATA_MISSING, str(exc)) from None
-            log = await self._log_of(pid)
             self.area.publishing(pid, parts, True)
             try:
                 published = await self._append_chunks(log, pid, commit_id, plan, new=record is None)
