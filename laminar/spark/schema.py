@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.types import (
     BinaryType,
@@ -47,19 +48,6 @@ SCHEMA_DDL: Final = (
     "headers MAP<STRING,BINARY>"
 )
 COLUMNS: Final = ("partition", "index", "timestamp", "key", "value", "headers")
-
-HEADERS_TYPE: Final = pa.map_(pa.string(), pa.binary())
-ARROW_SCHEMA: Final = pa.schema(
-    [
-        ("partition", pa.int32()),
-        ("index", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("headers", HEADERS_TYPE),
-    ]
-)
-"""What the readers yield: Spark checks each batch against the read schema."""
 
 TOPIC_DDL: Final = "topic STRING"
 """Appended to laminar's columns when a read covers several topics (subscribe)."""
@@ -155,3 +143,40 @@ def write_columns(schema: StructType) -> WriteColumns:
 def _expect(name: str, found: DataType, allowed: tuple[type, ...], words: str) -> None:
     if not isinstance(found, allowed):
         raise LaminarSparkError(f"column `{name}` must be {words}, not {found.simpleString()}")
+
+
+_KAFKA_HEADERS: Final = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def reshape(batch: pa.RecordBatch, topic: str, kafka: bool, topic_column: bool) -> pa.RecordBatch:
+    """A batch of laminar's read schema in the shape a read asked for: with a
+    `topic` column, or with Kafka's columns (`laminar.spark.schema`)."""
+    if not topic_column and not kafka:
+        return batch
+    n = batch.num_rows
+    topics = pa.array([topic] * n, pa.string()) if n else pa.array([], pa.string())
+    if not kafka:
+        return pa.RecordBatch.from_arrays(
+            [*batch.columns, topics], names=[*batch.schema.names, "topic"]
+        )
+    headers = batch.column(5)
+    if headers.null_count == n:
+        kafka_headers = pa.nulls(n, _KAFKA_HEADERS)
+    else:
+        entries = pa.StructArray.from_arrays([headers.keys, headers.items], names=["key", "value"])
+        kafka_headers = pa.ListArray.from_arrays(
+            headers.offsets, entries, type=_KAFKA_HEADERS, mask=headers.is_null()
+        )
+    return pa.RecordBatch.from_arrays(
+        [
+            batch.column(3),
+            batch.column(4),
+            topics,
+            batch.column(0),
+            batch.column(1),
+            batch.column(2),
+            pa.array(np.full(n, LOG_APPEND_TIME, np.int32)),
+            kafka_headers,
+        ],
+        names=list(KAFKA_COLUMNS),
+    )

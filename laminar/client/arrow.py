@@ -1,4 +1,6 @@
-"""Fetch answers to Arrow record batches, in bulk.
+"""Fetch answers to Arrow record batches, in bulk (`RecordBatch.to_arrow`, Spark).
+
+Needs pyarrow and numpy (the `spark` extra); nothing else in the client does.
 
 A fetch answer's payload (`laminar.wire.records`) is a table of (index,
 timestamp_ms, blob length) entries followed by the record blobs back to back;
@@ -16,19 +18,15 @@ does not add up raises `CorruptFetchError` rather than yield wrong rows.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import msgpack
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from laminar.spark.schema import ARROW_SCHEMA, HEADERS_TYPE, KAFKA_COLUMNS, LOG_APPEND_TIME
 from laminar.wire import PRODUCER_HEADER
 from laminar.wire.writes import WRITE_HEADER
-
-if TYPE_CHECKING:
-    from laminar.spark.reading import Shape
 
 _ENTRY: Final = np.dtype([("index", ">u8"), ("timestamp_ms", ">u8"), ("length", ">u4")])
 _HAS_KEY: Final = 0x01
@@ -36,6 +34,19 @@ _HAS_HEADERS: Final = 0x02
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
 _SYSTEM_HEADERS: Final = frozenset({PRODUCER_HEADER, WRITE_HEADER})
 """Stamps laminar puts on records (idempotent producers, atomic writes): not data."""
+
+HEADERS_TYPE: Final = pa.map_(pa.string(), pa.binary())
+ARROW_SCHEMA: Final = pa.schema(
+    [
+        ("partition", pa.int32()),
+        ("index", pa.int64()),
+        ("timestamp", _TIMESTAMP),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("headers", HEADERS_TYPE),
+    ]
+)
+"""The columns of a converted fetch answer (also the Spark source's read schema)."""
 
 Ints = npt.NDArray[np.int64]
 Bytes = npt.NDArray[np.uint8]
@@ -191,40 +202,3 @@ def _headers(packed: bytes) -> list[tuple[str, bytes]] | None:
         if name not in _SYSTEM_HEADERS:
             items.append((name, value))
     return items or None
-
-
-_KAFKA_HEADERS: Final = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-
-
-def reshape(batch: pa.RecordBatch, topic: str, shape: Shape) -> pa.RecordBatch:
-    """A batch of laminar's read schema in the shape a read asked for: with a
-    `topic` column, or with Kafka's columns (`laminar.spark.schema`)."""
-    if not shape.topic_column and not shape.kafka:
-        return batch
-    n = batch.num_rows
-    topics = pa.array([topic] * n, pa.string()) if n else pa.array([], pa.string())
-    if not shape.kafka:
-        return pa.RecordBatch.from_arrays(
-            [*batch.columns, topics], names=[*batch.schema.names, "topic"]
-        )
-    headers = batch.column(5)
-    if headers.null_count == n:
-        kafka_headers = pa.nulls(n, _KAFKA_HEADERS)
-    else:
-        entries = pa.StructArray.from_arrays([headers.keys, headers.items], names=["key", "value"])
-        kafka_headers = pa.ListArray.from_arrays(
-            headers.offsets, entries, type=_KAFKA_HEADERS, mask=headers.is_null()
-        )
-    return pa.RecordBatch.from_arrays(
-        [
-            batch.column(3),
-            batch.column(4),
-            topics,
-            batch.column(0),
-            batch.column(1),
-            batch.column(2),
-            pa.array(np.full(n, LOG_APPEND_TIME, np.int32)),
-            kafka_headers,
-        ],
-        names=list(KAFKA_COLUMNS),
-    )
