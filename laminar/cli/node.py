@@ -205,6 +205,34 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-topics", type=int, default=DEFAULT_MAX_TOPICS, help="topics the node holds at most"
     )
     p.add_argument(
+        "--node-id",
+        default="",
+        help="this node's id in the cluster (kept in <data-dir>/node_id; default: made up once)",
+    )
+    p.add_argument(
+        "--cluster-secret-file",
+        default="",
+        help="file with the cluster secret (at least 16 bytes, the same on every node): "
+        "turns membership on and authenticates every membership datagram",
+    )
+    p.add_argument(
+        "--join",
+        default="",
+        metavar="HOST:PORT,...",
+        help="join the cluster through any of these members' membership addresses "
+        "(needs --cluster-secret-file)",
+    )
+    p.add_argument(
+        "--weight", type=float, default=1.0, help="this node's capacity weight in placement"
+    )
+    p.add_argument(
+        "--membership-port",
+        type=int,
+        default=None,
+        help="UDP port for membership (default: the node port under ebpf routing, "
+        "else port+1000; ephemeral if --port 0)",
+    )
+    p.add_argument(
         "--log-level",
         default="INFO",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -243,6 +271,13 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         admin_host=args.admin_host,
         udp_writes=args.udp_writes,
         log_level=args.log_level,
+        node_id=args.node_id,
+        cluster_secret_file=(
+            os.path.abspath(args.cluster_secret_file) if args.cluster_secret_file else ""
+        ),
+        join=tuple(a.strip() for a in args.join.split(",") if a.strip()),
+        weight=args.weight,
+        membership_port=args.membership_port,
     )
 
 
