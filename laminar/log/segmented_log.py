@@ -115,28 +115,60 @@ class SegmentedLog:
 
     async def append_stamped(self, values: Sequence[bytes], term: int = 0) -> tuple[int, int]:
         """`append`, returning (first index, the timestamp_ms the batch was given)."""
+        values, size = self._checked_batch(values)
+        async with self._lock:
+            self._check_appendable()
+            segment = self._segments[-1]
+            if self._rollover_due(segment, size):
+                segment = await self._roll_over()
+            first, timestamp_ms, done = self._stage(segment, values, term)
+        await done
+        return first, timestamp_ms
+
+    def stage_nowait(
+        self, values: Sequence[bytes], term: int = 0
+    ) -> tuple[int, int, asyncio.Future[None]] | None:
+        """`append_stamped` without the wait, when staging needs none: (first
+        index, timestamp_ms, a future resolved once the batch is published).
+        None when it would have to wait (the structure lock is held or wanted,
+        or a rollover is due): call `append_stamped` then. Raises what
+        `append_stamped` raises. Batches staged either way keep their order."""
+        values, size = self._checked_batch(values)
+        lock = self._lock
+        if lock.locked() or lock._waiters:
+            return None
+        self._check_appendable()
+        segment = self._segments[-1]
+        if self._rollover_due(segment, size):
+            return None
+        return self._stage(segment, values, term)
+
+    def _checked_batch(self, values: Sequence[bytes]) -> tuple[list[bytes], int]:
         if not values:
             raise ValueError("append needs at least one record")
-        values = [v if type(v) is bytes else bytes(v) for v in values]
-        size = sum(map(len, values))
+        batch = [v if type(v) is bytes else bytes(v) for v in values]
+        size = sum(map(len, batch))
         threshold = self.config.append_threshold_bytes
         if size > threshold:
             raise AppendTooLarge(
                 f"a batch of {size} bytes exceeds the append threshold of {threshold} bytes "
                 f"(segment_bytes + overflow_bytes); split it into smaller batches"
             )
-        async with self._lock:
-            self._check_appendable()
-            segment = self._segments[-1]
-            used = segment.store_end
-            if used >= self.config.segment_bytes or (used and used + size > threshold):
-                segment = await self._roll_over()
-            timestamp_ms = max(time.time_ns() // 1_000_000, self._last_timestamp_ms)
-            self._last_timestamp_ms = timestamp_ms
-            first = segment.staged_end_index
-            done = self._pipeline.stage(segment, values, term, timestamp_ms)
-        await done
-        return first, timestamp_ms
+        return batch, size
+
+    def _rollover_due(self, segment: Segment, size: int) -> bool:
+        used = segment.store_end
+        return used >= self.config.segment_bytes or bool(
+            used and used + size > self.config.append_threshold_bytes
+        )
+
+    def _stage(
+        self, segment: Segment, values: list[bytes], term: int
+    ) -> tuple[int, int, asyncio.Future[None]]:
+        timestamp_ms = max(time.time_ns() // 1_000_000, self._last_timestamp_ms)
+        self._last_timestamp_ms = timestamp_ms
+        first = segment.staged_end_index
+        return first, timestamp_ms, self._pipeline.stage(segment, values, term, timestamp_ms)
 
     def _check_appendable(self) -> None:
         self._check_open()

@@ -5,7 +5,11 @@ Rules, and why:
 - Requests are pipelined: every complete frame starts its own task, and the
   response is written when it is ready (clients match them by correlation
   id). Tasks start in arrival order and run synchronously up to the log append,
-  so pipelined produces to one partition are appended in the order sent.
+  so pipelined produces to one partition are appended in the order sent. A
+  plain produce that can be staged at once skips the task
+  (`laminar.shards.fastpath`); it is staged in the same order.
+- Responses leave through an `Outbox`: all those completed in one loop
+  iteration go out in one gathering write.
 - Resources are bounded: at most `MAX_IN_FLIGHT` requests per connection and
   `MAX_PENDING_OUT_BYTES` of unsent responses; past either, the connection stops
   reading until it drains (TCP then pushes back on the client). The frame
@@ -32,11 +36,13 @@ import time
 from collections.abc import Callable
 from typing import Final
 
+from laminar.outbox import Outbox
 from laminar.shards.dispatch import Dispatcher
+from laminar.shards.fastpath import ProduceFastPath
 from laminar.shards.handlers import RequestContext
 from laminar.shards.metrics import ShardMetrics
-from laminar.shards.outbox import Outbox
 from laminar.wire import NEED_DATA, BadMagic, ErrorResponse, Frame, FrameDecoder, ProtocolError
+from laminar.wire.codec import Buffer
 
 logger = logging.getLogger("laminar.shards")
 
@@ -68,6 +74,9 @@ class Connection:
         self._on_close = on_close
         self._reader: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._fast: ProduceFastPath | None = None
+        self._fast_in_flight = 0
+        """Requests taken by the fast path and not answered yet."""
         self._resume: asyncio.Future[None] | None = None
         self._idle_waiter: asyncio.Future[None] | None = None
         self.last_frame_at = time.monotonic()
@@ -77,11 +86,11 @@ class Connection:
 
     @property
     def in_flight(self) -> int:
-        return len(self._tasks)
+        return len(self._tasks) + self._fast_in_flight
 
     def idle_for(self, now: float) -> float:
         """Seconds without a complete frame while nothing is in flight (0 if busy)."""
-        if self._tasks:
+        if self.in_flight:
             return 0.0
         return now - self.last_frame_at
 
@@ -90,6 +99,7 @@ class Connection:
         then answer what was received and close."""
         reader = self._reader = asyncio.current_task()
         assert reader is not None
+        self._fast = ProduceFastPath(self._dispatcher)  # in this task's context (queue)
         metrics = self._metrics
         metrics.connections_total += 1
         metrics.connections_open += 1
@@ -121,7 +131,7 @@ class Connection:
         metrics = self._metrics
         outbox = self._outbox
         while not self._stopping:
-            if len(self._tasks) >= MAX_IN_FLIGHT or outbox.pending_bytes > MAX_PENDING_OUT_BYTES:
+            if self.in_flight >= MAX_IN_FLIGHT or outbox.pending_bytes > MAX_PENDING_OUT_BYTES:
                 await self._wait_resume()
                 continue
             data = await loop.sock_recv(sock, min(READ_BYTES, decoder.room))
@@ -137,9 +147,21 @@ class Connection:
                 self._start(frame)
 
     def _start(self, frame: Frame) -> None:
+        fast = self._fast
+        if fast is not None and fast.try_serve(frame, self._ctx, self._answer_fast):
+            self._fast_in_flight += 1
+            return
         task = self._loop.create_task(self._serve_one(frame))
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
+
+    def _answer_fast(self, response: list[Buffer]) -> None:
+        """A fast-path produce is durable (or failed): answer it, unless the
+        connection is gone (its records stay appended, as with a task)."""
+        self._fast_in_flight -= 1
+        if not self.closed:
+            self._metrics.bytes_out += self._outbox.send(response)
+        self._request_finished()
 
     async def _serve_one(self, frame: Frame) -> None:
         response = await self._dispatcher.dispatch(frame, self._ctx)
@@ -147,13 +169,16 @@ class Connection:
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self.last_frame_at = time.monotonic()
         if not task.cancelled() and task.exception() is not None:
             logger.error("request task failed", exc_info=task.exception())
+        self._request_finished()
+
+    def _request_finished(self) -> None:
+        self.last_frame_at = time.monotonic()
         waiter = self._resume
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
-        if not self._tasks and self._idle_waiter is not None and not self._idle_waiter.done():
+        if not self.in_flight and self._idle_waiter is not None and not self._idle_waiter.done():
             self._idle_waiter.set_result(None)
 
     async def _wait_resume(self) -> None:
@@ -170,7 +195,7 @@ class Connection:
 
     async def _finish_in_flight(self) -> None:
         """Let requests already received complete and their answers go out."""
-        while self._tasks:
+        while self.in_flight:
             self._idle_waiter = self._loop.create_future()
             await self._idle_waiter
         self._idle_waiter = None

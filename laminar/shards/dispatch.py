@@ -116,20 +116,26 @@ class Dispatcher:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            code, message, expected = error_for(exc)
-            if not expected:
-                logger.exception(
-                    "shard %d failed serving op %d on partition %d",
-                    self.shard_id,
-                    frame.op,
-                    frame.partition_id,
-                )
-            return self._error(frame, code, message)
+            return self.failure_response(frame, exc)
         name = OP_NAMES[frame.op]
         if ctx.internal and _is_metadata_tail(frame):
             name = "metadata_tail"  # followers' long-polls: not client fetches
         self.metrics.request_done(name, time.perf_counter() - start)
         return out
+
+    def failure_response(self, frame: Frame, exc: Exception) -> list[Buffer]:
+        """The error response to `frame` for a failure while serving it; server
+        bugs (INTERNAL) are logged with their traceback."""
+        code, message, expected = error_for(exc)
+        if not expected:
+            logger.error(
+                "shard %d failed serving op %d on partition %d",
+                self.shard_id,
+                frame.op,
+                frame.partition_id,
+                exc_info=exc,
+            )
+        return self._error(frame, code, message)
 
     def _error(self, frame: Frame, code: ErrorCode, message: str) -> list[Buffer]:
         self.metrics.error(code.name.lower())

@@ -15,6 +15,7 @@ take), and long-polls with the log's `wait_for_append`.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Final
 
@@ -154,6 +155,24 @@ class Handlers:
         return ProduceResponse(
             req.partition_id, first, len(req.blobs), timestamp_ms
         ).encode_buffers(corr)
+
+    def stage_produce(self, req: ProduceRequest) -> tuple[int, int, asyncio.Future[None]] | None:
+        """`produce` up to the wait for its flush, when nothing before that has to
+        wait: a plain produce to a known partition whose log is open, staged now
+        (`SegmentedLog.stage_nowait`). Returns (first index, timestamp_ms, the
+        flush future), or None when `produce` must serve it (an idempotent
+        produce, anything that waits, anything `produce` would refuse)."""
+        pid = req.partition_id
+        if not req.blobs or req.producer_id is not None:
+            return None
+        topic_id = pid >> 32
+        topic = self.metadata.state.by_id(topic_id)
+        if topic is None or topic_id == METADATA_TOPIC_ID or pid & U32_MAX >= topic.partitions:
+            return None
+        log = self.partitions.opened(pid)
+        if log is None:
+            return None
+        return log.stage_nowait(req.blobs)
 
     async def fetch(self, req: FetchRequest, corr: int, ctx: RequestContext) -> list[Buffer]:
         pid = req.partition_id
