@@ -49,7 +49,7 @@ class SegmentedLog:
         self._last_timestamp_ms = max(
             (s.timestamp_of(s.end_index - 1) for s in segments if s.entries), default=0
         )
-        self._append_waiters: list[asyncio.Future[None]] = []
+        self._append_waiters: dict[asyncio.Future[None], None] = {}
         self._pipeline = FlushPipeline(config, self._published)
         self._interval_task = (
             asyncio.get_running_loop().create_task(self._sync_every_interval())
@@ -194,7 +194,7 @@ class SegmentedLog:
         return new
 
     def _published(self, flush: PendingFlush) -> None:
-        waiters, self._append_waiters = self._append_waiters, []
+        waiters, self._append_waiters = self._append_waiters, {}
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
@@ -207,12 +207,19 @@ class SegmentedLog:
         while index >= self.highest_index:
             self._check_open()
             waiter = asyncio.get_running_loop().create_future()
-            self._append_waiters.append(waiter)
+            self._append_waiters[waiter] = None
             try:
                 await asyncio.wait_for(waiter, timeout)
             except TimeoutError:
                 return index < self.highest_index
+            finally:  # a reader that timed out or was cancelled leaves nothing behind
+                self._append_waiters.pop(waiter, None)
         return True
+
+    @property
+    def waiting_readers(self) -> int:
+        """Readers waiting in `wait_for_append` now."""
+        return len(self._append_waiters)
 
     # -- reading ---------------------------------------------------------------
 
@@ -306,6 +313,38 @@ class SegmentedLog:
             await self._segments[-1].truncate_to(index)
             await self._backend.sync_dir(self.directory)
 
+    async def roll_over(self) -> bool:
+        """Seal the write segment now and start a new one, if it holds any record
+        (time-based rolling, so retention can remove what it held; a snapshot that
+        must start a segment). Returns whether it rolled."""
+        async with self._lock:
+            self._check_appendable()
+            if self._segments[-1].staged_end_index == self._segments[-1].base_index:
+                return False
+            await self._roll_over()
+            return True
+
+    @property
+    def write_segment_first_timestamp_ms(self) -> int | None:
+        """When the write segment's first record was appended (None: it is empty)."""
+        segment = self._segments[-1]
+        return segment.timestamp_of(segment.base_index) if segment.entries else None
+
+    async def remove_before(self, index: int) -> int:
+        """Remove the oldest segments that hold only records below `index` (a prefix
+        the caller has compacted into a snapshot); return how many. The write
+        segment is never removed."""
+        async with self._lock:
+            self._check_open()
+            removed = 0
+            while len(self._segments) > 1 and self._segments[0].end_index <= index:
+                await self._segments.pop(0).remove(self._backend)
+                self._bases.pop(0)
+                removed += 1
+            if removed:
+                await self._backend.sync_dir(self.directory)
+            return removed
+
     async def apply_retention(self, now_ms: int | None = None) -> int:
         """Remove whole oldest segments past the retention limits; return how many."""
         async with self._lock:
@@ -358,7 +397,7 @@ class SegmentedLog:
             if self._interval_task is not None:
                 self._interval_task.cancel()
             await self._pipeline.stop()
-            for waiter in self._append_waiters:
+            for waiter in list(self._append_waiters):
                 if not waiter.done():
                     waiter.set_exception(LogClosed(f"the log in {self.directory} was closed"))
             write_segment = self._segments[-1]

@@ -28,6 +28,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
 from typing import Final, NamedTuple
 
 import msgpack
@@ -131,6 +132,7 @@ PRODUCER_HEADER: Final = "laminar.producer"
 `ProducerStamp` (see `laminar.shards.idempotence`). The name is reserved."""
 
 _STAMP = struct.Struct(">QQI")
+_STAMP_NAME: Final = PRODUCER_HEADER.encode()
 
 
 class ProducerStamp(NamedTuple):
@@ -201,9 +203,15 @@ def encode_produce_batch(blobs: Sequence[Buffer]) -> list[Buffer]:
     return out
 
 
-def decode_produce_batch(payload: bytes, *, check: bool = True) -> tuple[bytes, ...]:
+def decode_produce_batch(
+    payload: bytes, *, check: bool = True, stamp_first: bool = False
+) -> tuple[bytes, ...]:
     """The blobs of a produce payload. With `check`, every blob must decode as a
-    record (`CorruptRecord` otherwise), so nothing undecodable reaches the log."""
+    record (`CorruptRecord` otherwise), so nothing undecodable reaches the log,
+    and no blob may carry the reserved `PRODUCER_HEADER` except the first when
+    `stamp_first` (an idempotent produce): a stamp in the log is trusted when a
+    partition rebuilds its producer table, so only the node's checked ones may
+    be there (`InvalidMessage` otherwise)."""
     count = _count(payload)
     table_end = 4 + 4 * count
     if table_end > len(payload):
@@ -227,7 +235,17 @@ def decode_produce_batch(payload: bytes, *, check: bool = True) -> tuple[bytes, 
         for blob in blobs:
             if not blob or blob[0]:
                 check_record(blob)
+                if blob[0] & HAS_HEADERS and _STAMP_NAME in blob:
+                    _refuse_stamp(blob, stamp_first and blob is blobs[0])
     return tuple(blobs)
+
+
+def _refuse_stamp(blob: bytes, allowed: bool) -> None:
+    if not allowed and producer_stamp(blob) is not None:
+        raise InvalidMessage(
+            f"the record header {PRODUCER_HEADER!r} is reserved: only the first record "
+            "of an idempotent produce (producer_id and sequence set) carries it"
+        )
 
 
 def encode_fetch_batch(records: Iterable[tuple[int, int, Buffer]]) -> list[Buffer]:
@@ -256,14 +274,57 @@ def encode_fetch_columns(
     fields[0::3] = range(first_index, first_index + count)
     fields[1::3] = timestamps_ms
     fields[2::3] = lengths
-    return [fetch_table(count).pack(count, *fields), blobs]
+    return [pack_fetch_table(count, fields), blobs]
 
 
-@functools.lru_cache(maxsize=128)
-def fetch_table(count: int) -> struct.Struct:
-    """The struct of a fetch batch's count and entry table for `count` records
-    (packing or unpacking it is one C call instead of one per record)."""
+# Tables are packed and unpacked by structs of whole entries, one C call per
+# TABLE_CHUNK records. A struct per record count would be faster still but costs
+# ~100 bytes per record for as long as it is cached: a client choosing counts
+# could make a node cache hundreds of MiB of them. These caches hold at most
+# TABLE_CHUNK + 1 structs of at most TABLE_CHUNK entries (under 1 MiB).
+TABLE_CHUNK: Final = 128
+
+
+@functools.lru_cache(maxsize=TABLE_CHUNK + 1)
+def _counted_table(count: int) -> struct.Struct:
     return struct.Struct(">I" + "QQI" * count)
+
+
+@functools.lru_cache(maxsize=TABLE_CHUNK + 1)
+def _entries(count: int) -> struct.Struct:
+    return struct.Struct(">" + "QQI" * count)
+
+
+_CHUNK_ENTRIES: Final = _entries(TABLE_CHUNK)
+
+
+def pack_fetch_table(count: int, fields: list[int]) -> bytes:
+    """A fetch batch's count and entry table; `fields` holds (index,
+    timestamp_ms, blob_len) for each of the `count` records, flattened."""
+    if count <= TABLE_CHUNK:
+        return _counted_table(count).pack(count, *fields)
+    step = 3 * TABLE_CHUNK
+    whole = count // TABLE_CHUNK * step
+    pack = _CHUNK_ENTRIES.pack
+    parts = [_U32.pack(count)]
+    parts += [pack(*fields[i : i + step]) for i in range(0, whole, step)]
+    if whole < len(fields):
+        parts.append(_entries(count % TABLE_CHUNK).pack(*fields[whole:]))
+    return b"".join(parts)
+
+
+def unpack_fetch_table(payload: Buffer, count: int) -> Sequence[int]:
+    """The (index, timestamp_ms, blob_len) fields of the `count` entries after the
+    count at the start of `payload`, flattened; the caller checked the length."""
+    if count <= TABLE_CHUNK:
+        return _counted_table(count).unpack_from(payload)[1:]
+    whole = count // TABLE_CHUNK
+    end = 4 + whole * _CHUNK_ENTRIES.size
+    with memoryview(payload) as view:
+        fields = list(chain.from_iterable(_CHUNK_ENTRIES.iter_unpack(view[4:end])))
+    if count % TABLE_CHUNK:
+        fields += _entries(count % TABLE_CHUNK).unpack_from(payload, end)
+    return fields
 
 
 def decode_fetch_batch(payload: bytes) -> tuple[FetchedRecord, ...]:

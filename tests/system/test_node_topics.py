@@ -3,16 +3,28 @@ and every shard sees a change before it is acknowledged."""
 
 from __future__ import annotations
 
+import os
+import select
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
 
 from laminar.client import Client, UnknownTopicError
 from laminar.placement import partition_id, shard_for
-from laminar.wire import ErrorCode, ProduceRequest
+from laminar.shards.metadata import METADATA_PID
+from laminar.wire import (
+    CreateTopicRequest,
+    CreateTopicResponse,
+    ErrorCode,
+    FetchRequest,
+    ListTopicsRequest,
+    MetadataTailRequest,
+    ProduceRequest,
+)
 from tests.system.nodes import RunningNode, start_node
-from tests.system.wireclient import NodeClient, ServerError
+from tests.system.wireclient import NodeClient, ServerError, WireConnection
 
 
 def partition_dirs(node: RunningNode, topic_id: int) -> list[str]:
@@ -64,21 +76,37 @@ def test_delete_removes_every_partition_and_the_name_can_be_reused(node: Running
 
 
 def test_a_new_topic_is_usable_at_once_on_every_shard(node: RunningNode) -> None:
-    """Created through one shard, produced to shard-direct on the others at once:
-    the owner acknowledges a create only after every shard applied it."""
-    with NodeClient(node.host, node.port, via_node_port=True) as via_node:
-        for n in range(15):
+    """The owner acknowledges a create only after every live shard applied it.
+
+    Shown with a follower stopped (SIGSTOP) while a create is in flight: no
+    answer may come while it cannot have applied the entry (without the barrier
+    the answer came in milliseconds, and another shard could then be asked about
+    a topic it did not know yet). Once it runs again, the answer comes, and that
+    shard lists the topic and takes produces for it straight away."""
+    owner = shard_for(METADATA_PID, 2)
+    follower = 1 - owner
+    with WireConnection(node.host, node.shard_ports[owner], timeout=30) as to_owner:
+        assert isinstance(to_owner.call(CreateTopicRequest("warm-up", 1)), CreateTopicResponse)
+        for n in range(3):
             name = f"quick-{n}"
-            info = via_node.create_topic(name, 4)
-            for p in range(4):
-                pid = partition_id(info.topic_id, p)
-                owner = shard_for(pid, 2)
-                with NodeClient(node.host, node.port) as direct:
-                    direct.meta = via_node.meta
-                    assert direct.produce(name, p, [b"x"]).first_index == 0
-                    assert direct.ping(pid).shard_id == owner
-            listed = {t.name for t in via_node.list_topics()}
-            assert name in listed
+            stopped = node.shard_pids()[follower]
+            os.kill(stopped, signal.SIGSTOP)
+            try:
+                to_owner.send(CreateTopicRequest(name, 4))
+                readable, _, _ = select.select([to_owner.sock], [], [], 0.8)
+                assert not readable, "the create was acknowledged before a live shard applied it"
+            finally:
+                os.kill(stopped, signal.SIGCONT)
+            created = to_owner.read_response()
+            assert isinstance(created, CreateTopicResponse) and created.topic.name == name
+            with WireConnection(node.host, node.shard_ports[follower]) as to_follower:
+                listed = to_follower.call(ListTopicsRequest())
+                assert name in {t.name for t in listed.topics}
+                for p in range(4):
+                    pid = partition_id(created.topic.topic_id, p)
+                    if shard_for(pid, 2) == follower:
+                        produced = to_follower.call(ProduceRequest.from_values(pid, [b"x"]))
+                        assert produced.first_index == 0
 
 
 def test_partitions_of_a_delete_missed_while_down_are_removed(tmp_path: Path) -> None:
@@ -104,3 +132,21 @@ def test_partitions_of_a_delete_missed_while_down_are_removed(tmp_path: Path) ->
         assert partition_dirs(third, topic.topic_id) == []
         assert stray.is_dir()
         assert "belongs to no topic" in third.log_text()
+
+
+def test_clients_cannot_read_the_metadata_log_or_pose_as_a_follower(node: RunningNode) -> None:
+    """The metadata log is internal: a fetch of its partition is UNKNOWN_TOPIC on
+    every shard (it used to be served through a non-owner, moving the follower
+    position the create barrier relies on), and its tail op is refused."""
+    with NodeClient(node.host, node.port) as client:
+        client.create_topic("visible", 1)
+    for port in node.shard_ports:
+        with WireConnection(node.host, port) as conn:
+            with pytest.raises(ServerError) as caught:
+                conn.call(FetchRequest(METADATA_PID, 0))
+            assert caught.value.code is ErrorCode.UNKNOWN_TOPIC
+            for shard in range(2):
+                with pytest.raises(ServerError) as caught:
+                    conn.call(MetadataTailRequest(0, shard, max_wait_ms=0))
+                assert caught.value.code is ErrorCode.INVALID_REQUEST
+                assert "internal op" in caught.value.response.message
