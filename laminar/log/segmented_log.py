@@ -189,8 +189,11 @@ class SegmentedLog:
         await self._backend.sync_dir(self.directory)
         self._segments.append(new)
         self._bases.append(new.base_index)
-        if self.config.retention_bytes is not None or self.config.retention_ms is not None:
-            await self._remove_expired(time.time_ns() // 1_000_000)
+        config = self.config
+        if config.retention_bytes is not None or config.retention_ms is not None:
+            await self._remove_expired(
+                time.time_ns() // 1_000_000, config.retention_bytes, config.retention_ms
+            )
         return new
 
     def _published(self, flush: PendingFlush) -> None:
@@ -318,6 +321,19 @@ class SegmentedLog:
             await self._segments[-1].truncate_to(index)
             await self._backend.sync_dir(self.directory)
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """Take new segment and retention settings on a live log (a topic's config
+        changed); they apply from the next append and retention pass. The flush
+        settings must stay as they are."""
+        old = self.config
+        if (config.flush, config.flush_interval_ms, config.max_flushes_in_flight) != (
+            old.flush,
+            old.flush_interval_ms,
+            old.max_flushes_in_flight,
+        ):
+            raise ValueError("a live log's flush settings cannot change; reopen it")
+        self.config = config
+
     async def roll_over(self) -> bool:
         """Seal the write segment now and start a new one, if it holds any record
         (time-based rolling, so retention can remove what it held; a snapshot that
@@ -372,16 +388,26 @@ class SegmentedLog:
 
     async def apply_retention(self, now_ms: int | None = None) -> int:
         """Remove whole oldest segments past the retention limits; return how many."""
+        config = self.config
+        removed, _ = await self.remove_expired(config.retention_bytes, config.retention_ms, now_ms)
+        return removed
+
+    async def remove_expired(
+        self, retention_bytes: int | None, retention_ms: int | None, now_ms: int | None = None
+    ) -> tuple[int, int]:
+        """`apply_retention` with these limits instead of the config's, for an owner
+        that keeps retention out of the log (on a timer of its own, never inside an
+        append); returns (segments, bytes) removed."""
         async with self._lock:
             self._check_open()
             now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-            return await self._remove_expired(now)
+            return await self._remove_expired(now, retention_bytes, retention_ms)
 
-    async def _remove_expired(self, now_ms: int) -> int:
+    async def _remove_expired(
+        self, now_ms: int, retention_bytes: int | None, retention_ms: int | None
+    ) -> tuple[int, int]:
         removed = 0
-        retention_bytes = self.config.retention_bytes
-        retention_ms = self.config.retention_ms
-        total = self.size_bytes
+        total = start = self.size_bytes
         while len(self._segments) > 1:
             oldest = self._segments[0]
             too_big = retention_bytes is not None and total - oldest.store_bytes >= retention_bytes
@@ -398,7 +424,7 @@ class SegmentedLog:
             removed += 1
         if removed:
             await self._backend.sync_dir(self.directory)
-        return removed
+        return removed, start - total
 
     async def _sync_every_interval(self) -> None:
         while True:
