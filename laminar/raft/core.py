@@ -297,6 +297,11 @@ class RaftCore:
                 )
         return True
 
+    @property
+    def quiesced(self) -> bool:
+        """True while the core ignores ticks (see `quiesce`)."""
+        return self._quiesced
+
     def wake(self) -> None:
         """Leave quiescence: ticks count again (from a fresh election timeout)."""
         if not self._quiesced:
