@@ -48,6 +48,10 @@ class Transport(Protocol):
         """time.monotonic() of the last frame from `node_id` (None: never)."""
         ...
 
+    def tick(self) -> None:
+        """Once per tick, after the groups ticked (keepalives)."""
+        ...
+
 
 class RaftHost:
     """The Raft groups of one shard (see the module docstring)."""
@@ -133,6 +137,7 @@ class RaftHost:
                 idle = self._idle_ticks[pid] = 0 if group.take_busy() else self._idle_ticks[pid] + 1
                 if idle >= QUIESCE_AFTER_TICKS and core.quiesce():
                     group.kick()
+        self.transport.tick()
 
     async def close(self) -> None:
         if self._ticker is not None:

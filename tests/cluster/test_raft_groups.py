@@ -52,13 +52,17 @@ class _Link:
         host = net.hosts[node_id]
 
         def deliver() -> None:
-            net.heard[self.me] = time.monotonic()
             host.receive(pid, message)
 
         asyncio.get_running_loop().call_soon(deliver)
 
     def last_heard(self, node_id: str) -> float | None:
         return self.net.heard.get(node_id)
+
+    def tick(self) -> None:
+        """Keepalives: a node that is not cut is heard every tick."""
+        if self.me not in self.net.cut:
+            self.net.heard[self.me] = time.monotonic()
 
 
 async def _open(tmp: Path, node: str, net: FakeNetwork) -> RaftHost:
