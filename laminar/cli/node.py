@@ -176,6 +176,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-topics", type=int, default=DEFAULT_MAX_TOPICS, help="topics the node holds at most"
     )
     p.add_argument(
+        "--node-id",
+        default="",
+        help="this node's id (kept in DATA_DIR/node_id; required with --peers, and must "
+        "match what the data dir holds)",
+    )
+    p.add_argument(
+        "--peers",
+        default="",
+        help="the other nodes of a static cluster: ID=HOST:PORT[@WEIGHT],... (their node "
+        "ports); every partition is then a Raft group on --replication-factor of them",
+    )
+    p.add_argument(
+        "--cluster-secret-file",
+        default=None,
+        help="file with the secret every node-to-node connection must prove (chmod 600; "
+        "at least 16 bytes); required unless every node is on loopback",
+    )
+    p.add_argument(
         "--log-level",
         default="INFO",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -210,6 +228,9 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         admin_host=args.admin_host,
         udp_writes=args.udp_writes,
         log_level=args.log_level,
+        node_id=args.node_id,
+        peers=args.peers,
+        cluster_secret_file=args.cluster_secret_file,
     )
 
 

@@ -17,11 +17,13 @@ port defaults to `port + 2000` (9070), or ephemeral with `port == 0`.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Literal
 
+from laminar.cluster.members import check_node_id, parse_peers
 from laminar.log import LogConfig
 from laminar.log.config import FLUSH_POLICIES, FlushPolicy
 from laminar.wire import DEFAULT_MAX_FRAME_BYTES, MIN_FRAME_BYTES
@@ -112,6 +114,11 @@ class NodeConfig:
     log_level: str = "INFO"
     node_id: str = ""
     """Stable identity of the node, kept in `<data-dir>/node_id`; filled in by the supervisor."""
+    peers: str = ""
+    """The other nodes of a static cluster, `ID=HOST:PORT[@WEIGHT],...` (their node
+    ports); empty: a single node. `laminar.cluster.members.parse_peers` reads it."""
+    cluster_secret_file: str | None = None
+    """The file holding the secret every node-to-node connection proves it knows."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Settings added by plug-ins (e.g. `laminar.xdp`), passed through to shards untouched."""
 
@@ -173,6 +180,37 @@ class NodeConfig:
             )
         if not os.path.isabs(self.data_dir):
             raise ConfigError(f"data_dir must be absolute, got {self.data_dir!r}")
+        self._check_cluster()
+
+    def _check_cluster(self) -> None:
+        try:
+            peers = parse_peers(self.peers)
+            if self.node_id:
+                check_node_id(self.node_id)
+        except ValueError as exc:
+            raise ConfigError(f"--peers / --node-id: {exc}") from None
+        if not peers:
+            return
+        if not self.node_id:
+            raise ConfigError("a node with --peers needs --node-id (the id its peers know it by)")
+        if self.node_id in {p.node_id for p in peers}:
+            raise ConfigError(f"--peers names this node's own id {self.node_id!r}")
+        if self.flush != "always":
+            raise ConfigError(
+                "replication acknowledges a write once a majority has it on disk: "
+                "a node with --peers needs --flush always"
+            )
+        exposed = [a for a in (self.host, *(p.host for p in peers)) if not _is_loopback(a)]
+        if exposed and not self.cluster_secret_file:
+            raise ConfigError(
+                f"{exposed[0]} is not a loopback address: node-to-node traffic there must be "
+                "authenticated; give every node the same --cluster-secret-file"
+            )
+
+    @property
+    def clustered(self) -> bool:
+        """True when the node has peers (its partitions are Raft groups)."""
+        return bool(self.peers.strip())
 
     # -- derived settings ------------------------------------------------------
 
@@ -219,3 +257,12 @@ class NodeConfig:
     @classmethod
     def from_json(cls, text: str) -> NodeConfig:
         return cls(**json.loads(text))
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

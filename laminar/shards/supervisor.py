@@ -251,6 +251,11 @@ class Supervisor:
             with open(path) as f:
                 node_id = f.read().strip()
             if node_id:
+                if self.config.node_id and self.config.node_id != node_id:
+                    raise StartupError(
+                        f"--node-id {self.config.node_id} does not match the data dir "
+                        f"{self.config.data_dir}, which belongs to node {node_id}"
+                    )
                 return node_id
         except FileNotFoundError:
             pass
