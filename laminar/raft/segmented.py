@@ -50,6 +50,7 @@ from .storage import limit_bytes
 STATE_FILE = "raft-state.json"
 CONTROL_TERM_BIT = 1 << 63  # set on the stored term of entries the core made
 APPEND_CHUNK_BYTES = 1 << 20  # one log append per chunk (the log bounds batch size)
+_FLUSH_ALWAYS = 'Raft needs flush="always" (an acknowledgement promises durability), not {!r}'
 
 
 @dataclass(frozen=True)
@@ -129,12 +130,24 @@ class SegmentedLogStorage:
     ) -> SegmentedLogStorage:
         config = config or LogConfig()
         if config.flush != "always":
-            raise ValueError(
-                f'Raft needs flush="always" (an acknowledgement promises durability), not '
-                f"{config.flush!r}"
-            )
-        path = os.fspath(directory)
-        log = await SegmentedLog.open(path, config, backend=backend)
+            raise ValueError(_FLUSH_ALWAYS.format(config.flush))
+        log = await SegmentedLog.open(os.fspath(directory), config, backend=backend)
+        return await cls.over(log, cache_bytes=cache_bytes, load_bytes=load_bytes, stamped=stamped)
+
+    @classmethod
+    async def over(
+        cls,
+        log: SegmentedLog,
+        *,
+        cache_bytes: int = 64 << 20,
+        load_bytes: int = 4 << 20,
+        stamped: bool = False,
+    ) -> SegmentedLogStorage:
+        """A storage over a log opened elsewhere (a shard's partition manager
+        keeps opening, retention and deletion of partition logs in one place)."""
+        if log.config.flush != "always":
+            raise ValueError(_FLUSH_ALWAYS.format(log.config.flush))
+        path = log.directory
         state = await asyncio.to_thread(_read_state, path)
         if log.lowest_index < state.anchor_index:
             await log.reset(state.anchor_index)  # an install that a crash interrupted

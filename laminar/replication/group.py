@@ -273,13 +273,10 @@ class RaftGroup:
         self._commit_waiters = []
 
     async def close(self) -> None:
+        """Stop driving the core (whoever opened the storage closes it)."""
         self.closed = True
         self.kick()
-        for proposal in self._proposals:
-            if not proposal.done.done():
-                proposal.done.cancel()
-        self._proposals = []
-        await self.storage.close()
+        self._fail_all(ProposalLost("the partition's Raft group closed"))
 
 
 def _find(entries: Sequence[Entry], index: int) -> Entry | None:

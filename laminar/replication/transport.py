@@ -304,6 +304,13 @@ class PeerLinks:
                 link.wake.set()
             link.sent_this_tick = False
 
+    def shard_ports(self, node_id: str) -> tuple[int, ...]:
+        """The shard ports of `node_id` as learned from its metadata (() until then)."""
+        link = self._nodes.get(node_id)
+        if link is None or link.layout is None:
+            return ()
+        return tuple(link.layout[1])
+
     def heard(self, node_id: str) -> None:
         self._heard[node_id] = time.monotonic()
 

@@ -128,7 +128,10 @@ def _run(tmp_path: Path, scenario: Callable[[FakeNetwork], Awaitable[None]]) -> 
             await scenario(net)
         finally:
             for host in net.hosts.values():
+                storages = [group.storage for group in host.groups.values()]
                 await host.close()
+                for storage in storages:
+                    await storage.close()
 
     asyncio.run(main())
 
