@@ -219,7 +219,9 @@ class RaftGroup:
         if core.role == self._role and core.term == self._term:
             return
         self._role, self._term = core.role, core.term
+        logger.debug("partition %d: %s in term %d", self.pid, core.role, core.term)
         if core.role == LEADER:
+            logger.info("partition %d: this node leads, term %d", self.pid, core.term)
             self._term_start = self.storage.last_index()  # the no-op it appended
             self._last_timestamp_ms = max(
                 self._last_timestamp_ms, self.storage.log.last_timestamp_ms

@@ -216,6 +216,7 @@ class _NodeLink:
                     host, ports[shard], self.links.auth, self.node_id, self.links.max_frame_bytes
                 )
                 self.connections[shard] = conn
+                logger.info("raft link to node %s shard %d is up", self.node_id, shard)
             for chunk in _chunks(messages):
                 await conn.send(encode_batch(chunk))
         self.sent_this_tick = True
@@ -344,9 +345,10 @@ class PeerSession:
         self._max_frame_bytes = max_frame_bytes
         self.peer_id: str | None = None
 
-    async def serve(self, hello: Frame, decoder: FrameDecoder) -> None:
+    async def serve(self, hello: Frame) -> None:
         """Answer the handshake that `hello` opened, then read batches until EOF."""
         loop = asyncio.get_running_loop()
+        decoder = _decoder(self._max_frame_bytes)
         try:
             try:
                 peer = await asyncio.wait_for(self._handshake(hello, decoder), HANDSHAKE_TIMEOUT_S)

@@ -37,7 +37,7 @@ from laminar.replication.transport import PeerLinks, PeerSession
 from laminar.shards.errors import RequestError
 from laminar.shards.partitions import PartitionManager
 from laminar.shards.replica import RaftReplica
-from laminar.wire import ErrorCode, Frame, FrameDecoder, NodeInfo
+from laminar.wire import ErrorCode, Frame, NodeInfo
 
 logger = logging.getLogger("laminar.replication")
 
@@ -163,13 +163,13 @@ class ShardReplication:
 
     # -- peers -------------------------------------------------------------------
 
-    def accept_peer(self, sock: socket.socket, hello: Frame, decoder: FrameDecoder) -> None:
+    def accept_peer(self, sock: socket.socket, hello: Frame) -> None:
         """Serve a connection whose first frame was PEER_HELLO (handed over by
         `laminar.shards.connection`)."""
         session = PeerSession(
             sock, self.auth, self.host.receive, self.links.heard, self.max_frame_bytes
         )
-        task = asyncio.get_running_loop().create_task(session.serve(hello, decoder))
+        task = asyncio.get_running_loop().create_task(session.serve(hello))
         self._sessions.add(task)
         task.add_done_callback(self._sessions.discard)
 

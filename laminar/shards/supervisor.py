@@ -48,6 +48,7 @@ import time
 import uuid
 from typing import Any, Final
 
+from laminar.cluster.auth import SecretFileError, load_secret
 from laminar.shards.admin import AdminServer, AdminSource
 from laminar.shards.config import NodeConfig
 from laminar.shards.control import (
@@ -209,6 +210,7 @@ class Supervisor:
         config = self.config
         self._prepare_data_dir()
         node_id = self._node_id()
+        self._check_cluster_secret()
         self.runtime = self._resolve_runtime()
         self.sockets = bind_node(config)
         self.admin_sock = bind_admin(config)
@@ -244,6 +246,23 @@ class Supervisor:
         self._lock_fd = fd
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(config.run_dir, NODE_FILE))
+
+    def _check_cluster_secret(self) -> None:
+        """Read the secret once here, so a bad file stops start-up with its reason
+        (shards read it again themselves)."""
+        config = self.config
+        if not config.clustered:
+            return
+        if config.cluster_secret_file is None:
+            logger.warning(
+                "no --cluster-secret-file: node-to-node connections are not authenticated "
+                "(allowed because every node is on loopback)"
+            )
+            return
+        try:
+            load_secret(config.cluster_secret_file)
+        except SecretFileError as exc:
+            raise StartupError(str(exc)) from None
 
     def _node_id(self) -> str:
         path = os.path.join(self.config.data_dir, "node_id")
