@@ -33,6 +33,7 @@ lint: setup
 soak: setup
 	$(PY) -m tests.raft.sim.soak --seeds 10000 --processes 2
 	$(PY) -m tests.raft.sim.mutations 300
+	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/swim/test_soak.py
 
 bench:
 	@scripts/setup --bench
