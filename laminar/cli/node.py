@@ -179,19 +179,38 @@ def build_parser() -> argparse.ArgumentParser:
         "--node-id",
         default="",
         help="this node's id (kept in DATA_DIR/node_id; required with --peers, and must "
-        "match what the data dir holds)",
+        "match what the data dir holds; default: made up once)",
     )
     p.add_argument(
         "--peers",
         default="",
         help="the other nodes of a static cluster: ID=HOST:PORT[@WEIGHT],... (their node "
-        "ports); every partition is then a Raft group on --replication-factor of them",
+        "ports); every partition is then a Raft group on its topic's replication factor "
+        "of them",
     )
     p.add_argument(
         "--cluster-secret-file",
+        default="",
+        help="file with the cluster secret (chmod 600, at least 16 bytes, the same on every "
+        "node): authenticates every node-to-node connection and membership datagram; "
+        "turns membership on; required with --peers unless every node is on loopback",
+    )
+    p.add_argument(
+        "--join",
+        default="",
+        metavar="HOST:PORT,...",
+        help="join the cluster through any of these members' membership addresses "
+        "(needs --cluster-secret-file)",
+    )
+    p.add_argument(
+        "--weight", type=float, default=1.0, help="this node's capacity weight in placement"
+    )
+    p.add_argument(
+        "--membership-port",
+        type=int,
         default=None,
-        help="file with the secret every node-to-node connection must prove (chmod 600; "
-        "at least 16 bytes); required unless every node is on loopback",
+        help="UDP port for membership (default: the node port under ebpf routing, "
+        "else port+1000; ephemeral if --port 0)",
     )
     p.add_argument(
         "--log-level",
@@ -230,7 +249,12 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         log_level=args.log_level,
         node_id=args.node_id,
         peers=args.peers,
-        cluster_secret_file=args.cluster_secret_file,
+        cluster_secret_file=(
+            os.path.abspath(args.cluster_secret_file) if args.cluster_secret_file else ""
+        ),
+        join=tuple(a.strip() for a in args.join.split(",") if a.strip()),
+        weight=args.weight,
+        membership_port=args.membership_port,
     )
 
 

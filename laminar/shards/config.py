@@ -117,8 +117,17 @@ class NodeConfig:
     peers: str = ""
     """The other nodes of a static cluster, `ID=HOST:PORT[@WEIGHT],...` (their node
     ports); empty: a single node. `laminar.cluster.members.parse_peers` reads it."""
-    cluster_secret_file: str | None = None
-    """The file holding the secret every node-to-node connection proves it knows."""
+    join: tuple[str, ...] = ()
+    """Membership addresses (HOST:PORT) of members to join through; needs a secret."""
+    weight: float = 1.0
+    """This node's capacity weight in replica placement, gossiped to every member."""
+    cluster_secret_file: str = ""
+    """The file holding the cluster secret that authenticates node-to-node connections
+    and membership traffic (`laminar.shards.membership`); empty: membership is off,
+    and peers (loopback only) are not authenticated."""
+    membership_port: int | None = None
+    """Membership's own UDP port; None: the node port when eBPF steering carries
+    membership there, else node port + 1000 (ephemeral with port 0)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Settings added by plug-ins (e.g. `laminar.xdp`), passed through to shards untouched."""
 
@@ -130,7 +139,7 @@ class NodeConfig:
                 f"core{'s' if cpus != 1 else ''}; use 1..{cpus} "
                 "(or --allow-oversubscribe to run more shards than cores)"
             )
-        for name in ("port", "shard_port_base", "admin_port"):
+        for name in ("port", "shard_port_base", "admin_port", "membership_port"):
             value = getattr(self, name)
             if value is not None and not 0 <= value <= 65535:
                 raise ConfigError(f"--{name.replace('_', '-')} must be in 0..65535, got {value}")
@@ -178,6 +187,12 @@ class NodeConfig:
                 f"--max-input-bytes ({self.max_input_bytes}) must hold two frames of "
                 f"--max-frame-bytes ({self.max_frame_bytes})"
             )
+        if not (isinstance(self.weight, int | float) and 0 < self.weight <= 1e9):
+            raise ConfigError(f"--weight must be a number in (0, 1e9], got {self.weight}")
+        for address in self.join:
+            host, sep, port = address.rpartition(":")
+            if not (sep and host and port.isdigit() and 0 < int(port) <= 65535):
+                raise ConfigError(f"--join wants HOST:PORT addresses, got {address!r}")
         if not os.path.isabs(self.data_dir):
             raise ConfigError(f"data_dir must be absolute, got {self.data_dir!r}")
         self._check_cluster()
@@ -256,7 +271,9 @@ class NodeConfig:
 
     @classmethod
     def from_json(cls, text: str) -> NodeConfig:
-        return cls(**json.loads(text))
+        data = json.loads(text)
+        data["join"] = tuple(data.get("join", ()))
+        return cls(**data)
 
 
 def _is_loopback(host: str) -> bool:

@@ -38,8 +38,10 @@ from laminar.shards.connection import Connection
 from laminar.shards.control import (
     CONTROL_MAX_FRAME_BYTES,
     CONTROL_STATS,
+    CONTROL_VIEW,
     ready_frame,
     stats_response,
+    view_from_header,
 )
 from laminar.shards.datagram import DatagramServer
 from laminar.shards.dispatch import CHANNEL_FRAME_SLACK, Dispatcher
@@ -52,6 +54,7 @@ from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.replication import ShardReplication
 from laminar.shards.retention import Retention
 from laminar.shards.topic_config import log_config
+from laminar.swim import MembershipView
 from laminar.wire import (
     NEED_DATA,
     ErrorCode,
@@ -107,6 +110,8 @@ class Shard:
         self.control = control
         self.runtime = runtime
         self.routing_mode = routing_mode
+        self.membership: MembershipView | None = None
+        """The latest membership view the supervisor pushed (None: membership off)."""
         self.metrics = ShardMetrics()
         self.ident = ShardIdentity(
             node_id=config.node_id,
@@ -421,10 +426,21 @@ class Shard:
                     if frame.op == CONTROL_STATS:
                         reply = stats_response(frame.correlation_id, self.stats())
                         await loop.sock_sendall(self.control, reply)
+                    elif frame.op == CONTROL_VIEW:
+                        self._on_view(frame.header)
         except (OSError, ProtocolError) as exc:
             logger.warning("shard %d: control channel failed: %s", self.shard_id, exc)
         logger.info("shard %d: supervisor gone; draining", self.shard_id)
         self.request_drain()
+
+    def _on_view(self, header: dict[str, Any]) -> None:
+        try:
+            view = view_from_header(header)
+        except ValueError as exc:
+            logger.warning("shard %d: bad membership view: %s", self.shard_id, exc)
+            return
+        if self.membership is None or view.version >= self.membership.version:
+            self.membership = view
 
     def stats(self) -> dict[str, Any]:
         """The snapshot the supervisor renders into /metrics."""
@@ -436,6 +452,7 @@ class Shard:
                 "core": min(os.sched_getaffinity(0)),
                 "runtime": self.runtime,
                 "routing_mode": self.routing_mode,
+                "membership_version": None if self.membership is None else self.membership.version,
                 "partitions_owned": self._owned_partitions,
                 "partitions_open": self.partitions.open_count,
                 "flushes": self.partitions.flushes,
