@@ -167,6 +167,10 @@ class Handlers:
             log = await self.partitions.get(pid, config)
         return LocalReplica(log)
 
+    # The write protocol (`laminar.shards.staging`) resolves partitions the same way.
+    topic_of = _topic_of
+    replica_of = _replica_of
+
     # -- partition ops ---------------------------------------------------------
 
     async def produce(self, req: ProduceRequest, corr: int, ctx: RequestContext) -> list[Buffer]:

@@ -16,6 +16,10 @@ before), `RaftReplica` is one member of a partition's Raft group, whose log
   reads skip them, so a partition's indexes can have gaps, never misplaced
   records.
 - `wait_for_append(index, timeout_s)`: long-polls wait for the commit index.
+- `settle()`: wait until every entry already in the local log is either
+  committed or gone, so a scan of committed records can tell whether an
+  earlier append whose answer was lost is in the partition (the write
+  protocol's resumed publish does that before appending again).
 - `producers_key`: the object idempotent-producer tables are kept under. A
   Raft replica makes a new one each time it becomes leader, so a new leader
   rebuilds its table from the committed log, after its own no-op committed
@@ -36,6 +40,7 @@ from laminar.shards.errors import RequestError
 from laminar.wire import ErrorCode
 
 APPEND_TIMEOUT_S: Final = 10.0
+RECORDS_MAX: Final = 1 << 62
 """How long a replicated append waits for its commit before its outcome is unknown."""
 
 
@@ -43,6 +48,8 @@ class PartitionReplica(Protocol):
     """A partition as handlers see it (see the module docstring)."""
 
     directory: str
+    log: SegmentedLog
+    """The local log (for its settings; reads and writes go through the replica)."""
 
     @property
     def lowest_index(self) -> int: ...
@@ -60,7 +67,11 @@ class PartitionReplica(Protocol):
 
     async def append_stamped(self, blobs: Sequence[bytes]) -> tuple[int, int]: ...
 
-    async def read_range(self, start: int, max_bytes: int, max_records: int) -> list[Record]: ...
+    async def read_range(
+        self, start: int, max_bytes: int, max_records: int = ...
+    ) -> list[Record]: ...
+
+    async def settle(self) -> None: ...
 
     async def read_batch(self, start: int, max_bytes: int, max_records: int) -> RecordBatch: ...
 
@@ -100,8 +111,13 @@ class LocalReplica:
     async def append_stamped(self, blobs: Sequence[bytes]) -> tuple[int, int]:
         return await self.log.append_stamped(blobs)
 
-    async def read_range(self, start: int, max_bytes: int, max_records: int) -> list[Record]:
+    async def read_range(
+        self, start: int, max_bytes: int, max_records: int = RECORDS_MAX
+    ) -> list[Record]:
         return await self.log.read_range(start, max_bytes, max_records)
+
+    async def settle(self) -> None:
+        return None
 
     async def read_batch(self, start: int, max_bytes: int, max_records: int) -> RecordBatch:
         return await self.log.read_batch(start, max_bytes, max_records)
@@ -196,9 +212,23 @@ class RaftReplica:
             ) from None
         return first, timestamp_ms
 
-    async def read_range(self, start: int, max_bytes: int, max_records: int) -> list[Record]:
+    async def read_range(
+        self, start: int, max_bytes: int, max_records: int = RECORDS_MAX
+    ) -> list[Record]:
         batch = await self.read_batch(start, max_bytes, max_records)
         return batch.records()
+
+    async def settle(self) -> None:
+        """Leader only (raises NOT_LEADER otherwise): wait until the whole local
+        log is committed; NOT_READY if a majority does not confirm it in time."""
+        self.check_writable()
+        end = self.log.highest_index
+        await self.group.wait_committed(end, APPEND_TIMEOUT_S)
+        if self.group.committed_end < end:
+            raise RequestError(
+                ErrorCode.NOT_READY,
+                "earlier appends to the partition are not settled yet (no majority); retry",
+            )
 
     async def read_batch(self, start: int, max_bytes: int, max_records: int) -> RecordBatch:
         """Committed records from `start` on, without the protocol's own entries:

@@ -53,15 +53,19 @@ from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.replication import ShardReplication
 from laminar.shards.retention import Retention
+from laminar.shards.staging.service import WriteService, WriteSettings
 from laminar.shards.topic_config import log_config
 from laminar.swim import MembershipView
 from laminar.wire import (
     NEED_DATA,
     ErrorCode,
     ErrorResponse,
+    Frame,
     FrameDecoder,
+    Message,
     ProtocolError,
     TopicInfo,
+    decode_frame,
 )
 
 logger = logging.getLogger("laminar.shards")
@@ -148,6 +152,13 @@ class Shard:
             return loop.create_task(coro, queue=tq)  # type: ignore[call-arg]
         return loop.create_task(coro)
 
+    async def _internal_request(self, message: Message) -> Frame:
+        """Serve a request of this node's own (the write protocol's) here or on
+        the shard that owns its partition; the answer frame."""
+        ctx = RequestContext(received_by=self.shard_id, internal=True)
+        answer = await self.dispatcher.dispatch(message.to_frame(0), ctx)
+        return decode_frame(b"".join(answer), self.config.max_frame_bytes + CHANNEL_FRAME_SLACK)
+
     def request_drain(self) -> None:
         if self._drain_requested is not None:
             self._drain_requested.set()
@@ -203,6 +214,22 @@ class Shard:
             self.metrics,
             config.max_frame_bytes,
         )
+        self.writes = WriteService(
+            WriteSettings(
+                config.staging_dir,
+                config.decisions_dir,
+                config.staging_bytes_max,
+                config.staging_timeout_s,
+                round(config.decision_retention_s * 1000),
+                config.publish_append_bytes,
+            ),
+            backend,
+            self._owns,
+            self.handlers.replica_of,
+            self.handlers.topic_of,
+            self._internal_request,
+        )
+        self.dispatcher.add_handlers(self.writes.table())
         self.retention = Retention(
             self.partitions,
             self.metadata.state.topics,
@@ -213,6 +240,7 @@ class Shard:
         control_task = self._spawn(self._serve_control(), "background")
         self._listen(self.sockets.channel, internal=True)
         await self.metadata.start()
+        await self.writes.start()
         self._listen(self.sockets.shard_tcp, internal=False)
         self._listen(self.sockets.node_tcp, internal=False)
         self.datagrams = None
@@ -378,6 +406,7 @@ class Shard:
                 for pid in self._owned_pids(topic):
                     await self.replication.close_group(pid)
             await self.partitions.drop_topic(topic.topic_id, topic.partitions)
+            await self.writes.drop_topic(topic.topic_id)
         for topic in applied.altered:
             self.retention.apply_config(topic)
 
@@ -464,6 +493,7 @@ class Shard:
                 "topics": len(self.metadata.state.topics()),
                 "uptime_s": time.time() - self._started_at,
                 "task_queues": self._queue_stats(),
+                **self.writes.stats(),
             }
         )
         return snap
@@ -508,6 +538,7 @@ class Shard:
         await self._wait_serving(lambda t: True, 1.0)
         if self.replication is not None:
             await self.replication.close()
+        await self.writes.close()
         await self.partitions.close_all()
         logger.info("shard %d drained", self.shard_id)
 
