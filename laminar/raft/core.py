@@ -300,6 +300,11 @@ class RaftCore(LeaderReplication):
                 )
         return True
 
+    @property
+    def quiesced(self) -> bool:
+        """True while the core ignores ticks (see `quiesce`)."""
+        return self._quiesced
+
     def wake(self) -> None:
         """Leave quiescence: ticks count again (from a fresh election timeout)."""
         if not self._quiesced:
