@@ -18,6 +18,7 @@ import sys
 from laminar.log.config import FLUSH_POLICIES
 from laminar.shards.config import (
     DEFAULT_DATA_DIR,
+    DEFAULT_DECISION_RETENTION_S,
     DEFAULT_FRAME_TIMEOUT_S,
     DEFAULT_HOST,
     DEFAULT_IDLE_TIMEOUT_S,
@@ -26,8 +27,11 @@ from laminar.shards.config import (
     DEFAULT_MAX_TOPICS,
     DEFAULT_MAX_WAIT_MS,
     DEFAULT_PORT,
+    DEFAULT_PUBLISH_CHUNK_BYTES,
     DEFAULT_RETENTION_CHECK_INTERVAL_S,
     DEFAULT_SEGMENT_BYTES,
+    DEFAULT_STAGING_BYTES_MAX,
+    DEFAULT_STAGING_TIMEOUT_S,
     ROUTING_MODES,
     RUNTIMES,
     UDP_MTU_PAYLOAD_BYTES,
@@ -149,6 +153,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds before an idle (or stalled mid-frame) connection is closed",
     )
     p.add_argument(
+        "--staging-bytes-max",
+        type=parse_size,
+        default=DEFAULT_STAGING_BYTES_MAX,
+        help="staged (uncommitted) atomic-write bytes one shard holds at most (e.g. 1GiB)",
+    )
+    p.add_argument(
+        "--staging-timeout",
+        type=float,
+        default=DEFAULT_STAGING_TIMEOUT_S,
+        help="seconds after which idle staged data no commit claims expires",
+    )
+    p.add_argument(
+        "--decision-retention",
+        type=float,
+        default=DEFAULT_DECISION_RETENTION_S,
+        help="seconds commit decisions are remembered (retried commits are answered, "
+        "not published again)",
+    )
+    p.add_argument(
+        "--publish-chunk-bytes",
+        type=parse_size,
+        default=DEFAULT_PUBLISH_CHUNK_BYTES,
+        help="a commit appends each partition's records in appends of at most this size",
+    )
+    p.add_argument(
         "--frame-timeout",
         type=float,
         default=DEFAULT_FRAME_TIMEOUT_S,
@@ -178,13 +207,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--node-id",
         default="",
-        help="this node's id in the cluster (kept in <data-dir>/node_id; default: made up once)",
+        help="this node's id (kept in DATA_DIR/node_id; required with --peers, and must "
+        "match what the data dir holds; default: made up once)",
+    )
+    p.add_argument(
+        "--peers",
+        default="",
+        help="the other nodes of a static cluster: ID=HOST:PORT[@WEIGHT],... (their node "
+        "ports); every partition is then a Raft group on its topic's replication factor "
+        "of them",
     )
     p.add_argument(
         "--cluster-secret-file",
         default="",
-        help="file with the cluster secret (at least 16 bytes, the same on every node): "
-        "turns membership on and authenticates every membership datagram",
+        help="file with the cluster secret (chmod 600, at least 16 bytes, the same on every "
+        "node): authenticates every node-to-node connection and membership datagram; "
+        "turns membership on; required with --peers unless every node is on loopback",
     )
     p.add_argument(
         "--join",
@@ -229,6 +267,10 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         segment_bytes=args.segment_bytes,
         max_frame_bytes=args.max_frame_bytes,
         idle_timeout_s=args.idle_timeout,
+        staging_bytes_max=args.staging_bytes_max,
+        staging_timeout_s=args.staging_timeout,
+        decision_retention_s=args.decision_retention,
+        publish_chunk_bytes=args.publish_chunk_bytes,
         frame_timeout_s=args.frame_timeout,
         max_connections=args.max_connections,
         max_input_bytes=args.max_input_bytes,
@@ -239,6 +281,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         udp_writes=args.udp_writes,
         log_level=args.log_level,
         node_id=args.node_id,
+        peers=args.peers,
         cluster_secret_file=(
             os.path.abspath(args.cluster_secret_file) if args.cluster_secret_file else ""
         ),

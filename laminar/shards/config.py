@@ -17,11 +17,13 @@ port defaults to `port + 2000` (9070), or ephemeral with `port == 0`.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Literal
 
+from laminar.cluster.members import check_node_id, parse_peers
 from laminar.log import LogConfig
 from laminar.log.config import FLUSH_POLICIES, FlushPolicy
 from laminar.wire import DEFAULT_MAX_FRAME_BYTES, MIN_FRAME_BYTES
@@ -53,6 +55,10 @@ DEFAULT_MAX_WAIT_MS: Final = 60_000
 DEFAULT_MAX_TOPICS: Final = 10_000
 DEFAULT_RETENTION_CHECK_INTERVAL_S: Final = 60.0
 RUNTIMES: Final = ("auto", "uring", "asyncio")
+DEFAULT_STAGING_BYTES_MAX: Final = 1 << 30
+DEFAULT_STAGING_TIMEOUT_S: Final = 600.0
+DEFAULT_DECISION_RETENTION_S: Final = 7 * 24 * 3600.0
+DEFAULT_PUBLISH_CHUNK_BYTES: Final = 16 << 20
 
 Runtime = Literal["auto", "uring", "asyncio"]
 
@@ -92,6 +98,15 @@ class NodeConfig:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     """A connection with no request in flight and no complete frame for this long is closed."""
+    staging_bytes_max: int = DEFAULT_STAGING_BYTES_MAX
+    """Bytes of staged (uncommitted) atomic writes one shard holds at most."""
+    staging_timeout_s: float = DEFAULT_STAGING_TIMEOUT_S
+    """Staged data idle this long (and not claimed by a commit) expires."""
+    decision_retention_s: float = DEFAULT_DECISION_RETENTION_S
+    """How long commit decisions are remembered (a commit sent again within it is
+    answered, not published again)."""
+    publish_chunk_bytes: int = DEFAULT_PUBLISH_CHUNK_BYTES
+    """A commit appends a partition's records in log appends of at most this size."""
     frame_timeout_s: float = DEFAULT_FRAME_TIMEOUT_S
     """A connection that takes longer than this from a frame's first byte to its last is closed."""
     max_connections: int = DEFAULT_MAX_CONNECTIONS
@@ -112,13 +127,17 @@ class NodeConfig:
     log_level: str = "INFO"
     node_id: str = ""
     """Stable identity of the node, kept in `<data-dir>/node_id`; filled in by the supervisor."""
+    peers: str = ""
+    """The other nodes of a static cluster, `ID=HOST:PORT[@WEIGHT],...` (their node
+    ports); empty: a single node. `laminar.cluster.members.parse_peers` reads it."""
     join: tuple[str, ...] = ()
     """Membership addresses (HOST:PORT) of members to join through; needs a secret."""
     weight: float = 1.0
     """This node's capacity weight in replica placement, gossiped to every member."""
     cluster_secret_file: str = ""
-    """The file holding the cluster secret that authenticates membership traffic
-    (`laminar.shards.membership`); empty: membership is off, the node runs alone."""
+    """The file holding the cluster secret that authenticates node-to-node connections
+    and membership traffic (`laminar.shards.membership`); empty: membership is off,
+    and peers (loopback only) are not authenticated."""
     membership_port: int | None = None
     """Membership's own UDP port; None: the node port when eBPF steering carries
     membership there, else node port + 1000 (ephemeral with port 0)."""
@@ -160,6 +179,20 @@ class NodeConfig:
             raise ConfigError(f"--max-frame-bytes must be at least {MIN_FRAME_BYTES}")
         if not self.idle_timeout_s > 0:
             raise ConfigError(f"--idle-timeout must be positive, got {self.idle_timeout_s}")
+        if self.staging_bytes_max < 1 << 16:
+            raise ConfigError(
+                f"--staging-bytes-max must be at least 64KiB, got {self.staging_bytes_max}"
+            )
+        if not self.staging_timeout_s > 0:
+            raise ConfigError(f"--staging-timeout must be positive, got {self.staging_timeout_s}")
+        if not self.decision_retention_s > 0:
+            raise ConfigError(
+                f"--decision-retention must be positive, got {self.decision_retention_s}"
+            )
+        if self.publish_chunk_bytes < 4096:
+            raise ConfigError(
+                f"--publish-chunk-bytes must be at least 4096, got {self.publish_chunk_bytes}"
+            )
         if not self.retention_check_interval_s > 0:
             raise ConfigError(
                 "--retention-check-interval must be positive, "
@@ -189,6 +222,37 @@ class NodeConfig:
                 raise ConfigError(f"--join wants HOST:PORT addresses, got {address!r}")
         if not os.path.isabs(self.data_dir):
             raise ConfigError(f"data_dir must be absolute, got {self.data_dir!r}")
+        self._check_cluster()
+
+    def _check_cluster(self) -> None:
+        try:
+            peers = parse_peers(self.peers)
+            if self.node_id:
+                check_node_id(self.node_id)
+        except ValueError as exc:
+            raise ConfigError(f"--peers / --node-id: {exc}") from None
+        if not peers:
+            return
+        if not self.node_id:
+            raise ConfigError("a node with --peers needs --node-id (the id its peers know it by)")
+        if self.node_id in {p.node_id for p in peers}:
+            raise ConfigError(f"--peers names this node's own id {self.node_id!r}")
+        if self.flush != "always":
+            raise ConfigError(
+                "replication acknowledges a write once a majority has it on disk: "
+                "a node with --peers needs --flush always"
+            )
+        exposed = [a for a in (self.host, *(p.host for p in peers)) if not _is_loopback(a)]
+        if exposed and not self.cluster_secret_file:
+            raise ConfigError(
+                f"{exposed[0]} is not a loopback address: node-to-node traffic there must be "
+                "authenticated; give every node the same --cluster-secret-file"
+            )
+
+    @property
+    def clustered(self) -> bool:
+        """True when the node has peers (its partitions are Raft groups)."""
+        return bool(self.peers.strip())
 
     # -- derived settings ------------------------------------------------------
 
@@ -224,6 +288,21 @@ class NodeConfig:
     def partitions_dir(self) -> str:
         return os.path.join(self.data_dir, "partitions")
 
+    @property
+    def publish_append_bytes(self) -> int:
+        """The largest append a publish makes: the chunk size, within a segment."""
+        return min(self.publish_chunk_bytes, self.segment_bytes)
+
+    @property
+    def staging_dir(self) -> str:
+        """Staged data of atomic writes, per partition (`laminar.shards.staging`)."""
+        return os.path.join(self.data_dir, "staging")
+
+    @property
+    def decisions_dir(self) -> str:
+        """The commit decision logs, per coordinator bucket."""
+        return os.path.join(self.data_dir, "writes")
+
     def with_updates(self, **changes: Any) -> NodeConfig:
         return replace(self, **changes)
 
@@ -237,3 +316,12 @@ class NodeConfig:
         data = json.loads(text)
         data["join"] = tuple(data.get("join", ()))
         return cls(**data)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

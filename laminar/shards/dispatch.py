@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 from laminar.shards.channels import ChannelError, Channels, ChannelUnreachable
@@ -99,6 +99,10 @@ class Dispatcher:
             Op.METADATA_TAIL: handlers.metadata_tail,
         }
 
+    def add_handlers(self, table: Mapping[int, Handler]) -> None:
+        """Serve more ops (the write protocol registers its own)."""
+        self._table.update(table)
+
     async def dispatch(self, frame: Frame, ctx: RequestContext) -> list[Buffer]:
         """The response frame (as buffers) to one request frame. Never raises,
         except CancelledError."""
@@ -140,11 +144,13 @@ class Dispatcher:
                 frame.partition_id,
                 exc_info=exc,
             )
-        return self._error(frame, code, message)
+        return self._error(frame, code, message, getattr(exc, "leader", None))
 
-    def _error(self, frame: Frame, code: ErrorCode, message: str) -> list[Buffer]:
+    def _error(
+        self, frame: Frame, code: ErrorCode, message: str, leader: str | None = None
+    ) -> list[Buffer]:
         self.metrics.error(code.name.lower())
-        return ErrorResponse(frame.op, code, message, frame.partition_id).encode_buffers(
+        return ErrorResponse(frame.op, code, message, frame.partition_id, leader).encode_buffers(
             frame.correlation_id
         )
 
@@ -171,7 +177,7 @@ class Dispatcher:
             )
         if response.is_error:
             refused = ErrorResponse.from_frame(response)
-            return self._error(frame, refused.code, refused.message)
+            return self._error(frame, refused.code, refused.message, refused.leader)
         return [ForwardResponse.from_frame(response).frame]
 
     async def _unwrap(self, frame: Frame) -> list[Buffer]:

@@ -27,6 +27,8 @@ import socket
 import time
 from typing import Any, Final
 
+from laminar.cluster.auth import PeerAuth, load_secret
+from laminar.cluster.members import Member, StaticMembership, parse_peers
 from laminar.log.storage import StorageBackend, SyscallBackend
 from laminar.placement import shard_for
 from laminar.shards.budget import InputBudget
@@ -49,15 +51,21 @@ from laminar.shards.metadata import METADATA_PID, Applied
 from laminar.shards.metalog import MetadataService
 from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.partitions import LongPolls, PartitionManager
+from laminar.shards.replication import ShardReplication
 from laminar.shards.retention import Retention
+from laminar.shards.staging.service import WriteService, WriteSettings
+from laminar.shards.topic_config import log_config
 from laminar.swim import MembershipView
 from laminar.wire import (
     NEED_DATA,
     ErrorCode,
     ErrorResponse,
+    Frame,
     FrameDecoder,
+    Message,
     ProtocolError,
     TopicInfo,
+    decode_frame,
 )
 
 logger = logging.getLogger("laminar.shards")
@@ -144,6 +152,13 @@ class Shard:
             return loop.create_task(coro, queue=tq)  # type: ignore[call-arg]
         return loop.create_task(coro)
 
+    async def _internal_request(self, message: Message) -> Frame:
+        """Serve a request of this node's own (the write protocol's) here or on
+        the shard that owns its partition; the answer frame."""
+        ctx = RequestContext(received_by=self.shard_id, internal=True)
+        answer = await self.dispatcher.dispatch(message.to_frame(0), ctx)
+        return decode_frame(b"".join(answer), self.config.max_frame_bytes + CHANNEL_FRAME_SLACK)
+
     def request_drain(self) -> None:
         if self._drain_requested is not None:
             self._drain_requested.set()
@@ -176,6 +191,7 @@ class Shard:
             config.cores,
             config.max_frame_bytes + CHANNEL_FRAME_SLACK,
         )
+        self.replication = self._replication() if config.clustered else None
         self.metadata = MetadataService(
             self.shard_id,
             shard_for(METADATA_PID, config.cores),
@@ -185,9 +201,10 @@ class Shard:
             config.cores,
             self.polls,
             config.max_topics,
+            self.replication,
         )
         self.handlers = Handlers(
-            self.ident, self.metadata, self.partitions, self.metrics, self.polls
+            self.ident, self.metadata, self.partitions, self.metrics, self.polls, self.replication
         )
         self.dispatcher = Dispatcher(
             self.shard_id,
@@ -197,6 +214,22 @@ class Shard:
             self.metrics,
             config.max_frame_bytes,
         )
+        self.writes = WriteService(
+            WriteSettings(
+                config.staging_dir,
+                config.decisions_dir,
+                config.staging_bytes_max,
+                config.staging_timeout_s,
+                round(config.decision_retention_s * 1000),
+                config.publish_append_bytes,
+            ),
+            backend,
+            self._owns,
+            self.handlers.replica_of,
+            self.handlers.topic_of,
+            self._internal_request,
+        )
+        self.dispatcher.add_handlers(self.writes.table())
         self.retention = Retention(
             self.partitions,
             self.metadata.state.topics,
@@ -207,6 +240,7 @@ class Shard:
         control_task = self._spawn(self._serve_control(), "background")
         self._listen(self.sockets.channel, internal=True)
         await self.metadata.start()
+        await self.writes.start()
         self._listen(self.sockets.shard_tcp, internal=False)
         self._listen(self.sockets.node_tcp, internal=False)
         self.datagrams = None
@@ -247,6 +281,24 @@ class Shard:
         control_task.cancel()
         return 0
 
+    def _replication(self) -> ShardReplication:
+        """This shard's Raft groups and peer links (a node with --peers)."""
+        config = self.config
+        me = Member(config.node_id, config.host, self.ident.port)
+        view = StaticMembership(me, parse_peers(config.peers)).view()
+        secret = load_secret(config.cluster_secret_file) if config.cluster_secret_file else None
+        replication = ShardReplication(
+            view,
+            PeerAuth.from_secret(config.node_id, secret),
+            self.shard_id,
+            config.cores,
+            self.partitions,
+            config.max_frame_bytes,
+            self.ident.shard_ports,
+        )
+        replication.start()
+        return replication
+
     # -- listening -------------------------------------------------------------
 
     def _listen(self, sock: socket.socket, *, internal: bool) -> None:
@@ -284,8 +336,18 @@ class Shard:
                 received_by=self.shard_id, internal=internal, local_host=local_host
             )
             max_frame = self.config.max_frame_bytes + (CHANNEL_FRAME_SLACK if internal else 0)
+            on_peer = None
+            if not internal and self.replication is not None:
+                on_peer = self.replication.accept_peer
             conn = Connection(
-                sock, self.dispatcher, self.metrics, ctx, max_frame, self._closed, self.budget
+                sock,
+                self.dispatcher,
+                self.metrics,
+                ctx,
+                max_frame,
+                self._closed,
+                self.budget,
+                on_peer,
             )
             self.connections.add(conn)
             if not internal:
@@ -336,14 +398,38 @@ class Shard:
     async def _on_metadata_applied(self, applied: Applied) -> None:
         for topic in applied.created:
             self._owned_partitions += self._owned_count(topic)
+            if self.replication is not None:
+                self._spawn(self._open_replicas(self.replication, topic), "flush")
         for topic in applied.deleted:
             self._owned_partitions -= self._owned_count(topic)
+            if self.replication is not None:
+                for pid in self._owned_pids(topic):
+                    await self.replication.close_group(pid)
             await self.partitions.drop_topic(topic.topic_id, topic.partitions)
+            await self.writes.drop_topic(topic.topic_id)
         for topic in applied.altered:
             self.retention.apply_config(topic)
 
     def _owned_count(self, topic: TopicInfo) -> int:
-        return sum(1 for idx in range(topic.partitions) if self._owns((topic.topic_id << 32) | idx))
+        return len(self._owned_pids(topic))
+
+    def _owned_pids(self, topic: TopicInfo) -> list[int]:
+        pids = ((topic.topic_id << 32) | idx for idx in range(topic.partitions))
+        return [pid for pid in pids if self._owns(pid)]
+
+    async def _open_replicas(self, replication: ShardReplication, topic: TopicInfo) -> None:
+        """Open this shard's members of a replicated topic's groups, so followers
+        vote and take appends before any client names the partition."""
+        rf = topic.replication_factor
+        if rf < 2:
+            return
+        config = log_config(self.partitions.config, topic.config)
+        for pid in self._owned_pids(topic):
+            if replication.holds(pid, rf) and self.metadata.state.by_id(topic.topic_id):
+                try:
+                    await replication.ensure_open(pid, replication.replica_nodes(pid, rf), config)
+                except Exception:
+                    logger.exception("could not open partition %d's replica", pid)
 
     # -- control channel -------------------------------------------------------
 
@@ -407,6 +493,7 @@ class Shard:
                 "topics": len(self.metadata.state.topics()),
                 "uptime_s": time.time() - self._started_at,
                 "task_queues": self._queue_stats(),
+                **self.writes.stats(),
             }
         )
         return snap
@@ -449,6 +536,9 @@ class Shard:
         for conn in list(self.connections):
             conn.stop()
         await self._wait_serving(lambda t: True, 1.0)
+        if self.replication is not None:
+            await self.replication.close()
+        await self.writes.close()
         await self.partitions.close_all()
         logger.info("shard %d drained", self.shard_id)
 

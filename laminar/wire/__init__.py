@@ -12,6 +12,7 @@ socket or an event loop. Layers, each its own module:
 - `messages`: one frozen dataclass per request and response.
 """
 
+from laminar.wire import writes as writes  # registers the write protocol's messages
 from laminar.wire.codec import (
     DEFAULT_MAX_FRAME_BYTES,
     MAGIC,
@@ -62,6 +63,7 @@ from laminar.wire.messages import (
     MetadataResponse,
     MetadataTailRequest,
     MetadataTailResponse,
+    NodeInfo,
     Ping,
     Pong,
     ProduceRequest,
@@ -126,6 +128,7 @@ __all__ = [
     "MetadataResponse",
     "MetadataTailRequest",
     "MetadataTailResponse",
+    "NodeInfo",
     "Op",
     "Ping",
     "Pong",
