@@ -121,7 +121,7 @@ def test_damaged_header_with_entries_refuses_to_guess(tmp_path: Path) -> None:
         (index,) = files(tmp_path, ".index")
         with index.open("r+b") as f:
             f.write(b"XXXX")
-        with pytest.raises(LogCorrupted, match="header is damaged"):
+        with pytest.raises(LogCorrupted, match="header is lost or damaged"):
             await SegmentedLog.open(tmp_path, CONFIG)
 
     asyncio.run(main())
@@ -135,7 +135,7 @@ def test_missing_middle_segment_is_corruption(tmp_path: Path) -> None:
         middle = files(tmp_path, ".store")[2]
         middle.unlink()
         middle.with_suffix(".index").unlink()
-        with pytest.raises(LogCorrupted, match="does not follow"):
+        with pytest.raises(LogCorrupted, match="records are missing"):
             await SegmentedLog.open(tmp_path, config)
 
     asyncio.run(main())

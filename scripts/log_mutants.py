@@ -1,0 +1,211 @@
+"""Mutation check of the log's durability: every fsync must be load-bearing.
+
+    .venv/bin/python scripts/log_mutants.py [NAME ...]
+
+For each mutation (an fdatasync or directory fsync removed, the order of
+`truncate_to` swapped) this copies `laminar/` to a temporary directory,
+applies the change there, and runs the power-cut and damage tests against the
+copy. A mutation the tests
+do not catch ("SURVIVED") is a hole in the tests or a useless fsync; the
+script exits 1 if any survives. Takes a few minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# The editable install's import hook would find the real package first: drop it,
+# put the mutant's copy first on the path, then run pytest.
+BOOTSTRAP = """
+import sys
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+sys.path.insert(0, sys.argv[1])
+import laminar
+assert laminar.__file__.startswith(sys.argv[1]), laminar.__file__
+import pytest
+raise SystemExit(pytest.main(sys.argv[2:]))
+"""
+TESTS = [
+    "tests/log/test_powercut.py",
+    "tests/log/test_log_model.py",
+    "tests/log/test_damage.py",
+    "tests/log/test_failures.py",
+]
+
+# (name, file under laminar/log, text, replacement)
+MUTATIONS: list[tuple[str, str, str, str]] = [
+    (
+        "commit: store write not synced",
+        "commit.py",
+        "segment.store.writev(flush.values, flush.store_offset, sync=self._sync)",
+        "segment.store.writev(flush.values, flush.store_offset, sync=False)",
+    ),
+    (
+        "commit: index write not synced",
+        "commit.py",
+        "[flush.index_bytes()], flush.index_offset, sync=self._sync",
+        "[flush.index_bytes()], flush.index_offset, sync=False",
+    ),
+    (
+        "create: header not synced",
+        "segment.py",
+        "await index.writev([header], 0, sync=True)",
+        "await index.writev([header], 0, sync=False)",
+    ),
+    (
+        "create: directory not synced",
+        "segment.py",
+        "        await backend.sync_dir(directory)\n        return cls(",
+        "        return cls(",
+    ),
+    (
+        "truncate_to: no sync after the end mark",
+        "segment.py",
+        "            await self.write_marks(slot - 1, FLUSH_END | DURABLE)\n"
+        "            await self.index.sync()\n",
+        "            await self.write_marks(slot - 1, FLUSH_END | DURABLE)\n",
+    ),
+    (
+        "truncate_to: no sync after the index cut",
+        "segment.py",
+        "        await self.index.truncate(HEADER_BYTES + slot * ENTRY_BYTES)\n"
+        "        await self.index.sync()\n",
+        "        await self.index.truncate(HEADER_BYTES + slot * ENTRY_BYTES)\n",
+    ),
+    (
+        "truncate_to: cut before the end mark (swapped order)",
+        "segment.py",
+        "        await self._mark_new_end(slot)\n        await self._cut_index(slot)\n",
+        "        await self._cut_index(slot)\n        await self._mark_new_end(slot)\n",
+    ),
+    (
+        "truncate_to: store cut before the index cut (swapped order)",
+        "segment.py",
+        "        await self._cut_index(slot)\n        await self._cut_store(store_end)\n",
+        "        await self._cut_store(store_end)\n        await self._cut_index(slot)\n",
+    ),
+    (
+        "seal (relaxed): store not synced",
+        "segment.py",
+        "        if sync:\n            await self.store.sync()\n"
+        "            await self.index.sync()\n",
+        "        if sync:\n            await self.index.sync()\n",
+    ),
+    (
+        "seal (relaxed): index not synced",
+        "segment.py",
+        "        if sync:\n            await self.store.sync()\n"
+        "            await self.index.sync()\n",
+        "        if sync:\n            await self.store.sync()\n",
+    ),
+    (
+        "interval/close sync: store not synced",
+        "segment.py",
+        "        await self.store.sync()\n        await self.index.sync()\n"
+        "        if self.entries:\n",
+        "        await self.index.sync()\n        if self.entries:\n",
+    ),
+    (
+        "interval/close sync: index not synced",
+        "segment.py",
+        "        await self.store.sync()\n        await self.index.sync()\n"
+        "        if self.entries:\n",
+        "        await self.store.sync()\n        if self.entries:\n",
+    ),
+    (
+        "close (relaxed): DURABLE mark not synced",
+        "segmented_log.py",
+        "await write_segment.sync_and_mark_durable()\n"
+        "                        await write_segment.index.sync()\n",
+        "await write_segment.sync_and_mark_durable()\n",
+    ),
+    (
+        "remove: index removal not made durable before the store's",
+        "segment.py",
+        "            await backend.sync_dir(self.directory)\n        finally:\n",
+        "            pass\n        finally:\n",
+    ),
+    (
+        "recovery: write segment not synced before it is judged",
+        "recovery.py",
+        "        await handle.sync()\n        await handle.drop_cache()\n",
+        "        await handle.drop_cache()\n",
+    ),
+    (
+        "recovery: torn tail cut not synced",
+        "recovery.py",
+        "            await f.index.sync()  # the cut entries must never come back\n",
+        "            pass\n",
+    ),
+    (
+        "recovery: directory not synced after removals",
+        "recovery.py",
+        "        await backend.sync_dir(directory)\n    return segments",
+        "        pass\n    return segments",
+    ),
+    (
+        "open: a new log directory's entry not synced",
+        "storage.py",
+        '        await backend.sync_dir(os.path.dirname(created) or ".")\n',
+        "        pass\n",
+    ),
+]
+
+
+def run(name: str, file: str, old: str, new: str) -> str | None:
+    """The first test that fails with the mutation applied, or None."""
+    with tempfile.TemporaryDirectory(prefix="laminar-mutant-") as tmp:
+        shutil.copytree(REPO / "laminar", Path(tmp) / "laminar")
+        path = Path(tmp) / "laminar" / "log" / file
+        text = path.read_text()
+        if text.count(old) != 1:
+            raise SystemExit(f"{name}: the text to mutate occurs {text.count(old)} times in {file}")
+        path.write_text(text.replace(old, new))
+        env = dict(os.environ, LAMINAR_MODEL_EXAMPLES="150", LAMINAR_MODEL_NO_SHRINK="1")
+        tests = [t for t in TESTS if (REPO / t).exists()]
+        args = ["-x", "-q", "-p", "no:logging", "-p", "no:cacheprovider", *tests]
+        result = subprocess.run(
+            [sys.executable, "-c", BOOTSTRAP, tmp, *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if os.environ.get("LAMINAR_MUTANTS_VERBOSE"):
+            print(result.stdout[-3000:], result.stderr[-3000:])
+        if "Timeout" in result.stdout:
+            raise SystemExit(f"{name}: the tests timed out instead of failing; look into it")
+        if result.returncode == 0:
+            return None
+        failed = [line for line in result.stdout.splitlines() if line.startswith("FAILED")]
+        return failed[0].split(" ")[1] if failed else f"pytest exit {result.returncode}"
+
+
+def main() -> int:
+    wanted = sys.argv[1:]
+    failed = run("control (no mutation)", "index.py", "MAGIC = ", "MAGIC = ")
+    if failed:
+        raise SystemExit(f"the tests fail without any mutation ({failed}): fix them first")
+    survived = 0
+    for name, file, old, new in MUTATIONS:
+        if wanted and not any(w in name for w in wanted):
+            continue
+        start = time.monotonic()
+        caught_by = run(name, file, old, new)
+        survived += caught_by is None
+        verdict = "SURVIVED" if caught_by is None else "caught"
+        took = time.monotonic() - start
+        print(f"{verdict:9} {took:5.1f}s  {name}  [{caught_by or '-'}]", flush=True)
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
