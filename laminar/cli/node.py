@@ -18,13 +18,18 @@ import sys
 from laminar.log.config import FLUSH_POLICIES
 from laminar.shards.config import (
     DEFAULT_DATA_DIR,
+    DEFAULT_FRAME_TIMEOUT_S,
     DEFAULT_HOST,
     DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_INPUT_BYTES,
+    DEFAULT_MAX_TOPICS,
+    DEFAULT_MAX_WAIT_MS,
     DEFAULT_PORT,
     DEFAULT_SEGMENT_BYTES,
     ROUTING_MODES,
     RUNTIMES,
-    UDP_PAYLOAD_BYTES_MAX,
+    UDP_MTU_PAYLOAD_BYTES,
     XDP_MODES,
     ConfigError,
     NodeConfig,
@@ -57,7 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="allow --cores above this machine's core count (shards share cores; for tests)",
     )
     p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="where partitions live")
-    p.add_argument("--host", default=DEFAULT_HOST, help="address to listen on")
+    p.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help="address of the node and shard ports; nothing is authenticated yet, so "
+        "anything but loopback lets whoever reaches it produce, consume and change topics "
+        "(README: Security)",
+    )
     p.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help="node port, TCP and UDP (0: ephemeral)"
     )
@@ -72,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="HTTP /health /metrics /status (default: port+2000; ephemeral if --port 0)",
+    )
+    p.add_argument(
+        "--admin-host",
+        default=DEFAULT_HOST,
+        help="address of the admin endpoint (loopback unless you mean to expose it)",
     )
     p.add_argument("--runtime", choices=RUNTIMES, default="auto", help="event loop")
     p.add_argument(
@@ -93,8 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--udp-max-bytes",
         type=parse_size,
-        default=UDP_PAYLOAD_BYTES_MAX,
-        help="largest request or answer datagram on the node port (bigger: use TCP)",
+        default=UDP_MTU_PAYLOAD_BYTES,
+        help="largest request or answer datagram on the node port (bigger: use TCP); the "
+        "default fits one Ethernet frame, which bounds what a forged request can reflect",
+    )
+    p.add_argument(
+        "--udp-writes",
+        action="store_true",
+        help="also serve produce and topic changes over UDP (off: a datagram's source can "
+        "be forged, so UDP serves reads only)",
     )
     p.add_argument(
         "--flush", choices=FLUSH_POLICIES, default="always", help="when appends are made durable"
@@ -116,6 +139,33 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=DEFAULT_IDLE_TIMEOUT_S,
         help="seconds before an idle (or stalled mid-frame) connection is closed",
+    )
+    p.add_argument(
+        "--frame-timeout",
+        type=float,
+        default=DEFAULT_FRAME_TIMEOUT_S,
+        help="seconds a client may take from a frame's first byte to its last",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="client connections per shard (more are refused with TOO_MANY_CONNECTIONS)",
+    )
+    p.add_argument(
+        "--max-input-bytes",
+        type=parse_size,
+        default=DEFAULT_MAX_INPUT_BYTES,
+        help="per shard: request bytes buffered or in flight over all connections",
+    )
+    p.add_argument(
+        "--max-wait-ms",
+        type=int,
+        default=DEFAULT_MAX_WAIT_MS,
+        help="the longest a fetch long-polls, whatever it asks for",
+    )
+    p.add_argument(
+        "--max-topics", type=int, default=DEFAULT_MAX_TOPICS, help="topics the node holds at most"
     )
     p.add_argument(
         "--log-level",
@@ -143,6 +193,13 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         segment_bytes=args.segment_bytes,
         max_frame_bytes=args.max_frame_bytes,
         idle_timeout_s=args.idle_timeout,
+        frame_timeout_s=args.frame_timeout,
+        max_connections=args.max_connections,
+        max_input_bytes=args.max_input_bytes,
+        max_wait_ms=args.max_wait_ms,
+        max_topics=args.max_topics,
+        admin_host=args.admin_host,
+        udp_writes=args.udp_writes,
         log_level=args.log_level,
     )
 

@@ -7,11 +7,11 @@ a request costs no stream buffering. Theory of operation:
 - `request(message)` registers a future under a fresh correlation id, writes
   the frame and awaits the future. Any number of tasks may have requests in
   flight on one connection.
-- Writes: the frame's buffers go to the socket at once with one `sendmsg`
-  (records are not joined). Whatever the socket does not take is queued and
-  a flusher task sends it with `sock_sendall`; while it runs, later frames
-  join the queue, so frames are never interleaved and a burst of small
-  requests leaves as one write.
+- Writes go through a `laminar.outbox.Outbox`: the requests made in one loop
+  iteration (64 tasks each producing one record) leave together at the end of
+  it in one gathering `sendmsg`, not one syscall and one node wakeup each; a
+  lone request goes out in the next iteration, never after a timer. Frames
+  are never interleaved, and record buffers are not joined.
 - Reads: one reader task per connection receives into a fixed buffer, and the
   sans-IO `ClientProtocol` turns bytes into frames; each resolves the future
   of its correlation id, whatever order they come in.
@@ -36,10 +36,9 @@ from laminar.client.errors import (
 )
 from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES, ClientProtocol
 from laminar.client.routing import Address, format_address
+from laminar.outbox import Outbox
 from laminar.wire import Frame, Message
-from laminar.wire.codec import Buffer
 
-_IOV_MAX: Final = 1024
 _READ_BYTES: Final = 256 << 10
 
 
@@ -94,8 +93,7 @@ class AsyncConnection:
         self._loop = asyncio.get_running_loop()
         self._proto = ClientProtocol(max_frame_bytes)
         self._waiters: dict[int, asyncio.Future[Frame]] = {}
-        self._queue: list[Buffer] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._outbox = Outbox(self._loop, sock, self._on_write_error)
         self._error: ConnectionLostError | None = None
         self._reader = self._loop.create_task(self._read_loop())
 
@@ -123,7 +121,7 @@ class AsyncConnection:
         corr, buffers = self._proto.request(message)
         fut: asyncio.Future[Frame] = self._loop.create_future()
         self._waiters[corr] = fut
-        self._write(buffers)
+        self._outbox.send(buffers)
         timer = self._loop.call_later(timeout_s, self._expire, corr, timeout_s)
         try:
             return await fut
@@ -145,38 +143,8 @@ class AsyncConnection:
 
     # --- writing ---------------------------------------------------------------------
 
-    def _write(self, buffers: list[Buffer]) -> None:
-        if self._flusher is not None:
-            self._queue.extend(buffers)
-            return
-        try:
-            if len(buffers) <= _IOV_MAX:
-                sent = self._sock.sendmsg(buffers)
-            else:
-                sent = self._sock.send(b"".join(buffers))
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError as exc:
-            self._fail(self._lost(exc))
-            return
-        total = 0
-        for b in buffers:
-            total += len(b)
-        if sent < total:
-            self._queue.append(b"".join(buffers)[sent:])
-            self._flusher = self._loop.create_task(self._flush())
-
-    async def _flush(self) -> None:
-        queue = self._queue
-        try:
-            while queue:
-                data = queue[0] if len(queue) == 1 else b"".join(queue)
-                queue.clear()
-                await self._loop.sock_sendall(self._sock, data)
-        except OSError as exc:
-            self._fail(self._lost(exc))
-        finally:
-            self._flusher = None
+    def _on_write_error(self, exc: BaseException) -> None:
+        self._fail(self._lost(exc) if isinstance(exc, OSError) else ConnectionLostError(str(exc)))
 
     # --- reading ---------------------------------------------------------------------
 
@@ -223,10 +191,9 @@ class AsyncConnection:
         for fut in waiters:
             if not fut.done():
                 fut.set_exception(_copy(error))
-        for task in (self._reader, self._flusher):
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
-        self._queue.clear()
+        if self._reader is not asyncio.current_task():
+            self._reader.cancel()
+        self._outbox.abort()
         # The reader's recv may still be in the kernel (io_uring): shut the socket
         # down now, close it once the reader has let go of it.
         with contextlib.suppress(OSError):

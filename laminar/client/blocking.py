@@ -6,7 +6,12 @@ returns its correlation id; `wait(corr)` reads until that answer is in. Any
 number of requests may be sent before waiting, and answers may come in any
 order: frames for other requests are kept until their `wait`.
 
-Several threads may share a connection. Sends are serialized by a lock; reads
+Several threads may share a connection. Sends are combined: a request's
+frame joins a queue, and whichever thread holds the send lock writes
+everything queued so far in one gathering `sendmsg`, so the requests of
+threads that arrive while a write is under way leave together in the next
+write (one syscall and one node wakeup for all of them). `send` returns only
+once its own frame was written, by itself or by the thread before it. Reads
 follow the leader/follower pattern: one waiting thread reads the socket at a
 time and files every frame it decodes, the others sleep on a condition until
 their frame is filed or the reader role is free.
@@ -74,6 +79,12 @@ class BlockingConnection:
         self._sock = connect(address, connect_timeout_s)
         self._proto = ClientProtocol(max_frame_bytes)
         self._send_lock = threading.Lock()
+        self._out: list[Buffer] = []
+        """Frames queued for the next write (guarded by `_cond`)."""
+        self._queued = 0
+        self._written = 0
+        """Frames queued / written so far: a sender's frame is out once `_written`
+        reaches the count at its queueing."""
         self._cond = threading.Condition(threading.Lock())
         self._done: dict[int, Frame] = {}
         self._reading = False
@@ -111,22 +122,34 @@ class BlockingConnection:
         return True
 
     def send(self, message: Message) -> int:
-        """Write `message`; return its correlation id for `wait`."""
+        """Write `message` (with the frames other threads queued meanwhile);
+        return its correlation id for `wait`."""
+        with self._cond:
+            if self._error is not None:
+                raise self._error
+            corr, buffers = self._proto.request(message)
+            self._out.extend(buffers)
+            self._queued += 1
+            ticket = self._queued
         with self._send_lock:
             with self._cond:
-                if self._error is not None:
-                    raise self._error
-                corr, buffers = self._proto.request(message)
-            try:
-                self._send_buffers(buffers)
-            except OSError as exc:
-                error = self._lost(exc)
-                self._fail(error)
-                raise error from exc
-            except BaseException:
-                # Interrupted mid-frame (KeyboardInterrupt): the stream is out of step.
-                self._fail(ConnectionLostError(f"send to {self._name()} was interrupted"))
-                raise
+                batch, self._out = self._out, []
+                upto = self._queued
+                error = self._error
+            if batch and error is None:
+                try:
+                    self._send_buffers(batch)
+                except OSError as exc:
+                    error = self._lost(exc)
+                    self._fail(error)
+                    raise error from exc
+                except BaseException:
+                    # Interrupted mid-frame (KeyboardInterrupt): the stream is out of step.
+                    self._fail(ConnectionLostError(f"send to {self._name()} was interrupted"))
+                    raise
+                self._written = upto
+            if self._written < ticket:  # a thread before us failed to write our frame
+                raise error or ConnectionLostError(f"send to {self._name()} failed")
         return corr
 
     def _send_buffers(self, buffers: list[Buffer]) -> None:

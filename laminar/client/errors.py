@@ -130,6 +130,13 @@ class ServerTimeoutError(ServerError):
     code = ErrorCode.TIMEOUT
 
 
+class NotReadyError(ServerError):
+    """The shard is still loading its topic metadata (a restart); nothing was
+    applied. Retriable."""
+
+    code = ErrorCode.NOT_READY
+
+
 _BY_CODE: dict[ErrorCode, type[ServerError]] = {
     ErrorCode.MALFORMED_FRAME: InvalidRequestError,
     ErrorCode.UNSUPPORTED_VERSION: InvalidRequestError,
@@ -149,13 +156,24 @@ _BY_CODE: dict[ErrorCode, type[ServerError]] = {
     ErrorCode.STORAGE_ERROR: StorageError,
     ErrorCode.SHUTTING_DOWN: ShuttingDownError,
     ErrorCode.TIMEOUT: ServerTimeoutError,
+    ErrorCode.NOT_READY: NotReadyError,
 }
 
 
-def server_error(code: ErrorCode, message: str) -> ServerError:
-    """The typed exception for an error response with `code` and `message`."""
+def server_error(code: ErrorCode, message: str) -> LaminarError:
+    """The typed exception for an error response with `code` and `message`.
+
+    OUTCOME_UNKNOWN is not a refusal: the node handed the request on and lost
+    its answer, so it may have been applied (`OutcomeUnknownError`).
+    TOO_MANY_CONNECTIONS is the node's only word on a connection it refused
+    before reading anything (`CannotConnectError`: nothing was applied)."""
+    message = message or code.default_message
+    if code is ErrorCode.OUTCOME_UNKNOWN:
+        return OutcomeUnknownError(message, code=code)
+    if code is ErrorCode.TOO_MANY_CONNECTIONS:
+        return CannotConnectError(message, code=code)
     cls = _BY_CODE.get(code, ServerError)
-    return cls(message or code.default_message, code=code)
+    return cls(message, code=code)
 
 
 # --- no answer ----------------------------------------------------------------------

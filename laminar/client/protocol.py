@@ -18,7 +18,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from laminar.client.errors import ProtocolViolationError, server_error
+from laminar.client.errors import (
+    CannotConnectError,
+    ConnectionLostError,
+    ProtocolViolationError,
+    server_error,
+)
 from laminar.wire import (
     DEFAULT_MAX_FRAME_BYTES,
     NEED_DATA,
@@ -97,7 +102,7 @@ class ClientProtocol:
             ) from exc
 
 
-def _unexpected(frame: Frame) -> ProtocolViolationError:
+def _unexpected(frame: Frame) -> ConnectionLostError:
     if frame.flags & Flags.ERROR:
         try:
             err = ErrorResponse.from_frame(frame)
@@ -105,6 +110,8 @@ def _unexpected(frame: Frame) -> ProtocolViolationError:
             pass
         else:
             cause = server_error(err.code, err.message)
+            if isinstance(cause, CannotConnectError):  # refused before anything was read
+                return cause
             exc = ProtocolViolationError(f"the node closed the connection: {cause}")
             exc.__cause__ = cause
             return exc

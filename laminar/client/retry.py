@@ -9,7 +9,10 @@ in one place for both clients:
   again after a lost connection or a retriable error code, each time with
   freshly fetched metadata, until the retry budget is spent.
 - A produce or topic change is sent again only when the node said it did not
-  apply it (`NOT_OWNER`, `SHUTTING_DOWN`: it refused before doing anything).
+  apply it (`NOT_OWNER`, `SHUTTING_DOWN`, `NOT_READY`: it refused before doing
+  anything; `TOO_MANY_CONNECTIONS`: it refused the connection unread). When
+  the node itself lost the answer (`OUTCOME_UNKNOWN`, a shard it handed the
+  request to died or timed out) the caller gets an `OutcomeUnknownError`.
   After a lost connection it is never repeated: the caller gets an
   `OutcomeUnknownError` and decides (fetch to check, or accept duplicates).
   An idempotent produce (one with a producer id and sequence) is the
@@ -33,7 +36,7 @@ from laminar.client.errors import (
 from laminar.wire import ErrorCode
 
 # Codes with which the node refuses a request before applying any of it.
-_REFUSED_UNAPPLIED = frozenset({ErrorCode.NOT_OWNER, ErrorCode.SHUTTING_DOWN})
+_REFUSED_UNAPPLIED = frozenset({ErrorCode.NOT_OWNER, ErrorCode.SHUTTING_DOWN, ErrorCode.NOT_READY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,8 @@ def may_retry(exc: LaminarError, idempotent: bool) -> bool:
     """Whether a request that failed with `exc` may be sent again (see module doc)."""
     if isinstance(exc, CannotConnectError):
         return True
+    if exc.code is ErrorCode.OUTCOME_UNKNOWN:  # the node lost the answer: safe if idempotent
+        return idempotent
     if isinstance(exc, ServerError):
         return exc.retriable and (idempotent or exc.code in _REFUSED_UNAPPLIED)
     if isinstance(exc, ConnectionLostError):

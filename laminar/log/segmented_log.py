@@ -62,7 +62,7 @@ class SegmentedLog:
         self._last_timestamp_ms = max(
             (s.timestamp_of(s.end_index - 1) for s in segments if s.entries), default=0
         )
-        self._append_waiters: list[asyncio.Future[None]] = []
+        self._append_waiters: dict[asyncio.Future[None], None] = {}
         self._relaxed = config.flush != "always"
         self._pipeline = FlushPipeline(config, backend, self._published)
         self._interval_task = (
@@ -132,28 +132,60 @@ class SegmentedLog:
 
     async def append_stamped(self, values: Sequence[bytes], term: int = 0) -> tuple[int, int]:
         """`append`, returning (first index, the timestamp_ms the batch was given)."""
+        values, size = self._checked_batch(values)
+        async with self._lock:
+            self._check_appendable()
+            segment = self._segments[-1]
+            if self._rollover_due(segment, size):
+                segment = await self._roll_over()
+            first, timestamp_ms, done = self._stage(segment, values, term)
+        await done
+        return first, timestamp_ms
+
+    def stage_nowait(
+        self, values: Sequence[bytes], term: int = 0
+    ) -> tuple[int, int, asyncio.Future[None]] | None:
+        """`append_stamped` without the wait, when staging needs none: (first
+        index, timestamp_ms, a future resolved once the batch is published).
+        None when it would have to wait (the structure lock is held or wanted,
+        or a rollover is due): call `append_stamped` then. Raises what
+        `append_stamped` raises. Batches staged either way keep their order."""
+        values, size = self._checked_batch(values)
+        lock = self._lock
+        if lock.locked() or lock._waiters:
+            return None
+        self._check_appendable()
+        segment = self._segments[-1]
+        if self._rollover_due(segment, size):
+            return None
+        return self._stage(segment, values, term)
+
+    def _checked_batch(self, values: Sequence[bytes]) -> tuple[list[bytes], int]:
         if not values:
             raise ValueError("append needs at least one record")
-        values = [v if type(v) is bytes else bytes(v) for v in values]
-        size = sum(map(len, values))
+        batch = [v if type(v) is bytes else bytes(v) for v in values]
+        size = sum(map(len, batch))
         threshold = self.config.append_threshold_bytes
         if size > threshold:
             raise AppendTooLarge(
                 f"a batch of {size} bytes exceeds the append threshold of {threshold} bytes "
                 f"(segment_bytes + overflow_bytes); split it into smaller batches"
             )
-        async with self._lock:
-            self._check_appendable()
-            segment = self._segments[-1]
-            used = segment.store_end
-            if used >= self.config.segment_bytes or (used and used + size > threshold):
-                segment = await self._roll_over()
-            timestamp_ms = max(self._clock_ms(), self._last_timestamp_ms)
-            self._last_timestamp_ms = timestamp_ms
-            first = segment.staged_end_index
-            done = self._pipeline.stage(segment, values, term, timestamp_ms)
-        await done
-        return first, timestamp_ms
+        return batch, size
+
+    def _rollover_due(self, segment: Segment, size: int) -> bool:
+        used = segment.store_end
+        return used >= self.config.segment_bytes or bool(
+            used and used + size > self.config.append_threshold_bytes
+        )
+
+    def _stage(
+        self, segment: Segment, values: list[bytes], term: int
+    ) -> tuple[int, int, asyncio.Future[None]]:
+        timestamp_ms = max(self._clock_ms(), self._last_timestamp_ms)
+        self._last_timestamp_ms = timestamp_ms
+        first = segment.staged_end_index
+        return first, timestamp_ms, self._pipeline.stage(segment, values, term, timestamp_ms)
 
     def _check_appendable(self) -> None:
         self._check_open()
@@ -187,7 +219,7 @@ class SegmentedLog:
         return new
 
     def _published(self, flush: PendingFlush) -> None:
-        waiters, self._append_waiters = self._append_waiters, []
+        waiters, self._append_waiters = self._append_waiters, {}
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
@@ -200,12 +232,19 @@ class SegmentedLog:
         while index >= self.highest_index:
             self._check_open()
             waiter = asyncio.get_running_loop().create_future()
-            self._append_waiters.append(waiter)
+            self._append_waiters[waiter] = None
             try:
                 await asyncio.wait_for(waiter, timeout)
             except TimeoutError:
                 return index < self.highest_index
+            finally:  # a reader that timed out or was cancelled leaves nothing behind
+                self._append_waiters.pop(waiter, None)
         return True
+
+    @property
+    def waiting_readers(self) -> int:
+        """Readers waiting in `wait_for_append` now."""
+        return len(self._append_waiters)
 
     # -- reading ---------------------------------------------------------------
 
@@ -308,6 +347,35 @@ class SegmentedLog:
                 self._pipeline.fail(exc)
                 raise
 
+    async def roll_over(self) -> bool:
+        """Seal the write segment now and start a new one, if it holds any record
+        (time-based rolling, so retention can remove what it held; a snapshot that
+        must start a segment). Returns whether it rolled."""
+        async with self._lock:
+            self._check_appendable()
+            if self._segments[-1].staged_end_index == self._segments[-1].base_index:
+                return False
+            await self._roll_over()
+            return True
+
+    @property
+    def write_segment_first_timestamp_ms(self) -> int | None:
+        """When the write segment's first record was appended (None: it is empty)."""
+        segment = self._segments[-1]
+        return segment.timestamp_of(segment.base_index) if segment.entries else None
+
+    async def remove_before(self, index: int) -> int:
+        """Remove the oldest segments that hold only records below `index` (a prefix
+        the caller has compacted into a snapshot); return how many. The write
+        segment is never removed."""
+        async with self._lock:
+            self._check_open()
+            removed = 0
+            while len(self._segments) > 1 and self._segments[0].end_index <= index:
+                await self._remove_segment(0)
+                removed += 1
+            return removed
+
     async def apply_retention(self, now_ms: int | None = None) -> int:
         """Remove whole oldest segments past the retention limits; return how many.
 
@@ -365,7 +433,7 @@ class SegmentedLog:
             if self._interval_task is not None:
                 self._interval_task.cancel()
             await self._pipeline.stop()
-            for waiter in self._append_waiters:
+            for waiter in list(self._append_waiters):
                 if not waiter.done():
                     waiter.set_exception(LogClosed(f"the log in {self.directory} was closed"))
             write_segment = self._segments[-1]

@@ -12,7 +12,9 @@ own port and on the shared node port. Modules, each with one job:
 - `supervisor`, `control`, `admin`, `prometheus`: the supervisor, its control
   channel to each shard, the admin HTTP endpoint and its metrics text;
 - `shard_main`, `shard`: a shard process and its lifecycle (start, drain);
-- `connection`, `outbox`, `datagram`: serving TCP connections and UDP datagrams;
+- `connection`, `datagram`: serving TCP connections (their answers leave through
+  `laminar.outbox`, coalesced per loop iteration) and UDP datagrams;
+- `fastpath`: produces answered straight from the read loop, without a task;
 - `router` (pure), `dispatch`, `handlers`, `errors`: where a request is served,
   forwarding, the per-op handlers, and failures as wire errors;
 - `channels`: pipelined inter-shard connections (forwarding, metadata tail);

@@ -22,8 +22,8 @@ import itertools
 import logging
 import socket
 
+from laminar.outbox import Outbox
 from laminar.shards.listeners import channel_address
-from laminar.shards.outbox import Outbox
 from laminar.wire import NEED_DATA, Frame, FrameDecoder, Message, ProtocolError
 
 logger = logging.getLogger("laminar.shards")

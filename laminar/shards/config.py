@@ -41,7 +41,16 @@ native/generic insist on that mode; off never attaches. Generic (skb) mode is
 never chosen by itself: it copies every packet of the interface, the node's
 or not, into a new page (measured: loopback TCP 2.5 -> 1.9-2.3 GB/s)."""
 UDP_PAYLOAD_BYTES_MAX: Final = 65507
-"""The largest UDP payload over IPv4: the default and the ceiling of `udp_max_bytes`."""
+"""The largest UDP payload over IPv4: the ceiling of `udp_max_bytes`."""
+UDP_MTU_PAYLOAD_BYTES: Final = 1472
+"""A UDP payload that fits one Ethernet frame (1500 - 20 IP - 8 UDP): the default
+`udp_max_bytes`, so an answer is one unfragmented datagram and a forged request
+cannot draw more than that."""
+DEFAULT_MAX_CONNECTIONS: Final = 1024
+DEFAULT_MAX_INPUT_BYTES: Final = 256 << 20
+DEFAULT_FRAME_TIMEOUT_S: Final = 30.0
+DEFAULT_MAX_WAIT_MS: Final = 60_000
+DEFAULT_MAX_TOPICS: Final = 10_000
 RUNTIMES: Final = ("auto", "uring", "asyncio")
 
 Runtime = Literal["auto", "uring", "asyncio"]
@@ -67,9 +76,14 @@ class NodeConfig:
     runtime: Runtime = "auto"
     routing: str = "auto"
     xdp: str = "auto"
-    udp_max_bytes: int = UDP_PAYLOAD_BYTES_MAX
+    udp_max_bytes: int = UDP_MTU_PAYLOAD_BYTES
     """Largest request or answer datagram on the node port; bigger ones get USE_TCP.
-    1472 keeps datagrams within an Ethernet MTU (no IP fragments, which XDP cannot check)."""
+    The default keeps datagrams within an Ethernet MTU (no IP fragments, which XDP
+    cannot check) and bounds what a forged datagram can reflect."""
+    udp_writes: bool = False
+    """Serve produce and topic changes over UDP too. Off by default: a datagram's
+    source address can be forged, so UDP serves reads only (ping, fetch without
+    long-poll, list offsets, metadata, list topics)."""
     allow_oversubscribe: bool = False
     """Allow more shards than cores (they share cores); for tests and benchmarks."""
     flush: FlushPolicy = "always"
@@ -77,6 +91,21 @@ class NodeConfig:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     """A connection with no request in flight and no complete frame for this long is closed."""
+    frame_timeout_s: float = DEFAULT_FRAME_TIMEOUT_S
+    """A connection that takes longer than this from a frame's first byte to its last is closed."""
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    """Client connections per shard; past it a new connection is told
+    TOO_MANY_CONNECTIONS and closed before anything is read."""
+    max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
+    """Per shard: request bytes buffered or in flight over all connections
+    (`laminar.shards.budget`)."""
+    max_wait_ms: int = DEFAULT_MAX_WAIT_MS
+    """The longest a fetch long-polls, whatever it asks for."""
+    max_topics: int = DEFAULT_MAX_TOPICS
+    """Topics the node holds at most (each is in every metadata answer)."""
+    admin_host: str = DEFAULT_HOST
+    """Address of the admin HTTP endpoint (loopback unless asked: /status and
+    /metrics describe the node to whoever can reach them)."""
     log_level: str = "INFO"
     node_id: str = ""
     """Stable identity of the node, kept in `<data-dir>/node_id`; filled in by the supervisor."""
@@ -118,6 +147,22 @@ class NodeConfig:
             raise ConfigError(f"--max-frame-bytes must be at least {MIN_FRAME_BYTES}")
         if not self.idle_timeout_s > 0:
             raise ConfigError(f"--idle-timeout must be positive, got {self.idle_timeout_s}")
+        if not self.frame_timeout_s > 0:
+            raise ConfigError(f"--frame-timeout must be positive, got {self.frame_timeout_s}")
+        for name, low in (
+            ("max_connections", 1),
+            ("max_input_bytes", 1 << 20),
+            ("max_wait_ms", 0),
+            ("max_topics", 1),
+        ):
+            value = getattr(self, name)
+            if value < low:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least {low}, got {value}")
+        if self.max_input_bytes < 2 * self.max_frame_bytes:
+            raise ConfigError(
+                f"--max-input-bytes ({self.max_input_bytes}) must hold two frames of "
+                f"--max-frame-bytes ({self.max_frame_bytes})"
+            )
         if not os.path.isabs(self.data_dir):
             raise ConfigError(f"data_dir must be absolute, got {self.data_dir!r}")
 

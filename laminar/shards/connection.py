@@ -5,11 +5,18 @@ Rules, and why:
 - Requests are pipelined: every complete frame starts its own task, and the
   response is written when it is ready (clients match them by correlation
   id). Tasks start in arrival order and run synchronously up to the log append,
-  so pipelined produces to one partition are appended in the order sent.
+  so pipelined produces to one partition are appended in the order sent. A
+  plain produce that can be staged at once skips the task
+  (`laminar.shards.fastpath`); it is staged in the same order.
+- Responses leave through an `Outbox`: all those completed in one loop
+  iteration go out in one gathering write.
 - Resources are bounded: at most `MAX_IN_FLIGHT` requests per connection and
   `MAX_PENDING_OUT_BYTES` of unsent responses; past either, the connection stops
   reading until it drains (TCP then pushes back on the client). The frame
-  decoder bounds buffered bytes to twice the frame limit.
+  decoder bounds buffered bytes to twice the frame limit, headers by
+  `REQUEST_HEADER_LIMITS`, and frames of ops without a payload to a header's
+  room. Input held (buffered or in flight) is charged to the shard's
+  `InputBudget`: over budget, a connection that holds anything stops reading.
 - Fatal framing errors (bad magic, wrong version, oversized or malformed frame):
   the stream is out of step, so the connection gets one error response (none for
   bad magic: that peer does not speak laminar) and is closed. Errors inside a
@@ -18,7 +25,9 @@ Rules, and why:
   is acted on only once complete, so nothing is ever half-appended.
 - Idle connections are closed by the shard's sweeper (`Connection.idle_for`):
   no request in flight and no complete frame for the idle timeout. A client that
-  sends half a frame and stalls is idle too.
+  sends half a frame and stalls is idle too, and is closed sooner by the frame
+  deadline (`partial_since`: when the first byte of the frame being received
+  arrived).
 - End of stream from the client ends reading, but requests already received are
   still answered before the socket is closed.
 """
@@ -26,23 +35,41 @@ Rules, and why:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import time
 from collections.abc import Callable
 from typing import Final
 
+from laminar.outbox import Outbox
+from laminar.shards.budget import InputBudget, request_cost_bytes
 from laminar.shards.dispatch import Dispatcher
+from laminar.shards.fastpath import ProduceFastPath
 from laminar.shards.handlers import RequestContext
 from laminar.shards.metrics import ShardMetrics
-from laminar.shards.outbox import Outbox
-from laminar.wire import NEED_DATA, BadMagic, ErrorResponse, Frame, FrameDecoder, ProtocolError
+from laminar.wire import (
+    NEED_DATA,
+    REQUEST_HEADER_LIMITS,
+    BadMagic,
+    ErrorResponse,
+    Frame,
+    FrameDecoder,
+    ProtocolError,
+    request_frame_limits,
+)
+from laminar.wire.codec import Buffer
 
 logger = logging.getLogger("laminar.shards")
 
 MAX_IN_FLIGHT: Final = 256
 MAX_PENDING_OUT_BYTES: Final = 16 << 20
 READ_BYTES: Final = 256 << 10
+
+
+@functools.lru_cache(maxsize=4)
+def _frame_limits(max_frame_bytes: int) -> list[int]:
+    return request_frame_limits(max_frame_bytes, REQUEST_HEADER_LIMITS.max_header_bytes)
 
 
 class Connection:
@@ -56,6 +83,7 @@ class Connection:
         ctx: RequestContext,
         max_frame_bytes: int,
         on_close: Callable[[Connection], None],
+        budget: InputBudget,
     ) -> None:
         self.sock = sock
         self._loop = asyncio.get_running_loop()
@@ -63,25 +91,38 @@ class Connection:
         self._metrics = metrics
         self._ctx = ctx
         self.internal = ctx.internal
-        self._decoder = FrameDecoder(max_frame_bytes)
+        self._decoder = FrameDecoder(
+            max_frame_bytes,
+            frame_limits=_frame_limits(max_frame_bytes),
+            header_limits=REQUEST_HEADER_LIMITS,
+        )
+        self._budget = budget
+        self._held = 0
+        """Bytes charged to the budget: buffered input plus requests in flight."""
         self._outbox = Outbox(self._loop, sock, self._on_write_error)
         self._on_close = on_close
         self._reader: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], int] = {}
+        """Requests in flight as tasks, and what each is charged."""
+        self._fast: ProduceFastPath | None = None
+        self._fast_in_flight = 0
+        """Requests taken by the fast path and not answered yet."""
         self._resume: asyncio.Future[None] | None = None
         self._idle_waiter: asyncio.Future[None] | None = None
         self.last_frame_at = time.monotonic()
+        self.partial_since: float | None = None
+        """When the first byte of the partial frame in the buffer arrived (None: none)."""
         self.closed = False
         self._stopping = False
         self._reading = False
 
     @property
     def in_flight(self) -> int:
-        return len(self._tasks)
+        return len(self._tasks) + self._fast_in_flight
 
     def idle_for(self, now: float) -> float:
         """Seconds without a complete frame while nothing is in flight (0 if busy)."""
-        if self._tasks:
+        if self.in_flight:
             return 0.0
         return now - self.last_frame_at
 
@@ -90,6 +131,7 @@ class Connection:
         then answer what was received and close."""
         reader = self._reader = asyncio.current_task()
         assert reader is not None
+        self._fast = ProduceFastPath(self._dispatcher)  # in this task's context (queue)
         metrics = self._metrics
         metrics.connections_total += 1
         metrics.connections_open += 1
@@ -120,46 +162,92 @@ class Connection:
         decoder = self._decoder
         metrics = self._metrics
         outbox = self._outbox
+        budget = self._budget
         while not self._stopping:
-            if len(self._tasks) >= MAX_IN_FLIGHT or outbox.pending_bytes > MAX_PENDING_OUT_BYTES:
+            if (
+                self.in_flight >= MAX_IN_FLIGHT
+                or outbox.pending_bytes > MAX_PENDING_OUT_BYTES
+                or (budget.used >= budget.limit_bytes and self._held)
+            ):
                 await self._wait_resume()
                 continue
             data = await loop.sock_recv(sock, min(READ_BYTES, decoder.room))
             if not data:
                 return
-            metrics.bytes_in += len(data)
+            now = time.monotonic()
+            received = len(data)
+            metrics.bytes_in += received
             decoder.feed(data)
+            budget.charge(received)
+            self._held += received
+            started = False
             while True:
                 frame = decoder.next_frame()
                 if frame is NEED_DATA:
                     break
-                self.last_frame_at = time.monotonic()
-                self._start(frame)
+                started = True
+                self._start(frame, decoder.last_frame_bytes)
+            if started:
+                self.last_frame_at = now
+            if not decoder.buffered_bytes:
+                self.partial_since = None
+            elif started or self.partial_since is None:
+                self.partial_since = now
 
-    def _start(self, frame: Frame) -> None:
+    def _start(self, frame: Frame, frame_bytes: int) -> None:
+        cost = request_cost_bytes(frame_bytes, len(frame.payload))
+        extra = cost - frame_bytes  # the frame's own bytes were charged when received
+        self._budget.charge(extra)
+        self._held += extra
+        fast = self._fast
+        if fast is not None and fast.try_serve(
+            frame, self._ctx, functools.partial(self._answer_fast, cost)
+        ):
+            self._fast_in_flight += 1
+            return
         task = self._loop.create_task(self._serve_one(frame))
-        self._tasks.add(task)
+        self._tasks[task] = cost
         task.add_done_callback(self._task_done)
+
+    def _release(self, cost: int) -> None:
+        self._held -= cost
+        self._budget.release(cost)
+
+    def _answer_fast(self, cost: int, response: list[Buffer]) -> None:
+        """A fast-path produce is durable (or failed): answer it, unless the
+        connection is gone (its records stay appended, as with a task)."""
+        self._fast_in_flight -= 1
+        self._release(cost)
+        if not self.closed:
+            self._metrics.bytes_out += self._outbox.send(response)
+        self._request_finished()
 
     async def _serve_one(self, frame: Frame) -> None:
         response = await self._dispatcher.dispatch(frame, self._ctx)
         self._metrics.bytes_out += self._outbox.send(response)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        self.last_frame_at = time.monotonic()
+        self._release(self._tasks.pop(task, 0))
         if not task.cancelled() and task.exception() is not None:
             logger.error("request task failed", exc_info=task.exception())
+        self._request_finished()
+
+    def _request_finished(self) -> None:
+        self.last_frame_at = time.monotonic()
         waiter = self._resume
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
-        if not self._tasks and self._idle_waiter is not None and not self._idle_waiter.done():
+        if not self.in_flight and self._idle_waiter is not None and not self._idle_waiter.done():
             self._idle_waiter.set_result(None)
 
     async def _wait_resume(self) -> None:
-        """Wait for a request to finish or the outbox to drain."""
+        """Wait for a request to finish, the outbox to drain or the shard's budget
+        to free up. The frame deadline runs on: a shard out of budget sheds the
+        partial frames it holds rather than wait for them."""
         self._resume = self._loop.create_future()
         waiter = self._resume
+        if self._budget.exhausted:
+            self._budget.wake_when_available(waiter)
         if self._outbox.pending_bytes > MAX_PENDING_OUT_BYTES:
             drained = self._loop.create_task(self._outbox.drained())
             await asyncio.wait([waiter, drained], return_when=asyncio.FIRST_COMPLETED)
@@ -170,7 +258,7 @@ class Connection:
 
     async def _finish_in_flight(self) -> None:
         """Let requests already received complete and their answers go out."""
-        while self._tasks:
+        while self.in_flight:
             self._idle_waiter = self._loop.create_future()
             await self._idle_waiter
         self._idle_waiter = None
@@ -194,6 +282,11 @@ class Connection:
         if self.closed:
             return
         self.closed = True
+        # Requests in flight release their own charges when they end.
+        buffered = self._decoder.buffered_bytes
+        self._held -= buffered
+        self._budget.release(buffered)
+        self._decoder.discard()  # the connection may live on in a reference cycle
         self._outbox.abort()
         for task in list(self._tasks):
             task.cancel()

@@ -9,12 +9,17 @@ from the receiving socket. Rules:
 - A datagram must hold exactly one whole frame. Foreign traffic (bad magic,
   runt datagrams) is dropped silently and counted; other undecodable frames
   get an error datagram when the prefix names a correlation id.
-- UDP is for small requests: a request datagram larger than `udp_max_bytes`,
-  or an answer that would be, gets a USE_TCP error instead (a fetch should
-  ask for `max_bytes` that fit). The default limit is the largest IPv4 UDP
-  payload; 1472 keeps datagrams within an Ethernet MTU, unfragmented.
-- A bounded number of datagrams are served at once; past that, the socket
-  buffer queues them and the kernel drops what overflows (UDP semantics).
+- UDP is for small reads. A datagram's source address can be forged, so by
+  default only read-only ops are served (ping, fetch, list offsets, metadata,
+  list topics); produce and topic changes get USE_TCP unless the node runs
+  with `--udp-writes`. A request datagram larger than `udp_max_bytes`, or an
+  answer that would be, gets USE_TCP too (a fetch should ask for `max_bytes`
+  that fit). The default, 1472, keeps datagrams within an Ethernet MTU
+  (unfragmented) and caps what a forged request can reflect to one frame.
+- A datagram never waits on purpose: a fetch that asks to long-poll gets
+  USE_TCP. So a bounded number of datagrams in service at once (`MAX_IN_FLIGHT`)
+  are all being worked on; past that, the socket buffer queues them and the
+  kernel drops what overflows (UDP semantics).
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ from laminar.shards.metrics import ShardMetrics
 from laminar.wire import (
     MAGIC,
     PREFIX_BYTES,
+    REQUEST_HEADER_LIMITS,
     BadMagic,
     ErrorCode,
     ErrorResponse,
+    Op,
     ProtocolError,
     decode_frame,
 )
@@ -43,6 +50,10 @@ logger = logging.getLogger("laminar.shards")
 RECEIVE_BYTES: Final = 65536
 """More than any UDP payload (65527 over IPv6), so no datagram is ever truncated."""
 MAX_IN_FLIGHT: Final = 512
+READ_OPS: Final = frozenset({Op.PING, Op.FETCH, Op.LIST_OFFSETS, Op.METADATA, Op.LIST_TOPICS})
+"""What UDP serves by default: nothing that changes state."""
+WRITE_OPS: Final = frozenset({Op.PRODUCE, Op.CREATE_TOPIC, Op.DELETE_TOPIC, Op.ALTER_TOPIC})
+"""Added with `--udp-writes`."""
 
 
 class DatagramServer:
@@ -56,6 +67,8 @@ class DatagramServer:
         shard_id: int,
         max_frame_bytes: int,
         udp_max_bytes: int,
+        *,
+        writes: bool = False,
     ) -> None:
         self._sock = sock
         self._dispatcher = dispatcher
@@ -63,6 +76,7 @@ class DatagramServer:
         self._ctx = RequestContext(received_by=shard_id)
         self._max_frame_bytes = max_frame_bytes
         self._udp_max_bytes = udp_max_bytes
+        self._ops = READ_OPS | WRITE_OPS if writes else READ_OPS
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
 
@@ -94,7 +108,7 @@ class DatagramServer:
             await self._refuse_oversized(data, address)
             return
         try:
-            frame = decode_frame(data, self._max_frame_bytes)
+            frame = decode_frame(data, self._max_frame_bytes, REQUEST_HEADER_LIMITS)
         except BadMagic:
             self._metrics.datagrams_dropped += 1
             return
@@ -106,6 +120,11 @@ class DatagramServer:
             reply = b"".join(ErrorResponse.from_error(exc).encode_buffers(exc.correlation_id))
             await self._send(reply, address)
             return
+        refusal = self._refusal(frame.op, frame.header)
+        if refusal is not None:
+            use_tcp = self._use_tcp(frame.op, frame.correlation_id, frame.partition_id, refusal)
+            await self._send(use_tcp, address)
+            return
         reply = b"".join(await self._dispatcher.dispatch(frame, self._ctx))
         if len(reply) > self._udp_max_bytes:
             reply = self._use_tcp(
@@ -116,6 +135,19 @@ class DatagramServer:
                 f"({self._udp_max_bytes} bytes here); use TCP or ask for less",
             )
         await self._send(reply, address)
+
+    def _refusal(self, op: int, header: dict[str, Any]) -> str | None:
+        """Why a well-formed request is not served over UDP, or None."""
+        if op not in self._ops:
+            if op in WRITE_OPS:
+                return (
+                    f"op {op} changes state and a datagram's source can be forged: it is "
+                    "served over TCP only (or over UDP when the node runs with --udp-writes)"
+                )
+            return f"op {op} is not served over UDP; send it over TCP"
+        if op == Op.FETCH and header.get("max_wait_ms"):
+            return "a fetch that long-polls holds the request while it waits: long-poll over TCP"
+        return None
 
     async def _refuse_oversized(self, data: bytes, address: Any) -> None:
         """USE_TCP for a laminar request datagram over the limit; drop anything else."""

@@ -24,10 +24,10 @@ from typing import Any, Final
 from laminar.shards.channels import Channels
 from laminar.shards.errors import error_for
 from laminar.shards.handlers import Handlers, RequestContext
-from laminar.shards.metadata import METADATA_PID
 from laminar.shards.metrics import ShardMetrics
 from laminar.shards.router import Action, route
 from laminar.wire import (
+    REQUEST_HEADER_LIMITS,
     ErrorCode,
     ErrorResponse,
     ForwardRequest,
@@ -51,15 +51,11 @@ OP_NAMES: Final = {int(op): op.name.lower() for op in Op}
 Handler = Callable[[Any, int, RequestContext], Awaitable[list[Buffer]]]
 
 
-def _max_wait_s(frame: Frame) -> float:
+def _max_wait_s(frame: Frame, cap_ms: int) -> float:
     if frame.op != Op.FETCH:
         return 0.0
     wait = frame.header.get("max_wait_ms")
-    return wait / 1000 if type(wait) is int and wait > 0 else 0.0
-
-
-def _is_metadata_tail(frame: Frame) -> bool:
-    return frame.op == Op.FETCH and frame.partition_id == METADATA_PID
+    return min(wait, cap_ms) / 1000 if type(wait) is int and wait > 0 else 0.0
 
 
 class Dispatcher:
@@ -89,6 +85,8 @@ class Dispatcher:
             Op.DELETE_TOPIC: handlers.delete_topic,
             Op.LIST_TOPICS: handlers.list_topics,
             Op.PING: handlers.ping,
+            Op.ALTER_TOPIC: handlers.alter_topic,
+            Op.METADATA_TAIL: handlers.metadata_tail,
         }
 
     async def dispatch(self, frame: Frame, ctx: RequestContext) -> list[Buffer]:
@@ -116,20 +114,23 @@ class Dispatcher:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            code, message, expected = error_for(exc)
-            if not expected:
-                logger.exception(
-                    "shard %d failed serving op %d on partition %d",
-                    self.shard_id,
-                    frame.op,
-                    frame.partition_id,
-                )
-            return self._error(frame, code, message)
-        name = OP_NAMES[frame.op]
-        if ctx.internal and _is_metadata_tail(frame):
-            name = "metadata_tail"  # followers' long-polls: not client fetches
-        self.metrics.request_done(name, time.perf_counter() - start)
+            return self.failure_response(frame, exc)
+        self.metrics.request_done(OP_NAMES[frame.op], time.perf_counter() - start)
         return out
+
+    def failure_response(self, frame: Frame, exc: Exception) -> list[Buffer]:
+        """The error response to `frame` for a failure while serving it; server
+        bugs (INTERNAL) are logged with their traceback."""
+        code, message, expected = error_for(exc)
+        if not expected:
+            logger.error(
+                "shard %d failed serving op %d on partition %d",
+                self.shard_id,
+                frame.op,
+                frame.partition_id,
+                exc_info=exc,
+            )
+        return self._error(frame, code, message)
 
     def _error(self, frame: Frame, code: ErrorCode, message: str) -> list[Buffer]:
         self.metrics.error(code.name.lower())
@@ -143,7 +144,7 @@ class Dispatcher:
         wrapped = ForwardRequest(frame.partition_id, self.shard_id, frame.encode())
         try:
             response = await self.channels.to(target).request(
-                wrapped, FORWARD_TIMEOUT_S + _max_wait_s(frame)
+                wrapped, FORWARD_TIMEOUT_S + _max_wait_s(frame, self.handlers.ident.max_wait_ms)
             )
         except Exception:
             self.metrics.forward_failures += 1
@@ -156,9 +157,10 @@ class Dispatcher:
     async def _unwrap(self, frame: Frame) -> list[Buffer]:
         """Serve the client frame inside a FORWARD from another shard."""
         forward = ForwardRequest.from_frame(frame)
-        inner = decode_frame(forward.frame, self.max_frame_bytes + CHANNEL_FRAME_SLACK)
-        if not _is_metadata_tail(inner):  # the followers' tail is not client traffic
-            self.metrics.forwarded_in += 1
+        inner = decode_frame(
+            forward.frame, self.max_frame_bytes + CHANNEL_FRAME_SLACK, REQUEST_HEADER_LIMITS
+        )
+        self.metrics.forwarded_in += 1
         ctx = RequestContext(
             received_by=forward.origin_shard,
             internal=True,

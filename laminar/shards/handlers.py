@@ -15,6 +15,7 @@ take), and long-polls with the log's `wait_for_append`.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Final
 
@@ -27,6 +28,8 @@ from laminar.shards.metrics import ShardMetrics
 from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.producers import IdempotentProducers
 from laminar.wire import (
+    AlterTopicRequest,
+    AlterTopicResponse,
     CreateTopicRequest,
     CreateTopicResponse,
     DeleteTopicRequest,
@@ -40,6 +43,7 @@ from laminar.wire import (
     ListTopicsResponse,
     MetadataRequest,
     MetadataResponse,
+    MetadataTailRequest,
     Op,
     Ping,
     Pong,
@@ -68,6 +72,8 @@ class ShardIdentity:
     admin_port: int | None
     routing_mode: str
     max_frame_bytes: int
+    max_wait_ms: int
+    """The longest a fetch long-polls, whatever it asks for."""
 
 
 @dataclass(slots=True)
@@ -109,13 +115,16 @@ class Handlers:
     # -- partition resolution --------------------------------------------------
 
     async def _topic_of(self, pid: int) -> TopicInfo:
-        """The topic partition `pid` belongs to; catches up with the metadata
-        owner once before calling a topic id unknown."""
+        """The topic partition `pid` belongs to; waits for this shard's metadata
+        (NOT_READY if it takes too long) and catches up with the metadata owner
+        once before calling a topic id unknown."""
         topic_id, idx = pid >> 32, pid & U32_MAX
         if topic_id == METADATA_TOPIC_ID:
             raise RequestError(
                 ErrorCode.UNKNOWN_TOPIC, "topic id 0 is the node's internal metadata log"
             )
+        if not self.metadata.is_ready:
+            await self.metadata.ready()
         state = self.metadata.state
         topic = state.by_id(topic_id)
         if topic is None and not state.knows_id(topic_id):
@@ -155,17 +164,32 @@ class Handlers:
             req.partition_id, first, len(req.blobs), timestamp_ms
         ).encode_buffers(corr)
 
+    def stage_produce(self, req: ProduceRequest) -> tuple[int, int, asyncio.Future[None]] | None:
+        """`produce` up to the wait for its flush, when nothing before that has to
+        wait: a plain produce to a known partition whose log is open, staged now
+        (`SegmentedLog.stage_nowait`). Returns (first index, timestamp_ms, the
+        flush future), or None when `produce` must serve it (an idempotent
+        produce, anything that waits, anything `produce` would refuse)."""
+        pid = req.partition_id
+        if not req.blobs or req.producer_id is not None:
+            return None
+        topic_id = pid >> 32
+        topic = self.metadata.state.by_id(topic_id)
+        if topic is None or topic_id == METADATA_TOPIC_ID or pid & U32_MAX >= topic.partitions:
+            return None
+        log = self.partitions.opened(pid)
+        if log is None:
+            return None
+        return log.stage_nowait(req.blobs)
+
     async def fetch(self, req: FetchRequest, corr: int, ctx: RequestContext) -> list[Buffer]:
         pid = req.partition_id
-        if pid >> 32 == METADATA_TOPIC_ID and ctx.internal:
-            response = await self.metadata.serve_fetch(req, ctx.origin_shard)
-            return response.encode_buffers(corr)
         if req.max_bytes == 0 or req.max_records == 0:
             raise RequestError(ErrorCode.INVALID_REQUEST, "max_bytes and max_records must be >= 1")
         log = await self._log_of(pid)
         self._check_range(log, req.index)
         if req.index == log.highest_index and req.max_wait_ms:
-            await self._long_poll(pid, log, req.index, req.max_wait_ms)
+            await self._long_poll(pid, log, req.index, min(req.max_wait_ms, self.ident.max_wait_ms))
         # The stored blobs go out as one buffer, exactly as the store holds them.
         batch = await log.read_batch(
             req.index,
@@ -250,3 +274,16 @@ class Handlers:
     ) -> list[Buffer]:
         topic = await self.metadata.delete_topic(req.name)
         return DeleteTopicResponse(topic.name, topic.topic_id).encode_buffers(corr)
+
+    async def alter_topic(
+        self, req: AlterTopicRequest, corr: int, ctx: RequestContext
+    ) -> list[Buffer]:
+        topic = await self.metadata.alter_topic(req.name, req.config, req.remove)
+        return AlterTopicResponse(topic).encode_buffers(corr)
+
+    async def metadata_tail(
+        self, req: MetadataTailRequest, corr: int, ctx: RequestContext
+    ) -> list[Buffer]:
+        """A follower shard's tail of the metadata log (the router lets only the
+        inter-shard channel send this op)."""
+        return (await self.metadata.serve_tail(req)).encode_buffers(corr)

@@ -237,9 +237,9 @@ def bind_node(config: NodeConfig) -> NodeSockets:
 def bind_admin(config: NodeConfig) -> socket.socket:
     """The admin HTTP listener (the supervisor serves it)."""
     return _bind(
-        _family(config.host),
+        _family(config.admin_host),
         socket.SOCK_STREAM,
-        config.host,
+        config.admin_host,
         config.admin_port_resolved,
         "admin port",
         reuseport=False,

@@ -15,8 +15,20 @@ Rules, and why:
 - Topic ids start at 1 (0 is the metadata topic) and are never reused, not even
   after a delete: a new topic can never find an old topic's partition files.
 - Entries are msgpack maps: `{"op": "create", "name", "topic_id", "partitions",
-  "config"}` and `{"op": "delete", "name", "topic_id"}`. Unknown ops from a
-  newer node are skipped (and reported as such), never guessed at.
+  "config"}`, `{"op": "alter", "name", "topic_id", "config"}` (the whole new
+  config), `{"op": "delete", "name", "topic_id"}` and `{"op": "snapshot",
+  "next_topic_id", "topics": [...]}`. Unknown ops from a newer node are skipped
+  (and reported as such), never guessed at.
+- Compaction: a snapshot entry holds the whole state its index implies, and
+  applying it replaces the state. The owner appends one, as the first entry of
+  a new segment, once the log since the last holds twice as many entries as
+  there are topics (`needs_snapshot`), and drops the segments before it: the
+  log stays within a small multiple of the state, and a replay starts at a
+  snapshot. A shard that was behind the dropped entries applies the snapshot
+  and learns what was created and deleted meanwhile from the difference.
+- Bounds: topic configs take only the keys of `topic_config` (typed), and the
+  owner refuses a create past `max_topics`: every metadata answer lists every
+  topic, so this is what keeps the answer (and a client's bootstrap) small.
 """
 
 from __future__ import annotations
@@ -28,6 +40,12 @@ from typing import Any, Final
 import msgpack
 
 from laminar.placement import partition_id
+from laminar.shards.topic_config import (
+    TopicConfigError,
+    check_removal,
+    check_topic_config,
+    known_entries,
+)
 from laminar.wire import ErrorCode, TopicInfo
 
 METADATA_TOPIC_ID: Final = 0
@@ -37,6 +55,9 @@ MAX_TOPIC_ID: Final = 0xFFFF_FFFF
 MAX_PARTITIONS: Final = 65536
 MAX_NAME_LENGTH: Final = 249
 _NAME_RE: Final = re.compile(r"[A-Za-z0-9._-]+")
+_RESERVED_NAMES: Final = frozenset({".", ".."})
+SNAPSHOT_MIN_ENTRIES: Final = 64
+"""No snapshot before this many entries since the last (small logs stay as they are)."""
 
 
 class MetadataError(Exception):
@@ -66,23 +87,54 @@ class DeleteTopic:
 
 
 @dataclass(frozen=True, slots=True)
+class AlterTopic:
+    """Replace a topic's config with `config`."""
+
+    name: str
+    topic_id: int
+    config: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The whole state as of the entry before it."""
+
+    next_topic_id: int
+    topics: tuple[TopicInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownEntry:
     """An entry this version cannot interpret (written by a newer node)."""
 
     raw: Any
 
 
-Entry = CreateTopic | DeleteTopic | UnknownEntry
+Entry = CreateTopic | DeleteTopic | AlterTopic | Snapshot | UnknownEntry
 
 
-def encode_entry(entry: CreateTopic | DeleteTopic) -> bytes:
+def encode_entry(entry: CreateTopic | DeleteTopic | AlterTopic | Snapshot) -> bytes:
+    body: dict[str, Any]
     if isinstance(entry, CreateTopic):
-        body: dict[str, Any] = {
+        body = {
             "op": "create",
             "name": entry.name,
             "topic_id": entry.topic_id,
             "partitions": entry.partitions,
             "config": entry.config,
+        }
+    elif isinstance(entry, AlterTopic):
+        body = {
+            "op": "alter",
+            "name": entry.name,
+            "topic_id": entry.topic_id,
+            "config": entry.config,
+        }
+    elif isinstance(entry, Snapshot):
+        body = {
+            "op": "snapshot",
+            "next_topic_id": entry.next_topic_id,
+            "topics": [t.to_wire() for t in entry.topics],
         }
     else:
         body = {"op": "delete", "name": entry.name, "topic_id": entry.topic_id}
@@ -109,9 +161,30 @@ def decode_entry(value: bytes) -> Entry:
             )
         if op == "delete":
             return DeleteTopic(_str(body["name"]), _int(body["topic_id"]))
+        if op == "alter":
+            config = body.get("config") or {}
+            if type(config) is not dict:
+                return UnknownEntry(body)
+            return AlterTopic(_str(body["name"]), _int(body["topic_id"]), known_entries(config))
+        if op == "snapshot":
+            topics = body["topics"]
+            if type(topics) is not list:
+                return UnknownEntry(body)
+            return Snapshot(_int(body["next_topic_id"]), tuple(map(_topic, topics)))
     except (KeyError, TypeError):
         pass
     return UnknownEntry(body)
+
+
+def _topic(h: object) -> TopicInfo:
+    if type(h) is not dict:
+        raise TypeError
+    config = h.get("config") or {}
+    if type(config) is not dict:
+        raise TypeError
+    return TopicInfo(
+        _str(h["name"]), _int(h["topic_id"]), _int(h["partitions"]), dict(known_entries(config))
+    )
 
 
 def _str(v: object) -> str:
@@ -127,32 +200,50 @@ def _int(v: object) -> int:
 
 
 def check_topic_name(name: str) -> None:
-    """Raise `MetadataError` unless `name` is a usable topic name."""
-    if not name or len(name) > MAX_NAME_LENGTH or not _NAME_RE.fullmatch(name):
+    """Raise `MetadataError` unless `name` is a usable topic name ("." and ".."
+    are refused: a name may one day be a directory name)."""
+    if (
+        not name
+        or len(name) > MAX_NAME_LENGTH
+        or not _NAME_RE.fullmatch(name)
+        or name in _RESERVED_NAMES
+    ):
         raise MetadataError(
             ErrorCode.INVALID_REQUEST,
             f"invalid topic name {name[:60]!r}: use 1-{MAX_NAME_LENGTH} characters "
-            "from A-Z a-z 0-9 . _ -",
+            "from A-Z a-z 0-9 . _ - (not '.' or '..')",
         )
+
+
+def _checked_config(config: dict[str, int | str]) -> dict[str, int]:
+    try:
+        return check_topic_config(config)
+    except TopicConfigError as exc:
+        raise MetadataError(ErrorCode.INVALID_REQUEST, str(exc)) from None
 
 
 @dataclass(frozen=True, slots=True)
 class Applied:
-    """What applying one entry changed (for the shard to act on)."""
+    """What applying one entry changed (for the shard to act on). A snapshot can
+    create and delete many topics at once (a shard that was far behind)."""
 
     index: int
-    created: TopicInfo | None = None
-    deleted: TopicInfo | None = None
+    created: tuple[TopicInfo, ...] = ()
+    deleted: tuple[TopicInfo, ...] = ()
+    altered: tuple[TopicInfo, ...] = ()
 
 
 class MetadataState:
     """Topics as of `applied_index` (exclusive: entries below it are applied)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_topics: int = 10_000) -> None:
+        self.max_topics = max_topics
         self._by_name: dict[str, TopicInfo] = {}
         self._by_id: dict[int, TopicInfo] = {}
         self.next_topic_id = FIRST_TOPIC_ID
         self.applied_index = 0
+        self.snapshot_index: int | None = None
+        """Index of the last snapshot entry applied (None: none yet)."""
 
     # -- queries ---------------------------------------------------------------
 
@@ -182,11 +273,44 @@ class MetadataState:
                 ErrorCode.INVALID_REQUEST,
                 f"a topic needs 1 to {MAX_PARTITIONS} partitions, got {partitions}",
             )
+        checked = _checked_config(config or {})
         if name in self._by_name:
             raise MetadataError(ErrorCode.TOPIC_EXISTS, f"topic {name!r} already exists")
+        if len(self._by_id) >= self.max_topics:
+            raise MetadataError(
+                ErrorCode.INVALID_REQUEST,
+                f"the node holds its limit of {self.max_topics} topics (--max-topics); "
+                "delete one first",
+            )
         if self.next_topic_id > MAX_TOPIC_ID:
             raise MetadataError(ErrorCode.INTERNAL, "every topic id has been used")
-        return CreateTopic(name, self.next_topic_id, partitions, dict(config or {}))
+        return CreateTopic(name, self.next_topic_id, partitions, dict(checked))
+
+    def plan_alter(
+        self, name: str, config: dict[str, int | str], remove: tuple[str, ...] = ()
+    ) -> AlterTopic:
+        """The entry that sets `config` and removes `remove` on topic `name`."""
+        topic = self._by_name.get(name)
+        if topic is None:
+            raise MetadataError(ErrorCode.UNKNOWN_TOPIC, f"no topic named {name[:100]!r}")
+        checked = _checked_config(config)
+        try:
+            check_removal(remove)
+        except TopicConfigError as exc:
+            raise MetadataError(ErrorCode.INVALID_REQUEST, str(exc)) from None
+        merged = {k: v for k, v in topic.config.items() if k not in remove and type(v) is int}
+        merged.update(checked)
+        return AlterTopic(name, topic.topic_id, merged)
+
+    def snapshot(self) -> Snapshot:
+        """The entry that holds the whole state as it is now."""
+        return Snapshot(self.next_topic_id, self.topics())
+
+    def needs_snapshot(self) -> bool:
+        """True once the entries since the last snapshot outnumber twice the
+        topics (so a snapshot costs O(1) per entry, amortized)."""
+        since = self.applied_index - (self.snapshot_index or 0)
+        return since >= max(SNAPSHOT_MIN_ENTRIES, 2 * len(self._by_id))
 
     def plan_delete(self, name: str) -> DeleteTopic:
         """The entry that deletes `name`, or `MetadataError` (UNKNOWN_TOPIC)."""
@@ -198,8 +322,11 @@ class MetadataState:
     # -- applying (every shard) ------------------------------------------------
 
     def apply(self, index: int, entry: Entry) -> Applied:
-        """Apply the entry at `index`, which must be `applied_index`."""
-        if index != self.applied_index:
+        """Apply the entry at `index`, which must be `applied_index` (or later for
+        a snapshot: entries before it were compacted away)."""
+        if index != self.applied_index and not (
+            isinstance(entry, Snapshot) and index > self.applied_index
+        ):
             raise ValueError(
                 f"metadata entry {index} applied out of order (expected {self.applied_index})"
             )
@@ -210,18 +337,43 @@ class MetadataState:
                 return Applied(index)
             if entry.topic_id == METADATA_TOPIC_ID or entry.partitions < 1:
                 return Applied(index)
-            topic = entry.info()
+            topic = TopicInfo(
+                entry.name, entry.topic_id, entry.partitions, dict(known_entries(entry.config))
+            )
             self._by_name[topic.name] = topic
             self._by_id[topic.topic_id] = topic
-            return Applied(index, created=topic)
+            return Applied(index, created=(topic,))
         if isinstance(entry, DeleteTopic):
             found = self._by_id.get(entry.topic_id)
             if found is None or found.name != entry.name:
                 return Applied(index)
             del self._by_id[found.topic_id]
             del self._by_name[found.name]
-            return Applied(index, deleted=found)
+            return Applied(index, deleted=(found,))
+        if isinstance(entry, AlterTopic):
+            found = self._by_id.get(entry.topic_id)
+            if found is None or found.name != entry.name:
+                return Applied(index)
+            topic = TopicInfo(found.name, found.topic_id, found.partitions, dict(entry.config))
+            self._by_id[topic.topic_id] = self._by_name[topic.name] = topic
+            return Applied(index, altered=(topic,))
+        if isinstance(entry, Snapshot):
+            return self._restore(index, entry)
         return Applied(index)
+
+    def _restore(self, index: int, snap: Snapshot) -> Applied:
+        old = self._by_id
+        new = {t.topic_id: t for t in snap.topics if t.topic_id != METADATA_TOPIC_ID}
+        self._by_id = new
+        self._by_name = {t.name: t for t in new.values()}
+        self.next_topic_id = max(self.next_topic_id, snap.next_topic_id)
+        self.snapshot_index = index
+        return Applied(
+            index,
+            created=tuple(t for i, t in new.items() if i not in old),
+            deleted=tuple(t for i, t in old.items() if i not in new),
+            altered=tuple(t for i, t in new.items() if i in old and old[i].config != t.config),
+        )
 
     def apply_value(self, index: int, value: bytes) -> Applied:
         return self.apply(index, decode_entry(value))

@@ -9,12 +9,21 @@ Theory of operation (the state machine itself is `metadata.MetadataState`):
   follower has applied it too, so a client that creates a topic and then
   produces to another shard, or lists topics on another shard, sees the topic.
 - Followers (every other shard) tail the owner's log over the inter-shard
-  channel: a FETCH of the metadata partition wrapped in a FORWARD (so the owner
-  knows who asks), long-polling at the end of the log. A fetch from index `n`
-  tells the owner the follower has applied everything below `n`; that is how
-  the owner knows whom to wait for. A follower that has not polled for
-  `FOLLOWER_LIVE_S` (dead, restarting) is not waited for: when it comes back
-  it replays from the start.
+  channel with METADATA_TAIL, an op only the channel accepts (clients cannot
+  read the metadata log, nor pose as a follower), long-polling at the end of
+  the log. A tail request from index `n` tells the owner the follower has
+  applied everything below `n`; that is how the owner knows whom to wait for.
+  Positions are recorded only for requests inside the log's range. A follower
+  that has not polled for `FOLLOWER_LIVE_S` (dead, restarting) is not waited
+  for: when it comes back it replays from the start.
+- Compaction (`metadata.MetadataState.needs_snapshot`): after a change, the
+  owner may roll the log, append a snapshot as the new segment's first entry
+  and remove the segments before it. A follower asking for an index below the
+  log's start gets the entries from the snapshot on.
+- Until a shard has its metadata (the owner's replay, a follower's first
+  catch-up), requests that name a topic wait for it (`ready`, bounded by
+  `READY_WAIT_S`), then get NOT_READY (retriable; nothing applied) rather than
+  a wrong UNKNOWN_TOPIC.
 - Any shard that meets a topic id it has never seen (a request racing a create
   it has not applied yet) first catches up with the owner (`catch_up`) before
   answering UNKNOWN_TOPIC.
@@ -35,7 +44,10 @@ from laminar.log import LogConfig, SegmentedLog
 from laminar.shards.channels import ChannelError, Channels
 from laminar.shards.metadata import (
     METADATA_PID,
+    AlterTopic,
     Applied,
+    CreateTopic,
+    DeleteTopic,
     MetadataError,
     MetadataState,
     encode_entry,
@@ -45,12 +57,9 @@ from laminar.wire import (
     ErrorCode,
     ErrorResponse,
     FetchedRecord,
-    FetchRequest,
-    FetchResponse,
-    ForwardRequest,
-    ForwardResponse,
+    MetadataTailRequest,
+    MetadataTailResponse,
     TopicInfo,
-    decode_frame,
     decode_response,
 )
 
@@ -64,6 +73,8 @@ FOLLOWER_WAIT_S = 10.0
 """The longest a create/delete waits for live followers to apply it."""
 CHANNEL_TIMEOUT_S = 10.0
 RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+READY_WAIT_S = 5.0
+"""How long a request waits for this shard's metadata before NOT_READY."""
 
 OnApplied = Callable[[Applied], Awaitable[None]]
 
@@ -80,11 +91,12 @@ class MetadataService:
         on_applied: OnApplied,
         shard_count: int,
         polls: LongPolls,
+        max_topics: int = 10_000,
     ) -> None:
         self.shard_id = shard_id
         self.owner = owner
         self.is_owner = shard_id == owner
-        self.state = MetadataState()
+        self.state = MetadataState(max_topics)
         self._shard_count = shard_count
         self._partitions = partitions
         self._polls = polls
@@ -140,6 +152,22 @@ class MetadataService:
                 attempt += 1
                 await asyncio.sleep(delay)
 
+    @property
+    def is_ready(self) -> bool:
+        return self._ready.done()
+
+    async def ready(self) -> None:
+        """Return once this shard has its metadata; NOT_READY after `READY_WAIT_S`."""
+        if self._ready.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), READY_WAIT_S)
+        except TimeoutError:
+            raise MetadataError(
+                ErrorCode.NOT_READY,
+                f"shard {self.shard_id} is still loading the topic metadata; retry shortly",
+            ) from None
+
     def stop(self) -> None:
         self._stopped = True
         if self._follower is not None:
@@ -161,30 +189,22 @@ class MetadataService:
     # -- follower side ---------------------------------------------------------
 
     async def _fetch_and_apply(self, wait_ms: int) -> int:
-        """One fetch from the owner at our applied index; return entries applied."""
-        request = FetchRequest(METADATA_PID, self.state.applied_index, max_wait_ms=wait_ms)
-        wrapped = ForwardRequest(METADATA_PID, self.shard_id, request.encode(0))
+        """One tail request to the owner from our applied index; return entries applied."""
+        request = MetadataTailRequest(self.state.applied_index, self.shard_id, wait_ms)
         frame = await self._channels.to(self.owner).request(
-            wrapped, CHANNEL_TIMEOUT_S + wait_ms / 1000
+            request, CHANNEL_TIMEOUT_S + wait_ms / 1000
         )
         try:
-            outer = decode_response(frame)
-            if isinstance(outer, ErrorResponse):
-                raise ChannelError(f"metadata owner refused: {outer.message}")
-            if not isinstance(outer, ForwardResponse):
-                raise ChannelError("metadata owner sent an unexpected frame")
-            inner = decode_response(decode_frame(outer.frame, len(outer.frame)))
-        except ChannelError:
-            raise
+            answer = decode_response(frame)
         except Exception as exc:
             raise ChannelError(f"metadata owner sent an undecodable response: {exc}") from None
-        if isinstance(inner, ErrorResponse):
-            raise ChannelError(f"metadata fetch failed: {inner.code.name}: {inner.message}")
-        if not isinstance(inner, FetchResponse):
-            raise ChannelError("metadata owner answered a fetch with something else")
-        for record in inner.records:
+        if isinstance(answer, ErrorResponse):
+            raise ChannelError(f"metadata tail failed: {answer.code.name}: {answer.message}")
+        if not isinstance(answer, MetadataTailResponse):
+            raise ChannelError("metadata owner answered the tail with something else")
+        for record in answer.records:
             await self._apply(record.index, record.blob)
-        return len(inner.records)
+        return len(answer.records)
 
     async def _follow(self) -> None:
         attempt = 0
@@ -225,25 +245,67 @@ class MetadataService:
         self, name: str, partitions: int, config: dict[str, int | str]
     ) -> TopicInfo:
         """Create a topic (owner only); raises `MetadataError`."""
-        log = self._owner_log()
-        async with self._write_lock:
-            entry = self.state.plan_create(name, partitions, config)
-            index = await log.append([encode_entry(entry)])
-            await self._apply(index, encode_entry(entry))
-        await self._wait_for_followers(index + 1)
-        return entry.info()
+        entry = await self._write(lambda: self.state.plan_create(name, partitions, config))
+        assert isinstance(entry, CreateTopic)
+        topic = self.state.by_id(entry.topic_id)
+        return topic if topic is not None else entry.info()
+
+    async def alter_topic(
+        self, name: str, config: dict[str, int | str], remove: tuple[str, ...]
+    ) -> TopicInfo:
+        """Change a topic's config (owner only); raises `MetadataError`."""
+        entry = await self._write(lambda: self.state.plan_alter(name, config, remove))
+        assert isinstance(entry, AlterTopic)
+        topic = self.state.by_id(entry.topic_id)
+        if topic is None:  # deleted since: the alter was applied as a no-op
+            raise MetadataError(ErrorCode.UNKNOWN_TOPIC, f"no topic named {name[:100]!r}")
+        return topic
 
     async def delete_topic(self, name: str) -> TopicInfo:
         """Delete a topic (owner only); raises `MetadataError`."""
-        log = self._owner_log()
-        async with self._write_lock:
+        before: list[TopicInfo] = []
+
+        def plan() -> DeleteTopic:
             entry = self.state.plan_delete(name)
             topic = self.state.by_id(entry.topic_id)
             assert topic is not None
-            index = await log.append([encode_entry(entry)])
-            await self._apply(index, encode_entry(entry))
+            before.append(topic)
+            return entry
+
+        await self._write(plan)
+        return before[0]
+
+    async def _write(
+        self, plan: Callable[[], CreateTopic | DeleteTopic | AlterTopic]
+    ) -> CreateTopic | DeleteTopic | AlterTopic:
+        """Plan, append and apply one entry, compact if due, then wait until every
+        live follower applied it (the barrier a create's acknowledgement promises)."""
+        log = self._owner_log()
+        await self.ready()
+        async with self._write_lock:
+            entry = plan()
+            value = encode_entry(entry)
+            index = await log.append([value])
+            await self._apply(index, value)
+            if self.state.needs_snapshot():
+                await self._compact(log)
         await self._wait_for_followers(index + 1)
-        return topic
+        return entry
+
+    async def _compact(self, log: SegmentedLog) -> None:
+        """Roll the log, start the new segment with a snapshot, drop what is before it."""
+        await log.roll_over()
+        snapshot = self.state.snapshot()
+        value = encode_entry(snapshot)
+        index = await log.append([value])
+        await self._apply(index, value)
+        removed = await log.remove_before(index)
+        logger.info(
+            "metadata log compacted: snapshot of %d topics at index %d, %d segments removed",
+            len(snapshot.topics),
+            index,
+            removed,
+        )
 
     def _owner_log(self) -> SegmentedLog:
         if self._log is None:
@@ -252,28 +314,32 @@ class MetadataService:
             )
         return self._log
 
-    async def serve_fetch(self, request: FetchRequest, origin: int | None) -> FetchResponse:
-        """Answer a follower's fetch of the metadata log (owner only)."""
+    async def serve_tail(self, request: MetadataTailRequest) -> MetadataTailResponse:
+        """Answer a follower's tail request (owner only). A request below the log's
+        start (compacted) is answered from the start, which is a snapshot."""
         await asyncio.shield(self._ready)
         log = self._owner_log()
-        if origin is not None and origin != self.shard_id:
+        origin = request.shard_id
+        if request.index > log.highest_index:
+            raise MetadataError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"metadata index {request.index} is past the log's end {log.highest_index}",
+            )
+        if not 0 <= origin < self._shard_count:
+            raise MetadataError(ErrorCode.INVALID_REQUEST, f"there is no shard {origin}")
+        if origin != self.shard_id:
             self._positions[origin] = request.index
             self._last_seen[origin] = time.monotonic()
             self._wake_position_waiters()
-        if not log.lowest_index <= request.index <= log.highest_index:
-            raise MetadataError(
-                ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"metadata index {request.index} is outside [{log.lowest_index}, "
-                f"{log.highest_index}]",
-            )
-        if request.index == log.highest_index and request.max_wait_ms and not self._stopped:
-            await self._polls.wait(log, request.index, request.max_wait_ms / 1000)
+        index = max(request.index, log.lowest_index)
+        if index == log.highest_index and request.max_wait_ms and not self._stopped:
+            await self._polls.wait(log, index, min(request.max_wait_ms, POLL_WAIT_MS) / 1000)
         records = []
-        if request.index < log.highest_index:
-            records = await log.read_range(request.index, 1 << 20, 1024)
-        if origin is not None and origin != self.shard_id:
+        if index < log.highest_index:
+            records = await log.read_range(index, 1 << 20, 1024)
+        if origin != self.shard_id:
             self._last_seen[origin] = time.monotonic()
-        return FetchResponse(
+        return MetadataTailResponse(
             METADATA_PID,
             tuple(FetchedRecord(r.index, r.timestamp_ms, r.value) for r in records),
             log.lowest_index,

@@ -90,6 +90,8 @@ class ShardMetrics:
         self.connections_total = 0
         self.connections_open = 0
         self.connections_closed_idle = 0
+        self.connections_closed_slow = 0
+        self.connections_refused = 0
         self.protocol_errors = 0
         self.datagrams_in = 0
         self.datagrams_dropped = 0
@@ -121,6 +123,8 @@ class ShardMetrics:
             "connections_total": self.connections_total,
             "connections_open": self.connections_open,
             "connections_closed_idle": self.connections_closed_idle,
+            "connections_closed_slow": self.connections_closed_slow,
+            "connections_refused": self.connections_refused,
             "protocol_errors": self.protocol_errors,
             "datagrams_in": self.datagrams_in,
             "datagrams_dropped": self.datagrams_dropped,

@@ -15,8 +15,11 @@ Rules, and why:
 - Metadata and topic listing are answered by whichever shard received them:
   every shard holds the applied metadata (the owner waits for the other shards
   to apply a change before acknowledging it).
-- FORWARD frames are accepted only on the inter-shard channel; a client that
-  sends one gets INVALID_REQUEST (it would otherwise pose as a shard).
+- Internal ops (FORWARD, METADATA_TAIL) are accepted only on the inter-shard
+  channel, never unwrapped from a FORWARD; a client that sends one gets
+  INVALID_REQUEST (it would otherwise pose as a shard). The metadata tail is
+  sent straight to the metadata owner's channel, so it is served where it
+  arrives (a non-owner answers NOT_OWNER).
 - Everything else (unknown ops, Raft and membership ops that have no server
   yet, response frames) is handled locally, where decoding answers it with the
   right error.
@@ -37,7 +40,8 @@ from laminar.wire import ErrorCode, Flags, Op
 
 PARTITION_OPS: Final = frozenset({Op.PRODUCE, Op.FETCH, Op.LIST_OFFSETS, Op.PING})
 NODE_OPS: Final = frozenset({Op.METADATA, Op.LIST_TOPICS})
-METADATA_WRITE_OPS: Final = frozenset({Op.CREATE_TOPIC, Op.DELETE_TOPIC})
+METADATA_WRITE_OPS: Final = frozenset({Op.CREATE_TOPIC, Op.DELETE_TOPIC, Op.ALTER_TOPIC})
+INTERNAL_OPS: Final = frozenset({Op.FORWARD, Op.METADATA_TAIL})
 
 
 class Action(enum.Enum):
@@ -86,13 +90,13 @@ def route(
     """
     if flags & (Flags.RESPONSE | Flags.ERROR):
         return LOCAL  # decoding answers "expected a request"
-    if op == Op.FORWARD:
+    if op in INTERNAL_OPS:
         if internal and not forwarded:
             return LOCAL
         return Decision(
             Action.REJECT,
             code=ErrorCode.INVALID_REQUEST,
-            message="FORWARD is an internal op, accepted only between shards",
+            message=f"{Op(op).name} is an internal op, accepted only between shards",
         )
     owner = owner_of(op, partition_id, shard_count)
     if owner is None or owner == shard_id:

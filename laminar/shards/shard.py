@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from laminar.log.storage import StorageBackend, SyscallBackend
 from laminar.placement import shard_for
+from laminar.shards.budget import InputBudget
 from laminar.shards.channels import Channels
 from laminar.shards.config import NodeConfig
 from laminar.shards.connection import Connection
@@ -46,7 +47,14 @@ from laminar.shards.metadata import METADATA_PID, Applied
 from laminar.shards.metalog import MetadataService
 from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.partitions import LongPolls, PartitionManager
-from laminar.wire import NEED_DATA, FrameDecoder, ProtocolError
+from laminar.wire import (
+    NEED_DATA,
+    ErrorCode,
+    ErrorResponse,
+    FrameDecoder,
+    ProtocolError,
+    TopicInfo,
+)
 
 logger = logging.getLogger("laminar.shards")
 
@@ -97,8 +105,11 @@ class Shard:
             admin_port=admin_port,
             routing_mode=routing_mode,
             max_frame_bytes=config.max_frame_bytes,
+            max_wait_ms=config.max_wait_ms,
         )
+        self.budget = InputBudget(config.max_input_bytes)
         self.connections: set[Connection] = set()
+        self._client_connections = 0
         self._serving: set[asyncio.Task[None]] = set()
         self._internal_tasks: dict[asyncio.Task[None], bool] = {}
         self._listeners: list[asyncio.Task[None]] = []
@@ -159,6 +170,7 @@ class Shard:
             self._on_metadata_applied,
             config.cores,
             self.polls,
+            config.max_topics,
         )
         self.handlers = Handlers(
             self.ident, self.metadata, self.partitions, self.metrics, self.polls
@@ -185,6 +197,7 @@ class Shard:
                 self.shard_id,
                 config.max_frame_bytes,
                 config.udp_max_bytes,
+                writes=config.udp_writes,
             )
             self._listeners.append(self._spawn(self.datagrams.serve()))
         sweeper = self._spawn(self._sweep_idle(), "background")
@@ -226,6 +239,9 @@ class Shard:
                 await asyncio.sleep(0.1)  # EMFILE and friends: let connections close
                 continue
             sock.setblocking(False)
+            if not internal and self._client_connections >= self.config.max_connections:
+                self._refuse(sock)
+                continue
             local_host = None
             if not internal:
                 with contextlib.suppress(OSError):
@@ -237,43 +253,63 @@ class Shard:
             )
             max_frame = self.config.max_frame_bytes + (CHANNEL_FRAME_SLACK if internal else 0)
             conn = Connection(
-                sock, self.dispatcher, self.metrics, ctx, max_frame, self.connections.discard
+                sock, self.dispatcher, self.metrics, ctx, max_frame, self._closed, self.budget
             )
             self.connections.add(conn)
+            if not internal:
+                self._client_connections += 1
             task = self._spawn(conn.serve())
             self._serving.add(task)
             self._internal_tasks[task] = internal
             task.add_done_callback(self._served)
+
+    def _closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        if not conn.internal:
+            self._client_connections -= 1
+
+    def _refuse(self, sock: socket.socket) -> None:
+        """Tell a client over the connection cap so, before reading anything (its
+        requests were not applied), and close."""
+        self.metrics.connections_refused += 1
+        reply = ErrorResponse.for_code(0, ErrorCode.TOO_MANY_CONNECTIONS).encode(0)
+        with contextlib.suppress(OSError):
+            sock.send(reply)
+        sock.close()
 
     def _served(self, task: asyncio.Task[None]) -> None:
         self._serving.discard(task)
         self._internal_tasks.pop(task, None)
 
     async def _sweep_idle(self) -> None:
+        """Close client connections idle too long, or too slow to finish a frame."""
         timeout = self.config.idle_timeout_s
-        interval = min(SWEEP_INTERVAL_S, timeout / 4)
+        frame_timeout = self.config.frame_timeout_s
+        interval = min(SWEEP_INTERVAL_S, timeout / 4, frame_timeout / 4)
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
             for conn in list(self.connections):
-                if not conn.internal and conn.idle_for(now) > timeout:
+                if conn.internal or conn.closed:
+                    continue
+                if conn.partial_since is not None and now - conn.partial_since > frame_timeout:
+                    self.metrics.connections_closed_slow += 1
+                    conn.stop()
+                elif conn.idle_for(now) > timeout:
                     self.metrics.connections_closed_idle += 1
                     conn.stop()
 
     # -- metadata changes ------------------------------------------------------
 
     async def _on_metadata_applied(self, applied: Applied) -> None:
-        if applied.created is not None:
-            topic = applied.created
-            self._owned_partitions += sum(
-                1 for idx in range(topic.partitions) if self._owns((topic.topic_id << 32) | idx)
-            )
-        if applied.deleted is not None:
-            topic = applied.deleted
-            self._owned_partitions -= sum(
-                1 for idx in range(topic.partitions) if self._owns((topic.topic_id << 32) | idx)
-            )
+        for topic in applied.created:
+            self._owned_partitions += self._owned_count(topic)
+        for topic in applied.deleted:
+            self._owned_partitions -= self._owned_count(topic)
             await self.partitions.drop_topic(topic.topic_id, topic.partitions)
+
+    def _owned_count(self, topic: TopicInfo) -> int:
+        return sum(1 for idx in range(topic.partitions) if self._owns((topic.topic_id << 32) | idx))
 
     # -- control channel -------------------------------------------------------
 
@@ -318,6 +354,10 @@ class Shard:
                 "partitions_open": self.partitions.open_count,
                 "flushes": self.partitions.flushes,
                 "metadata_applied_index": self.metadata.state.applied_index,
+                "input_bytes": self.budget.used,
+                "input_bytes_peak": self.budget.peak_bytes,
+                "input_bytes_limit": self.budget.limit_bytes,
+                "client_connections": self._client_connections,
                 "topics": len(self.metadata.state.topics()),
                 "uptime_s": time.time() - self._started_at,
                 "task_queues": self._queue_stats(),

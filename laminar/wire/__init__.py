@@ -18,9 +18,11 @@ from laminar.wire.codec import (
     MIN_FRAME_BYTES,
     NEED_DATA,
     PREFIX_BYTES,
+    REQUEST_HEADER_LIMITS,
     VERSION,
     Frame,
     FrameDecoder,
+    HeaderLimits,
     decode_frame,
     encode_frame,
     encode_frame_buffers,
@@ -40,6 +42,8 @@ from laminar.wire.errors import (
     WireUsageError,
 )
 from laminar.wire.messages import (
+    AlterTopicRequest,
+    AlterTopicResponse,
     CreateTopicRequest,
     CreateTopicResponse,
     DeleteTopicRequest,
@@ -56,6 +60,8 @@ from laminar.wire.messages import (
     Message,
     MetadataRequest,
     MetadataResponse,
+    MetadataTailRequest,
+    MetadataTailResponse,
     Ping,
     Pong,
     ProduceRequest,
@@ -66,6 +72,7 @@ from laminar.wire.messages import (
     TopicInfo,
     decode_request,
     decode_response,
+    request_frame_limits,
 )
 from laminar.wire.ops import MEMBERSHIP_OPS, RAFT_OPS, Flags, Op
 from laminar.wire.records import (
@@ -86,7 +93,10 @@ __all__ = [
     "PREFIX_BYTES",
     "PRODUCER_HEADER",
     "RAFT_OPS",
+    "REQUEST_HEADER_LIMITS",
     "VERSION",
+    "AlterTopicRequest",
+    "AlterTopicResponse",
     "BadMagic",
     "CorruptRecord",
     "CreateTopicRequest",
@@ -104,6 +114,7 @@ __all__ = [
     "Frame",
     "FrameDecoder",
     "FrameTooLarge",
+    "HeaderLimits",
     "InvalidMessage",
     "ListOffsetsRequest",
     "ListOffsetsResponse",
@@ -113,6 +124,8 @@ __all__ = [
     "Message",
     "MetadataRequest",
     "MetadataResponse",
+    "MetadataTailRequest",
+    "MetadataTailResponse",
     "Op",
     "Ping",
     "Pong",
@@ -137,4 +150,5 @@ __all__ = [
     "encode_frame_buffers",
     "encode_record",
     "producer_stamp",
+    "request_frame_limits",
 ]

@@ -28,7 +28,17 @@ never copied through a msgpack buffer (`laminar.wire.records` lays them out).
 
 Limits: the decoder rejects a frame whose total size (4 + frame_len) exceeds
 `max_frame_bytes` as soon as the 20-byte prefix has arrived, before buffering
-its body. The smallest frame is 25 bytes (prefix, header length, empty map).
+its body; `frame_limits` may set a lower limit per op (a server gives ops
+without a payload room for a header only). The smallest frame is 25 bytes
+(prefix, header length, empty map).
+
+The header is the peer's input decoded into Python objects, which can be ~50
+times larger than its bytes (an empty msgpack array is one byte and a 56-byte
+list). A side that decodes untrusted headers passes `HeaderLimits`: the
+header length is capped, and a header longer than `SMALL_HEADER_BYTES` is
+decoded with msgpack's per-container limits and refused when containers nest
+deeper than allowed. A short header cannot hold enough objects to matter, so
+the common case costs one comparison.
 
 Decoding
 --------
@@ -57,6 +67,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Literal, NamedTuple
 
 import msgpack
@@ -82,6 +93,8 @@ _HEADER_LEN = struct.Struct(">I")
 HEADER_OFFSET: Final = _HEAD.size  # 24
 MIN_FRAME_BYTES: Final = HEADER_OFFSET + 1  # an empty msgpack map is one byte
 DEFAULT_MAX_FRAME_BYTES: Final = 8 << 20
+SMALL_HEADER_BYTES: Final = 256
+"""Headers up to this size skip the container checks: they hold at most this many objects."""
 
 # Byte offsets of the routing fields, for code (and C) that reads them in place.
 OFFSET_MAGIC: Final = 4
@@ -99,6 +112,57 @@ _SLICE_COPY_MAX: Final = 2048
 
 _packb = msgpack.Packer(use_bin_type=True).pack
 _unpackb = msgpack.unpackb
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderLimits:
+    """Bounds on the msgpack headers one side accepts (see the module docstring)."""
+
+    max_header_bytes: int
+    """The longest header; a longer one is `FrameTooLarge` (fatal)."""
+    max_items: int
+    """Entries of any one map or array in a header longer than `SMALL_HEADER_BYTES`."""
+    max_depth: int
+    """Containers below the header map: 0 allows scalar values only, 1 allows values
+    that are lists or maps of scalars."""
+
+    def __post_init__(self) -> None:
+        if self.max_header_bytes < 1 or self.max_items < 1 or self.max_depth < 0:
+            raise WireUsageError(f"header limits must be positive: {self}")
+
+    def unpack(self, data: Buffer) -> Any:
+        """Decode a header longer than `SMALL_HEADER_BYTES` within these limits;
+        raises what msgpack raises, or `ValueError` for containers nested too deep."""
+        n = self.max_items
+        header = _unpackb(
+            data,
+            max_str_len=self.max_header_bytes,
+            max_bin_len=self.max_header_bytes,
+            max_ext_len=0,
+            max_array_len=n,
+            max_map_len=n,
+        )
+        if type(header) is dict and _nesting(header.values(), self.max_depth):
+            raise ValueError(f"containers nest more than {self.max_depth} deep below the header")
+        return header
+
+
+def _nesting(values: Any, depth: int) -> bool:
+    """True if a container among `values` nests more than `depth` containers deep."""
+    for value in values:
+        kind = type(value)
+        if kind is dict or kind is list:
+            if depth == 0:
+                return True
+            if _nesting(value.values() if kind is dict else value, depth - 1):
+                return True
+    return False
+
+
+REQUEST_HEADER_LIMITS: Final = HeaderLimits(max_header_bytes=64 << 10, max_items=64, max_depth=1)
+"""What a node accepts from clients and peers: a few fields, at most a list or a
+map of scalars each (a topic's config). Decoded, such a header holds at most
+~64 x 64 objects, so a request in flight costs a bounded multiple of its bytes."""
 
 
 class Frame(NamedTuple):
@@ -225,17 +289,20 @@ def _check_prefix(
     op: int,
     correlation_id: int,
     partition_id: int,
-    max_frame_bytes: int,
+    limit: int,
+    op_specific: bool = False,
 ) -> None:
     """Reject a frame from its 20-byte prefix alone: before its body is buffered.
-    Raises the first problem found; returns only when the prefix is good."""
+    Raises the first problem found; returns only when the prefix is good.
+    `op_specific`: `limit` is the op's own, lower than the frame limit."""
     if magic != MAGIC:
         raise _bad_magic(magic)
     if version != VERSION:
         raise _unsupported_version(version, correlation_id, op, partition_id)
-    if frame_len + 4 > max_frame_bytes:
+    if frame_len + 4 > limit:
         raise FrameTooLarge(
-            f"frame of {frame_len + 4} bytes exceeds the limit of {max_frame_bytes} bytes",
+            f"frame of {frame_len + 4} bytes exceeds the limit of {limit} bytes"
+            + (f" for op {op}, which carries no payload" if op_specific else ""),
             correlation_id=correlation_id,
             op=op,
             partition_id=partition_id,
@@ -276,6 +343,7 @@ def _parse_body(
     flags: int,
     correlation_id: int,
     partition_id: int,
+    limits: HeaderLimits | None,
 ) -> Frame:
     """The header and payload of the frame at buf[start:end] (prefix already checked)."""
     (header_len,) = _HEADER_LEN.unpack_from(buf, start + PREFIX_BYTES)
@@ -290,7 +358,20 @@ def _parse_body(
             partition_id=partition_id,
         )
     try:
-        header = _unpackb(buf[header_start:header_end])
+        if header_len <= SMALL_HEADER_BYTES or limits is None:
+            header = _unpackb(buf[header_start:header_end])
+        elif header_len > limits.max_header_bytes:
+            raise FrameTooLarge(
+                f"frame header of {header_len} bytes exceeds the limit of "
+                f"{limits.max_header_bytes} bytes",
+                correlation_id=correlation_id,
+                op=op,
+                partition_id=partition_id,
+            )
+        else:
+            header = limits.unpack(buf[header_start:header_end])
+    except ProtocolError:
+        raise
     except Exception as exc:
         # unpackb raises ValueError, TypeError and msgpack's own errors for
         # bad input; whatever it raises, the peer's bytes are at fault.
@@ -315,7 +396,11 @@ def _parse_body(
     return Frame(op, flags, correlation_id, partition_id, header, payload)
 
 
-def decode_frame(data: Buffer, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Frame:
+def decode_frame(
+    data: Buffer,
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    header_limits: HeaderLimits | None = None,
+) -> Frame:
     """Decode exactly one whole frame, for example a UDP datagram."""
     size = len(data)
     if size < PREFIX_BYTES:
@@ -331,7 +416,7 @@ def decode_frame(data: Buffer, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -
             op=op,
             partition_id=pid,
         )
-    return _parse_body(data, 0, size, op, flags, corr, pid)
+    return _parse_body(data, 0, size, op, flags, corr, pid, header_limits)
 
 
 class FrameDecoder:
@@ -339,15 +424,30 @@ class FrameDecoder:
 
     `max_frame_bytes` bounds one frame (4 + frame_len); `max_buffer_bytes`
     bounds what may wait in the buffer (several pipelined frames), by default
-    twice the frame limit.
+    twice the frame limit. `frame_limits`, indexed by op, may lower the frame
+    limit of single ops (ops without a payload); `header_limits` bounds headers
+    (see the module docstring). `last_frame_bytes` is the size of the frame
+    `next_frame` returned last (its header is that minus 24 minus the payload).
     """
 
-    __slots__ = ("_buf", "_error", "_max_buffer", "_max_frame", "_pos")
+    __slots__ = (
+        "_buf",
+        "_error",
+        "_frame_limits",
+        "_header_limits",
+        "_max_buffer",
+        "_max_frame",
+        "_pos",
+        "last_frame_bytes",
+    )
 
     def __init__(
         self,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_buffer_bytes: int | None = None,
+        *,
+        frame_limits: Sequence[int] | None = None,
+        header_limits: HeaderLimits | None = None,
     ) -> None:
         if max_frame_bytes < MIN_FRAME_BYTES:
             raise WireUsageError(f"max_frame_bytes must be >= {MIN_FRAME_BYTES}")
@@ -355,11 +455,20 @@ class FrameDecoder:
             max_buffer_bytes = 2 * max_frame_bytes
         if max_buffer_bytes < max_frame_bytes:
             raise WireUsageError("max_buffer_bytes must be >= max_frame_bytes")
+        if frame_limits is None:
+            limits: tuple[int, ...] = (max_frame_bytes,) * 256
+        elif len(frame_limits) != 256:
+            raise WireUsageError("frame_limits needs one limit per op (256)")
+        else:
+            limits = tuple(min(max_frame_bytes, max(MIN_FRAME_BYTES, n)) for n in frame_limits)
         self._buf = bytearray()
         self._pos = 0
         self._max_frame = max_frame_bytes
+        self._frame_limits = limits
         self._max_buffer = max_buffer_bytes
+        self._header_limits = header_limits
         self._error: ProtocolError | None = None
+        self.last_frame_bytes = 0
 
     @property
     def buffered_bytes(self) -> int:
@@ -406,24 +515,34 @@ class FrameDecoder:
         frame_len, magic, version, op, flags, corr, pid = PREFIX.unpack_from(buf, pos)
         end = pos + 4 + frame_len
         try:
+            limit = self._frame_limits[op]
             if (
                 magic != MAGIC
                 or version != VERSION
-                or not MIN_FRAME_BYTES <= frame_len + 4 <= self._max_frame
+                or not MIN_FRAME_BYTES <= frame_len + 4 <= limit
             ):
-                _check_prefix(frame_len, magic, version, op, corr, pid, self._max_frame)
+                _check_prefix(
+                    frame_len, magic, version, op, corr, pid, limit, limit < self._max_frame
+                )
             if end > len(buf):
                 return NEED_DATA
-            frame = _parse_body(buf, pos, end, op, flags, corr, pid)
+            frame = _parse_body(buf, pos, end, op, flags, corr, pid, self._header_limits)
         except ProtocolError as exc:
             self._error = exc
             raise
+        self.last_frame_bytes = end - pos
         if end == len(buf):
             buf.clear()
             self._pos = 0
         else:
             self._pos = end
         return frame
+
+    def discard(self) -> None:
+        """Drop whatever is buffered (the stream is being closed): the memory goes
+        now, not when the decoder is collected."""
+        self._buf = bytearray()
+        self._pos = 0
 
     def _check_early(self, buf: bytearray, pos: int, avail: int) -> None:
         """Fail on a foreign magic or version from the first bytes of a prefix, so a

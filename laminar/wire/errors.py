@@ -47,6 +47,9 @@ class ErrorCode(IntEnum):
     STORAGE_ERROR = 31
     SHUTTING_DOWN = 32
     TIMEOUT = 33
+    OUTCOME_UNKNOWN = 37
+    NOT_READY = 38
+    TOO_MANY_CONNECTIONS = 39
     INTERNAL = 99
 
     @property
@@ -85,11 +88,28 @@ _DEFAULT_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.STORAGE_ERROR: "the server could not read or write its log",
     ErrorCode.SHUTTING_DOWN: "the server is shutting down; retry elsewhere or later",
     ErrorCode.TIMEOUT: "the request did not complete in time",
+    ErrorCode.OUTCOME_UNKNOWN: (
+        "the request was handed on and no answer came back: it may or may not have been "
+        "applied; read to check before sending it again"
+    ),
+    ErrorCode.NOT_READY: (
+        "the shard is still loading its metadata; nothing was applied; retry shortly"
+    ),
+    ErrorCode.TOO_MANY_CONNECTIONS: (
+        "the shard serves as many connections as it may; nothing was read; retry later"
+    ),
     ErrorCode.INTERNAL: "the server failed unexpectedly",
 }
 
 _RETRIABLE = frozenset(
-    {ErrorCode.NOT_OWNER, ErrorCode.SHUTTING_DOWN, ErrorCode.TIMEOUT, ErrorCode.STORAGE_ERROR}
+    {
+        ErrorCode.NOT_OWNER,
+        ErrorCode.SHUTTING_DOWN,
+        ErrorCode.TIMEOUT,
+        ErrorCode.STORAGE_ERROR,
+        ErrorCode.NOT_READY,
+        ErrorCode.TOO_MANY_CONNECTIONS,
+    }
 )
 
 

@@ -72,6 +72,16 @@ def items(h: dict[str, Any], key: str, parse: Callable[[dict[str, Any]], T]) -> 
     return tuple(parse(mapping(item, f"each item of {key!r}")) for item in v)
 
 
+def strings(h: dict[str, Any], key: str) -> tuple[str, ...]:
+    """A list of str; absent means empty."""
+    v = h.get(key)
+    if v is None:
+        return ()
+    if type(v) is list and all(type(x) is str for x in v):
+        return tuple(v)
+    raise _bad(key, "a list of strings", v)
+
+
 def config(h: dict[str, Any], key: str) -> dict[str, int | str]:
     """A map of str to int or str (topic configuration); absent means empty."""
     v = h.get(key)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 from laminar.wire import fields as f
-from laminar.wire.codec import Buffer, Frame, encode_frame_buffers
+from laminar.wire.codec import HEADER_OFFSET, Buffer, Frame, encode_frame_buffers
 from laminar.wire.errors import (
     ErrorCode,
     InvalidMessage,
@@ -59,6 +59,9 @@ class Message(abc.ABC):
 
     OP: ClassVar[int]
     FLAGS: ClassVar[int] = 0
+    PAYLOAD: ClassVar[bool] = False
+    """Whether frames of this type carry a payload; others must not (a payload
+    nobody reads would only pin memory while the request waits)."""
 
     def _op(self) -> int:
         return self.OP
@@ -111,6 +114,13 @@ class Message(abc.ABC):
             raise _context(
                 InvalidMessage(
                     f"frame op={frame.op} flags=0x{frame.flags:02x} is not a {cls.__name__}"
+                ),
+                frame,
+            )
+        if frame.payload and not cls.PAYLOAD:
+            raise _context(
+                InvalidMessage(
+                    f"a {cls.__name__} carries no payload; this one has {len(frame.payload)} bytes"
                 ),
                 frame,
             )
@@ -195,6 +205,7 @@ class ProduceRequest(Message):
     """
 
     OP: ClassVar[int] = Op.PRODUCE
+    PAYLOAD: ClassVar[bool] = True
 
     partition_id: int
     blobs: tuple[bytes, ...]
@@ -389,6 +400,34 @@ class DeleteTopicRequest(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class AlterTopicRequest(Message):
+    """Change a live topic's config: set the keys in `config`, return the keys in
+    `remove` to their defaults (the keys and their meaning: `laminar.shards.topic_config`).
+
+    Header: {name, config?, remove?}.
+    """
+
+    OP: ClassVar[int] = Op.ALTER_TOPIC
+
+    name: str
+    config: dict[str, int | str] = field(default_factory=dict)
+    remove: tuple[str, ...] = ()
+
+    def _header(self) -> dict[str, Any]:
+        h: dict[str, Any] = {"name": self.name}
+        if self.config:
+            h["config"] = self.config
+        if self.remove:
+            h["remove"] = list(self.remove)
+        return h
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        h = frame.header
+        return cls(f.string(h, "name"), f.config(h, "config"), f.strings(h, "remove"))
+
+
+@dataclass(frozen=True, slots=True)
 class ListTopicsRequest(Message):
     """Ask for every topic. Header: {}."""
 
@@ -430,6 +469,7 @@ class ForwardRequest(Message):
     """
 
     OP: ClassVar[int] = Op.FORWARD
+    PAYLOAD: ClassVar[bool] = True
 
     partition_id: int
     origin_shard: int
@@ -447,6 +487,32 @@ class ForwardRequest(Message):
     @classmethod
     def _decode(cls, frame: Frame) -> Self:
         return cls(frame.partition_id, f.uint(frame.header, "origin_shard", f.U16), frame.payload)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataTailRequest(Message):
+    """Internal: shard `shard_id` has applied the metadata log below `index` and
+    asks the metadata owner for the entries from there, waiting up to
+    `max_wait_ms` at the end of the log. Accepted only on the inter-shard channel.
+
+    Header: {index, max_wait_ms, shard_id}.
+    """
+
+    OP: ClassVar[int] = Op.METADATA_TAIL
+
+    index: int
+    shard_id: int
+    max_wait_ms: int = 0
+
+    def _header(self) -> dict[str, Any]:
+        return {"index": self.index, "max_wait_ms": self.max_wait_ms, "shard_id": self.shard_id}
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        h = frame.header
+        return cls(
+            f.uint(h, "index"), f.uint(h, "shard_id", f.U16), f.uint(h, "max_wait_ms", f.U32)
+        )
 
 
 # --- responses --------------------------------------------------------------------
@@ -499,6 +565,7 @@ class FetchResponse(Message):
 
     OP: ClassVar[int] = Op.FETCH
     FLAGS: ClassVar[int] = _RESPONSE
+    PAYLOAD: ClassVar[bool] = True
 
     partition_id: int
     records: tuple[FetchedRecord, ...]
@@ -655,6 +722,23 @@ class DeleteTopicResponse(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class AlterTopicResponse(Message):
+    """The topic with its new config. Header: {topic: {name, topic_id, partitions, config?}}."""
+
+    OP: ClassVar[int] = Op.ALTER_TOPIC
+    FLAGS: ClassVar[int] = _RESPONSE
+
+    topic: TopicInfo
+
+    def _header(self) -> dict[str, Any]:
+        return {"topic": self.topic.to_wire()}
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        return cls(TopicInfo.from_wire(f.mapping(frame.header.get("topic"), "'topic'")))
+
+
+@dataclass(frozen=True, slots=True)
 class ListTopicsResponse(Message):
     """Every topic. Header: {topics: [{name, topic_id, partitions, config?}]}."""
 
@@ -713,6 +797,7 @@ class ForwardResponse(Message):
 
     OP: ClassVar[int] = Op.FORWARD
     FLAGS: ClassVar[int] = _RESPONSE
+    PAYLOAD: ClassVar[bool] = True
 
     partition_id: int
     frame: bytes
@@ -726,6 +811,15 @@ class ForwardResponse(Message):
     @classmethod
     def _decode(cls, frame: Frame) -> Self:
         return cls(frame.partition_id, frame.payload)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataTailResponse(FetchResponse):
+    """Internal: metadata log entries from the requested index on (or from the
+    owner's lowest index, a snapshot, when the log was compacted past it), laid
+    out like a `FetchResponse`; `partition_id` is the metadata partition's (0)."""
+
+    OP: ClassVar[int] = Op.METADATA_TAIL
 
 
 @dataclass(frozen=True, slots=True)
@@ -796,7 +890,9 @@ Request = (
     | DeleteTopicRequest
     | ListTopicsRequest
     | Ping
+    | AlterTopicRequest
     | ForwardRequest
+    | MetadataTailRequest
 )
 Response = (
     ProduceResponse
@@ -807,7 +903,9 @@ Response = (
     | DeleteTopicResponse
     | ListTopicsResponse
     | Pong
+    | AlterTopicResponse
     | ForwardResponse
+    | MetadataTailResponse
     | ErrorResponse
 )
 
@@ -822,7 +920,9 @@ REQUEST_TYPES: dict[int, type[Request]] = {
         DeleteTopicRequest,
         ListTopicsRequest,
         Ping,
+        AlterTopicRequest,
         ForwardRequest,
+        MetadataTailRequest,
     )
 }
 RESPONSE_TYPES: dict[int, type[Response]] = {
@@ -836,9 +936,24 @@ RESPONSE_TYPES: dict[int, type[Response]] = {
         DeleteTopicResponse,
         ListTopicsResponse,
         Pong,
+        AlterTopicResponse,
         ForwardResponse,
+        MetadataTailResponse,
     )
 }
+
+
+def request_frame_limits(max_frame_bytes: int, header_bytes: int) -> list[int]:
+    """Per-op frame limits for a `FrameDecoder` that reads requests: `max_frame_bytes`
+    for ops whose requests carry a payload (and for unknown ops, answered
+    UNKNOWN_OP), room for the prefix and a header of `header_bytes` for the rest,
+    so a payload nobody reads is refused before it is buffered."""
+    limits = [max_frame_bytes] * 256
+    header_only = min(max_frame_bytes, HEADER_OFFSET + header_bytes)
+    for op, cls in REQUEST_TYPES.items():
+        if not cls.PAYLOAD:
+            limits[op] = header_only
+    return limits
 
 
 def decode_request(frame: Frame) -> Request:

@@ -5,7 +5,8 @@ response also sets ERROR (its header is then an `ErrorResponse`, whatever the
 op). Op codes are grouped so that routers can classify a frame from one byte:
 
 - 1-31: client requests (this module names them all);
-- 32-63: internal node traffic (FORWARD, between shards);
+- 32-63: internal node traffic between shards (FORWARD, METADATA_TAIL), accepted
+  only on the inter-shard channel;
 - 64-95: reserved for Raft (`RAFT_OPS`), defined by `laminar.raft`;
 - 96-127: reserved for membership (`MEMBERSHIP_OPS`), defined by `laminar.swim`;
 - 0 and 128-255: never sent.
@@ -28,7 +29,9 @@ class Op(IntEnum):
     DELETE_TOPIC = 6
     LIST_TOPICS = 7
     PING = 8
+    ALTER_TOPIC = 16
     FORWARD = 32
+    METADATA_TAIL = 33
 
 
 CLIENT_OPS: Final = range(1, 32)

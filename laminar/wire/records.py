@@ -28,6 +28,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
 from typing import Final, NamedTuple
 
 import msgpack
@@ -256,14 +257,57 @@ def encode_fetch_columns(
     fields[0::3] = range(first_index, first_index + count)
     fields[1::3] = timestamps_ms
     fields[2::3] = lengths
-    return [fetch_table(count).pack(count, *fields), blobs]
+    return [pack_fetch_table(count, fields), blobs]
 
 
-@functools.lru_cache(maxsize=128)
-def fetch_table(count: int) -> struct.Struct:
-    """The struct of a fetch batch's count and entry table for `count` records
-    (packing or unpacking it is one C call instead of one per record)."""
+# Tables are packed and unpacked by structs of whole entries, one C call per
+# TABLE_CHUNK records. A struct per record count would be faster still but costs
+# ~100 bytes per record for as long as it is cached: a client choosing counts
+# could make a node cache hundreds of MiB of them. These caches hold at most
+# TABLE_CHUNK + 1 structs of at most TABLE_CHUNK entries (under 1 MiB).
+TABLE_CHUNK: Final = 128
+
+
+@functools.lru_cache(maxsize=TABLE_CHUNK + 1)
+def _counted_table(count: int) -> struct.Struct:
     return struct.Struct(">I" + "QQI" * count)
+
+
+@functools.lru_cache(maxsize=TABLE_CHUNK + 1)
+def _entries(count: int) -> struct.Struct:
+    return struct.Struct(">" + "QQI" * count)
+
+
+_CHUNK_ENTRIES: Final = _entries(TABLE_CHUNK)
+
+
+def pack_fetch_table(count: int, fields: list[int]) -> bytes:
+    """A fetch batch's count and entry table; `fields` holds (index,
+    timestamp_ms, blob_len) for each of the `count` records, flattened."""
+    if count <= TABLE_CHUNK:
+        return _counted_table(count).pack(count, *fields)
+    step = 3 * TABLE_CHUNK
+    whole = count // TABLE_CHUNK * step
+    pack = _CHUNK_ENTRIES.pack
+    parts = [_U32.pack(count)]
+    parts += [pack(*fields[i : i + step]) for i in range(0, whole, step)]
+    if whole < len(fields):
+        parts.append(_entries(count % TABLE_CHUNK).pack(*fields[whole:]))
+    return b"".join(parts)
+
+
+def unpack_fetch_table(payload: Buffer, count: int) -> Sequence[int]:
+    """The (index, timestamp_ms, blob_len) fields of the `count` entries after the
+    count at the start of `payload`, flattened; the caller checked the length."""
+    if count <= TABLE_CHUNK:
+        return _counted_table(count).unpack_from(payload)[1:]
+    whole = count // TABLE_CHUNK
+    end = 4 + whole * _CHUNK_ENTRIES.size
+    with memoryview(payload) as view:
+        fields = list(chain.from_iterable(_CHUNK_ENTRIES.iter_unpack(view[4:end])))
+    if count % TABLE_CHUNK:
+        fields += _entries(count % TABLE_CHUNK).unpack_from(payload, end)
+    return fields
 
 
 def decode_fetch_batch(payload: bytes) -> tuple[FetchedRecord, ...]:

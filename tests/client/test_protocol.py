@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from laminar.client import ProtocolViolationError, UnknownTopicError
+from laminar.client import CannotConnectError, ProtocolViolationError, UnknownTopicError
 from laminar.client.protocol import ClientProtocol
 from laminar.wire import ErrorCode, ErrorResponse, Op, Ping, Pong
 
@@ -56,6 +56,15 @@ def test_a_parting_error_names_its_cause() -> None:
     with pytest.raises(ProtocolViolationError, match="gone") as info:
         proto.receive(last_word)
     assert isinstance(info.value.__cause__, UnknownTopicError)
+
+
+def test_a_connection_refused_unread_says_nothing_was_sent() -> None:
+    proto = ClientProtocol()
+    proto.request(Ping())
+    refusal = ErrorResponse.for_code(0, ErrorCode.TOO_MANY_CONNECTIONS).encode(0)
+    with pytest.raises(CannotConnectError, match="as many connections") as info:
+        proto.receive(refusal)
+    assert info.value.code is ErrorCode.TOO_MANY_CONNECTIONS
 
 
 def test_bytes_that_are_not_frames() -> None:

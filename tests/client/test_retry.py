@@ -37,6 +37,10 @@ TIMEOUT = RequestTimeoutError("slow")
         (server_error(ErrorCode.STORAGE_ERROR, "disk"), True, True),
         (server_error(ErrorCode.STORAGE_ERROR, "disk"), False, False),
         (server_error(ErrorCode.TIMEOUT, "slow"), False, False),
+        (server_error(ErrorCode.NOT_READY, "loading"), False, True),
+        (server_error(ErrorCode.TOO_MANY_CONNECTIONS, "full"), False, True),
+        (server_error(ErrorCode.OUTCOME_UNKNOWN, "lost"), False, False),
+        (server_error(ErrorCode.OUTCOME_UNKNOWN, "lost"), True, True),
         (server_error(ErrorCode.OFFSET_OUT_OF_RANGE, "no"), True, False),
     ],
 )
@@ -50,6 +54,12 @@ def test_a_lost_answer_to_a_produce_says_the_outcome_is_unknown(error: LaminarEr
     assert isinstance(final, OutcomeUnknownError)
     assert "may or may not have been applied" in str(final)
     assert "produce of 2 records to t/0" in str(final)
+
+
+def test_the_nodes_own_outcome_unknown_is_raised_as_such() -> None:
+    err = server_error(ErrorCode.OUTCOME_UNKNOWN, "shard 1 died")
+    assert isinstance(err, OutcomeUnknownError) and err.code is ErrorCode.OUTCOME_UNKNOWN
+    assert final_error(err, idempotent=False, what="produce") is err
 
 
 def test_other_errors_are_raised_as_they_are() -> None:

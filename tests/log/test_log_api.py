@@ -166,6 +166,47 @@ def test_wait_for_append(env: LogEnv) -> None:
     env.run(main)
 
 
+def test_timed_out_and_cancelled_readers_leave_no_waiter_behind(env: LogEnv) -> None:
+    """5,000 timed-out long-polls on an idle log once left 5,000 futures behind."""
+
+    async def main() -> None:
+        log = await SegmentedLog.open(env.directory, backend=env.backend)
+        for _ in range(200):
+            assert not await log.wait_for_append(0, timeout=0)
+        waiting = [asyncio.ensure_future(log.wait_for_append(0, timeout=60)) for _ in range(50)]
+        await asyncio.sleep(0)
+        assert log.waiting_readers == 50
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        assert log.waiting_readers == 0
+        await log.close()
+
+    env.run(main)
+
+
+def test_roll_over_and_remove_before_drop_a_compacted_prefix(env: LogEnv) -> None:
+    async def main() -> None:
+        log = await SegmentedLog.open(env.directory, LogConfig(), backend=env.backend)
+        assert not await log.roll_over()  # nothing to seal
+        assert log.write_segment_first_timestamp_ms is None
+        await log.append([b"a", b"b"])
+        assert log.write_segment_first_timestamp_ms is not None
+        assert await log.roll_over() and log.segment_count == 2
+        assert log.write_segment_first_timestamp_ms is None
+        await log.append([b"c"])
+        assert await log.remove_before(1) == 0  # segment 0 still holds index 1
+        assert await log.remove_before(2) == 1
+        assert (log.lowest_index, log.highest_index) == (2, 3)
+        assert await log.remove_before(10) == 0  # the write segment stays
+        await log.close()
+        log = await SegmentedLog.open(env.directory, LogConfig(), backend=env.backend)
+        assert [r.value for r in await log.read_range(log.lowest_index)] == [b"c"]
+        await log.close()
+
+    env.run(main)
+
+
 @pytest.mark.parametrize("flush", ["interval", "never"])
 def test_relaxed_flush_policies_still_persist_on_close(env: LogEnv, flush: str) -> None:
     async def main() -> None:

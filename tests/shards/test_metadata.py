@@ -10,15 +10,17 @@ from hypothesis import strategies as st
 from laminar.shards.metadata import (
     FIRST_TOPIC_ID,
     MAX_PARTITIONS,
+    AlterTopic,
     CreateTopic,
     DeleteTopic,
     MetadataError,
     MetadataState,
+    Snapshot,
     UnknownEntry,
     decode_entry,
     encode_entry,
 )
-from laminar.wire import ErrorCode
+from laminar.wire import ErrorCode, TopicInfo
 
 
 def test_create_assigns_increasing_ids_and_delete_never_frees_one() -> None:
@@ -26,12 +28,12 @@ def test_create_assigns_increasing_ids_and_delete_never_frees_one() -> None:
     a = state.plan_create("a", 3)
     assert a.topic_id == FIRST_TOPIC_ID
     applied = state.apply(0, a)
-    assert applied.created is not None and applied.created.name == "a"
+    assert [t.name for t in applied.created] == ["a"]
     b = state.plan_create("b", 1, {"retention.ms": 5})
     state.apply(1, b)
     assert b.topic_id == a.topic_id + 1
     deleted = state.apply(2, state.plan_delete("a"))
-    assert deleted.deleted is not None and deleted.deleted.topic_id == a.topic_id
+    assert [t.topic_id for t in deleted.deleted] == [a.topic_id]
     again = state.plan_create("a", 2)
     assert again.topic_id == b.topic_id + 1
     assert [t.name for t in state.topics()] == ["b"]
@@ -45,6 +47,8 @@ def test_create_assigns_increasing_ids_and_delete_never_frees_one() -> None:
         ("", 1, ErrorCode.INVALID_REQUEST, "topic name"),
         ("has space", 1, ErrorCode.INVALID_REQUEST, "topic name"),
         ("x" * 250, 1, ErrorCode.INVALID_REQUEST, "topic name"),
+        (".", 1, ErrorCode.INVALID_REQUEST, "not '.' or '..'"),
+        ("..", 1, ErrorCode.INVALID_REQUEST, "not '.' or '..'"),
         ("ok", 0, ErrorCode.INVALID_REQUEST, "partitions"),
         ("ok", MAX_PARTITIONS + 1, ErrorCode.INVALID_REQUEST, "partitions"),
         ("dup", 1, ErrorCode.TOPIC_EXISTS, "already exists"),
@@ -66,12 +70,12 @@ def test_plans_refuse_with_a_code_and_a_reason(
 def test_apply_never_fails_on_entries_that_no_longer_make_sense() -> None:
     state = MetadataState()
     state.apply(0, CreateTopic("a", 4, 2))
-    assert state.apply(1, CreateTopic("a", 9, 1)).created is None  # name taken
-    assert state.apply(2, DeleteTopic("a", 999)).deleted is None  # wrong id
-    assert state.apply(3, DeleteTopic("zzz", 4)).deleted is None  # wrong name
-    assert state.apply(4, UnknownEntry({"op": "rename"})).created is None
-    assert state.apply_value(5, b"\xc1 not msgpack").created is None
-    assert state.apply(6, CreateTopic("meta", 0, 1)).created is None  # topic id 0 is reserved
+    assert state.apply(1, CreateTopic("a", 9, 1)).created == ()  # name taken
+    assert state.apply(2, DeleteTopic("a", 999)).deleted == ()  # wrong id
+    assert state.apply(3, DeleteTopic("zzz", 4)).deleted == ()  # wrong name
+    assert state.apply(4, UnknownEntry({"op": "rename"})).created == ()
+    assert state.apply_value(5, b"\xc1 not msgpack").created == ()
+    assert state.apply(6, CreateTopic("meta", 0, 1)).created == ()  # topic id 0 is reserved
     assert [t.name for t in state.topics()] == ["a"]
     assert state.next_topic_id == 10 and state.applied_index == 7
 
@@ -87,9 +91,58 @@ def test_decode_tolerates_anything() -> None:
     assert isinstance(decode_entry(msgpack.packb([1, 2])), UnknownEntry)
     assert isinstance(decode_entry(msgpack.packb({"op": "create", "name": 5})), UnknownEntry)
     assert isinstance(decode_entry(msgpack.packb({"op": "create"})), UnknownEntry)
-    entry = CreateTopic("t", 7, 3, {"k": "v"})
+    entry = CreateTopic("t", 7, 3, {"retention.ms": 5})
     assert decode_entry(encode_entry(entry)) == entry
+    alter = AlterTopic("t", 7, {"segment.ms": 60_000})
+    assert decode_entry(encode_entry(alter)) == alter
+    snap = Snapshot(9, (TopicInfo("t", 7, 3, {"retention.bytes": 10}),))
+    assert decode_entry(encode_entry(snap)) == snap
     assert decode_entry(encode_entry(DeleteTopic("t", 7))) == DeleteTopic("t", 7)
+
+
+def test_topic_configs_take_known_keys_with_typed_values_only() -> None:
+    state = MetadataState()
+    ok = state.plan_create("t", 1, {"retention.ms": -1, "segment.bytes": 1 << 20})
+    assert ok.config == {"retention.ms": -1, "segment.bytes": 1 << 20}
+    for config, words in (
+        ({"cleanup.policy": "compact"}, "unknown topic config 'cleanup.policy'"),
+        ({"retention.ms": "1d"}, "must be an integer"),
+        ({"retention.ms": -2}, "must be an integer in -1.."),
+        ({"segment.bytes": 10}, "must be an integer in 4096.."),
+    ):
+        with pytest.raises(MetadataError) as caught:
+            state.plan_create("t", 1, config)  # type: ignore[arg-type]
+        assert caught.value.code is ErrorCode.INVALID_REQUEST
+        assert words in caught.value.message
+    # A stored config with keys this version does not know is applied without them.
+    state.apply(0, CreateTopic("old", 1, 1, {"x": "y", "retention.ms": 5}))  # type: ignore[dict-item]
+    assert state.by_name("old") == TopicInfo("old", 1, 1, {"retention.ms": 5})
+
+
+def test_the_topic_count_is_bounded() -> None:
+    state = MetadataState(max_topics=2)
+    for index, name in enumerate(("a", "b")):
+        state.apply(index, state.plan_create(name, 1))
+    with pytest.raises(MetadataError) as caught:
+        state.plan_create("c", 1)
+    assert "limit of 2 topics" in caught.value.message
+    state.apply(2, state.plan_delete("a"))
+    assert state.plan_create("c", 1).name == "c"
+
+
+def test_alter_sets_and_removes_keys() -> None:
+    state = MetadataState()
+    state.apply(0, state.plan_create("t", 2, {"retention.ms": 10, "segment.ms": 99}))
+    entry = state.plan_alter("t", {"retention.bytes": 1 << 20}, ("segment.ms",))
+    applied = state.apply(1, entry)
+    expected = TopicInfo("t", 1, 2, {"retention.ms": 10, "retention.bytes": 1 << 20})
+    assert applied.altered == (expected,) and state.by_name("t") == expected
+    for config, remove in (({"bogus": 1}, ()), ({}, ("bogus",))):
+        with pytest.raises(MetadataError, match="unknown topic config 'bogus'"):
+            state.plan_alter("t", config, remove)  # type: ignore[arg-type]
+    with pytest.raises(MetadataError) as caught:
+        state.plan_alter("nope", {})
+    assert caught.value.code is ErrorCode.UNKNOWN_TOPIC
 
 
 names = st.sampled_from(["a", "b", "c", "d"])
@@ -97,29 +150,90 @@ commands = st.lists(
     st.one_of(
         st.tuples(st.just("create"), names, st.integers(0, 5)),
         st.tuples(st.just("delete"), names, st.just(0)),
+        st.tuples(st.just("alter"), names, st.integers(1, 1000)),
     ),
-    max_size=40,
+    max_size=120,
 )
 
 
-@given(commands)
-def test_replaying_the_log_rebuilds_the_same_state(script: list[tuple[str, str, int]]) -> None:
-    """What the owner decided and appended, a restarted shard replays to the same topics."""
+@given(commands, st.integers(0, 120))
+def test_replaying_the_compacted_log_rebuilds_the_same_state(
+    script: list[tuple[str, str, int]], lag: int
+) -> None:
+    """What the owner decided and appended, compacting as it goes (a snapshot, then
+    the entries before it dropped), a restarted shard replays to the same topics,
+    and a shard that fell behind the dropped entries catches up to them too,
+    learning from the snapshot what was created and deleted meanwhile."""
     owner = MetadataState()
-    log: list[bytes] = []
-    for kind, name, partitions in script:
+    log: dict[int, bytes] = {}  # index -> entry, the retained part of the log
+    end = 0
+
+    def append(entry: CreateTopic | DeleteTopic | AlterTopic | Snapshot) -> None:
+        nonlocal end
+        owner.apply(end, entry)
+        log[end] = encode_entry(entry)
+        end += 1
+
+    behind = MetadataState()
+    for step, (kind, name, n) in enumerate(script):
         try:
-            entry = (
-                owner.plan_create(name, partitions) if kind == "create" else owner.plan_delete(name)
-            )
+            if kind == "create":
+                entry: CreateTopic | DeleteTopic | AlterTopic = owner.plan_create(name, n)
+            elif kind == "delete":
+                entry = owner.plan_delete(name)
+            else:
+                entry = owner.plan_alter(name, {"retention.ms": n})
         except MetadataError:
             continue
-        owner.apply(len(log), entry)
-        log.append(encode_entry(entry))
+        append(entry)
+        if owner.needs_snapshot():
+            append(owner.snapshot())
+            for index in [i for i in log if i < end - 1]:
+                del log[index]
+        if step < lag:  # this shard keeps up for a while, then stops
+            while behind.applied_index < end:
+                behind.apply_value(behind.applied_index, log[behind.applied_index])
     replica = MetadataState()
-    for index, value in enumerate(log):
-        replica.apply_value(index, value)
+    for index in sorted(log):
+        replica.apply_value(index, log[index])
     assert replica.topics() == owner.topics()
     assert replica.next_topic_id == owner.next_topic_id
-    ids = [t.topic_id for t in owner.topics()]
-    assert len(set(ids)) == len(ids)
+    assert len(log) <= max(64, 2 * len(owner.topics())) + 1
+    known = {t.topic_id: t for t in behind.topics()}
+    start = max(behind.applied_index, min(log, default=end))
+    for index in range(start, end):
+        applied = behind.apply_value(index, log[index])
+        for topic in applied.created:
+            known[topic.topic_id] = topic
+        for topic in applied.deleted:
+            del known[topic.topic_id]
+        for topic in applied.altered:
+            known[topic.topic_id] = topic
+    assert behind.topics() == owner.topics()
+    assert sorted(known.values(), key=lambda t: t.topic_id) == list(owner.topics())
+
+
+def test_churn_is_compacted_and_a_far_behind_shard_learns_the_difference() -> None:
+    owner = MetadataState()
+    log: dict[int, bytes] = {}
+    end = 0
+    for n in range(300):  # create and delete "churn-<n>", keep every tenth
+        for kind in ("create", "delete") if n % 10 else ("create",):
+            name = f"churn-{n}"
+            entry = owner.plan_create(name, 1) if kind == "create" else owner.plan_delete(name)
+            owner.apply(end, entry)
+            log[end] = encode_entry(entry)
+            end += 1
+            if owner.needs_snapshot():
+                owner.apply(end, owner.snapshot())
+                log = {end: encode_entry(owner.snapshot())}
+                end += 1
+    assert owner.snapshot_index is not None and len(log) < 100 < end
+    behind = MetadataState()
+    behind.apply(0, CreateTopic("churn-1", 2, 1))  # it knew a topic deleted since
+    applied = [behind.apply_value(i, log[i]) for i in sorted(log)]
+    assert behind.topics() == owner.topics()
+    assert [t.name for t in applied[0].deleted] == ["churn-1"]
+    created = {t.name for a in applied for t in a.created}
+    deleted = {t.name for a in applied[1:] for t in a.deleted}
+    assert created - deleted == {t.name for t in owner.topics()}

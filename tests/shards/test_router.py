@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -55,12 +56,14 @@ def test_topic_changes_go_to_the_metadata_owner_and_reads_stay_local() -> None:
             assert route(op, 0, 999, shard_id=me, shard_count=3).action is Action.LOCAL
 
 
-def test_forward_is_accepted_only_between_shards() -> None:
-    client = route(Op.FORWARD, 0, 5, shard_id=0, shard_count=2)
+@pytest.mark.parametrize("op", [Op.FORWARD, Op.METADATA_TAIL])
+def test_internal_ops_are_accepted_only_between_shards(op: Op) -> None:
+    client = route(op, 0, 5, shard_id=0, shard_count=2)
     assert client.action is Action.REJECT and client.code is ErrorCode.INVALID_REQUEST
-    assert route(Op.FORWARD, 0, 5, shard_id=0, shard_count=2, internal=True).action is Action.LOCAL
-    nested = route(Op.FORWARD, 0, 5, shard_id=0, shard_count=2, internal=True, forwarded=True)
-    assert nested.action is Action.REJECT
+    assert "internal op" in client.message
+    assert route(op, 0, 5, shard_id=0, shard_count=2, internal=True).action is Action.LOCAL
+    nested = route(op, 0, 5, shard_id=0, shard_count=2, internal=True, forwarded=True)
+    assert nested.action is Action.REJECT  # a client's frame forwarded by a shard
 
 
 def test_unknown_ops_and_responses_are_answered_where_they_arrive() -> None:

@@ -99,8 +99,12 @@ class RunningNode:
         return int(self.info["admin_port"])
 
     @property
+    def admin_host(self) -> str:
+        return str(self.info.get("admin_host", self.host))
+
+    @property
     def admin_url(self) -> str:
-        return f"http://{self.host}:{self.admin_port}"
+        return f"http://{self.admin_host}:{self.admin_port}"
 
     @property
     def routing_mode(self) -> str:

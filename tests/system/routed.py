@@ -7,8 +7,9 @@
     total(counts, "laminar_forwarded_out_total") # summed over shards (and any labels)
 
 Nodes run with `--allow-oversubscribe` (this machine may have fewer cores than
-shards), `--xdp off` (they listen on the host's lo) and `--udp-max-bytes
-1472`, so the USE_TCP rules can be met with small requests.
+shards), `--xdp off` (they listen on the host's lo), `--udp-max-bytes 1472`
+(the default), so the USE_TCP rules can be met with small requests, and
+`--udp-writes`, so produce datagrams are routed too.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Fleet:
                 routing=mode,
                 allow_oversubscribe=True,
                 udp_max_bytes=UDP_MAX_BYTES,
+                udp_writes=True,
             )
         return self._nodes[key]
 

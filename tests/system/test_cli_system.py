@@ -41,7 +41,7 @@ def test_create_produce_consume_status(node: RunningNode) -> None:
     assert sum(p["records"] for p in described["partition_details"]) == 300
     assert {p["port"] for p in described["partition_details"]} == set(node.shard_ports)
 
-    admin = f"{node.host}:{node.admin_port}"
+    admin = f"{node.admin_host}:{node.admin_port}"
     status = laminar(node, "status", "--json", "--admin", admin)
     assert status.returncode == 0, status.stderr
     doc = json.loads(status.stdout)

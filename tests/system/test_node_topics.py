@@ -10,9 +10,10 @@ import pytest
 
 from laminar.client import Client, UnknownTopicError
 from laminar.placement import partition_id, shard_for
-from laminar.wire import ErrorCode, ProduceRequest
+from laminar.shards.metadata import METADATA_PID
+from laminar.wire import ErrorCode, FetchRequest, MetadataTailRequest, ProduceRequest
 from tests.system.nodes import RunningNode, start_node
-from tests.system.wireclient import NodeClient, ServerError
+from tests.system.wireclient import NodeClient, ServerError, WireConnection
 
 
 def partition_dirs(node: RunningNode, topic_id: int) -> list[str]:
@@ -104,3 +105,21 @@ def test_partitions_of_a_delete_missed_while_down_are_removed(tmp_path: Path) ->
         assert partition_dirs(third, topic.topic_id) == []
         assert stray.is_dir()
         assert "belongs to no topic" in third.log_text()
+
+
+def test_clients_cannot_read_the_metadata_log_or_pose_as_a_follower(node: RunningNode) -> None:
+    """The metadata log is internal: a fetch of its partition is UNKNOWN_TOPIC on
+    every shard (it used to be served through a non-owner, moving the follower
+    position the create barrier relies on), and its tail op is refused."""
+    with NodeClient(node.host, node.port) as client:
+        client.create_topic("visible", 1)
+    for port in node.shard_ports:
+        with WireConnection(node.host, port) as conn:
+            with pytest.raises(ServerError) as caught:
+                conn.call(FetchRequest(METADATA_PID, 0))
+            assert caught.value.code is ErrorCode.UNKNOWN_TOPIC
+            for shard in range(2):
+                with pytest.raises(ServerError) as caught:
+                    conn.call(MetadataTailRequest(0, shard, max_wait_ms=0))
+                assert caught.value.code is ErrorCode.INVALID_REQUEST
+                assert "internal op" in caught.value.response.message

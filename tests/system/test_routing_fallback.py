@@ -51,7 +51,7 @@ def test_without_cap_bpf_auto_falls_back_to_cbpf_and_says_why(tmp_path: Path) ->
         assert "routing cbpf" in log and "ebpf unavailable: bpf(2) needs CAP_BPF" in log
         assert "xdp classifier not attached: routing is cbpf" in log
 
-        admin = f"{node.host}:{node.admin_port}"
+        admin = f"{node.admin_host}:{node.admin_port}"
         status = laminar_cli(node, "status", "--json", "--admin", admin)
         assert status.returncode == 0, status.stderr
         doc = json.loads(status.stdout)

@@ -174,7 +174,7 @@ def test_too_big_for_a_datagram_gets_use_tcp(fleet: Fleet) -> None:
 def test_status_reports_the_routing_mode_and_kernel_counters(fleet: Fleet, mode: str) -> None:
     node = fleet.node(mode, 2)
     fleet.partitions(mode, 2)
-    admin = f"{node.host}:{node.admin_port}"
+    admin = f"{node.admin_host}:{node.admin_port}"
     result = laminar_cli(node, "status", "--json", "--admin", admin)
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)

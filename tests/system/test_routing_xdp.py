@@ -79,7 +79,7 @@ def _start(pair: Pair, tmp_path: Path) -> RunningNode:
 
 
 def _status(pair: Pair, node: RunningNode) -> dict[str, Any]:
-    admin = f"{node.host}:{node.admin_port}"
+    admin = f"{node.admin_host}:{node.admin_port}"
     result = laminar_cli(node, "status", "--json", "--admin", admin, prefix=pair.exec_in(pair.node))
     assert result.returncode == 0, result.stderr
     doc: dict[str, Any] = json.loads(result.stdout)
@@ -138,7 +138,7 @@ def test_xdp_counters_match_what_the_peer_sent(pair: Pair, tmp_path: Path) -> No
         assert all(s["forwarded"] == 0 for s in doc["shards"])
 
         human = laminar_cli(
-            node, "status", "--admin", f"{node.host}:{node.admin_port}",
+            node, "status", "--admin", f"{node.admin_host}:{node.admin_port}",
             prefix=pair.exec_in(pair.node),
         ).stdout  # fmt: skip
         assert "xdp       on vb (native): partition" in human

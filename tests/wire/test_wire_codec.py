@@ -15,11 +15,13 @@ from laminar.wire import (
     MAGIC,
     MIN_FRAME_BYTES,
     NEED_DATA,
+    REQUEST_HEADER_LIMITS,
     VERSION,
     BadMagic,
     Frame,
     FrameDecoder,
     FrameTooLarge,
+    HeaderLimits,
     MalformedFrame,
     ProtocolError,
     ReceiveBufferFull,
@@ -337,3 +339,56 @@ def test_encoding_errors_are_usage_errors(
 def test_header_must_be_a_mapping() -> None:
     with pytest.raises(WireUsageError, match="mapping"):
         encode_frame(1, 0, 0, [1, 2])  # type: ignore[arg-type]
+
+
+# --- header limits --------------------------------------------------------------------
+
+
+def limited(data: bytes) -> Frame:
+    decoder = FrameDecoder(16 << 20, header_limits=REQUEST_HEADER_LIMITS)
+    decoder.feed(data)
+    frame = decoder.next_frame()
+    assert isinstance(frame, Frame)
+    return frame
+
+
+def test_an_amplifying_header_is_refused_under_request_limits() -> None:
+    # 64 KiB of empty arrays in one array: 65k Python lists from 64 KiB of bytes.
+    junk = b"\x81\xa1a\xdc\xff\xff" + b"\x90" * 0xFFFF
+    data = raw_frame(header=junk[: 64 << 10])
+    with pytest.raises(MalformedFrame, match="exceeds max_array_len"):
+        limited(data)
+    # The same header a trusting side (a client reading its node) still decodes.
+    assert len(decode_frame(raw_frame(header=junk)).header["a"]) == 0xFFFF
+
+
+def test_a_header_over_the_cap_is_refused_before_it_is_decoded() -> None:
+    header = msgpack.packb({"name": "x" * (70 << 10)})
+    with pytest.raises(FrameTooLarge, match="header of 71") as info:
+        limited(raw_frame(header=header))
+    assert info.value.fatal and info.value.correlation_id == 9
+
+
+def test_containers_may_nest_one_level_below_the_header() -> None:
+    pad = "p" * 300  # past SMALL_HEADER_BYTES, so the checks apply
+    ok = {"name": pad, "config": {"retention.ms": 5}, "remove": ["segment.ms"]}
+    assert limited(raw_frame(header=msgpack.packb(ok))).header == ok
+    for deep in ({"name": pad, "a": [[1]]}, {"name": pad, "a": {"b": {}}}):
+        with pytest.raises(MalformedFrame, match="nest more than 1 deep"):
+            limited(raw_frame(header=msgpack.packb(deep)))
+    # A short header cannot amplify, and skips the checks (one comparison).
+    assert limited(raw_frame(header=msgpack.packb({"a": [[1]]}))).header == {"a": [[1]]}
+
+
+def test_datagrams_take_header_limits_too() -> None:
+    data = raw_frame(header=msgpack.packb({"a": [list(range(70))], "p": "p" * 300}))
+    assert decode_frame(data).header["a"][0] == list(range(70))
+    with pytest.raises(MalformedFrame, match="max_array_len"):
+        decode_frame(data, header_limits=REQUEST_HEADER_LIMITS)
+
+
+def test_header_limits_are_checked() -> None:
+    with pytest.raises(WireUsageError):
+        HeaderLimits(max_header_bytes=0, max_items=1, max_depth=0)
+    with pytest.raises(WireUsageError):
+        FrameDecoder(frame_limits=[100])

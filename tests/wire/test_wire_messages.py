@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from laminar.wire import (
     NEED_DATA,
+    AlterTopicRequest,
+    AlterTopicResponse,
     CreateTopicRequest,
     CreateTopicResponse,
     DeleteTopicRequest,
@@ -24,6 +26,7 @@ from laminar.wire import (
     ForwardResponse,
     Frame,
     FrameDecoder,
+    FrameTooLarge,
     InvalidMessage,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -32,6 +35,8 @@ from laminar.wire import (
     Message,
     MetadataRequest,
     MetadataResponse,
+    MetadataTailRequest,
+    MetadataTailResponse,
     Op,
     Ping,
     Pong,
@@ -48,6 +53,7 @@ from laminar.wire import (
     decode_response,
     encode_frame,
     encode_record,
+    request_frame_limits,
 )
 from laminar.wire.ops import RAFT_OPS
 
@@ -76,7 +82,9 @@ REQUESTS: list[st.SearchStrategy[Any]] = [
     st.builds(DeleteTopicRequest, names),
     st.builds(ListTopicsRequest),
     st.builds(Ping, u64),
+    st.builds(AlterTopicRequest, names, configs, st.lists(names, max_size=3).map(tuple)),
     st.builds(ForwardRequest, u64, u16, st.binary(max_size=100)),
+    st.builds(MetadataTailRequest, u64, u16, u32),
 ]
 RESPONSES: list[st.SearchStrategy[Any]] = [
     st.builds(ProduceResponse, u64, u64, u32, u64),
@@ -102,7 +110,15 @@ RESPONSES: list[st.SearchStrategy[Any]] = [
     st.builds(DeleteTopicResponse, names, u32),
     st.builds(ListTopicsResponse, st.lists(topics, max_size=4).map(tuple)),
     st.builds(Pong, u64, names, u16, u16),
+    st.builds(AlterTopicResponse, topics),
     st.builds(ForwardResponse, u64, st.binary(max_size=100)),
+    st.builds(
+        MetadataTailResponse,
+        st.just(0),
+        st.lists(st.builds(FetchedRecord, u64, u64, blobs), max_size=3).map(tuple),
+        u64,
+        u64,
+    ),
     st.builds(ErrorResponse, st.integers(0, 255), st.sampled_from(ErrorCode), names, u64),
 ]
 
@@ -211,7 +227,30 @@ def test_bad_requests_are_invalid_and_name_the_request(frame: Frame, match: str)
     assert reply == ErrorResponse(frame.op, ErrorCode.INVALID_REQUEST, err.message, 7)
 
 
-@pytest.mark.parametrize("op", [0, 9, 31, RAFT_OPS[0], 200, 255])
+def test_a_payload_on_an_op_without_one_is_refused() -> None:
+    frame = frame_with(
+        Op.FETCH,
+        {"index": 0, "max_bytes": 1, "max_records": 1, "max_wait_ms": 0},
+        payload=b"junk",
+    )
+    with pytest.raises(InvalidMessage, match="carries no payload; this one has 4 bytes"):
+        decode_request(frame)
+    assert decode_request(frame._replace(payload=b"")) == FetchRequest(7, 0, 1, 1, 0)
+
+
+def test_request_frame_limits_leave_room_for_a_header_only_without_a_payload() -> None:
+    limits = request_frame_limits(8 << 20, 64 << 10)
+    assert limits[Op.PRODUCE] == limits[Op.FORWARD] == 8 << 20
+    assert limits[Op.FETCH] == limits[Op.PING] == limits[Op.METADATA_TAIL] == 24 + (64 << 10)
+    assert limits[200] == 8 << 20  # unknown ops are answered UNKNOWN_OP, not closed
+    decoder = FrameDecoder(8 << 20, frame_limits=limits)
+    decoder.feed(encode_frame(Op.FETCH, 3, 9, {}, b"x" * (100 << 10))[:20])
+    with pytest.raises(FrameTooLarge, match="for op 2, which carries no payload") as info:
+        decoder.next_frame()
+    assert info.value.correlation_id == 3 and info.value.fatal
+
+
+@pytest.mark.parametrize("op", [0, 9, 31, 34, RAFT_OPS[0], 200, 255])
 def test_unknown_ops(op: int) -> None:
     with pytest.raises(UnknownOp) as info:
         decode_request(frame_with(op, {}))

@@ -1,16 +1,24 @@
 """Writing whole frames to one stream socket from many concurrent requests.
 
-Responses to pipelined requests finish in any order, from different tasks,
-and two `sock_sendall` calls in flight on one socket may interleave their
-bytes. An `Outbox` serialises them: `send` first tries the socket directly
-(most responses fit the socket buffer, so they cost one gathering sendmsg
-and no task, and a fetch's record blobs are never joined into one copy);
-whatever does not fit, and everything queued behind it, is written by one
-writer task, which joins what piled up meanwhile into one send.
+Responses to pipelined requests finish in any order, from different tasks and
+callbacks, and two `sock_sendall` calls in flight on one socket may
+interleave their bytes. An `Outbox` serialises them and coalesces them:
 
-`pending_bytes` is what has not reached the socket yet: readers stop taking new
-requests when it grows past their bound (a client that sends but never reads
-cannot make the node buffer without limit).
+- `send` only queues a frame's buffers. The first frame queued in a loop
+  iteration schedules one flush with `call_soon`, so it runs once everything
+  that was ready in this iteration has run: the responses completed together
+  (a group-commit flush acknowledges many produces at once) leave in one
+  gathering `sendmsg`, one syscall and one wakeup of the client instead of one
+  per response. A lone response is not held back: the flush runs in the very
+  next iteration, never on a timer.
+- The flush hands the buffers to the kernel directly (a fetch's record blobs
+  are never joined into one copy). Whatever does not fit, and everything
+  queued behind it, is written by one writer task, which joins what piled up
+  meanwhile into one send.
+
+`pending_bytes` is what has not reached the socket yet, queued or unsent:
+readers stop taking new requests when it grows past their bound (a client that
+sends but never reads cannot make the node buffer without limit).
 """
 
 from __future__ import annotations
@@ -37,12 +45,32 @@ def _unsent(buffers: Sequence[Buffer], sent: int) -> bytes:
     return b"".join(rest)
 
 
+def send_gathered(sock: socket.socket, buffers: Sequence[Buffer]) -> int:
+    """Send `buffers` with as few `sendmsg` calls as IOV_MAX allows; return the
+    bytes the kernel took (fewer than all when the socket buffer filled).
+    Raises OSError other than EAGAIN/EINTR."""
+    sent = 0
+    start = 0
+    try:
+        while start < len(buffers):
+            chunk = buffers[start : start + _IOV_MAX]
+            n = sock.sendmsg(chunk)
+            sent += n
+            if n < sum(map(len, chunk)):
+                break
+            start += _IOV_MAX
+    except (BlockingIOError, InterruptedError):
+        pass
+    return sent
+
+
 class Outbox:
     """Ordered, coalescing writer for one stream socket."""
 
     __slots__ = (
         "_drained",
         "_error",
+        "_flush_handle",
         "_loop",
         "_on_error",
         "_queue",
@@ -61,6 +89,7 @@ class Outbox:
         self._sock = sock
         self._on_error = on_error
         self._queue: list[Buffer] = []
+        self._flush_handle: asyncio.Handle | None = None
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
         self._drained: asyncio.Future[None] | None = None
@@ -78,34 +107,31 @@ class Outbox:
             size += len(buf)
         if self._error is not None:
             return size
-        if self._task is not None:
-            self._queue.extend(buffers)
-            self.pending_bytes += size
-            return size
-        # Nothing queued: hand the buffers to the kernel directly, gathered
-        # (sendmsg), so a fetch's record blobs are never joined into one copy.
-        sent = 0
+        self._queue.extend(buffers)
+        self.pending_bytes += size
+        if self._task is None and self._flush_handle is None:
+            self._flush_handle = self._loop.call_soon(self._flush)
+        return size
+
+    def _flush(self) -> None:
+        """Everything queued in this iteration, to the kernel in one gathering send."""
+        self._flush_handle = None
+        if self._task is not None or self._error is not None or not self._queue:
+            return
+        queue, self._queue = self._queue, []
         try:
-            start = 0
-            while start < len(buffers):
-                chunk = buffers[start : start + _IOV_MAX]
-                n = self._sock.sendmsg(chunk)
-                sent += n
-                if n < sum(map(len, chunk)):
-                    break
-                start += _IOV_MAX
-        except (BlockingIOError, InterruptedError):
-            pass
+            sent = send_gathered(self._sock, queue)
         except OSError as exc:
             self._fail(exc)
-            return size
-        if sent == size:
-            return size
-        rest = _unsent(buffers, sent)
-        self._queue.append(rest)
-        self.pending_bytes += len(rest)
+            return
+        if sent == self.pending_bytes:
+            self.pending_bytes = 0
+            self._wake()
+            return
+        rest = _unsent(queue, sent)
+        self._queue.insert(0, rest)  # nothing can have been queued meanwhile
+        self.pending_bytes = len(rest)
         self._task = self._loop.create_task(self._write())
-        return size
 
     async def _write(self) -> None:
         try:
@@ -140,14 +166,18 @@ class Outbox:
 
     async def drained(self) -> None:
         """Wait until everything queued is written (or the connection failed)."""
-        while self._task is not None and self._error is None:
+        while (self._task is not None or self._flush_handle is not None) and self._error is None:
             if self._drained is None:
                 self._drained = self._loop.create_future()
             await self._drained
 
     def abort(self) -> None:
         """Stop writing; drop what is queued."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
         if self._task is not None:
             self._task.cancel()
         self._queue.clear()
         self.pending_bytes = 0
+        self._wake()

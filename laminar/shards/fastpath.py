@@ -1,0 +1,103 @@
+"""Produces answered straight from the read loop, without a task of their own.
+
+The general path gives every request frame a task (`Connection` ->
+`Dispatcher.dispatch` -> `Handlers.produce`): a coroutine stack, a Task, a
+done callback, and for a produce several awaits that all complete at once but
+the last, the wait for its group-commit flush. Under load most frames are
+exactly those produces, and that machinery was a large share of a shard's
+Python time per record.
+
+`ProduceFastPath.try_serve` does the synchronous part inline when nothing in
+it has to wait: a plain (not idempotent) produce this shard owns, to a known
+partition whose log is open, with no rollover due. It stages the batch
+(`Handlers.stage_produce`) and answers from the flush future's done callback.
+Everything else returns False before anything happened, and the general path
+serves it with the same answers: this module decides only *how* a produce is
+served, never *what* the answer is. Batches staged here and by the general path
+keep their arrival order (both stage synchronously, in order).
+
+This is the one fast path of the request path; keep it the only one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import time
+from collections.abc import Callable
+
+from laminar.placement import shard_for
+from laminar.shards.dispatch import Dispatcher
+from laminar.shards.handlers import RequestContext
+from laminar.wire import Flags, Frame, Op, ProduceRequest, ProduceResponse
+from laminar.wire.codec import Buffer
+
+Respond = Callable[[list[Buffer]], None]
+
+_NOT_PLAIN_REQUEST = Flags.RESPONSE | Flags.ERROR
+
+
+class ProduceFastPath:
+    """Serves plain produces without a task (see the module docstring)."""
+
+    __slots__ = ("_context", "_dispatcher", "_handlers", "_metrics", "_shard_count", "_shard_id")
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+        self._handlers = dispatcher.handlers
+        self._metrics = dispatcher.metrics
+        self._shard_id = dispatcher.shard_id
+        self._shard_count = dispatcher.shard_count
+        # Answers are encoded in the caller's context (its task queue), not in
+        # the flusher's, which resolves the future.
+        self._context = contextvars.copy_context()
+
+    def try_serve(self, frame: Frame, ctx: RequestContext, respond: Respond) -> bool:
+        """Stage `frame` and arrange for `respond(answer buffers)` once it is
+        durable (or failed); False, with nothing done, when the general path
+        must serve it."""
+        if (
+            frame.op != Op.PRODUCE
+            or frame.flags & _NOT_PLAIN_REQUEST
+            or ctx.forwarded
+            or shard_for(frame.partition_id, self._shard_count) != self._shard_id
+        ):
+            return False
+        start = time.perf_counter()
+        try:
+            request = ProduceRequest.from_frame(frame)
+            staged = self._handlers.stage_produce(request)
+        except Exception:
+            return False  # the general path answers it with the same error
+        if staged is None:
+            return False
+        first, timestamp_ms, done = staged
+        answer = ProduceResponse(frame.partition_id, first, len(request.blobs), timestamp_ms)
+        done.add_done_callback(
+            functools.partial(self._durable, frame, answer, start, respond),
+            context=self._context,
+        )
+        return True
+
+    def _durable(
+        self,
+        frame: Frame,
+        answer: ProduceResponse,
+        start: float,
+        respond: Respond,
+        done: asyncio.Future[None],
+    ) -> None:
+        if done.cancelled():  # nothing cancels a flush's waiters; answer all the same
+            respond(self._dispatcher.failure_response(frame, RuntimeError("append cancelled")))
+            return
+        error = done.exception()
+        if error is not None:
+            if not isinstance(error, Exception):
+                error = RuntimeError(f"append failed: {error!r}")
+            respond(self._dispatcher.failure_response(frame, error))
+            return
+        metrics = self._metrics
+        metrics.records_in += answer.count
+        metrics.request_done("produce", time.perf_counter() - start)
+        respond(answer.encode_buffers(frame.correlation_id))

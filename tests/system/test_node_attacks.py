@@ -1,0 +1,346 @@
+"""Resource attacks against a real node: each is bounded, and the shard keeps serving.
+
+Every attack runs against one shard (through its own port) while a `Watch`
+samples that shard's RSS and pings it on a separate connection. Each test
+asserts that the shard's memory stays within a bound far below what the
+attack took before it was fixed, and that every ping is answered within
+`PING_S` (generous: the machine is shared; an unbounded attack stalled a
+shard for seconds, or for good).
+
+The node runs with a small input budget (`--max-input-bytes`), a short frame
+deadline and a small connection cap, so the bounds are reached quickly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+
+import msgpack
+import pytest
+
+from laminar.placement import partition_id, shard_for
+from laminar.wire import (
+    MAGIC,
+    VERSION,
+    ErrorCode,
+    ErrorResponse,
+    FetchRequest,
+    FetchResponse,
+    Op,
+    Ping,
+    Pong,
+    ProduceRequest,
+    decode_frame,
+    decode_response,
+)
+from tests.system.nodes import RunningNode, start_node
+from tests.system.wireclient import NodeClient, WireConnection
+
+PING_S = 2.0
+"""The longest a ping may take while an attack runs (unbounded attacks took 4.5 s+)."""
+RSS_GROWTH_MAX = 40 << 20
+"""What an attack may add to the shard's RSS at its peak (they added 100-640 MiB)."""
+INPUT_BUDGET = 32 << 20
+FRAME_TIMEOUT_S = 2.0
+MAX_CONNECTIONS = 48
+MAX_WAIT_MS = 4000
+TOPIC = "target"
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
+    tmp: Path = tmp_path_factory.mktemp("attacks")
+    with start_node(
+        tmp,
+        cores=2,
+        max_input_bytes=INPUT_BUDGET,
+        frame_timeout=FRAME_TIMEOUT_S,
+        max_connections=MAX_CONNECTIONS,
+        max_wait_ms=MAX_WAIT_MS,
+        idle_timeout=120,
+    ) as running:
+        with NodeClient(running.host, running.port) as client:
+            client.create_topic(TOPIC, 4)
+        yield running
+
+
+def target(node: RunningNode) -> tuple[int, int]:
+    """(port, partition id) of a partition of shard 0, reached on shard 0's own port."""
+    with NodeClient(node.host, node.port) as client:
+        topic_id = client.topic(TOPIC).topic_id
+    pid = next(
+        partition_id(topic_id, p) for p in range(4) if shard_for(partition_id(topic_id, p), 2) == 0
+    )
+    return node.shard_ports[0], pid
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+class Watch:
+    """Samples a shard's RSS and pings it on its own connection, in threads."""
+
+    def __init__(self, node: RunningNode, *, rss_growth_max: int = RSS_GROWTH_MAX) -> None:
+        self.pid = node.shard_pids()[0]
+        self.rss_growth_max = rss_growth_max
+        self.port, self.partition = target(node)
+        self.host = node.host
+        self.baseline = rss_bytes(self.pid)
+        self.peak = self.baseline
+        self.pings = 0
+        self.slowest_ping_s = 0.0
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._sample, daemon=True),
+            threading.Thread(target=self._ping, daemon=True),
+        ]
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.baseline
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_bytes(self.pid))
+            time.sleep(0.01)
+
+    def _ping(self) -> None:
+        with WireConnection(self.host, self.port, timeout=30) as conn:
+            while not self._stop.is_set():
+                start = time.monotonic()
+                try:
+                    answer = conn.call(Ping(self.partition))
+                except (OSError, ConnectionError):
+                    answer = None
+                took = time.monotonic() - start
+                if not isinstance(answer, Pong):
+                    took = float("inf")
+                self.slowest_ping_s = max(self.slowest_ping_s, took)
+                self.pings += 1
+                if took == float("inf"):
+                    return
+                time.sleep(0.05)
+
+    def __enter__(self) -> Watch:
+        for thread in self._threads:
+            thread.start()
+        time.sleep(0.2)  # a few pings before the attack
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        time.sleep(0.3)  # and a few after it
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(35)
+        if kind is None:
+            self.check()
+
+    def check(self) -> None:
+        assert self.pings >= 3, f"only {self.pings} pings went through"
+        assert self.slowest_ping_s < PING_S, (
+            f"a ping took {self.slowest_ping_s:.2f} s while the attack ran"
+        )
+        assert self.growth < self.rss_growth_max, f"shard RSS grew by {self.growth >> 20} MiB"
+
+
+def raw_frame(op: int, header: bytes, payload: bytes = b"", corr: int = 7, pid: int = 0) -> bytes:
+    body = struct.pack(">BBBBIQI", MAGIC, VERSION, op, 0, corr, pid, len(header))
+    return struct.pack(">I", len(body) + len(header) + len(payload)) + body + header + payload
+
+
+def answer_then_close(conn: WireConnection) -> ErrorResponse | None:
+    """The error the node sent before closing (None if it sent nothing)."""
+    try:
+        frame = conn.read_frame()
+    except (ConnectionResetError, BrokenPipeError):
+        return None
+    if frame is None:
+        return None
+    answer = decode_response(frame)
+    assert isinstance(answer, ErrorResponse), answer
+    assert conn.closed_by_peer()
+    return answer
+
+
+def send_quietly(sock: socket.socket, data: bytes) -> None:
+    """Send, unless the node refuses (and closes) before the whole frame is sent."""
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        sock.sendall(data)
+
+
+# -- the attacks ----------------------------------------------------------------------
+
+
+def test_an_amplifying_msgpack_header_is_refused_unread(node: RunningNode) -> None:
+    """One 8 MiB frame of nested empty arrays took a shard from 28 to 668 MiB and
+    stalled its loop for 4.5 s. Its header is now refused by length, undecoded."""
+    port, pid = target(node)
+    junk = b"\x81\xa1a\xdd" + struct.pack(">I", (8 << 20) - 64) + b"\x90" * ((8 << 20) - 64)
+    with Watch(node), WireConnection(node.host, port) as conn:
+        send_quietly(conn.sock, raw_frame(Op.PRODUCE, junk, b"\x00\x00\x00\x00", pid=pid))
+        error = answer_then_close(conn)
+    assert error is not None and error.code is ErrorCode.FRAME_TOO_LARGE
+    assert "header" in error.message
+
+
+def test_long_polls_cannot_pin_junk_payloads(node: RunningNode) -> None:
+    """12 long-poll fetches carrying 8 MiB payloads held +107 MiB for their wait.
+    A fetch carries no payload: a large one is refused from its prefix, a small
+    one when decoded."""
+    port, pid = target(node)
+    header = msgpack.packb({"index": 0, "max_bytes": 1, "max_records": 1, "max_wait_ms": 60_000})
+    with Watch(node):
+        conns = [WireConnection(node.host, port) for _ in range(12)]
+        try:
+            for conn in conns:
+                send_quietly(
+                    conn.sock, raw_frame(Op.FETCH, header, b"j" * ((8 << 20) - 4096), pid=pid)
+                )
+            for conn in conns:
+                error = answer_then_close(conn)
+                assert error is not None and error.code is ErrorCode.FRAME_TOO_LARGE
+        finally:
+            for conn in conns:
+                conn.close()
+    with WireConnection(node.host, port) as conn:
+        conn.send_raw(raw_frame(Op.FETCH, header, b"small junk", pid=pid))
+        error = conn.read_response()
+        assert isinstance(error, ErrorResponse) and error.code is ErrorCode.INVALID_REQUEST
+        assert "carries no payload" in error.message
+
+
+def test_a_long_poll_waits_no_longer_than_the_node_allows(node: RunningNode) -> None:
+    """max_wait_ms went up to ~49.7 days; the node caps it (--max-wait-ms)."""
+    port, pid = target(node)
+    with WireConnection(node.host, port, timeout=30) as conn:
+        with NodeClient(node.host, node.port) as client:
+            end = client.offsets(TOPIC, pid & 0xFFFF_FFFF).highest_index
+        start = time.monotonic()
+        answer = conn.call(FetchRequest(pid, end, max_wait_ms=2**32 - 1))
+        assert isinstance(answer, FetchResponse) and answer.records == ()
+        assert time.monotonic() - start < 25  # the cap is 4 s; the socket gives up at 30
+
+
+def test_fetches_of_many_sizes_leave_no_structs_behind(node: RunningNode) -> None:
+    """16 fetches with different record counts added 204 MiB to a shard for good
+    (a struct per count, cached)."""
+    port, pid = target(node)
+    with WireConnection(node.host, port, timeout=30) as conn:
+        for _ in range(12):
+            conn.call(ProduceRequest.from_values(pid, [b"r"] * 5000))
+        before = rss_bytes(node.shard_pids()[0])
+        for k in range(16):
+            answer = conn.call(FetchRequest(pid, 0, max_bytes=8 << 20, max_records=60_000 - k))
+            assert isinstance(answer, FetchResponse) and len(answer.records) == 60_000 - k
+        kept = rss_bytes(node.shard_pids()[0]) - before
+    assert kept < RSS_GROWTH_MAX, f"16 fetches left {kept >> 20} MiB behind"
+
+
+def test_udp_long_polls_cannot_take_every_slot(node: RunningNode) -> None:
+    """600 long-poll datagrams took the 512 slots and the shard answered 18 of 40
+    pings. A datagram never waits now: long-polls are told to use TCP."""
+    _, pid = target(node)
+    with NodeClient(node.host, node.port) as client:
+        end = client.offsets(TOPIC, pid & 0xFFFF_FFFF).highest_index
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        sock.settimeout(0.3)
+        for corr in range(600):
+            sock.sendto(
+                FetchRequest(pid, end, max_wait_ms=60_000).encode(corr), (node.host, node.port)
+            )
+        time.sleep(0.5)
+        while True:  # drain the USE_TCP answers
+            try:
+                sock.recvfrom(65536)
+            except TimeoutError:
+                break
+        sock.settimeout(PING_S)
+        answered = 0
+        for corr in range(10_000, 10_040):
+            sock.sendto(Ping(pid).encode(corr), (node.host, node.port))
+            try:
+                reply, _ = sock.recvfrom(65536)
+            except TimeoutError:
+                continue
+            answer = decode_response(decode_frame(reply))
+            answered += isinstance(answer, Pong)
+    assert answered == 40
+
+
+def test_half_frames_on_many_connections_are_bounded_and_cut_off(node: RunningNode) -> None:
+    """Each connection could buffer 16 MiB of a half frame until the 300 s idle
+    timeout. The shard's input budget bounds the sum, the frame deadline frees it,
+    and a ping on a fresh connection is served meanwhile."""
+    port, pid = target(node)
+    frame = ProduceRequest.from_values(pid, [b"h" * (7 << 20)]).encode(1)
+    conns: list[socket.socket] = []
+    # Buffers grow in steps and the allocator keeps freed space, so RSS runs to a
+    # few times the live bytes; unbounded, these 40 frames took 280 MiB of them.
+    with Watch(node, rss_growth_max=4 * INPUT_BUDGET):
+        try:
+            for _ in range(40):
+                sock = socket.create_connection((node.host, port))
+                sock.settimeout(0.05)
+                conns.append(sock)
+                with contextlib.suppress(TimeoutError):  # the shard stopped reading
+                    sock.sendall(frame[:-1])
+            deadline = time.monotonic() + FRAME_TIMEOUT_S + 8
+            for sock in conns:  # every stalled frame is cut off by the deadline
+                sock.settimeout(max(0.1, deadline - time.monotonic()))
+                try:
+                    while sock.recv(65536):
+                        pass
+                except (ConnectionResetError, BrokenPipeError):
+                    pass
+                assert time.monotonic() < deadline, "a stalled connection was never closed"
+        finally:
+            for sock in conns:
+                sock.close()
+
+
+def test_connections_past_the_cap_are_refused_before_anything_is_read(
+    node: RunningNode,
+) -> None:
+    port, pid = target(node)
+    held = [socket.create_connection((node.host, port)) for _ in range(MAX_CONNECTIONS + 5)]
+    try:
+        refused = 0
+        time.sleep(1.0)  # the refusals are sent at accept time
+        for sock in held:
+            try:
+                data = sock.recv(4096, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                continue
+            if data:
+                answer = decode_response(decode_frame(data))
+                assert isinstance(answer, ErrorResponse)
+                assert answer.code is ErrorCode.TOO_MANY_CONNECTIONS
+                refused += 1
+        assert refused >= 5  # the watch thread of other tests is gone; this test holds the rest
+    finally:
+        for sock in held:
+            sock.close()
+    deadline = time.monotonic() + 10
+    while True:  # the closed connections are counted out, and a new one is served
+        try:
+            with WireConnection(node.host, port) as conn:
+                assert isinstance(conn.call(Ping(pid)), Pong)
+                break
+        except (ConnectionError, AssertionError, OSError):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
