@@ -3,9 +3,9 @@
     .venv/bin/python scripts/log_mutants.py [NAME ...]
 
 For each mutation (an fdatasync or directory fsync removed, the order of
-`truncate_to` swapped) this copies `laminar/` to a temporary directory,
-applies the change there, and runs the power-cut and damage tests against the
-copy. A mutation the tests
+`truncate_to` swapped, the fix of one of issue 12's defects undone) this
+copies `laminar/` to a temporary directory, applies the change there, and runs
+the power-cut, failure and damage tests against the copy. A mutation the tests
 do not catch ("SURVIVED") is a hole in the tests or a useless fsync; the
 script exits 1 if any survives. Takes a few minutes.
 """
@@ -39,135 +39,303 @@ TESTS = [
     "tests/log/test_failures.py",
 ]
 
-# (name, file under laminar/log, text, replacement)
-MUTATIONS: list[tuple[str, str, str, str]] = [
+Edit = tuple[str, str]  # (text, replacement)
+# (name, file under laminar/log, edits)
+MUTATIONS: list[tuple[str, str, list[Edit]]] = [
+    # -- every fdatasync and directory fsync ----------------------------------------
     (
         "commit: store write not synced",
         "commit.py",
-        "segment.store.writev(flush.values, flush.store_offset, sync=self._sync)",
-        "segment.store.writev(flush.values, flush.store_offset, sync=False)",
+        [
+            (
+                "segment.store.writev(flush.values, flush.store_offset, sync=sync)",
+                "segment.store.writev(flush.values, flush.store_offset, sync=False)",
+            )
+        ],
     ),
     (
         "commit: index write not synced",
         "commit.py",
-        "[flush.index_bytes()], flush.index_offset, sync=self._sync",
-        "[flush.index_bytes()], flush.index_offset, sync=False",
+        [
+            (
+                "[flush.index_bytes()], flush.index_offset, sync=sync)",
+                "[flush.index_bytes()], flush.index_offset, sync=False)",
+            )
+        ],
     ),
     (
         "create: header not synced",
         "segment.py",
-        "await index.writev([header], 0, sync=True)",
-        "await index.writev([header], 0, sync=False)",
+        [
+            (
+                "await index.writev([header], 0, sync=True)",
+                "await index.writev([header], 0, sync=False)",
+            )
+        ],
     ),
     (
         "create: directory not synced",
         "segment.py",
-        "        await backend.sync_dir(directory)\n        return cls(",
-        "        return cls(",
+        [("        await backend.sync_dir(directory)\n        return cls(", "        return cls(")],
     ),
     (
         "truncate_to: no sync after the end mark",
         "segment.py",
-        "            await self.write_marks(slot - 1, FLUSH_END | DURABLE)\n"
-        "            await self.index.sync()\n",
-        "            await self.write_marks(slot - 1, FLUSH_END | DURABLE)\n",
+        [
+            (
+                "            await self.write_marks(slot - 1, FLUSH_END | DURABLE)\n"
+                "            await self.index.sync()\n",
+                "            await self.write_marks(slot - 1, FLUSH_END | DURABLE)\n",
+            )
+        ],
     ),
     (
         "truncate_to: no sync after the index cut",
         "segment.py",
-        "        await self.index.truncate(HEADER_BYTES + slot * ENTRY_BYTES)\n"
-        "        await self.index.sync()\n",
-        "        await self.index.truncate(HEADER_BYTES + slot * ENTRY_BYTES)\n",
-    ),
-    (
-        "truncate_to: cut before the end mark (swapped order)",
-        "segment.py",
-        "        await self._mark_new_end(slot)\n        await self._cut_index(slot)\n",
-        "        await self._cut_index(slot)\n        await self._mark_new_end(slot)\n",
-    ),
-    (
-        "truncate_to: store cut before the index cut (swapped order)",
-        "segment.py",
-        "        await self._cut_index(slot)\n        await self._cut_store(store_end)\n",
-        "        await self._cut_store(store_end)\n        await self._cut_index(slot)\n",
+        [
+            (
+                "        await self.index.truncate(HEADER_BYTES + slot * ENTRY_BYTES)\n"
+                "        await self.index.sync()\n",
+                "        await self.index.truncate(HEADER_BYTES + slot * ENTRY_BYTES)\n",
+            )
+        ],
     ),
     (
         "seal (relaxed): store not synced",
         "segment.py",
-        "        if sync:\n            await self.store.sync()\n"
-        "            await self.index.sync()\n",
-        "        if sync:\n            await self.index.sync()\n",
+        [("        if sync:\n            await self.store.sync()\n", "        if sync:\n")],
     ),
     (
         "seal (relaxed): index not synced",
         "segment.py",
-        "        if sync:\n            await self.store.sync()\n"
-        "            await self.index.sync()\n",
-        "        if sync:\n            await self.store.sync()\n",
+        [
+            (
+                "            await self.store.sync()\n            await self.index.sync()\n\n",
+                "            await self.store.sync()\n\n",
+            )
+        ],
     ),
     (
         "interval/close sync: store not synced",
         "segment.py",
-        "        await self.store.sync()\n        await self.index.sync()\n"
-        "        if self.entries:\n",
-        "        await self.index.sync()\n        if self.entries:\n",
+        [
+            (
+                "        await self.store.sync()\n        await self.index.sync()\n"
+                "        if self.entries:",
+                "        await self.index.sync()\n        if self.entries:",
+            )
+        ],
     ),
     (
         "interval/close sync: index not synced",
         "segment.py",
-        "        await self.store.sync()\n        await self.index.sync()\n"
-        "        if self.entries:\n",
-        "        await self.store.sync()\n        if self.entries:\n",
+        [
+            (
+                "        await self.store.sync()\n        await self.index.sync()\n"
+                "        if self.entries:",
+                "        await self.store.sync()\n        if self.entries:",
+            )
+        ],
     ),
     (
         "close (relaxed): DURABLE mark not synced",
         "segmented_log.py",
-        "await write_segment.sync_and_mark_durable()\n"
-        "                        await write_segment.index.sync()\n",
-        "await write_segment.sync_and_mark_durable()\n",
+        [
+            (
+                "await write_segment.sync_and_mark_durable()\n"
+                "                        await write_segment.index.sync()\n",
+                "await write_segment.sync_and_mark_durable()\n",
+            )
+        ],
     ),
     (
         "remove: index removal not made durable before the store's",
         "segment.py",
-        "            await backend.sync_dir(self.directory)\n        finally:\n",
-        "            pass\n        finally:\n",
+        [
+            (
+                "            await backend.sync_dir(self.directory)\n        finally:\n",
+                "            pass\n        finally:\n",
+            )
+        ],
     ),
     (
         "recovery: write segment not synced before it is judged",
         "recovery.py",
-        "        await handle.sync()\n        await handle.drop_cache()\n",
-        "        await handle.drop_cache()\n",
+        [
+            (
+                "        await handle.sync()\n        await handle.drop_cache()\n",
+                "        await handle.drop_cache()\n",
+            )
+        ],
     ),
     (
         "recovery: torn tail cut not synced",
         "recovery.py",
-        "            await f.index.sync()  # the cut entries must never come back\n",
-        "            pass\n",
+        [
+            (
+                "            await f.index.sync()  # the cut entries must never come back\n",
+                "            pass\n",
+            )
+        ],
     ),
     (
-        "recovery: directory not synced after removals",
+        "recovery: directory not synced",
         "recovery.py",
-        "        await backend.sync_dir(directory)\n    return segments",
-        "        pass\n    return segments",
+        [
+            (
+                "        await backend.sync_dir(directory)\n    return segments",
+                "        pass\n    return segments",
+            )
+        ],
     ),
     (
         "open: a new log directory's entry not synced",
         "storage.py",
-        '        await backend.sync_dir(os.path.dirname(created) or ".")\n',
-        "        pass\n",
+        [('        await backend.sync_dir(os.path.dirname(created) or ".")\n', "        pass\n")],
+    ),
+    # -- order ---------------------------------------------------------------------
+    (
+        "truncate_to: cut before the end mark (swapped order)",
+        "segment.py",
+        [
+            (
+                "        await self._mark_new_end(slot)\n        await self._cut_index(slot)\n",
+                "        await self._cut_index(slot)\n        await self._mark_new_end(slot)\n",
+            )
+        ],
+    ),
+    (
+        "truncate_to: store cut before the index cut (swapped order)",
+        "segment.py",
+        [
+            (
+                "        await self._cut_index(slot)\n        await self._cut_store(store_end)\n",
+                "        await self._cut_store(store_end)\n        await self._cut_index(slot)\n",
+            )
+        ],
+    ),
+    # -- the other defects of issue 12 ---------------------------------------------
+    (
+        "recovery: sealed segments judged and trimmed like the write segment",
+        "recovery.py",
+        [
+            (
+                "        if not last:\n            expected = ",
+                "        if False:\n            expected = ",
+            ),
+            (
+                "        if not last:\n            continue  # sealed",
+                "        if False:\n            continue  # sealed",
+            ),
+        ],
+    ),
+    (
+        "recovery: a lost header is re-created even with records after it",
+        "recovery.py",
+        [
+            (
+                "            if has_entries or not store_empty or not last:",
+                "            if not last:",
+            )
+        ],
+    ),
+    (
+        "recovery: trusts the page cache (no drop after a failed fsync)",
+        "recovery.py",
+        [
+            (
+                "        await handle.sync()\n        await handle.drop_cache()\n",
+                "        await handle.sync()\n",
+            )
+        ],
+    ),
+    (
+        "scan: unsynced flushes count as proof (interval/never debris kept as holes)",
+        "index.py",
+        [("complete, complete and bool(entry.flags & SYNCED)", "complete, complete")],
+    ),
+    (
+        "scan: DURABLE marks ignored",
+        "index.py",
+        [("if e is not None and e.marks & DURABLE", "if False")],
+    ),
+    (
+        "reads: damaged index entries served by read_range/read_batch",
+        "segment.py",
+        [("        if damaged is not None and damaged < end:", "        if False:")],
+    ),
+    (
+        "commit: a failed store write abandons the running index write",
+        "commit.py",
+        [
+            ("    results = await asyncio.gather(\n", "    try:\n        await asyncio.gather(\n"),
+            (
+                "        return_exceptions=True,\n    )\n"
+                "    return next((r for r in results if isinstance(r, BaseException)), None)",
+                "        )\n    except Exception as exc:\n        return exc\n    return None",
+            ),
+        ],
+    ),
+    (
+        "interval: a failed sync is swallowed",
+        "commit.py",
+        [
+            (
+                "            self.fail(exc)\n            return\n        self._synced",
+                "            return\n        self._synced",
+            )
+        ],
+    ),
+    (
+        "interval: the sync holds the structure lock",
+        "segmented_log.py",
+        [
+            (
+                "            if not self._lock.locked():\n"
+                "                self._pipeline.start_sync()\n",
+                "            async with self._lock:\n                self._pipeline.start_sync()\n"
+                "                await self._pipeline.drain()\n",
+            )
+        ],
+    ),
+    (
+        "close after a failure keeps the unpublished tail",
+        "segmented_log.py",
+        [
+            (
+                "                    write_segment.unstage()\n"
+                "                    await write_segment.trim_files()\n",
+                "                    pass\n",
+            )
+        ],
+    ),
+    (
+        "removal: the segment leaves the lists before its index is gone",
+        "segmented_log.py",
+        [
+            (
+                "        segment = self._segments[position]\n"
+                "        await segment.remove_index(self._backend)  # failure: nothing changed\n"
+                "        del self._segments[position]\n",
+                "        segment = self._segments.pop(position)\n"
+                "        await segment.remove_index(self._backend)\n",
+            )
+        ],
     ),
 ]
 
 
-def run(name: str, file: str, old: str, new: str) -> str | None:
+def run(name: str, file: str, edits: list[Edit]) -> str | None:
     """The first test that fails with the mutation applied, or None."""
     with tempfile.TemporaryDirectory(prefix="laminar-mutant-") as tmp:
         shutil.copytree(REPO / "laminar", Path(tmp) / "laminar")
         path = Path(tmp) / "laminar" / "log" / file
         text = path.read_text()
-        if text.count(old) != 1:
-            raise SystemExit(f"{name}: the text to mutate occurs {text.count(old)} times in {file}")
-        path.write_text(text.replace(old, new))
+        for old, new in edits:
+            if text.count(old) != 1:
+                raise SystemExit(f"{name}: the text to mutate occurs {text.count(old)} times")
+            text = text.replace(old, new)
+        path.write_text(text)
         env = dict(os.environ, LAMINAR_MODEL_EXAMPLES="150", LAMINAR_MODEL_NO_SHRINK="1")
         tests = [t for t in TESTS if (REPO / t).exists()]
         args = ["-x", "-q", "-p", "no:logging", "-p", "no:cacheprovider", *tests]
@@ -191,15 +359,15 @@ def run(name: str, file: str, old: str, new: str) -> str | None:
 
 def main() -> int:
     wanted = sys.argv[1:]
-    failed = run("control (no mutation)", "index.py", "MAGIC = ", "MAGIC = ")
+    failed = run("control (no mutation)", "index.py", [])
     if failed:
         raise SystemExit(f"the tests fail without any mutation ({failed}): fix them first")
     survived = 0
-    for name, file, old, new in MUTATIONS:
+    for name, file, edits in MUTATIONS:
         if wanted and not any(w in name for w in wanted):
             continue
         start = time.monotonic()
-        caught_by = run(name, file, old, new)
+        caught_by = run(name, file, edits)
         survived += caught_by is None
         verdict = "SURVIVED" if caught_by is None else "caught"
         took = time.monotonic() - start

@@ -11,8 +11,10 @@ more appenders wait on a sync, the more records each sync carries.
 Up to `max_flushes_in_flight` commits run at once, but they are *published*
 (made readable, acknowledged) strictly in order: each commit awaits its
 predecessor before publishing. A record is thus never acknowledged while an
-earlier one could still be lost. Interval syncs ("interval") join the same
-chain, so `drain()` waits for them too and nothing closes a file under them.
+earlier one could still be lost. An interval sync ("interval") runs beside the
+commits, never in their way: it syncs what was published when it started and
+then marks it DURABLE; `drain()` waits for it too, so nothing closes a file
+under it.
 
 Any write or sync error fails that flush, every later one, and every future
 append (`LogFailed`): after a failed fdatasync the page cache may no longer hold
@@ -24,16 +26,13 @@ operation outlives the log on a closed (and perhaps reused) descriptor.
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from .config import LogConfig
 from .errors import LogFailed
 from .index import ENTRY_BYTES, FLUSH_END, HEADER_BYTES, SYNCED, set_marks
 from .segment import Segment
-from .storage import StorageBackend
 
 # Preallocation starts at this step and doubles while a partition keeps filling
 # its reservation quickly, up to the configured step (see `Reservation`).
@@ -112,11 +111,9 @@ class FlushPipeline:
     def __init__(
         self,
         config: LogConfig,
-        backend: StorageBackend,
         on_publish: Callable[[PendingFlush], None],
     ) -> None:
         self._config = config
-        self._backend = backend
         self._sync = config.flush == "always"
         self._flags = SYNCED if self._sync else 0
         self._on_publish = on_publish
@@ -125,7 +122,8 @@ class FlushPipeline:
         self._last: PendingFlush | None = None
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(config.max_flushes_in_flight)
-        self._tail: asyncio.Future[None] | None = None  # the last commit or sync job
+        self._tail: asyncio.Future[None] | None = None  # the last commit
+        self._syncing: asyncio.Task[None] | None = None
         self._stopping = False
         self._published: tuple[Segment, int] | None = None  # last published (segment, entries)
         self._synced: tuple[Segment, int] | None = None
@@ -160,6 +158,8 @@ class FlushPipeline:
             await asyncio.shield(self._last.finished)
         if self._tail is not None:
             await asyncio.shield(self._tail)
+        if self._syncing is not None:
+            await asyncio.shield(self._syncing)
 
     async def stop(self) -> None:
         """Drain, then end the flusher task."""
@@ -168,20 +168,15 @@ class FlushPipeline:
         self._wake.set()
         await self._task
 
-    async def sync(self) -> None:
-        """Sync what was published since the last sync, in the commit chain, and
-        mark it DURABLE (policy "interval"). A failure fails the log."""
+    def start_sync(self) -> None:
+        """Start syncing what was published since the last sync, in the background,
+        unless a sync is running (policy "interval"). A failure fails the log."""
+        if self._syncing is not None and not self._syncing.done():
+            return
         if self.failure is None and self._published != self._synced:
-            self._chain(self._sync_published)
-        await self.drain()
+            self._syncing = self._loop.create_task(self._sync_published())
 
     # -- the flusher -------------------------------------------------------
-
-    def _chain(
-        self, job: Callable[[asyncio.Future[None] | None], Coroutine[Any, Any, None]]
-    ) -> None:
-        """Start `job(previous job)`: it runs now and finishes after its predecessor."""
-        self._tail = self._loop.create_task(job(self._tail))
 
     async def _run(self) -> None:
         while True:
@@ -198,7 +193,7 @@ class FlushPipeline:
                 await self._reserve(flush)
             except Exception as exc:
                 self.fail(exc)
-            self._chain(functools.partial(self._commit, flush))
+            self._tail = self._loop.create_task(self._commit(flush, self._tail))
         if self._tail is not None:
             await self._tail
 
@@ -218,14 +213,7 @@ class FlushPipeline:
     async def _commit(self, flush: PendingFlush, previous: asyncio.Future[None] | None) -> None:
         error: BaseException | None = None
         if self.failure is None:
-            segment = flush.segment
-            # Wait for both writes even when one fails: none may outlive the log.
-            results = await asyncio.gather(
-                segment.store.writev(flush.values, flush.store_offset, sync=self._sync),
-                segment.index.writev([flush.index_bytes()], flush.index_offset, sync=self._sync),
-                return_exceptions=True,
-            )
-            error = next((r for r in results if isinstance(r, BaseException)), None)
+            error = await _write_flush(flush, self._sync)
         if previous is not None:
             await previous  # publish in order; jobs never raise
         if error is not None:
@@ -241,9 +229,7 @@ class FlushPipeline:
             flush.resolve(None)
         self._slots.release()
 
-    async def _sync_published(self, previous: asyncio.Future[None] | None) -> None:
-        if previous is not None:
-            await previous
+    async def _sync_published(self) -> None:
         published = self._published
         if self.failure is not None or published is None or published == self._synced:
             return
@@ -268,6 +254,19 @@ class FlushPipeline:
             flush, self._open = self._open, None
             flush.resolve(self.failure)
         return self.failure
+
+
+async def _write_flush(flush: PendingFlush, sync: bool) -> BaseException | None:
+    """Write (and sync) a flush's store and index bytes at once; the first error.
+
+    Waits for both writes even when one fails: none may outlive the log."""
+    segment = flush.segment
+    results = await asyncio.gather(
+        segment.store.writev(flush.values, flush.store_offset, sync=sync),
+        segment.index.writev([flush.index_bytes()], flush.index_offset, sync=sync),
+        return_exceptions=True,
+    )
+    return next((r for r in results if isinstance(r, BaseException)), None)
 
 
 def _round_up(value: int, step: int) -> int:

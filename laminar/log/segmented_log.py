@@ -64,7 +64,7 @@ class SegmentedLog:
         )
         self._append_waiters: dict[asyncio.Future[None], None] = {}
         self._relaxed = config.flush != "always"
-        self._pipeline = FlushPipeline(config, backend, self._published)
+        self._pipeline = FlushPipeline(config, self._published)
         self._interval_task = (
             asyncio.get_running_loop().create_task(self._sync_every_interval())
             if config.flush == "interval"
@@ -417,12 +417,14 @@ class SegmentedLog:
         await segment.remove_store(self._backend)
 
     async def _sync_every_interval(self) -> None:
-        """Policy "interval": sync what was published, every `flush_interval_ms`,
-        through the commit chain (no structure lock is held across the syncs;
-        appends keep staging). A failed sync fails the log."""
+        """Policy "interval": every `flush_interval_ms`, start a background sync of
+        what was published. No lock is held across the fsyncs (appends go on);
+        a round is skipped while a structure change holds the lock, and every
+        structure change drains a running sync first. A failed sync fails the log."""
         while not self._closed:
             await asyncio.sleep(self.config.flush_interval_ms / 1000)
-            await self._pipeline.sync()
+            if not self._lock.locked():
+                self._pipeline.start_sync()
 
     async def close(self) -> None:
         """Finish in-flight flushes, make everything durable, release the files."""

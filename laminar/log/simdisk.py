@@ -20,9 +20,11 @@ have left (in the style of ALICE and CrashMonkey):
 freezes the disk after `n` more operations (the next one never completes, as
 when the lights go out mid-flush); `power_cut` then picks the state. Faults
 (`inject`) fail chosen operations with an errno; a failed fsync behaves as Linux
-does ("fsyncgate"): part of the unsynced data reaches the disk, the rest is
-lost, and the pages are marked clean, so a later fsync does not retry them while
-reads from the cache still show them until `drop_cache`.
+does ("fsyncgate"), in its worst case: none of the unsynced data reaches the
+disk, and the pages are marked clean, so a later fsync does not retry them while
+reads from the cache still show them until `drop_cache`. Operations on a
+handle the process itself closed are recorded in `misuse` (with a real file
+descriptor they could hit another file that reused the number).
 
 Every operation yields to the event loop once before it takes effect, so
 concurrent flushes interleave, and is appended to `journal` (tests count syncs
@@ -63,6 +65,8 @@ class Fault:
     Skips the first `after` matching operations, then fails the next `times`
     (None: all) with `error`. A "write" fault with `short=True` writes the first
     half of the data before it raises, as a write that ran out of space midway.
+    With a `gate` the operation first waits for the event (error 0: then it
+    succeeds), so a test can hold an fsync in flight.
     """
 
     op: OpKind
@@ -71,6 +75,7 @@ class Fault:
     after: int = 0
     times: int | None = 1
     short: bool = False
+    gate: asyncio.Event | None = None
     hits: int = 0
 
     def matches(self, op: OpKind, path: str) -> bool:
@@ -121,7 +126,10 @@ class _File:
         self.dirty.append(change)
 
     def sync(self) -> None:
-        self.disk = bytearray(self.cache)
+        """Write the dirty changes (only those: pages a failed fsync marked clean
+        stay unwritten, as on Linux)."""
+        for change in self.dirty:
+            _apply(self.disk, change)
         self.dirty.clear()
 
     def after_power_cut(self, rng: random.Random) -> bytearray:
@@ -186,6 +194,7 @@ class SimulatedDisk:
         self.root = _Dir()
         self.journal: list[JournalEntry] = []
         self.faults: list[Fault] = []
+        self.misuse: list[str] = []
         self._generation = 0
         self._countdown: int | None = None
         self.frozen = False
@@ -245,6 +254,13 @@ class SimulatedDisk:
 
         walk(self.root)
 
+    def size(self, path: str) -> int:
+        """A file's size as reads see it now (its page cache)."""
+        directory, name = self._parent(path)
+        node = directory.entries[name]
+        assert isinstance(node, _File)
+        return len(node.cache)
+
     def count(self, op: OpKind, path_contains: str = "") -> int:
         """How many `op` operations the journal holds (on matching paths)."""
         return sum(1 for e in self.journal if e.op == op and path_contains in e.path)
@@ -272,7 +288,9 @@ class SimulatedDisk:
         self.journal.append(JournalEntry(op, path, detail))
         for fault in self.faults:
             if fault.matches(op, path):
-                return fault
+                if fault.gate is not None:
+                    await fault.gate.wait()
+                return fault if fault.error else None
         return None
 
     def _lookup_dir(self, path: str) -> _Dir:
@@ -371,6 +389,8 @@ class SimulatedFile:
 
     def _file(self) -> _File:
         if self._node is None or self._generation != self._disk._generation:
+            if self._generation == self._disk._generation:
+                self._disk.misuse.append(f"I/O on {self._path} after it was closed")
             raise ValueError(f"I/O operation on closed file {self._path}")
         return self._node
 
@@ -399,9 +419,8 @@ class SimulatedFile:
         fault = await self._disk._step("sync", self._path, generation=self._alive())
         file = self._file()
         if fault is not None:
-            # fsyncgate: some of it landed, the rest is lost, and none of it is dirty
-            # any more, so no later fsync will write it; the cache still shows it.
-            file.disk = file.after_power_cut(random.Random(len(self._disk.journal)))
+            # fsyncgate: nothing landed, and none of it is dirty any more, so no
+            # later fsync will write it; the cache still shows it.
             file.dirty.clear()
             _raise(fault, self._path)
         file.sync()
