@@ -350,7 +350,7 @@ def run(name: str, file: str, edits: list[Edit]) -> str | None:
         if os.environ.get("LAMINAR_MUTANTS_VERBOSE"):
             print(result.stdout[-3000:], result.stderr[-3000:])
         if "Timeout" in result.stdout:
-            raise SystemExit(f"{name}: the tests timed out instead of failing; look into it")
+            return "TIMEOUT (a test hung: make it fail instead)"
         if result.returncode == 0:
             return None
         failed = [line for line in result.stdout.splitlines() if line.startswith("FAILED")]

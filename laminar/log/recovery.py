@@ -113,7 +113,7 @@ async def _judge(directory: str, chain: list[_Found]) -> None:
             await _settle(f)
         f.index_bytes = await f.index.read_at(f.index.size, 0)
         header = decode_header(f.index_bytes, index_path)
-        has_entries = any(f.index_bytes[HEADER_BYTES:]) or (header is None and any(f.index_bytes))
+        has_entries = any(f.index_bytes[HEADER_BYTES:])
         if header is None or f.store is None:
             store_empty = f.store is None or not any(await f.store.read_at(f.store.size, 0))
             if has_entries or not store_empty or not last:

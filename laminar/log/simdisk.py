@@ -8,8 +8,8 @@ moment `power_cut(rng)` replaces the whole state by one a real power cut could
 have left (in the style of ALICE and CrashMonkey):
 
 - a file keeps its disk image plus any subset of its unsynced changes, in order;
-  a write may also be torn (only a prefix of it lands) or zeroed (the size grew,
-  the data did not arrive);
+  a write may also be torn (only a prefix of it lands) or zeroed (the file grew
+  to hold it, the data did not arrive: zeros where it extended the file);
 - a directory keeps the entries it had at its last fsync plus any subset of the
   entry changes since (create, unlink, rename, mkdir): a file whose own data was
   synced is still lost if its directory entry was not;
@@ -132,18 +132,21 @@ class _File:
             _apply(self.disk, change)
         self.dirty.clear()
 
-    def after_power_cut(self, rng: random.Random) -> bytearray:
-        """A disk image a power cut could leave: any subset, torn or zeroed writes."""
+    def after_power_cut(self, rng: random.Random, loss: float = 0.65) -> bytearray:
+        """A disk image a power cut could leave: each unsynced change is lost,
+        torn or zeroed with probability `loss` (in the ratio 4:1.5:1), else kept."""
         image = bytearray(self.disk)
         for change in self.dirty:
-            roll = rng.random()
-            if roll < 0.4:
+            roll = rng.random() / loss  # < 1: disturbed
+            if roll < 0.6:
                 continue  # never arrived
-            if isinstance(change, _Write) and roll < 0.55 and len(change.data) > 1:
+            if isinstance(change, _Write) and roll < 0.85 and len(change.data) > 1:
                 kept = rng.randrange(1, len(change.data))
                 change = _Write(change.offset, change.data[:kept])  # torn
-            elif isinstance(change, _Write) and roll < 0.65:
-                change = _Write(change.offset, bytes(len(change.data)))  # size, no data
+            elif isinstance(change, _Write) and roll < 1:
+                # The size grew, the data did not arrive: zeros where the file was
+                # extended (an overwrite in place keeps the old bytes).
+                change = _Resize(change.offset + len(change.data), grow_only=True)
             _apply(image, change)
         return image
 
@@ -217,13 +220,16 @@ class SimulatedDisk:
         self._countdown = None
         self.frozen = False
 
-    def power_cut(self, rng: random.Random) -> None:
-        """Replace the state by one a power cut now could leave (see module docs)."""
+    def power_cut(self, rng: random.Random, loss: float = 0.65) -> None:
+        """Replace the state by one a power cut now could leave (see module docs).
+
+        `loss` is the chance that an unsynced change is lost (or torn): lower it
+        to reach states where almost everything arrived but one thing."""
 
         def cut_dir(directory: _Dir, seen: set[int]) -> None:
             entries = dict(directory.disk)
             for change in directory.dirty:
-                if rng.random() < 0.5:
+                if rng.random() >= loss * 0.75:
                     _apply_entry(entries, change)
             directory.entries = entries
             directory.sync()
@@ -234,7 +240,7 @@ class SimulatedDisk:
                 if isinstance(node, _Dir):
                     cut_dir(node, seen)
                 else:
-                    node.disk = node.after_power_cut(rng)
+                    node.disk = node.after_power_cut(rng, loss)
                     node.cache = bytearray(node.disk)
                     node.dirty.clear()
 

@@ -47,8 +47,8 @@ class Machine:
         self.run(watch())
         return task
 
-    def power_cut(self, seed: int) -> None:
-        self.disk.power_cut(random.Random(seed))
+    def power_cut(self, seed: int, loss: float = 0.65) -> None:
+        self.disk.power_cut(random.Random(seed), loss)
         self._new_process()
 
     def kill(self) -> None:

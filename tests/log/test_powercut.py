@@ -60,10 +60,16 @@ Act = Callable[[SegmentedLog, World, dict[str, object]], Awaitable[None]]
 Check = Callable[[SegmentedLog, World, dict[str, object], bool], Awaitable[None]]
 
 
-def cut_everywhere(config: LogConfig, prepare: Prepare, act: Act, check: Check) -> int:
+def cut_everywhere(
+    config: LogConfig, prepare: Prepare, act: Act, check: Check, *, kill_first: Act | None = None
+) -> int:
     """Run `act` once to count its disk operations, then once per (cut point,
     seed) with the power cut there; `check` sees the recovered log. Returns
-    the number of cut points."""
+    the number of cut points.
+
+    With `kill_first`, the process is killed at the cut point instead (its page
+    cache survives), the log reopened, `kill_first` run on it, and only then is
+    the power cut: what recovery kept must be durable before it is built on."""
 
     def attempt(cut: int | None, seed: int) -> None:
         world = World(config)
@@ -81,11 +87,16 @@ def cut_everywhere(config: LogConfig, prepare: Prepare, act: Act, check: Check) 
         if cut is None:
             nonlocal total
             total = len(machine.disk.journal) - before
+        if kill_first is not None:
+            machine.kill()
+            log = machine.run(world.open(machine.disk))
+            notes["kept"] = machine.run(read_all(log))
+            machine.run(kill_first(log, world, notes))
         machine.power_cut(seed)
-        recovered = machine.run(world.open(machine.disk))
         try:
+            recovered = machine.run(world.open(machine.disk))
             machine.run(check(recovered, world, notes, completed))
-        except AssertionError as exc:
+        except Exception as exc:
             raise AssertionError(f"power cut after {cut} operations, seed {seed}: {exc}") from exc
         machine.run(recovered.close())
         machine.close()
@@ -105,36 +116,22 @@ async def append_flushes(log: SegmentedLog, world: World, count: int) -> None:
         world.records += values
 
 
-@pytest.mark.parametrize("segment_bytes", [1 << 20, 70])
+@pytest.mark.parametrize(
+    ("segment_bytes", "earlier_truncate"), [(1 << 20, False), (70, False), (1 << 20, True)]
+)
 def test_truncate_never_loses_what_stays_and_never_brings_back_what_went(
-    segment_bytes: int,
+    segment_bytes: int, earlier_truncate: bool
 ) -> None:
     """truncate(8) cuts the third flush (records 6-8) in the middle; with small
-    segments it also removes whole segments after the cut."""
+    segments it also removes whole segments after the cut. An earlier truncate
+    leaves a DURABLE mark after the cut: cutting the store before the index
+    would turn the records between into damage."""
 
     async def prepare(log: SegmentedLog, world: World) -> None:
         await append_flushes(log, world, 5)
-
-    async def act(log: SegmentedLog, world: World, notes: dict[str, object]) -> None:
-        await log.truncate(8)
-        await log.append([b"after"], term=9)
-        notes["appended"] = True
-
-    async def check(
-        log: SegmentedLog, world: World, notes: dict[str, object], completed: bool
-    ) -> None:
-        got = await read_all(log)
-        assert log.lowest_index == 0
-        assert got[:8] == world.records[:8], "records before the cut were lost"
-        if "appended" in notes:
-            assert got == [*world.records[:8], b"after"]
-        elif len(got) > 8 and got[8] == b"after":
-            assert got == [*world.records[:8], b"after"]  # the append landed, unacknowledged
-        else:
-            assert got == world.records[: len(got)]  # a prefix of the old log, cut at >= 8
-
-    config = LogConfig(segment_bytes=segment_bytes, preallocate_bytes=0)
-    assert cut_everywhere(config, prepare, act, check) > 5
+        if earlier_truncate:
+            await log.truncate(14)
+            del world.records[14:]
 
 
 def test_rollover_keeps_every_acknowledged_record() -> None:
@@ -193,6 +190,37 @@ def test_retention_removes_whole_oldest_segments_durably(retention: str) -> None
         retention_ms=10 if retention == "age" else None,
     )
     assert cut_everywhere(LogConfig(segment_bytes=50), prepare, act, check) > 6
+
+
+def test_what_recovery_keeps_after_a_kill_is_durable_before_it_is_built_on() -> None:
+    """Killed at every point of appends that roll over, recovered, appended to
+    (rolling over again, so the next flushes' fsyncs never cover the old
+    segment), then a power cut: everything recovery kept and everything
+    acknowledged after it must be there."""
+
+    async def prepare(log: SegmentedLog, world: World) -> None:
+        await append_flushes(log, world, 1)
+
+    async def act(log: SegmentedLog, world: World, notes: dict[str, object]) -> None:
+        for n in range(10, 14):
+            await log.append(batch(n))
+
+    async def after_kill(log: SegmentedLog, world: World, notes: dict[str, object]) -> None:
+        acked: list[bytes] = []
+        notes["acked"] = acked
+        for n in range(20, 24):
+            await log.append(batch(n))
+            acked += batch(n)
+
+    async def check(
+        log: SegmentedLog, world: World, notes: dict[str, object], completed: bool
+    ) -> None:
+        kept, acked = notes["kept"], notes["acked"]
+        assert isinstance(kept, list) and isinstance(acked, list)
+        assert (await read_all(log))[: len(kept) + len(acked)] == kept + acked
+
+    config = LogConfig(segment_bytes=100, preallocate_bytes=0)
+    assert cut_everywhere(config, prepare, act, check, kill_first=after_kill) > 10
 
 
 def test_recovery_itself_survives_a_power_cut() -> None:
