@@ -115,6 +115,12 @@ class SegmentedLog:
         return len(self._segments)
 
     @property
+    def failure(self) -> BaseException | None:
+        """Why the log failed (`LogFailed`), or None. A failed log refuses appends
+        until it is closed and opened again, which recovers from the disk."""
+        return self._pipeline.failure
+
+    @property
     def flush_count(self) -> int:
         """Group-commit flushes published since open (a measure of coalescing)."""
         return self._pipeline.flushes

@@ -34,6 +34,7 @@ per flush there).
 from __future__ import annotations
 
 import asyncio
+import copy
 import errno
 import os
 import random
@@ -190,6 +191,25 @@ def _apply_entry(entries: dict[str, _File | _Dir], change: _Link | _Rename) -> N
         entries[change.name] = change.node
 
 
+class KeepOrLose(random.Random):
+    """A chooser for `SimulatedDisk.power_cut` that decides by a bit pattern:
+    the k-th unsynced change it is asked about arrives whole if bit k is set,
+    and is lost otherwise (never torn)."""
+
+    def __init__(self, bits: int) -> None:
+        super().__init__(bits)
+        self.bits = bits
+        self.asked = 0
+
+    def __repr__(self) -> str:
+        return f"KeepOrLose(0b{self.bits:b})"
+
+    def random(self) -> float:
+        keep = self.bits >> self.asked & 1
+        self.asked += 1
+        return 0.999999 if keep else 0.0
+
+
 class SimulatedDisk:
     """A `StorageBackend` in memory that can lose power (see module docs)."""
 
@@ -246,6 +266,42 @@ class SimulatedDisk:
 
         cut_dir(self.root, set())
         self.kill()
+
+    def pending_changes(self) -> int:
+        """How many unsynced changes (file writes and resizes, directory entries)
+        a power cut would decide about now."""
+        count = 0
+        seen: set[int] = set()
+        stack: list[_File | _Dir] = [self.root]
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            count += len(node.dirty)
+            if isinstance(node, _Dir):
+                stack += [*node.entries.values(), *node.disk.values()]
+        return count
+
+    def every_power_cut(self, exhaustive_max: int = 6, samples: int = 16) -> list[random.Random]:
+        """Choosers for `power_cut` that cover the states a power cut now could
+        leave: every keep/lose combination of the pending changes when there
+        are at most `exhaustive_max` of them (CrashMonkey), else `samples`
+        random combinations; plus a few random choosers that also tear and zero."""
+        pending = self.pending_changes()
+        if pending <= exhaustive_max:
+            patterns = list(range(1 << pending))
+        else:
+            rng = random.Random(pending)
+            patterns = [0, (1 << pending) - 1, *(rng.getrandbits(pending) for _ in range(samples))]
+        return [*map(KeepOrLose, patterns), *(random.Random(seed) for seed in range(4))]
+
+    def clone(self) -> SimulatedDisk:
+        """A copy of the files and directories (journal, faults and handles not)."""
+        twin = SimulatedDisk()
+        twin.root = copy.deepcopy(self.root)
+        twin._generation = self._generation + 1
+        return twin
 
     def sync_everything(self) -> None:
         """Make the whole current state durable (a clean shutdown of the machine)."""

@@ -28,6 +28,7 @@ from laminar.iouring import Ring, abi
 from laminar.log import Fault, SimulatedDisk, StorageBackend
 
 Op = Literal["write", "sync", "unlink"]
+_OPCODES = {"write": abi.OP_WRITEV, "sync": abi.OP_FSYNC, "unlink": abi.OP_UNLINKAT}
 
 
 @dataclass
@@ -49,7 +50,7 @@ class Plan:
 class FaultyRing(Ring):
     """A ring whose completions can be rewritten by a `Plan` (see module docs)."""
 
-    plan: Plan | None
+    plans: list[Plan]
     opcodes: dict[int, int]
 
     def prep(self, opcode: int, *args: Any, **kwargs: Any) -> int:
@@ -61,26 +62,26 @@ class FaultyRing(Ring):
         # Completions carry tokens, not user_data: map through the op table first.
         by_token = {id(entry[0]): ud for ud, entry in self._ops.items() if entry[0] is not None}
         out = super().reap()
-        plan = self.plan
-        if plan is None:
+        if not self.plans:
             return out
         rewritten = []
-        wanted = {"write": abi.OP_WRITEV, "sync": abi.OP_FSYNC, "unlink": abi.OP_UNLINKAT}[plan.op]
         for token, res, flags in out:
             ud = by_token.get(id(token))
             opcode = self.opcodes.pop(ud, None) if ud is not None else None
-            if opcode == wanted and res >= 0 and plan.fires():
-                res = res // 2 if plan.short else -plan.error
+            for plan in self.plans:
+                if opcode == _OPCODES[plan.op] and res >= 0 and plan.fires():
+                    res = res // 2 if plan.short else -plan.error
             rewritten.append((token, res, flags))
         return rewritten
 
 
-def install_ring_faults(plan: Plan) -> None:
-    """Make the running UringEventLoop's ring inject `plan`."""
+def install_ring_faults(*plans: Plan) -> None:
+    """Make the running UringEventLoop's ring inject `plans` (none: stop)."""
     ring = asyncio.get_running_loop()._ring  # type: ignore[attr-defined]
-    ring.__class__ = FaultyRing
-    ring.opcodes = {}
-    ring.plan = plan
+    if not isinstance(ring, FaultyRing):
+        ring.__class__ = FaultyRing
+        ring.opcodes = {}
+    ring.plans = list(plans)
 
 
 def install_syscall_faults(monkeypatch: pytest.MonkeyPatch, plan: Plan) -> None:

@@ -17,7 +17,7 @@ import pytest
 from laminar.log import Fault, LogConfig, LogFailed, SegmentedLog, SimulatedDisk
 
 from .conftest import LogEnv
-from .faults import Plan, inject
+from .faults import Plan, inject, install_ring_faults
 from .machine import Machine
 
 DIRECTORY = "/data/partitions/3-0"
@@ -41,8 +41,7 @@ def clear_faults(env: LogEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     if isinstance(env.backend, SimulatedDisk):
         env.backend.faults.clear()
     elif env.kind == "uring":
-        ring = asyncio.get_running_loop()._ring  # type: ignore[attr-defined]
-        ring.plan = None
+        install_ring_faults()
     monkeypatch.undo()
 
 
@@ -96,6 +95,25 @@ def test_short_writes_are_finished_not_lost(env: LogEnv, monkeypatch: pytest.Mon
         clear_faults(env, monkeypatch)
         log = await SegmentedLog.open(env.directory, LogConfig(), backend=env.backend)
         assert await read_all(log) == expected
+        await log.close()
+
+    env.run(main)
+
+
+def test_a_failed_fsync_is_never_retried_even_when_the_write_was_redone(env: LogEnv) -> None:
+    """io_uring: a short write breaks the write -> fdatasync chain and is redone;
+    if the chain's fdatasync failed, that failure stands (a second fdatasync would
+    report success for pages the kernel already gave up on)."""
+    if env.kind != "uring":
+        pytest.skip("the write -> fdatasync chain is io_uring's")
+
+    async def main() -> None:
+        log = await SegmentedLog.open(env.directory, LogConfig(), backend=env.backend)
+        await log.append(values(0))
+        install_ring_faults(Plan("write", short=True), Plan("sync", errno.EIO))
+        with pytest.raises(LogFailed):
+            await log.append(values(1))
+        install_ring_faults()
         await log.close()
 
     env.run(main)

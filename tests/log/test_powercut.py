@@ -21,7 +21,6 @@ from laminar.log.index import ENTRY_BYTES, HEADER_BYTES
 from .machine import Machine
 
 DIRECTORY = "/data/partitions/1-0"
-SEEDS = (0, 1, 2, 3)
 
 
 def batch(n: int, size: int = 20) -> list[bytes]:
@@ -63,15 +62,16 @@ Check = Callable[[SegmentedLog, World, dict[str, object], bool], Awaitable[None]
 def cut_everywhere(
     config: LogConfig, prepare: Prepare, act: Act, check: Check, *, kill_first: Act | None = None
 ) -> int:
-    """Run `act` once to count its disk operations, then once per (cut point,
-    seed) with the power cut there; `check` sees the recovered log. Returns
-    the number of cut points.
+    """Run `act` once to count its disk operations; then for every cut point k,
+    run it again with the disk stopped after k operations and `check` the log
+    recovered from every state a power cut there could leave
+    (`SimulatedDisk.every_power_cut`). Returns the number of cut points.
 
     With `kill_first`, the process is killed at the cut point instead (its page
     cache survives), the log reopened, `kill_first` run on it, and only then is
     the power cut: what recovery kept must be durable before it is built on."""
 
-    def attempt(cut: int | None, seed: int) -> None:
+    def attempt(cut: int | None) -> int:
         world = World(config)
         machine = Machine()
         log = machine.run(world.open(machine.disk))
@@ -84,28 +84,32 @@ def cut_everywhere(
         completed = task.done() and not task.cancelled()
         if completed and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
-        if cut is None:
-            nonlocal total
-            total = len(machine.disk.journal) - before
+        operations = len(machine.disk.journal) - before
+        machine.kill()
         if kill_first is not None:
-            machine.kill()
             log = machine.run(world.open(machine.disk))
             notes["kept"] = machine.run(read_all(log))
             machine.run(kill_first(log, world, notes))
-        machine.power_cut(seed)
-        try:
-            recovered = machine.run(world.open(machine.disk))
-            machine.run(check(recovered, world, notes, completed))
-        except Exception as exc:
-            raise AssertionError(f"power cut after {cut} operations, seed {seed}: {exc}") from exc
-        machine.run(recovered.close())
+            machine.kill()
+        for chooser in machine.disk.every_power_cut():
+            after = Machine(machine.disk.clone())
+            after.disk.power_cut(chooser)
+            try:
+                recovered = after.run(world.open(after.disk))
+                after.run(check(recovered, world, notes, completed))
+                after.run(recovered.close())
+            except Exception as exc:
+                raise AssertionError(
+                    f"power cut after {cut} operations ({chooser!r}): {exc}"
+                ) from exc
+            finally:
+                after.close()
         machine.close()
+        return operations
 
-    total = 0
-    attempt(None, 0)
+    total = attempt(None)
     for cut in range(total + 1):
-        for seed in SEEDS:
-            attempt(cut, seed)
+        attempt(cut)
     return total
 
 
@@ -132,6 +136,27 @@ def test_truncate_never_loses_what_stays_and_never_brings_back_what_went(
         if earlier_truncate:
             await log.truncate(14)
             del world.records[14:]
+
+    async def act(log: SegmentedLog, world: World, notes: dict[str, object]) -> None:
+        await log.truncate(8)
+        await log.append([b"after"], term=9)
+        notes["appended"] = True
+
+    async def check(
+        log: SegmentedLog, world: World, notes: dict[str, object], completed: bool
+    ) -> None:
+        got = await read_all(log)
+        assert log.lowest_index == 0
+        assert got[:8] == world.records[:8], "records before the cut were lost"
+        if "appended" in notes:
+            assert got == [*world.records[:8], b"after"]
+        elif len(got) > 8 and got[8] == b"after":
+            assert got == [*world.records[:8], b"after"]  # the append landed, unacknowledged
+        else:
+            assert got == world.records[: len(got)]  # a prefix of the old log, cut at >= 8
+
+    config = LogConfig(segment_bytes=segment_bytes, preallocate_bytes=0)
+    assert cut_everywhere(config, prepare, act, check) > 5
 
 
 def test_rollover_keeps_every_acknowledged_record() -> None:
