@@ -3,7 +3,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run demo-log test lint bench clean
+.PHONY: setup run demo-log test lint bench soak clean
 
 setup:
 	@scripts/setup
@@ -28,6 +28,10 @@ lint: setup
 	$(VENV)/bin/ruff check laminar tests benchmarks
 	$(VENV)/bin/ruff format --check laminar tests benchmarks
 	$(VENV)/bin/mypy
+
+# Long randomized runs (minutes); each part on its own line.
+soak: setup
+	$(PY) -m tests.raft.sim.soak --seeds 10000 --processes 2
 
 bench:
 	@scripts/setup --bench

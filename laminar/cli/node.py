@@ -26,6 +26,7 @@ from laminar.shards.config import (
     DEFAULT_MAX_TOPICS,
     DEFAULT_MAX_WAIT_MS,
     DEFAULT_PORT,
+    DEFAULT_RETENTION_CHECK_INTERVAL_S,
     DEFAULT_SEGMENT_BYTES,
     ROUTING_MODES,
     RUNTIMES,
@@ -126,7 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--segment-bytes",
         type=parse_size,
         default=DEFAULT_SEGMENT_BYTES,
-        help="segment size of partition logs (e.g. 64MiB)",
+        help="segment size of partition logs (e.g. 64MiB); a topic may set its own (segment.bytes)",
+    )
+    p.add_argument(
+        "--retention-check-interval",
+        type=float,
+        default=DEFAULT_RETENTION_CHECK_INTERVAL_S,
+        help="seconds between retention passes (topic configs retention.ms, "
+        "retention.bytes, segment.ms)",
     )
     p.add_argument(
         "--max-frame-bytes",
@@ -198,6 +206,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         max_input_bytes=args.max_input_bytes,
         max_wait_ms=args.max_wait_ms,
         max_topics=args.max_topics,
+        retention_check_interval_s=args.retention_check_interval,
         admin_host=args.admin_host,
         udp_writes=args.udp_writes,
         log_level=args.log_level,

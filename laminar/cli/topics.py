@@ -1,4 +1,9 @@
-"""`laminar topic create|list|describe|delete`."""
+"""`laminar topic create|list|describe|alter|delete`.
+
+Topic configs take Kafka's keys and meanings (`laminar.shards.topic_config`):
+retention.ms, retention.bytes (per partition), segment.bytes, segment.ms;
+-1 means "no limit" for the retention keys.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,9 @@ from typing import Any
 from laminar.cli.common import UsageError
 from laminar.cli.output import print_json, say, table
 from laminar.client import Client, TopicExistsError, TopicInfo, UnknownTopicError
+from laminar.shards.topic_config import TOPIC_CONFIG_KEYS
+
+CONFIG_KEYS = ", ".join(sorted(TOPIC_CONFIG_KEYS))
 
 
 def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -32,7 +40,7 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a topic setting (repeatable)",
+        help=f"a topic setting (repeatable): {CONFIG_KEYS}",
     )
     create.add_argument(
         "--if-not-exists", action="store_true", help="succeed if the topic already exists"
@@ -50,6 +58,30 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     describe.add_argument("name", metavar="NAME")
     describe.set_defaults(run=describe_topic)
+
+    alter = sub.add_parser(
+        "alter",
+        parents=[common],
+        help="change a live topic's settings",
+        description="Change a topic's settings; retention applies on the node's next "
+        "retention pass (--retention-check-interval).",
+    )
+    alter.add_argument("name", metavar="NAME")
+    alter.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"set a topic setting (repeatable): {CONFIG_KEYS}",
+    )
+    alter.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="return a setting to its default (repeatable)",
+    )
+    alter.set_defaults(run=alter_topic)
 
     delete = sub.add_parser("delete", parents=[common], help="delete a topic and all its records")
     delete.add_argument("name", metavar="NAME")
@@ -157,6 +189,19 @@ def describe_topic(client: Client, args: argparse.Namespace) -> int:
         for p in desc.partitions
     ]
     print(table(["PARTITION", "SHARD", "ENDPOINT", "LOWEST", "HIGHEST", "RECORDS"], rows))
+    return 0
+
+
+def alter_topic(client: Client, args: argparse.Namespace) -> int:
+    config = _config(args.config)
+    if not config and not args.delete_config:
+        raise UsageError("say what to change: --config KEY=VALUE or --delete-config KEY")
+    topic = client.alter_topic(args.name, config=config, remove=args.delete_config)
+    if args.json:
+        print_json(topic_json(topic))
+    else:
+        settings = " ".join(f"{k}={v}" for k, v in sorted(topic.config.items())) or "(defaults)"
+        print(f"altered topic {topic.name}: {settings}")
     return 0
 
 

@@ -153,6 +153,19 @@ class AsyncClient:
             self._view = self._view.with_topic(topic)
         return topic
 
+    async def alter_topic(
+        self,
+        name: str,
+        *,
+        config: dict[str, int | str] | None = None,
+        remove: Sequence[str] = (),
+    ) -> TopicInfo:
+        """`Client.alter_topic`: set and remove a live topic's config keys."""
+        topic = await self._call(calls.alter_topic(name, config or {}, remove))
+        if self._view is not None:
+            self._view = self._view.with_topic(topic)
+        return topic
+
     async def delete_topic(self, name: str) -> None:
         await self._call(calls.delete_topic(name))
         if self._view is not None:

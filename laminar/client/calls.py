@@ -20,6 +20,8 @@ from laminar.client.results import Offsets, Record, expect, fetched_records
 from laminar.client.routing import Address, ClusterView
 from laminar.placement import partition_id, shard_for
 from laminar.wire import (
+    AlterTopicRequest,
+    AlterTopicResponse,
     CreateTopicRequest,
     CreateTopicResponse,
     DeleteTopicRequest,
@@ -154,6 +156,20 @@ def create_topic(name: str, partitions: int, config: dict[str, int | str]) -> Ca
 
 def _created(frame: Frame) -> TopicInfo:
     return expect(frame, CreateTopicResponse).topic
+
+
+def alter_topic(name: str, config: dict[str, int | str], remove: Sequence[str]) -> Call[TopicInfo]:
+    """Set and remove topic config keys. Sending it twice leaves the same config,
+    so a lost answer may be asked for again."""
+
+    def target(view: ClusterView) -> tuple[Address, Message]:
+        return view.node_route().address, AlterTopicRequest(name, config, tuple(remove))
+
+    return Call(f"alter topic {name!r}", target, _altered, idempotent=True)
+
+
+def _altered(frame: Frame) -> TopicInfo:
+    return expect(frame, AlterTopicResponse).topic
 
 
 def delete_topic(name: str) -> Call[DeleteTopicResponse]:

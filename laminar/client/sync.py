@@ -261,6 +261,22 @@ class Client:
                 self._view = self._view.with_topic(topic)
         return topic
 
+    def alter_topic(
+        self,
+        name: str,
+        *,
+        config: dict[str, int | str] | None = None,
+        remove: Sequence[str] = (),
+    ) -> TopicInfo:
+        """Set the keys of `config` and return the keys in `remove` to their
+        defaults on a live topic (retention.ms, retention.bytes, segment.bytes,
+        segment.ms); returns the topic with its new config."""
+        topic = Pending(self, calls.alter_topic(name, config or {}, remove)).result()
+        with self._lock:
+            if self._view is not None:
+                self._view = self._view.with_topic(topic)
+        return topic
+
     def delete_topic(self, name: str) -> None:
         """Delete a topic and its records; `UnknownTopicError` if there is none."""
         Pending(self, calls.delete_topic(name)).result()

@@ -220,8 +220,11 @@ class SegmentedLog:
             raise self._pipeline.fail(exc) from exc
         self._segments.append(new)
         self._bases.append(new.base_index)
-        if self.config.retention_bytes is not None or self.config.retention_ms is not None:
-            await self._remove_expired(self._clock_ms())
+        config = self.config
+        if config.retention_bytes is not None or config.retention_ms is not None:
+            await self._remove_expired(
+                self._clock_ms(), config.retention_bytes, config.retention_ms
+            )
         return new
 
     def _published(self, flush: PendingFlush) -> None:
@@ -353,6 +356,19 @@ class SegmentedLog:
                 self._pipeline.fail(exc)
                 raise
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """Take new segment and retention settings on a live log (a topic's config
+        changed); they apply from the next append and retention pass. The flush
+        settings must stay as they are."""
+        old = self.config
+        if (config.flush, config.flush_interval_ms, config.max_flushes_in_flight) != (
+            old.flush,
+            old.flush_interval_ms,
+            old.max_flushes_in_flight,
+        ):
+            raise ValueError("a live log's flush settings cannot change; reopen it")
+        self.config = config
+
     async def roll_over(self) -> bool:
         """Seal the write segment now and start a new one, if it holds any record
         (time-based rolling, so retention can remove what it held; a snapshot that
@@ -388,16 +404,26 @@ class SegmentedLog:
         A removal that fails raises (`OSError`); the log stays consistent and
         usable, and the files left behind are cleaned up by the next open.
         """
+        config = self.config
+        removed, _ = await self.remove_expired(config.retention_bytes, config.retention_ms, now_ms)
+        return removed
+
+    async def remove_expired(
+        self, retention_bytes: int | None, retention_ms: int | None, now_ms: int | None = None
+    ) -> tuple[int, int]:
+        """`apply_retention` with these limits instead of the config's, for an owner
+        that keeps retention out of the log (on a timer of its own, never inside an
+        append); returns (segments, bytes) removed."""
         async with self._lock:
             self._check_open()
             now = self._clock_ms() if now_ms is None else now_ms
-            return await self._remove_expired(now)
+            return await self._remove_expired(now, retention_bytes, retention_ms)
 
-    async def _remove_expired(self, now_ms: int) -> int:
+    async def _remove_expired(
+        self, now_ms: int, retention_bytes: int | None, retention_ms: int | None
+    ) -> tuple[int, int]:
         removed = 0
-        retention_bytes = self.config.retention_bytes
-        retention_ms = self.config.retention_ms
-        total = self.size_bytes
+        total = start = self.size_bytes
         while len(self._segments) > 1:
             oldest = self._segments[0]
             too_big = retention_bytes is not None and total - oldest.store_bytes >= retention_bytes
@@ -411,7 +437,7 @@ class SegmentedLog:
             total -= oldest.store_bytes
             await self._remove_segment(0)
             removed += 1
-        return removed
+        return removed, start - total
 
     async def _remove_segment(self, position: int) -> None:
         """Delete one segment's files and take it out of the chain, keeping the

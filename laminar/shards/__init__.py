@@ -18,7 +18,9 @@ own port and on the shared node port. Modules, each with one job:
 - `router` (pure), `dispatch`, `handlers`, `errors`: where a request is served,
   forwarding, the per-op handlers, and failures as wire errors;
 - `channels`: pipelined inter-shard connections (forwarding, metadata tail);
-- `metadata` (pure), `metalog`: cluster metadata as a log;
-- `partitions`: the shard's partition logs;
+- `metadata` (pure), `metalog`: cluster metadata as a log, compacted by
+  snapshots; `topic_config` (pure): the topic config keys and their meaning;
+- `partitions`: the shard's partition logs; `retention`: topic retention on a timer;
+- `budget`: the bytes of client input a shard holds, against one bound;
 - `metrics`: counters, latency summaries, fsync timing.
 """

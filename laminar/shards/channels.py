@@ -8,7 +8,9 @@ owns the metadata partition. Requests are pipelined on one connection and
 matched to responses by correlation id.
 
 Failure rules: a connection that breaks fails every request in flight on it
-(`ChannelError`), and the next request connects again. Because the supervisor
+(`ChannelError`: each may or may not have been served), and the next request
+connects again; a request that could not even be sent fails with
+`ChannelUnreachable`. Because the supervisor
 holds every shard's listener, connecting to a shard that is restarting does
 not fail: the request waits in the backlog until the new process serves it,
 bounded by the request's timeout. Nothing is retried here: the caller knows
@@ -32,7 +34,12 @@ _READ_BYTES = 256 << 10
 
 
 class ChannelError(Exception):
-    """A request to a peer shard failed (unreachable, connection lost, timed out)."""
+    """A request to a peer shard failed (unreachable, connection lost, timed out):
+    it may have been served."""
+
+
+class ChannelUnreachable(ChannelError):
+    """The peer could not be reached: the request was never sent."""
 
 
 class PeerChannel:
@@ -74,7 +81,7 @@ class PeerChannel:
 
     async def _connected(self) -> Outbox:
         if self._closed:
-            raise ChannelError("the channel is closed (shard draining)")
+            raise ChannelUnreachable("the channel is closed (shard draining)")
         if self._outbox is not None and not self._outbox.failed:
             return self._outbox
         if self._connecting is None:
@@ -90,7 +97,7 @@ class PeerChannel:
                 await loop.sock_connect(sock, self._address)
             except OSError as exc:
                 sock.close()
-                raise ChannelError(f"cannot reach shard {self.peer}: {exc}") from None
+                raise ChannelUnreachable(f"cannot reach shard {self.peer}: {exc}") from None
             self._sock = sock
             self._outbox = Outbox(loop, sock, self._on_write_error)
             self._reader = loop.create_task(self._read(sock))

@@ -51,6 +51,7 @@ DEFAULT_MAX_INPUT_BYTES: Final = 256 << 20
 DEFAULT_FRAME_TIMEOUT_S: Final = 30.0
 DEFAULT_MAX_WAIT_MS: Final = 60_000
 DEFAULT_MAX_TOPICS: Final = 10_000
+DEFAULT_RETENTION_CHECK_INTERVAL_S: Final = 60.0
 RUNTIMES: Final = ("auto", "uring", "asyncio")
 
 Runtime = Literal["auto", "uring", "asyncio"]
@@ -103,6 +104,8 @@ class NodeConfig:
     """The longest a fetch long-polls, whatever it asks for."""
     max_topics: int = DEFAULT_MAX_TOPICS
     """Topics the node holds at most (each is in every metadata answer)."""
+    retention_check_interval_s: float = DEFAULT_RETENTION_CHECK_INTERVAL_S
+    """How often each shard applies its topics' retention (`laminar.shards.retention`)."""
     admin_host: str = DEFAULT_HOST
     """Address of the admin HTTP endpoint (loopback unless asked: /status and
     /metrics describe the node to whoever can reach them)."""
@@ -147,6 +150,11 @@ class NodeConfig:
             raise ConfigError(f"--max-frame-bytes must be at least {MIN_FRAME_BYTES}")
         if not self.idle_timeout_s > 0:
             raise ConfigError(f"--idle-timeout must be positive, got {self.idle_timeout_s}")
+        if not self.retention_check_interval_s > 0:
+            raise ConfigError(
+                "--retention-check-interval must be positive, "
+                f"got {self.retention_check_interval_s}"
+            )
         if not self.frame_timeout_s > 0:
             raise ConfigError(f"--frame-timeout must be positive, got {self.frame_timeout_s}")
         for name, low in (

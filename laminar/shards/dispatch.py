@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from laminar.shards.channels import Channels
+from laminar.shards.channels import ChannelError, Channels, ChannelUnreachable
 from laminar.shards.errors import error_for
 from laminar.shards.handlers import Handlers, RequestContext
 from laminar.shards.metrics import ShardMetrics
@@ -49,6 +49,16 @@ CHANNEL_FRAME_SLACK: Final = 64 << 10
 OP_NAMES: Final = {int(op): op.name.lower() for op in Op}
 
 Handler = Callable[[Any, int, RequestContext], Awaitable[list[Buffer]]]
+
+
+_READ_OPS: Final = frozenset({Op.FETCH, Op.LIST_OFFSETS, Op.PING, Op.METADATA, Op.LIST_TOPICS})
+
+
+def _repeatable(frame: Frame) -> bool:
+    """Whether serving `frame` twice is harmless: a read, or an idempotent produce."""
+    return frame.op in _READ_OPS or (
+        frame.op == Op.PRODUCE and frame.header.get("producer_id") is not None
+    )
 
 
 def _max_wait_s(frame: Frame, cap_ms: int) -> float:
@@ -146,9 +156,19 @@ class Dispatcher:
             response = await self.channels.to(target).request(
                 wrapped, FORWARD_TIMEOUT_S + _max_wait_s(frame, self.handlers.ident.max_wait_ms)
             )
-        except Exception:
+        except ChannelUnreachable as exc:
             self.metrics.forward_failures += 1
-            raise
+            return self._error(frame, ErrorCode.NOT_READY, f"{exc}; nothing was applied; retry")
+        except ChannelError as exc:
+            self.metrics.forward_failures += 1
+            if _repeatable(frame):
+                return self._error(frame, ErrorCode.TIMEOUT, f"{exc}; retry")
+            return self._error(
+                frame,
+                ErrorCode.OUTCOME_UNKNOWN,
+                f"{exc}: shard {target} got the request but its answer was lost; it may or "
+                "may not have been applied",
+            )
         if response.is_error:
             refused = ErrorResponse.from_frame(response)
             return self._error(frame, refused.code, refused.message)

@@ -27,6 +27,7 @@ from laminar.shards.metalog import MetadataService
 from laminar.shards.metrics import ShardMetrics
 from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.producers import IdempotentProducers
+from laminar.shards.topic_config import log_config
 from laminar.wire import (
     AlterTopicRequest,
     AlterTopicResponse,
@@ -143,8 +144,11 @@ class Handlers:
         return topic
 
     async def _log_of(self, pid: int) -> SegmentedLog:
-        await self._topic_of(pid)
-        return await self.partitions.get(pid)
+        topic = await self._topic_of(pid)
+        log = self.partitions.opened(pid)
+        if log is None:  # opened with the topic's own segment and retention settings
+            log = await self.partitions.get(pid, log_config(self.partitions.config, topic.config))
+        return log
 
     # -- partition ops ---------------------------------------------------------
 

@@ -86,8 +86,9 @@ class IdempotentProducers:
 
 
 def _check_stamps(req: ProduceRequest, expected: ProducerStamp) -> None:
-    """The first record must carry exactly the request's stamp and no other record
-    may carry one: the log's stamps are what a restarted partition trusts."""
+    """The first record must carry exactly the request's stamp (decoding already
+    refused a stamp anywhere else): the log's stamps are what a restarted
+    partition trusts, so every one of them is one this check passed."""
     try:
         found = producer_stamp(req.blobs[0])
     except ProtocolError as exc:
@@ -99,12 +100,6 @@ def _check_stamps(req: ProduceRequest, expected: ProducerStamp) -> None:
             f"{tuple(expected)} (producer id, first sequence, count); it carries "
             f"{None if found is None else tuple(found)}",
         )
-    for blob in req.blobs[1:]:
-        if _STAMP_NAME in blob and producer_stamp(blob) is not None:
-            raise RequestError(
-                ErrorCode.INVALID_REQUEST,
-                f"only the first record of a batch may carry the {PRODUCER_HEADER!r} header",
-            )
 
 
 async def _append(log: SegmentedLog, blobs: tuple[bytes, ...]) -> tuple[int, int]:

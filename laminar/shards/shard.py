@@ -47,6 +47,7 @@ from laminar.shards.metadata import METADATA_PID, Applied
 from laminar.shards.metalog import MetadataService
 from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.partitions import LongPolls, PartitionManager
+from laminar.shards.retention import Retention
 from laminar.wire import (
     NEED_DATA,
     ErrorCode,
@@ -183,6 +184,13 @@ class Shard:
             self.metrics,
             config.max_frame_bytes,
         )
+        self.retention = Retention(
+            self.partitions,
+            self.metadata.state.topics,
+            self._owns,
+            self.metrics,
+            config.retention_check_interval_s,
+        )
         control_task = self._spawn(self._serve_control(), "background")
         self._listen(self.sockets.channel, internal=True)
         await self.metadata.start()
@@ -201,6 +209,7 @@ class Shard:
             )
             self._listeners.append(self._spawn(self.datagrams.serve()))
         sweeper = self._spawn(self._sweep_idle(), "background")
+        retention = self._spawn(self.retention.run(), "background")
         self._send_control(
             ready_frame(
                 {
@@ -220,6 +229,7 @@ class Shard:
         )
         await self._drain_requested.wait()
         sweeper.cancel()
+        retention.cancel()
         await self._drain()
         control_task.cancel()
         return 0
@@ -307,6 +317,8 @@ class Shard:
         for topic in applied.deleted:
             self._owned_partitions -= self._owned_count(topic)
             await self.partitions.drop_topic(topic.topic_id, topic.partitions)
+        for topic in applied.altered:
+            self.retention.apply_config(topic)
 
     def _owned_count(self, topic: TopicInfo) -> int:
         return sum(1 for idx in range(topic.partitions) if self._owns((topic.topic_id << 32) | idx))

@@ -18,7 +18,10 @@ Theory of operation:
 - Watching: each shard's exit is seen through a pidfd. A shard that exits while
   the node runs is restarted (its partitions recover from disk when next
   touched) after a backoff that grows while it keeps crashing; node.json is
-  rewritten once the new process is ready. The supervisor keeps the listening
+  rewritten once the new process is ready. A restart that cannot even start
+  the process (out of file descriptors, memory, processes) is retried with the
+  same backoff, never given up: meanwhile `/health` answers 503 naming the
+  shard and the error. The supervisor keeps the listening
   sockets, so clients of a restarting shard wait in the backlog instead of being
   refused.
 - SIGTERM / SIGINT: every shard is sent SIGTERM and drains (see `shard`); the
@@ -79,6 +82,8 @@ class ShardProcess:
         self.exited: asyncio.Future[int] | None = None
         self.restarts = 0
         self.crashes_in_a_row = 0
+        self.start_error: str | None = None
+        """Why the last attempt to start this shard's process failed (None: it did not)."""
         self.started_at = 0.0
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
@@ -339,8 +344,27 @@ class Supervisor:
         return code
 
     async def _spawn(self, slot: ShardProcess) -> None:
+        """Start shard `slot`'s process; raise `OSError` (nothing left behind) if
+        it cannot be started."""
         assert self.sockets is not None and self.steering is not None
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            proc = self._popen(slot, child)
+        except BaseException:
+            parent.close()
+            raise
+        finally:
+            child.close()
+        try:
+            await slot.attach(proc, parent)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            parent.close()
+            raise
+
+    def _popen(self, slot: ShardProcess, child: socket.socket) -> subprocess.Popen[bytes]:
+        assert self.sockets is not None and self.steering is not None
         steering = self.steering
         fds: dict[str, int | None] = {
             **self.sockets.shards[slot.shard_id].fds(),
@@ -373,11 +397,7 @@ class Supervisor:
             args += ["--admin-port", str(self.admin_sock.getsockname()[1])]
         pass_fds = {fd for fd in fds.values() if fd is not None}
         pass_fds |= {child.fileno(), *steering.fds_for_shard(slot.shard_id)}
-        try:
-            proc = subprocess.Popen(args, pass_fds=sorted(pass_fds), close_fds=True)
-        finally:
-            child.close()
-        await slot.attach(proc, parent)
+        return subprocess.Popen(args, pass_fds=sorted(pass_fds), close_fds=True)
 
     async def _await_start(self) -> str | None:
         """Wait for every shard's READY; the reason start-up failed, if it did."""
@@ -436,15 +456,31 @@ class Supervisor:
                 delay,
             )
             await asyncio.sleep(delay)
-            if self._stopping:
+            if not await self._restart(slot):
                 return
-            slot.restarts += 1
-            await self._spawn(slot)
             assert slot.ready is not None
             with contextlib.suppress(Exception):
                 await slot.ready
                 logger.info("shard %d restarted (pid %s)", slot.shard_id, slot.pid)
                 self._write_node_file()
+
+    async def _restart(self, slot: ShardProcess) -> bool:
+        """Start the shard's process again, retrying with backoff while it cannot
+        be started; False if the node began to stop meanwhile."""
+        while not self._stopping:
+            try:
+                await self._spawn(slot)
+            except OSError as exc:
+                slot.start_error = f"cannot start shard {slot.shard_id}: {exc}"
+                slot.crashes_in_a_row += 1
+                delay = RESTART_BACKOFF_S[min(slot.crashes_in_a_row, len(RESTART_BACKOFF_S)) - 1]
+                logger.error("%s; retrying in %.1f s", slot.start_error, delay)
+                await asyncio.sleep(delay)
+                continue
+            slot.start_error = None
+            slot.restarts += 1
+            return True
+        return False
 
     async def _shutdown(self) -> int:
         """SIGTERM every shard, wait for the drains (bounded), SIGKILL the rest."""
@@ -530,7 +566,7 @@ class Supervisor:
             for part in s.get("partitions_offline", ())
         ]
         healthy = not down and not offline
-        body = {
+        body: dict[str, Any] = {
             "status": "ok" if healthy else "degraded",
             "node_id": self.config.node_id,
             "shards": len(self.slots),
@@ -538,6 +574,9 @@ class Supervisor:
             "partitions_offline": offline,
             "routing_mode": self.steering.mode if self.steering else "",
         }
+        errors = {str(s.shard_id): s.start_error for s in self.slots if s.start_error}
+        if errors:
+            body["start_errors"] = errors
         return healthy, body
 
     async def _gather(self) -> list[dict[str, Any] | None]:
@@ -563,6 +602,7 @@ class Supervisor:
                 "pid": slot.pid,
                 "up": slot.up,
                 "restarts": slot.restarts,
+                "start_error": slot.start_error,
                 "port": info["shard_ports"][slot.shard_id],
                 "stats": s,
             }

@@ -91,20 +91,29 @@ def known_entries(config: Mapping[str, object]) -> dict[str, int]:
     return out
 
 
-def log_config(base: LogConfig, config: Mapping[str, int]) -> LogConfig:
-    """The partition log settings of a topic: the node's, with the topic's own."""
-    retention_ms = config.get("retention.ms", -1)
-    retention_bytes = config.get("retention.bytes", -1)
-    segment_bytes = config.get("segment.bytes", base.segment_bytes)
+def log_config(base: LogConfig, config: Mapping[str, object]) -> LogConfig:
+    """The partition log settings of a topic: the node's, with the topic's segment
+    size. Retention stays out of the log's config: the node applies it on its
+    timer (`retention_limits`), never inside an append."""
+    segment_bytes = known_entries(config).get("segment.bytes", base.segment_bytes)
     return replace(
         base,
         segment_bytes=segment_bytes,
         preallocate_bytes=min(base.preallocate_bytes, segment_bytes),
-        retention_ms=None if retention_ms < 0 else retention_ms,
-        retention_bytes=None if retention_bytes < 0 else retention_bytes,
     )
 
 
-def segment_ms(config: Mapping[str, int]) -> int | None:
+def retention_limits(config: Mapping[str, object]) -> tuple[int | None, int | None]:
+    """(retention bytes, retention ms) of a topic; None where it keeps everything."""
+    own = known_entries(config)
+    retention_bytes = own.get("retention.bytes", -1)
+    retention_ms = own.get("retention.ms", -1)
+    return (
+        None if retention_bytes < 0 else retention_bytes,
+        None if retention_ms < 0 else retention_ms,
+    )
+
+
+def segment_ms(config: Mapping[str, object]) -> int | None:
     """How old the write segment may grow before it is rolled (None: never)."""
-    return config.get("segment.ms")
+    return known_entries(config).get("segment.ms")

@@ -199,7 +199,8 @@ class ProduceRequest(Message):
     first record, and its first blob carries the same `ProducerStamp` in the
     `laminar.producer` header (`from_values` puts it there); the partition
     appends the batch only if it continues that producer's sequence
-    (`laminar.shards.idempotence`).
+    (`laminar.shards.idempotence`). No other record, and no record of a plain
+    produce, may carry that header: decoding refuses it.
 
     Header: {producer_id?, sequence?}. Payload: a produce batch (`laminar.wire.records`).
     """
@@ -266,7 +267,8 @@ class ProduceRequest(Message):
         sequence = f.opt_uint(h, "sequence")
         if (producer_id is None) != (sequence is None):
             raise InvalidMessage("an idempotent produce needs both producer_id and sequence")
-        return cls(frame.partition_id, decode_produce_batch(frame.payload), producer_id, sequence)
+        blobs = decode_produce_batch(frame.payload, stamp_first=producer_id is not None)
+        return cls(frame.partition_id, blobs, producer_id, sequence)
 
 
 def _stamped(blob: bytes, stamp: ProducerStamp) -> bytes:

@@ -132,6 +132,7 @@ PRODUCER_HEADER: Final = "laminar.producer"
 `ProducerStamp` (see `laminar.shards.idempotence`). The name is reserved."""
 
 _STAMP = struct.Struct(">QQI")
+_STAMP_NAME: Final = PRODUCER_HEADER.encode()
 
 
 class ProducerStamp(NamedTuple):
@@ -202,9 +203,15 @@ def encode_produce_batch(blobs: Sequence[Buffer]) -> list[Buffer]:
     return out
 
 
-def decode_produce_batch(payload: bytes, *, check: bool = True) -> tuple[bytes, ...]:
+def decode_produce_batch(
+    payload: bytes, *, check: bool = True, stamp_first: bool = False
+) -> tuple[bytes, ...]:
     """The blobs of a produce payload. With `check`, every blob must decode as a
-    record (`CorruptRecord` otherwise), so nothing undecodable reaches the log."""
+    record (`CorruptRecord` otherwise), so nothing undecodable reaches the log,
+    and no blob may carry the reserved `PRODUCER_HEADER` except the first when
+    `stamp_first` (an idempotent produce): a stamp in the log is trusted when a
+    partition rebuilds its producer table, so only the node's checked ones may
+    be there (`InvalidMessage` otherwise)."""
     count = _count(payload)
     table_end = 4 + 4 * count
     if table_end > len(payload):
@@ -228,7 +235,17 @@ def decode_produce_batch(payload: bytes, *, check: bool = True) -> tuple[bytes, 
         for blob in blobs:
             if not blob or blob[0]:
                 check_record(blob)
+                if blob[0] & HAS_HEADERS and _STAMP_NAME in blob:
+                    _refuse_stamp(blob, stamp_first and blob is blobs[0])
     return tuple(blobs)
+
+
+def _refuse_stamp(blob: bytes, allowed: bool) -> None:
+    if not allowed and producer_stamp(blob) is not None:
+        raise InvalidMessage(
+            f"the record header {PRODUCER_HEADER!r} is reserved: only the first record "
+            "of an idempotent produce (producer_id and sequence set) carries it"
+        )
 
 
 def encode_fetch_batch(records: Iterable[tuple[int, int, Buffer]]) -> list[Buffer]:

@@ -13,8 +13,9 @@ import pytest
 
 from laminar.cli.output import put_bytes, table
 from laminar.cli.status import _ranges, parse_prometheus, shard_loads
+from laminar.wire import ErrorCode, Op
 
-from .fakenode import FakeNode
+from .fakenode import FakeNode, Fault
 
 LAMINAR = [str(Path(sys.executable).with_name("laminar"))]
 if not Path(LAMINAR[0]).exists():
@@ -177,6 +178,25 @@ def test_exit_codes(node: FakeNode, args: list[str], code: int, says: str) -> No
     assert laminar(node, "topic", "create", "t").returncode == 0
     result = laminar(node, *args)
     assert result.returncode == code, result.stderr
+    assert says in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("code", "exit_code", "says"),
+    [
+        (ErrorCode.OUTCOME_UNKNOWN, 4, "may or may not have been applied"),
+        (ErrorCode.TIMEOUT, 1, "TIMEOUT"),  # the node refused: nothing was applied
+    ],
+)
+def test_a_produce_whose_outcome_the_node_lost_exits_4(
+    node: FakeNode, code: ErrorCode, exit_code: int, says: str
+) -> None:
+    """A produce the node handed to another shard and lost the answer of may be
+    applied: exit 4 (outcome unknown), never 1 (refused)."""
+    assert laminar(node, "topic", "create", "t").returncode == 0
+    node.inject(Fault("error", op=Op.PRODUCE, code=code))
+    result = laminar(node, "produce", "t", "-p", "0", "-v", "x")
+    assert result.returncode == exit_code, result.stderr
     assert says in result.stderr
 
 

@@ -112,6 +112,32 @@ def test_the_stamp_header_name_is_reserved_for_the_client(client: Client) -> Non
         )
 
 
+def test_a_plain_produce_cannot_plant_a_stamp(tmp_path: Path) -> None:
+    """A plain produce carrying the reserved stamp header used to be stored, and
+    the stamp trusted when the table was rebuilt after a restart: the real
+    producer's first batch was then answered as a duplicate and never appended.
+    Decoding refuses the header in plain produces, so every stamp in a log is
+    one the node checked."""
+    victim = 0x5EED
+    forged = ProduceRequest.from_values(0, [b"forged"], producer_id=victim, sequence=1000)
+    node = start_node(tmp_path, cores=2)
+    try:
+        with NodeClient(node.host, node.port) as wc:
+            wc.create_topic("planted", 1)
+            pid = wc.pid("planted", 0)
+            conn = wc.conn_for(pid)
+            conn.call(ProduceRequest.from_values(pid, [b"opens the log"]))  # for the fast path
+            with pytest.raises(ServerError, match="reserved") as refused:
+                conn.call(ProduceRequest(pid, forged.blobs))
+            assert refused.value.code is ErrorCode.INVALID_REQUEST
+        node = node.restart()
+        with Client(node.bootstrap) as c:
+            first = c.produce("planted", 0, [b"real"], producer_id=victim, sequence=0)
+            assert [r.value for r in c.fetch("planted", 0, first)] == [b"real"]
+    finally:
+        node.kill()
+
+
 @pytest.mark.parametrize("how", ["restart", "crash"])
 def test_the_table_survives_a_node_restart(tmp_path: Path, how: str) -> None:
     node = start_node(tmp_path, cores=2)

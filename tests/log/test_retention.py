@@ -48,3 +48,28 @@ def test_retention_by_age_never_removes_the_write_segment(env: LogEnv) -> None:
         await log.close()
 
     env.run(main)
+
+
+def test_an_owner_can_apply_limits_of_its_own_and_resize_segments(env: LogEnv) -> None:
+    """A node keeps retention out of a topic log's config and applies it on its
+    own timer, with the topic's limits; a topic's segment size can change live."""
+
+    async def main() -> None:
+        log = await SegmentedLog.open(
+            env.directory, LogConfig(segment_bytes=1000), backend=env.backend
+        )
+        for i in range(30):
+            await log.append([bytes([i]) * 100])
+        assert log.lowest_index == 0  # no retention in the config: appends never remove
+        assert await log.remove_expired(None, None) == (0, 0)
+        assert await log.remove_expired(1500, None) == (1, 1000)  # the rest holds 2000
+        assert (log.lowest_index, log.size_bytes) == (10, 2000)
+        log.reconfigure(LogConfig(segment_bytes=200))
+        for i in range(4):
+            await log.append([bytes([i]) * 100])
+        assert log.segment_count >= 3
+        with pytest.raises(ValueError, match="flush settings"):
+            log.reconfigure(LogConfig(segment_bytes=200, flush="never"))
+        await log.close()
+
+    env.run(main)

@@ -6,7 +6,13 @@ appends one line per outcome to `--out`, written with `os.write` before the
 next request so the test can trust it even if this process is killed:
 
     A <partition> <first_index> <seq> <count>   acknowledged: durable at those indexes
-    U <partition> <seq> <count>                 outcome unknown (the node died mid-request)
+    U <partition> <seq> <count> <error>         outcome unknown (the node died mid-request)
+    R <partition> <seq> <count> <error>         refused: the node said it applied none of it
+
+Only errors that say the outcome is unknown (a lost connection, a timeout,
+`OutcomeUnknownError`) are logged as U; every answer from the node is taken at
+its word, so a node whose error lies about the outcome is caught (the test
+checks that refused records are absent).
 
 It keeps going across node failures (reconnecting) until `--seconds` pass or
 `--stop-file` appears.
@@ -19,7 +25,13 @@ import os
 import sys
 import time
 
-from laminar.client import Client, LaminarError, RetryPolicy
+from laminar.client import (
+    Client,
+    ConnectionLostError,
+    LaminarError,
+    RequestTimeoutError,
+    RetryPolicy,
+)
 
 
 def record_value(tag: str, partition: int, seq: int, size: int) -> bytes:
@@ -62,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             first = client.produce(args.topic, partition, values)
         except LaminarError as exc:
-            os.write(fd, f"U {partition} {seq} {args.batch} {type(exc).__name__}\n".encode())
+            unknown = isinstance(exc, ConnectionLostError | RequestTimeoutError)
+            kind = "U" if unknown else "R"
+            os.write(fd, f"{kind} {partition} {seq} {args.batch} {type(exc).__name__}\n".encode())
             client.close()
             client = None
             time.sleep(0.02)

@@ -8,11 +8,15 @@ test reads every partition back and checks, per partition:
   with its bytes unchanged;
 - no record appears twice;
 - nothing is present that was not sent (records whose outcome was unknown when
-  the node died may be present or absent, once at most).
+  the node died may be present or absent, once at most);
+- nothing is present that the node refused: an error that says "not applied"
+  must be true (the producer logs refusals apart from unknown outcomes).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -22,9 +26,19 @@ from pathlib import Path
 import pytest
 
 from laminar.client import Client, RetryPolicy
+from laminar.placement import partition_id, shard_for
 from laminar.reactor import uring_unavailable_reason
+from laminar.wire import (
+    ErrorCode,
+    ErrorResponse,
+    FetchRequest,
+    Ping,
+    ProduceRequest,
+    decode_response,
+)
 from tests.system.nodes import RunningNode, start_node
 from tests.system.producer import record_value
+from tests.system.wireclient import NodeClient, WireConnection
 
 PARTITIONS = 8
 TOPIC = "crash"
@@ -86,6 +100,7 @@ def verify(bootstrap: str, producer: Producer) -> dict[str, int]:
     """Check the partitions against the producer's log (see the module docstring)."""
     acked: dict[tuple[int, int], int] = {}
     unknown: set[tuple[int, int]] = set()
+    refused: set[tuple[int, int]] = set()
     for parts in producer.lines():
         if len(parts) < 4:
             continue  # a line torn by a kill of the producer itself
@@ -93,9 +108,9 @@ def verify(bootstrap: str, producer: Producer) -> dict[str, int]:
             p, first, seq, count = map(int, parts[1:])
             for i in range(count):
                 acked[(p, seq + i)] = first + i
-        elif parts[0] == "U":
+        elif parts[0] in ("U", "R"):
             p, seq, count = int(parts[1]), int(parts[2]), int(parts[3])
-            unknown.update((p, seq + i) for i in range(count))
+            (unknown if parts[0] == "U" else refused).update((p, seq + i) for i in range(count))
     present = 0
     with Client(bootstrap, retry=RetryPolicy(budget_s=20)) as client:
         for p in range(PARTITIONS):
@@ -110,6 +125,7 @@ def verify(bootstrap: str, producer: Producer) -> dict[str, int]:
                     assert tag.decode() == producer.tag and key[0] == p, record.value[:40]
                     assert record.value == record_value(producer.tag, p, key[1], 64)
                     assert key not in seen, f"record {key} twice: {seen[key]} and {index}"
+                    assert key not in refused, f"record {key} was refused, yet it is at {index}"
                     assert key in acked or key in unknown, f"record {key} was never sent"
                     seen[key] = index
                     index += 1
@@ -117,7 +133,12 @@ def verify(bootstrap: str, producer: Producer) -> dict[str, int]:
             for key, at in acked.items():
                 if key[0] == p:
                     assert seen.get(key) == at, f"acknowledged {key} at {at}, found {seen.get(key)}"
-    return {"acked": len(acked), "unknown": len(unknown), "present": present}
+    return {
+        "acked": len(acked),
+        "unknown": len(unknown),
+        "refused": len(refused),
+        "present": present,
+    }
 
 
 def create_topic(node: RunningNode) -> None:
@@ -178,3 +199,43 @@ def test_sigterm_drains_under_load_and_exits_zero(tmp_path: Path) -> None:
     # A drain completes what it accepted: nothing is left unknown but the
     # requests refused or cut off after the drain began.
     assert counts["present"] >= counts["acked"]
+
+
+def test_a_forwarded_produce_whose_owner_dies_is_answered_outcome_unknown(
+    tmp_path: Path,
+) -> None:
+    """The shard a produce was forwarded to dies with it in hand: the forwarder
+    cannot know whether it was applied, and says so (it used to answer TIMEOUT,
+    which a client reads as a refusal). A read forwarded the same way is TIMEOUT:
+    safe to repeat."""
+    with start_node(tmp_path, cores=2) as node:
+        with NodeClient(node.host, node.port) as client:
+            topic = client.create_topic("lost", 4)
+        pid = next(
+            partition_id(topic.topic_id, p)
+            for p in range(4)
+            if shard_for(partition_id(topic.topic_id, p), 2) == 1
+        )
+        owner = node.shard_pids()[1]
+        with WireConnection(node.host, node.shard_ports[0], timeout=30) as conn:  # not the owner
+            # A forwarded ping opens shard 0's channel to the owner (a request on a
+            # channel not accepted yet would wait in the backlog for the restart).
+            assert conn.call(Ping(pid)).shard_id == 1
+            os.kill(owner, signal.SIGSTOP)
+            try:
+                produce = conn.send(ProduceRequest.from_values(pid, [b"maybe"]))
+                fetch = conn.send(FetchRequest(pid, 0))
+                time.sleep(0.5)  # both are in the channel to the stopped owner
+            finally:
+                os.kill(owner, signal.SIGKILL)
+            answers = {}
+            for _ in range(2):
+                frame = conn.read_frame()
+                assert frame is not None
+                answers[frame.correlation_id] = decode_response(frame)
+        assert isinstance(answers[produce], ErrorResponse)
+        assert answers[produce].code is ErrorCode.OUTCOME_UNKNOWN, answers[produce]
+        assert "may or may not have been applied" in answers[produce].message
+        assert isinstance(answers[fetch], ErrorResponse)
+        assert answers[fetch].code is ErrorCode.TIMEOUT
+        node.wait_shard_restarted(1, owner)

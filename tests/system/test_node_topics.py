@@ -3,7 +3,10 @@ and every shard sees a change before it is acknowledged."""
 
 from __future__ import annotations
 
+import os
+import select
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,15 @@ import pytest
 from laminar.client import Client, UnknownTopicError
 from laminar.placement import partition_id, shard_for
 from laminar.shards.metadata import METADATA_PID
-from laminar.wire import ErrorCode, FetchRequest, MetadataTailRequest, ProduceRequest
+from laminar.wire import (
+    CreateTopicRequest,
+    CreateTopicResponse,
+    ErrorCode,
+    FetchRequest,
+    ListTopicsRequest,
+    MetadataTailRequest,
+    ProduceRequest,
+)
 from tests.system.nodes import RunningNode, start_node
 from tests.system.wireclient import NodeClient, ServerError, WireConnection
 
@@ -65,21 +76,37 @@ def test_delete_removes_every_partition_and_the_name_can_be_reused(node: Running
 
 
 def test_a_new_topic_is_usable_at_once_on_every_shard(node: RunningNode) -> None:
-    """Created through one shard, produced to shard-direct on the others at once:
-    the owner acknowledges a create only after every shard applied it."""
-    with NodeClient(node.host, node.port, via_node_port=True) as via_node:
-        for n in range(15):
+    """The owner acknowledges a create only after every live shard applied it.
+
+    Shown with a follower stopped (SIGSTOP) while a create is in flight: no
+    answer may come while it cannot have applied the entry (without the barrier
+    the answer came in milliseconds, and another shard could then be asked about
+    a topic it did not know yet). Once it runs again, the answer comes, and that
+    shard lists the topic and takes produces for it straight away."""
+    owner = shard_for(METADATA_PID, 2)
+    follower = 1 - owner
+    with WireConnection(node.host, node.shard_ports[owner], timeout=30) as to_owner:
+        assert isinstance(to_owner.call(CreateTopicRequest("warm-up", 1)), CreateTopicResponse)
+        for n in range(3):
             name = f"quick-{n}"
-            info = via_node.create_topic(name, 4)
-            for p in range(4):
-                pid = partition_id(info.topic_id, p)
-                owner = shard_for(pid, 2)
-                with NodeClient(node.host, node.port) as direct:
-                    direct.meta = via_node.meta
-                    assert direct.produce(name, p, [b"x"]).first_index == 0
-                    assert direct.ping(pid).shard_id == owner
-            listed = {t.name for t in via_node.list_topics()}
-            assert name in listed
+            stopped = node.shard_pids()[follower]
+            os.kill(stopped, signal.SIGSTOP)
+            try:
+                to_owner.send(CreateTopicRequest(name, 4))
+                readable, _, _ = select.select([to_owner.sock], [], [], 0.8)
+                assert not readable, "the create was acknowledged before a live shard applied it"
+            finally:
+                os.kill(stopped, signal.SIGCONT)
+            created = to_owner.read_response()
+            assert isinstance(created, CreateTopicResponse) and created.topic.name == name
+            with WireConnection(node.host, node.shard_ports[follower]) as to_follower:
+                listed = to_follower.call(ListTopicsRequest())
+                assert name in {t.name for t in listed.topics}
+                for p in range(4):
+                    pid = partition_id(created.topic.topic_id, p)
+                    if shard_for(pid, 2) == follower:
+                        produced = to_follower.call(ProduceRequest.from_values(pid, [b"x"]))
+                        assert produced.first_index == 0
 
 
 def test_partitions_of_a_delete_missed_while_down_are_removed(tmp_path: Path) -> None:

@@ -1,0 +1,87 @@
+"""Ready (the work a core hands its application) and Status (a snapshot of a core)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from .messages import Entry, HardState, Message, ReadState
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """Everything a core asks of its application, in the order it must be done:
+
+    1. persist `entries`, then `hard_state` (durably if `must_sync`);
+    2. only then send `messages`;
+    3. apply `committed`; then call `core.advance(ready)`.
+    """
+
+    entries: tuple[Entry, ...] = ()
+    """Entries to save to stable storage BEFORE `messages` are sent, replacing
+    any stored suffix that starts at or after entries[0].index. If entries[0]
+    has kind "anchor", the follower is installing the leader's log: discard the
+    whole stored log first and continue it after that (index, term); the anchor
+    is not an entry of the log (MemoryStorage.append does all this)."""
+
+    hard_state: HardState | None = None
+    """The hard state to save AFTER `entries` and BEFORE `messages` are sent
+    (a vote must be durable before the vote is granted); None if unchanged."""
+
+    messages: tuple[Message, ...] = ()
+    """Messages to send AFTER `entries` and `hard_state` are persisted (an
+    acknowledgement or a vote is a promise about what is on disk). They may be
+    sent in any order, dropped or duplicated: the core copes."""
+
+    committed: tuple[Entry, ...] = ()
+    """Committed entries to apply AFTER the writes above, in index order, each
+    once (after a restart, again from the first index unless
+    `RaftConfig.applied` said otherwise). Includes the core's own entries
+    (kind "noop", "config"): an application skips what is not "normal". A
+    "config" entry takes effect inside the core when `advance` is called."""
+
+    read_states: tuple[ReadState, ...] = ()
+    """Confirmed `read_index()` requests: answer each once the application has
+    applied its index."""
+
+    dropped_reads: tuple[int, ...] = ()
+    """`read_index()` requests that will never be confirmed (leadership was
+    lost): fail them so the client retries at the new leader."""
+
+    must_sync: bool = False
+    """True if `entries` or `hard_state` must be made durable (fsync) before the
+    messages go out: there are entries, or the term or vote changed. A change of
+    the commit index alone may be written without a sync."""
+
+
+class FollowerProgress(NamedTuple):
+    """A leader's view of one member: where its log matches and how it is fed."""
+
+    match: int
+    next: int
+    state: str  # "probe" or "replicate"
+    learner: bool
+    recent_active: bool
+
+
+@dataclass(frozen=True)
+class Status:
+    """A consistent snapshot of one core."""
+
+    node_id: str
+    role: str  # "follower", "pre_candidate", "candidate" or "leader"
+    term: int
+    leader: str | None
+    commit: int
+    applied: int
+    vote: str | None
+    first_index: int
+    last_index: int
+    voters: tuple[str, ...]
+    learners: tuple[str, ...]
+    quiesced: bool
+    transferee: str | None = None
+    progress: Mapping[str, FollowerProgress] = field(default_factory=dict)
+    """Leader only: every member's progress (the shell reports follower lag and
+    decides when a learner has caught up)."""

@@ -1,0 +1,125 @@
+"""Retention on a running shard: topic configs applied on a timer.
+
+Every `--retention-check-interval` seconds, in the shard's background task
+queue (so requests keep their CPU share), the shard walks the partitions it
+owns of every topic whose config asks for retention or time-based rolling
+(`topic_config`), and for each partition that has a log on disk:
+
+1. rolls the write segment once its first record is `segment.ms` old, so that a
+   quiet partition's records can expire (retention removes whole segments only,
+   and never the one being written);
+2. applies `retention.ms` and `retention.bytes` (`SegmentedLog.remove_expired`),
+   counting the segments and bytes removed (`/metrics`). Retention is kept out
+   of the logs' own config, so it never runs inside an append.
+
+A partition without a directory is left alone (a retention pass never creates
+logs). A log that fails is logged and skipped; the next pass tries again.
+Retention settings reach logs already open when the topic is altered
+(`apply_config`), and logs opened later get them from the topic at open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+
+from laminar.log import LogConfig, SegmentedLog
+from laminar.placement import partition_id
+from laminar.shards.metrics import ShardMetrics
+from laminar.shards.partitions import PartitionManager
+from laminar.shards.topic_config import log_config, retention_limits, segment_ms
+from laminar.wire import TopicInfo
+
+logger = logging.getLogger("laminar.shards")
+
+DEFAULT_CHECK_INTERVAL_S = 60.0
+
+
+def roll_due(first_timestamp_ms: int | None, now_ms: int, segment_ms_: int | None) -> bool:
+    """Whether a write segment whose first record was appended at
+    `first_timestamp_ms` (None: it is empty) is old enough to roll."""
+    return (
+        segment_ms_ is not None
+        and first_timestamp_ms is not None
+        and now_ms - first_timestamp_ms >= segment_ms_
+    )
+
+
+def wants_retention(topic: TopicInfo) -> bool:
+    config = topic.config
+    return any(key in config for key in ("retention.ms", "retention.bytes", "segment.ms"))
+
+
+class Retention:
+    """Applies this shard's topics' retention (see the module docstring)."""
+
+    def __init__(
+        self,
+        partitions: PartitionManager,
+        topics: Callable[[], Iterable[TopicInfo]],
+        owns: Callable[[int], bool],
+        metrics: ShardMetrics,
+        interval_s: float = DEFAULT_CHECK_INTERVAL_S,
+    ) -> None:
+        self._partitions = partitions
+        self._topics = topics
+        self._owns = owns
+        self._metrics = metrics
+        self.interval_s = interval_s
+
+    def topic_log_config(self, topic: TopicInfo) -> LogConfig:
+        """The settings a partition log of `topic` opens with."""
+        return log_config(self._partitions.config, topic.config)
+
+    def apply_config(self, topic: TopicInfo) -> None:
+        """A topic's config changed: its open logs take the new settings now."""
+        config = self.topic_log_config(topic)
+        for pid in self._owned(topic):
+            log = self._partitions.opened(pid)
+            if log is not None:
+                log.reconfigure(config)
+
+    async def run(self) -> None:
+        """Apply retention every `interval_s` until cancelled."""
+        while True:
+            await asyncio.sleep(self.interval_s)
+            await self.apply_once()
+
+    async def apply_once(self) -> None:
+        """One pass over every owned partition of every topic that asks for it."""
+        for topic in list(self._topics()):
+            if not wants_retention(topic):
+                continue
+            config = self.topic_log_config(topic)
+            for pid in self._owned(topic):
+                if not os.path.isdir(self._partitions.directory(pid)):
+                    continue
+                try:
+                    log = await self._partitions.get(pid, config)
+                    await self._apply(log, topic)
+                except Exception as exc:  # one bad partition must not stop the rest
+                    logger.warning(
+                        "retention of %s failed: %s", self._partitions.directory(pid), exc
+                    )
+
+    async def _apply(self, log: SegmentedLog, topic: TopicInfo) -> None:
+        now_ms = time.time_ns() // 1_000_000
+        if roll_due(log.write_segment_first_timestamp_ms, now_ms, segment_ms(topic.config)):
+            await log.roll_over()
+        retention_bytes, retention_ms = retention_limits(topic.config)
+        if retention_bytes is None and retention_ms is None:
+            return
+        removed, freed = await log.remove_expired(retention_bytes, retention_ms, now_ms)
+        if removed:
+            self._metrics.retention_segments_deleted += removed
+            self._metrics.retention_bytes_deleted += freed
+            logger.info(
+                "retention removed %d segments (%d bytes) of %s", removed, freed, log.directory
+            )
+
+    def _owned(self, topic: TopicInfo) -> list[int]:
+        pids = (partition_id(topic.topic_id, idx) for idx in range(topic.partitions))
+        return [pid for pid in pids if self._owns(pid)]

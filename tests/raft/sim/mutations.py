@@ -1,0 +1,207 @@
+"""Mutations of the core that the simulator must catch (run by
+tests/raft/test_mutations.py and by hand: `python -m tests.raft.sim.mutations`).
+
+Each mutation patches one rule out of laminar.raft for the duration of a
+`with` block, and names the checker expected to catch it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from laminar.raft import Entry, HardState, Message, ReadState, core, log, readindex
+from laminar.raft.messages import APPEND_RESP
+
+from .checkers import Checker
+from .checkers.durability import Durability
+from .checkers.election_safety import ElectionSafety
+from .checkers.leader_completeness import LeaderCompleteness
+from .checkers.liveness import Liveness
+from .checkers.log_matching import LogMatching
+from .checkers.reads import LinearizableReads
+from .checkers.state_machine_safety import StateMachineSafety
+from .history import Violation
+from .simulation import run_seed
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    checker: str  # the checker expected to report it
+    checker_type: type[Checker]  # runs alone, so no other checker reports first
+    target: object
+    attribute: str
+    replacement: Callable[..., object]
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        original = getattr(self.target, self.attribute)
+        setattr(self.target, self.attribute, self.replacement)
+        try:
+            yield
+        finally:
+            setattr(self.target, self.attribute, original)
+
+
+def _commit_without_term_check(self: core.RaftCore) -> bool:
+    index = self._tracker.committed_index()
+    if index > self.log.committed:  # Figure 8's term check dropped
+        self.log.commit_to(index)
+        return True
+    return False
+
+
+def _hard_state_without_vote(self: core.RaftCore) -> HardState:
+    return HardState(self.term, None, self.log.committed)  # the vote is never persisted
+
+
+def _always_up_to_date(self: log.RaftLog, index: int, term: int) -> bool:
+    return True  # voters skip paper 5.4.1's up-to-date check
+
+
+def _append_without_prev_check(
+    self: log.RaftLog, prev_index: int, prev_term: int, entries: Sequence[Entry], leader_commit: int
+) -> int | None:
+    if prev_index > self.last_index():
+        return None
+    return self.append_matched(prev_index, entries, leader_commit)
+
+
+def _commit_unclamped(
+    self: log.RaftLog, prev_index: int, entries: Sequence[Entry], leader_commit: int
+) -> int:
+    last_new = prev_index + len(entries)
+    if entries:
+        conflict = self._find_conflict(entries)
+        if conflict:
+            self.truncate_and_append(entries[conflict - prev_index - 1 :])
+    self.commit_to(leader_commit)  # Figure 2: min(leaderCommit, index of last new entry)
+    return last_new
+
+
+def _restart_trusts_whole_log(self: log.RaftLog, storage: object, applied: int | None) -> None:
+    _original_log_init(self, storage, applied)  # type: ignore[arg-type]
+    self.committed = self.last_index()  # everything persisted is taken as committed
+
+
+_original_log_init = log.RaftLog.__init__
+
+
+def _confirm_without_quorum(
+    self: readindex.ReadIndexQueue, voters: tuple[str, ...], leader: str
+) -> list[ReadState]:
+    out = [ReadState(r.request_id, r.index) for r in self.pending]
+    self.pending.clear()  # a read is answered without hearing from a majority
+    return out
+
+
+def _step_leader_without_retry(self: core.RaftCore, m: Message) -> None:
+    progress = self._tracker.progress.get(m.src)
+    if progress is None:
+        return
+    progress.recent_active = True
+    if m.kind == APPEND_RESP:
+        if m.reject:
+            self._append_rejected(m, progress)
+        else:
+            self._append_acknowledged(m, progress)
+    # heartbeat answers no longer unpause a probe or resend a lost append
+
+
+MUTATIONS = (
+    Mutation(
+        "skip persisting the vote",
+        "election safety",
+        ElectionSafety,
+        core.RaftCore,
+        "_hard_state",
+        _hard_state_without_vote,
+    ),
+    Mutation(
+        "skip the AppendEntries prev-term check",
+        "log matching",
+        LogMatching,
+        log.RaftLog,
+        "maybe_append",
+        _append_without_prev_check,
+    ),
+    Mutation(
+        "skip the voter's up-to-date check (5.4.1)",
+        "leader completeness",
+        LeaderCompleteness,
+        log.RaftLog,
+        "is_up_to_date",
+        _always_up_to_date,
+    ),
+    Mutation(
+        "a restart takes its whole persisted log as committed",
+        "state machine safety",
+        StateMachineSafety,
+        log.RaftLog,
+        "__init__",
+        _restart_trusts_whole_log,
+    ),
+    Mutation(
+        "drop the Figure 8 term check (5.4.2)",
+        "state machine safety",
+        StateMachineSafety,
+        core.RaftCore,
+        "_maybe_commit",
+        _commit_without_term_check,
+    ),
+    Mutation(
+        "commit the leader's commit index past the appended entries",
+        "no committed entry lost",
+        Durability,
+        log.RaftLog,
+        "append_matched",
+        _commit_unclamped,
+    ),
+    Mutation(
+        "answer reads without a heartbeat quorum",
+        "linearizable reads",
+        LinearizableReads,
+        readindex.ReadIndexQueue,
+        "confirmed",
+        _confirm_without_quorum,
+    ),
+    Mutation(
+        "never resend a lost append",
+        "liveness",
+        Liveness,
+        core.RaftCore,
+        "_step_leader",
+        _step_leader_without_retry,
+    ),
+)
+
+
+def first_failure(mutation: Mutation, seeds: range) -> tuple[int, Violation] | None:
+    with mutation.applied():
+        for seed in seeds:
+            try:
+                run_seed(seed, checkers=(mutation.checker_type,))
+            except Violation as violation:
+                return seed, violation
+    return None
+
+
+def main() -> None:
+    limit = int(sys.argv[1]) if len(sys.argv) > 1 else 500
+    for mutation in MUTATIONS:
+        started = time.perf_counter()
+        found = first_failure(mutation, range(limit))
+        took = time.perf_counter() - started
+        if found is None:
+            print(f"NOT CAUGHT in {limit} seeds ({took:.1f}s): {mutation.name}")
+        else:
+            seed, violation = found
+            print(f"caught at seed {seed} ({took:.1f}s): {mutation.name}\n    {violation}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Run the Raft simulator over many seeds in parallel (make soak).
+
+    python -m tests.raft.sim.soak --seeds 10000 --processes 2
+
+Prints progress, every failure with its `reproduce with seed=...` line, and
+the total; exits 1 if any seed failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import sys
+import time
+
+from .history import Violation
+from .simulation import run_seed
+
+CHUNK = 50
+
+
+def _run_chunk(first: int, last: int) -> list[str]:
+    failures = []
+    for seed in range(first, last):
+        try:
+            run_seed(seed)
+        except Violation as violation:
+            failures.append(str(violation))
+        except Exception as exc:  # a crash of the core is a failure too
+            failures.append(f"{type(exc).__name__}: {exc}; reproduce with seed={seed}")
+    return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, default=10_000)
+    parser.add_argument("--first", type=int, default=0, help="the first seed")
+    parser.add_argument("--processes", type=int, default=2)
+    args = parser.parse_args(argv)
+    chunks = [
+        (first, min(first + CHUNK, args.first + args.seeds))
+        for first in range(args.first, args.first + args.seeds, CHUNK)
+    ]
+    started = time.perf_counter()
+    failures: list[str] = []
+    done = 0
+    with multiprocessing.Pool(args.processes) as pool:
+        for chunk_failures in pool.starmap(_run_chunk, chunks, chunksize=1):
+            failures += chunk_failures
+            done += 1
+            if done % 20 == 0 or done == len(chunks):
+                seeds = min(done * CHUNK, args.seeds)
+                print(
+                    f"{seeds}/{args.seeds} seeds, {len(failures)} failed, "
+                    f"{time.perf_counter() - started:.0f} s",
+                    flush=True,
+                )
+    for failure in failures:
+        print(failure)
+    took = time.perf_counter() - started
+    print(
+        f"raft simulator: {args.seeds} seeds, {len(failures)} violations, {took:.0f} s "
+        f"({args.seeds / took:.1f} seeds/s on {args.processes} processes)"
+    )
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

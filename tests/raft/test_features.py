@@ -1,0 +1,449 @@
+"""Scenarios beyond the paper's core: pre-vote, check-quorum, leader transfer,
+learners and install-from-index, removing the leader, ReadIndex, quiescence,
+restarts, and the API contract (Ready duties, errors)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from laminar.raft import (
+    FOLLOWER,
+    HEARTBEAT_KINDS,
+    LEADER,
+    NOOP,
+    NORMAL,
+    ConfigChangeRefused,
+    Entry,
+    HardState,
+    MemoryStorage,
+    Message,
+    NotLeader,
+    ProposalDropped,
+    RaftConfig,
+    RaftCore,
+    RaftError,
+    ReadyOutstanding,
+)
+from laminar.raft.messages import HEARTBEAT, INSTALL, QUIESCE
+
+from .harness import Cluster
+
+
+def test_the_api_as_the_issue_prints_it() -> None:
+    storage = MemoryStorage()
+    core = RaftCore(
+        RaftConfig(
+            node_id="n1",
+            voters=("n1",),
+            election_ticks=10,
+            heartbeat_ticks=1,
+            pre_vote=True,
+            check_quorum=True,
+        ),
+        storage,
+        random.Random(1),
+    )
+    applied: list[Entry] = []
+    for _ in range(25):
+        core.tick()
+        while core.has_ready():
+            rd = core.ready()
+            storage.append(rd.entries)
+            if rd.hard_state is not None:
+                storage.set_hard_state(rd.hard_state)
+            assert rd.messages == ()  # a group of one sends nothing
+            applied.extend(rd.committed)
+            core.advance(rd)
+    st = core.status()
+    assert (st.role, st.term, st.leader) == (LEADER, 1, "n1")
+    index = core.propose(b"payload")
+    while core.has_ready():
+        rd = core.ready()
+        storage.append(rd.entries)
+        if rd.hard_state is not None:
+            storage.set_hard_state(rd.hard_state)
+        applied.extend(rd.committed)
+        core.advance(rd)
+    assert [(e.index, e.data, e.kind) for e in applied] == [(1, b"", NOOP), (2, b"payload", NORMAL)]
+    assert index == 2 and core.status().commit == 2
+    assert storage.initial_state() == HardState(1, "n1", 2)
+
+
+# -- pre-vote and check-quorum -----------------------------------------------------
+
+
+@pytest.mark.parametrize("check_quorum", [False, True])
+def test_pre_vote_a_partitioned_node_rejoins_without_inflating_terms_or_disrupting(
+    check_quorum: bool,
+) -> None:
+    cluster = Cluster(3, check_quorum=check_quorum)
+    cluster.elect("n1")
+    term = cluster.cores["n1"].term
+    cluster.isolate("n3")
+    cluster.tick(100)
+    assert cluster.cores["n3"].term == term  # pre-votes never succeed alone
+    assert cluster.cores["n3"].role in ("pre_candidate", FOLLOWER)
+    cluster.heal()
+    cluster.tick(5)
+    assert cluster.leader() == "n1" and cluster.cores["n1"].term == term
+    assert {c.term for c in cluster.cores.values()} == {term}
+    cluster.propose("n1", b"after")
+    cluster.tick(2)
+    assert cluster.data("n3") == [b"after"]
+
+
+def test_without_pre_vote_a_rejoining_node_disrupts_the_leader() -> None:
+    """The contrast that shows what pre-vote is for."""
+    cluster = Cluster(3, pre_vote=False, check_quorum=False)
+    cluster.elect("n1")
+    term = cluster.cores["n1"].term
+    cluster.isolate("n3")
+    cluster.tick(100)
+    assert cluster.cores["n3"].term > term + 2
+    cluster.heal()
+    cluster.tick(25)
+    assert cluster.cores["n1"].term > term + 2  # deposed by the higher term
+
+
+def test_check_quorum_an_isolated_leader_steps_down_within_an_election_timeout() -> None:
+    cluster = Cluster(3, election_ticks=10)
+    cluster.elect("n1")
+    cluster.isolate("n1")
+    cluster.tick(20, nodes=("n1",))
+    assert cluster.cores["n1"].role == FOLLOWER
+    with pytest.raises(NotLeader):
+        cluster.cores["n1"].propose(b"x")
+
+
+def test_check_quorum_followers_that_hear_a_leader_ignore_vote_requests() -> None:
+    cluster = Cluster(3, pre_vote=False, check_quorum=True)
+    cluster.elect("n1")
+    term = cluster.cores["n1"].term
+    cluster.cores["n3"].campaign()  # a disruptive candidate at term + 1
+    cluster.drain()
+    assert cluster.cores["n2"].term == term  # in lease: ignored
+    assert cluster.cores["n1"].role == LEADER
+
+
+# -- leader transfer ---------------------------------------------------------------
+
+
+def test_leader_transfer_hands_over_at_once_to_an_up_to_date_voter() -> None:
+    cluster = Cluster(3)
+    old = cluster.elect("n1")
+    cluster.propose("n1", b"a")
+    old.transfer_leadership("n2")
+    cluster.drain()
+    assert cluster.leader() == "n2"
+    assert cluster.cores["n2"].term == old.term
+    assert old.role == FOLLOWER and old.leader == "n2"
+    cluster.propose("n2", b"b")
+    cluster.tick(2)
+    assert cluster.data("n1") == [b"a", b"b"]
+
+
+def test_leader_transfer_catches_a_lagging_target_up_first_and_refuses_proposals() -> None:
+    cluster = Cluster(3)
+    leader = cluster.elect("n1")
+    cluster.isolate("n3")
+    cluster.propose("n1", b"a")
+    cluster.heal()
+    leader.transfer_leadership("n3")
+    with pytest.raises(ProposalDropped):
+        leader.propose(b"during")
+    cluster.drain()
+    cluster.tick(3)
+    assert cluster.leader() == "n3"
+    assert b"a" in cluster.data("n3")
+
+
+def test_leader_transfer_to_a_dead_node_is_abandoned_after_an_election_timeout() -> None:
+    cluster = Cluster(3, election_ticks=10)
+    leader = cluster.elect("n1")
+    cluster.crash("n3")
+    cluster.propose("n1", b"a")
+    leader.transfer_leadership("n3")
+    cluster.tick(12)
+    assert leader.role == LEADER and leader.status().transferee is None
+    leader.propose(b"b")  # accepted again
+
+
+# -- membership ---------------------------------------------------------------------
+
+
+def test_learner_catches_up_from_below_the_leaders_retained_index_and_is_promoted() -> None:
+    cluster = Cluster(3)
+    leader = cluster.elect("n1")
+    for i in range(20):
+        leader.propose(f"v{i}".encode())
+    cluster.drain()
+    cluster.tick(2)
+    cluster.storages["n1"].compact(15)  # retention dropped [1, 15] on the leader
+    index = leader.add_learner("n4")
+    cluster.drain()
+    cluster.add_node("n4", ("n1", "n2", "n3"), ("n4",))
+    cluster.tick(5)
+    installs = [m for m in cluster.sent if m.kind == INSTALL and m.dst == "n4"]
+    assert installs and installs[0].index == 15
+    storage = cluster.storages["n4"]
+    assert storage.first_index() == 16 and storage.last_index() == leader.log.last_index()
+    assert cluster.data("n4") == [f"v{i}".encode() for i in range(14, 20)]  # after the anchor
+    assert leader.status().progress["n4"].match == leader.log.last_index() >= index
+    # A learner does not count: with n2 and n3 down nothing commits.
+    cluster.crash("n2")
+    cluster.crash("n3")
+    cluster.tick(1)
+    stuck = leader.propose(b"needs a voter")
+    cluster.tick(3)
+    assert leader.status().commit < stuck
+    cluster.restart("n2")
+    cluster.tick(3)
+    leader.promote_learner("n4")
+    cluster.tick(3)
+    assert leader.status().voters == ("n1", "n2", "n3", "n4")
+    assert cluster.cores["n4"].status().voters == ("n1", "n2", "n3", "n4")
+
+
+def test_install_carries_the_membership_in_effect_at_the_anchor() -> None:
+    cluster = Cluster(3)
+    leader = cluster.elect("n1")
+    leader.add_learner("n4")
+    cluster.drain()
+    cluster.add_node("n4", ("n1", "n2", "n3"), ("n4",))
+    cluster.tick(3)
+    cluster.crash("n4")  # n4 misses its own promotion
+    leader.promote_learner("n4")
+    cluster.tick(3)
+    for i in range(5):
+        leader.propose(f"v{i}".encode())
+    cluster.tick(3)
+    cluster.storages["n1"].compact(leader.log.applied)
+    cluster.storages["n4"] = MemoryStorage()  # a brand-new replica on another disk
+    cluster.add_node("n4", ("n1", "n2", "n3"), ("n4",))  # what the shell knew
+    cluster.tick(5)
+    assert cluster.storages["n4"].first_index() > 1  # it was installed
+    assert cluster.cores["n4"].status().voters == ("n1", "n2", "n3", "n4")
+
+
+def test_removing_the_leader_makes_it_step_down_and_the_rest_elect_a_new_one() -> None:
+    cluster = Cluster(3)
+    leader = cluster.elect("n1")
+    leader.remove_node("n1")
+    cluster.drain()
+    cluster.tick(2)
+    assert leader.role == FOLLOWER
+    assert leader.status().voters == ("n2", "n3")
+    new = cluster.wait_for_leader(max_ticks=100)
+    assert new in ("n2", "n3")
+    cluster.propose(new, b"without n1")
+    cluster.tick(2)
+    other = "n3" if new == "n2" else "n2"
+    assert cluster.data(other)[-1] == b"without n1"
+    cluster.tick(50)
+    assert leader.role == FOLLOWER  # a removed node never campaigns
+
+
+def test_membership_changes_are_one_step_at_a_time() -> None:
+    cluster = Cluster(3)
+    leader = cluster.elect("n1")
+    with pytest.raises(ConfigChangeRefused, match="learners first"):
+        leader.propose_membership(("n1", "n2", "n3", "n4"))
+    with pytest.raises(ConfigChangeRefused, match="one change at a time"):
+        leader.propose_membership(("n1",))
+    leader.add_learner("n4")
+    with pytest.raises(ConfigChangeRefused, match="not applied yet"):
+        leader.add_learner("n5")
+    cluster.drain()
+    leader.add_learner("n5")  # the first is applied now
+    with pytest.raises(NotLeader) as refusal:
+        cluster.cores["n2"].add_learner("n6")
+    assert refusal.value.leader_hint == "n1"
+
+
+# -- reads ------------------------------------------------------------------------
+
+
+def test_read_index_is_confirmed_by_a_heartbeat_quorum() -> None:
+    cluster = Cluster(3)
+    leader = cluster.elect("n1")
+    index = cluster.propose("n1", b"x")
+    request = leader.read_index()
+    cluster.drain()
+    assert [(r.request_id, r.index) for r in cluster.read_states["n1"]] == [(request, index)]
+    with pytest.raises(NotLeader):
+        cluster.cores["n2"].read_index()
+
+
+def test_read_index_on_a_deposed_leader_is_never_confirmed_and_is_dropped() -> None:
+    cluster = Cluster(3, check_quorum=False)
+    old = cluster.elect("n1")
+    cluster.isolate("n1")
+    request = old.read_index()
+    cluster.tick(3)
+    assert cluster.read_states["n1"] == []
+    cluster.elect("n2")
+    cluster.propose("n2", b"newer")
+    cluster.heal()
+    cluster.tick(3)
+    assert old.role == FOLLOWER
+    assert cluster.read_states["n1"] == []
+    assert cluster.dropped_reads["n1"] == [request]
+
+
+def test_a_new_leader_confirms_reads_only_after_committing_in_its_term() -> None:
+    cluster = Cluster(3, check_quorum=False)
+    cluster.elect("n1")
+    cluster.propose("n1", b"x")
+    cluster.tick(2)
+    cluster.isolate("n1")
+    leader = cluster.cores["n2"]
+    leader.campaign()
+    cluster.pump("n2")
+    cluster.deliver_queued()  # the (pre-)vote request reaches n3
+    cluster.pump("n3")
+    cluster.deliver_queued()
+    if leader.role != LEADER:  # with pre-vote: one more round for the real vote
+        cluster.pump("n2")
+        cluster.deliver_queued()
+        cluster.pump("n3")
+        cluster.deliver_queued()
+    assert leader.role == LEADER
+    request = leader.read_index()
+    cluster.cut.add(("n2", "n3"))  # its no-op cannot commit
+    cluster.tick(3, nodes=("n2", "n3"))
+    assert cluster.read_states["n2"] == []
+    cluster.cut.discard(("n2", "n3"))
+    cluster.tick(3, nodes=("n2", "n3"))
+    (read,) = cluster.read_states["n2"]
+    assert read.request_id == request and read.index == leader.log.last_index()
+
+
+# -- quiescence ---------------------------------------------------------------------
+
+
+def test_an_idle_group_quiesces_and_wakes_on_a_proposal() -> None:
+    cluster = Cluster(3)
+    leader = cluster.elect("n1")
+    cluster.propose("n1", b"x")
+    cluster.tick(2)
+    assert leader.quiesce()
+    cluster.drain()
+    assert all(c.status().quiesced for c in cluster.cores.values())
+    sent = len(cluster.sent)
+    cluster.tick(100)
+    assert len(cluster.sent) == sent  # no heartbeats, no elections
+    cluster.propose("n1", b"y")
+    cluster.tick(2)
+    assert not any(c.status().quiesced for c in cluster.cores.values())
+    assert cluster.data("n3") == [b"x", b"y"]
+
+
+def test_quiesced_followers_elect_a_new_leader_once_woken() -> None:
+    cluster = Cluster(3)
+    leader = cluster.elect("n1")
+    cluster.tick(2)
+    assert leader.quiesce()
+    cluster.drain()
+    cluster.crash("n1")
+    cluster.tick(100)
+    assert cluster.leader() is None  # quiesced: nobody notices on their own
+    for node in ("n2", "n3"):
+        cluster.cores[node].wake()  # the shell learned n1's node is down
+    assert cluster.wait_for_leader() in ("n2", "n3")
+
+
+def test_quiesce_refuses_while_a_follower_lags() -> None:
+    cluster = Cluster(3)
+    leader = cluster.elect("n1")
+    cluster.isolate("n3")
+    cluster.propose("n1", b"x")
+    assert not leader.quiesce()
+    assert not [m for m in cluster.sent if m.kind == QUIESCE]
+
+
+# -- restarts -------------------------------------------------------------------------
+
+
+def test_a_restart_redelivers_committed_entries_from_the_first_index() -> None:
+    cluster = Cluster(3)
+    cluster.elect("n1")
+    for data in (b"a", b"b"):
+        cluster.propose("n1", data)
+    cluster.tick(2)
+    cluster.crash("n2")
+    cluster.restart("n2")
+    cluster.drain()
+    assert [e.index for e in cluster.applied["n2"]] == [1, 2, 3]
+    cluster.crash("n3")
+    cluster.restart("n3", applied=2)
+    cluster.drain()
+    assert [e.index for e in cluster.applied["n3"]] == [3]
+
+
+def test_a_restarted_voter_remembers_its_vote() -> None:
+    storage = MemoryStorage()
+    config = RaftConfig(node_id="n1", voters=("n1", "n2", "n3"), pre_vote=False)
+    core = RaftCore(config, storage, random.Random(1))
+    core.step(Message("vote", "n2", "n1", 5))
+    rd = core.ready()
+    assert rd.must_sync and rd.hard_state == HardState(5, "n2", 0)
+    storage.set_hard_state(rd.hard_state)
+    core.advance(rd)
+    again = RaftCore(config, storage, random.Random(2))
+    again.step(Message("vote", "n3", "n1", 5))
+    (reply,) = again.ready().messages
+    assert reply.reject
+
+
+# -- the contract of Ready and the shell's seams ---------------------------------------
+
+
+def test_ready_must_be_advanced_before_the_next_and_with_itself() -> None:
+    core = RaftCore(RaftConfig(node_id="n1", voters=("n1",)), MemoryStorage(), random.Random(1))
+    core.campaign()
+    rd = core.ready()
+    assert not core.has_ready()
+    with pytest.raises(ReadyOutstanding):
+        core.ready()
+    with pytest.raises(RaftError):
+        core.advance(type(rd)())
+    core.advance(rd)
+
+
+def test_a_commit_only_change_needs_no_sync() -> None:
+    storage = MemoryStorage()
+    follower = RaftCore(
+        RaftConfig(node_id="n2", voters=("n1", "n2", "n3")), storage, random.Random(1)
+    )
+    follower.step(Message("append", "n1", "n2", 1, 0, 0, (Entry(1, 1, b"x"),)))
+    rd = follower.ready()
+    assert rd.must_sync and rd.entries == (Entry(1, 1, b"x"),)
+    storage.append(rd.entries)
+    follower.advance(rd)
+    follower.step(Message(HEARTBEAT, "n1", "n2", 1, commit=1))
+    rd = follower.ready()
+    assert rd.hard_state == HardState(1, None, 1) and not rd.must_sync and not rd.entries
+    assert rd.committed == (Entry(1, 1, b"x"),)
+
+
+def test_heartbeats_carry_only_what_a_shell_coalesces() -> None:
+    cluster = Cluster(3)
+    cluster.elect("n1")
+    cluster.tick(3)
+    beats = [m for m in cluster.sent if m.kind in HEARTBEAT_KINDS]
+    assert beats
+    assert all(not m.entries and not m.reject and not m.index for m in beats)
+    per_tick = [m for m in beats if m.kind == HEARTBEAT and m.src == "n1"]
+    assert len({m.dst for m in per_tick}) == 2
+
+
+def test_messages_for_another_node_or_of_unknown_kind_are_refused() -> None:
+    core = RaftCore(
+        RaftConfig(node_id="n1", voters=("n1", "n2")), MemoryStorage(), random.Random(1)
+    )
+    with pytest.raises(ValueError, match="for 'n2'"):
+        core.step(Message(HEARTBEAT, "n1", "n2", 1))
+    with pytest.raises(ValueError, match="unknown message kind"):
+        core.step(Message("gossip", "n2", "n1", 1))

@@ -1,0 +1,75 @@
+"""A shard still loading its metadata makes requests wait, never answers wrongly.
+
+While the metadata owner replays its log after a restart (or a follower makes
+its first catch-up), its state is empty: requests forwarded to it for existing
+topics were answered UNKNOWN_TOPIC. Now they wait for the metadata, and get
+NOT_READY (retriable, nothing applied) if it takes too long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from laminar.placement import partition_id
+from laminar.shards import metalog
+from laminar.shards.handlers import Handlers, ShardIdentity
+from laminar.shards.metadata import MetadataError, MetadataState
+from laminar.shards.metrics import ShardMetrics
+from laminar.shards.partitions import LongPolls
+from laminar.wire import ErrorCode
+
+IDENT = ShardIdentity("n", 0, 2, "127.0.0.1", 1, (1, 2), None, "userspace", 1 << 20, 1000)
+
+
+class LoadingMetadata:
+    """The part of `MetadataService` handlers use, loading until `finish()`."""
+
+    def __init__(self) -> None:
+        self.state = MetadataState()
+        self._loaded = asyncio.Event()
+
+    @property
+    def is_ready(self) -> bool:
+        return self._loaded.is_set()
+
+    async def ready(self) -> None:
+        await self._loaded.wait()
+
+    async def catch_up(self) -> None:
+        pass
+
+    def finish(self) -> None:
+        self.state.apply(0, self.state.plan_create("t", 2))
+        self._loaded.set()
+
+
+def handlers(metadata: Any) -> Handlers:
+    return Handlers(IDENT, metadata, None, ShardMetrics(), LongPolls())  # type: ignore[arg-type]
+
+
+def test_a_request_during_the_replay_waits_for_the_metadata() -> None:
+    async def main() -> None:
+        metadata = LoadingMetadata()
+        lookup = asyncio.ensure_future(handlers(metadata)._topic_of(partition_id(1, 1)))
+        await asyncio.sleep(0.05)
+        assert not lookup.done()  # not UNKNOWN_TOPIC: the topic exists in the log
+        metadata.finish()
+        assert (await lookup).name == "t"
+
+    asyncio.run(main())
+
+
+def test_metadata_that_takes_too_long_is_not_ready(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metalog, "READY_WAIT_S", 0.05)
+
+    async def main() -> None:
+        service = metalog.MetadataService(1, 0, None, None, None, 2, LongPolls())  # type: ignore[arg-type]
+        assert not service.is_ready
+        with pytest.raises(MetadataError) as caught:
+            await handlers(service)._topic_of(partition_id(1, 0))
+        assert caught.value.code is ErrorCode.NOT_READY and caught.value.code.retriable
+
+    asyncio.run(main())
