@@ -146,7 +146,7 @@ def canned_source(records: int, value_bytes: int, splits: int) -> type:
     control): built here so cloudpickle ships it by value to the workers."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from laminar.spark.arrow_records import fetch_to_arrow
+    from laminar.client.arrow import fetch_to_arrow
     from laminar.spark.schema import SCHEMA_DDL
     from laminar.wire.records import encode_fetch_batch
 

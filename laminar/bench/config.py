@@ -21,6 +21,14 @@ HEADER_BYTES: Final = 16
 """Every record starts with its intended send time and a sequence number (u64 each)."""
 
 
+def backlog_split(prefill: int, partitions: int) -> list[int]:
+    """Records prefilled into each partition (as even as possible), written in
+    partition order: partition p holds prefill sequence numbers from
+    `sum(split[:p])` on."""
+    base, extra = divmod(prefill, partitions)
+    return [base + (1 if p < extra else 0) for p in range(partitions)]
+
+
 class BenchConfigError(ValueError):
     """A setting is invalid; the message says which and what is allowed."""
 

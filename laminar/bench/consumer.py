@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from laminar.bench.config import RunConfig
+from laminar.bench.config import RunConfig, backlog_split
+from laminar.bench.delivery import PREFILL_PRODUCER, DeliveryVerdict, Ledger, check_delivery
 from laminar.bench.histogram import LatencyHistogram
 from laminar.bench.pacing import Clock
 from laminar.bench.records import intended_ns_of
@@ -32,6 +33,7 @@ class Consumer:
     def __init__(
         self,
         readers: Sequence[Reader],
+        partitions: Sequence[int],
         expected: Sequence[int],
         config: RunConfig,
         timeline: Timeline,
@@ -41,7 +43,10 @@ class Consumer:
         abort: Callable[[], bool],
     ) -> None:
         self.readers = readers
+        self.partitions = partitions
         self.expected = expected
+        self._read: list[list[Sequence[bytes | memoryview]]] = [[] for _ in readers]
+        """Backlog: every answer each loop got, checked by identity after the run."""
         self.config = config
         self.timeline = timeline
         self.tally = tally
@@ -53,6 +58,28 @@ class Consumer:
 
     async def run(self) -> None:
         await asyncio.gather(*(self._loop(i) for i in range(len(self.readers))))
+        if self.expected:  # after the clock stopped: not measured
+            self.tally.delivery = self._backlog_verdict().to_dict()
+
+    def _backlog_verdict(self) -> DeliveryVerdict:
+        """Each partition read from the beginning must have yielded its prefill
+        records in order, each once: the first `received` of them, no gaps, no
+        duplicates, none from elsewhere (a run cut short by its duration reads
+        fewer, which is not a loss)."""
+        split = backlog_split(self.config.prefill, self.config.partitions)
+        verdict = DeliveryVerdict()
+        for i, p in enumerate(self.partitions):
+            first = sum(split[:p])
+            answers = self._read[i]
+            received = sum(map(len, answers))
+            ledger = Ledger(first + split[p])
+            ledger.ack(first, received)
+            part = check_delivery(
+                {PREFILL_PRODUCER: ledger}, (v for answer in answers for v in answer)
+            )
+            part.acknowledged = received
+            verdict.merge(part)
+        return verdict
 
     def _over(self, received: int, expected: int | None, last_empty: bool) -> bool:
         if self.abort():
@@ -98,6 +125,7 @@ class Consumer:
             received += n
             tally.total_records += n
             if backlog:
+                self._read[i].append(values)
                 fetch_hist.record_ns(t1 - t0)
                 tally.ops += 1
                 tally.records += n
@@ -115,7 +143,7 @@ class Consumer:
 
 
 def _record_e2e(
-    values: list[bytes],
+    values: Sequence[bytes | memoryview],
     arrived_ns: int,
     measure_start: int,
     measure_end: int | None,

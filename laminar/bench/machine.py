@@ -13,9 +13,10 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 LIBRARIES = ("laminar", "nats-py", "redis", "hdrhistogram", "rich", "matplotlib")
 
@@ -110,4 +111,84 @@ def machine_facts(workdir: Path) -> dict[str, Any]:
         "laminar_commit": _git_commit(),
         "workdir": str(workdir),
         "workdir_filesystem": filesystem_of(workdir),
+    }
+
+
+class ProcessTreeCpu:
+    """CPU used by a process and its descendants between `start()` and `stop()`,
+    in cores (CPU seconds per wall second). Descendants are looked up at both
+    ends: a laminar node's shards are children of its supervisor."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self._start: tuple[float, float] | None = None
+        self.cores: float | None = None
+        """Set by `stop()`."""
+
+    def _sample(self) -> tuple[float, float]:
+        import psutil
+
+        now = time.monotonic()
+        if self.pid is None:
+            return now, 0.0
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return now, 0.0
+        total = 0.0
+        for proc in procs:
+            try:
+                times = proc.cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system
+        return now, total
+
+    @property
+    def started(self) -> bool:
+        return self._start is not None
+
+    def start(self) -> None:
+        self._start = self._sample()
+
+    def stop(self) -> None:
+        if self._start is None or self.pid is None or self.cores is not None:
+            return
+        wall, cpu = self._sample()
+        elapsed = wall - self._start[0]
+        if elapsed > 0:
+            self.cores = (cpu - self._start[1]) / elapsed
+
+
+FLOOR_SECONDS: Final = 0.5
+
+
+def fsync_floor_us(directory: Path, seconds: float = FLOOR_SECONDS) -> dict[str, float]:
+    """The bare durable-append floor of the disk right now: 1 KiB `pwritev` +
+    `fdatasync` appends in `directory` for `seconds`; p50 and p99 in
+    microseconds. This VM's fdatasync latency flips between ~0.1 ms and 4 ms
+    within minutes (PLATFORM.md), so every run records the floor it ran on."""
+    path = directory / "fsync-floor.tmp"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    latencies: list[float] = []
+    try:
+        block = [os.urandom(1024)]
+        offset = 0
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            os.pwritev(fd, block, offset)
+            os.fdatasync(fd)
+            latencies.append(time.perf_counter() - t0)
+            offset += 1024
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    latencies.sort()
+    n = len(latencies)
+    return {
+        "p50_us": latencies[n // 2] * 1e6,
+        "p99_us": latencies[min(n - 1, int(n * 0.99))] * 1e6,
+        "samples": float(n),
     }

@@ -47,7 +47,9 @@ class Producer:
         self.tally = tally
         self.clock = clock
         self.abort = abort
-        self.maker = RecordMaker(config.record_bytes)
+        self.maker = RecordMaker(config.record_bytes, producer=index)
+        self._first_of: dict[int, int] = {}
+        """Op k -> the sequence number of its first record, until it finishes."""
         self.schedule: Schedule | None = None
         if config.load == "open":
             interval_ns = max(1, round(1e9 * config.batch / config.rate_per_producer))
@@ -91,16 +93,20 @@ class Producer:
             intended = self.schedule.intended_ns(k)
         else:
             intended = self.clock.now_ns()
+        self._first_of[k] = self.maker.ledger.sent
         values = self.maker.batch(intended, self.config.batch)
         await self.target.produce(self.stream, partition, values)
 
     def on_done(self, o: Outcome) -> None:
         self.finished += 1
         tally = self.tally
+        first = self._first_of.pop(o.k, None)
         if o.error is not None:
             tally.error(o.error)
             return
         batch = self.config.batch
+        if first is not None:
+            self.maker.ledger.ack(first, batch)
         tally.total_records += batch
         if o.intended_ns < self.timeline.measure_start_ns:
             return
@@ -144,6 +150,7 @@ class Producer:
                 raise error
         self.tally.unfinished_ops = self.issued - self.finished
         self.tally.due_ops = self._due_ops()
+        self.tally.ledger = (self.index, *self.maker.ledger.to_wire())
 
     def _due_ops(self) -> int:
         """Open loop: operations the schedule intended inside the measurement window."""

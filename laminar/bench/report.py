@@ -51,6 +51,9 @@ def summary_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
         "MiB/s",
         *(f"{metric} {_LATENCY_NAMES[f]} ms" for f in LATENCY_FIELDS),
         "errors",
+        "generator CPU (busiest, of a core)",
+        "server CPU (cores)",
+        "flags",
     ]
     open_loop = comparison.config.load == "open" and not comparison.config.consumes_backlog
     if open_loop:
@@ -65,11 +68,36 @@ def summary_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
             "-" if s.mib_per_s is None else f"{s.mib_per_s:.1f}",
             *(_ms(s.latency_us.get(f)) for f in LATENCY_FIELDS),
             str(s.errors),
+            _share(s.generator_core_share),
+            "-" if s.server_cpu_cores is None else f"{s.server_cpu_cores:.2f}",
+            "; ".join(summary_flags(s)) or "-",
         ]
         if open_loop:
             row.append("-" if s.on_time is None else f"{100 * s.on_time:.0f}%")
         rows.append(row)
     return headers, rows
+
+
+def _floor(floor: dict[str, float] | None) -> str:
+    if not floor:
+        return "-"
+    return f"{floor['p50_us'] / 1000:.2f} / {floor['p99_us'] / 1000:.2f}"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+GENERATOR_BOUND_FLAG = "generator-bound: not a server comparison"
+
+
+def summary_flags(s: TargetSummary) -> list[str]:
+    flags = []
+    if s.generator_bound:
+        flags.append(f"{GENERATOR_BOUND_FLAG} ({s.generator_bound_rounds}/{s.runs} rounds)")
+    if s.delivery_failures:
+        flags.append(f"identity check failed in {s.delivery_failures} round(s)")
+    return flags
 
 
 def ratio_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
@@ -87,7 +115,7 @@ def ratio_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
 
 
 def run_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
-    headers = ["round", "target", "status", "load avg", "result"]
+    headers = ["round", "target", "status", "load avg", "fdatasync floor p50/p99 ms", "result"]
     rows = []
     for r in sorted(comparison.runs, key=lambda r: (r.round, comparison.targets.index(r.target))):
         extra = ""
@@ -95,12 +123,26 @@ def run_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
             extra = f"; {r.issued_ops}/{r.due_ops} requests issued, {r.late_ops} late > 1 ms"
         if r.unfinished_ops:
             extra += f"; {r.unfinished_ops} unanswered"
+        if r.generator_core_share is not None:
+            extra += f"; generator CPU {_share(r.generator_core_share)}"
+        if r.server_cpu_cores is not None:
+            extra += f", server {r.server_cpu_cores:.2f} cores"
+        if r.generator_bound:
+            extra += f" ({GENERATOR_BOUND_FLAG})"
+        if r.delivery is not None:
+            d = r.delivery
+            extra += f"; identity check: {d['read']:,} read, {d['acknowledged']:,} acknowledged" + (
+                ""
+                if d["ok"]
+                else f", {d['lost']} lost, {d['duplicated']} duplicated, {d['phantom']} phantom"
+            )
         rows.append(
             [
                 str(r.round),
                 r.target,
                 r.status,
                 f"{r.loadavg_at_start[0]:.2f}",
+                _floor(r.fsync_floor_us),
                 headline(r, comparison.config) + extra,
             ]
         )
@@ -111,17 +153,19 @@ def goal_lines(comparison: Comparison) -> list[str]:
     goal = comparison.goal()
     if goal is None:
         return []
-    parts = []
     if "throughput_ratio" in goal:
-        parts.append(
+        text = (
             f"throughput {_ratio(goal['throughput_ratio'])} of {goal['best_throughput_peer']} "
             f"(goal >= 1.0x: {'met' if goal['throughput_met'] else 'missed'})"
         )
-    parts.append(
-        f"p99 {_ratio(goal['p99_ratio'])} of {goal['best_p99_peer']} "
-        f"(goal <= 1.0x: {'met' if goal['p99_met'] else 'missed'})"
-    )
-    return [f"{goal['baseline']} against the best peer that acks after fsync: " + "; ".join(parts)]
+    else:
+        text = (
+            f"p99 {_ratio(goal['p99_ratio'])} of {goal['best_p99_peer']} at a fixed rate "
+            f"(goal <= 1.0x: {'met' if goal['p99_met'] else 'missed'})"
+        )
+    if goal["generator_bound"]:
+        text += f"; {', '.join(goal['generator_bound'])}: {GENERATOR_BOUND_FLAG}"
+    return [f"{goal['baseline']} against the best peer that acks after fsync: {text}"]
 
 
 def durability_lines(summaries: Sequence[TargetSummary]) -> list[str]:
@@ -192,6 +236,15 @@ def markdown(
     ]
     if machine is not None:
         parts += [f"Machine: {machine_line(machine)}.", ""]
+    floors = sorted(r.fsync_floor_us["p50_us"] for r in comparison.runs if r.fsync_floor_us)
+    loads = sorted(r.loadavg_at_start[0] for r in comparison.runs)
+    if floors:
+        parts += [
+            f"Bare 1 KiB pwritev+fdatasync floor measured before each run: p50 "
+            f"{floors[len(floors) // 2] / 1000:.2f} ms (from {floors[0] / 1000:.2f} to "
+            f"{floors[-1] / 1000:.2f} ms); load average {loads[0]:.2f} to {loads[-1]:.2f}.",
+            "",
+        ]
     parts += [
         f"Medians over {comparison.rounds} interleaved round(s):",
         "",

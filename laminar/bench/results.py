@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from laminar.bench.config import RunConfig
+from laminar.bench.delivery import DeliveryVerdict
 from laminar.bench.histogram import LatencyHistogram
 from laminar.bench.tally import HISTOGRAMS, WorkerReport
 
 MiB = 1 << 20
+GENERATOR_BOUND_SHARE: Final = 0.85
+"""Above this share of a core, a load generator may be what limits a run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +77,43 @@ class RunResult:
     worker_cpu_s: float = 0.0
     wall_s: float = 0.0
     server_log_tail: str = ""
+    generator_core_shares: list[float] = field(default_factory=list)
+    """Per load-generator process: the share of a core it used while working."""
+    server_cpu_cores: float | None = None
+    """CPU the server (with its child processes) used over the run, in cores."""
+    delivery: dict[str, Any] | None = None
+    """The identity check (`laminar.bench.delivery.DeliveryVerdict.to_dict`)."""
+    fsync_floor_us: dict[str, float] | None = None
+    """The bare 1 KiB pwritev+fdatasync latency just before the run (p50, p99)."""
 
     @property
     def ok(self) -> bool:
         return self.status != "failed"
+
+    @property
+    def generator_core_share(self) -> float | None:
+        """The busiest load generator's share of a core."""
+        return max(self.generator_core_shares) if self.generator_core_shares else None
+
+    @property
+    def generator_bound(self) -> bool:
+        """A generator was so busy that it, not the server, may have set the pace:
+        such a run measures the client, not the server."""
+        share = self.generator_core_share
+        return share is not None and share > GENERATOR_BOUND_SHARE
+
+    def note_delivery(self, verdict: DeliveryVerdict) -> None:
+        """Record an identity check; a failed one makes the run "errors"."""
+        if self.delivery is not None:
+            merged = DeliveryVerdict.from_dict(self.delivery)
+            merged.merge(verdict)
+            verdict = merged
+        self.delivery = verdict.to_dict()
+        if not verdict.ok:
+            self.status = "errors" if self.status == "ok" else self.status
+            for problem, count in verdict.problems().items():
+                self.errors[problem] = count
+            self.error_samples.extend(verdict.samples)
 
     def throughput(self, config: RunConfig) -> float:
         """Records per second of the side the workload is about."""
@@ -115,6 +151,11 @@ class RunResult:
             "worker_cpu_s": self.worker_cpu_s,
             "wall_s": self.wall_s,
             "server_log_tail": self.server_log_tail,
+            "generator_core_shares": self.generator_core_shares,
+            "generator_bound": self.generator_bound,
+            "server_cpu_cores": self.server_cpu_cores,
+            "delivery": self.delivery,
+            "fsync_floor_us": self.fsync_floor_us,
         }
 
 
@@ -157,6 +198,9 @@ def run_from_dict(data: dict[str, Any]) -> RunResult:
         "server_log_tail",
     ):
         setattr(result, name, data[name])
+    for name in ("generator_core_shares", "server_cpu_cores", "delivery", "fsync_floor_us"):
+        if name in data:  # results saved before these existed lack them
+            setattr(result, name, data[name])
     return result
 
 
@@ -201,5 +245,9 @@ def fill_from_reports(
     result.produced_total = sum(r.total_records for r in producers)
     result.consumed_total = sum(r.total_records for r in consumers)
     result.worker_cpu_s = sum(r.cpu_s for r in reports)
+    result.generator_core_shares = [r.core_share for r in reports]
     if errors or result.unfinished_ops:
         result.status = "errors"
+    for r in consumers:
+        if r.delivery is not None:
+            result.note_delivery(DeliveryVerdict.from_dict(r.delivery))

@@ -26,9 +26,10 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Final
 
-from laminar.bench.config import RunConfig
+from laminar.bench.config import RunConfig, backlog_split
+from laminar.bench.delivery import PREFILL_PRODUCER, DeliveryVerdict, Ledger, check_delivery
 from laminar.bench.histogram import LatencyHistogram
-from laminar.bench.machine import loadavg
+from laminar.bench.machine import ProcessTreeCpu, fsync_floor_us, loadavg
 from laminar.bench.progress import ProgressSink
 from laminar.bench.records import RecordMaker
 from laminar.bench.results import RunResult, fill_from_reports
@@ -37,6 +38,9 @@ from laminar.bench.targets import Endpoint, System, connect_target
 from laminar.bench.worker import WorkerChannels, WorkerSpec, worker_main
 
 READY_TIMEOUT_S: Final = 60.0
+READ_BACK_RECORDS: Final = 1000
+READ_BACK_WAIT_MS: Final = 300
+"""The identity check's read-back: an answer this long empty ends a partition."""
 START_DELAY_S: Final = 0.3
 """Between the go and the shared start: time for every worker to wake up."""
 PREFILL_BATCH: Final = 100
@@ -56,12 +60,6 @@ class RunPlan:
     keep_data: bool = False
 
 
-def backlog_split(prefill: int, partitions: int) -> list[int]:
-    """Records prefilled into each partition (as even as possible)."""
-    base, extra = divmod(prefill, partitions)
-    return [base + (1 if p < extra else 0) for p in range(partitions)]
-
-
 def consumer_partitions(consumer: int, consumers: int, partitions: int) -> tuple[int, ...]:
     """Partitions read by consumer `consumer`: every `consumers`-th one."""
     return tuple(range(consumer, partitions, consumers))
@@ -73,7 +71,7 @@ async def _setup(endpoint: Endpoint, stream: str, config: RunConfig) -> None:
     try:
         await target.create_stream(stream, config.partitions)
         if config.consumes_backlog:
-            maker = RecordMaker(config.record_bytes)
+            maker = RecordMaker(config.record_bytes, producer=PREFILL_PRODUCER)
             for p, n in enumerate(backlog_split(config.prefill, config.partitions)):
                 batches = [min(PREFILL_BATCH, n - i) for i in range(0, n, PREFILL_BATCH)]
                 for i in range(0, len(batches), PREFILL_WINDOW):
@@ -186,8 +184,14 @@ def _wait_ready(workers: _Workers, progress: ProgressSink) -> None:
 
 
 def _collect(
-    workers: _Workers, config: RunConfig, progress: ProgressSink, result: RunResult
+    workers: _Workers,
+    config: RunConfig,
+    progress: ProgressSink,
+    result: RunResult,
+    server_cpu: ProcessTreeCpu,
 ) -> list[WorkerReport]:
+    """Gather the workers' reports, showing progress; `server_cpu` is sampled
+    at the measurement window's start and end (to within a poll)."""
     ch = workers.channels
     producers = {s.worker_id for s in workers.specs if s.role == "producer"}
     reports: dict[int, WorkerReport] = {}
@@ -214,6 +218,10 @@ def _collect(
                 result.error_samples.append(f"worker {worker_id}: {message[2][-2000:]}")
                 raise RunFailed(f"worker {worker_id} failed:\n{message[2]}")
         now = time.monotonic_ns()
+        if not server_cpu.started and now >= measure_start:
+            server_cpu.start()
+        if measure_end > 0 and now >= measure_end:
+            server_cpu.stop()
         phase = "warm-up" if now < measure_start else "measuring"
         remaining = None
         if measure_end > 0:
@@ -228,6 +236,7 @@ def _collect(
             raise RunFailed("; ".join(dead))
         if hard_deadline is not None and now > hard_deadline:
             raise RunFailed("workers did not finish in time (drain deadline passed)")
+    server_cpu.stop()
     return list(reports.values())
 
 
@@ -253,6 +262,8 @@ def run_once(
     stream = f"bench{uuid.uuid4().hex[:10]}"
     workers: _Workers | None = None
     try:
+        progress.phase("measuring the fdatasync floor")
+        result.fsync_floor_us = fsync_floor_us(workdir)
         progress.phase("starting server")
         endpoint = system.start(workdir)
         progress.phase("creating stream" + (" and prefilling" if config.consumes_backlog else ""))
@@ -268,10 +279,15 @@ def run_once(
         ch.measure_start_ns.value = start + warmup
         if config.duration_s is not None:
             ch.measure_end_ns.value = start + warmup + round(config.duration_s * 1e9)
+        server_cpu = ProcessTreeCpu(system.server_pid())
         ch.go.set()
-        reports = _collect(workers, config, progress, result)
+        reports = _collect(workers, config, progress, result, server_cpu)
+        result.server_cpu_cores = server_cpu.cores
         fill_from_reports(result, reports, ch.measure_start_ns.value)
-        _check_delivery(result, config)
+        if config.producer_count:
+            progress.phase("reading back for the identity check")
+            verdict = asyncio.run(_read_back(endpoint, stream, config, reports))
+            result.note_delivery(verdict)
     except Exception as exc:
         result.status = "failed"
         result.error = f"{type(exc).__name__}: {exc}"
@@ -290,14 +306,34 @@ def run_once(
     return result
 
 
-def _check_delivery(result: RunResult, config: RunConfig) -> None:
-    """A tailing consumer must see every acknowledged record."""
-    if config.workload == "produce" or config.consumes_backlog:
-        return
-    missing = result.produced_total - result.consumed_total
-    if missing > 0:
-        result.status = "errors"
-        result.errors["not delivered by the drain deadline"] = missing
+async def _read_back(
+    endpoint: Endpoint, stream: str, config: RunConfig, reports: list[WorkerReport]
+) -> DeliveryVerdict:
+    """Read every partition from the beginning and check it against what the
+    producers were told was acknowledged (`laminar.bench.delivery`). Not
+    measured: the run's clock has stopped."""
+    ledgers = {
+        r.ledger[0]: Ledger.from_wire(r.ledger[1:])
+        for r in reports
+        if r.role == "producer" and r.ledger is not None
+    }
+    target = connect_target(endpoint)
+    await target.connect()
+    values: list[bytes | memoryview] = []
+    try:
+        for p in range(config.partitions):
+            reader = await target.open_reader(stream, p, "beginning")
+            try:
+                while True:
+                    got = await reader.fetch(READ_BACK_RECORDS, READ_BACK_WAIT_MS)
+                    if not got:
+                        break
+                    values.extend(got)
+            finally:
+                await reader.close()
+    finally:
+        await target.close()
+    return check_delivery(ledgers, values)
 
 
 def headline(result: RunResult, config: RunConfig) -> str:

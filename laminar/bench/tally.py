@@ -7,8 +7,11 @@ merges exactly (`laminar.bench.histogram`).
 
 from __future__ import annotations
 
+import builtins
+import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from laminar.bench.histogram import LatencyHistogram
 
@@ -59,6 +62,19 @@ class WorkerReport:
     cpu_s: float = 0.0
     total_records: int = 0
     """Records acknowledged or received over the whole run, warm-up included."""
+    busy_cpu_s: float = 0.0
+    busy_wall_s: float = 0.0
+    """CPU time and wall time of the work itself (from the shared start to the
+    end of its drain): `busy_cpu_s / busy_wall_s` is the share of a core this
+    generator used; near 1, it and not the target set the pace."""
+    ledger: tuple[int, int, builtins.bytes] | None = None
+    """Producers: (producer id, sequence numbers sent, bitmap of those acknowledged)."""
+    delivery: dict[str, Any] | None = None
+    """Backlog consumers: their identity check (`DeliveryVerdict.to_dict`)."""
+
+    @property
+    def core_share(self) -> float:
+        return self.busy_cpu_s / self.busy_wall_s if self.busy_wall_s > 0 else 0.0
 
 
 class Tally:
@@ -80,6 +96,9 @@ class Tally:
         self.total_records = 0
         self.errors: Counter[str] = Counter()
         self.error_samples: list[str] = []
+        self.ledger: tuple[int, int, bytes] | None = None
+        self.delivery: dict[str, Any] | None = None
+        self.cpu_at_start_s = time.process_time()
 
     def error(self, exc: BaseException) -> None:
         kind = type(exc).__name__
@@ -91,7 +110,9 @@ class Tally:
     def error_count(self) -> int:
         return sum(self.errors.values())
 
-    def report(self, cpu_s: float) -> WorkerReport:
+    def report(
+        self, cpu_s: float, busy_cpu_s: float = 0.0, busy_wall_s: float = 0.0
+    ) -> WorkerReport:
         return WorkerReport(
             worker_id=self.worker_id,
             role=self.role,
@@ -109,4 +130,8 @@ class Tally:
             error_samples=list(self.error_samples),
             cpu_s=cpu_s,
             total_records=self.total_records,
+            busy_cpu_s=busy_cpu_s,
+            busy_wall_s=busy_wall_s,
+            ledger=self.ledger,
+            delivery=self.delivery,
         )

@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import resource
 import signal
+import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.queues import Queue
@@ -114,8 +115,11 @@ async def _run(spec: WorkerSpec, ch: WorkerChannels) -> None:
             await _work(spec, ch, target, readers, timeline, tally)
         finally:
             progress.cancel()
+        busy_cpu_s = time.process_time() - tally.cpu_at_start_s
+        busy_wall_s = (time.monotonic_ns() - timeline.start_ns) / 1e9
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        ch.queue.put(("report", spec.worker_id, tally.report(usage.ru_utime + usage.ru_stime)))
+        report = tally.report(usage.ru_utime + usage.ru_stime, busy_cpu_s, busy_wall_s)
+        ch.queue.put(("report", spec.worker_id, report))
     finally:
         for reader in readers:
             with contextlib.suppress(Exception):
@@ -137,6 +141,7 @@ async def _work(
     pacer = TimerfdPacer()
     try:
         await pacer.sleep_until(timeline.start_ns)
+        tally.cpu_at_start_s = time.process_time()
         if spec.role == "producer":
             producer = Producer(
                 target, spec.config, spec.stream, spec.index, timeline, tally, clock, abort
@@ -150,6 +155,7 @@ async def _work(
                     readers.append(await target.open_reader(spec.stream, p, "beginning"))
             consumer = Consumer(
                 readers,
+                spec.partitions,
                 spec.expected,
                 spec.config,
                 timeline,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import sys
 from collections.abc import Coroutine
@@ -23,7 +24,7 @@ from typing import Any, BinaryIO
 
 from laminar.cli.common import UsageError
 from laminar.cli.output import put_bytes, say
-from laminar.client import AsyncClient, Record, TopicInfo, UnknownTopicError
+from laminar.client import AsyncClient, RecordBatch, TopicInfo, UnknownTopicError
 
 LONG_POLL_MS = 5000
 """How long one fetch waits for new records in --follow mode."""
@@ -63,12 +64,16 @@ class Printer:
         if limit == 0:
             self.done.set()
 
-    def write(self, partition: int, records: list[Record]) -> None:
+    def write(self, partition: int, batch: RecordBatch, count: int | None = None) -> None:
+        """Print the first `count` records of `batch` (all by default)."""
+        n = len(batch) if count is None else min(count, len(batch))
         if self.limit is not None:
-            records = records[: self.limit - self.printed]
+            n = min(n, self.limit - self.printed)
+        if n <= 0:
+            return
         if self.as_json:
             lines = []
-            for r in records:
+            for r in itertools.islice(batch, n):
                 doc: dict[str, Any] = {
                     "partition": partition,
                     "index": r.index,
@@ -82,12 +87,11 @@ class Printer:
                 doc["headers"] = headers
                 lines.append(json.dumps(doc).encode())
             data = b"\n".join(lines)
-        else:
-            data = b"\n".join(r.value for r in records)
-        if records:
-            self.out.write(data + b"\n")
-            self.out.flush()
-        self.printed += len(records)
+        else:  # values straight from the answer's buffer, no object per record
+            data = b"\n".join(batch.values()[:n])
+        self.out.write(data + b"\n")
+        self.out.flush()
+        self.printed += n
         if self.limit is not None and self.printed >= self.limit:
             self.done.set()
 
@@ -150,22 +154,23 @@ async def _read_to(
 ) -> None:
     """Print records `index..end-1`: what the partition held when the command began."""
     while index < end and not printer.done.is_set():
-        records = await client.fetch(topic, partition, index, max_records=min(4096, end - index))
-        if not records:
+        batch = await client.fetch_batch(
+            topic, partition, index, max_records=min(4096, end - index)
+        )
+        if batch.next_index is None:
             return
-        records = [r for r in records if r.index < end]
-        printer.write(partition, records)
-        index = records[-1].index + 1 if records else end
+        printer.write(partition, batch, end - index)
+        index = min(batch.next_index, end)
 
 
 async def _follow(
     client: AsyncClient, topic: str, partition: int, index: int, printer: Printer
 ) -> None:
     while not printer.done.is_set():
-        records = await client.fetch(topic, partition, index, max_wait_ms=LONG_POLL_MS)
-        if records:
-            printer.write(partition, records)
-            index = records[-1].index + 1
+        batch = await client.fetch_batch(topic, partition, index, max_wait_ms=LONG_POLL_MS)
+        if batch.next_index is not None:
+            printer.write(partition, batch)
+            index = batch.next_index
 
 
 async def _together(followers: list[Coroutine[Any, Any, None]], printer: Printer) -> None:

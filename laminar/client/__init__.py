@@ -11,11 +11,13 @@ Both clients fetch the node's metadata, compute each partition's owning shard
 with `laminar.placement.shard_for`, keep one connection per shard and pipeline
 requests on it. Modules: `routing` (addresses, the cluster view), `protocol`
 (sans-IO correlation matching), `calls` (requests as data), `retry` (what may
-be sent again), `results` and `errors` (what callers get), `blocking` and
+be sent again), `results`, `batch` (`RecordBatch`, a fetch answer without an
+object per record), `arrow` (fetch answers to Arrow) and `errors` (what callers get), `blocking` and
 `sync` (the sync client), `aio_connection` and `aio` (the asyncio client).
 """
 
 from laminar.client.aio import AsyncClient
+from laminar.client.batch import RecordBatch
 from laminar.client.errors import (
     CannotConnectError,
     ConnectionLostError,
@@ -73,6 +75,7 @@ __all__ = [
     "PingResult",
     "ProtocolViolationError",
     "Record",
+    "RecordBatch",
     "RecordTooLargeError",
     "RequestTimeoutError",
     "RetryPolicy",

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from laminar.client import calls
 from laminar.client.aio_connection import AsyncConnection
+from laminar.client.batch import RecordBatch
 from laminar.client.errors import (
     CannotConnectError,
     ConnectionLostError,
@@ -130,6 +131,20 @@ class AsyncClient:
     ) -> list[Record]:
         """Records from `index` on (see `Client.fetch`); long-polls `max_wait_ms`."""
         call = calls.fetch(topic, partition, index, max_bytes, max_records, max_wait_ms)
+        return await self._call(call)
+
+    async def fetch_batch(
+        self,
+        topic: str,
+        partition: int,
+        index: int,
+        *,
+        max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+        max_records: int = DEFAULT_FETCH_MAX_RECORDS,
+        max_wait_ms: int = 0,
+    ) -> RecordBatch:
+        """`fetch` as one `RecordBatch` (see `Client.fetch_batch`)."""
+        call = calls.fetch_batch(topic, partition, index, max_bytes, max_records, max_wait_ms)
         return await self._call(call)
 
     async def offsets(self, topic: str, partition: int) -> Offsets:

@@ -18,14 +18,18 @@ a request costs no stream buffering. Theory of operation:
 - Failure is final: an I/O error or end of stream fails every waiting
   request with `ConnectionLostError` and the client opens a new connection.
 - A timed-out or cancelled request is abandoned: its answer, if it comes, is
-  dropped.
+  dropped. Deadlines are kept by one `Deadlines` per connection with a single
+  timer, not a timer per request (a TimerHandle made and cancelled for every
+  request was a tenth of the client's time per produce).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import socket
+from collections.abc import Callable
 from typing import Final
 
 from laminar.client.errors import (
@@ -82,6 +86,73 @@ async def open_socket(address: Address, timeout_s: float) -> socket.socket:
     return sock
 
 
+class Deadlines:
+    """The deadlines of one connection's requests, with one timer for them all.
+
+    Requests that share a timeout expire in the order they were made (the loop's
+    clock never goes back), so each timeout value keeps an insertion-ordered
+    dict and only its first entry can be due. The timer is armed for the
+    earliest deadline known when it was set; answered requests simply leave
+    their dicts, and a timer that finds nothing due re-arms for what is next.
+    """
+
+    __slots__ = ("_groups", "_loop", "_on_expire", "_timer", "_timer_at")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, on_expire: Callable[[int, float], None]
+    ) -> None:
+        self._loop = loop
+        self._on_expire = on_expire
+        self._groups: dict[float, dict[int, float]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+
+    def add(self, corr: int, timeout_s: float) -> None:
+        deadline = self._loop.time() + timeout_s
+        group = self._groups.get(timeout_s)
+        if group is None:
+            group = self._groups[timeout_s] = {}
+        group[corr] = deadline
+        if deadline < self._timer_at:
+            self._arm(deadline)
+
+    def discard(self, corr: int, timeout_s: float) -> None:
+        group = self._groups.get(timeout_s)
+        if group is not None and group.pop(corr, None) is not None and not group:
+            del self._groups[timeout_s]
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = self._loop.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._timer_at = math.inf
+        now = self._loop.time()
+        expired: list[tuple[int, float]] = []
+        for timeout_s, group in list(self._groups.items()):
+            while group:
+                corr, deadline = next(iter(group.items()))
+                if deadline > now:
+                    break
+                del group[corr]
+                expired.append((corr, timeout_s))
+            if not group:
+                del self._groups[timeout_s]
+        if self._groups:
+            self._arm(min(next(iter(g.values())) for g in self._groups.values()))
+        for corr, timeout_s in expired:
+            self._on_expire(corr, timeout_s)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._groups.clear()
+
+
 class AsyncConnection:
     """One pipelined connection; see the module docstring."""
 
@@ -94,6 +165,7 @@ class AsyncConnection:
         self._proto = ClientProtocol(max_frame_bytes)
         self._waiters: dict[int, asyncio.Future[Frame]] = {}
         self._outbox = Outbox(self._loop, sock, self._on_write_error)
+        self._deadlines = Deadlines(self._loop, self._expire)
         self._error: ConnectionLostError | None = None
         self._reader = self._loop.create_task(self._read_loop())
 
@@ -122,11 +194,11 @@ class AsyncConnection:
         fut: asyncio.Future[Frame] = self._loop.create_future()
         self._waiters[corr] = fut
         self._outbox.send(buffers)
-        timer = self._loop.call_later(timeout_s, self._expire, corr, timeout_s)
+        self._deadlines.add(corr, timeout_s)
         try:
             return await fut
         finally:
-            timer.cancel()
+            self._deadlines.discard(corr, timeout_s)
             if not fut.done() or fut.cancelled():
                 self._waiters.pop(corr, None)
                 self._proto.abandon(corr)
@@ -194,6 +266,7 @@ class AsyncConnection:
         if self._reader is not asyncio.current_task():
             self._reader.cancel()
         self._outbox.abort()
+        self._deadlines.close()
         # The reader's recv may still be in the kernel (io_uring): shut the socket
         # down now, close it once the reader has let go of it.
         with contextlib.suppress(OSError):

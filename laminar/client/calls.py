@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from laminar.client.batch import RecordBatch
 from laminar.client.results import Offsets, Record, expect, fetched_records
 from laminar.client.routing import Address, ClusterView
 from laminar.placement import partition_id, shard_for
@@ -105,6 +106,34 @@ def fetch(
     max_wait_ms: int,
 ) -> Call[list[Record]]:
     """Read records from `index` on (long-poll up to `max_wait_ms` when none yet)."""
+    return _fetch(topic, partition, index, max_bytes, max_records, max_wait_ms, fetched_records)
+
+
+def fetch_batch(
+    topic: str,
+    partition: int,
+    index: int,
+    max_bytes: int,
+    max_records: int,
+    max_wait_ms: int,
+) -> Call[RecordBatch]:
+    """`fetch`, answered as one `RecordBatch` instead of a `Record` per record."""
+
+    def parse(frame: Frame) -> RecordBatch:
+        return RecordBatch.from_frame(frame, partition)
+
+    return _fetch(topic, partition, index, max_bytes, max_records, max_wait_ms, parse)
+
+
+def _fetch(
+    topic: str,
+    partition: int,
+    index: int,
+    max_bytes: int,
+    max_records: int,
+    max_wait_ms: int,
+    parse: Callable[[Frame], T],
+) -> Call[T]:
 
     def target(view: ClusterView) -> tuple[Address, Message]:
         route = view.route(topic, partition)
@@ -114,7 +143,7 @@ def fetch(
     return Call(
         f"fetch from {topic}/{partition} at index {index}",
         target,
-        fetched_records,
+        parse,
         idempotent=True,
         wait_s=max_wait_ms / 1000,
         topic=topic,

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from laminar.client import calls
+from laminar.client.batch import RecordBatch
 from laminar.client.blocking import BlockingConnection
 from laminar.client.errors import (
     CannotConnectError,
@@ -235,6 +236,42 @@ class Client:
     ) -> Pending[list[Record]]:
         """`fetch`, sent now; `.result()` is the list of records."""
         call = calls.fetch(topic, partition, index, max_bytes, max_records, max_wait_ms)
+        return Pending(self, call)
+
+    def fetch_batch(
+        self,
+        topic: str,
+        partition: int,
+        index: int,
+        *,
+        max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+        max_records: int = DEFAULT_FETCH_MAX_RECORDS,
+        max_wait_ms: int = 0,
+    ) -> RecordBatch:
+        """`fetch` as one `RecordBatch`: `len()`, iteration (the same `Record`s),
+        `values()` as memoryviews into the answer's buffer, `to_arrow()`. For
+        consumers that want no object per record."""
+        return self.fetch_batch_nowait(
+            topic,
+            partition,
+            index,
+            max_bytes=max_bytes,
+            max_records=max_records,
+            max_wait_ms=max_wait_ms,
+        ).result()
+
+    def fetch_batch_nowait(
+        self,
+        topic: str,
+        partition: int,
+        index: int,
+        *,
+        max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+        max_records: int = DEFAULT_FETCH_MAX_RECORDS,
+        max_wait_ms: int = 0,
+    ) -> Pending[RecordBatch]:
+        """`fetch_batch`, sent now; `.result()` is the batch."""
+        call = calls.fetch_batch(topic, partition, index, max_bytes, max_records, max_wait_ms)
         return Pending(self, call)
 
     def offsets(self, topic: str, partition: int) -> Offsets:

@@ -21,7 +21,12 @@ Per shard `i` (`ShardSockets`):
   is free.
 - `channel`: a Unix stream socket other shards connect to
   (`channel_address(run_dir, i)`), carrying forwarded requests and the
-  metadata tail.
+  metadata tail. What arrives there is trusted as internal, so the run
+  directory is private (0700) and a shard serves a channel connection only
+  from a sibling: a process of the same user whose parent is this node's
+  supervisor (`is_sibling_shard`, by SO_PEERCRED). That also covers the
+  abstract-namespace address used for long paths, which any local user
+  could otherwise connect to.
 
 File descriptors keep their numbers in the child (`pass_fds`), so a shard is
 told them as `ShardSockets.fds()` and rebuilds its sockets with `from_fds`.
@@ -34,6 +39,7 @@ import errno
 import hashlib
 import os
 import socket
+import struct
 from dataclasses import dataclass
 
 from laminar.shards.config import NodeConfig
@@ -44,6 +50,31 @@ _UNIX_PATH_MAX = 107
 
 class StartupError(Exception):
     """A fatal start-up problem, described in one line for the operator."""
+
+
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a Unix socket."""
+    pid, uid, gid = _PEERCRED.unpack(
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    )
+    return pid, uid, gid
+
+
+def is_sibling_shard(sock: socket.socket) -> bool:
+    """Whether the peer of a channel connection is another shard of this node:
+    the same user, and a child of this shard's own parent (the supervisor)."""
+    try:
+        pid, uid, _ = peer_credentials(sock)
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # Fields after the parenthesised command name: state, ppid, ...
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return uid == os.geteuid() and len(fields) > 1 and int(fields[1]) == os.getppid()
 
 
 def channel_address(run_dir: str, shard_id: int) -> str:
@@ -204,7 +235,8 @@ def _bind_channel(run_dir: str, shard_id: int) -> socket.socket:
 def bind_node(config: NodeConfig) -> NodeSockets:
     """Bind every socket of the node, or raise `StartupError` naming the problem."""
     family = _family(config.host)
-    os.makedirs(config.run_dir, exist_ok=True)
+    os.makedirs(config.run_dir, mode=0o700, exist_ok=True)
+    os.chmod(config.run_dir, 0o700)  # the channel sockets live here: this user only
     bound: list[socket.socket] = []
     shards: list[ShardSockets] = []
     port = _probe(family, socket.SOCK_STREAM, config.host, config.port, "node port")

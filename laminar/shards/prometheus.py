@@ -83,6 +83,8 @@ _SCALARS: tuple[tuple[str, str, str, str], ...] = (
     ("connections_refused", "laminar_connections_refused_total", "counter",
      "Client connections refused at the per-shard connection cap."),
     ("client_connections", "laminar_client_connections", "gauge", "Client connections open now."),
+    ("channel_refused", "laminar_channel_connections_refused_total", "counter",
+     "Connections to a shard's inter-shard channel refused: the peer was not a shard."),
     ("retention_segments_deleted", "laminar_retention_deleted_segments_total", "counter",
      "Segments removed by retention (topic configs retention.ms and retention.bytes)."),
     ("retention_bytes_deleted", "laminar_retention_deleted_bytes_total", "counter",

@@ -42,7 +42,7 @@ from laminar.shards.control import (
 from laminar.shards.datagram import DatagramServer
 from laminar.shards.dispatch import CHANNEL_FRAME_SLACK, Dispatcher
 from laminar.shards.handlers import Handlers, RequestContext, ShardIdentity
-from laminar.shards.listeners import ShardSockets
+from laminar.shards.listeners import ShardSockets, is_sibling_shard, peer_credentials
 from laminar.shards.metadata import METADATA_PID, Applied
 from laminar.shards.metalog import MetadataService
 from laminar.shards.metrics import ShardMetrics, TimedBackend
@@ -63,6 +63,14 @@ DRAIN_TIMEOUT_S: Final = 10.0
 PEER_DRAIN_TIMEOUT_S: Final = 3.0
 SWEEP_INTERVAL_S: Final = 1.0
 QUEUE_SHARES: Final = {"requests": 1000, "flush": 800, "background": 100}
+
+
+def _describe_peer(sock: socket.socket) -> str:
+    try:
+        pid, uid, _ = peer_credentials(sock)
+    except OSError:
+        return "(credentials unknown)"
+    return f"(pid {pid}, uid {uid})"
 
 
 def _storage_backend(runtime: str) -> StorageBackend:
@@ -249,6 +257,15 @@ class Shard:
                 await asyncio.sleep(0.1)  # EMFILE and friends: let connections close
                 continue
             sock.setblocking(False)
+            if internal and not is_sibling_shard(sock):
+                self.metrics.channel_refused += 1
+                logger.warning(
+                    "shard %d: refused a channel connection from a non-shard peer %s",
+                    self.shard_id,
+                    _describe_peer(sock),
+                )
+                sock.close()
+                continue
             if not internal and self._client_connections >= self.config.max_connections:
                 self._refuse(sock)
                 continue

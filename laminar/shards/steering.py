@@ -28,8 +28,9 @@ Supervisor side, before any shard starts:
    same socket back; the socket array and the classic program's bind order
    stay valid, and datagrams sent meanwhile wait in its queue.
 2. With ebpf routing it also attaches the XDP classifier (`xdp_attach`).
-3. It returns a `Steering`: `mode`; `udp_fd(i)` and `fds_for_shard(i)` (what
-   shard i inherits); `shard_settings()` (delivered as
+3. It returns a `Steering`: `mode`; `udp_fd(i)` (the UDP socket shard i
+   inherits: shards get no BPF program or map fds, they have no use for
+   them); `shard_settings()` (delivered as
    `config.extra["steering"]`, with "mode" added); `close()` (run by the
    supervisor on every exit path: detach, unload, close the sockets);
    `metrics()` (exposition blocks for /metrics); `state()` (JSON for /status
@@ -70,7 +71,6 @@ class Steering:
 
     mode: str
     udp_fd: Callable[[int], int | None]
-    fds_for_shard: Callable[[int], tuple[int, ...]]
     shard_settings: Callable[[], dict[str, Any]] = _no_settings
     close: Callable[[], None] = _nothing
     metrics: Callable[[], list[str]] = _no_metrics
@@ -135,7 +135,6 @@ def _from_reuseport(rs: ReuseportSteering, xdp: NodeXdp) -> Steering:
     return Steering(
         str(rs.mode),
         udp_fd=udp_fd,
-        fds_for_shard=rs.fds_for_shard,
         shard_settings=lambda: {"spec": rs.spec.to_json()},
         close=close,
         metrics=metrics,

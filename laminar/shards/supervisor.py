@@ -395,8 +395,10 @@ class Supervisor:
         ]
         if self.admin_sock is not None:
             args += ["--admin-port", str(self.admin_sock.getsockname()[1])]
+        # Exactly the shard's sockets: never the steering's BPF program or map,
+        # which a shard has no use for (least privilege).
         pass_fds = {fd for fd in fds.values() if fd is not None}
-        pass_fds |= {child.fileno(), *steering.fds_for_shard(slot.shard_id)}
+        pass_fds.add(child.fileno())
         return subprocess.Popen(args, pass_fds=sorted(pass_fds), close_fds=True)
 
     async def _await_start(self) -> str | None:

@@ -17,8 +17,9 @@
 Importing this package registers the source with the active SparkSession, if
 there is one. Layers, each its own module: `options` (what the user may say),
 `schema` (the columns), `plan` (ranges, splits, offsets, read limits; no I/O),
-`arrow_records` (fetch answers to Arrow batches in bulk), `reading` (the
-driver's view of a topic; a task's shard-direct fetch loop), `writing` (a
+`reading` (the driver's view of a topic; a task's shard-direct fetch loop of
+`Client.fetch_batch`, each answer converted to Arrow in bulk by
+`laminar.client.arrow`), `writing` (a
 task as an idempotent producer), `batch` and `stream` (the Spark reader and
 writer classes), `source` (`LaminarDataSource`), `errors`.
 

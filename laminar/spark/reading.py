@@ -7,7 +7,7 @@ task gets a `RangeSplit` and runs `read_split`: its own client fetches the
 node's metadata, computes the partition's owning shard with
 `laminar.placement.shard_for` and talks to that shard directly, fetching the
 range with one request always in flight ahead of the one being decoded, and
-yielding one Arrow batch per answer (`laminar.spark.arrow_records`).
+yielding one Arrow batch per answer (`RecordBatch.to_arrow`).
 """
 
 from __future__ import annotations
@@ -19,15 +19,10 @@ from typing import Final
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from laminar.client import Client, LaminarError, Pending, TopicDescription
-from laminar.client.calls import Call
-from laminar.client.results import expect
-from laminar.client.routing import Address, ClusterView
-from laminar.spark.arrow_records import fetch_to_arrow
+from laminar.client import Client, LaminarError, Pending, RecordBatch, TopicDescription
 from laminar.spark.errors import LaminarSparkError, explain
 from laminar.spark.options import ReadOptions
 from laminar.spark.plan import Range, check_named_partitions, resolve_index
-from laminar.wire import FetchRequest, FetchResponse, Flags, Frame, Message, Op
 
 FETCH_MAX_BYTES: Final = 4 << 20
 """Bytes per fetch answer (the node caps it at half its frame limit)."""
@@ -158,44 +153,27 @@ def read_split(split: InputPartition) -> Iterator[pa.RecordBatch]:
         index = r.start
         pending = _fetch(client, split.topic, r.partition, index, r.end)
         while True:
-            frame = pending.result()
-            payload = frame.payload
-            got = int.from_bytes(payload[:4], "big") if len(payload) >= 4 else 0
-            if got == 0:
+            batch = pending.result()
+            if not len(batch):
                 raise LaminarSparkError(
                     f"{split.topic}/{r.partition}: no records at index {index} although the "
                     f"read planned up to {r.end} (were they removed meanwhile?)"
                 )
-            nxt = min(index + got, r.end)
-            if nxt < r.end:  # ask for the next answer before decoding this one
+            nxt = min(index + len(batch), r.end)
+            if nxt < r.end:  # ask for the next answer before converting this one
                 pending = _fetch(client, split.topic, r.partition, nxt, r.end)
-            batch = fetch_to_arrow(payload, r.partition, r.end)
             index = nxt
-            yield batch
+            yield batch.to_arrow()
             if index >= r.end:
                 return
 
 
-def _fetch(client: Client, topic: str, partition: int, index: int, end: int) -> Pending[Frame]:
-    """A fetch whose answer is kept as the raw frame (decoded by Arrow, not here)."""
+def _fetch(
+    client: Client, topic: str, partition: int, index: int, end: int
+) -> Pending[RecordBatch]:
+    """A fetch of at most the records before `end`, answered as one batch
+    (converted to Arrow in bulk, never a Python object per record)."""
     max_records = min(FETCH_MAX_RECORDS, end - index)
-
-    def target(view: ClusterView) -> tuple[Address, Message]:
-        route = view.route(topic, partition)
-        return route.address, FetchRequest(route.partition_id, index, FETCH_MAX_BYTES, max_records)
-
-    call = Call(
-        f"fetch from {topic}/{partition} at index {index}",
-        target,
-        _checked,
-        idempotent=True,
-        topic=topic,
+    return client.fetch_batch_nowait(
+        topic, partition, index, max_bytes=FETCH_MAX_BYTES, max_records=max_records
     )
-    return Pending(client, call)
-
-
-def _checked(frame: Frame) -> Frame:
-    """The frame if it is a fetch answer; else the node's error, raised."""
-    if frame.flags & (Flags.RESPONSE | Flags.ERROR) != Flags.RESPONSE or frame.op != Op.FETCH:
-        expect(frame, FetchResponse)
-    return frame

@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-import pyarrow as pa
 from pyspark.sql.types import (
     BinaryType,
     ByteType,
@@ -43,18 +42,6 @@ SCHEMA_DDL: Final = (
 )
 COLUMNS: Final = ("partition", "index", "timestamp", "key", "value", "headers")
 
-HEADERS_TYPE: Final = pa.map_(pa.string(), pa.binary())
-ARROW_SCHEMA: Final = pa.schema(
-    [
-        ("partition", pa.int32()),
-        ("index", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("headers", HEADERS_TYPE),
-    ]
-)
-"""What the readers yield: Spark checks each batch against the read schema."""
 
 _TEXT: Final = (BinaryType, StringType)
 _INTEGERS: Final = (ByteType, ShortType, IntegerType, LongType)

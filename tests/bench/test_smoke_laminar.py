@@ -38,6 +38,12 @@ def _run(bootstrap: str, tmp_path: Path, **settings: object) -> RunResult:
     system = make_system("laminar", SystemOptions(laminar_bootstrap=bootstrap))
     result = run_once(system, RunPlan(config, tmp_path), 1, 1, SilentProgress())
     assert result.status == "ok", (result.error, result.errors, result.error_samples)
+    # Delivery by identity: every acknowledged record was read back exactly once.
+    d = result.delivery
+    assert d is not None and d["ok"] and d["acknowledged"] > 0, d
+    assert d["read"] >= d["acknowledged"] and not (d["lost"] or d["duplicated"] or d["phantom"])
+    shares = result.generator_core_shares
+    assert shares and all(0.0 < s < 2.0 for s in shares), shares
     return result
 
 

@@ -162,6 +162,7 @@ def test_request_errors_name_the_problem(node: RunningNode) -> None:
         (ListOffsetsRequest(partition_id(tid + 900, 2)), ErrorCode.UNKNOWN_TOPIC, "no topic"),
         (ForwardRequest(good, 1, Ping(good).encode(1)), ErrorCode.INVALID_REQUEST, "internal"),
         (CreateTopicRequest("bad name!", 3), ErrorCode.INVALID_REQUEST, "topic name"),
+        (CreateTopicRequest("..", 3), ErrorCode.INVALID_REQUEST, "not '.' or '..'"),
         (CreateTopicRequest("zero", 0), ErrorCode.INVALID_REQUEST, "partitions"),
         (CreateTopicRequest(TOPIC, 2), ErrorCode.TOPIC_EXISTS, TOPIC),
         (DeleteTopicRequest("never-made"), ErrorCode.UNKNOWN_TOPIC, "never-made"),

@@ -191,3 +191,25 @@ def test_drain_ends_long_polls_with_an_answer(tmp_path: Path) -> None:
             assert isinstance(response, FetchResponse) and response.records == ()
         assert node.proc.wait(20) == 0
         assert time.monotonic() - start < 10
+
+
+def test_the_admin_endpoint_stays_on_loopback_unless_asked(tmp_path: Path) -> None:
+    """`--host 0.0.0.0` exposes the node and shard ports; the admin endpoint
+    (status, metrics) stays on loopback unless `--admin-host` says otherwise."""
+
+    def admin_address(node: RunningNode) -> str:
+        listening = [
+            c.laddr
+            for c in psutil.Process(node.pid).net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == node.admin_port
+        ]
+        assert len(listening) == 1, listening
+        return str(listening[0].ip)
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    with start_node(tmp_path / "a", cores=1, host="0.0.0.0") as node:
+        assert admin_address(node) == "127.0.0.1"
+        assert _get(node, "/health")[0] == 200
+    with start_node(tmp_path / "b", cores=1, host="0.0.0.0", admin_host="0.0.0.0") as node:
+        assert admin_address(node) == "0.0.0.0"

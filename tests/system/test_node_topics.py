@@ -7,6 +7,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,10 @@ from laminar.wire import (
     CreateTopicResponse,
     ErrorCode,
     FetchRequest,
+    ForwardRequest,
     ListTopicsRequest,
     MetadataTailRequest,
+    Ping,
     ProduceRequest,
 )
 from tests.system.nodes import RunningNode, start_node
@@ -150,3 +153,27 @@ def test_clients_cannot_read_the_metadata_log_or_pose_as_a_follower(node: Runnin
                     conn.call(MetadataTailRequest(0, shard, max_wait_ms=0))
                 assert caught.value.code is ErrorCode.INVALID_REQUEST
                 assert "internal op" in caught.value.response.message
+
+
+def test_the_channel_serves_only_sibling_shards(node: RunningNode) -> None:
+    """Whatever arrives on a shard's channel is trusted as internal (metadata tail,
+    forwarded frames). A process that is not a shard of this node gets the
+    connection closed unanswered, and the run directory is private."""
+    run_dir = node.data_dir / "run"
+    assert run_dir.stat().st_mode & 0o777 == 0o700
+    for shard in range(2):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(str(run_dir / f"shard-{shard}.sock"))
+            try:
+                sock.sendall(MetadataTailRequest(0, 1 - shard).encode(1))
+                sock.sendall(ForwardRequest(0, 1 - shard, Ping(0).encode(2)).encode(3))
+                assert sock.recv(65536) == b""  # closed, nothing served
+            except ConnectionResetError:
+                pass  # closed while the request was still arriving
+    with NodeClient(node.host, node.port, via_node_port=True) as client:  # shards still talk
+        topic = client.create_topic("after-the-knock", 2)
+        for p in range(2):
+            assert client.ping(partition_id(topic.topic_id, p)).shard_id == shard_for(
+                partition_id(topic.topic_id, p), 2
+            )

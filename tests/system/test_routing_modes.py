@@ -188,3 +188,25 @@ def test_status_reports_the_routing_mode_and_kernel_counters(fleet: Fleet, mode:
         assert "steering  ebpf steered" in human
     else:
         assert doc["steering"] is None
+
+
+@needs_bpf
+def test_shards_hold_no_bpf_program_or_map(fleet: Fleet) -> None:
+    """The supervisor loads the steering program and its socket array; a shard
+    only needs its own UDP socket, and gets nothing more."""
+    node = fleet.node("ebpf", 2)
+    assert node.routing_mode == "ebpf"
+    supervisor = _bpf_fds(node.pid)
+    assert any("bpf-prog" in link for link in supervisor)  # the steering is there
+    for pid in node.shard_pids():
+        assert _bpf_fds(pid) == [], f"shard {pid} holds {_bpf_fds(pid)}"
+
+
+def _bpf_fds(pid: int) -> list[str]:
+    links = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            links.append(str(fd.readlink()))
+        except OSError:
+            continue  # closed meanwhile
+    return [link for link in links if link.startswith("anon_inode:bpf-")]

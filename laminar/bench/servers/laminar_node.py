@@ -93,6 +93,11 @@ class LaminarNode:
         host, port = _node_address(self.info)
         return f"{host}:{port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (for CPU accounting)."""
+        return None if self._proc is None else self._proc.pid
+
     def stop(self) -> None:
         if self._proc is not None:
             self._proc.stop(grace_s=10.0)

@@ -81,6 +81,11 @@ class RedisServer:
         self._proc.wait_ready(lambda: _pong(self.host, self.port), timeout_s)
         return f"{self.host}:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (for CPU accounting)."""
+        return None if self._proc is None else self._proc.pid
+
     def stop(self) -> None:
         if self._proc is not None:
             self._proc.stop()

@@ -55,8 +55,9 @@ class Endpoint:
 
 
 class Reader(Protocol):
-    async def fetch(self, max_records: int, max_wait_ms: int) -> list[bytes]:
-        """The next values in order (an empty list after `max_wait_ms` with none)."""
+    async def fetch(self, max_records: int, max_wait_ms: int) -> Sequence[bytes | memoryview]:
+        """The next values in order (empty after `max_wait_ms` with none); a
+        value may be a view into the client's receive buffer."""
         ...
 
     async def close(self) -> None: ...
@@ -109,3 +110,9 @@ class System(ABC):
     def log_tail(self) -> str:
         """The end of the server's log, for error reports ('' if none)."""
         return ""
+
+    def server_pid(self) -> int | None:
+        """The started server's process id (its children count too), for the
+        server CPU shown next to every figure; None if the harness did not
+        start it."""
+        return None

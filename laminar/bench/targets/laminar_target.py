@@ -2,7 +2,8 @@
 
 A produce is one produce request with the whole batch, acknowledged by the
 owning shard after its group-commit flush (with `--flush always`: after
-fdatasync). A reader is an index cursor; `fetch` is a long-poll fetch.
+fdatasync). A reader is an index cursor; `fetch` is a long-poll
+`fetch_batch` whose values are views into the answer (no object per record).
 The node is either started by the harness (`laminar`, `laminar:interval`) or
 an existing one given with `--bootstrap` (its flush policy is then whatever it
 was started with, and the results say that the harness does not know it).
@@ -37,8 +38,8 @@ class LaminarReader:
         self._partition = partition
         self._index = index
 
-    async def fetch(self, max_records: int, max_wait_ms: int) -> list[bytes]:
-        records = await self._client.fetch(
+    async def fetch(self, max_records: int, max_wait_ms: int) -> list[memoryview]:
+        batch = await self._client.fetch_batch(
             self._topic,
             self._partition,
             self._index,
@@ -46,9 +47,9 @@ class LaminarReader:
             max_records=max_records,
             max_wait_ms=max_wait_ms,
         )
-        if records:
-            self._index = records[-1].index + 1
-        return [r.value for r in records]
+        if batch.next_index is not None:
+            self._index = batch.next_index
+        return batch.values()  # views into the answer's buffer, no object per record
 
     async def close(self) -> None:
         pass
@@ -141,6 +142,9 @@ class LaminarSystem(System):
         from importlib.metadata import version
 
         return {"laminar": version("laminar"), "client": "laminar.client.AsyncClient"}
+
+    def server_pid(self) -> int | None:
+        return None if self._node is None else self._node.pid
 
     def log_tail(self) -> str:
         return "" if self._node is None else self._node.log_tail()

@@ -2,12 +2,18 @@
 
 A produce is one `publish_async` per record (JetStream 2.9 has no batch
 publish), all pipelined on the connection; it is acknowledged when every
-PubAck is in. A reader is an ordered push consumer (ack none, flow control:
-the way NATS recommends to read a stream in order): messages land in a local
-buffer as the server pushes them, and `fetch` returns what is buffered,
-waiting up to the fetch wait for the first. A pull consumer's `fetch(batch)`
-would hold a partial batch until its timeout, adding that wait to every
-tailing read; the push consumer returns as soon as anything arrived.
+PubAck is in. Readers come in two kinds:
+
+- from the beginning (the backlog consume workload): a pull consumer (ack
+  none); each `fetch` is one JetStream fetch request for up to `max_records`,
+  so NATS, like every other target there, reads with prefetch off: one
+  request, one answer, nothing buffered ahead of the caller;
+- at the tail (end-to-end workloads): an ordered push consumer (ack none,
+  flow control, the way NATS recommends to follow a stream): messages land in
+  a local buffer as the server pushes them and `fetch` returns what is
+  buffered, waiting up to the fetch wait for the first. A pull fetch would
+  hold a partial batch until its timeout, adding that wait to every tailing
+  read.
 """
 
 from __future__ import annotations
@@ -20,8 +26,16 @@ from pathlib import Path
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
-from nats.js.api import DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+)
 from nats.js.errors import BadRequestError
 
 from laminar.bench.servers.nats_server import NatsServer, nats_version, supports_sync_always
@@ -89,6 +103,29 @@ class NatsReader:
             await self._sub.unsubscribe()
 
 
+class NatsPullReader:
+    """A pull consumer: one fetch request per `fetch`, no prefetch."""
+
+    def __init__(self) -> None:
+        self._sub: JetStreamContext.PullSubscription | None = None
+
+    async def start(self, js: JetStreamContext, stream: str, subject: str) -> None:
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE)
+        self._sub = await js.pull_subscribe(subject, stream=stream, config=config)
+
+    async def fetch(self, max_records: int, max_wait_ms: int) -> list[bytes]:
+        assert self._sub is not None
+        try:
+            msgs = await self._sub.fetch(max_records, timeout=max(max_wait_ms, 1) / 1000)
+        except (TimeoutError, NatsTimeoutError):
+            return []
+        return [m.data for m in msgs]
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+
+
 class NatsJetStreamTarget:
     """The nats-py client side."""
 
@@ -133,11 +170,16 @@ class NatsJetStreamTarget:
             if ack.stream != name:
                 raise RuntimeError(f"acknowledged by stream {ack.stream!r}, not {name!r}")
 
-    async def open_reader(self, stream: str, partition: int, start: Start) -> NatsReader:
+    async def open_reader(
+        self, stream: str, partition: int, start: Start
+    ) -> NatsReader | NatsPullReader:
+        name, subject = _stream_name(stream, partition), _subject(stream, partition)
+        if start == "beginning":
+            pull = NatsPullReader()
+            await pull.start(self.js, name, subject)
+            return pull
         reader = NatsReader()
-        await reader.start(
-            self.js, _stream_name(stream, partition), _subject(stream, partition), start
-        )
+        await reader.start(self.js, name, subject, start)
         return reader
 
     async def close(self) -> None:
@@ -207,6 +249,9 @@ class NatsJetStreamSystem(System):
         version = nats_version()
         shown = "not installed" if version is None else ".".join(map(str, version))
         return {"nats-server": shown, "nats-py": _nats_py_version()}
+
+    def server_pid(self) -> int | None:
+        return None if self._server is None else self._server.pid
 
     def log_tail(self) -> str:
         return "" if self._server is None else self._server.log_tail()

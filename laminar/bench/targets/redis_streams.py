@@ -1,10 +1,11 @@
-"""Redis Streams: one stream key per partition, redis-py's asyncio client.
+"""Redis Streams: one stream key per partition, a pipelined RESP client.
 
-A produce is one pipeline (no MULTI) of one XADD per record with a single
-field `v`; it is acknowledged when every reply is in. redis-py does not
-multiplex a connection, so each request in flight takes a pooled connection
-of its own (a window of 8 is 8 connections). A reader is an XREAD cursor on
-the last id seen, blocking up to the fetch wait when nothing is there.
+A produce is one XADD per record with a single field `v`, all pipelined on
+the worker's one connection (`laminar.bench.targets.resp`: commands coalesced
+per loop iteration, replies parsed by hiredis); it is acknowledged when every
+reply is in. A reader is an XREAD cursor on the last id seen, blocking up to
+the fetch wait when nothing is there (each reader has a connection of its own,
+since a blocked XREAD holds its connection).
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import redis.asyncio as aioredis
 
 from laminar.bench.servers.redis_server import RedisServer, redis_version
 from laminar.bench.targets.base import (
@@ -23,6 +22,7 @@ from laminar.bench.targets.base import (
     System,
     SystemUnavailable,
 )
+from laminar.bench.targets.resp import RespClient
 
 KIND = "redis-streams"
 VARIANTS = {"always": "always", "everysec": "everysec"}
@@ -34,41 +34,41 @@ def _key(stream: str, partition: int) -> str:
 
 
 class RedisReader:
-    def __init__(self, client: aioredis.Redis, key: str, last_id: bytes) -> None:
+    def __init__(self, client: RespClient, key: str, last_id: bytes) -> None:
         self._client = client
         self._key = key
         self._last_id = last_id
 
     async def fetch(self, max_records: int, max_wait_ms: int) -> list[bytes]:
-        # BLOCK 0 would mean "forever" to Redis: no wait is no BLOCK at all.
-        block = max_wait_ms if max_wait_ms > 0 else None
-        # RESP2 answer: [[key, [(id, {field: value}), ...]]]; redis-py types it loosely.
-        answer: Any = await self._client.xread(
-            {self._key: self._last_id}, count=max_records, block=block
-        )
+        args: list[Any] = ["XREAD", "COUNT", max_records]
+        if max_wait_ms > 0:  # BLOCK 0 would mean "forever" to Redis
+            args += ["BLOCK", max_wait_ms]
+        # RESP2 answer: [[key, [[id, [field, value]], ...]]] or nil.
+        answer: Any = await self._client.execute(*args, "STREAMS", self._key, self._last_id)
         if not answer:
             return []
         entries = answer[0][1]
         if not entries:
             return []
         self._last_id = entries[-1][0]
-        return [fields[_FIELD] for _id, fields in entries]
+        return [fields[1] for _id, fields in entries]
 
     async def close(self) -> None:
-        pass
+        await self._client.close()
 
 
 class RedisStreamsTarget:
-    """The redis-py client side."""
+    """The client side: one pipelined connection for produces."""
 
     def __init__(self, endpoint: Endpoint) -> None:
         host, _, port = endpoint.address.rpartition(":")
-        self._client = aioredis.Redis(
-            host=host, port=int(port), decode_responses=False, max_connections=1024
-        )
+        self._host = host
+        self._port = int(port)
+        self._client = RespClient()
 
     async def connect(self) -> None:
-        await self._client.ping()
+        await self._client.connect(self._host, self._port)
+        await self._client.execute("PING")
 
     async def create_stream(self, stream: str, partitions: int) -> None:
         # A stream key exists once written; nothing to create.
@@ -76,23 +76,24 @@ class RedisStreamsTarget:
 
     async def produce(self, stream: str, partition: int, values: Sequence[bytes]) -> None:
         key = _key(stream, partition)
-        async with self._client.pipeline(transaction=False) as pipe:
-            for value in values:
-                pipe.xadd(key, {_FIELD: value})
-            await pipe.execute()
+        execute = self._client.execute
+        replies = [execute("XADD", key, "*", _FIELD, value) for value in values]
+        for reply in replies:
+            await reply
 
     async def open_reader(self, stream: str, partition: int, start: Start) -> RedisReader:
         key = _key(stream, partition)
         last_id = b"0-0"
         if start == "tail":
-            newest: Any = await self._client.xrevrange(key, count=1)
+            newest: Any = await self._client.execute("XREVRANGE", key, "+", "-", "COUNT", 1)
             if newest:
                 last_id = newest[0][0]
-        # Each reader blocks on a connection of its own from the pool.
-        return RedisReader(self._client, key, last_id)
+        client = RespClient()  # a blocked XREAD holds its connection
+        await client.connect(self._host, self._port)
+        return RedisReader(client, key, last_id)
 
     async def close(self) -> None:
-        await self._client.aclose()
+        await self._client.close()
 
 
 class RedisStreamsSystem(System):
@@ -141,9 +142,15 @@ class RedisStreamsSystem(System):
         )
 
     def versions(self) -> dict[str, str]:
-        import redis
+        from importlib.metadata import version
 
-        return {"redis-server": redis_version() or "not installed", "redis-py": redis.__version__}
+        return {
+            "redis-server": redis_version() or "not installed",
+            "client": f"laminar.bench.targets.resp (pipelined, hiredis {version('hiredis')})",
+        }
+
+    def server_pid(self) -> int | None:
+        return None if self._server is None else self._server.pid
 
     def log_tail(self) -> str:
         return "" if self._server is None else self._server.log_tail()

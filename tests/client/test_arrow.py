@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("pyspark", reason="pyspark is not installed: pip install 'pyspark[sql]==4.3.0'")
+pytest.importorskip("pyarrow", reason="pyarrow is not installed (the spark extra)")
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from laminar.spark.arrow_records import CorruptFetchError, fetch_to_arrow
-from laminar.spark.schema import ARROW_SCHEMA
+from laminar.client.arrow import ARROW_SCHEMA, CorruptFetchError, fetch_to_arrow
 from laminar.wire import PRODUCER_HEADER, ProducerStamp, decode_record, encode_record
 from laminar.wire.records import encode_fetch_batch
 

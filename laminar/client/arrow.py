@@ -1,4 +1,6 @@
-"""Fetch answers to Arrow record batches, in bulk.
+"""Fetch answers to Arrow record batches, in bulk (`RecordBatch.to_arrow`, Spark).
+
+Needs pyarrow and numpy (the `spark` extra); nothing else in the client does.
 
 A fetch answer's payload (`laminar.wire.records`) is a table of (index,
 timestamp_ms, blob length) entries followed by the record blobs back to back;
@@ -23,13 +25,25 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from laminar.spark.schema import ARROW_SCHEMA, HEADERS_TYPE
 from laminar.wire import PRODUCER_HEADER
 
 _ENTRY: Final = np.dtype([("index", ">u8"), ("timestamp_ms", ">u8"), ("length", ">u4")])
 _HAS_KEY: Final = 0x01
 _HAS_HEADERS: Final = 0x02
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
+
+HEADERS_TYPE: Final = pa.map_(pa.string(), pa.binary())
+ARROW_SCHEMA: Final = pa.schema(
+    [
+        ("partition", pa.int32()),
+        ("index", pa.int64()),
+        ("timestamp", _TIMESTAMP),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("headers", HEADERS_TYPE),
+    ]
+)
+"""The columns of a converted fetch answer (also the Spark source's read schema)."""
 
 Ints = npt.NDArray[np.int64]
 Bytes = npt.NDArray[np.uint8]

@@ -1,0 +1,191 @@
+"""`RecordBatch`: one fetch answer, kept as the one buffer it arrived in.
+
+`fetch()` returns a `Record` per record, which is what most code wants. A
+consumer that only looks at values (a benchmark, a pipe to a file, Spark)
+pays for objects it never uses; `fetch_batch()` returns this instead:
+
+    batch = client.fetch_batch("events", 0, index)
+    len(batch)                  # records in the answer
+    batch.next_index            # where the next fetch starts (None if empty)
+    for view in batch.values(): # memoryviews into the answer's buffer, no copies
+        sink.write(view)
+    for record in batch:        # the same Records `fetch()` would have returned
+        ...
+    table = batch.to_arrow()    # pyarrow RecordBatch (needs the spark extra)
+
+The answer's layout (`laminar.wire.records`): a count, a table of (index,
+timestamp_ms, blob length), then the blobs back to back; a blob is an attrs
+byte, an optional key, optional headers, then the value. Bare values (attrs
+0, the common case) are located with C-level loops, no Python per record;
+blobs with keys or headers are parsed one by one. Lengths are checked once,
+when the batch is made: a batch that exists adds up.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from itertools import accumulate, repeat
+from typing import TYPE_CHECKING, Final
+
+from laminar.client.errors import ProtocolViolationError
+from laminar.client.results import Record, expect
+from laminar.wire import FetchResponse, Flags, Frame, Op, ProtocolError, decode_record
+from laminar.wire.records import HAS_HEADERS, HAS_KEY, unpack_fetch_table
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+_KIND_MASK: Final = Flags.RESPONSE | Flags.ERROR
+_U32: Final = struct.Struct(">I")
+_LENGTH: Final = struct.Struct(">I")
+
+
+class RecordBatch:
+    """The records of one fetch answer (see the module docstring)."""
+
+    __slots__ = (
+        "_bare",
+        "_ends",
+        "_payload",
+        "_starts",
+        "_value_starts",
+        "indexes",
+        "partition",
+        "timestamps_ms",
+    )
+
+    def __init__(
+        self,
+        partition: int,
+        payload: bytes,
+        indexes: list[int],
+        timestamps_ms: list[int],
+        starts: list[int],
+        ends: list[int],
+        value_starts: list[int] | None = None,
+    ) -> None:
+        """Records whose blobs are `payload[starts[i]:ends[i]]`; `value_starts`
+        None means every blob is a bare value (attrs byte 0)."""
+        self.partition = partition
+        """The partition (its number in the topic) the records come from."""
+        self.indexes = indexes
+        self.timestamps_ms = timestamps_ms
+        self._payload = payload
+        self._starts = starts
+        self._ends = ends
+        self._bare = value_starts is None
+        self._value_starts = (
+            list(map((1).__add__, starts)) if value_starts is None else value_starts
+        )
+
+    @classmethod
+    def from_frame(cls, frame: Frame, partition: int) -> RecordBatch:
+        """The batch in a fetch answer frame (or the node's error, raised)."""
+        if frame.flags & _KIND_MASK != Flags.RESPONSE or frame.op != Op.FETCH:
+            expect(frame, FetchResponse)  # raises the server's error or says what is wrong
+        return cls.from_payload(frame.payload, partition)
+
+    @classmethod
+    def from_payload(cls, payload: bytes, partition: int) -> RecordBatch:
+        """The batch in a fetch answer's payload; `ProtocolViolationError` if the
+        layout does not add up."""
+        if len(payload) < 4:
+            raise _bad(f"payload of {len(payload)} bytes has no record count")
+        (count,) = _U32.unpack_from(payload)
+        table_end = 4 + 20 * count
+        if table_end > len(payload):
+            raise _bad(f"{count} records do not fit a payload of {len(payload)} bytes")
+        if not count:
+            if table_end != len(payload):
+                raise _bad(f"an empty batch carries {len(payload) - table_end} stray bytes")
+            return cls(partition, payload, [], [], [], [])
+        table = unpack_fetch_table(payload, count)  # (index, stamp, size, ...)
+        indexes, stamps, sizes = list(table[0::3]), list(table[1::3]), table[2::3]
+        starts = list(accumulate(sizes, initial=table_end))
+        if starts[-1] != len(payload):
+            raise _bad(
+                f"record lengths add up to {starts[-1]} bytes, the payload has {len(payload)}"
+            )
+        ends = starts[1:]
+        del starts[-1]
+        if 0 not in sizes:
+            attrs = bytes(map(payload.__getitem__, starts))
+            if attrs.count(0) == count:  # all bare values: each starts after its attrs byte
+                return cls(partition, payload, indexes, stamps, starts, ends)
+        value_starts = [_value_start(payload, s, e) for s, e in zip(starts, ends, strict=True)]
+        return cls(partition, payload, indexes, stamps, starts, ends, value_starts)
+
+    def __len__(self) -> int:
+        return len(self.indexes)
+
+    @property
+    def next_index(self) -> int | None:
+        """The index after the last record (where to fetch next); None if empty."""
+        return self.indexes[-1] + 1 if self.indexes else None
+
+    def values(self) -> list[memoryview]:
+        """Every record's value as a memoryview into the answer's one buffer
+        (no copies; `bytes(view)` when a copy is wanted)."""
+        view = memoryview(self._payload)
+        return list(map(view.__getitem__, map(slice, self._value_starts, self._ends)))
+
+    def __iter__(self) -> Iterator[Record]:
+        """The records as `fetch()` returns them."""
+        payload = self._payload
+        if self._bare:
+            values = map(payload.__getitem__, map(slice, self._value_starts, self._ends))
+            rows = zip(self.indexes, self.timestamps_ms, values, repeat(None), repeat(None))
+            return map(tuple.__new__, repeat(Record), rows)
+        return self._decoded()
+
+    def _decoded(self) -> Iterator[Record]:
+        payload = self._payload
+        for index, stamp, start, end in zip(
+            self.indexes, self.timestamps_ms, self._starts, self._ends, strict=True
+        ):
+            try:
+                value, key, headers = decode_record(payload[start:end])
+            except ProtocolError as exc:
+                raise _bad(exc.message) from exc
+            yield tuple.__new__(Record, (index, stamp, value, key, headers))
+
+    def to_arrow(self) -> pa.RecordBatch:
+        """The records as a pyarrow RecordBatch with the columns partition,
+        index, timestamp, key, value, headers (`laminar.client.arrow`); values
+        and keys are gathered in bulk. Needs pyarrow and numpy."""
+        from laminar.client.arrow import fetch_to_arrow
+
+        end = self.indexes[-1] + 1 if self.indexes else 0
+        return fetch_to_arrow(self._payload, self.partition, end)
+
+    def __repr__(self) -> str:
+        if not self.indexes:
+            return f"RecordBatch(partition={self.partition}, empty)"
+        return (
+            f"RecordBatch(partition={self.partition}, {len(self)} records, "
+            f"indexes {self.indexes[0]}..{self.indexes[-1]})"
+        )
+
+
+def _value_start(payload: bytes, start: int, end: int) -> int:
+    """Where the value of the blob `payload[start:end]` begins (after its attrs
+    byte, key and headers), checked against the blob's end."""
+    if start >= end:
+        raise _bad("a record blob is empty (it must start with its attrs byte)")
+    attrs = payload[start]
+    if attrs & ~(HAS_KEY | HAS_HEADERS):
+        raise _bad(f"a record's attrs byte 0x{attrs:02x} has unknown bits")
+    pos = start + 1
+    for flag in (HAS_KEY, HAS_HEADERS):
+        if attrs & flag:
+            if pos + 4 > end:
+                raise _bad("a record ends inside a key or headers length")
+            pos += 4 + _LENGTH.unpack_from(payload, pos)[0]
+            if pos > end:
+                raise _bad("a record's key or headers run past the record's end")
+    return pos
+
+
+def _bad(reason: str) -> ProtocolViolationError:
+    return ProtocolViolationError(f"the node's fetch answer does not decode: {reason}")
