@@ -288,8 +288,8 @@ def compare(args: argparse.Namespace, variants: list[str], workloads: list[str])
 def idle(args: argparse.Namespace) -> dict[str, Any]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = 2 * args.partitions + 100
-    if soft < need:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard), hard))
+    if soft < need:  # root may raise the hard limit too
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, max(need, hard)))
 
     def allocated(directory: str) -> int:
         total = 0

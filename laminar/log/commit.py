@@ -34,9 +34,9 @@ from .errors import LogFailed
 from .index import ENTRY_BYTES, FLUSH_END, HEADER_BYTES, SYNCED, set_marks
 from .segment import Segment
 
-# Preallocation starts at this step and doubles while a partition keeps filling
+# Preallocation starts at one block and doubles while a partition keeps filling
 # its reservation quickly, up to the configured step (see `Reservation`).
-MIN_PREALLOCATE_BYTES = 64 << 10
+MIN_PREALLOCATE_BYTES = 4 << 10
 FAST_REFILL_S = 1.0
 
 
@@ -85,18 +85,20 @@ class Reservation:
     """How far ahead to preallocate a partition's files.
 
     Every open partition reserving the full configured step would cost 10,000
-    idle partitions 40 GB; so the step starts at `MIN_PREALLOCATE_BYTES` and
-    doubles each time the previous reservation was used up within
-    `FAST_REFILL_S` (a busy partition), halving again when it was not.
+    idle partitions 40 GB; so the step starts at `MIN_PREALLOCATE_BYTES` (one
+    block) and doubles each time the previous reservation was used up within
+    `FAST_REFILL_S` (a busy partition: 4 KiB to 4 MiB in ten steps), halving
+    again when it was not.
     """
 
-    def __init__(self, step_max: int) -> None:
+    def __init__(self, step_max: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.step_max = step_max
         self.step = min(step_max, MIN_PREALLOCATE_BYTES)
+        self._clock = clock
         self._last = -FAST_REFILL_S
 
     def next_step(self) -> int:
-        now = time.monotonic()
+        now = self._clock()
         if now - self._last < FAST_REFILL_S:
             self.step = min(self.step_max, self.step * 2)
         else:
