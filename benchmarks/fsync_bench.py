@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/fsync_bench.py flush [--dir DIR] [--seconds 4] [--rounds 3]
     .venv/bin/python benchmarks/fsync_bench.py prealloc [--dir DIR] [--seconds 4] [--rounds 3]
+    .venv/bin/python benchmarks/fsync_bench.py rollover [--dir DIR] [--seconds 4] [--rounds 3]
     .venv/bin/python benchmarks/fsync_bench.py idle [--dir DIR] [--partitions 10000]
 
 `flush` compares the log as built (each flush writes and fdatasyncs the store
@@ -17,6 +18,9 @@ fresh directory of the same file system; figures are medians over rounds.
 Where the file system has a journal, jbd2 transactions per flush come from
 /proc/fs/jbd2/<dev>/info. The load generator runs in the benchmark's process;
 its CPU share is reported.
+
+`rollover` compares one 64 MiB segment with a rollover every 1 MiB (every
+~1,000 records) to show what rollover costs the produce tail.
 
 `idle` opens N partitions with one 100-byte record each and reports the disk
 space they hold while open, with the preallocation step growing with the
@@ -217,6 +221,8 @@ async def one_run(
         backend = Wrapping(base, ZeroFilled)
     elif variant == "no-prealloc":
         config = LogConfig(max_flushes_in_flight=config.max_flushes_in_flight, preallocate_bytes=0)
+    elif variant == "rollover-every-1MiB":
+        config = LogConfig(max_flushes_in_flight=config.max_flushes_in_flight, segment_bytes=MiB)
     log = await SegmentedLog.open(directory, config, backend=backend)
     journal = jbd2_info(directory)
     before = jbd2_transactions(journal)
@@ -331,7 +337,7 @@ def idle(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["flush", "prealloc", "idle"])
+    parser.add_argument("what", choices=["flush", "prealloc", "rollover", "idle"])
     parser.add_argument("--dir", default=None, help="where to put the logs (default: $TMPDIR)")
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=3)
@@ -352,9 +358,13 @@ def main(argv: list[str] | None = None) -> None:
         info["flush"] = compare(
             args, ["two-fsyncs", "index-unsynced"], ["closed", "open-2000", "open-20000"]
         )
-    else:
+    elif args.what == "prealloc":
         info["prealloc"] = compare(
             args, ["fallocate", "zero-filled", "no-prealloc"], ["open-2000", "open-20000"]
+        )
+    else:
+        info["rollover"] = compare(
+            args, ["one-segment", "rollover-every-1MiB"], ["open-2000", "open-20000"]
         )
     info["load_avg_after"] = os.getloadavg()
     print(json.dumps(info, indent=1))
