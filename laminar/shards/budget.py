@@ -7,7 +7,7 @@ hold gigabytes. One budget per shard bounds the sum.
 
 What counts: bytes received and not yet decoded (a partial frame in a
 connection's buffer) and every request in flight, charged its wire size plus
-`request_cost_bytes` for what decoding it made (the header's Python objects,
+`InputBudget.admit` for what decoding it made (the header's Python objects,
 bounded by `REQUEST_HEADER_LIMITS`, and the task serving it). A request's
 charge is released when it is answered; buffered bytes when they become a
 request (which takes over the charge) or when the connection closes.
@@ -34,12 +34,6 @@ HEADER_OBJECT_BYTES_PER_BYTE: Final = 32
 `REQUEST_HEADER_LIMITS` (a 3-byte int is a 36-byte object in a list)."""
 
 
-def request_cost_bytes(frame_bytes: int, payload_bytes: int) -> int:
-    """What one request in flight holds: its bytes, its decoded header, its task."""
-    header_bytes = frame_bytes - HEADER_OFFSET - payload_bytes
-    return frame_bytes + REQUEST_OVERHEAD_BYTES + HEADER_OBJECT_BYTES_PER_BYTE * header_bytes
-
-
 class InputBudget:
     """One shard's input bytes: `used` against `limit_bytes` (see the module docstring)."""
 
@@ -61,6 +55,16 @@ class InputBudget:
         self.used += n
         if self.used > self.peak_bytes:
             self.peak_bytes = self.used
+
+    def admit(self, frame_bytes: int, payload_bytes: int) -> int:
+        """A request decoded from `frame_bytes` received bytes (charged already):
+        charge what decoding it added and return its whole cost, to `release`
+        when it is answered. One call per request: this is on the hot path."""
+        extra = REQUEST_OVERHEAD_BYTES + HEADER_OBJECT_BYTES_PER_BYTE * (
+            frame_bytes - HEADER_OFFSET - payload_bytes
+        )
+        self.used += extra
+        return frame_bytes + extra
 
     def release(self, n: int) -> None:
         self.used -= n

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from typing import Final
 
 from laminar.outbox import Outbox
-from laminar.shards.budget import InputBudget, request_cost_bytes
+from laminar.shards.budget import InputBudget
 from laminar.shards.dispatch import Dispatcher
 from laminar.shards.fastpath import ProduceFastPath
 from laminar.shards.handlers import RequestContext
@@ -195,10 +195,8 @@ class Connection:
                 self.partial_since = now
 
     def _start(self, frame: Frame, frame_bytes: int) -> None:
-        cost = request_cost_bytes(frame_bytes, len(frame.payload))
-        extra = cost - frame_bytes  # the frame's own bytes were charged when received
-        self._budget.charge(extra)
-        self._held += extra
+        cost = self._budget.admit(frame_bytes, len(frame.payload))
+        self._held += cost - frame_bytes  # the frame's own bytes were charged when received
         fast = self._fast
         if fast is not None and fast.try_serve(
             frame, self._ctx, functools.partial(self._answer_fast, cost)

@@ -160,3 +160,55 @@ def test_peer_closed_is_seen_before_sending(peer: Callable[[Script], tuple[str, 
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert conn.broken
+
+
+class _CountingSocket:
+    """Delegates to a socket, counting `sendmsg` calls and the frames they carried."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.writes: list[int] = []
+
+    def sendmsg(self, buffers: list[bytes]) -> int:
+        self.writes.append(len(buffers))
+        return self._sock.sendmsg(buffers)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._sock, name)
+
+
+def test_sends_queued_while_a_write_is_under_way_leave_in_one_write(
+    peer: Callable[[Script], tuple[str, int]],
+) -> None:
+    """Five threads send while another thread holds the send lock (a write under
+    way): their five frames go out together in the next write, and each thread
+    still gets its own answer."""
+    n = 5
+
+    def script(conn: socket.socket) -> None:
+        frames = read_frames(conn, n)
+        conn.sendall(b"".join(answer(f) for f in frames))
+        read_frames(conn, 1)
+
+    conn = BlockingConnection(peer(script))
+    counting = _CountingSocket(conn._sock)
+    conn._sock = counting  # type: ignore[assignment]
+    got: dict[int, int] = {}
+
+    def worker(pid: int) -> None:
+        corr = conn.send(Ping(pid))
+        got[pid] = conn.wait(corr, time.monotonic() + 10).partition_id
+
+    with conn._send_lock:
+        threads = [threading.Thread(target=worker, args=(pid,)) for pid in range(1, n + 1)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while conn._queued < n and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert conn._queued == n
+    for t in threads:
+        t.join(10)
+    assert got == {pid: pid for pid in range(1, n + 1)}
+    assert len(counting.writes) == 1  # one sendmsg carried all five frames
+    conn.close()

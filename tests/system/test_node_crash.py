@@ -201,6 +201,19 @@ def test_sigterm_drains_under_load_and_exits_zero(tmp_path: Path) -> None:
     assert counts["present"] >= counts["acked"]
 
 
+def wait_forwarded(node: RunningNode, shard: int, count: int) -> None:
+    """Wait until `shard` has forwarded `count` requests (it counts one as it sends it)."""
+    deadline = time.monotonic() + 20
+    name = f'laminar_forwarded_out_total{{shard="{shard}"}} '
+    while True:
+        with urllib.request.urlopen(node.admin_url + "/metrics", timeout=10) as reply:
+            lines = [line for line in reply.read().decode().splitlines() if line.startswith(name)]
+        if lines and float(lines[0].split()[-1]) >= count:
+            return
+        assert time.monotonic() < deadline, f"shard {shard} did not forward {count} requests"
+        time.sleep(0.05)
+
+
 def test_a_forwarded_produce_whose_owner_dies_is_answered_outcome_unknown(
     tmp_path: Path,
 ) -> None:
@@ -225,7 +238,7 @@ def test_a_forwarded_produce_whose_owner_dies_is_answered_outcome_unknown(
             try:
                 produce = conn.send(ProduceRequest.from_values(pid, [b"maybe"]))
                 fetch = conn.send(FetchRequest(pid, 0))
-                time.sleep(0.5)  # both are in the channel to the stopped owner
+                wait_forwarded(node, shard=0, count=3)  # both are in the stopped owner's channel
             finally:
                 os.kill(owner, signal.SIGKILL)
             answers = {}

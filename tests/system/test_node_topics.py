@@ -8,6 +8,7 @@ import select
 import shutil
 import signal
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from laminar.shards.metadata import METADATA_PID
 from laminar.wire import (
     CreateTopicRequest,
     CreateTopicResponse,
+    DeleteTopicRequest,
     ErrorCode,
     FetchRequest,
     ForwardRequest,
@@ -177,3 +179,39 @@ def test_the_channel_serves_only_sibling_shards(node: RunningNode) -> None:
             assert client.ping(partition_id(topic.topic_id, p)).shard_id == shard_for(
                 partition_id(topic.topic_id, p), 2
             )
+
+
+def test_the_metadata_log_is_compacted_and_a_stalled_follower_catches_up(
+    tmp_path: Path,
+) -> None:
+    """Creating and deleting topics over and over used to grow the metadata log
+    for good (and every restart replayed all of it). The owner compacts it into
+    snapshots; a follower that was stopped while the entries it missed were
+    dropped learns the state from the snapshot."""
+    with start_node(tmp_path, cores=2) as node:
+        owner = shard_for(METADATA_PID, 2)
+        follower = 1 - owner
+        stopped = node.shard_pids()[follower]
+        with WireConnection(node.host, node.shard_ports[owner], timeout=30) as conn:
+            conn.call(CreateTopicRequest("kept-early", 1))
+            os.kill(stopped, signal.SIGSTOP)
+            try:
+                for n in range(100):
+                    conn.call(CreateTopicRequest(f"churn-{n}", 1))
+                    conn.call(DeleteTopicRequest(f"churn-{n}"))
+                conn.call(CreateTopicRequest("kept-late", 2))
+            finally:
+                os.kill(stopped, signal.SIGCONT)
+            expected = {t.name for t in conn.call(ListTopicsRequest()).topics}
+        assert expected == {"kept-early", "kept-late"}
+        stores = sorted((node.data_dir / "partitions" / "0-0").glob("*.store"))
+        assert int(stores[0].stem) > 0, "the metadata log was never compacted"
+        assert len(stores) <= 2
+        with WireConnection(node.host, node.shard_ports[follower], timeout=30) as conn:
+            deadline = time.monotonic() + 20
+            while {t.name for t in conn.call(ListTopicsRequest()).topics} != expected:
+                assert time.monotonic() < deadline, "the follower never caught up"
+                time.sleep(0.1)
+    with node.restart() as again, Client(again.bootstrap) as client:
+        assert {t.name for t in client.list_topics()} == expected
+        assert client.create_topic("after", 1).topic_id == 103  # ids are never reused
