@@ -379,6 +379,9 @@ class Segment:
             slot -= 1
         return self._entry(self.base_index + slot)[4] if slot >= 0 else 0
 
+    def term_of(self, index: int) -> int:
+        return self._entry(index)[3]
+
     def first_index_at_or_after(self, timestamp_ms: int) -> int:
         """The first published index with a timestamp >= `timestamp_ms` (binary search)."""
         lo = bisect.bisect_left(
