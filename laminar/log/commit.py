@@ -235,6 +235,8 @@ class FlushPipeline:
         published = self._published
         if self.failure is not None or published is None or published == self._synced:
             return
+        if published[0].closed:  # removed by a truncation or reset since
+            return
         try:
             await published[0].sync_and_mark_durable()
         except Exception as exc:

@@ -81,6 +81,7 @@ class Segment:
         self.published_store_end = store_end
         self.corrupt_slots = list(corrupt_slots)
         self.sealed = False
+        self.closed = False
 
     # -- lifecycle -------------------------------------------------------
 
@@ -138,6 +139,7 @@ class Segment:
         await self.index.writev([bytes(self.index_buf[at : at + 1])], at, sync=False)
 
     async def close(self) -> None:
+        self.closed = True
         await self.store.close()
         await self.index.close()
 
@@ -380,6 +382,10 @@ class Segment:
         return self._entry(self.base_index + slot)[4] if slot >= 0 else 0
 
     def term_of(self, index: int) -> int:
+        """The term of record `index` from the in-memory index; RecordCorrupted if
+        recovery found its entry damaged (a damaged term is never served)."""
+        if self.first_corrupt_at_or_after(index - self.base_index) == index - self.base_index:
+            raise RecordCorrupted(f"record {index}: its index entry or payload is damaged")
         return self._entry(index)[3]
 
     def first_index_at_or_after(self, timestamp_ms: int) -> int:

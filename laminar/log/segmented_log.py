@@ -415,13 +415,14 @@ class SegmentedLog:
             self._check_appendable()
             await self._pipeline.drain()
             self._check_appendable()
-            while self._segments:
-                await self._segments.pop(0).remove(self._backend)
-                self._bases.pop(0)
-            await self._backend.sync_dir(self.directory)
-            self._segments = [await Segment.create(self._backend, self.directory, base_index)]
+            try:
+                while self._segments:
+                    await self._remove_segment(0)  # oldest first, each durable
+                new = await Segment.create(self._backend, self.directory, base_index)
+            except Exception as exc:
+                raise self._pipeline.fail(exc) from exc
+            self._segments = [new]
             self._bases = [base_index]
-            await self._backend.sync_dir(self.directory)
 
     async def apply_retention(self, now_ms: int | None = None) -> int:
         """Remove whole oldest segments past the retention limits; return how many.

@@ -322,3 +322,30 @@ def test_relaxed_policies_are_durable_once_closed(flush: str) -> None:
 
     config = LogConfig(segment_bytes=100, flush=flush, flush_interval_ms=60_000)  # type: ignore[arg-type]
     assert cut_everywhere(config, prepare, act, check) > 3
+
+
+def test_reset_leaves_a_suffix_of_the_old_log_or_an_empty_one() -> None:
+    """Raft's install-past-the-end: `reset(100)`; a crash part-way leaves a suffix
+    of the old segments or an empty log, never a damaged one."""
+
+    async def prepare(log: SegmentedLog, world: World) -> None:
+        await append_flushes(log, world, 6)
+
+    async def act(log: SegmentedLog, world: World, notes: dict[str, object]) -> None:
+        await log.reset(100)
+        notes["reset"] = True
+
+    async def check(
+        log: SegmentedLog, world: World, notes: dict[str, object], completed: bool
+    ) -> None:
+        got = await read_all(log)
+        if "reset" in notes:
+            assert (log.lowest_index, log.highest_index) == (100, 100)
+        elif got:
+            assert got == world.records[log.lowest_index :]  # a suffix, whole segments
+            assert log.highest_index == len(world.records)
+        else:
+            assert log.lowest_index in (0, 100)
+
+    config = LogConfig(segment_bytes=100, preallocate_bytes=0)
+    assert cut_everywhere(config, prepare, act, check) > 6
