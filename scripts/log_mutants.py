@@ -38,6 +38,7 @@ TESTS = [
     "tests/log/test_damage.py",
     "tests/log/test_failures.py",
     "tests/iouring/test_ring_refusals.py",
+    "tests/shards/test_partition_failures.py",
 ]
 
 Edit = tuple[str, str]  # (text, replacement)
@@ -339,6 +340,22 @@ MUTATIONS: list[tuple[str, str, list[Edit]]] = [
         "ring: the loop is used on a kernel without EXT_ARG or UNLINKAT",
         "iouring/ring.py",
         [("    return missing\n", "    return []\n")],
+    ),
+    (
+        "shard: a failed partition log is handed out again instead of reopened",
+        "shards/partitions.py",
+        [
+            (
+                "        if log is not None and log.failure is None:\n"
+                "            return log\n        if self._closed:",
+                "        if log is not None:\n            return log\n        if self._closed:",
+            )
+        ],
+    ),
+    (
+        "shard: a partition that keeps failing is never taken offline",
+        "shards/partitions.py",
+        [("        if failures > MAX_REOPENS:", "        if False:")],
     ),
     (
         "removal: the segment leaves the lists before its index is gone",

@@ -26,9 +26,9 @@ reads from the cache still show them until `drop_cache`. Operations on a
 handle the process itself closed are recorded in `misuse` (with a real file
 descriptor they could hit another file that reused the number).
 
-Every operation yields to the event loop once before it takes effect, so
-concurrent flushes interleave, and is appended to `journal` (tests count syncs
-per flush there).
+Every fsync (with `yield_every_op`, every operation) yields to the event loop
+once before it takes effect, so concurrent flushes interleave, and every
+operation is appended to `journal` (tests count syncs per flush there).
 """
 
 from __future__ import annotations
@@ -213,11 +213,14 @@ class KeepOrLose(random.Random):
 class SimulatedDisk:
     """A `StorageBackend` in memory that can lose power (see module docs)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, yield_every_op: bool = False) -> None:
         self.root = _Dir()
         self.journal: list[JournalEntry] = []
         self.faults: list[Fault] = []
         self.misuse: list[str] = []
+        # Which operations yield to the event loop before they take effect (fsyncs
+        # always do, as a real device would; all of them for more interleavings).
+        self.yield_every_op = yield_every_op
         self._generation = 0
         self._countdown: int | None = None
         self.frozen = False
@@ -267,6 +270,27 @@ class SimulatedDisk:
         cut_dir(self.root, set())
         self.kill()
 
+    def crash(self, rng: random.Random | None = None) -> None:
+        """The simpler crash model of the first memory backend, kept for tests
+        written against it: directory changes all survive; each file keeps its
+        synced bytes (`rng` None) or a random prefix of what reads showed, over
+        its synced bytes. New tests use `power_cut`, which spares nothing."""
+
+        def walk(directory: _Dir) -> None:
+            directory.sync()
+            for node in directory.entries.values():
+                if isinstance(node, _Dir):
+                    walk(node)
+                    continue
+                if rng is not None:
+                    keep = rng.randint(0, len(node.cache))
+                    node.disk = node.cache[:keep] + node.disk[keep:]
+                node.cache = bytearray(node.disk)
+                node.dirty.clear()
+
+        walk(self.root)
+        self.kill()
+
     def pending_changes(self) -> int:
         """How many unsynced changes (file writes and resizes, directory entries)
         a power cut would decide about now."""
@@ -298,7 +322,7 @@ class SimulatedDisk:
 
     def clone(self) -> SimulatedDisk:
         """A copy of the files and directories (journal, faults and handles not)."""
-        twin = SimulatedDisk()
+        twin = SimulatedDisk(yield_every_op=self.yield_every_op)
         twin.root = copy.deepcopy(self.root)
         twin._generation = self._generation + 1
         return twin
@@ -337,7 +361,8 @@ class SimulatedDisk:
         An operation on a handle of a dead process (`generation`) fails, also if
         the process died while it was waiting to run.
         """
-        await asyncio.sleep(0)
+        if self.yield_every_op or op == "sync":
+            await asyncio.sleep(0)
         if generation is not None and generation != self._generation:
             raise ValueError(f"I/O operation on closed file {path} (its process is gone)")
         if self._countdown is not None:

@@ -25,7 +25,7 @@ class Machine:
     """A disk and the current process (see the module docstring)."""
 
     def __init__(self, disk: SimulatedDisk | None = None) -> None:
-        self.disk = disk or SimulatedDisk()
+        self.disk = disk or SimulatedDisk(yield_every_op=True)
         self.loop = asyncio.new_event_loop()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:

@@ -10,6 +10,7 @@ under the relaxed flush policies.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -56,20 +57,41 @@ async def read_all(log: SegmentedLog) -> list[bytes]:
 
 Prepare = Callable[[SegmentedLog, World], Awaitable[SegmentedLog | None]]
 Act = Callable[[SegmentedLog, World, dict[str, object]], Awaitable[None]]
-Check = Callable[[SegmentedLog, World, dict[str, object], bool], Awaitable[None]]
+Check = Callable[[SegmentedLog, World, dict[str, object]], Awaitable[None]]
 
 
 def cut_everywhere(
-    config: LogConfig, prepare: Prepare, act: Act, check: Check, *, kill_first: Act | None = None
+    config: LogConfig,
+    prepare: Prepare,
+    act: Act,
+    check: Check,
+    *,
+    then: Act | None = None,
+    first_crash: str = "kill",
 ) -> int:
     """Run `act` once to count its disk operations; then for every cut point k,
     run it again with the disk stopped after k operations and `check` the log
     recovered from every state a power cut there could leave
     (`SimulatedDisk.every_power_cut`). Returns the number of cut points.
 
-    With `kill_first`, the process is killed at the cut point instead (its page
-    cache survives), the log reopened, `kill_first` run on it, and only then is
-    the power cut: what recovery kept must be durable before it is built on."""
+    With `then`, the first crash at the cut point is a kill (its page cache
+    survives) or, with `first_crash="power"`, a power cut (a few of its
+    states); the log is reopened, `then` run on it (notes["kept"] holds what
+    recovery kept), and only then comes the power cut that `check` judges: what
+    recovery kept, and what it changed, must be durable before it is built on."""
+
+    def judge(disk: SimulatedDisk, world: World, notes: dict[str, object], label: str) -> None:
+        for chooser in disk.every_power_cut():
+            after = Machine(disk.clone())
+            after.disk.power_cut(chooser)
+            try:
+                recovered = after.run(world.open(after.disk))
+                after.run(check(recovered, world, notes))
+                after.run(recovered.close())
+            except Exception as exc:
+                raise AssertionError(f"{label}, then a power cut ({chooser!r}): {exc}") from exc
+            finally:
+                after.close()
 
     def attempt(cut: int | None) -> int:
         world = World(config)
@@ -81,29 +103,29 @@ def cut_everywhere(
         if cut is not None:
             machine.disk.cut_power_after(cut)
         task = machine.run_until_frozen(act(log, world, notes))
-        completed = task.done() and not task.cancelled()
-        if completed and task.exception() is not None:
+        if task.done() and not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
         operations = len(machine.disk.journal) - before
         machine.kill()
-        if kill_first is not None:
+        label = f"stopped after {cut} operations"
+        if then is None:
+            judge(machine.disk, world, notes, label)
+        elif first_crash == "kill":
             log = machine.run(world.open(machine.disk))
             notes["kept"] = machine.run(read_all(log))
-            machine.run(kill_first(log, world, notes))
+            machine.run(then(log, world, notes))
             machine.kill()
-        for chooser in machine.disk.every_power_cut():
-            after = Machine(machine.disk.clone())
-            after.disk.power_cut(chooser)
-            try:
-                recovered = after.run(world.open(after.disk))
-                after.run(check(recovered, world, notes, completed))
-                after.run(recovered.close())
-            except Exception as exc:
-                raise AssertionError(
-                    f"power cut after {cut} operations ({chooser!r}): {exc}"
-                ) from exc
-            finally:
-                after.close()
+            judge(machine.disk, world, notes, f"{label}, killed, recovered, built on")
+        else:
+            for chooser in machine.disk.every_power_cut(exhaustive_max=3, samples=3):
+                second = Machine(machine.disk.clone())
+                second.disk.power_cut(chooser)
+                log = second.run(world.open(second.disk))
+                notes["kept"] = second.run(read_all(log))
+                second.run(then(log, world, notes))
+                second.kill()
+                judge(second.disk, world, notes, f"{label}, power cut ({chooser!r}), built on")
+                second.close()
         machine.close()
         return operations
 
@@ -142,9 +164,7 @@ def test_truncate_never_loses_what_stays_and_never_brings_back_what_went(
         await log.append([b"after"], term=9)
         notes["appended"] = True
 
-    async def check(
-        log: SegmentedLog, world: World, notes: dict[str, object], completed: bool
-    ) -> None:
+    async def check(log: SegmentedLog, world: World, notes: dict[str, object]) -> None:
         got = await read_all(log)
         assert log.lowest_index == 0
         assert got[:8] == world.records[:8], "records before the cut were lost"
@@ -171,9 +191,7 @@ def test_rollover_keeps_every_acknowledged_record() -> None:
             await log.append(values)
             acked += values
 
-    async def check(
-        log: SegmentedLog, world: World, notes: dict[str, object], completed: bool
-    ) -> None:
+    async def check(log: SegmentedLog, world: World, notes: dict[str, object]) -> None:
         got = await read_all(log)
         acked = notes.get("acked", [])
         assert isinstance(acked, list)
@@ -199,9 +217,7 @@ def test_retention_removes_whole_oldest_segments_durably(retention: str) -> None
         assert removed >= 3, "retention must actually remove segments"
         notes["lowest"] = log.lowest_index
 
-    async def check(
-        log: SegmentedLog, world: World, notes: dict[str, object], completed: bool
-    ) -> None:
+    async def check(log: SegmentedLog, world: World, notes: dict[str, object]) -> None:
         got = await read_all(log)
         low = log.lowest_index
         if "lowest" in notes:
@@ -217,35 +233,50 @@ def test_retention_removes_whole_oldest_segments_durably(retention: str) -> None
     assert cut_everywhere(LogConfig(segment_bytes=50), prepare, act, check) > 6
 
 
-def test_what_recovery_keeps_after_a_kill_is_durable_before_it_is_built_on() -> None:
-    """Killed at every point of appends that roll over, recovered, appended to
-    (rolling over again, so the next flushes' fsyncs never cover the old
-    segment), then a power cut: everything recovery kept and everything
-    acknowledged after it must be there."""
+@pytest.mark.parametrize(
+    ("first_crash", "follow_up"),
+    [
+        ("kill", "appends"),
+        ("kill", "one_append"),
+        ("kill", "roll_over_then_append"),
+        ("power", "roll_over_then_append"),
+    ],
+)
+def test_what_recovery_keeps_after_a_crash_is_durable_before_it_is_built_on(
+    first_crash: str, follow_up: str
+) -> None:
+    """Killed (or powered off) at every point of appends that roll over,
+    recovered, built on, then a power cut: everything recovery kept and
+    everything acknowledged after it must be there. The follow-ups are chosen so
+    that no later fsync covers for recovery: appends that roll over again (the
+    old segment's data is never synced again), a single append (no later
+    directory sync), a forced rollover first (the cut tail's index is never
+    synced again)."""
 
     async def prepare(log: SegmentedLog, world: World) -> None:
         await append_flushes(log, world, 1)
 
     async def act(log: SegmentedLog, world: World, notes: dict[str, object]) -> None:
-        for n in range(10, 14):
-            await log.append(batch(n))
+        await asyncio.gather(*(log.append(batch(n)) for n in range(10, 14)))
 
     async def after_kill(log: SegmentedLog, world: World, notes: dict[str, object]) -> None:
         acked: list[bytes] = []
         notes["acked"] = acked
-        for n in range(20, 24):
+        if follow_up == "roll_over_then_append":
+            await log.roll_over()
+        for n in range(20, 24 if follow_up == "appends" else 21):
             await log.append(batch(n))
             acked += batch(n)
 
-    async def check(
-        log: SegmentedLog, world: World, notes: dict[str, object], completed: bool
-    ) -> None:
+    async def check(log: SegmentedLog, world: World, notes: dict[str, object]) -> None:
         kept, acked = notes["kept"], notes["acked"]
         assert isinstance(kept, list) and isinstance(acked, list)
         assert (await read_all(log))[: len(kept) + len(acked)] == kept + acked
 
-    config = LogConfig(segment_bytes=100, preallocate_bytes=0)
-    assert cut_everywhere(config, prepare, act, check, kill_first=after_kill) > 10
+    config = LogConfig(segment_bytes=100, preallocate_bytes=0, max_flushes_in_flight=4)
+    assert (
+        cut_everywhere(config, prepare, act, check, then=after_kill, first_crash=first_crash) > 10
+    )
 
 
 def test_recovery_itself_survives_a_power_cut() -> None:
@@ -266,9 +297,7 @@ def test_recovery_itself_survives_a_power_cut() -> None:
         await reopened.append([b"acked"])
         notes["acked"] = True
 
-    async def check(
-        log: SegmentedLog, world: World, notes: dict[str, object], completed: bool
-    ) -> None:
+    async def check(log: SegmentedLog, world: World, notes: dict[str, object]) -> None:
         got = await read_all(log)
         if "acked" in notes:
             assert got == [*world.records, b"acked"]
@@ -311,9 +340,7 @@ def test_relaxed_policies_are_durable_once_closed(flush: str) -> None:
         await log.close()
         notes["closed"] = True
 
-    async def check(
-        log: SegmentedLog, world: World, notes: dict[str, object], completed: bool
-    ) -> None:
+    async def check(log: SegmentedLog, world: World, notes: dict[str, object]) -> None:
         got = await read_all(log)
         if "closed" in notes:
             assert got == world.records
@@ -335,9 +362,7 @@ def test_reset_leaves_a_suffix_of_the_old_log_or_an_empty_one() -> None:
         await log.reset(100)
         notes["reset"] = True
 
-    async def check(
-        log: SegmentedLog, world: World, notes: dict[str, object], completed: bool
-    ) -> None:
+    async def check(log: SegmentedLog, world: World, notes: dict[str, object]) -> None:
         got = await read_all(log)
         if "reset" in notes:
             assert (log.lowest_index, log.highest_index) == (100, 100)
