@@ -3,7 +3,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run demo-log test lint bench soak clean
+.PHONY: setup run demo-log test lint bench soak log-mutants clean
 
 setup:
 	@scripts/setup
@@ -34,6 +34,11 @@ soak: setup
 	$(PY) -m tests.raft.sim.soak --seeds 10000 --processes 2
 	$(PY) -m tests.raft.sim.mutations 300
 	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/swim/test_soak.py
+	LAMINAR_MODEL_EXAMPLES=4000 LAMINAR_CRASH_ROUNDS=60 $(PY) -m pytest -q -p no:cacheprovider tests/log/test_log_model.py tests/log/test_crash.py
+
+# The log's durability tests against mutants (every fsync removed, each fix undone).
+log-mutants: setup
+	$(PY) scripts/log_mutants.py
 
 bench:
 	@scripts/setup --bench

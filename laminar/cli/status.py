@@ -168,6 +168,36 @@ def xdp_state(samples: list[Sample]) -> dict[str, Any] | None:
     return state
 
 
+def offline_partitions(samples: list[Sample]) -> list[dict[str, Any]]:
+    """Partitions the node reports it cannot serve now, with the reason
+    (`laminar_partition_offline`)."""
+    return [
+        {
+            "shard": int(labels.get("shard", "-1")),
+            "topic_id": int(labels.get("topic_id", "-1")),
+            "partition": int(labels.get("partition", "-1")),
+            "reason": labels.get("reason", ""),
+        }
+        for name, labels, value in samples
+        if name == "laminar_partition_offline" and value == 1
+    ]
+
+
+def describe_what_answers(client: Client, names: list[str]) -> tuple[list[Any], list[str]]:
+    """`describe_topics`, skipping topics that cannot be described now (a
+    partition offline): (descriptions, the names skipped)."""
+    try:
+        return client.describe_topics(names), []
+    except LaminarError:
+        described, skipped = [], []
+        for name in names:
+            try:
+                described += client.describe_topics([name])
+            except LaminarError:
+                skipped.append(name)
+        return described, skipped
+
+
 def scrape(address: Address, timeout_s: float) -> list[Sample] | None:
     """The node's /metrics samples, or None when the endpoint cannot be read."""
     url = f"http://{format_address(address)}/metrics"
@@ -217,7 +247,7 @@ def gather(client: Client, admin: Address, timeout_s: float) -> dict[str, Any]:
         except LaminarError:
             s.ping_ms = None
     partitions = []
-    descriptions = client.describe_topics(sorted(view.topics))
+    descriptions, undescribed = describe_what_answers(client, sorted(view.topics))
     for desc in descriptions:
         for part in desc.partitions:
             shard = shards[part.shard_id]
@@ -250,6 +280,8 @@ def gather(client: Client, admin: Address, timeout_s: float) -> dict[str, Any]:
             for d in descriptions
         ],
         "partitions": partitions,
+        "topics_undescribed": undescribed,
+        "partitions_offline": offline_partitions(samples) if samples is not None else [],
         "steering": steering_counts(samples) if samples is not None else None,
         "xdp": xdp_state(samples) if samples is not None else None,
         "members": fetch_members(admin, min(timeout_s, 3.0)) if samples is not None else None,
@@ -337,6 +369,18 @@ def status(client: Client, args: argparse.Namespace) -> int:
         ]
         print("partition ownership")
         print(table(headers, ownership))
+    if doc["partitions_offline"]:
+        names = {t["topic_id"]: t["name"] for t in doc["topics"]}
+        print()
+        print("OFFLINE partitions (requests to them are refused)")
+        offline = [
+            (names.get(p["topic_id"], f"topic id {p['topic_id']}"), p["partition"], p["shard"],
+             p["reason"])
+            for p in doc["partitions_offline"]
+        ]  # fmt: skip
+        print(table(["TOPIC", "PARTITION", "SHARD", "REASON"], offline))
+    if doc["topics_undescribed"]:
+        say(f"note: could not describe {', '.join(doc['topics_undescribed'])} (see above)")
     if not doc["admin"]["reachable"]:
         say(
             f"note: the admin endpoint {doc['admin']['address']} did not answer, so cores and "

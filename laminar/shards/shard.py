@@ -485,6 +485,7 @@ class Shard:
                 "membership_version": None if self.membership is None else self.membership.version,
                 "partitions_owned": self._owned_partitions,
                 "partitions_open": self.partitions.open_count,
+                "partitions_offline": [o.describe() for o in self.partitions.offline],
                 "flushes": self.partitions.flushes,
                 "metadata_applied_index": self.metadata.state.applied_index,
                 "input_bytes": self.budget.used,
