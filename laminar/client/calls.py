@@ -176,9 +176,15 @@ def offsets_of(response: ListOffsetsResponse) -> Offsets:
     return Offsets(response.lowest_index, response.highest_index)
 
 
-def create_topic(name: str, partitions: int, config: dict[str, int | str]) -> Call[TopicInfo]:
+def create_topic(
+    name: str,
+    partitions: int,
+    config: dict[str, int | str],
+    replication_factor: int | None = None,
+) -> Call[TopicInfo]:
     def target(view: ClusterView) -> tuple[Address, Message]:
-        return view.node_route().address, CreateTopicRequest(name, partitions, config)
+        request = CreateTopicRequest(name, partitions, config, replication_factor)
+        return view.node_route().address, request
 
     return Call(f"create topic {name!r}", target, _created, idempotent=False)
 
