@@ -151,12 +151,15 @@ def _fetch(
 
 
 def list_offsets(
-    topic: str, partition: int, timestamp_ms: int | None = None
+    topic: str, partition: int, timestamp_ms: int | None = None, node: str | None = None
 ) -> Call[ListOffsetsResponse]:
-    """A partition's range and, with `timestamp_ms`, the first index at that time."""
+    """A partition's range and, with `timestamp_ms`, the first index at that time;
+    with `node`, as that node's replica sees it (cluster only)."""
 
     def target(view: ClusterView) -> tuple[Address, Message]:
         route = view.route(topic, partition)
+        if node is not None:
+            route = view.route_to(route.partition_id, node)
         return route.address, ListOffsetsRequest(route.partition_id, timestamp_ms)
 
     return Call(
@@ -173,7 +176,8 @@ def _list_offsets(frame: Frame) -> ListOffsetsResponse:
 
 
 def offsets_of(response: ListOffsetsResponse) -> Offsets:
-    return Offsets(response.lowest_index, response.highest_index)
+    """The readable range: committed records only (on a single node, all of them)."""
+    return Offsets(response.lowest_index, response.committed_index)
 
 
 def create_topic(

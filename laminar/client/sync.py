@@ -49,7 +49,13 @@ from laminar.client.routing import (
     parse_addresses,
 )
 from laminar.memory import tune_allocator
-from laminar.wire import Message, MetadataRequest, MetadataResponse, TopicInfo
+from laminar.wire import (
+    ListOffsetsResponse,
+    Message,
+    MetadataRequest,
+    MetadataResponse,
+    TopicInfo,
+)
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES, DEFAULT_FETCH_MAX_RECORDS
 from laminar.wire.writes import StagedPart
 
@@ -291,6 +297,12 @@ class Client:
     def offsets(self, topic: str, partition: int) -> Offsets:
         """The partition's `(lowest, highest)` indexes; `highest` is exclusive."""
         return calls.offsets_of(Pending(self, calls.list_offsets(topic, partition)).result())
+
+    def replica_offsets(self, topic: str, partition: int, node: str) -> ListOffsetsResponse:
+        """The partition as node `node`'s replica sees it (a cluster's status:
+        its committed index, its log's end, the leader it follows)."""
+        call = calls.list_offsets(topic, partition, node=node)
+        return Pending(self, call).result()
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int:
         """The first index appended at or after `timestamp_ms` (ms since the epoch);
