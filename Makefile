@@ -3,7 +3,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run demo-log test lint bench soak log-mutants clean
+.PHONY: setup run cluster demo-log test lint bench soak log-mutants clean
 
 setup:
 	@scripts/setup
@@ -16,6 +16,10 @@ run: setup
 	@echo "  .venv/bin/laminar consume events --follow"
 	@echo "  .venv/bin/laminar status"
 	@exec $(VENV)/bin/laminar-node
+
+# Three nodes on loopback, every partition replicated; Ctrl-C stops all.
+cluster: setup
+	@scripts/cluster
 
 # The segmented log surviving SIGKILL: append, kill, recover, verify.
 demo-log: setup
@@ -49,4 +53,4 @@ bench:
 	benchmarks/compare.sh
 
 clean:
-	rm -rf laminar-data $(VENV) .setup-stamp .pytest_cache .mypy_cache .ruff_cache
+	rm -rf laminar-data laminar-cluster $(VENV) .setup-stamp .pytest_cache .mypy_cache .ruff_cache
