@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import Final, Protocol
 
 from laminar.log import Record, RecordBatch, SegmentedLog
-from laminar.raft import LEADER, NotLeader
+from laminar.raft import LEADER, NotLeader, ProposalDropped
 from laminar.raft.segmented import CONTROL_TERM_BIT
 from laminar.replication.group import ProposalLost, RaftGroup
 from laminar.shards.errors import RequestError
@@ -196,6 +196,17 @@ class RaftReplica:
             first, timestamp_ms, done = self.group.propose(blobs)
         except NotLeader as exc:
             raise RequestError(ErrorCode.NOT_LEADER, str(exc), leader=exc.leader_hint) from None
+        except ProposalDropped as exc:  # a leadership hand-over, or too much uncommitted
+            transferee = self.group.core.status().transferee
+            if transferee is not None:
+                raise RequestError(
+                    ErrorCode.NOT_LEADER,
+                    f"leadership is moving to node {transferee}; nothing was appended",
+                    leader=transferee,
+                ) from None
+            raise RequestError(
+                ErrorCode.NOT_READY, f"{exc}; nothing was appended; retry shortly"
+            ) from None
         try:
             await asyncio.wait_for(asyncio.shield(done), APPEND_TIMEOUT_S)
         except ProposalLost:

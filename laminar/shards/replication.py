@@ -41,6 +41,9 @@ from laminar.wire import ErrorCode, Frame, NodeInfo
 
 logger = logging.getLogger("laminar.replication")
 
+HANDOVER_TIMEOUT_S: Final = 3.0
+"""How long a draining shard waits for its leaderships to move (an election
+timeout is 1-2 s; a transfer the core abandons is left to an election)."""
 METADATA_VOTERS_MAX: Final = 7
 """Every node of a static cluster votes on metadata; SWIM placement will choose 3."""
 
@@ -187,6 +190,18 @@ class ShardReplication:
             )
             for m in self.view.members
         )
+
+    async def hand_over_leaderships(self) -> None:
+        """Before a drain stops this shard: its leaderships move to followers
+        that are up to date, so clients wait for no election."""
+        moved, tried = await self.host.hand_over_leaderships(HANDOVER_TIMEOUT_S)
+        if tried:
+            logger.info(
+                "shard %d: handed over %d of %d leaderships before stopping",
+                self.shard_id,
+                moved,
+                tried,
+            )
 
     async def close(self) -> None:
         for task in list(self._sessions):

@@ -198,3 +198,48 @@ def test_an_append_is_acknowledged_only_once_a_majority_has_it(tmp_path: Path) -
         }
         report = check(history, final)
         assert report.valid, report.summary()
+
+
+def test_sigterm_hands_a_nodes_leaderships_over_before_it_stops(tmp_path: Path) -> None:
+    """A drained node moves every leadership it holds to an up-to-date follower
+    (its log says how many moved), exits 0, and loses nothing acknowledged."""
+    with (
+        Cluster.start(tmp_path, 3) as cluster,
+        Client(cluster.bootstrap, retry=RetryPolicy(budget_s=30)) as client,
+    ):
+        topic = client.create_topic("drained", partitions=6, replication_factor=3)
+        pids = [partition_id(topic.topic_id, p) for p in range(6)]
+        history = [
+            Produce(p, b"before-%d" % p, "ok", client.produce("drained", p, [b"before-%d" % p]))
+            for p in range(6)
+        ]
+        leaders = {pid: _leader(cluster, pid) for pid in pids}
+        name = max(cluster.nodes, key=lambda n: sum(leader == n for leader in leaders.values()))
+        led = sum(leader == name for leader in leaders.values())
+        assert led >= 1  # six partitions over three nodes
+        assert cluster.nodes[name].terminate(signal.SIGTERM) == 0
+        handed = [
+            line for line in cluster.nodes[name].log_text().splitlines() if "handed over" in line
+        ]
+        moved = [line for line in handed if "handed over 0 of" not in line]
+        assert moved, f"no leadership was handed over: {handed}"
+        assert all(
+            line.split("handed over ")[1].split(" of ")[0] == line.split(" of ")[1].split()[0]
+            for line in handed
+        ), handed  # every transfer completed
+        for pid in pids:
+            wait_until(lambda p=pid: _leader(cluster, p) != name, f"a new leader of {pid}")
+        history += [
+            Produce(p, b"after-%d" % p, "ok", client.produce("drained", p, [b"after-%d" % p]))
+            for p in range(6)
+        ]
+        cluster.restart(name)
+        final: dict[str, dict[int, list[tuple[int, bytes]]]] = {n: {} for n in cluster.nodes}
+        for p, pid in enumerate(pids):
+            _replicas_caught_up(
+                cluster, pid, max(h.offset or 0 for h in history if h.partition == p) + 1
+            )
+            for n, node in cluster.nodes.items():
+                final[n][p] = _values(read_replica(node, pid))
+        report = check(history, final)
+        assert report.valid, report.summary()

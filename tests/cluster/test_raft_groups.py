@@ -23,6 +23,9 @@ from laminar.raft import LEADER, Message, NotLeader, RaftConfig, RaftCore
 from laminar.raft.segmented import SegmentedLogStorage
 from laminar.replication.group import ProposalLost, RaftGroup
 from laminar.replication.host import RaftHost
+from laminar.shards.errors import RequestError
+from laminar.shards.replica import RaftReplica
+from laminar.wire import ErrorCode
 
 PID = 7
 NODES = ("n1", "n2", "n3")
@@ -196,5 +199,34 @@ def test_idle_groups_quiesce_and_wake_when_the_leaders_node_goes_silent(
         net.cut.add(old.core.id)
         new = await _until(lambda: _leader(net) if _leader(net) is not old else None)
         assert new.core.term > old.core.term
+
+    _run(tmp_path, scenario)
+
+
+def test_a_hand_over_moves_leadership_to_an_up_to_date_follower(tmp_path: Path) -> None:
+    """Draining: the leader hands over (no election timeout has to pass); while
+    it runs, a write is refused naming the transferee, and nothing acked is lost."""
+
+    async def scenario(net: FakeNetwork) -> None:
+        acked = [await _produce(net, b"before-%d" % n) for n in range(5)]
+        old = await _until(lambda: _leader(net))
+        old_host = net.hosts[old.core.id]
+        assert old.hand_over()
+        transferee = old.core.status().transferee
+        assert transferee is not None and transferee != old.core.id
+        with pytest.raises(RequestError) as refused:
+            await RaftReplica(old).append_stamped([b"during"])
+        assert refused.value.code is ErrorCode.NOT_LEADER
+        assert refused.value.leader == transferee
+        moved, tried = await old_host.hand_over_leaderships(timeout_s=20)
+        assert moved == tried  # 1 of 1, or 0 of 0 if it had moved already
+        new = await _until(lambda: _leader(net))
+        assert new.core.id == transferee
+        acked.append(await _produce(net, b"after"))
+        for host in net.hosts.values():
+            await _until(lambda h=host: h.groups[PID].committed_end >= acked[-1][0] + 1)
+        values = [value for _, _, value in await _records(net.hosts[transferee])]
+        assert b"during" not in values
+        assert [values.count(b"before-%d" % n) for n in range(5)] == [1] * 5
 
     _run(tmp_path, scenario)
