@@ -11,8 +11,9 @@ Start-up, in order (each step depends on the one before):
 5. READY to the supervisor over the control socket.
 
 Drain (SIGTERM, SIGINT, or the supervisor's end of the control socket closing):
-hand this shard's Raft leaderships to followers (a cluster node); stop accepting; stop reading new requests; end long-polls (they answer with
-what there is); let in-flight requests finish, bounded by `DRAIN_TIMEOUT_S`;
+hand this shard's Raft leaderships to followers (a cluster node); stop
+accepting; stop reading new requests; end long-polls (they answer with what
+there is); let in-flight requests finish, bounded by `DRAIN_TIMEOUT_S`;
 close every log (which completes in-flight flushes and syncs); exit 0.
 """
 
