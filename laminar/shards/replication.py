@@ -156,6 +156,13 @@ class ShardReplication:
         finally:
             del self._opening[pid]
 
+    def retention_keeps_from(self, pid: int) -> int:
+        """The first log index retention must keep of `pid` on this shard: the
+        last committed record (Raft's anchor when older ones are gone) and all
+        after it; everything when its group is not open here."""
+        replica = self.replicas.get(pid)
+        return 0 if replica is None else max(0, replica.highest_index - 1)
+
     async def close_group(self, pid: int) -> None:
         """Stop `pid`'s group (the partition manager closes and removes its files)."""
         task = self._opening.get(pid)

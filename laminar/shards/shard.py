@@ -238,6 +238,7 @@ class Shard:
             self._owns,
             self.metrics,
             config.retention_check_interval_s,
+            self.replication.retention_keeps_from if self.replication is not None else None,
         )
         control_task = self._spawn(self._serve_control(), "background")
         self._listen(self.sockets.channel, internal=True)

@@ -243,3 +243,68 @@ def test_sigterm_hands_a_nodes_leaderships_over_before_it_stops(tmp_path: Path) 
                 final[n][p] = _values(read_replica(node, pid))
         report = check(history, final)
         assert report.valid, report.summary()
+
+
+def test_a_follower_behind_the_leaders_retained_log_catches_up(tmp_path: Path) -> None:
+    """While a follower is down the leader's retention removes records it never
+    got: it must catch up from an install (its log restarts at the leader's),
+    and from there hold exactly the leader's records."""
+    with (
+        Cluster.start(tmp_path, 3, cores=1, retention_check_interval=0.2) as cluster,
+        Client(cluster.bootstrap, retry=RetryPolicy(budget_s=30)) as client,
+    ):
+        topic = client.create_topic(
+            "short",
+            partitions=1,
+            replication_factor=3,
+            config={"segment.bytes": 4096, "retention.bytes": 8192},
+        )
+        pid = partition_id(topic.topic_id, 0)
+        history = [
+            Produce(0, b"early-%d" % n, "ok", client.produce("short", 0, [b"early-%d" % n]))
+            for n in range(5)
+        ]
+        leader = _leader(cluster, pid)
+        behind = next(n for n in cluster.nodes if n != leader)
+        _replicas_caught_up(cluster, pid, (history[-1].offset or 0) + 1)
+        behind_end = offsets(cluster.nodes[behind], pid).highest_index
+        cluster.nodes[behind].kill()
+        for n in range(300):
+            value = b"late-%03d-" % n + b"x" * 200
+            history.append(Produce(0, value, "ok", client.produce("short", 0, [value])))
+        wait_until(
+            lambda: offsets(cluster.nodes[leader], pid).lowest_index > behind_end,
+            "the leader's retention passing the stopped follower",
+        )
+        cluster.restart(behind)
+        end = max(h.offset or 0 for h in history) + 1
+        _replicas_caught_up(cluster, pid, end)
+        logs = {n: dict(_values(read_replica(node, pid))) for n, node in cluster.nodes.items()}
+        floor = max(offsets(node, pid).lowest_index for node in cluster.nodes.values())
+        assert floor > behind_end
+        for name, log in logs.items():
+            kept = {h.value: h.offset for h in history if (h.offset or 0) >= floor}
+            assert {v: i for i, v in log.items() if i >= floor} == kept, name
+
+
+def test_retention_on_a_replicated_partition_keeps_what_raft_still_needs(tmp_path: Path) -> None:
+    """Time retention with segment.ms rolls every record's segment away, but a
+    replicated partition keeps its last committed record (Raft anchors its log
+    on it): the group keeps working and every replica agrees."""
+    with (
+        Cluster.start(tmp_path, 3, cores=1, retention_check_interval=0.1) as cluster,
+        Client(cluster.bootstrap, retry=RetryPolicy(budget_s=30)) as client,
+    ):
+        topic = client.create_topic(
+            "brief", partitions=1, replication_factor=3, config={"segment.ms": 1, "retention.ms": 1}
+        )
+        pid = partition_id(topic.topic_id, 0)
+        acked = []
+        for n in range(3):
+            acked.append((client.produce("brief", 0, [b"r%d" % n]), b"r%d" % n))
+            _replicas_caught_up(cluster, pid, acked[-1][0] + 1)
+            time.sleep(0.5)  # several retention passes: roll, then remove what expired
+        for name, node in cluster.nodes.items():
+            kept = _values(read_replica(node, pid))
+            assert kept and kept[-1] == acked[-1], name
+            assert all(record in acked for record in kept), name
