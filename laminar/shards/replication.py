@@ -23,6 +23,7 @@ import asyncio
 import logging
 import random
 import socket
+import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -32,7 +33,7 @@ from laminar.log import LogConfig
 from laminar.raft import Entry, RaftConfig, RaftCore
 from laminar.raft.segmented import SegmentedLogStorage
 from laminar.replication.group import RaftGroup
-from laminar.replication.host import ELECTION_TICKS, RaftHost
+from laminar.replication.host import ELECTION_TICKS, TICK_S, RaftHost
 from laminar.replication.transport import PeerLinks, PeerSession
 from laminar.shards.errors import RequestError
 from laminar.shards.partitions import PartitionManager
@@ -151,7 +152,7 @@ class ShardReplication:
             core = RaftCore(config, storage, random.Random(self._rng.getrandbits(64)))
             group = RaftGroup(pid, core, storage, self.host.send, apply)
             self.host.add(group)
-            replica = self.replicas[pid] = RaftReplica(group)
+            replica = self.replicas[pid] = RaftReplica(group, self._heard_lately)
             return replica
         finally:
             del self._opening[pid]
@@ -162,6 +163,12 @@ class ShardReplication:
         after it; everything when its group is not open here."""
         replica = self.replicas.get(pid)
         return 0 if replica is None else max(0, replica.highest_index - 1)
+
+    def _heard_lately(self, node_id: str) -> bool:
+        """Heard from `node_id` within an election timeout (keepalives arrive
+        every tick, also while every group is quiesced)."""
+        heard = self.links.last_heard(node_id)
+        return heard is not None and time.monotonic() - heard <= TICK_S * ELECTION_TICKS
 
     async def close_group(self, pid: int) -> None:
         """Stop `pid`'s group (the partition manager closes and removes its files)."""
