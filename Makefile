@@ -32,6 +32,7 @@ lint: setup
 # Long randomized runs (minutes); each part on its own line.
 soak: setup
 	$(PY) -m tests.raft.sim.soak --seeds 10000 --processes 2
+	$(PY) -m tests.raft.sim.mutations 300
 	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/swim/test_soak.py
 
 bench:

@@ -14,8 +14,14 @@ bytes through the plain client, then measures, on the same data:
   fetch answers decoded into Arrow in bulk) in this process, without Spark;
 - `spark_read_count`: `spark.read.format("laminar")...load().count()`;
 - `spark_read_to_parquet`: the same read written with `.write.parquet(...)`;
-- `spark_write_topic`: `spark.range(N)` as `--value-bytes` values written into a
-  new topic with `df.write.format("laminar")` (idempotent producers);
+- `spark_write_exactly_once` and `spark_write_at_least_once`: `spark.range(N)`
+  as `--value-bytes` values (each holding its row id) written into a new topic
+  with `df.write.format("laminar")`, with the default exactly-once protocol
+  (tasks stage, the driver commits) and with `guarantee=at-least-once` (tasks
+  append as they go: the old plain write). The two alternate within each
+  round (order rotated), and every written topic is read back and checked by
+  identity: each row id exactly once. `exactly_once_cost` is the ratio of
+  the medians of their times (target: at most 1.5);
 - `spark_canned_count`: a control: the same `count()` over a Python data
   source that yields the same Arrow batches from memory (no node, no network),
   i.e. what Spark itself costs for this schema on this machine.
@@ -141,6 +147,102 @@ def connector_fetch(bootstrap: str, client: Any, topic: str, partitions: int) ->
     return rows
 
 
+WRITE_MODES = ("exactly-once", "at-least-once")
+
+
+def cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of process `pid` and its live descendants (0 for None)."""
+    if pid is None:
+        return 0.0
+    import psutil
+
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def write_rounds(
+    spark: Any,
+    client: Any,
+    bootstrap: str,
+    records: int,
+    value_bytes: int,
+    partitions: int,
+    rounds: int,
+    node_pid: int | None,
+) -> dict[str, Any]:
+    """Rows/s of both write modes, interleaved (order rotated each round, after
+    one warm-up round), each written topic checked by identity then deleted.
+    CPU seconds of Spark (this process, its JVM and Python workers: the load
+    generator) and of the node are recorded per write."""
+    frame = spark.range(records).selectExpr(
+        f"CAST(lpad(CAST(id AS STRING), {value_bytes}, 'x') AS BINARY) AS value"
+    )
+    runs: dict[str, list[float]] = {m: [] for m in WRITE_MODES}
+    cpu: dict[str, list[dict[str, float]]] = {m: [] for m in WRITE_MODES}
+    for round_no in range(rounds + 1):
+        order = WRITE_MODES if round_no % 2 == 0 else WRITE_MODES[::-1]
+        for mode in order:
+            topic = f"spark-bench-write-{mode}-{round_no}-{int(time.time())}"
+            client.create_topic(topic, partitions=partitions)
+            spark_cpu, node_cpu = cpu_s(os.getpid()), cpu_s(node_pid)
+            start = time.perf_counter()
+            frame.write.format("laminar").option("bootstrap", bootstrap).option(
+                "topic", topic
+            ).option("guarantee", mode).mode("append").save()
+            elapsed = time.perf_counter() - start
+            used = {
+                "spark_cpu_s": cpu_s(os.getpid()) - spark_cpu,
+                "node_cpu_s": cpu_s(node_pid) - node_cpu,
+                "wall_s": elapsed,
+            }
+            check_identity(bootstrap, client, topic, partitions, records)
+            client.delete_topic(topic)
+            if round_no:
+                runs[mode].append(records / elapsed)
+                cpu[mode].append(used)
+            log(f"  {mode}: {records / elapsed:,.0f} rows/s (identity checked)")
+    medians = {m: statistics.median(runs[m]) for m in WRITE_MODES}
+    return {
+        "rows_per_s": {m: {"median": medians[m], "runs": runs[m]} for m in WRITE_MODES},
+        "cpu": cpu,
+        "exactly_once_cost": medians["at-least-once"] / medians["exactly-once"],
+        "cost_target": 1.5,
+        "identity_checked": True,
+    }
+
+
+def check_identity(bootstrap: str, client: Any, topic: str, partitions: int, records: int) -> None:
+    """Every row id 0..records-1 exactly once in `topic` (values are the id
+    left-padded with "x"), read back through the connector's Arrow path."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from laminar.spark.plan import Range
+    from laminar.spark.reading import RangeSplit, read_split
+
+    chunks = []
+    for p in range(partitions):
+        lowest, highest = client.offsets(topic, p)
+        for batch in read_split(RangeSplit(bootstrap, topic, Range(p, lowest, highest))):
+            text = pc.cast(batch.column(batch.schema.get_field_index("value")), "string")
+            chunks.append(pc.cast(pc.utf8_ltrim(text, "x"), "int64").to_numpy())
+    ids = np.sort(np.concatenate(chunks)) if chunks else np.array([], np.int64)
+    if len(ids) != records or not np.array_equal(ids, np.arange(records)):
+        missing = np.setdiff1d(np.arange(records), ids)
+        duplicated = len(ids) - len(np.unique(ids))
+        raise AssertionError(
+            f"{topic}: {len(missing)} row ids missing, {duplicated} duplicated "
+            f"(of {records}): delivery is broken"
+        )
+
+
 def canned_source(records: int, value_bytes: int, splits: int) -> type:
     """A data source yielding laminar-shaped Arrow batches from memory (the
     control): built here so cloudpickle ships it by value to the workers."""
@@ -189,6 +291,9 @@ def main() -> None:
     p.add_argument("--cores", type=int, default=2, help="node shards and Spark local[N] threads")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--bootstrap", help="use this running node instead of starting one")
+    p.add_argument(
+        "--writes-only", action="store_true", help="only the write comparison (no fill, no reads)"
+    )
     args = p.parse_args()
 
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
@@ -206,21 +311,23 @@ def main() -> None:
         results: dict[str, Any] = {}
         value = b"x" * args.value_bytes
         stamp = int(time.time())
-        source, sink = f"spark-bench-{stamp}", f"spark-bench-out-{stamp}"
+        source = f"spark-bench-{stamp}"
         with Client(bootstrap) as client:
             client.create_topic(source, partitions=args.partitions)
-            client.create_topic(sink, partitions=args.partitions)
             owners = [d.shard_id for d in client.describe_topic(source).partitions]
             per_shard = {str(s): owners.count(s) for s in sorted(set(owners))}
             log(f"partitions per shard: {per_shard}")
-            log(f"filling {source} with {args.records} records of {args.value_bytes} bytes")
-            results["client_produce"] = timed(
-                lambda: fill(client, source, args.records, args.partitions, value)
-            )
-            results["client_fetch"] = timed(lambda: client_fetch(client, source, args.partitions))
-            results["connector_fetch_arrow"] = timed(
-                lambda: connector_fetch(bootstrap, client, source, args.partitions)
-            )
+            if not args.writes_only:
+                log(f"filling {source} with {args.records} records of {args.value_bytes} bytes")
+                results["client_produce"] = timed(
+                    lambda: fill(client, source, args.records, args.partitions, value)
+                )
+                results["client_fetch"] = timed(
+                    lambda: client_fetch(client, source, args.partitions)
+                )
+                results["connector_fetch_arrow"] = timed(
+                    lambda: connector_fetch(bootstrap, client, source, args.partitions)
+                )
 
             log("starting Spark")
             from pyspark.sql import SparkSession
@@ -249,36 +356,34 @@ def main() -> None:
                     .load()
                 )
 
-            log("spark: count")
-            results["spark_read_count"] = spark_rounds(lambda: int(reader().count()), args.rounds)
-            log("spark: parquet")
-            out = base / "parquet"
+            if not args.writes_only:
+                log("spark: count")
+                results["spark_read_count"] = spark_rounds(
+                    lambda: int(reader().count()), args.rounds
+                )
+                log("spark: parquet")
+                out = base / "parquet"
 
-            def to_parquet() -> int:
-                reader().write.mode("overwrite").parquet(str(out))
-                return args.records
+                def to_parquet() -> int:
+                    reader().write.mode("overwrite").parquet(str(out))
+                    return args.records
 
-            results["spark_read_to_parquet"] = spark_rounds(to_parquet, args.rounds)
-            log("spark: canned count (control)")
-            results["spark_canned_count"] = spark_rounds(
-                lambda: int(spark.read.format("laminar_canned").load().count()), args.rounds
+                results["spark_read_to_parquet"] = spark_rounds(to_parquet, args.rounds)
+                log("spark: canned count (control)")
+                results["spark_canned_count"] = spark_rounds(
+                    lambda: int(spark.read.format("laminar_canned").load().count()), args.rounds
+                )
+            log("spark: writes, exactly-once against at-least-once")
+            results["spark_write"] = write_rounds(
+                spark,
+                client,
+                bootstrap,
+                args.records,
+                args.value_bytes,
+                args.partitions,
+                args.rounds,
+                node.pid if node is not None else None,
             )
-            log("spark: write into a topic")
-            frame = spark.range(args.records).selectExpr(
-                f"CAST(lpad(CAST(id AS STRING), {args.value_bytes}, 'x') AS BINARY) AS value"
-            )
-
-            def write() -> int:
-                frame.write.format("laminar").option("bootstrap", bootstrap).option(
-                    "topic", sink
-                ).mode("append").save()
-                return args.records
-
-            results["spark_write_topic"] = spark_rounds(write, args.rounds)
-            written = sum(client.offsets(sink, q).highest for q in range(args.partitions))
-            # Warm-up and rounds each append every row once: no more, no fewer.
-            results["spark_write_topic"]["records_in_topic"] = written
-            results["spark_write_topic"]["records_expected"] = (args.rounds + 1) * args.records
             spark.stop()
         report = {
             "bench": "spark",
@@ -291,7 +396,11 @@ def main() -> None:
             "rounds": args.rounds,
             "rows_per_s": results,
             "read_target_rows_per_s": READ_TARGET_ROWS_PER_S,
-            "read_target_met": results["spark_read_count"]["median"] >= READ_TARGET_ROWS_PER_S,
+            "read_target_met": (
+                results["spark_read_count"]["median"] >= READ_TARGET_ROWS_PER_S
+                if "spark_read_count" in results
+                else None
+            ),
             "machine": {
                 "python": platform.python_version(),
                 "cpus": os.cpu_count(),

@@ -18,6 +18,7 @@ import sys
 from laminar.log.config import FLUSH_POLICIES
 from laminar.shards.config import (
     DEFAULT_DATA_DIR,
+    DEFAULT_DECISION_RETENTION_S,
     DEFAULT_FRAME_TIMEOUT_S,
     DEFAULT_HOST,
     DEFAULT_IDLE_TIMEOUT_S,
@@ -26,8 +27,11 @@ from laminar.shards.config import (
     DEFAULT_MAX_TOPICS,
     DEFAULT_MAX_WAIT_MS,
     DEFAULT_PORT,
+    DEFAULT_PUBLISH_CHUNK_BYTES,
     DEFAULT_RETENTION_CHECK_INTERVAL_S,
     DEFAULT_SEGMENT_BYTES,
+    DEFAULT_STAGING_BYTES_MAX,
+    DEFAULT_STAGING_TIMEOUT_S,
     ROUTING_MODES,
     RUNTIMES,
     UDP_MTU_PAYLOAD_BYTES,
@@ -149,6 +153,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds before an idle (or stalled mid-frame) connection is closed",
     )
     p.add_argument(
+        "--staging-bytes-max",
+        type=parse_size,
+        default=DEFAULT_STAGING_BYTES_MAX,
+        help="staged (uncommitted) atomic-write bytes one shard holds at most (e.g. 1GiB)",
+    )
+    p.add_argument(
+        "--staging-timeout",
+        type=float,
+        default=DEFAULT_STAGING_TIMEOUT_S,
+        help="seconds after which idle staged data no commit claims expires",
+    )
+    p.add_argument(
+        "--decision-retention",
+        type=float,
+        default=DEFAULT_DECISION_RETENTION_S,
+        help="seconds commit decisions are remembered (retried commits are answered, "
+        "not published again)",
+    )
+    p.add_argument(
+        "--publish-chunk-bytes",
+        type=parse_size,
+        default=DEFAULT_PUBLISH_CHUNK_BYTES,
+        help="a commit appends each partition's records in appends of at most this size",
+    )
+    p.add_argument(
         "--frame-timeout",
         type=float,
         default=DEFAULT_FRAME_TIMEOUT_S,
@@ -176,6 +205,34 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-topics", type=int, default=DEFAULT_MAX_TOPICS, help="topics the node holds at most"
     )
     p.add_argument(
+        "--node-id",
+        default="",
+        help="this node's id in the cluster (kept in <data-dir>/node_id; default: made up once)",
+    )
+    p.add_argument(
+        "--cluster-secret-file",
+        default="",
+        help="file with the cluster secret (at least 16 bytes, the same on every node): "
+        "turns membership on and authenticates every membership datagram",
+    )
+    p.add_argument(
+        "--join",
+        default="",
+        metavar="HOST:PORT,...",
+        help="join the cluster through any of these members' membership addresses "
+        "(needs --cluster-secret-file)",
+    )
+    p.add_argument(
+        "--weight", type=float, default=1.0, help="this node's capacity weight in placement"
+    )
+    p.add_argument(
+        "--membership-port",
+        type=int,
+        default=None,
+        help="UDP port for membership (default: the node port under ebpf routing, "
+        "else port+1000; ephemeral if --port 0)",
+    )
+    p.add_argument(
         "--log-level",
         default="INFO",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -201,6 +258,10 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         segment_bytes=args.segment_bytes,
         max_frame_bytes=args.max_frame_bytes,
         idle_timeout_s=args.idle_timeout,
+        staging_bytes_max=args.staging_bytes_max,
+        staging_timeout_s=args.staging_timeout,
+        decision_retention_s=args.decision_retention,
+        publish_chunk_bytes=args.publish_chunk_bytes,
         frame_timeout_s=args.frame_timeout,
         max_connections=args.max_connections,
         max_input_bytes=args.max_input_bytes,
@@ -210,6 +271,13 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         admin_host=args.admin_host,
         udp_writes=args.udp_writes,
         log_level=args.log_level,
+        node_id=args.node_id,
+        cluster_secret_file=(
+            os.path.abspath(args.cluster_secret_file) if args.cluster_secret_file else ""
+        ),
+        join=tuple(a.strip() for a in args.join.split(",") if a.strip()),
+        weight=args.weight,
+        membership_port=args.membership_port,
     )
 
 

@@ -10,12 +10,15 @@ reached: the metadata names its port (`--admin` to say where otherwise).
 Without it the table shows "-" for those columns and says so. The same page
 gives the kernel's side of routing: what the eBPF steering program did with
 the node port's datagrams, and whether the XDP classifier is attached (or why
-not) with its packet counts per class.
+not) with its packet counts per class. Cluster members (id, membership
+address, state, incarnation, weight) come from the admin endpoint's /status,
+as the node's membership agent sees them.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import urllib.error
 import urllib.request
@@ -175,6 +178,19 @@ def scrape(address: Address, timeout_s: float) -> list[Sample] | None:
         return None
 
 
+def fetch_members(address: Address, timeout_s: float) -> list[dict[str, Any]] | None:
+    """The members the node's membership agent knows ([] when membership is off),
+    or None when the admin endpoint cannot be read."""
+    url = f"http://{format_address(address)}/status"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            doc = json.loads(response.read().decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    members = doc.get("members") if isinstance(doc, dict) else None
+    return members if isinstance(members, list) else []
+
+
 # --- gathering ----------------------------------------------------------------------
 
 
@@ -236,6 +252,7 @@ def gather(client: Client, admin: Address, timeout_s: float) -> dict[str, Any]:
         "partitions": partitions,
         "steering": steering_counts(samples) if samples is not None else None,
         "xdp": xdp_state(samples) if samples is not None else None,
+        "members": fetch_members(admin, min(timeout_s, 3.0)) if samples is not None else None,
         "admin": {"address": format_address(admin), "reachable": samples is not None},
     }
 
@@ -303,6 +320,14 @@ def status(client: Client, args: argparse.Namespace) -> int:
     headers += ["REQUESTS", "IN", "OUT", "FORWARDED", "RESTARTS"]
     print()
     print(table(headers, rows))
+    if doc.get("members"):
+        print()
+        print(f"members ({len(doc['members'])})")
+        members = [
+            (m["node_id"], m["address"], m["state"], m["incarnation"], m["weight"])
+            for m in doc["members"]
+        ]
+        print(table(["NODE", "ADDRESS", "STATE", "INCARNATION", "WEIGHT"], members))
     if doc["topics"]:
         print()
         headers = ["TOPIC"] + [f"SHARD {s['shard_id']}" for s in doc["shards"]]
@@ -327,6 +352,7 @@ def _kernel_lines(doc: dict[str, Any]) -> list[str]:
     if steering:
         lines.append(
             f"steering  ebpf steered {steering.get('steered', 0)}, "
+            f"membership {steering.get('membership', 0)}, "
             f"malformed dropped {steering['malformed']}{_reasons(steering, '')}, "
             f"no socket {steering.get('no_socket', 0)}"
         )

@@ -20,6 +20,7 @@ from laminar.client.aio import AsyncClient
 from laminar.client.batch import RecordBatch
 from laminar.client.errors import (
     CannotConnectError,
+    CommitPendingError,
     ConnectionLostError,
     CorruptRecordError,
     DuplicateSequenceError,
@@ -36,10 +37,15 @@ from laminar.client.errors import (
     ServerError,
     ServerTimeoutError,
     ShuttingDownError,
+    StagedDataMissingError,
+    StageOutOfOrderError,
+    StagingFullError,
     StorageError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
+    WriteAbortedError,
+    WriteCommittedError,
 )
 from laminar.client.results import (
     Offsets,
@@ -51,13 +57,17 @@ from laminar.client.results import (
 from laminar.client.retry import RetryPolicy
 from laminar.client.routing import ClusterView, parse_address, partition_for_key
 from laminar.client.sync import Client, Pending
+from laminar.client.writes import AtomicWrite, CommitResult, Stager, new_write_id
 from laminar.wire import MetadataResponse, ShardInfo, TopicInfo
 
 __all__ = [
     "AsyncClient",
+    "AtomicWrite",
     "CannotConnectError",
     "Client",
     "ClusterView",
+    "CommitPendingError",
+    "CommitResult",
     "ConnectionLostError",
     "CorruptRecordError",
     "DuplicateSequenceError",
@@ -83,12 +93,19 @@ __all__ = [
     "ServerTimeoutError",
     "ShardInfo",
     "ShuttingDownError",
+    "StageOutOfOrderError",
+    "StagedDataMissingError",
+    "Stager",
+    "StagingFullError",
     "StorageError",
     "TopicDescription",
     "TopicExistsError",
     "TopicInfo",
     "UnknownPartitionError",
     "UnknownTopicError",
+    "WriteAbortedError",
+    "WriteCommittedError",
+    "new_write_id",
     "parse_address",
     "partition_for_key",
 ]

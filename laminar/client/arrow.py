@@ -26,11 +26,14 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from laminar.wire import PRODUCER_HEADER
+from laminar.wire.writes import WRITE_HEADER
 
 _ENTRY: Final = np.dtype([("index", ">u8"), ("timestamp_ms", ">u8"), ("length", ">u4")])
 _HAS_KEY: Final = 0x01
 _HAS_HEADERS: Final = 0x02
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
+_SYSTEM_HEADERS: Final = frozenset({PRODUCER_HEADER, WRITE_HEADER})
+"""Stamps laminar puts on records (idempotent producers, atomic writes): not data."""
 
 HEADERS_TYPE: Final = pa.map_(pa.string(), pa.binary())
 ARROW_SCHEMA: Final = pa.schema(
@@ -196,6 +199,6 @@ def _headers(packed: bytes) -> list[tuple[str, bytes]] | None:
     for name, value in headers.items():
         if type(name) is not str or type(value) is not bytes:
             raise CorruptFetchError("record headers must be a msgpack map of str to bin")
-        if name != PRODUCER_HEADER:
+        if name not in _SYSTEM_HEADERS:
             items.append((name, value))
     return items or None

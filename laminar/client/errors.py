@@ -106,6 +106,46 @@ class DuplicateSequenceError(ServerError):
     code = ErrorCode.DUPLICATE_SEQUENCE
 
 
+class StagingFullError(ServerError):
+    """The shard's staging area for atomic writes is full (its bound is the node's
+    --staging-bytes-max): commit, abort or wait for staged writes to expire."""
+
+    code = ErrorCode.STAGING_FULL
+
+
+class WriteAbortedError(ServerError):
+    """The atomic write was aborted; it can no longer be committed."""
+
+    code = ErrorCode.WRITE_ABORTED
+
+
+class StagedDataMissingError(ServerError):
+    """A commit names staged data the node does not hold (it expired, was dropped,
+    or was never staged): nothing was committed."""
+
+    code = ErrorCode.STAGED_DATA_MISSING
+
+
+class StageOutOfOrderError(ServerError):
+    """A staged batch does not continue its attempt's sequence (a gap, or a batch
+    sent again with other records): nothing was staged."""
+
+    code = ErrorCode.STAGE_OUT_OF_ORDER
+
+
+class WriteCommittedError(ServerError):
+    """An abort came too late: the atomic write is committed."""
+
+    code = ErrorCode.WRITE_COMMITTED
+
+
+class CommitPendingError(ServerError):
+    """The commit is decided (it will be visible) but not yet published in every
+    partition; the node finishes it. Sending the commit again waits for it."""
+
+    code = ErrorCode.COMMIT_PENDING
+
+
 class NotOwnerError(ServerError):
     """The shard does not own the partition: metadata was stale (retriable)."""
 
@@ -152,6 +192,12 @@ _BY_CODE: dict[ErrorCode, type[ServerError]] = {
     ErrorCode.CORRUPT_RECORD: CorruptRecordError,
     ErrorCode.OUT_OF_ORDER_SEQUENCE: OutOfOrderSequenceError,
     ErrorCode.DUPLICATE_SEQUENCE: DuplicateSequenceError,
+    ErrorCode.STAGING_FULL: StagingFullError,
+    ErrorCode.WRITE_ABORTED: WriteAbortedError,
+    ErrorCode.STAGED_DATA_MISSING: StagedDataMissingError,
+    ErrorCode.STAGE_OUT_OF_ORDER: StageOutOfOrderError,
+    ErrorCode.WRITE_COMMITTED: WriteCommittedError,
+    ErrorCode.COMMIT_PENDING: CommitPendingError,
     ErrorCode.NOT_OWNER: NotOwnerError,
     ErrorCode.STORAGE_ERROR: StorageError,
     ErrorCode.SHUTTING_DOWN: ShuttingDownError,

@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from laminar.client import calls
+from laminar.client import calls, writes
 from laminar.client.batch import RecordBatch
 from laminar.client.blocking import BlockingConnection
 from laminar.client.errors import (
@@ -44,6 +44,7 @@ from laminar.client.routing import Address, ClusterView, format_address, parse_a
 from laminar.memory import tune_allocator
 from laminar.wire import Message, MetadataRequest, MetadataResponse, TopicInfo
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES, DEFAULT_FETCH_MAX_RECORDS
+from laminar.wire.writes import StagedPart
 
 T = TypeVar("T")
 
@@ -285,6 +286,42 @@ class Client:
         if response.timestamp_index is None:
             return response.highest_index
         return response.timestamp_index
+
+    # --- atomic writes (laminar.client.writes) ----------------------------------------
+
+    def begin_write(
+        self, *, write_id: int | None = None, timeout_s: float | None = None
+    ) -> writes.AtomicWrite:
+        """An atomic write: `send` stages records (durable, invisible), `commit`
+        publishes them all once, or nothing is ever visible."""
+        return writes.AtomicWrite(self, write_id, timeout_s)
+
+    def stager(
+        self,
+        write_id: int,
+        task: int = 0,
+        attempt: int | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> writes.Stager:
+        """One task attempt's side of a distributed atomic write."""
+        return writes.Stager(self, write_id, task, attempt, timeout_s)
+
+    def commit_write(self, commit_id: int, parts: Sequence[StagedPart]) -> writes.CommitResult:
+        """Commit exactly `parts` under `commit_id` (idempotent: retried, and a
+        commit id committed before returns its first outcome, `first=False`)."""
+        return Pending(self, writes.commit_write(commit_id, tuple(parts))).result()
+
+    def abort_write(
+        self, commit_id: int, parts: Sequence[StagedPart] = (), *, final: bool = True
+    ) -> str:
+        """Abort `commit_id` (for good unless `final=False`) and drop `parts`; the
+        write's state after it ("aborted", or "committed"/"done" if it won)."""
+        return Pending(self, writes.abort_write(commit_id, final, tuple(parts))).result()
+
+    def write_status(self, commit_id: int) -> str:
+        """The commit id's state: unknown, committed, done or aborted."""
+        return Pending(self, writes.write_status(commit_id)).result()
 
     # --- topics ----------------------------------------------------------------------
 

@@ -361,6 +361,9 @@ class Segment:
     def timestamp_of(self, index: int) -> int:
         return self._entry(index)[4]
 
+    def term_of(self, index: int) -> int:
+        return self._entry(index)[3]
+
     def first_index_at_or_after(self, timestamp_ms: int) -> int:
         """The first published index with a timestamp >= `timestamp_ms` (binary search)."""
         lo = bisect.bisect_left(

@@ -302,6 +302,11 @@ class SegmentedLog:
         segment = self._segment_for(start)
         return segment.read_batch_nowait(start, max_bytes, max_records or 1 << 62)
 
+    def term_of(self, index: int) -> int:
+        """The term stored with record `index`, from the in-memory index (no I/O):
+        Raft reads terms synchronously. Raises IndexOutOfRange."""
+        return self._segment_for(index).term_of(index)
+
     async def index_for_timestamp(self, timestamp_ms: int) -> int:
         """The first index whose record was appended at or after `timestamp_ms`
         (`highest_index` if none was)."""
@@ -376,6 +381,26 @@ class SegmentedLog:
             if removed:
                 await self._backend.sync_dir(self.directory)
             return removed
+
+    async def reset(self, base_index: int) -> None:
+        """Remove every record and continue, empty, at `base_index`, durably.
+
+        A Raft replica that installs a leader's log starting past its own end
+        needs its log to start there. A crash part-way leaves either a suffix
+        of the old segments or an empty log; the caller repeats the reset."""
+        if base_index < 0:
+            raise ValueError("base_index must be >= 0")
+        async with self._lock:
+            self._check_appendable()
+            await self._pipeline.drain()
+            self._check_appendable()
+            while self._segments:
+                await self._segments.pop(0).remove(self._backend)
+                self._bases.pop(0)
+            await self._backend.sync_dir(self.directory)
+            self._segments = [await Segment.create(self._backend, self.directory, base_index)]
+            self._bases = [base_index]
+            await self._backend.sync_dir(self.directory)
 
     async def apply_retention(self, now_ms: int | None = None) -> int:
         """Remove whole oldest segments past the retention limits; return how many."""

@@ -40,6 +40,7 @@ from .messages import (
     ReadState,
 )
 from .ready import FollowerProgress, Ready, Status
+from .segmented import SegmentedLogStorage
 from .storage import MemoryStorage, RaftStorage
 
 __all__ = [
@@ -69,5 +70,6 @@ __all__ = [
     "ReadState",
     "Ready",
     "ReadyOutstanding",
+    "SegmentedLogStorage",
     "Status",
 ]

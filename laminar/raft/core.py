@@ -116,6 +116,7 @@ class RaftCore:
 
     def tick(self) -> None:
         """One logical clock tick. A quiesced core ignores ticks."""
+        self._apply_blocked = False
         if not self._quiesced:
             self._tick_role()
 
@@ -252,6 +253,13 @@ class RaftCore:
             progress.force_send = True
             self._bcast = True
 
+    def retry_storage(self) -> None:
+        """Storage can now serve what it could not (e.g. after
+        `SegmentedLogStorage.load()`): retry deliveries and appends."""
+        self._apply_blocked = False
+        if self.role == LEADER:
+            self._bcast = True
+
     def campaign(self) -> None:
         """Start an election now (as an election timeout would)."""
         self._hup(transfer=False)
@@ -336,7 +344,7 @@ class RaftCore:
             try:
                 committed = log.take_committed(self.config.max_committed_bytes)
             except EntriesUnavailable:
-                self._apply_blocked = True  # retried after the next tick or advance
+                self._apply_blocked = True  # until retry_storage() or the next tick
         rd = Ready(
             entries=tuple(entries),
             hard_state=state if state != persisted else None,
@@ -357,7 +365,6 @@ class RaftCore:
         if rd is not self._outstanding:
             raise RaftError("advance() takes the Ready that ready() returned last")
         self._outstanding = None
-        self._apply_blocked = False
         if rd.hard_state is not None:
             self._persisted = rd.hard_state
         if rd.entries:

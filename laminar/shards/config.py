@@ -53,6 +53,10 @@ DEFAULT_MAX_WAIT_MS: Final = 60_000
 DEFAULT_MAX_TOPICS: Final = 10_000
 DEFAULT_RETENTION_CHECK_INTERVAL_S: Final = 60.0
 RUNTIMES: Final = ("auto", "uring", "asyncio")
+DEFAULT_STAGING_BYTES_MAX: Final = 1 << 30
+DEFAULT_STAGING_TIMEOUT_S: Final = 600.0
+DEFAULT_DECISION_RETENTION_S: Final = 7 * 24 * 3600.0
+DEFAULT_PUBLISH_CHUNK_BYTES: Final = 16 << 20
 
 Runtime = Literal["auto", "uring", "asyncio"]
 
@@ -92,6 +96,15 @@ class NodeConfig:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     """A connection with no request in flight and no complete frame for this long is closed."""
+    staging_bytes_max: int = DEFAULT_STAGING_BYTES_MAX
+    """Bytes of staged (uncommitted) atomic writes one shard holds at most."""
+    staging_timeout_s: float = DEFAULT_STAGING_TIMEOUT_S
+    """Staged data idle this long (and not claimed by a commit) expires."""
+    decision_retention_s: float = DEFAULT_DECISION_RETENTION_S
+    """How long commit decisions are remembered (a commit sent again within it is
+    answered, not published again)."""
+    publish_chunk_bytes: int = DEFAULT_PUBLISH_CHUNK_BYTES
+    """A commit appends a partition's records in log appends of at most this size."""
     frame_timeout_s: float = DEFAULT_FRAME_TIMEOUT_S
     """A connection that takes longer than this from a frame's first byte to its last is closed."""
     max_connections: int = DEFAULT_MAX_CONNECTIONS
@@ -112,6 +125,16 @@ class NodeConfig:
     log_level: str = "INFO"
     node_id: str = ""
     """Stable identity of the node, kept in `<data-dir>/node_id`; filled in by the supervisor."""
+    join: tuple[str, ...] = ()
+    """Membership addresses (HOST:PORT) of members to join through; needs a secret."""
+    weight: float = 1.0
+    """This node's capacity weight in replica placement, gossiped to every member."""
+    cluster_secret_file: str = ""
+    """The file holding the cluster secret that authenticates membership traffic
+    (`laminar.shards.membership`); empty: membership is off, the node runs alone."""
+    membership_port: int | None = None
+    """Membership's own UDP port; None: the node port when eBPF steering carries
+    membership there, else node port + 1000 (ephemeral with port 0)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Settings added by plug-ins (e.g. `laminar.xdp`), passed through to shards untouched."""
 
@@ -123,7 +146,7 @@ class NodeConfig:
                 f"core{'s' if cpus != 1 else ''}; use 1..{cpus} "
                 "(or --allow-oversubscribe to run more shards than cores)"
             )
-        for name in ("port", "shard_port_base", "admin_port"):
+        for name in ("port", "shard_port_base", "admin_port", "membership_port"):
             value = getattr(self, name)
             if value is not None and not 0 <= value <= 65535:
                 raise ConfigError(f"--{name.replace('_', '-')} must be in 0..65535, got {value}")
@@ -150,6 +173,20 @@ class NodeConfig:
             raise ConfigError(f"--max-frame-bytes must be at least {MIN_FRAME_BYTES}")
         if not self.idle_timeout_s > 0:
             raise ConfigError(f"--idle-timeout must be positive, got {self.idle_timeout_s}")
+        if self.staging_bytes_max < 1 << 16:
+            raise ConfigError(
+                f"--staging-bytes-max must be at least 64KiB, got {self.staging_bytes_max}"
+            )
+        if not self.staging_timeout_s > 0:
+            raise ConfigError(f"--staging-timeout must be positive, got {self.staging_timeout_s}")
+        if not self.decision_retention_s > 0:
+            raise ConfigError(
+                f"--decision-retention must be positive, got {self.decision_retention_s}"
+            )
+        if self.publish_chunk_bytes < 4096:
+            raise ConfigError(
+                f"--publish-chunk-bytes must be at least 4096, got {self.publish_chunk_bytes}"
+            )
         if not self.retention_check_interval_s > 0:
             raise ConfigError(
                 "--retention-check-interval must be positive, "
@@ -171,6 +208,12 @@ class NodeConfig:
                 f"--max-input-bytes ({self.max_input_bytes}) must hold two frames of "
                 f"--max-frame-bytes ({self.max_frame_bytes})"
             )
+        if not (isinstance(self.weight, int | float) and 0 < self.weight <= 1e9):
+            raise ConfigError(f"--weight must be a number in (0, 1e9], got {self.weight}")
+        for address in self.join:
+            host, sep, port = address.rpartition(":")
+            if not (sep and host and port.isdigit() and 0 < int(port) <= 65535):
+                raise ConfigError(f"--join wants HOST:PORT addresses, got {address!r}")
         if not os.path.isabs(self.data_dir):
             raise ConfigError(f"data_dir must be absolute, got {self.data_dir!r}")
 
@@ -208,6 +251,21 @@ class NodeConfig:
     def partitions_dir(self) -> str:
         return os.path.join(self.data_dir, "partitions")
 
+    @property
+    def publish_append_bytes(self) -> int:
+        """The largest append a publish makes: the chunk size, within a segment."""
+        return min(self.publish_chunk_bytes, self.segment_bytes)
+
+    @property
+    def staging_dir(self) -> str:
+        """Staged data of atomic writes, per partition (`laminar.shards.staging`)."""
+        return os.path.join(self.data_dir, "staging")
+
+    @property
+    def decisions_dir(self) -> str:
+        """The commit decision logs, per coordinator bucket."""
+        return os.path.join(self.data_dir, "writes")
+
     def with_updates(self, **changes: Any) -> NodeConfig:
         return replace(self, **changes)
 
@@ -218,4 +276,6 @@ class NodeConfig:
 
     @classmethod
     def from_json(cls, text: str) -> NodeConfig:
-        return cls(**json.loads(text))
+        data = json.loads(text)
+        data["join"] = tuple(data.get("join", ()))
+        return cls(**data)

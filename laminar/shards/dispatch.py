@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 from laminar.shards.channels import ChannelError, Channels, ChannelUnreachable
@@ -98,6 +98,10 @@ class Dispatcher:
             Op.ALTER_TOPIC: handlers.alter_topic,
             Op.METADATA_TAIL: handlers.metadata_tail,
         }
+
+    def add_handlers(self, table: Mapping[int, Handler]) -> None:
+        """Serve more ops (the write protocol registers its own)."""
+        self._table.update(table)
 
     async def dispatch(self, frame: Frame, ctx: RequestContext) -> list[Buffer]:
         """The response frame (as buffers) to one request frame. Never raises,

@@ -150,6 +150,10 @@ class Handlers:
             log = await self.partitions.get(pid, log_config(self.partitions.config, topic.config))
         return log
 
+    # The write protocol (`laminar.shards.staging`) resolves partitions the same way.
+    topic_of = _topic_of
+    log_of = _log_of
+
     # -- partition ops ---------------------------------------------------------
 
     async def produce(self, req: ProduceRequest, corr: int, ctx: RequestContext) -> list[Buffer]:

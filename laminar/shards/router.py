@@ -20,6 +20,11 @@ Rules, and why:
   INVALID_REQUEST (it would otherwise pose as a shard). The metadata tail is
   sent straight to the metadata owner's channel, so it is served where it
   arrives (a non-owner answers NOT_OWNER).
+- The write protocol's ops are served by the owner of the frame's partition
+  id: staging and the internal check/publish/drop by the partition's owner,
+  commit/abort/status by the owner of the commit's coordinator id. The
+  internal ones (`INTERNAL_WRITE_OPS`) only from another shard or this one:
+  a client that could publish staged data would bypass the commit decision.
 - Everything else (unknown ops, Raft and membership ops that have no server
   yet, response frames) is handled locally, where decoding answers it with the
   right error.
@@ -39,6 +44,18 @@ from laminar.shards.metadata import METADATA_PID
 from laminar.wire import ErrorCode, Flags, Op
 
 PARTITION_OPS: Final = frozenset({Op.PRODUCE, Op.FETCH, Op.LIST_OFFSETS, Op.PING})
+WRITE_OPS: Final = frozenset(
+    {
+        Op.STAGE,
+        Op.COMMIT_WRITE,
+        Op.ABORT_WRITE,
+        Op.WRITE_STATUS,
+        Op.CHECK_STAGED,
+        Op.PUBLISH_STAGED,
+        Op.DROP_STAGED,
+    }
+)
+INTERNAL_WRITE_OPS: Final = frozenset({Op.CHECK_STAGED, Op.PUBLISH_STAGED, Op.DROP_STAGED})
 NODE_OPS: Final = frozenset({Op.METADATA, Op.LIST_TOPICS})
 METADATA_WRITE_OPS: Final = frozenset({Op.CREATE_TOPIC, Op.DELETE_TOPIC, Op.ALTER_TOPIC})
 INTERNAL_OPS: Final = frozenset({Op.FORWARD, Op.METADATA_TAIL})
@@ -66,7 +83,7 @@ LOCAL: Final = Decision(Action.LOCAL)
 
 def owner_of(op: int, partition_id: int, shard_count: int) -> int | None:
     """The shard that must serve `op` on `partition_id`; None if any shard may."""
-    if op in PARTITION_OPS:
+    if op in PARTITION_OPS or op in WRITE_OPS:
         return shard_for(partition_id, shard_count)
     if op in METADATA_WRITE_OPS:
         return shard_for(METADATA_PID, shard_count)
@@ -97,6 +114,13 @@ def route(
             Action.REJECT,
             code=ErrorCode.INVALID_REQUEST,
             message=f"{Op(op).name} is an internal op, accepted only between shards",
+        )
+    if op in INTERNAL_WRITE_OPS and not internal:
+        return Decision(
+            Action.REJECT,
+            code=ErrorCode.INVALID_REQUEST,
+            message=f"op {op} is internal to the node (a coordinator's publish); "
+            "clients commit with COMMIT_WRITE",
         )
     owner = owner_of(op, partition_id, shard_count)
     if owner is None or owner == shard_id:

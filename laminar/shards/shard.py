@@ -36,8 +36,10 @@ from laminar.shards.connection import Connection
 from laminar.shards.control import (
     CONTROL_MAX_FRAME_BYTES,
     CONTROL_STATS,
+    CONTROL_VIEW,
     ready_frame,
     stats_response,
+    view_from_header,
 )
 from laminar.shards.datagram import DatagramServer
 from laminar.shards.dispatch import CHANNEL_FRAME_SLACK, Dispatcher
@@ -48,13 +50,18 @@ from laminar.shards.metalog import MetadataService
 from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.retention import Retention
+from laminar.shards.staging.service import WriteService, WriteSettings
+from laminar.swim import MembershipView
 from laminar.wire import (
     NEED_DATA,
     ErrorCode,
     ErrorResponse,
+    Frame,
     FrameDecoder,
+    Message,
     ProtocolError,
     TopicInfo,
+    decode_frame,
 )
 
 logger = logging.getLogger("laminar.shards")
@@ -103,6 +110,8 @@ class Shard:
         self.control = control
         self.runtime = runtime
         self.routing_mode = routing_mode
+        self.membership: MembershipView | None = None
+        """The latest membership view the supervisor pushed (None: membership off)."""
         self.metrics = ShardMetrics()
         self.ident = ShardIdentity(
             node_id=config.node_id,
@@ -138,6 +147,13 @@ class Shard:
         if tq is not None:
             return loop.create_task(coro, queue=tq)  # type: ignore[call-arg]
         return loop.create_task(coro)
+
+    async def _internal_request(self, message: Message) -> Frame:
+        """Serve a request of this node's own (the write protocol's) here or on
+        the shard that owns its partition; the answer frame."""
+        ctx = RequestContext(received_by=self.shard_id, internal=True)
+        answer = await self.dispatcher.dispatch(message.to_frame(0), ctx)
+        return decode_frame(b"".join(answer), self.config.max_frame_bytes + CHANNEL_FRAME_SLACK)
 
     def request_drain(self) -> None:
         if self._drain_requested is not None:
@@ -192,6 +208,22 @@ class Shard:
             self.metrics,
             config.max_frame_bytes,
         )
+        self.writes = WriteService(
+            WriteSettings(
+                config.staging_dir,
+                config.decisions_dir,
+                config.staging_bytes_max,
+                config.staging_timeout_s,
+                round(config.decision_retention_s * 1000),
+                config.publish_append_bytes,
+            ),
+            backend,
+            self._owns,
+            self.handlers.log_of,
+            self.handlers.topic_of,
+            self._internal_request,
+        )
+        self.dispatcher.add_handlers(self.writes.table())
         self.retention = Retention(
             self.partitions,
             self.metadata.state.topics,
@@ -202,6 +234,7 @@ class Shard:
         control_task = self._spawn(self._serve_control(), "background")
         self._listen(self.sockets.channel, internal=True)
         await self.metadata.start()
+        await self.writes.start()
         self._listen(self.sockets.shard_tcp, internal=False)
         self._listen(self.sockets.node_tcp, internal=False)
         self.datagrams = None
@@ -334,6 +367,7 @@ class Shard:
         for topic in applied.deleted:
             self._owned_partitions -= self._owned_count(topic)
             await self.partitions.drop_topic(topic.topic_id, topic.partitions)
+            await self.writes.drop_topic(topic.topic_id)
         for topic in applied.altered:
             self.retention.apply_config(topic)
 
@@ -364,10 +398,21 @@ class Shard:
                     if frame.op == CONTROL_STATS:
                         reply = stats_response(frame.correlation_id, self.stats())
                         await loop.sock_sendall(self.control, reply)
+                    elif frame.op == CONTROL_VIEW:
+                        self._on_view(frame.header)
         except (OSError, ProtocolError) as exc:
             logger.warning("shard %d: control channel failed: %s", self.shard_id, exc)
         logger.info("shard %d: supervisor gone; draining", self.shard_id)
         self.request_drain()
+
+    def _on_view(self, header: dict[str, Any]) -> None:
+        try:
+            view = view_from_header(header)
+        except ValueError as exc:
+            logger.warning("shard %d: bad membership view: %s", self.shard_id, exc)
+            return
+        if self.membership is None or view.version >= self.membership.version:
+            self.membership = view
 
     def stats(self) -> dict[str, Any]:
         """The snapshot the supervisor renders into /metrics."""
@@ -379,6 +424,7 @@ class Shard:
                 "core": min(os.sched_getaffinity(0)),
                 "runtime": self.runtime,
                 "routing_mode": self.routing_mode,
+                "membership_version": None if self.membership is None else self.membership.version,
                 "partitions_owned": self._owned_partitions,
                 "partitions_open": self.partitions.open_count,
                 "flushes": self.partitions.flushes,
@@ -390,6 +436,7 @@ class Shard:
                 "topics": len(self.metadata.state.topics()),
                 "uptime_s": time.time() - self._started_at,
                 "task_queues": self._queue_stats(),
+                **self.writes.stats(),
             }
         )
         return snap
@@ -432,6 +479,7 @@ class Shard:
         for conn in list(self.connections):
             conn.stop()
         await self._wait_serving(lambda t: True, 1.0)
+        await self.writes.close()
         await self.partitions.close_all()
         logger.info("shard %d drained", self.shard_id)
 

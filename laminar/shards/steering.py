@@ -42,6 +42,7 @@ UDP socket itself arrives with the shard's other sockets (`listeners`).
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,10 @@ def _no_settings() -> dict[str, Any]:
     return {}
 
 
+def _no_socket() -> socket.socket | None:
+    return None
+
+
 @dataclass(slots=True)
 class Steering:
     """What the supervisor set up for steering (see the module docstring)."""
@@ -77,6 +82,9 @@ class Steering:
     state: Callable[[], dict[str, Any]] = _no_settings
     detail: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    bind_membership: Callable[[], socket.socket | None] = _no_socket
+    """A node-port socket the kernel steers membership datagrams to, or None when
+    this mode cannot (`laminar.shards.membership`)."""
 
 
 def prepare_steering(config: NodeConfig, sockets: NodeSockets) -> Steering:
@@ -141,6 +149,7 @@ def _from_reuseport(rs: ReuseportSteering, xdp: NodeXdp) -> Steering:
         state=state,
         detail=f"{rs.describe()}; {xdp.describe()}",
         extra={"xdp": xdp},
+        bind_membership=rs.bind_membership_socket,
     )
 
 

@@ -29,6 +29,11 @@ Theory of operation:
   every shard drained cleanly.
 - The admin endpoint (`admin`) runs here and asks the shards for their stats
   over the control sockets.
+- Membership (`membership`, when the node has a cluster secret) runs here too,
+  so it outlives shard restarts: the SWIM agent joins through `--join`, pushes
+  each new view to every shard over its control socket (and the current one to
+  a shard that becomes ready), and on SIGTERM announces the node's leave before
+  the shards drain.
 """
 
 from __future__ import annotations
@@ -55,10 +60,13 @@ from laminar.shards.control import (
     CONTROL_READY,
     CONTROL_STATS,
     stats_request,
+    view_frame,
 )
 from laminar.shards.listeners import NodeSockets, StartupError, bind_admin, bind_node
+from laminar.shards.membership import NodeMembership, prepare_membership
 from laminar.shards.prometheus import ShardSample, render
 from laminar.shards.steering import Steering, prepare_steering
+from laminar.swim import MembershipView
 from laminar.wire import NEED_DATA, FrameDecoder, ProtocolError
 
 logger = logging.getLogger("laminar.node")
@@ -160,6 +168,11 @@ class ShardProcess:
                     fut.set_exception(ConnectionError("shard control channel closed"))
             self._pending.clear()
 
+    def send_control(self, data: bytes) -> None:
+        """Queue a frame for the shard (dropped when its channel is closed)."""
+        if self._writer is not None and not self._writer.is_closing():
+            self._writer.write(data)
+
     async def stats(self) -> dict[str, Any] | None:
         """The shard's stats snapshot, or None if it does not answer in time."""
         if not self.up or self._writer is None:
@@ -196,6 +209,7 @@ class Supervisor:
         self.sockets: NodeSockets | None = None
         self.admin_sock: socket.socket | None = None
         self.steering: Steering | None = None
+        self.membership: NodeMembership | None = None
         self.runtime = ""
         self.slots = [ShardProcess(i) for i in range(config.cores)]
         self._lock_fd: int | None = None
@@ -214,6 +228,9 @@ class Supervisor:
         self.admin_sock = bind_admin(config)
         self.steering = prepare_steering(config, self.sockets)
         self.config = config.with_updates(node_id=node_id)
+        self.membership = prepare_membership(
+            self.config, self.sockets.port, self.steering.bind_membership
+        )
 
     def _prepare_data_dir(self) -> None:
         config = self.config
@@ -288,6 +305,8 @@ class Supervisor:
             self._cleanup()
 
     def _cleanup(self) -> None:
+        if self.membership is not None:
+            self.membership.close()
         if self.steering is not None:
             try:
                 self.steering.close()
@@ -329,10 +348,16 @@ class Supervisor:
         if self.admin_sock is not None:
             admin = AdminServer(self.admin_sock, self._admin_source())
             await admin.start()
+        if self.membership is not None:
+            self.membership.start(self._publish_view)
+            self._publish_view(self.membership.view())
         self._write_node_file()
         self._log_ready()
         keepers = [loop.create_task(self._keep_running(slot)) for slot in self.slots]
         await self._stop.wait()
+        if self.membership is not None:
+            logger.info("leaving the cluster")
+            await self.membership.leave()
         logger.info("draining: stopping %d shards", len(self.slots))
         self._stopping = True
         for task in keepers:
@@ -463,6 +488,7 @@ class Supervisor:
             assert slot.ready is not None
             with contextlib.suppress(Exception):
                 await slot.ready
+                self._send_view(slot)
                 logger.info("shard %d restarted (pid %s)", slot.shard_id, slot.pid)
                 self._write_node_file()
 
@@ -510,6 +536,19 @@ class Supervisor:
                 code = 1
         return code
 
+    # -- membership ------------------------------------------------------------
+
+    def _publish_view(self, view: MembershipView) -> None:
+        """Every new membership view goes to every running shard."""
+        frame = view_frame(view)
+        for slot in self.slots:
+            if slot.up:
+                slot.send_control(frame)
+
+    def _send_view(self, slot: ShardProcess) -> None:
+        if self.membership is not None:
+            slot.send_control(view_frame(self.membership.view()))
+
     # -- reporting -------------------------------------------------------------
 
     def node_info(self) -> dict[str, Any]:
@@ -529,6 +568,7 @@ class Supervisor:
             "routing_detail": self.steering.detail,
             "shard_pids": [slot.pid for slot in self.slots],
             "data_dir": self.config.data_dir,
+            "membership_address": self.membership.address if self.membership else None,
         }
 
     def _write_node_file(self) -> None:
@@ -581,7 +621,9 @@ class Supervisor:
             ShardSample(slot.shard_id, slot.up, slot.restarts, s)
             for slot, s in zip(self.slots, stats, strict=True)
         ]
-        extra = self.steering.metrics() if self.steering is not None else ()
+        extra = self.steering.metrics() if self.steering is not None else []
+        if self.membership is not None:
+            extra = [*extra, *self.membership.metrics()]
         return render(self.node_info(), samples, extra)
 
     async def _status(self) -> dict[str, Any]:
@@ -589,6 +631,9 @@ class Supervisor:
         info = self.node_info()
         if self.steering is not None:
             info.update(self.steering.state())
+        membership = self.membership
+        info["members"] = membership.view().to_json() if membership is not None else []
+        info["membership"] = membership.state() if membership is not None else None
         info["shards"] = [
             {
                 "shard_id": slot.shard_id,

@@ -3,14 +3,13 @@
 The reader plans on the driver (everything that can be wrong with the options,
 the node or the topic is raised there, before any task starts) and hands each
 task a `RangeSplit`. The writer checks the DataFrame and the topic on the
-driver too; its tasks produce idempotently (`laminar.spark.writing`), so a
-task Spark runs again does not append its records twice.
+driver too; its tasks stage their rows and the driver's `commit()` commits
+exactly the successful attempts, atomically (`laminar.spark.writing`): every
+row once, or nothing if the job fails.
 """
 
 from __future__ import annotations
 
-import logging
-import secrets
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -21,28 +20,46 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from laminar.client import new_write_id
 from laminar.spark.errors import LaminarSparkError
 from laminar.spark.options import ReadOptions, WriteOptions
 from laminar.spark.plan import interleave, split
-from laminar.spark.reading import TopicState, connect, ranges, read_split, splits
+from laminar.spark.reading import (
+    TopicState,
+    connect,
+    ranges,
+    read_split,
+    splits,
+    subscribed_topics,
+)
 from laminar.spark.schema import WriteColumns
-from laminar.spark.writing import WriteTarget, WrittenCounts, batch_producer_id, write_task
-
-logger = logging.getLogger("laminar.spark")
+from laminar.spark.writing import (
+    ProducedTask,
+    StagedTask,
+    WriteTarget,
+    abort_tasks,
+    commit_tasks,
+    write_task,
+)
 
 
 class LaminarBatchReader(DataSourceReader):
-    """Reads `[startingIndex, endingIndex)` of each chosen partition."""
+    """Reads `[startingIndex, endingIndex)` of each chosen partition of each topic."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
+        pieces = []
+        shards: dict[tuple[str, int], int] = {}
         with connect(options.bootstrap, options.topic) as client:
-            topic = TopicState.fetch(client, options)
-            start = topic.starting(client, options, "earliest")
-        end = topic.ending(options)
-        pieces = split(ranges(topic, start, end), options.max_records_per_split)
-        pieces = interleave(pieces, topic.shards)
-        self._splits = splits(options.bootstrap, options.topic, pieces)
+            for name in subscribed_topics(client, options):
+                one = options.for_topic(name)
+                topic = TopicState.fetch(client, one)
+                start = topic.starting(client, one, "earliest")
+                end = topic.ending(client, one)
+                pieces += split(ranges(topic, start, end), options.max_records_per_split)
+                shards.update({(name, p): s for p, s in topic.shards.items()})
+        pieces = interleave(pieces, lambda r: shards.get((r.topic, r.partition), 0))
+        self._splits = splits(options, pieces)
 
     def partitions(self) -> Sequence[InputPartition]:
         return self._splits
@@ -52,9 +69,8 @@ class LaminarBatchReader(DataSourceReader):
 
 
 class LaminarBatchWriter(DataSourceArrowWriter):
-    """Appends a DataFrame to a topic. Every task is an idempotent producer
-    whose id comes from this write's random id and the task's partition, both
-    the same in every attempt of the task."""
+    """Appends a DataFrame to a topic, exactly once and atomically (or, with
+    guarantee="at-least-once", as tasks go)."""
 
     def __init__(self, options: WriteOptions, columns: WriteColumns, overwrite: bool) -> None:
         if overwrite:
@@ -62,27 +78,17 @@ class LaminarBatchWriter(DataSourceArrowWriter):
                 'laminar topics are append-only: use .mode("append"), not "overwrite"'
             )
         self.target = WriteTarget.check(options, columns)
-        self.write_id = secrets.randbits(64)
+        self.write_id = new_write_id()
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenCounts:
-        return write_task(
-            self.target, iterator, lambda part: batch_producer_id(self.write_id, part)
-        )
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedTask | ProducedTask:
+        return write_task(self.target, iterator, self.write_id)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Nothing to do: each task's records were durable when it finished."""
-        done = [m for m in messages if isinstance(m, WrittenCounts)]
-        logger.info(
-            "laminar write to %s: %d records (%d of them appended by earlier attempts)",
-            self.target.options.topic,
-            sum(m.records for m in done),
-            sum(m.already_there for m in done),
-        )
+        """Publish exactly the successful attempts' rows, once (the winners Spark
+        names here; losers' staged rows are dropped)."""
+        commit_tasks(self.target, self.write_id, messages, "laminar write")
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """A failed job leaves the records its finished tasks appended (a topic
-        has no transactions); running the same job again appends them again."""
-        logger.warning(
-            "laminar write to %s failed; records of finished tasks stay in the topic",
-            self.target.options.topic,
-        )
+        """The job failed: nothing of it becomes visible (an at-least-once write
+        keeps what its tasks appended)."""
+        abort_tasks(self.target, self.write_id, messages, final=True)

@@ -10,8 +10,9 @@ offsets as JSON text, so the same offset must always serialize the same way
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Final, TypeVar
 
 from laminar.spark.errors import LaminarSparkError
 from laminar.spark.options import IndexSpec, Position
@@ -19,11 +20,13 @@ from laminar.spark.options import IndexSpec, Position
 
 @dataclass(frozen=True, slots=True)
 class Range:
-    """Records `start .. end - 1` of one partition."""
+    """Records `start .. end - 1` of one partition (of `topic`, when a read has
+    several)."""
 
     partition: int
     start: int
     end: int
+    topic: str = ""
 
     @property
     def records(self) -> int:
@@ -76,18 +79,21 @@ def split(ranges: Iterable[Range], max_records: int | None) -> list[Range]:
         if r.end <= r.start:
             continue
         step = r.records if max_records is None else max_records
-        out += [Range(r.partition, s, min(s + step, r.end)) for s in range(r.start, r.end, step)]
+        out += [
+            Range(r.partition, s, min(s + step, r.end), r.topic)
+            for s in range(r.start, r.end, step)
+        ]
     return out
 
 
-def interleave(pieces: Iterable[Range], shard_of: Mapping[int, int]) -> list[Range]:
+def interleave(pieces: Iterable[Range], shard_of: Callable[[Range], int]) -> list[Range]:
     """`pieces` reordered so consecutive ones belong to different shards where
     possible (round robin over shards, each shard's pieces in order): Spark
     starts tasks in this order, so tasks running together keep every shard busy
     instead of queueing on one."""
     by_shard: dict[int, list[Range]] = {}
     for piece in pieces:
-        by_shard.setdefault(shard_of.get(piece.partition, 0), []).append(piece)
+        by_shard.setdefault(shard_of(piece), []).append(piece)
     queues = [by_shard[s] for s in sorted(by_shard)]
     out: list[Range] = []
     for i in range(max((len(q) for q in queues), default=0)):
@@ -97,17 +103,58 @@ def interleave(pieces: Iterable[Range], shard_of: Mapping[int, int]) -> list[Ran
 
 # --- streaming offsets --------------------------------------------------------------
 
+LOST_KEY: Final = "lostRecords"
+"""Records a `failOnDataLoss=false` stream skipped so far (retention removed them
+before it read them): kept in the offset, so Spark shows it in every progress."""
 
-def to_offset(next_indexes: Mapping[int, int]) -> dict[str, int]:
-    """The streaming offset for `{partition: next index}`, keys sorted as text."""
+K = TypeVar("K")
+
+
+def to_offset(next_indexes: Mapping[int, int], lost: int = 0) -> dict[str, int]:
+    """The streaming offset for `{partition: next index}`, keys sorted as text
+    (with the `LOST_KEY` count when records were skipped)."""
     pairs = sorted((str(p), int(i)) for p, i in next_indexes.items())
+    if lost:
+        pairs = sorted([*pairs, (LOST_KEY, lost)])
     return dict(pairs)
+
+
+def topics_to_offset(
+    positions: Mapping[str, Mapping[int, int]], lost: int = 0
+) -> dict[str, object]:
+    """The offset of a read of several topics: `{topic: {partition: next index}}`."""
+    out: dict[str, object] = {t: to_offset(positions[t]) for t in sorted(positions)}
+    if lost:
+        out[LOST_KEY] = lost
+    return dict(sorted(out.items()))
+
+
+def lost_of(offset: Mapping[str, object]) -> int:
+    value = offset.get(LOST_KEY, 0)
+    return value if type(value) is int and value >= 0 else 0
+
+
+def topics_from_offset(offset: Mapping[str, object]) -> dict[str, dict[int, int]]:
+    """`{topic: {partition: next index}}` from a several-topics offset."""
+    out: dict[str, dict[int, int]] = {}
+    for topic, partitions in offset.items():
+        if topic == LOST_KEY:
+            continue
+        if not isinstance(partitions, Mapping):
+            raise LaminarSparkError(
+                f"a laminar offset of several topics maps topics to partitions; got {offset!r} "
+                "(is this checkpoint from a read of one topic, or from another source?)"
+            )
+        out[str(topic)] = from_offset(partitions)
+    return out
 
 
 def from_offset(offset: Mapping[str, object]) -> dict[int, int]:
     """`{partition: next index}` from a streaming offset (as checkpointed)."""
     out: dict[int, int] = {}
     for key, value in offset.items():
+        if key == LOST_KEY:
+            continue
         if not str(key).isdigit() or type(value) is not int or value < 0:
             raise LaminarSparkError(
                 f"a laminar streaming offset maps partition numbers to indexes; got {offset!r} "
@@ -118,8 +165,8 @@ def from_offset(offset: Mapping[str, object]) -> dict[int, int]:
 
 
 def limit_records(
-    start: Mapping[int, int], latest: Mapping[int, int], max_records: int
-) -> dict[int, int]:
+    start: Mapping[K, int], latest: Mapping[K, int], max_records: int
+) -> dict[K, int]:
     """End offsets at most `max_records` records past `start`, toward `latest`.
 
     Each partition gets a share proportional to its backlog (rounded down),
@@ -131,7 +178,7 @@ def limit_records(
         return {p: start[p] + backlog[p] for p in start}
     share = {p: max_records * b // total for p, b in backlog.items()}
     left = max_records - sum(share.values())
-    for p in sorted(share):
+    for p in sorted(share):  # type: ignore[type-var]
         if left == 0:
             break
         if share[p] < backlog[p]:

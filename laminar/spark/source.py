@@ -18,8 +18,9 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from laminar.spark.batch import LaminarBatchReader, LaminarBatchWriter
+from laminar.spark.errors import LaminarSparkError
 from laminar.spark.options import read_options, write_options
-from laminar.spark.schema import SCHEMA_DDL, check_read_schema, write_columns
+from laminar.spark.schema import SCHEMA_DDL, check_read_schema, read_schema, write_columns
 from laminar.spark.stream import LaminarStreamReader, LaminarStreamWriter
 
 
@@ -32,15 +33,23 @@ class LaminarDataSource(DataSource):
         return "laminar"
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        """The read schema: it depends on the options (several topics, Kafka's
+        columns); a write takes the DataFrame's own."""
+        try:
+            options = read_options(self.options)
+        except LaminarSparkError:
+            return SCHEMA_DDL  # a write's options; a read's errors are raised by reader()
+        return read_schema(options.kafka_schema, options.topic_column)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        check_read_schema(schema)
-        return LaminarBatchReader(read_options(self.options))
+        options = read_options(self.options)
+        check_read_schema(schema, options.kafka_schema, options.topic_column)
+        return LaminarBatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        check_read_schema(schema)
-        return LaminarStreamReader(read_options(self.options))
+        options = read_options(self.options)
+        check_read_schema(schema, options.kafka_schema, options.topic_column)
+        return LaminarStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return LaminarBatchWriter(write_options(self.options), write_columns(schema), overwrite)

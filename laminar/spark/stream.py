@@ -12,10 +12,18 @@ limit Spark passes (`maxRecordsPerTrigger` becomes `ReadMaxRows`) and, under
 started. Records removed by retention before the query read them are an
 error, not a silent skip.
 
-Writing. Each task of each micro-batch is an idempotent producer whose id
-comes from the query id, the micro-batch id and the task's partition id
-(`laminar.spark.writing`), all of which a restarted query reuses when it runs
-an unfinished micro-batch again: its records are not appended twice.
+Writing. Each micro-batch is one atomic write (`laminar.spark.writing`): its
+tasks stage their rows, and the driver's `commit(messages, batchId)` commits
+the successful attempts under `stream_commit_id(query id, batchId)`. A
+restarted query that runs an unfinished micro-batch again commits under the
+same id: if the first run had committed (the driver died before Spark
+recorded it), the node answers "committed before" and nothing is appended
+twice; if it had not, the first run's staged rows are never published.
+
+Spark gives the batch id to `commit` (public API) but tells a writer nothing
+about its query; the query id comes from the task property Spark sets for
+streaming tasks (`sql.streaming.queryId`, an internal name, checked: a task
+without it fails with an error saying so).
 """
 
 from __future__ import annotations
@@ -40,45 +48,97 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from laminar.client import Client
+from laminar.client import Client, new_write_id
 from laminar.spark.errors import LaminarSparkError
 from laminar.spark.options import ReadOptions, WriteOptions
-from laminar.spark.plan import from_offset, interleave, limit_records, split, to_offset
-from laminar.spark.reading import TopicState, connect, ranges, read_split, splits
+from laminar.spark.plan import (
+    LOST_KEY,
+    from_offset,
+    interleave,
+    limit_records,
+    lost_of,
+    split,
+    to_offset,
+    topics_from_offset,
+    topics_to_offset,
+)
+from laminar.spark.reading import (
+    TopicState,
+    connect,
+    ranges,
+    read_split,
+    splits,
+    subscribed_topics,
+)
 from laminar.spark.schema import WriteColumns
-from laminar.spark.writing import WriteTarget, WrittenCounts, stream_producer_id, write_task
+from laminar.spark.writing import (
+    ProducedTask,
+    StagedTask,
+    WriteTarget,
+    abort_tasks,
+    commit_tasks,
+    stream_commit_id,
+    write_task,
+)
 
 logger = logging.getLogger("laminar.spark")
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
-BATCH_ID_PROPERTY = "streaming.sql.batchId"
+"""Spark's task property naming the streaming query (`StreamExecution.QUERY_ID_KEY`)."""
+
+
+Positions = dict[str, dict[int, int]]
+"""The next index to read of every partition of every topic."""
 
 
 class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Reads a topic as a stream (see the module docstring)."""
+    """Reads topics as a stream (see the module docstring)."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self._client: Client | None = None
-        self._available_now: dict[int, int] | None = None
-        self._topic()  # unknown topic or partitions, unreachable node: fail at start
+        self._topics: list[str] | None = None
+        self._available_now: Positions | None = None
+        self._states()  # unknown topic or partitions, unreachable node: fail at start
 
     def __getstate__(self) -> dict[str, Any]:
         # The reader is pickled to the tasks that run read(); a client is not.
-        return {"options": self.options, "_client": None, "_available_now": None}
+        return {"options": self.options, "_client": None, "_topics": None, "_available_now": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
 
-    def _topic(self) -> TopicState:
+    def _connected(self) -> Client:
         if self._client is None:
             self._client = connect(self.options.bootstrap, self.options.topic)
-        return TopicState.fetch(self._client, self.options)
+        return self._client
 
-    def initialOffset(self) -> dict[str, int]:
-        topic = self._topic()
-        assert self._client is not None
-        return to_offset(topic.starting(self._client, self.options, "latest"))
+    def _states(self) -> dict[str, TopicState]:
+        """Each topic's partitions and ranges now (topics of a pattern are
+        resolved once, when the query starts)."""
+        client = self._connected()
+        if self._topics is None:
+            self._topics = subscribed_topics(client, self.options)
+        return {t: TopicState.fetch(client, self.options.for_topic(t)) for t in self._topics}
+
+    def _offset(self, positions: Positions, lost: int) -> dict[str, Any]:
+        if self.options.several_topics:
+            return topics_to_offset(positions, lost)
+        (only,) = positions.values()
+        return to_offset(only, lost)
+
+    def _positions(self, offset: dict[str, Any]) -> Positions:
+        if self.options.several_topics:
+            return topics_from_offset(offset)
+        return {self.options.topic: from_offset(offset)}
+
+    def initialOffset(self) -> dict[str, Any]:
+        client = self._connected()
+        positions = {
+            name: state.starting(client, self.options.for_topic(name), "latest")
+            for name, state in self._states().items()
+        }
+        return self._offset(positions, 0)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_records_per_trigger
@@ -86,27 +146,48 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: read up to what is there now, then stop."""
-        self._available_now = dict(self._topic().highest)
+        self._available_now = {t: dict(s.highest) for t, s in self._states().items()}
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
-        topic = self._topic()
-        begin = self._checked(from_offset(start), topic)
-        latest = topic.highest
-        if self._available_now is not None:
-            latest = {p: max(begin[p], self._available_now[p]) for p in begin}
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        states = self._states()
+        lost = lost_of(start)
+        begin: dict[tuple[str, int], int] = {}
+        latest: dict[tuple[str, int], int] = {}
+        for name, positions in self._checked_topics(self._positions(start), states).items():
+            checked, skipped = self._checked(positions, states[name])
+            lost += skipped
+            for p, index in checked.items():
+                begin[(name, p)] = index
+                highest = states[name].highest[p]
+                if self._available_now is not None:
+                    highest = max(index, self._available_now[name][p])
+                latest[(name, p)] = highest
         if isinstance(limit, ReadMaxRows):
             end = limit_records(begin, latest, limit.max_rows)
         elif isinstance(limit, ReadMinRows):
-            backlog = sum(latest[p] - begin[p] for p in begin)
+            backlog = sum(latest[k] - begin[k] for k in begin)
             end = latest if backlog >= limit.min_rows else begin
         else:
-            end = {p: latest[p] for p in begin}
-        return to_offset(end)
+            end = dict(latest)
+        out: Positions = {name: {} for name in states}
+        for (name, p), index in end.items():
+            out[name][p] = index
+        return self._offset(out, lost)
 
-    def reportLatestOffset(self) -> dict[str, int]:
-        return to_offset(self._topic().highest)
+    def reportLatestOffset(self) -> dict[str, Any]:
+        return self._offset({t: dict(s.highest) for t, s in self._states().items()}, 0)
 
-    def _checked(self, begin: dict[int, int], topic: TopicState) -> dict[int, int]:
+    def _checked_topics(self, begin: Positions, states: dict[str, TopicState]) -> Positions:
+        if sorted(begin) != sorted(states):
+            raise LaminarSparkError(
+                f"the checkpoint reads topics {sorted(begin)} but the options choose "
+                f"{sorted(states)}; use a new checkpointLocation to change them"
+            )
+        return begin
+
+    def _checked(self, begin: dict[int, int], topic: TopicState) -> tuple[dict[int, int], int]:
+        """`begin` checked against the topic now, and the records retention removed
+        before the query read them (skipped, with failOnDataLoss=false)."""
         if sorted(begin) != sorted(topic.partitions):
             raise LaminarSparkError(
                 f"the checkpoint reads partitions {sorted(begin)} of {topic.topic!r} but the "
@@ -122,24 +203,41 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "again?); use a new checkpointLocation"
             )
         lost = {p: (begin[p], topic.lowest[p]) for p in begin if begin[p] < topic.lowest[p]}
-        if lost:
+        if not lost:
+            return begin, 0
+        if self.options.fail_on_data_loss:
             p, (want, lowest) = next(iter(sorted(lost.items())))
             raise LaminarSparkError(
                 f"records {want}..{lowest - 1} of {topic.topic}/{p} were removed (retention) "
-                "before this query read them"
+                "before this query read them (failOnDataLoss=false skips them)"
             )
-        return begin
+        skipped = sum(lowest - want for want, lowest in lost.values())
+        logger.warning(
+            "failOnDataLoss=false: skipping %d records of %s that retention removed before "
+            "this query read them (partitions %s); the offset's %r counts them",
+            skipped,
+            topic.topic,
+            sorted(lost),
+            LOST_KEY,
+        )
+        return {p: max(i, topic.lowest[p]) for p, i in begin.items()}, skipped
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        begin, stop = from_offset(start), from_offset(end)
-        if self._client is None:
-            self._client = connect(self.options.bootstrap, self.options.topic)
-        view = self._client.cluster  # cached metadata: no request per micro-batch
-        shards = {p: view.route(self.options.topic, p).shard_id for p in stop}
-        topic = TopicState(self.options.topic, tuple(sorted(stop)), {}, {}, shards)
-        pieces = split(ranges(topic, begin, stop, "end offset"), self.options.max_records_per_split)
-        pieces = interleave(pieces, shards)
-        return splits(self.options.bootstrap, self.options.topic, pieces)
+        begin, stop = self._positions(start), self._positions(end)
+        view = self._connected().cluster  # cached metadata: no request per micro-batch
+        pieces = []
+        shards: dict[tuple[str, int], int] = {}
+        for name, ends in stop.items():
+            owners = {p: view.route(name, p).shard_id for p in ends}
+            shards.update({(name, p): s for p, s in owners.items()})
+            topic = TopicState(name, tuple(sorted(ends)), {}, {}, owners)
+            starts = begin.get(name, {})
+            pieces += split(
+                ranges(topic, {p: starts.get(p, i) for p, i in ends.items()}, ends, "end offset"),
+                self.options.max_records_per_split,
+            )
+        pieces = interleave(pieces, lambda r: shards.get((r.topic, r.partition), 0))
+        return splits(self.options, pieces)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_split(partition)
@@ -154,7 +252,7 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class LaminarStreamWriter(DataSourceStreamArrowWriter):
-    """Appends each micro-batch to a topic, idempotently (module docstring)."""
+    """Appends each micro-batch to a topic, exactly once (module docstring)."""
 
     def __init__(self, options: WriteOptions, columns: WriteColumns, overwrite: bool) -> None:
         if overwrite:
@@ -162,33 +260,39 @@ class LaminarStreamWriter(DataSourceStreamArrowWriter):
                 'laminar topics are append-only: use outputMode("append") or "update"'
             )
         self.target = WriteTarget.check(options, columns)
+        self.run_id = new_write_id()
+        """Tasks of this run of the query stage under it."""
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenCounts:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedTask | ProducedTask:
         ctx = TaskContext.get()
         query_id = None if ctx is None else ctx.getLocalProperty(QUERY_ID_PROPERTY)
-        batch_id = None if ctx is None else ctx.getLocalProperty(BATCH_ID_PROPERTY)
-        if query_id is None or batch_id is None:
-            raise RuntimeError(
-                "a laminar stream writer task sees no streaming query id or batch id "
-                f"(task properties {QUERY_ID_PROPERTY!r}, {BATCH_ID_PROPERTY!r})"
+        if query_id is None and self.target.options.guarantee == "exactly-once":
+            raise LaminarSparkError(
+                "a laminar stream writer task sees no streaming query id (Spark's task property "
+                f"{QUERY_ID_PROPERTY!r} is missing: has this Spark version renamed it?); "
+                'exactly-once needs it. Use guarantee="at-least-once" to write without it.'
             )
-        return write_task(
-            self.target, iterator, lambda part: stream_producer_id(query_id, int(batch_id), part)
-        )
+        return write_task(self.target, iterator, self.run_id, query_id=query_id)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to do: the micro-batch's records were durable when its tasks ended."""
-        done = [m for m in messages if isinstance(m, WrittenCounts)]
-        logger.info(
-            "laminar stream write to %s, batch %d: %d records",
-            self.target.options.topic,
-            batchId,
-            sum(m.records for m in done),
-        )
+        """Commit the micro-batch once, under an id its re-runs share."""
+        query_id = _query_id(messages)
+        if query_id is None:
+            return  # at-least-once, or no task ran
+        commit_id = stream_commit_id(query_id, batchId)
+        commit_tasks(self.target, commit_id, messages, f"laminar stream batch {batchId}")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        logger.warning(
-            "laminar stream write to %s, batch %d failed; a rerun appends only what is missing",
-            self.target.options.topic,
-            batchId,
-        )
+        """Drop what the micro-batch staged; not for good, since the query may run
+        the batch again under the same commit id."""
+        query_id = _query_id(messages)
+        if query_id is not None:
+            commit_id = stream_commit_id(query_id, batchId)
+            abort_tasks(self.target, commit_id, messages, final=False)
+
+
+def _query_id(messages: list[WriterCommitMessage | None]) -> str | None:
+    ids = {m.query_id for m in messages if isinstance(m, StagedTask) and m.query_id}
+    if len(ids) > 1:
+        raise LaminarSparkError(f"one micro-batch's tasks name several query ids: {sorted(ids)}")
+    return next(iter(ids), None)

@@ -1,32 +1,41 @@
-"""Writing: a Spark task appends its rows to a topic as an idempotent producer.
+"""Writing: each Spark task attempt stages its rows; the driver commits the winners.
 
-Why idempotent. Spark runs a failed task again (and may run a slow one
-twice), and the first attempt may have appended some of its records before
-it died; `commit()` on the driver runs only after every task has written. So
-each task is an idempotent producer (`laminar.shards.idempotence`): its
-producer id is derived from something every attempt of the task shares (a
-batch write's random id drawn on the driver, or a streaming query's id and
-micro-batch id, plus the task's partition id), and it numbers the records it
-sends to each partition 0, 1, 2, ... An attempt that repeats what an earlier
-one appended gets "already appended" answers and appends nothing; once past
-that point it appends the rest. For this the records, their partitions and
-their batching must be the same in every attempt: they are functions of the
-task's input rows and their order (round robin starts from the task's
-partition id, batches are cut by a byte budget), which Spark recomputes the
-same way for a deterministic plan.
+Why staging. Spark runs a failed task again and may run a slow one twice
+(speculation), and a retried task may see its rows in another order (after
+a shuffle, a join, a distinct). Only the driver's `commit()` knows which
+attempts won: Spark hands it the commit message of exactly one successful
+attempt per task. So a task appends nothing: it stages its rows on the
+owning shard of each target partition (`laminar.client.writes.Stager`:
+durable, invisible, keyed by write id, task and a random attempt id) and
+reports what it staged (`StagedTask`); the driver commits exactly those
+parts in one decision (`Client.commit_write`), and the node publishes each
+record once, or nothing if the job fails. Staged data of losing or failed
+attempts is dropped when the commit finishes or expires.
+
+Ids. A batch write's write id, drawn on the driver, is also its commit id.
+A streaming query stages under a write id drawn when the query starts, and
+commits micro-batch `b` under `stream_commit_id(query id, b)`: a micro-batch
+run again after a driver crash commits under the same id, so if its first
+run had committed, the node answers "committed before" and publishes
+nothing new.
 
 Where rows go: the `partition` column when set; else the hash of the key
 (`laminar.client.partition_for_key`, the client's rule); else round robin,
 one record at a time. Each partition's records are sent in batches of up to
 `maxBatchBytes`, one request in flight per partition, so a task pipelines
 across partitions and shards while a partition's batches stay in order.
+
+`guarantee="at-least-once"` skips staging: tasks append as they go (plain
+produces), so a retried or speculative task appends its rows again
+(duplicates, never a loss), and a failed job leaves what its tasks wrote.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import logging
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -35,13 +44,17 @@ import xxhash
 from pyspark import TaskContext
 from pyspark.sql.datasource import WriterCommitMessage
 
-from laminar.client import Client, DuplicateSequenceError, LaminarError, Pending, partition_for_key
+from laminar.client import Client, LaminarError, Pending, partition_for_key
+from laminar.client.writes import CommitResult
 from laminar.spark.errors import LaminarSparkError, explain
 from laminar.spark.options import WriteOptions
-from laminar.spark.reading import CONNECT_TIMEOUT_S, connect
+from laminar.spark.reading import connect, open_client
 from laminar.spark.schema import WriteColumns
+from laminar.wire.writes import StagedPart
 
 BATCH_RECORDS_MAX: Final = 65536
+
+logger = logging.getLogger("laminar.spark")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,88 +77,192 @@ class WriteTarget:
 
 
 @dataclass(frozen=True)
-class WrittenCounts(WriterCommitMessage):
-    """What one task reports to the driver."""
+class StagedTask(WriterCommitMessage):
+    """What one successful task attempt reports to the driver."""
 
     task: int
-    producer_id: int
+    spark_attempt: int
+    parts: tuple[StagedPart, ...]
+    """What it staged, per partition (empty for a task without rows)."""
     records: int
-    """Records of the task's input, all durable in the topic now."""
-    already_there: int
-    """Of those, records the node answered had been appended by an earlier attempt
-    (and whose index it no longer remembered)."""
+    query_id: str | None = None
+    """A streaming task's query id (`stream_commit_id`)."""
 
 
-def batch_producer_id(write_id: int, task_partition: int) -> int:
-    """The producer id of a batch write's task: the same in every attempt."""
-    return int(xxhash.xxh64_intdigest(f"batch/{write_id}/{task_partition}".encode()))
+@dataclass(frozen=True)
+class ProducedTask(WriterCommitMessage):
+    """What a task of an at-least-once write reports: records appended."""
+
+    task: int
+    records: int
 
 
-def stream_producer_id(query_id: str, batch_id: int, task_partition: int) -> int:
-    """The producer id of a streaming write's task: the same in every attempt and
-    when a restarted query runs the micro-batch again."""
-    return int(xxhash.xxh64_intdigest(f"stream/{query_id}/{batch_id}/{task_partition}".encode()))
+def stream_commit_id(query_id: str, batch_id: int) -> int:
+    """The commit id of a streaming micro-batch: the same every time it runs."""
+    return int(xxhash.xxh64_intdigest(f"laminar-stream/{query_id}/{batch_id}".encode()))
 
 
-def task_partition() -> int:
-    """The Spark partition id of the running task."""
+def task_context() -> tuple[int, int]:
+    """The running Spark task's partition id and attempt number."""
     ctx = TaskContext.get()
     if ctx is None:
         raise RuntimeError("not inside a Spark task")
-    return int(ctx.partitionId())
+    return int(ctx.partitionId()), int(ctx.attemptNumber())
+
+
+class _Sink(Protocol):
+    def send_nowait(
+        self,
+        topic: str,
+        partition: int,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Mapping[str, bytes] | None] | None,
+    ) -> None: ...
+
+
+class _Producer:
+    """The at-least-once sink: plain produces, one in flight per partition."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self._in_flight: dict[int, Pending[int]] = {}
+
+    def send_nowait(
+        self,
+        topic: str,
+        partition: int,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Mapping[str, bytes] | None] | None,
+    ) -> None:
+        previous = self._in_flight.pop(partition, None)
+        if previous is not None:
+            previous.result()
+        self._in_flight[partition] = self.client.produce_nowait(
+            topic, partition, values, keys, headers
+        )
+
+    def finish(self) -> None:
+        for pending in self._in_flight.values():
+            pending.result()
+        self._in_flight.clear()
 
 
 def write_task(
     target: WriteTarget,
     batches: Iterator[pa.RecordBatch],
-    producer_id_of: Callable[[int], int],
+    write_id: int,
     task: int | None = None,
-) -> WrittenCounts:
-    """Write one task's rows (see the module docstring); `task` defaults to the
-    running Spark task's partition id."""
-    task = task_partition() if task is None else task
-    producer_id = producer_id_of(task)
+    spark_attempt: int | None = None,
+    query_id: str | None = None,
+) -> StagedTask | ProducedTask:
+    """Write one task's rows (see the module docstring); `task` and
+    `spark_attempt` default to the running Spark task's."""
+    if task is None or spark_attempt is None:
+        task, spark_attempt = task_context()
     options = target.options
-    with Client(options.bootstrap, connect_timeout_s=CONNECT_TIMEOUT_S) as client:
-        producer = TopicProducer(client, target, producer_id, round_robin_start=task)
+    with open_client(options.bootstrap) as client:
+        if options.guarantee == "at-least-once":
+            producer = _Producer(client)
+            writer = TopicWriter(producer, target, round_robin_start=task)
+            for batch in batches:
+                writer.add(batch)
+            writer.close()
+            producer.finish()
+            return ProducedTask(task, writer.records)
+        stager = client.stager(write_id, task, timeout_s=options.staging_timeout_s)
+        writer = TopicWriter(stager, target, round_robin_start=task)
         for batch in batches:
-            producer.add(batch)
-        producer.close()
-    return WrittenCounts(task, producer_id, producer.records, producer.already_there)
+            writer.add(batch)
+        writer.close()
+        parts = stager.finish()
+    return StagedTask(task, spark_attempt, parts, writer.records, query_id)
 
 
-class _Buffer:
-    """Records waiting to be sent to one partition, and its producer state."""
+def commit_tasks(
+    target: WriteTarget, commit_id: int, messages: Sequence[WriterCommitMessage | None], what: str
+) -> CommitResult | None:
+    """On the driver: commit the staged parts of the tasks in `messages` (one
+    successful attempt per task), in task order. None when nothing was staged."""
+    staged = sorted((m for m in messages if isinstance(m, StagedTask)), key=lambda m: m.task)
+    if len({m.task for m in staged}) != len(staged):
+        raise LaminarSparkError(f"{what}: Spark reported two successful attempts of one task")
+    parts = [part for m in staged for part in m.parts]
+    options = target.options
+    if not parts:
+        logger.info("%s to %s: no rows, nothing to commit", what, options.topic)
+        return None
+    with connect(options.bootstrap, options.topic) as client:
+        try:
+            result = client.commit_write(commit_id, parts)
+        except LaminarError as exc:
+            raise LaminarSparkError(
+                f"{what} to {options.topic!r} could not commit: {exc}; nothing of it is visible"
+                + _hint(exc)
+            ) from exc
+    if result.first:
+        logger.info(
+            "%s to %s: committed %d records from %d tasks",
+            what,
+            options.topic,
+            result.records,
+            len(staged),
+        )
+    else:
+        logger.warning(
+            "%s to %s: it was committed before (a re-run); nothing was appended now",
+            what,
+            options.topic,
+        )
+    return result
 
-    __slots__ = ("bytes", "headers", "in_flight", "keys", "next_sequence", "values")
 
-    def __init__(self, keys: bool, headers: bool) -> None:
-        self.values: list[bytes] = []
-        # Lists only when the DataFrame has the column: value-only records take
-        # the client's fast path (no per-record encoding call).
-        self.keys: list[bytes | None] | None = [] if keys else None
-        self.headers: list[dict[str, bytes] | None] | None = [] if headers else None
-        self.bytes = 0
-        self.next_sequence = 0
-        self.in_flight: tuple[Pending[int], int] | None = None
+def abort_tasks(
+    target: WriteTarget,
+    commit_id: int,
+    messages: Sequence[WriterCommitMessage | None],
+    *,
+    final: bool,
+) -> None:
+    """On the driver: abort (for good when `final`) and drop what the tasks staged."""
+    topic = target.options.topic
+    if target.options.guarantee == "at-least-once":
+        logger.warning("laminar write to %s failed; what its tasks appended stays", topic)
+        return
+    parts = [p for m in messages if isinstance(m, StagedTask) for p in m.parts]
+    try:
+        with connect(target.options.bootstrap, topic) as client:
+            state = client.abort_write(commit_id, parts, final=final)
+    except (LaminarError, LaminarSparkError) as exc:
+        logger.warning("aborting the write to %s failed (staged rows expire): %s", topic, exc)
+        return
+    logger.warning("laminar write to %s aborted (%s): nothing of it is visible", topic, state)
 
 
-class TopicProducer:
-    """An idempotent producer of Arrow rows to every partition of one topic."""
+def _hint(exc: LaminarError) -> str:
+    from laminar.client import StagedDataMissingError
 
-    def __init__(
-        self, client: Client, target: WriteTarget, producer_id: int, round_robin_start: int = 0
-    ) -> None:
-        self.client = client
+    if isinstance(exc, StagedDataMissingError):
+        return (
+            " (staged data expired before the commit: raise the node's --staging-timeout "
+            "or the stagingTimeoutMs option)"
+        )
+    return ""
+
+
+class TopicWriter:
+    """Routes Arrow rows to the partitions of one topic and sends them in batches."""
+
+    def __init__(self, sink: _Sink, target: WriteTarget, round_robin_start: int = 0) -> None:
+        self.sink = sink
         self.target = target
         self.topic = target.options.topic
-        self.producer_id = producer_id
         self.max_bytes = target.options.max_batch_bytes
         has_keys, has_headers = target.columns.key is not None, target.columns.headers is not None
         self._buffers = [_Buffer(has_keys, has_headers) for _ in range(target.partitions)]
         self._round_robin = round_robin_start
         self.records = 0
-        self.already_there = 0
 
     def add(self, batch: pa.RecordBatch) -> None:
         """Route a batch's rows to their partitions; send full buffers."""
@@ -171,12 +288,10 @@ class TopicProducer:
             )
 
     def close(self) -> None:
-        """Send what is buffered and wait until every batch is answered."""
+        """Send what is buffered (the sink waits for the answers)."""
         for p, buf in enumerate(self._buffers):
             if buf.values:
                 self._send(p)
-        for buf in self._buffers:
-            self._settle(buf)
 
     def _assign(self, batch: pa.RecordBatch, keys: pa.Array | None) -> np.ndarray[Any, Any]:
         n = batch.num_rows
@@ -240,35 +355,27 @@ class TopicProducer:
 
     def _send(self, p: int) -> None:
         buf = self._buffers[p]
-        self._settle(buf)  # one batch in flight per partition keeps them in order
-        pending = self.client.produce_nowait(
-            self.topic,
-            p,
-            buf.values,
-            buf.keys,
-            buf.headers,
-            producer_id=self.producer_id,
-            sequence=buf.next_sequence,
-        )
-        count = len(buf.values)
-        buf.in_flight = (pending, count)
-        buf.next_sequence += count
+        self.sink.send_nowait(self.topic, p, buf.values, buf.keys, buf.headers)
+        self.records += len(buf.values)
         buf.values, buf.bytes = [], 0
         if buf.keys is not None:
             buf.keys = []
         if buf.headers is not None:
             buf.headers = []
 
-    def _settle(self, buf: _Buffer) -> None:
-        if buf.in_flight is None:
-            return
-        pending, count = buf.in_flight
-        buf.in_flight = None
-        try:
-            pending.result()
-        except DuplicateSequenceError:
-            self.already_there += count
-        self.records += count
+
+class _Buffer:
+    """Records waiting to be sent to one partition."""
+
+    __slots__ = ("bytes", "headers", "keys", "values")
+
+    def __init__(self, keys: bool, headers: bool) -> None:
+        self.values: list[bytes] = []
+        # Lists only when the DataFrame has the column: value-only records take
+        # the client's fast path (no per-record encoding call).
+        self.keys: list[bytes | None] | None = [] if keys else None
+        self.headers: list[dict[str, bytes] | None] | None = [] if headers else None
+        self.bytes = 0
 
 
 def _binary(batch: pa.RecordBatch, name: str) -> pa.Array:

@@ -61,5 +61,32 @@ class MembershipView:
             for m in self.members
         ]
 
+    @classmethod
+    def from_json(cls, self_id: object, version: object, members: object) -> MembershipView:
+        """The view `to_json` described (as the supervisor sends it to shards);
+        ValueError when the pieces are not a view."""
+        if (
+            not isinstance(self_id, str)
+            or type(version) is not int
+            or not isinstance(members, list)
+        ):
+            raise ValueError("a view needs a self_id, an int version and a list of members")
+        by_label = {s.label: s for s in MemberState}
+        parsed = []
+        for entry in members:
+            try:
+                parsed.append(
+                    Member(
+                        str(entry["node_id"]),
+                        str(entry["address"]),
+                        by_label[entry["state"]],
+                        int(entry["incarnation"]),
+                        float(entry["weight"]),
+                    )
+                )
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"bad member entry {entry!r}: {exc}") from None
+        return cls(self_id, version, tuple(parsed))
+
     def count(self, state: MemberState) -> int:
         return sum(1 for m in self.members if m.state is state)

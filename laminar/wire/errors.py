@@ -43,10 +43,16 @@ class ErrorCode(IntEnum):
     USE_TCP = 16
     OUT_OF_ORDER_SEQUENCE = 17
     DUPLICATE_SEQUENCE = 18
+    STAGING_FULL = 19
+    WRITE_ABORTED = 20
+    STAGED_DATA_MISSING = 21
+    STAGE_OUT_OF_ORDER = 22
+    WRITE_COMMITTED = 23
     NOT_OWNER = 30
     STORAGE_ERROR = 31
     SHUTTING_DOWN = 32
     TIMEOUT = 33
+    COMMIT_PENDING = 34
     OUTCOME_UNKNOWN = 37
     NOT_READY = 38
     TOO_MANY_CONNECTIONS = 39
@@ -84,10 +90,23 @@ _DEFAULT_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.DUPLICATE_SEQUENCE: (
         "the idempotent batch was appended before; its index is no longer known"
     ),
+    ErrorCode.STAGING_FULL: (
+        "the shard's staging area is full; wait for staged writes to commit or expire"
+    ),
+    ErrorCode.WRITE_ABORTED: "the write was aborted; it cannot be committed",
+    ErrorCode.STAGED_DATA_MISSING: (
+        "the commit names staged data the node does not hold (expired, dropped or never staged)"
+    ),
+    ErrorCode.STAGE_OUT_OF_ORDER: "the staged batch does not continue its attempt's sequence",
+    ErrorCode.WRITE_COMMITTED: "the write is committed already; it cannot be aborted",
     ErrorCode.NOT_OWNER: "this shard or node does not own the partition; refresh metadata",
     ErrorCode.STORAGE_ERROR: "the server could not read or write its log",
     ErrorCode.SHUTTING_DOWN: "the server is shutting down; retry elsewhere or later",
     ErrorCode.TIMEOUT: "the request did not complete in time",
+    ErrorCode.COMMIT_PENDING: (
+        "the commit is decided but not yet published everywhere; the node finishes it, "
+        "send the commit again to wait for it"
+    ),
     ErrorCode.OUTCOME_UNKNOWN: (
         "the request was handed on and no answer came back: it may or may not have been "
         "applied; read to check before sending it again"
@@ -107,6 +126,7 @@ _RETRIABLE = frozenset(
         ErrorCode.SHUTTING_DOWN,
         ErrorCode.TIMEOUT,
         ErrorCode.STORAGE_ERROR,
+        ErrorCode.COMMIT_PENDING,
         ErrorCode.NOT_READY,
         ErrorCode.TOO_MANY_CONNECTIONS,
     }

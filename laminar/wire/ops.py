@@ -29,6 +29,14 @@ class Op(IntEnum):
     DELETE_TOPIC = 6
     LIST_TOPICS = 7
     PING = 8
+    # The atomic write protocol (`laminar.wire.writes`); 13-15 are shard-to-shard only.
+    STAGE = 9
+    COMMIT_WRITE = 10
+    ABORT_WRITE = 11
+    WRITE_STATUS = 12
+    CHECK_STAGED = 13
+    PUBLISH_STAGED = 14
+    DROP_STAGED = 15
     ALTER_TOPIC = 16
     FORWARD = 32
     METADATA_TAIL = 33

@@ -66,6 +66,9 @@ from laminar.wire import codec
 from laminar.wire.ops import MEMBERSHIP_OPS
 
 MAX_SHARDS: Final = 64
+MEMBERSHIP_SLOT: Final = MAX_SHARDS
+"""The socket-array slot of the membership agent's socket (after the shards')."""
+SOCKARRAY_SLOTS: Final = MAX_SHARDS + 1
 UDP_HEADER_BYTES: Final = 8
 
 
@@ -92,6 +95,7 @@ class SteerCounter(enum.IntEnum):
     BAD_LENGTH = 4
     NO_SOCKET = 5  # the owner's slot is empty: the kernel hashed it to some shard
     UNCONFIGURED = 6  # shard count not set (0): the kernel hashed it
+    MEMBERSHIP = 7  # a membership op (96-127): sent to the agent's socket
 
 
 class XdpCounter(enum.IntEnum):
@@ -143,6 +147,7 @@ def common_c() -> str:
         f"#define LAMINAR_MEMBERSHIP_OP_FIRST {MEMBERSHIP_OPS.start}\n"
         f"#define LAMINAR_MEMBERSHIP_OP_END {MEMBERSHIP_OPS.stop}\n"
         f"#define LAMINAR_MAX_SHARDS {MAX_SHARDS}\n"
+        f"#define LAMINAR_MEMBERSHIP_SLOT {MEMBERSHIP_SLOT}\n"
         f"#define LAMINAR_UDP_HEADER_BYTES {UDP_HEADER_BYTES}\n"
         + _enum_defines("VERDICT", FrameVerdict)
         + _enum_defines("STEER", SteerCounter)
@@ -266,6 +271,19 @@ int laminar_steer(struct sk_reuseport_md *md) {
         steer_count(verdict);
         return SK_DROP;
     }
+    void *sockarray = (void *)bpf_pseudo_fd(1, LAMINAR_SOCKARRAY_FD);
+    u8 op = prefix[LAMINAR_OFFSET_OP];
+    if (op >= LAMINAR_MEMBERSHIP_OP_FIRST && op < LAMINAR_MEMBERSHIP_OP_END) {
+        /* Membership traffic goes to the agent's socket, never to a shard; with
+         * no agent (membership off) it is dropped, not hashed to a shard. */
+        u32 agent = LAMINAR_MEMBERSHIP_SLOT;
+        if (bpf_sk_select_reuseport(md, sockarray, &agent, 0) != 0) {
+            steer_count(STEER_NO_SOCKET);
+            return SK_DROP;
+        }
+        steer_count(STEER_MEMBERSHIP);
+        return SK_PASS;
+    }
     u32 zero = 0;
     u32 *shards = steer_config.lookup(&zero);
     if (!shards || *shards == 0 || *shards > LAMINAR_MAX_SHARDS) {
@@ -273,7 +291,6 @@ int laminar_steer(struct sk_reuseport_md *md) {
         return SK_PASS;
     }
     u32 slot = laminar_owner(laminar_pid_lane(prefix), *shards);
-    void *sockarray = (void *)bpf_pseudo_fd(1, LAMINAR_SOCKARRAY_FD);
     if (bpf_sk_select_reuseport(md, sockarray, &slot, 0) != 0) {
         steer_count(STEER_NO_SOCKET);
         return SK_PASS;

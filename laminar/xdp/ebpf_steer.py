@@ -5,8 +5,9 @@
 1. `probe_bpf()`: a one-slot map, so a process without CAP_BPF fails fast
    with EPERM before any compiling;
 2. the REUSEPORT_SOCKARRAY (type 20, which bcc 0.26 cannot create) through raw
-   `bpf(2)`, `MAX_SHARDS` slots, u32 key, u64 value (a socket fd goes in, its
-   socket cookie comes out);
+   `bpf(2)`, `MAX_SHARDS` slots for shards plus `MEMBERSHIP_SLOT` for the
+   membership agent, u32 key, u64 value (a socket fd goes in, its socket
+   cookie comes out);
 3. the C text of `csource.steer_program_c` with the array's fd compiled in
    (`bpf_pseudo_fd(1, fd)`), loaded as program type 21 (SK_REUSEPORT), which
    bcc also has no name for.
@@ -45,6 +46,7 @@ class SteerCounters:
     bad_length: int
     no_socket: int
     unconfigured: int
+    membership: int
 
     @property
     def malformed(self) -> int:
@@ -60,6 +62,7 @@ class SteerCounters:
             "bad_length": self.bad_length,
             "no_socket": self.no_socket,
             "unconfigured": self.unconfigured,
+            "membership": self.membership,
         }
 
 
@@ -118,7 +121,7 @@ class EbpfSteeringProgram:
             raise BpfUnavailable(str(exc), exc.errno) from exc
         bcc = bcc_env.import_bcc()
         sockarray_fd = bpf_sys.map_create(
-            bpf_sys.BPF_MAP_TYPE_REUSEPORT_SOCKARRAY, 4, 8, csource.MAX_SHARDS, "laminar_socks"
+            bpf_sys.BPF_MAP_TYPE_REUSEPORT_SOCKARRAY, 4, 8, csource.SOCKARRAY_SLOTS, "laminar_socks"
         )
         try:
             try:

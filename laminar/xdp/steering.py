@@ -46,9 +46,12 @@ from types import TracebackType
 from typing import Any
 
 from laminar.xdp import cbpf, sockets
+from laminar.xdp.csource import MEMBERSHIP_SLOT
 from laminar.xdp.ebpf_steer import EbpfSteeringProgram, SteerCounters, set_socket
 from laminar.xdp.errors import SteeringUsageError
 from laminar.xdp.routing import RoutingMode, RoutingPlan, choose_routing
+
+UdpSocket = socket.socket  # the class name `socket` is shadowed by a method below
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +183,23 @@ class ReuseportSteering:
         sock = self._sockets[shard]
         assert sock is not None
         return sock.fileno()
+
+    def bind_membership_socket(self) -> UdpSocket | None:
+        """eBPF mode: a new socket in the group, in the membership slot, which the
+        program gives every membership datagram (ops 96-127); the caller owns it
+        (closing it empties the slot). None in the other modes, which cannot
+        steer by op: membership needs a port of its own there."""
+        if self._closed:
+            raise SteeringUsageError("the steering is closed")
+        if self._program is None:
+            return None
+        sock = sockets.bind_reuseport_udp(self.host, self.port)
+        try:
+            self._program.set_socket(MEMBERSHIP_SLOT, sock)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
 
     def counters(self) -> SteerCounters | None:
         """The eBPF program's counters; None in the other modes (they have none)."""

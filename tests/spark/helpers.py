@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import urllib.request
 from typing import Any
 
 from laminar.client import Client, Record
@@ -44,3 +45,23 @@ def rows_as_tuples(rows: list[Any]) -> list[tuple[Any, ...]]:
         (r.partition, r["index"], r.key, r.value, None if r.headers is None else dict(r.headers))
         for r in rows
     )
+
+
+def metric(node: RunningNode, name: str) -> float:
+    """The sum over shards of one /metrics sample of the node."""
+    with urllib.request.urlopen(node.admin_url + "/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def row_ids(client: Client, topic: str, partitions: int) -> list[int]:
+    """The ids of every record of a topic whose values are b"row-<id>[-...]"."""
+    return [
+        int(r.value.split(b"-")[1])
+        for p in range(partitions)
+        for r in all_records(client, topic, p)
+    ]

@@ -86,14 +86,14 @@ def test_out_of_range_indexes(spark: Any, node: RunningNode, client: Client) -> 
     )
 
 
-def test_options_with_kafka_names_are_pointed_to_laminar_names(
+def test_options_laminar_does_not_have_are_named(
     spark: Any, node: RunningNode, client: Client
 ) -> None:
     topic = fresh_topic(client, "kafkaish", 1)
     _fails_before_any_task(
         spark,
-        lambda: read(spark, node, topic, startingOffsets="earliest").collect(),
-        "laminar calls it 'startingIndex'",
+        lambda: read(spark, node, topic, assign='{"t": [0]}').collect(),
+        "laminar calls it 'topic and partitions'",
     )
     _fails_before_any_task(
         spark, lambda: spark.read.format("laminar").load().collect(), '"topic" option is required'

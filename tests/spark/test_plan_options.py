@@ -14,13 +14,17 @@ from hypothesis import strategies as st
 from laminar.spark.errors import LaminarSparkError
 from laminar.spark.options import read_options, write_options
 from laminar.spark.plan import (
+    LOST_KEY,
     Range,
     from_offset,
     interleave,
     limit_records,
+    lost_of,
     resolve_index,
     split,
     to_offset,
+    topics_from_offset,
+    topics_to_offset,
 )
 
 
@@ -50,13 +54,50 @@ def test_read_options_parse_and_default() -> None:
         ({"topic": "t", "startingIndex": "{"}, "not valid JSON"),
         ({"topic": "t", "startingIndex": "0", "startingTimestamp": "1"}, "not both"),
         ({"topic": "t", "maxRecordsPerSplit": "0"}, "at least 1"),
-        ({"topic": "t", "subscribe": "t"}, "laminar calls it 'topic'"),
+        ({"topic": "t", "subscribe": "t"}, "one of topic, subscribe and subscribePattern"),
+        ({"topic": "t", "assign": '{"t": [0]}'}, "laminar calls it 'topic and partitions'"),
+        ({"subscribePattern": "("}, "not a regex"),
+        ({"topic": "t", "startingOffsets": '{"t": {"0": -3}}'}, "-2 \\(earliest\\)"),
+        ({"topic": "t", "startingIndex": "0", "startingOffsets": "earliest"}, "not both"),
+        ({"topic": "t", "endingIndex": "5", "endingTimestamp": "9"}, "one of endingIndex"),
+        ({"topic": "t", "failOnDataLoss": "maybe"}, '"true" or "false"'),
+        ({"bootstrap": "a:1", "kafka.bootstrap.servers": "b:2", "topic": "t"}, "not both"),
         ({"topic": "t", "partitions": ","}, "names no partition"),
     ],
 )
 def test_bad_read_options(options: dict[str, str], match: str) -> None:
     with pytest.raises(LaminarSparkError, match=match):
         read_options(options)
+
+
+def test_kafka_named_read_options(caplog: pytest.LogCaptureFixture) -> None:
+    opts = read_options(
+        {
+            "kafka.bootstrap.servers": "h1:1, h2:2",
+            "subscribe": "a, b,a",
+            "startingOffsets": '{"a": {"0": 5, "1": -2}, "b": {"0": -1}}',
+            "endingOffsets": '{"a": {"0": 9}}',
+            "maxOffsetsPerTrigger": "30",
+            "failOnDataLoss": "false",
+            "kafkaCompatibleSchema": "TRUE",
+            "kafka.security.protocol": "SSL",
+        }
+    )
+    assert opts.bootstrap == "h1:1,h2:2"
+    assert opts.topics == ("a", "b") and opts.several_topics and opts.topic_column
+    assert opts.for_topic("a").starting == {0: 5, 1: "earliest"}
+    assert opts.for_topic("b").starting == {0: "latest"}
+    assert opts.for_topic("a").ending == {0: 9} and opts.for_topic("b").ending == "latest"
+    assert opts.max_records_per_trigger == 30
+    assert not opts.fail_on_data_loss and opts.kafka_schema
+    assert "kafka.security.protocol" in caplog.text and "ignores it" in caplog.text
+    timed = read_options(
+        {"subscribePattern": "ev.*", "startingOffsetsByTimestamp": '{"ev1": {"2": 1000}}'}
+    )
+    assert timed.pattern == "ev.*" and timed.timestamps_for("ev1") == {2: 1000}
+    assert timed.timestamps_for("other") == {}
+    assert read_options({"topic": "t", "endingTimestamp": "77"}).ending_timestamp_ms == 77
+    assert read_options({"topic": "t", "startingOffsets": "earliest"}).starting == "earliest"
 
 
 def test_write_options() -> None:
@@ -104,6 +145,20 @@ def test_offsets_serialize_with_sorted_keys_and_round_trip(indexes: dict[int, in
 def test_a_foreign_offset_is_refused() -> None:
     with pytest.raises(LaminarSparkError, match="another source"):
         from_offset({"topic-0": 3})
+    with pytest.raises(LaminarSparkError, match="read of one topic"):
+        topics_from_offset({"0": 3})
+
+
+def test_offsets_of_several_topics_and_the_lost_count_round_trip() -> None:
+    positions = {"b": {1: 4, 0: 2}, "a": {0: 9}}
+    offset = topics_to_offset(positions, lost=7)
+    text = json.dumps(offset)
+    assert text == json.dumps(offset, sort_keys=True)
+    back = json.loads(text)
+    assert topics_from_offset(back) == positions and lost_of(back) == 7
+    single = to_offset({0: 5}, lost=3)
+    assert from_offset(single) == {0: 5} and lost_of(single) == 3
+    assert lost_of(to_offset({0: 5})) == 0 and LOST_KEY not in to_offset({0: 5})
 
 
 @given(
@@ -128,7 +183,7 @@ def test_interleave_alternates_shards_and_keeps_each_shards_order(
 ) -> None:
     shard_of = {partition: shard for partition, shard in owned}
     pieces = [Range(p, i, i + 1) for i, (p, _) in enumerate(owned)]
-    out = interleave(pieces, shard_of)
+    out = interleave(pieces, lambda r: shard_of[r.partition])
     assert sorted(out, key=lambda r: r.start) == pieces
     for shard in set(shard_of.values()):
         mine = [r for r in pieces if shard_of[r.partition] == shard]

@@ -55,6 +55,7 @@ from laminar.wire import (
     encode_record,
     request_frame_limits,
 )
+from laminar.wire import writes as w
 from laminar.wire.ops import RAFT_OPS
 
 u16 = st.integers(0, 2**16 - 1)
@@ -72,6 +73,20 @@ blobs = st.builds(
 )
 topics = st.builds(TopicInfo, names, u32, st.integers(0, 2**32), configs)
 shards = st.builds(ShardInfo, u16, names, u16)
+parts = st.builds(w.StagedPart, u64, u64, u32, u64, u32, u64)
+parts_tuple = st.lists(parts, max_size=4).map(tuple)
+states = st.sampled_from(sorted(w.WriteState.ALL))
+
+
+def _partition_parts(cls: type[Any]) -> st.SearchStrategy[Any]:
+    """An internal per-partition request whose parts are all of its partition."""
+    return st.builds(
+        lambda pid, commit, ps: cls(pid, commit, tuple(p._replace(partition_id=pid) for p in ps)),
+        u64,
+        u64,
+        parts_tuple,
+    )
+
 
 REQUESTS: list[st.SearchStrategy[Any]] = [
     st.builds(ProduceRequest, u64, st.lists(blobs, max_size=10).map(tuple)),
@@ -84,6 +99,13 @@ REQUESTS: list[st.SearchStrategy[Any]] = [
     st.builds(Ping, u64),
     st.builds(AlterTopicRequest, names, configs, st.lists(names, max_size=3).map(tuple)),
     st.builds(ForwardRequest, u64, u16, st.binary(max_size=100)),
+    st.builds(w.StageRequest, u64, u64, u32, u64, u32, st.lists(blobs, max_size=5).map(tuple), u32),
+    st.builds(w.CommitWriteRequest, u64, parts_tuple),
+    st.builds(w.AbortWriteRequest, u64, st.booleans(), parts_tuple),
+    st.builds(w.WriteStatusRequest, u64),
+    _partition_parts(w.CheckStagedRequest),
+    _partition_parts(w.PublishStagedRequest),
+    _partition_parts(w.DropStagedRequest),
     st.builds(MetadataTailRequest, u64, u16, u32),
 ]
 RESPONSES: list[st.SearchStrategy[Any]] = [
@@ -112,6 +134,18 @@ RESPONSES: list[st.SearchStrategy[Any]] = [
     st.builds(Pong, u64, names, u16, u16),
     st.builds(AlterTopicResponse, topics),
     st.builds(ForwardResponse, u64, st.binary(max_size=100)),
+    st.builds(w.StageResponse, u64, u32, u32, st.booleans()),
+    st.builds(
+        w.CommitWriteResponse,
+        u64,
+        st.booleans(),
+        st.lists(st.builds(w.Published, u64, u64, u64), max_size=4).map(tuple),
+    ),
+    st.builds(w.AbortWriteResponse, u64, states),
+    st.builds(w.WriteStateResponse, u64, states),
+    st.builds(w.CheckStagedResponse, u64, u64, u64),
+    st.builds(w.PublishStagedResponse, u64, u64, u64),
+    st.builds(w.DropStagedResponse, u64, u64, u64),
     st.builds(
         MetadataTailResponse,
         st.just(0),
@@ -250,7 +284,7 @@ def test_request_frame_limits_leave_room_for_a_header_only_without_a_payload() -
     assert info.value.correlation_id == 3 and info.value.fatal
 
 
-@pytest.mark.parametrize("op", [0, 9, 31, 34, RAFT_OPS[0], 200, 255])
+@pytest.mark.parametrize("op", [0, 30, 31, 34, RAFT_OPS[0], 200, 255])
 def test_unknown_ops(op: int) -> None:
     with pytest.raises(UnknownOp) as info:
         decode_request(frame_with(op, {}))

@@ -30,6 +30,7 @@ from laminar.raft import (
     ProposalDropped,
     Ready,
 )
+from laminar.raft.messages import VOTE_RESP
 
 from .checkers import Checker
 from .checkers.durability import Durability
@@ -158,8 +159,7 @@ class Simulation:
             if (
                 self.faults
                 and p.crash_after_vote
-                and rd.hard_state is not None
-                and rd.hard_state.vote not in (None, node.id)
+                and any(m.kind == VOTE_RESP and not m.reject for m in rd.messages)
                 and rng.random() < p.crash_after_vote
             ):
                 crash_at = 5  # vote persisted and sent, then the process dies and restarts

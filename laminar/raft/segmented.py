@@ -1,0 +1,317 @@
+"""SegmentedLogStorage: a partition's SegmentedLog as a Raft log.
+
+How the synchronous core meets the asynchronous log:
+
+- Raft index i is log record i - 1 (partition offsets keep starting at 0).
+  Terms are stored per record by the log; the core's term reads are answered
+  synchronously from the log's in-memory index (`SegmentedLog.term_of`).
+  Entries the core makes itself (no-op, membership) are stored with the top
+  bit of the term set and "<kind>\\0" before their data; a reader of the
+  partition skips records whose stored term has that bit.
+- Entry payloads are served synchronously from a bounded cache of recently
+  appended entries. Anything older raises EntriesUnavailable and is noted in
+  `wanted`; the shell then `await storage.load()`s it and calls
+  `core.retry_storage()`. A restart therefore re-delivers committed entries in
+  steps of `load_bytes`.
+- Persisting a Ready is two awaits: `await storage.append(rd.entries)` (a
+  conflicting suffix is truncated first; every log append is durable on
+  return, so the log must use flush="always") and then
+  `await storage.set_hard_state(rd.hard_state)`, which replaces the small
+  state file `raft-state.json` in the partition directory atomically (write a
+  temporary file, fsync it, rename, fsync the directory).
+- An install (a Ready whose first entry is an anchor) first records the
+  anchor in the state file, then resets the log to start after it; a crash in
+  between is finished on the next open.
+- The term before the first index: the anchor from the state file when the
+  log starts right after it; otherwise (retention removed older segments) the
+  log's first record serves as the anchor, so Raft's view starts one record
+  later than the log's. Retention must only remove applied records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from ..log import LogConfig, Record, SegmentedLog, StorageBackend
+from .errors import EntriesUnavailable, RaftError
+from .messages import ANCHOR, ENTRY_KINDS, NORMAL, Entry, HardState
+from .storage import limit_bytes
+
+STATE_FILE = "raft-state.json"
+CONTROL_TERM_BIT = 1 << 63  # set on the stored term of entries the core made
+APPEND_CHUNK_BYTES = 1 << 20  # one log append per chunk (the log bounds batch size)
+
+
+@dataclass(frozen=True)
+class _State:
+    term: int = 0
+    vote: str | None = None
+    commit: int = 0
+    anchor_index: int = 0
+    anchor_term: int = 0
+    anchor_data: bytes = b""  # the membership at the anchor, as the install carried it
+
+    def encode(self) -> bytes:
+        body = json.dumps(
+            {
+                "version": 1,
+                "term": self.term,
+                "vote": self.vote,
+                "commit": self.commit,
+                "anchor": [self.anchor_index, self.anchor_term, self.anchor_data.hex()],
+            },
+            sort_keys=True,
+        ).encode()
+        return body + b"\n" + b"%08x\n" % zlib.crc32(body)
+
+    @classmethod
+    def decode(cls, raw: bytes, path: str) -> _State:
+        body, _, tail = raw.rstrip(b"\n").rpartition(b"\n")
+        try:
+            if int(tail, 16) != zlib.crc32(body):
+                raise ValueError("checksum mismatch")
+            fields = json.loads(body)
+            if fields["version"] != 1:
+                raise ValueError(f"version {fields['version']} is not 1")
+            index, term, data = fields["anchor"]
+            return cls(
+                fields["term"], fields["vote"], fields["commit"], index, term, bytes.fromhex(data)
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RaftError(
+                f"{path}: the Raft state file is damaged ({exc}); refusing to guess"
+            ) from exc
+
+
+class SegmentedLogStorage:
+    """A RaftStorage over a SegmentedLog. Open with `await SegmentedLogStorage.open(...)`."""
+
+    def __init__(
+        self, log: SegmentedLog, directory: str, state: _State, cache_bytes: int, load_bytes: int
+    ) -> None:
+        self.log = log
+        self.directory = directory
+        self._state = state
+        self._cache_bytes = cache_bytes
+        self._load_bytes = load_bytes
+        self._tail: list[Entry] = []  # recently appended entries, contiguous
+        self._tail_bytes = 0
+        self._loaded: list[Entry] = []  # the window the last load() read
+        self.wanted: int | None = None  # an index the core asked for and the cache lacked
+
+    @classmethod
+    async def open(
+        cls,
+        directory: str | os.PathLike[str],
+        config: LogConfig | None = None,
+        *,
+        backend: StorageBackend | None = None,
+        cache_bytes: int = 64 << 20,
+        load_bytes: int = 4 << 20,
+    ) -> SegmentedLogStorage:
+        config = config or LogConfig()
+        if config.flush != "always":
+            raise ValueError(
+                f'Raft needs flush="always" (an acknowledgement promises durability), not '
+                f"{config.flush!r}"
+            )
+        path = os.fspath(directory)
+        log = await SegmentedLog.open(path, config, backend=backend)
+        state = await asyncio.to_thread(_read_state, path)
+        if log.lowest_index < state.anchor_index:
+            await log.reset(state.anchor_index)  # an install that a crash interrupted
+        storage = cls(log, path, state, cache_bytes, load_bytes)
+        storage._anchor()  # fails now, not later, if the term before the log is unknown
+        return storage
+
+    async def close(self) -> None:
+        await self.log.close()
+
+    # -- the RaftStorage read side ---------------------------------------------------
+
+    def initial_state(self) -> HardState:
+        s = self._state
+        return HardState(s.term, s.vote, s.commit)
+
+    def _anchor(self) -> tuple[int, int]:
+        """(index, term) of the entry just before first_index()."""
+        log = self.log
+        if log.lowest_index == self._state.anchor_index:
+            return self._state.anchor_index, self._state.anchor_term
+        if log.lowest_index < log.highest_index:
+            return log.lowest_index + 1, self._stored_term(log.lowest_index)
+        raise RaftError(
+            f"{self.directory}: the log is empty at {log.lowest_index} and the term before it "
+            "is unknown (retention removed records Raft had not anchored)"
+        )
+
+    def first_index(self) -> int:
+        return self._anchor()[0] + 1
+
+    def last_index(self) -> int:
+        return self.log.highest_index
+
+    def term(self, index: int) -> int:
+        anchor_index, anchor_term = self._anchor()
+        if index == anchor_index:
+            return anchor_term
+        if anchor_index < index <= self.log.highest_index:
+            return self._stored_term(index - 1)
+        raise EntriesUnavailable(index)
+
+    def _stored_term(self, record_index: int) -> int:
+        return self.log.term_of(record_index) & ~CONTROL_TERM_BIT
+
+    def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
+        for window in (self._tail, self._loaded):
+            if window and window[0].index <= lo <= window[-1].index:
+                first = window[0].index
+                return limit_bytes(window[lo - first : hi - first], max_bytes)
+        if not self.first_index() <= lo < hi <= self.last_index() + 1:
+            raise EntriesUnavailable(lo)
+        self.wanted = lo
+        raise EntriesUnavailable(lo)
+
+    async def load(self) -> None:
+        """Read what the core last asked for (`wanted`) into the cache."""
+        lo, self.wanted = self.wanted, None
+        if lo is None or lo > self.log.highest_index:
+            return
+        records = await self.log.read_range(lo - 1, max_bytes=self._load_bytes)
+        self._loaded = [_decode(record) for record in records]
+
+    # -- writing (the shell does this from each Ready) ----------------------------------
+
+    async def append(self, entries: Sequence[Entry]) -> None:
+        """Persist entries durably, replacing any conflicting suffix; an anchor
+        first restarts the log after it (see RaftStorage)."""
+        if not entries:
+            return
+        if entries[0].kind == ANCHOR:
+            await self._install(entries[0])
+            entries = entries[1:]
+            if not entries:
+                return
+        log = self.log
+        start = entries[0].index - 1  # the log index of the first entry
+        if start > log.highest_index or start < log.lowest_index:
+            raise RaftError(
+                f"cannot append at {entries[0].index}: the log holds raft indices "
+                f"[{self.first_index()}, {self.last_index()}] and must stay contiguous"
+            )
+        if start < log.highest_index:
+            await log.truncate(start)
+            self._drop_cached_from(entries[0].index)
+        for term, values in _chunks(entries):
+            await log.append(values, term)
+        self._cache(entries)
+
+    async def set_hard_state(self, hard_state: HardState) -> None:
+        self._state = replace(
+            self._state, term=hard_state.term, vote=hard_state.vote, commit=hard_state.commit
+        )
+        await self._write_state()
+
+    async def _install(self, anchor: Entry) -> None:
+        self._state = replace(
+            self._state, anchor_index=anchor.index, anchor_term=anchor.term, anchor_data=anchor.data
+        )
+        await self._write_state()  # first: a crash after it finishes the reset on open
+        await self.log.reset(anchor.index)
+        self._tail, self._tail_bytes, self._loaded = [], 0, []
+
+    async def _write_state(self) -> None:
+        await asyncio.to_thread(_replace_file, self.directory, STATE_FILE, self._state.encode())
+
+    def anchor_membership(self) -> bytes:
+        """The encoded membership at the anchor of the last install (b"" if none)."""
+        return self._state.anchor_data
+
+    # -- the cache -----------------------------------------------------------------------
+
+    def _cache(self, entries: Sequence[Entry]) -> None:
+        tail = self._tail
+        if tail and tail[-1].index + 1 != entries[0].index:
+            tail.clear()
+            self._tail_bytes = 0
+        tail.extend(entries)
+        self._tail_bytes += sum(len(e.data) for e in entries)
+        drop = 0
+        while self._tail_bytes > self._cache_bytes and drop < len(tail) - 1:
+            self._tail_bytes -= len(tail[drop].data)
+            drop += 1
+        del tail[:drop]
+
+    def _drop_cached_from(self, index: int) -> None:
+        for window in (self._tail, self._loaded):
+            if window and window[0].index <= index:
+                del window[index - window[0].index :]
+            elif window:
+                window.clear()
+        self._tail_bytes = sum(len(e.data) for e in self._tail)
+
+
+def _encode(entry: Entry) -> tuple[int, bytes]:
+    """(stored term, stored value) of an entry."""
+    if entry.kind == NORMAL:
+        return entry.term, entry.data
+    return entry.term | CONTROL_TERM_BIT, entry.kind.encode() + b"\0" + entry.data
+
+
+def _decode(record: Record) -> Entry:
+    index, term = record.index + 1, record.term
+    if not term & CONTROL_TERM_BIT:
+        return Entry(index, term, record.value)
+    kind, _, data = record.value.partition(b"\0")
+    name = kind.decode(errors="replace")
+    if name not in ENTRY_KINDS:
+        raise RaftError(f"record {record.index}: unknown Raft entry kind {name!r}")
+    return Entry(index, term & ~CONTROL_TERM_BIT, data, name)
+
+
+def _chunks(entries: Sequence[Entry]) -> list[tuple[int, list[bytes]]]:
+    """Runs of entries with one stored term, each within APPEND_CHUNK_BYTES."""
+    out: list[tuple[int, list[bytes]]] = []
+    size = 0
+    for entry in entries:
+        term, value = _encode(entry)
+        if not out or out[-1][0] != term or size + len(value) > APPEND_CHUNK_BYTES:
+            out.append((term, []))
+            size = 0
+        out[-1][1].append(value)
+        size += len(value)
+    return out
+
+
+def _read_state(directory: str) -> _State:
+    path = os.path.join(directory, STATE_FILE)
+    try:
+        with open(path, "rb") as file:
+            return _State.decode(file.read(), path)
+    except FileNotFoundError:
+        return _State()
+
+
+def _replace_file(directory: str, name: str, data: bytes) -> None:
+    """Replace directory/name with `data` atomically and durably."""
+    path = os.path.join(directory, name)
+    temporary = path + ".tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(temporary, path)
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,218 @@
+"""The node's membership: the SWIM agent the supervisor runs, and where its socket is.
+
+Membership is on when the node is given a cluster secret
+(`--cluster-secret-file`): every membership datagram is authenticated with it
+(`laminar.swim.auth`), so there is no membership without one, and `--join`
+without a secret is a start-up error. Without a secret the node runs alone,
+as before, and `members` is empty.
+
+Where membership datagrams arrive:
+
+- `ebpf` routing: on the node port itself. The agent's socket joins the node
+  port's reuseport group in the slot reserved for it, and the SK_REUSEPORT
+  program sends every datagram whose op is in the membership range (96-127)
+  there, never to a shard (the XDP classifier counts them as membership).
+- `cbpf` and `userspace` routing: on a port of their own,
+  `--membership-port` (default node port + 1000; ephemeral with `--port 0`):
+  the classic program has no room for a second rule, and plain reuseport
+  would spread them over the shards.
+
+The address a member advertises is `--host` and that port. The agent pushes
+every new view to the shards (`on_view`); `state()` and `metrics()` feed
+/status and /metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from laminar.shards.config import NodeConfig
+from laminar.shards.listeners import StartupError
+from laminar.shards.prometheus import render_family
+from laminar.swim import MembershipView, Swim
+from laminar.swim.agent import MembershipAgent, format_address, monotonic_ms
+from laminar.swim.auth import SECRET_BYTES_MIN, PacketSealer
+from laminar.xdp import sockets as xdp_sockets
+
+logger = logging.getLogger("laminar.membership")
+
+MEMBERSHIP_PORT_OFFSET = 1000
+SECRET_FILE_BYTES_MAX = 4096
+
+
+def read_cluster_secret(path: str) -> bytes:
+    """The secret in `path` (surrounding whitespace removed); `StartupError` when
+    the file cannot be read, is too long, or holds fewer than 16 bytes."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(SECRET_FILE_BYTES_MAX + 1)
+    except OSError as exc:
+        raise StartupError(f"--cluster-secret-file {path}: {exc.strerror or exc}") from None
+    if len(data) > SECRET_FILE_BYTES_MAX:
+        raise StartupError(
+            f"--cluster-secret-file {path} is longer than {SECRET_FILE_BYTES_MAX} bytes"
+        )
+    secret = data.strip()
+    if len(secret) < SECRET_BYTES_MIN:
+        raise StartupError(
+            f"--cluster-secret-file {path} holds {len(secret)} bytes; a cluster secret "
+            f"needs at least {SECRET_BYTES_MIN} (e.g. `head -c 32 /dev/urandom | base64`)"
+        )
+    return secret
+
+
+class NodeMembership:
+    """The agent of one node, with the socket it owns."""
+
+    def __init__(self, agent: MembershipAgent, seeds: list[str], steered: bool) -> None:
+        self.agent = agent
+        self.seeds = seeds
+        self.steered = steered
+        """True when membership shares the node port (ebpf steering)."""
+
+    @property
+    def address(self) -> str:
+        return self.agent.swim.address
+
+    def start(self, on_view: Callable[[MembershipView], None]) -> None:
+        self.agent.start(self.seeds, on_view)
+
+    async def leave(self) -> None:
+        await self.agent.leave()
+
+    def close(self) -> None:
+        self.agent.close()
+
+    def view(self) -> MembershipView:
+        return self.agent.view()
+
+    def state(self) -> dict[str, Any]:
+        """The "membership" block of /status."""
+        stats = self.agent.stats
+        swim = self.agent.swim
+        return {
+            "address": self.address,
+            "port": "node" if self.steered else "membership",
+            "incarnation": swim.incarnation,
+            "health_score": swim.health_score,
+            "datagrams_in": stats.datagrams_in,
+            "datagrams_out": stats.datagrams_out,
+            "unauthenticated": stats.unauthenticated,
+            "malformed": stats.malformed,
+        }
+
+    def metrics(self) -> list[str]:
+        view = self.view()
+        stats = self.agent.stats
+        core = self.agent.swim.stats
+        states = ("alive", "suspect", "dead", "left")
+        counts = {s: 0 for s in states}
+        for member in view.members:
+            counts[member.state.label] += 1
+        return [
+            render_family(
+                "laminar_members",
+                "gauge",
+                "Members this node knows, by state (itself included).",
+                [({"state": s}, counts[s]) for s in states],
+            ),
+            render_family(
+                "laminar_membership_datagrams_total",
+                "counter",
+                "Membership datagrams by direction and outcome (dropped: failed "
+                "authentication or did not decode).",
+                [
+                    (
+                        {"direction": "in", "outcome": "accepted"},
+                        stats.datagrams_in - stats.unauthenticated - stats.malformed,
+                    ),
+                    ({"direction": "in", "outcome": "unauthenticated"}, stats.unauthenticated),
+                    ({"direction": "in", "outcome": "malformed"}, stats.malformed),
+                    ({"direction": "out", "outcome": "sent"}, stats.datagrams_out),
+                ],
+            ),
+            render_family(
+                "laminar_membership_health_score",
+                "gauge",
+                "Lifeguard health awareness score (0 healthy; probes slow down as it grows).",
+                [({}, self.agent.swim.health_score)],
+            ),
+            render_family(
+                "laminar_membership_events_total",
+                "counter",
+                "Failure detector events on this node.",
+                [
+                    ({"event": "probe_failed"}, core.probes_failed),
+                    ({"event": "suspicion_raised"}, core.suspicions_raised),
+                    ({"event": "refuted"}, core.refutations),
+                    ({"event": "declared_dead"}, core.deaths_declared),
+                ],
+            ),
+        ]
+
+
+def prepare_membership(
+    config: NodeConfig,
+    node_port: int,
+    bind_steered: Callable[[], socket.socket | None],
+) -> NodeMembership | None:
+    """The node's membership, bound and ready to start; None when it has no secret.
+
+    `bind_steered()` returns a socket on the node port that the kernel steers
+    membership datagrams to (ebpf routing), or None when the routing mode
+    cannot, and then a port of membership's own is bound. Raises
+    `StartupError` with a one-line reason.
+    """
+    if not config.cluster_secret_file:
+        if config.join:
+            raise StartupError(
+                "--join needs --cluster-secret-file: membership traffic is authenticated "
+                "with the cluster secret (the same file on every node)"
+            )
+        return None
+    secret = read_cluster_secret(config.cluster_secret_file)
+    steered = bind_steered() if config.membership_port is None else None
+    sock = steered if steered is not None else _bind_own_port(config, node_port)
+    port = xdp_sockets.bound_port(sock)
+    address = format_address(config.host, port)
+    swim = Swim(
+        config.node_id,
+        address,
+        rng=random.Random(os.urandom(16)),
+        now_ms=monotonic_ms(),
+        weight=config.weight,
+        incarnation=_start_incarnation(),
+    )
+    agent = MembershipAgent(swim, sock, PacketSealer(secret))
+    where = "the node port (steered by the eBPF program)" if steered else f"port {port}"
+    logger.info("membership on %s as %s at %s", where, config.node_id, address)
+    return NodeMembership(agent, list(config.join), steered is not None)
+
+
+def _bind_own_port(config: NodeConfig, node_port: int) -> socket.socket:
+    if config.membership_port is not None:
+        port = config.membership_port
+    else:
+        port = node_port + MEMBERSHIP_PORT_OFFSET if config.port else 0
+    try:
+        sock = socket.socket(xdp_sockets.family_of(config.host), socket.SOCK_DGRAM)
+        sock.bind((config.host, port))
+    except OSError as exc:
+        raise StartupError(
+            f"membership port {config.host}:{port}: {exc.strerror or exc} "
+            "(choose another with --membership-port)"
+        ) from None
+    return sock
+
+
+def _start_incarnation() -> int:
+    """A restarted node starts above any incarnation it had before (seconds since
+    the epoch, modulo u32), so its first `Alive` beats the news of its death
+    instead of waiting to learn of it and refute."""
+    return int(time.time()) & 0xFFFF_FFFF

@@ -1,0 +1,211 @@
+"""The write protocol on one shard: its request handlers, upkeep loop and metrics.
+
+`WriteService` owns this shard's `Participant` (staged data on its
+partitions) and `Coordinator` (decisions of its buckets), serves ops 9-15
+(`laminar.wire.writes`) and runs one upkeep loop (expiry of staged data,
+retries of unfinished commits, decision retention). It sends its internal
+requests through the shard's own dispatcher (`send`), so a partition this
+shard owns is served in place and any other is forwarded to its owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from laminar.log import SegmentedLog
+from laminar.log.storage import StorageBackend
+from laminar.shards.errors import RequestError
+from laminar.shards.staging.area import StagingArea
+from laminar.shards.staging.coordinator import Coordinator, Send
+from laminar.shards.staging.files import StagingFiles
+from laminar.shards.staging.participant import Participant
+from laminar.wire import ErrorResponse, Flags, Op
+from laminar.wire.codec import Buffer
+from laminar.wire.writes import (
+    AbortWriteRequest,
+    AbortWriteResponse,
+    CheckStagedRequest,
+    CheckStagedResponse,
+    CommitWriteRequest,
+    CommitWriteResponse,
+    DropStagedRequest,
+    DropStagedResponse,
+    PublishStagedRequest,
+    PublishStagedResponse,
+    StageRequest,
+    StageResponse,
+    WriteStateResponse,
+    WriteStatusRequest,
+)
+
+logger = logging.getLogger("laminar.shards")
+
+UPKEEP_INTERVAL_S_MAX: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class WriteSettings:
+    """The node's settings for atomic writes (`laminar-node --staging-*`)."""
+
+    staging_dir: str
+    decisions_dir: str
+    staging_bytes_max: int
+    staging_timeout_s: float
+    decision_retention_ms: int
+    publish_chunk_bytes: int
+
+
+class WriteService:
+    """Ops 9-15 on this shard (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: WriteSettings,
+        backend: StorageBackend,
+        owns: Callable[[int], bool],
+        log_of: Callable[[int], Awaitable[SegmentedLog]],
+        check_partition: Callable[[int], Awaitable[object]],
+        send: Send,
+    ) -> None:
+        self.settings = settings
+        self._check_partition = check_partition
+        self._send = send
+        self.area = StagingArea(settings.staging_bytes_max, settings.staging_timeout_s)
+        self.participant = Participant(
+            self.area,
+            StagingFiles(backend, settings.staging_dir),
+            owns,
+            log_of,
+            self._ask_coordinator,
+            settings.publish_chunk_bytes,
+        )
+        self.coordinator = Coordinator(
+            settings.decisions_dir, backend, owns, send, settings.decision_retention_ms
+        )
+        self._upkeep: asyncio.Task[None] | None = None
+
+    def table(self) -> dict[int, Callable[[Any, int, Any], Awaitable[list[Buffer]]]]:
+        """The dispatcher's handlers for ops 9-15."""
+        return {
+            Op.STAGE: self.stage,
+            Op.COMMIT_WRITE: self.commit,
+            Op.ABORT_WRITE: self.abort,
+            Op.WRITE_STATUS: self.status,
+            Op.CHECK_STAGED: self.check,
+            Op.PUBLISH_STAGED: self.publish,
+            Op.DROP_STAGED: self.drop,
+        }
+
+    async def start(self) -> None:
+        """Recover staged data and decisions, roll forward, start the upkeep loop."""
+        await self.participant.recover()
+        await self.coordinator.start()
+        self._upkeep = asyncio.get_running_loop().create_task(self._run_upkeep())
+
+    async def _run_upkeep(self) -> None:
+        interval = min(UPKEEP_INTERVAL_S_MAX, self.settings.staging_timeout_s / 4)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.participant.expire()
+                await self.coordinator.maintain()
+            except Exception:
+                logger.exception("staging upkeep failed; trying again")
+
+    async def _ask_coordinator(self, commit_id: int) -> str:
+        frame = await self._send(WriteStatusRequest(commit_id))
+        if frame.flags & Flags.ERROR:
+            err = ErrorResponse.from_frame(frame)
+            raise RequestError(err.code, err.message)
+        return WriteStateResponse.from_frame(frame).state
+
+    # -- handlers ----------------------------------------------------------------------
+
+    async def stage(self, req: StageRequest, corr: int, ctx: object) -> list[Buffer]:
+        await self._check_partition(req.partition_id)
+        records, duplicate = await self.participant.stage(req)
+        return StageResponse(req.partition_id, req.sequence, records, duplicate).encode_buffers(
+            corr
+        )
+
+    async def commit(self, req: CommitWriteRequest, corr: int, ctx: object) -> list[Buffer]:
+        first, published = await self.coordinator.commit(req.commit_id, req.parts)
+        return CommitWriteResponse(req.commit_id, first, published).encode_buffers(corr)
+
+    async def abort(self, req: AbortWriteRequest, corr: int, ctx: object) -> list[Buffer]:
+        state = await self.coordinator.abort(req.commit_id, req.final, req.parts)
+        return AbortWriteResponse(req.commit_id, state).encode_buffers(corr)
+
+    async def status(self, req: WriteStatusRequest, corr: int, ctx: object) -> list[Buffer]:
+        state = await self.coordinator.state(req.commit_id)
+        return WriteStateResponse(req.commit_id, state).encode_buffers(corr)
+
+    async def check(self, req: CheckStagedRequest, corr: int, ctx: object) -> list[Buffer]:
+        await self._check_partition(req.partition_id)
+        records = await self.participant.check(req.partition_id, req.commit_id, req.parts)
+        return CheckStagedResponse(req.partition_id, 0, records).encode_buffers(corr)
+
+    async def publish(self, req: PublishStagedRequest, corr: int, ctx: object) -> list[Buffer]:
+        await self._check_partition(req.partition_id)
+        done = await self.participant.publish(req.partition_id, req.commit_id, req.parts)
+        return PublishStagedResponse(
+            req.partition_id, done.first_index, done.records
+        ).encode_buffers(corr)
+
+    async def drop(self, req: DropStagedRequest, corr: int, ctx: object) -> list[Buffer]:
+        dropped = await self.participant.drop(req.partition_id, req.commit_id, req.parts)
+        return DropStagedResponse(req.partition_id, 0, dropped).encode_buffers(corr)
+
+    # -- the shard's life --------------------------------------------------------------
+
+    async def drop_topic(self, topic_id: int) -> None:
+        """A deleted topic's staged data goes with it."""
+        for pid in self.area.partitions():
+            if pid >> 32 == topic_id:
+                await self.participant.drop_partition(pid)
+
+    def stats(self) -> dict[str, float]:
+        """Counters and gauges for /metrics (`laminar.shards.prometheus`)."""
+        s = self.participant.stats
+        c = self.coordinator
+        return {
+            "staged_bytes": self.area.bytes,
+            "staged_bytes_max": self.area.bytes_max,
+            "staged_attempts": self.area.attempt_count,
+            "staged_batches_total": s.batches_staged,
+            "staged_bytes_total": s.bytes_staged,
+            "staging_refused_full_total": s.refused_full,
+            "staged_expired_total": s.attempts_expired,
+            "staged_expired_bytes_total": s.bytes_expired,
+            "staged_dropped_total": s.attempts_dropped,
+            "published_records_total": s.records_published,
+            "publishes_total": s.publishes,
+            "publishes_resumed_total": s.publishes_resumed,
+            "writes_committed_total": c.commits,
+            "writes_aborted_total": c.aborts,
+            "writes_rolled_forward_total": c.roll_forwards,
+            "writes_pending": c.pending,
+        }
+
+    async def close(self) -> None:
+        if self._upkeep is not None:
+            self._upkeep.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._upkeep
+        await self.coordinator.close()
+        await self.participant.close()
+
+
+def settings_for(data_dir: str, **values: Any) -> WriteSettings:
+    """`WriteSettings` with the node's directories under `data_dir`."""
+    return WriteSettings(
+        staging_dir=os.path.join(data_dir, "staging"),
+        decisions_dir=os.path.join(data_dir, "writes"),
+        **values,
+    )

@@ -1,0 +1,250 @@
+"""SegmentedLogStorage: Raft state on a real segmented log and state file."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from collections import deque
+from pathlib import Path
+
+import pytest
+
+from laminar.log import LogConfig
+from laminar.raft import (
+    ANCHOR,
+    CONFIG,
+    LEADER,
+    NOOP,
+    EntriesUnavailable,
+    Entry,
+    HardState,
+    Membership,
+    Message,
+    RaftConfig,
+    RaftCore,
+    RaftError,
+    SegmentedLogStorage,
+)
+from laminar.raft.segmented import STATE_FILE
+
+CONFIG_SMALL = LogConfig(segment_bytes=4096)
+
+
+def run(coro: object) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def entries(first: int, terms: list[int], kind: str = "normal") -> list[Entry]:
+    return [Entry(i, t, f"e{i}t{t}".encode(), kind) for i, t in enumerate(terms, first)]
+
+
+async def read_all(storage: SegmentedLogStorage) -> list[Entry]:
+    out: list[Entry] = []
+    index = storage.first_index()
+    while index <= storage.last_index():
+        try:
+            chunk = storage.entries(index, storage.last_index() + 1, 1 << 30)
+        except EntriesUnavailable:
+            await storage.load()
+            continue
+        out += chunk
+        index = chunk[-1].index + 1
+    return out
+
+
+def test_entries_terms_kinds_and_hard_state_survive_a_reopen(tmp_path: Path) -> None:
+    membership = Membership(("n1", "n2", "n3")).encode()
+    written = [
+        Entry(1, 1, b"", NOOP),
+        *entries(2, [1, 1, 2]),
+        Entry(5, 2, membership, CONFIG),
+        *entries(6, [3] * 50),
+    ]
+
+    async def scenario() -> None:
+        storage = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL)
+        await storage.append(written)
+        await storage.set_hard_state(HardState(3, "n2", 40))
+        assert storage.entries(1, 56, 1 << 20) == written  # from the cache
+        await storage.close()
+        again = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL, load_bytes=100)
+        assert again.initial_state() == HardState(3, "n2", 40)
+        assert (again.first_index(), again.last_index()) == (1, 55)
+        assert [again.term(i) for i in (0, 1, 4, 5, 55)] == [0, 1, 2, 2, 3]
+        with pytest.raises(EntriesUnavailable):
+            again.entries(1, 56, 1 << 20)  # not cached after a restart
+        assert again.wanted == 1
+        assert await read_all(again) == written  # loaded in steps of ~100 bytes
+        await again.close()
+
+    run(scenario())
+
+
+def test_a_conflicting_suffix_is_replaced(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        storage = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL)
+        await storage.append(entries(1, [1, 1, 1, 1, 1]))
+        await storage.append(entries(3, [2, 2]))
+        assert [(e.index, e.term) for e in await read_all(storage)] == [
+            (1, 1),
+            (2, 1),
+            (3, 2),
+            (4, 2),
+        ]
+        with pytest.raises(RaftError, match="contiguous"):
+            await storage.append(entries(9, [2]))
+        await storage.close()
+
+    run(scenario())
+
+
+def test_an_install_restarts_the_log_after_the_anchor_and_survives_a_crash(
+    tmp_path: Path,
+) -> None:
+    membership = Membership(("n1", "n2"), ("n3",)).encode()
+
+    async def scenario() -> None:
+        storage = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL)
+        await storage.append(entries(1, [1, 1, 1]))
+        anchor = Entry(40, 4, membership, ANCHOR)
+        await storage.append([anchor, *entries(41, [4, 5])])
+        assert (storage.first_index(), storage.last_index(), storage.term(40)) == (41, 42, 4)
+        assert storage.log.lowest_index == 40  # raft 41 is record 40: offsets agree
+        await storage.close()
+        again = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL)
+        assert (again.first_index(), again.last_index(), again.term(40)) == (41, 42, 4)
+        assert again.anchor_membership() == membership
+        # A crash between recording the anchor and resetting the log:
+        await again.append(entries(43, [5]))
+        again._state = again._state.__class__(anchor_index=90, anchor_term=6)
+        await again._write_state()
+        await again.close()
+        third = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL)
+        assert (third.first_index(), third.last_index(), third.term(90)) == (91, 90, 6)
+        await third.close()
+
+    run(scenario())
+
+
+def test_retention_makes_the_first_record_the_anchor(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        config = LogConfig(segment_bytes=256, retention_bytes=256)
+        storage = await SegmentedLogStorage.open(tmp_path, config)
+        for first in range(1, 181, 6):
+            await storage.append(entries(first, [1 if first < 91 else 2] * 6))
+        await storage.log.apply_retention()
+        low = storage.log.lowest_index
+        assert low > 0
+        assert storage.first_index() == low + 2  # record `low` is raft index low + 1
+        assert storage.term(low + 1) == (1 if low + 1 <= 90 else 2)
+        await storage.close()
+
+    run(scenario())
+
+
+def test_damaged_state_and_relaxed_flush_are_refused(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        with pytest.raises(ValueError, match="always"):
+            await SegmentedLogStorage.open(tmp_path, LogConfig(flush="never"))
+        storage = await SegmentedLogStorage.open(tmp_path)
+        await storage.set_hard_state(HardState(7, "n1", 0))
+        await storage.close()
+        path = os.path.join(tmp_path, STATE_FILE)
+        with open(path, "rb") as file:
+            raw = bytearray(file.read())
+        raw[5] ^= 0x20
+        with open(path, "wb") as file:
+            file.write(raw)
+        with pytest.raises(RaftError, match="damaged"):
+            await SegmentedLogStorage.open(tmp_path)
+
+    run(scenario())
+
+
+class AsyncCluster:
+    """Three cores over SegmentedLogStorage, driven as a shell would."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.ids = ("n1", "n2", "n3")
+        self.storages: dict[str, SegmentedLogStorage] = {}
+        self.cores: dict[str, RaftCore] = {}
+        self.applied: dict[str, list[Entry]] = {n: [] for n in self.ids}
+        self.queue: deque[Message] = deque()
+
+    async def start(self, node: str) -> None:
+        storage = await SegmentedLogStorage.open(self.root / node, CONFIG_SMALL, load_bytes=512)
+        self.storages[node] = storage
+        self.cores[node] = RaftCore(
+            RaftConfig(node_id=node, voters=self.ids), storage, random.Random(node.encode()[-1])
+        )
+        self.applied[node] = []
+
+    async def stop(self, node: str) -> None:
+        del self.cores[node]
+        await self.storages.pop(node).close()
+
+    async def drain(self) -> None:
+        for _ in range(10_000):
+            moved = False
+            for node, core in list(self.cores.items()):
+                storage = self.storages[node]
+                while core.has_ready():
+                    rd = core.ready()
+                    await storage.append(rd.entries)
+                    if rd.hard_state is not None:
+                        await storage.set_hard_state(rd.hard_state)
+                    self.queue.extend(rd.messages)
+                    self.applied[node].extend(rd.committed)
+                    core.advance(rd)
+                    moved = True
+                if storage.wanted is not None:
+                    await storage.load()
+                    core.retry_storage()
+                    moved = True
+            while self.queue:
+                message = self.queue.popleft()
+                if message.dst in self.cores:
+                    self.cores[message.dst].step(message)
+                moved = True
+            if not moved:
+                return
+        raise AssertionError("never quiet")
+
+
+def test_a_cluster_replicates_restarts_and_redelivers_over_segmented_logs(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        cluster = AsyncCluster(tmp_path)
+        for node in cluster.ids:
+            await cluster.start(node)
+        cluster.cores["n1"].campaign()
+        await cluster.drain()
+        leader = cluster.cores["n1"]
+        assert leader.role == LEADER
+        for i in range(40):
+            leader.propose_many([f"v{i}-{j}".encode() for j in range(5)])
+            await cluster.drain()
+        for _ in range(2):
+            for core in cluster.cores.values():
+                core.tick()
+            await cluster.drain()
+        expected = [f"v{i}-{j}".encode() for i in range(40) for j in range(5)]
+        assert [e.data for e in cluster.applied["n3"] if e.kind == "normal"] == expected
+        await cluster.stop("n3")
+        await cluster.start("n3")  # restart: committed entries come again, loaded in steps
+        for _ in range(3):
+            for core in cluster.cores.values():
+                core.tick()
+            await cluster.drain()
+        assert [e.data for e in cluster.applied["n3"] if e.kind == "normal"] == expected
+        log = cluster.storages["n3"].log
+        assert log.highest_index == cluster.storages["n1"].log.highest_index
+        record = await log.read(1)
+        assert record.value == b"v0-0" and record.term == 1  # offsets: raft 2 is record 1
+        for node in list(cluster.cores):
+            await cluster.stop(node)
+
+    run(scenario())
