@@ -207,13 +207,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--node-id",
         default="",
-        help="this node's id in the cluster (kept in <data-dir>/node_id; default: made up once)",
+        help="this node's id (kept in DATA_DIR/node_id; required with --peers, and must "
+        "match what the data dir holds; default: made up once)",
+    )
+    p.add_argument(
+        "--peers",
+        default="",
+        help="the other nodes of a static cluster: ID=HOST:PORT[@WEIGHT],... (their node "
+        "ports); every partition is then a Raft group on its topic's replication factor "
+        "of them",
     )
     p.add_argument(
         "--cluster-secret-file",
         default="",
-        help="file with the cluster secret (at least 16 bytes, the same on every node): "
-        "turns membership on and authenticates every membership datagram",
+        help="file with the cluster secret (chmod 600, at least 16 bytes, the same on every "
+        "node): authenticates every node-to-node connection and membership datagram; "
+        "turns membership on; required with --peers unless every node is on loopback",
     )
     p.add_argument(
         "--join",
@@ -272,6 +281,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         udp_writes=args.udp_writes,
         log_level=args.log_level,
         node_id=args.node_id,
+        peers=args.peers,
         cluster_secret_file=(
             os.path.abspath(args.cluster_secret_file) if args.cluster_secret_file else ""
         ),

@@ -48,6 +48,17 @@ class RecordBatch:
         """One past the last record of the batch."""
         return self.first_index + len(self.lengths)
 
+    def head(self, count: int) -> RecordBatch:
+        """The first `count` records of the batch."""
+        size = sum(self.lengths[:count])
+        return RecordBatch(
+            self.first_index,
+            self.terms[:count],
+            self.timestamps_ms[:count],
+            self.lengths[:count],
+            self.payload[:size],
+        )
+
     def records(self) -> list[Record]:
         """The batch as `Record`s (copies each value)."""
         out = []

@@ -46,9 +46,7 @@ class SegmentedLog:
         self._bases = [s.base_index for s in segments]
         self._lock = asyncio.Lock()
         self._closed = False
-        self._last_timestamp_ms = max(
-            (s.timestamp_of(s.end_index - 1) for s in segments if s.entries), default=0
-        )
+        self._last_timestamp_ms = self._tail_timestamp_ms()
         self._append_waiters: dict[asyncio.Future[None], None] = {}
         self._pipeline = FlushPipeline(config, self._published)
         self._interval_task = (
@@ -104,16 +102,22 @@ class SegmentedLog:
 
     # -- appending -------------------------------------------------------------
 
-    async def append(self, values: Sequence[bytes], term: int = 0) -> int:
+    async def append(
+        self, values: Sequence[bytes], term: int = 0, timestamp_ms: int | None = None
+    ) -> int:
         """Append a batch; return the index of its first record.
 
         Under flush="always" the records are durable when this returns.
-        Cancelling the call does not withdraw the records.
+        Cancelling the call does not withdraw the records. `timestamp_ms`
+        (a Raft follower storing its leader's) replaces the clock; either way
+        the batch gets at least the last batch's timestamp.
         """
-        first, _ = await self.append_stamped(values, term)
+        first, _ = await self.append_stamped(values, term, timestamp_ms)
         return first
 
-    async def append_stamped(self, values: Sequence[bytes], term: int = 0) -> tuple[int, int]:
+    async def append_stamped(
+        self, values: Sequence[bytes], term: int = 0, timestamp_ms: int | None = None
+    ) -> tuple[int, int]:
         """`append`, returning (first index, the timestamp_ms the batch was given)."""
         values, size = self._checked_batch(values)
         async with self._lock:
@@ -121,7 +125,7 @@ class SegmentedLog:
             segment = self._segments[-1]
             if self._rollover_due(segment, size):
                 segment = await self._roll_over()
-            first, timestamp_ms, done = self._stage(segment, values, term)
+            first, timestamp_ms, done = self._stage(segment, values, term, timestamp_ms)
         await done
         return first, timestamp_ms
 
@@ -162,10 +166,17 @@ class SegmentedLog:
             used and used + size > self.config.append_threshold_bytes
         )
 
+    @property
+    def last_timestamp_ms(self) -> int:
+        """The timestamp of the last record staged (0 for an empty log)."""
+        return self._last_timestamp_ms
+
     def _stage(
-        self, segment: Segment, values: list[bytes], term: int
+        self, segment: Segment, values: list[bytes], term: int, timestamp_ms: int | None = None
     ) -> tuple[int, int, asyncio.Future[None]]:
-        timestamp_ms = max(time.time_ns() // 1_000_000, self._last_timestamp_ms)
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        timestamp_ms = max(timestamp_ms, self._last_timestamp_ms)
         self._last_timestamp_ms = timestamp_ms
         first = segment.staged_end_index
         return first, timestamp_ms, self._pipeline.stage(segment, values, term, timestamp_ms)
@@ -336,6 +347,15 @@ class SegmentedLog:
                 self._bases.pop()
             await self._segments[-1].truncate_to(index)
             await self._backend.sync_dir(self.directory)
+            # A Raft follower truncates a leader's suffix and appends the next
+            # leader's records with their own (possibly older) timestamps.
+            self._last_timestamp_ms = self._tail_timestamp_ms()
+
+    def _tail_timestamp_ms(self) -> int:
+        """The last record's timestamp (timestamps never decrease along the log)."""
+        return max(
+            (s.timestamp_of(s.end_index - 1) for s in self._segments if s.entries), default=0
+        )
 
     def reconfigure(self, config: LogConfig) -> None:
         """Take new segment and retention settings on a live log (a topic's config

@@ -13,8 +13,9 @@ if core.has_ready():
 Modules: `messages` (Entry, HardState, Message), `ready` (Ready, Status),
 `config` (RaftConfig, Membership), `storage` (RaftStorage, MemoryStorage),
 `log` (the core's view of its log), `progress` (per-follower flow control and
-quorums), `readindex` (linearizable reads), `core` (roles, elections,
-replication, membership, transfer, quiescence), `segmented` (the storage
+quorums), `readindex` (linearizable reads), `core` (roles, elections, the
+follower side, membership, transfer, quiescence), `replication` (the leader's
+side: appends, installs, commitment, heartbeats), `segmented` (the storage
 adapter over `laminar.log.SegmentedLog`). See docs/architecture.md.
 """
 

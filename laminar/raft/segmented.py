@@ -8,6 +8,10 @@ How the synchronous core meets the asynchronous log:
   Entries the core makes itself (no-op, membership) are stored with the top
   bit of the term set and "<kind>\\0" before their data; a reader of the
   partition skips records whose stored term has that bit.
+- Timestamps (`stamped=True`, what partitions use): a normal entry's data
+  starts with the leader's u64 big-endian timestamp_ms; it is stored in the
+  log's timestamp field, not in the record, so fetches return the record as
+  the client sent it and every replica seeks by the same timestamps.
 - Entry payloads are served synchronously from a bounded cache of recently
   appended entries. Anything older raises EntriesUnavailable and is noted in
   `wanted`; the shell then `await storage.load()`s it and calls
@@ -33,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -45,6 +50,7 @@ from .storage import limit_bytes
 STATE_FILE = "raft-state.json"
 CONTROL_TERM_BIT = 1 << 63  # set on the stored term of entries the core made
 APPEND_CHUNK_BYTES = 1 << 20  # one log append per chunk (the log bounds batch size)
+_FLUSH_ALWAYS = 'Raft needs flush="always" (an acknowledgement promises durability), not {!r}'
 
 
 @dataclass(frozen=True)
@@ -92,9 +98,16 @@ class SegmentedLogStorage:
     """A RaftStorage over a SegmentedLog. Open with `await SegmentedLogStorage.open(...)`."""
 
     def __init__(
-        self, log: SegmentedLog, directory: str, state: _State, cache_bytes: int, load_bytes: int
+        self,
+        log: SegmentedLog,
+        directory: str,
+        state: _State,
+        cache_bytes: int,
+        load_bytes: int,
+        stamped: bool = False,
     ) -> None:
         self.log = log
+        self.stamped = stamped
         self.directory = directory
         self._state = state
         self._cache_bytes = cache_bytes
@@ -113,19 +126,32 @@ class SegmentedLogStorage:
         backend: StorageBackend | None = None,
         cache_bytes: int = 64 << 20,
         load_bytes: int = 4 << 20,
+        stamped: bool = False,
     ) -> SegmentedLogStorage:
         config = config or LogConfig()
         if config.flush != "always":
-            raise ValueError(
-                f'Raft needs flush="always" (an acknowledgement promises durability), not '
-                f"{config.flush!r}"
-            )
-        path = os.fspath(directory)
-        log = await SegmentedLog.open(path, config, backend=backend)
+            raise ValueError(_FLUSH_ALWAYS.format(config.flush))
+        log = await SegmentedLog.open(os.fspath(directory), config, backend=backend)
+        return await cls.over(log, cache_bytes=cache_bytes, load_bytes=load_bytes, stamped=stamped)
+
+    @classmethod
+    async def over(
+        cls,
+        log: SegmentedLog,
+        *,
+        cache_bytes: int = 64 << 20,
+        load_bytes: int = 4 << 20,
+        stamped: bool = False,
+    ) -> SegmentedLogStorage:
+        """A storage over a log opened elsewhere (a shard's partition manager
+        keeps opening, retention and deletion of partition logs in one place)."""
+        if log.config.flush != "always":
+            raise ValueError(_FLUSH_ALWAYS.format(log.config.flush))
+        path = log.directory
         state = await asyncio.to_thread(_read_state, path)
         if log.lowest_index < state.anchor_index:
             await log.reset(state.anchor_index)  # an install that a crash interrupted
-        storage = cls(log, path, state, cache_bytes, load_bytes)
+        storage = cls(log, path, state, cache_bytes, load_bytes, stamped)
         storage._anchor()  # fails now, not later, if the term before the log is unknown
         return storage
 
@@ -183,7 +209,7 @@ class SegmentedLogStorage:
         if lo is None or lo > self.log.highest_index:
             return
         records = await self.log.read_range(lo - 1, max_bytes=self._load_bytes)
-        self._loaded = [_decode(record) for record in records]
+        self._loaded = [_decode(record, self.stamped) for record in records]
 
     # -- writing (the shell does this from each Ready) ----------------------------------
 
@@ -207,8 +233,8 @@ class SegmentedLogStorage:
         if start < log.highest_index:
             await log.truncate(start)
             self._drop_cached_from(entries[0].index)
-        for term, values in _chunks(entries):
-            await log.append(values, term)
+        for term, timestamp_ms, values in _chunks(entries, self.stamped):
+            await log.append(values, term, timestamp_ms)
         self._cache(entries)
 
     async def set_hard_state(self, hard_state: HardState) -> None:
@@ -256,17 +282,29 @@ class SegmentedLogStorage:
         self._tail_bytes = sum(len(e.data) for e in self._tail)
 
 
-def _encode(entry: Entry) -> tuple[int, bytes]:
-    """(stored term, stored value) of an entry."""
-    if entry.kind == NORMAL:
-        return entry.term, entry.data
-    return entry.term | CONTROL_TERM_BIT, entry.kind.encode() + b"\0" + entry.data
+_STAMP = struct.Struct(">Q")
 
 
-def _decode(record: Record) -> Entry:
+def _encode(entry: Entry, stamped: bool) -> tuple[int, int | None, bytes]:
+    """(stored term, timestamp_ms or None for the log's clock, stored value)."""
+    if entry.kind != NORMAL:
+        # Stamped: a control entry takes the previous record's timestamp (0 is
+        # raised to it), never a local clock, so every replica stores the same.
+        control = entry.kind.encode() + b"\0" + entry.data
+        return entry.term | CONTROL_TERM_BIT, 0 if stamped else None, control
+    if not stamped:
+        return entry.term, None, entry.data
+    if len(entry.data) < _STAMP.size:
+        raise RaftError(f"entry {entry.index} has no timestamp")
+    (timestamp_ms,) = _STAMP.unpack_from(entry.data)
+    return entry.term, timestamp_ms, entry.data[_STAMP.size :]
+
+
+def _decode(record: Record, stamped: bool) -> Entry:
     index, term = record.index + 1, record.term
     if not term & CONTROL_TERM_BIT:
-        return Entry(index, term, record.value)
+        value = _STAMP.pack(record.timestamp_ms) + record.value if stamped else record.value
+        return Entry(index, term, value)
     kind, _, data = record.value.partition(b"\0")
     name = kind.decode(errors="replace")
     if name not in ENTRY_KINDS:
@@ -274,16 +312,21 @@ def _decode(record: Record) -> Entry:
     return Entry(index, term & ~CONTROL_TERM_BIT, data, name)
 
 
-def _chunks(entries: Sequence[Entry]) -> list[tuple[int, list[bytes]]]:
-    """Runs of entries with one stored term, each within APPEND_CHUNK_BYTES."""
-    out: list[tuple[int, list[bytes]]] = []
+def _chunks(entries: Sequence[Entry], stamped: bool) -> list[tuple[int, int | None, list[bytes]]]:
+    """Runs of entries with one stored term and timestamp, each within APPEND_CHUNK_BYTES."""
+    out: list[tuple[int, int | None, list[bytes]]] = []
     size = 0
     for entry in entries:
-        term, value = _encode(entry)
-        if not out or out[-1][0] != term or size + len(value) > APPEND_CHUNK_BYTES:
-            out.append((term, []))
+        term, timestamp_ms, value = _encode(entry, stamped)
+        if (
+            not out
+            or out[-1][0] != term
+            or out[-1][1] != timestamp_ms
+            or size + len(value) > APPEND_CHUNK_BYTES
+        ):
+            out.append((term, timestamp_ms, []))
             size = 0
-        out[-1][1].append(value)
+        out[-1][2].append(value)
         size += len(value)
     return out
 

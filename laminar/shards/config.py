@@ -17,11 +17,13 @@ port defaults to `port + 2000` (9070), or ephemeral with `port == 0`.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Literal
 
+from laminar.cluster.members import check_node_id, parse_peers
 from laminar.log import LogConfig
 from laminar.log.config import FLUSH_POLICIES, FlushPolicy
 from laminar.wire import DEFAULT_MAX_FRAME_BYTES, MIN_FRAME_BYTES
@@ -125,13 +127,17 @@ class NodeConfig:
     log_level: str = "INFO"
     node_id: str = ""
     """Stable identity of the node, kept in `<data-dir>/node_id`; filled in by the supervisor."""
+    peers: str = ""
+    """The other nodes of a static cluster, `ID=HOST:PORT[@WEIGHT],...` (their node
+    ports); empty: a single node. `laminar.cluster.members.parse_peers` reads it."""
     join: tuple[str, ...] = ()
     """Membership addresses (HOST:PORT) of members to join through; needs a secret."""
     weight: float = 1.0
     """This node's capacity weight in replica placement, gossiped to every member."""
     cluster_secret_file: str = ""
-    """The file holding the cluster secret that authenticates membership traffic
-    (`laminar.shards.membership`); empty: membership is off, the node runs alone."""
+    """The file holding the cluster secret that authenticates node-to-node connections
+    and membership traffic (`laminar.shards.membership`); empty: membership is off,
+    and peers (loopback only) are not authenticated."""
     membership_port: int | None = None
     """Membership's own UDP port; None: the node port when eBPF steering carries
     membership there, else node port + 1000 (ephemeral with port 0)."""
@@ -216,6 +222,37 @@ class NodeConfig:
                 raise ConfigError(f"--join wants HOST:PORT addresses, got {address!r}")
         if not os.path.isabs(self.data_dir):
             raise ConfigError(f"data_dir must be absolute, got {self.data_dir!r}")
+        self._check_cluster()
+
+    def _check_cluster(self) -> None:
+        try:
+            peers = parse_peers(self.peers)
+            if self.node_id:
+                check_node_id(self.node_id)
+        except ValueError as exc:
+            raise ConfigError(f"--peers / --node-id: {exc}") from None
+        if not peers:
+            return
+        if not self.node_id:
+            raise ConfigError("a node with --peers needs --node-id (the id its peers know it by)")
+        if self.node_id in {p.node_id for p in peers}:
+            raise ConfigError(f"--peers names this node's own id {self.node_id!r}")
+        if self.flush != "always":
+            raise ConfigError(
+                "replication acknowledges a write once a majority has it on disk: "
+                "a node with --peers needs --flush always"
+            )
+        exposed = [a for a in (self.host, *(p.host for p in peers)) if not _is_loopback(a)]
+        if exposed and not self.cluster_secret_file:
+            raise ConfigError(
+                f"{exposed[0]} is not a loopback address: node-to-node traffic there must be "
+                "authenticated; give every node the same --cluster-secret-file"
+            )
+
+    @property
+    def clustered(self) -> bool:
+        """True when the node has peers (its partitions are Raft groups)."""
+        return bool(self.peers.strip())
 
     # -- derived settings ------------------------------------------------------
 
@@ -279,3 +316,12 @@ class NodeConfig:
         data = json.loads(text)
         data["join"] = tuple(data.get("join", ()))
         return cls(**data)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

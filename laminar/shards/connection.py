@@ -31,6 +31,10 @@ Rules, and why:
   arrived).
 - End of stream from the client ends reading, but requests already received are
   still answered before the socket is closed.
+- A connection whose first frame is PEER_HELLO is another node opening a Raft
+  link: it is handed, socket and all, to `on_peer` (the shard's replication,
+  which authenticates it) and leaves this class. Without `on_peer` (a single
+  node) the frame is served like any other: an unknown op.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from collections.abc import Callable
 from typing import Final
 
 from laminar.outbox import Outbox
+from laminar.replication.transport import PEER_HELLO
 from laminar.shards.budget import InputBudget
 from laminar.shards.dispatch import Dispatcher
 from laminar.shards.fastpath import RequestFastPath
@@ -62,6 +67,8 @@ from laminar.wire import (
 from laminar.wire.codec import Buffer
 
 logger = logging.getLogger("laminar.shards")
+
+OnPeer = Callable[[socket.socket, Frame], None]
 
 MAX_IN_FLIGHT: Final = 256
 MAX_PENDING_OUT_BYTES: Final = 16 << 20
@@ -85,6 +92,7 @@ class Connection:
         max_frame_bytes: int,
         on_close: Callable[[Connection], None],
         budget: InputBudget,
+        on_peer: OnPeer | None = None,
     ) -> None:
         self.sock = sock
         self._loop = asyncio.get_running_loop()
@@ -116,6 +124,10 @@ class Connection:
         self.closed = False
         self._stopping = False
         self._reading = False
+        self._on_peer = on_peer
+        self._peer_hello: Frame | None = None
+        self._handed_over = False
+        self._frames = 0
 
     @property
     def in_flight(self) -> int:
@@ -157,6 +169,15 @@ class Connection:
             metrics.connections_open -= 1
             self._close()
 
+    def _hand_over(self) -> bool:
+        """Give a peer connection to the replication layer; True if it was one."""
+        hello, on_peer = self._peer_hello, self._on_peer
+        if hello is None or on_peer is None:
+            return False
+        self._handed_over = True
+        on_peer(self.sock, hello)
+        return True
+
     async def _read_loop(self) -> None:
         loop = self._loop
         sock = self.sock
@@ -187,6 +208,12 @@ class Connection:
                 if frame is NEED_DATA:
                     break
                 started = True
+                self._frames += 1
+                if frame.op == PEER_HELLO and self._frames == 1 and self._on_peer is not None:
+                    if decoder.buffered_bytes:
+                        raise ProtocolError("a peer's hello must come alone (await the challenge)")
+                    self._peer_hello = frame
+                    return
                 self._start(frame, decoder.last_frame_bytes)
             if started:
                 self.last_frame_at = now
@@ -290,5 +317,6 @@ class Connection:
         self._outbox.abort()
         for task in list(self._tasks):
             task.cancel()
-        self.sock.close()
+        if not self._hand_over():
+            self.sock.close()
         self._on_close(self)

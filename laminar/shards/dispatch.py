@@ -144,11 +144,13 @@ class Dispatcher:
                 frame.partition_id,
                 exc_info=exc,
             )
-        return self._error(frame, code, message)
+        return self._error(frame, code, message, getattr(exc, "leader", None))
 
-    def _error(self, frame: Frame, code: ErrorCode, message: str) -> list[Buffer]:
+    def _error(
+        self, frame: Frame, code: ErrorCode, message: str, leader: str | None = None
+    ) -> list[Buffer]:
         self.metrics.error(code.name.lower())
-        return ErrorResponse(frame.op, code, message, frame.partition_id).encode_buffers(
+        return ErrorResponse(frame.op, code, message, frame.partition_id, leader).encode_buffers(
             frame.correlation_id
         )
 
@@ -175,7 +177,7 @@ class Dispatcher:
             )
         if response.is_error:
             refused = ErrorResponse.from_frame(response)
-            return self._error(frame, refused.code, refused.message)
+            return self._error(frame, refused.code, refused.message, refused.leader)
         return [ForwardResponse.from_frame(response).frame]
 
     async def _unwrap(self, frame: Frame) -> list[Buffer]:

@@ -23,12 +23,16 @@ from laminar.wire import ErrorCode, ProtocolError
 
 
 class RequestError(Exception):
-    """A request cannot be served; answer with `code` and `message`."""
+    """A request cannot be served; answer with `code` and `message` (and, for
+    NOT_LEADER, the node id of the `leader` when known)."""
 
-    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str | None = None, *, leader: str | None = None
+    ) -> None:
         super().__init__(message or code.default_message)
         self.code = code
         self.message = message or code.default_message
+        self.leader = leader
 
 
 def error_for(exc: BaseException) -> tuple[ErrorCode, str, bool]:

@@ -6,11 +6,14 @@ response frame's buffers. It raises to refuse (`RequestError`,
 `MetadataError`, log errors); the dispatcher turns that into an error
 response. Handlers never touch sockets.
 
+Partitions are reached through the replica seam (`laminar.shards.replica`):
+a single node's log, or this node's member of the partition's Raft group.
 Produce stores each record blob of the request as one log record, unchanged, so
 a fetch returns the stored blobs as they are; a batch is one `append`, so it is
 in the log entirely or not at all. Fetch is bounded by the frame limit as well
 as by the request (a response must fit the frame a client or a forwarder can
-take), and long-polls with the log's `wait_for_append`.
+take), serves committed records only, and long-polls with the replica's
+`wait_for_append`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Final
 
-from laminar.log import LogClosed, RecordBatch, SegmentedLog
+from laminar.log import LogClosed, RecordBatch
 from laminar.placement import U32_MAX
 from laminar.shards.errors import RequestError
 from laminar.shards.metadata import METADATA_TOPIC_ID
@@ -27,6 +30,8 @@ from laminar.shards.metalog import MetadataService
 from laminar.shards.metrics import ShardMetrics
 from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.producers import IdempotentProducers
+from laminar.shards.replica import LocalReplica, PartitionReplica
+from laminar.shards.replication import ShardReplication
 from laminar.shards.topic_config import log_config
 from laminar.wire import (
     AlterTopicRequest,
@@ -102,12 +107,14 @@ class Handlers:
         partitions: PartitionManager,
         metrics: ShardMetrics,
         polls: LongPolls,
+        replication: ShardReplication | None = None,
     ) -> None:
         self.ident = ident
         self.metadata = metadata
         self.partitions = partitions
         self.metrics = metrics
         self.polls = polls
+        self.replication = replication
         self.producers = IdempotentProducers()
         # A fetch response must fit a frame: bound the bytes and the per-record table.
         self._fetch_bytes_max = max(1, ident.max_frame_bytes // 2)
@@ -143,30 +150,40 @@ class Handlers:
             )
         return topic
 
-    async def _log_of(self, pid: int) -> SegmentedLog:
+    async def _replica_of(self, pid: int) -> PartitionReplica:
         topic = await self._topic_of(pid)
+        config = log_config(self.partitions.config, topic.config)
+        replication = self.replication
+        if replication is not None:
+            rf = topic.replication_factor
+            if not replication.holds(pid, rf):
+                raise replication.not_here(pid, rf)
+            if rf > 1:
+                return await replication.ensure_open(
+                    pid, replication.replica_nodes(pid, rf), config
+                )
         log = self.partitions.opened(pid)
         if log is None:  # opened with the topic's own segment and retention settings
-            log = await self.partitions.get(pid, log_config(self.partitions.config, topic.config))
-        return log
+            log = await self.partitions.get(pid, config)
+        return LocalReplica(log)
 
     # The write protocol (`laminar.shards.staging`) resolves partitions the same way.
     topic_of = _topic_of
-    log_of = _log_of
+    replica_of = _replica_of
 
     # -- partition ops ---------------------------------------------------------
 
     async def produce(self, req: ProduceRequest, corr: int, ctx: RequestContext) -> list[Buffer]:
         if not req.blobs:
             raise RequestError(ErrorCode.INVALID_REQUEST, "a produce request needs a record")
-        log = await self._log_of(req.partition_id)
+        replica = await self._replica_of(req.partition_id)
         if req.producer_id is not None:  # idempotent: deduplicated by laminar.shards.producers
-            first, timestamp_ms, appended = await self.producers.append(log, req)
+            first, timestamp_ms, appended = await self.producers.append(replica, req)
             self.metrics.records_in += appended
             return ProduceResponse(
                 req.partition_id, first, len(req.blobs), timestamp_ms
             ).encode_buffers(corr)
-        first, timestamp_ms = await log.append_stamped(req.blobs)
+        first, timestamp_ms = await replica.append_stamped(req.blobs)
         self.metrics.records_in += len(req.blobs)
         return ProduceResponse(
             req.partition_id, first, len(req.blobs), timestamp_ms
@@ -177,9 +194,10 @@ class Handlers:
         wait: a plain produce to a known partition whose log is open, staged now
         (`SegmentedLog.stage_nowait`). Returns (first index, timestamp_ms, the
         flush future), or None when `produce` must serve it (an idempotent
-        produce, anything that waits, anything `produce` would refuse)."""
+        produce, anything that waits, anything `produce` would refuse, and every
+        produce of a clustered node: replication decides there)."""
         pid = req.partition_id
-        if not req.blobs or req.producer_id is not None:
+        if not req.blobs or req.producer_id is not None or self.replication is not None:
             return None
         topic_id = pid >> 32
         topic = self.metadata.state.by_id(topic_id)
@@ -194,20 +212,22 @@ class Handlers:
         pid = req.partition_id
         if req.max_bytes == 0 or req.max_records == 0:
             raise RequestError(ErrorCode.INVALID_REQUEST, "max_bytes and max_records must be >= 1")
-        log = await self._log_of(pid)
-        self._check_range(log, req.index)
-        if req.index == log.highest_index and req.max_wait_ms:
-            await self._long_poll(pid, log, req.index, min(req.max_wait_ms, self.ident.max_wait_ms))
-        batch = await log.read_batch(req.index, *self._fetch_limits(req))
-        return self._fetch_answer(req, corr, log, batch)
+        replica = await self._replica_of(pid)
+        self._check_range(replica, req.index)
+        if req.index == replica.highest_index and req.max_wait_ms:
+            wait_ms = min(req.max_wait_ms, self.ident.max_wait_ms)
+            await self._long_poll(pid, replica, req.index, wait_ms)
+        batch = await replica.read_batch(req.index, *self._fetch_limits(req))
+        return self._fetch_answer(req, corr, replica, batch)
 
     def fetch_nowait(self, req: FetchRequest, corr: int) -> list[Buffer] | None:
-        """`fetch` when nothing in it has to wait: a known partition whose log is
+        """`fetch` when nothing in it has to wait: a known partition of this node
+        alone (not replicated: Raft decides what is readable there) whose log is
         open, an index in range that is not a long-poll at the end, records whose
-        bytes are in the page cache (`SegmentedLog.read_batch_nowait`). None when
+        bytes are in the page cache (`LocalReplica.read_batch_nowait`). None when
         `fetch` must serve it (it then gives the same answer, or the error)."""
         pid = req.partition_id
-        if req.max_bytes == 0 or req.max_records == 0:
+        if req.max_bytes == 0 or req.max_records == 0 or self.replication is not None:
             return None
         topic_id = pid >> 32
         topic = self.metadata.state.by_id(topic_id)
@@ -216,10 +236,11 @@ class Handlers:
         log = self.partitions.opened(pid)
         if log is None or (req.index == log.highest_index and req.max_wait_ms):
             return None
-        batch = log.read_batch_nowait(req.index, *self._fetch_limits(req))
+        replica = LocalReplica(log)
+        batch = replica.read_batch_nowait(req.index, *self._fetch_limits(req))
         if batch is None:
             return None
-        return self._fetch_answer(req, corr, log, batch)
+        return self._fetch_answer(req, corr, replica, batch)
 
     def _fetch_limits(self, req: FetchRequest) -> tuple[int, int]:
         """A fetch response must fit a frame: the request's limits, capped."""
@@ -229,7 +250,7 @@ class Handlers:
         )
 
     def _fetch_answer(
-        self, req: FetchRequest, corr: int, log: SegmentedLog, batch: RecordBatch
+        self, req: FetchRequest, corr: int, replica: PartitionReplica, batch: RecordBatch
     ) -> list[Buffer]:
         """The answer frame: the stored blobs go out as one buffer, exactly as
         the store holds them, behind the entry table."""
@@ -237,24 +258,26 @@ class Handlers:
         payload = encode_fetch_columns(
             batch.first_index, batch.timestamps_ms, batch.lengths, batch.payload
         )
-        header = {"lowest_index": log.lowest_index, "highest_index": log.highest_index}
+        header = {"lowest_index": replica.lowest_index, "highest_index": replica.highest_index}
         return encode_frame_buffers(
             Op.FETCH, corr, req.partition_id, header, payload, flags=Flags.RESPONSE
         )
 
     @staticmethod
-    def _check_range(log: SegmentedLog, index: int) -> None:
-        if not log.lowest_index <= index <= log.highest_index:
+    def _check_range(replica: PartitionReplica, index: int) -> None:
+        if not replica.lowest_index <= index <= replica.highest_index:
             raise RequestError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"index {index} is outside the partition's range [{log.lowest_index}, "
-                f"{log.highest_index}]",
+                f"index {index} is outside the partition's range [{replica.lowest_index}, "
+                f"{replica.highest_index}]",
             )
 
-    async def _long_poll(self, pid: int, log: SegmentedLog, index: int, wait_ms: int) -> None:
+    async def _long_poll(
+        self, pid: int, replica: PartitionReplica, index: int, wait_ms: int
+    ) -> None:
         """Wait for a record at `index`, until `wait_ms` pass or the shard drains."""
         try:
-            await self.polls.wait(log, index, wait_ms / 1000)
+            await self.polls.wait(replica, index, wait_ms / 1000)
         except LogClosed:
             await self._topic_of(pid)  # UNKNOWN_TOPIC if it was deleted meanwhile
             raise
@@ -262,13 +285,14 @@ class Handlers:
     async def list_offsets(
         self, req: ListOffsetsRequest, corr: int, ctx: RequestContext
     ) -> list[Buffer]:
-        log = await self._log_of(req.partition_id)
+        replica = await self._replica_of(req.partition_id)
         at = None
         if req.timestamp_ms is not None:
-            at = await log.index_for_timestamp(req.timestamp_ms)
-        highest = log.highest_index
+            at = await replica.index_for_timestamp(req.timestamp_ms)
+        committed = replica.highest_index
+        highest = getattr(replica, "log_end", committed)
         return ListOffsetsResponse(
-            req.partition_id, log.lowest_index, highest, highest, at
+            req.partition_id, replica.lowest_index, highest, committed, at, replica.leader
         ).encode_buffers(corr)
 
     async def ping(self, req: Ping, corr: int, ctx: RequestContext) -> list[Buffer]:
@@ -295,6 +319,7 @@ class Handlers:
             shards,
             self.metadata.state.topics(),
             ident.admin_port,
+            self.replication.nodes() if self.replication is not None else (),
         ).encode_buffers(corr)
 
     async def list_topics(
@@ -305,7 +330,9 @@ class Handlers:
     async def create_topic(
         self, req: CreateTopicRequest, corr: int, ctx: RequestContext
     ) -> list[Buffer]:
-        topic = await self.metadata.create_topic(req.name, req.partitions, req.config)
+        topic = await self.metadata.create_topic(
+            req.name, req.partitions, req.config, req.replication_factor
+        )
         return CreateTopicResponse(topic).encode_buffers(corr)
 
     async def delete_topic(

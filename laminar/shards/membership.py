@@ -32,39 +32,27 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from laminar.cluster.auth import SecretFileError, load_secret
 from laminar.shards.config import NodeConfig
 from laminar.shards.listeners import StartupError
 from laminar.shards.prometheus import render_family
 from laminar.swim import MembershipView, Swim
 from laminar.swim.agent import MembershipAgent, format_address, monotonic_ms
-from laminar.swim.auth import SECRET_BYTES_MIN, PacketSealer
+from laminar.swim.auth import PacketSealer
 from laminar.xdp import sockets as xdp_sockets
 
 logger = logging.getLogger("laminar.membership")
 
 MEMBERSHIP_PORT_OFFSET = 1000
-SECRET_FILE_BYTES_MAX = 4096
 
 
 def read_cluster_secret(path: str) -> bytes:
-    """The secret in `path` (surrounding whitespace removed); `StartupError` when
-    the file cannot be read, is too long, or holds fewer than 16 bytes."""
+    """The secret in `path` (`laminar.cluster.auth.load_secret`: private to its
+    owner, at least 16 bytes); `StartupError` saying why not."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(SECRET_FILE_BYTES_MAX + 1)
-    except OSError as exc:
-        raise StartupError(f"--cluster-secret-file {path}: {exc.strerror or exc}") from None
-    if len(data) > SECRET_FILE_BYTES_MAX:
-        raise StartupError(
-            f"--cluster-secret-file {path} is longer than {SECRET_FILE_BYTES_MAX} bytes"
-        )
-    secret = data.strip()
-    if len(secret) < SECRET_BYTES_MIN:
-        raise StartupError(
-            f"--cluster-secret-file {path} holds {len(secret)} bytes; a cluster secret "
-            f"needs at least {SECRET_BYTES_MIN} (e.g. `head -c 32 /dev/urandom | base64`)"
-        )
-    return secret
+        return load_secret(path)
+    except SecretFileError as exc:
+        raise StartupError(f"--cluster-secret-file: {exc}") from None
 
 
 class NodeMembership:

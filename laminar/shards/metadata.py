@@ -61,12 +61,14 @@ SNAPSHOT_MIN_ENTRIES: Final = 64
 
 
 class MetadataError(Exception):
-    """A metadata request cannot be granted; `code` is the wire error to answer with."""
+    """A metadata request cannot be granted; `code` is the wire error to answer with
+    (NOT_LEADER names the metadata `leader` when known)."""
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str, *, leader: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.leader = leader
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +77,12 @@ class CreateTopic:
     topic_id: int
     partitions: int
     config: dict[str, int | str] = field(default_factory=dict)
+    replication_factor: int = 1
 
     def info(self) -> TopicInfo:
-        return TopicInfo(self.name, self.topic_id, self.partitions, dict(self.config))
+        return TopicInfo(
+            self.name, self.topic_id, self.partitions, dict(self.config), self.replication_factor
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +128,8 @@ def encode_entry(entry: CreateTopic | DeleteTopic | AlterTopic | Snapshot) -> by
             "partitions": entry.partitions,
             "config": entry.config,
         }
+        if entry.replication_factor != 1:
+            body["replication_factor"] = entry.replication_factor
     elif isinstance(entry, AlterTopic):
         body = {
             "op": "alter",
@@ -157,7 +164,11 @@ def decode_entry(value: bytes) -> Entry:
             if type(config) is not dict:
                 return UnknownEntry(body)
             return CreateTopic(
-                _str(body["name"]), _int(body["topic_id"]), _int(body["partitions"]), config
+                _str(body["name"]),
+                _int(body["topic_id"]),
+                _int(body["partitions"]),
+                config,
+                _int(body.get("replication_factor", 1)),
             )
         if op == "delete":
             return DeleteTopic(_str(body["name"]), _int(body["topic_id"]))
@@ -183,7 +194,11 @@ def _topic(h: object) -> TopicInfo:
     if type(config) is not dict:
         raise TypeError
     return TopicInfo(
-        _str(h["name"]), _int(h["topic_id"]), _int(h["partitions"]), dict(known_entries(config))
+        _str(h["name"]),
+        _int(h["topic_id"]),
+        _int(h["partitions"]),
+        dict(known_entries(config)),
+        _int(h.get("replication_factor", 1)),
     )
 
 
@@ -264,10 +279,22 @@ class MetadataState:
     # -- decisions (owner only) ------------------------------------------------
 
     def plan_create(
-        self, name: str, partitions: int, config: dict[str, int | str] | None = None
+        self,
+        name: str,
+        partitions: int,
+        config: dict[str, int | str] | None = None,
+        replication_factor: int = 1,
+        nodes: int = 1,
     ) -> CreateTopic:
-        """The entry that creates `name`, or `MetadataError` saying why not."""
+        """The entry that creates `name` with each partition on `replication_factor`
+        of the cluster's `nodes`, or `MetadataError` saying why not."""
         check_topic_name(name)
+        if not 1 <= replication_factor <= nodes:
+            raise MetadataError(
+                ErrorCode.INVALID_REQUEST,
+                f"replication factor {replication_factor} is not possible: the cluster has "
+                f"{nodes} node{'s' if nodes != 1 else ''}",
+            )
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise MetadataError(
                 ErrorCode.INVALID_REQUEST,
@@ -284,7 +311,7 @@ class MetadataState:
             )
         if self.next_topic_id > MAX_TOPIC_ID:
             raise MetadataError(ErrorCode.INTERNAL, "every topic id has been used")
-        return CreateTopic(name, self.next_topic_id, partitions, dict(checked))
+        return CreateTopic(name, self.next_topic_id, partitions, dict(checked), replication_factor)
 
     def plan_alter(
         self, name: str, config: dict[str, int | str], remove: tuple[str, ...] = ()
@@ -322,11 +349,10 @@ class MetadataState:
     # -- applying (every shard) ------------------------------------------------
 
     def apply(self, index: int, entry: Entry) -> Applied:
-        """Apply the entry at `index`, which must be `applied_index` (or later for
-        a snapshot: entries before it were compacted away)."""
-        if index != self.applied_index and not (
-            isinstance(entry, Snapshot) and index > self.applied_index
-        ):
+        """Apply the entry at `index`, at or after `applied_index`: a replicated
+        metadata log holds Raft's own entries (a leader's no-op) between
+        metadata entries, and a compacted one starts at a snapshot."""
+        if index < self.applied_index:
             raise ValueError(
                 f"metadata entry {index} applied out of order (expected {self.applied_index})"
             )
@@ -338,7 +364,11 @@ class MetadataState:
             if entry.topic_id == METADATA_TOPIC_ID or entry.partitions < 1:
                 return Applied(index)
             topic = TopicInfo(
-                entry.name, entry.topic_id, entry.partitions, dict(known_entries(entry.config))
+                entry.name,
+                entry.topic_id,
+                entry.partitions,
+                dict(known_entries(entry.config)),
+                max(1, entry.replication_factor),
             )
             self._by_name[topic.name] = topic
             self._by_id[topic.topic_id] = topic
@@ -354,7 +384,13 @@ class MetadataState:
             found = self._by_id.get(entry.topic_id)
             if found is None or found.name != entry.name:
                 return Applied(index)
-            topic = TopicInfo(found.name, found.topic_id, found.partitions, dict(entry.config))
+            topic = TopicInfo(
+                found.name,
+                found.topic_id,
+                found.partitions,
+                dict(entry.config),
+                found.replication_factor,
+            )
             self._by_id[topic.topic_id] = self._by_name[topic.name] = topic
             return Applied(index, altered=(topic,))
         if isinstance(entry, Snapshot):

@@ -20,6 +20,16 @@ Theory of operation (the state machine itself is `metadata.MetadataState`):
   owner may roll the log, append a snapshot as the new segment's first entry
   and remove the segments before it. A follower asking for an index below the
   log's start gets the entries from the snapshot on.
+- In a cluster the metadata partition is a Raft group (every node of the
+  static view votes). The owner shard of each node holds that node's member:
+  entries are applied as they commit (the group delivers them, in order, and
+  again from the start after a restart), only the group's leader plans and
+  proposes changes (others answer NOT_LEADER naming it), and the owner serves
+  its sibling shards committed entries only. Start-up does not wait for a
+  quorum: the shard starts, and requests wait for the metadata (NOT_READY) until
+  the member has heard from a leader and applied what it committed. Compaction
+  is left to single nodes for now (a cluster's metadata log grows with every
+  topic change).
 - Until a shard has its metadata (the owner's replay, a follower's first
   catch-up), requests that name a topic wait for it (`ready`, bounded by
   `READY_WAIT_S`), then get NOT_READY (retriable; nothing applied) rather than
@@ -38,9 +48,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
 
 from laminar.log import LogConfig, SegmentedLog
+from laminar.raft import NORMAL
+from laminar.raft import Entry as RaftEntry
+from laminar.replication.group import TIMESTAMP
 from laminar.shards.channels import ChannelError, Channels
 from laminar.shards.metadata import (
     METADATA_PID,
@@ -53,6 +67,8 @@ from laminar.shards.metadata import (
     encode_entry,
 )
 from laminar.shards.partitions import LongPolls, PartitionManager
+from laminar.shards.replica import LocalReplica, PartitionReplica, RaftReplica
+from laminar.shards.replication import ShardReplication
 from laminar.wire import (
     ErrorCode,
     ErrorResponse,
@@ -76,6 +92,11 @@ RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 READY_WAIT_S = 5.0
 """How long a request waits for this shard's metadata before NOT_READY."""
 
+DEFAULT_REPLICATION_FACTOR: Final = 3
+"""A topic's replication factor unless its creator says (capped at the cluster size)."""
+METADATA_LOG_CONFIG: Final = LogConfig(segment_bytes=16 << 20, flush="always", preallocate_bytes=0)
+"""The metadata log is always flushed with fdatasync, whatever `--flush` says."""
+
 OnApplied = Callable[[Applied], Awaitable[None]]
 
 
@@ -92,8 +113,10 @@ class MetadataService:
         shard_count: int,
         polls: LongPolls,
         max_topics: int = 10_000,
+        replication: ShardReplication | None = None,
     ) -> None:
         self.shard_id = shard_id
+        self._replication = replication
         self.owner = owner
         self.is_owner = shard_id == owner
         self.state = MetadataState(max_topics)
@@ -102,7 +125,12 @@ class MetadataService:
         self._polls = polls
         self._channels = channels
         self._on_applied = on_applied
-        self._log: SegmentedLog | None = None
+        self._log: PartitionReplica | None = None
+        self._committed: asyncio.Queue[tuple[int, bytes | None]] = asyncio.Queue()
+        self._applied_end = 0
+        """Cluster: log indexes below this are applied (the group's own entries too)."""
+        self._applied = asyncio.Event()
+        self._background: list[asyncio.Task[None]] = []
         self._apply_lock = asyncio.Lock()
         self._write_lock = asyncio.Lock()
         self._ready = asyncio.get_running_loop().create_future()
@@ -116,19 +144,68 @@ class MetadataService:
     # -- start and stop --------------------------------------------------------
 
     async def start(self) -> None:
-        """Rebuild the state: replay the log (owner) or catch up with the owner."""
+        """Rebuild the state: replay the log (owner) or catch up with the owner.
+        In a cluster this returns at once and the state arrives in the background."""
+        if self._replication is not None:
+            loop = asyncio.get_running_loop()
+            self._background.append(loop.create_task(self._start_clustered(self._replication)))
+            return
         if self.is_owner:
-            config = LogConfig(segment_bytes=16 << 20, flush="always", preallocate_bytes=0)
-            self._log = await self._partitions.get(METADATA_PID, config)
+            log = await self._partitions.get(METADATA_PID, METADATA_LOG_CONFIG)
+            self._log = LocalReplica(log)
             await self._replay_own()
         else:
             await self._first_catch_up()
             self._follower = asyncio.get_running_loop().create_task(self._follow())
+        self._became_ready()
+
+    def _became_ready(self) -> None:
         self._partitions.remove_orphans(
             (t.topic_id for t in self.state.topics()), self.state.next_topic_id
         )
         if not self._ready.done():
             self._ready.set_result(None)
+
+    async def _start_clustered(self, replication: ShardReplication) -> None:
+        if not self.is_owner:
+            await self._first_catch_up()
+            self._follower = asyncio.get_running_loop().create_task(self._follow())
+            self._became_ready()
+            return
+        loop = asyncio.get_running_loop()
+        self._background.append(loop.create_task(self._apply_committed()))
+        replica = await replication.ensure_open(
+            METADATA_PID,
+            replication.view.node_ids,
+            METADATA_LOG_CONFIG,
+            apply=self._on_committed,
+            replay=True,
+        )
+        self._log = replica
+        group = replica.group
+        # Ready once a leader is known and everything it committed is applied here.
+        while group.leader is None or self._applied_end < group.committed_end:
+            self._applied.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._applied.wait(), 0.05)
+        self._became_ready()
+
+    def _on_committed(self, entries: Sequence[RaftEntry]) -> None:
+        """The Raft group's committed entries (in order, each once): applied in turn."""
+        for entry in entries:
+            value = entry.data[TIMESTAMP.size :] if entry.kind == NORMAL else None
+            self._committed.put_nowait((entry.index - 1, value))
+
+    async def _apply_committed(self) -> None:
+        while True:
+            index, value = await self._committed.get()
+            if value is not None:
+                try:
+                    await self._apply(index, value)
+                except Exception:
+                    logger.exception("applying metadata entry %d failed", index)
+            self._applied_end = index + 1
+            self._applied.set()
 
     async def _replay_own(self) -> None:
         assert self._log is not None
@@ -172,6 +249,8 @@ class MetadataService:
         self._stopped = True
         if self._follower is not None:
             self._follower.cancel()
+        for task in self._background:
+            task.cancel()
         for waiter in self._position_waiters:
             if not waiter.done():
                 waiter.set_result(None)
@@ -242,10 +321,23 @@ class MetadataService:
     # -- owner side ------------------------------------------------------------
 
     async def create_topic(
-        self, name: str, partitions: int, config: dict[str, int | str]
+        self,
+        name: str,
+        partitions: int,
+        config: dict[str, int | str],
+        replication_factor: int | None = None,
     ) -> TopicInfo:
-        """Create a topic (owner only); raises `MetadataError`."""
-        entry = await self._write(lambda: self.state.plan_create(name, partitions, config))
+        """Create a topic (owner only); raises `MetadataError`. The replication
+        factor defaults to 3, or the cluster's size if smaller."""
+        nodes = 1 if self._replication is None else len(self._replication.view.members)
+        rf = (
+            min(DEFAULT_REPLICATION_FACTOR, nodes)
+            if replication_factor is None
+            else replication_factor
+        )
+        entry = await self._write(
+            lambda: self.state.plan_create(name, partitions, config, rf, nodes)
+        )
         assert isinstance(entry, CreateTopic)
         topic = self.state.by_id(entry.topic_id)
         return topic if topic is not None else entry.info()
@@ -280,17 +372,33 @@ class MetadataService:
     ) -> CreateTopic | DeleteTopic | AlterTopic:
         """Plan, append and apply one entry, compact if due, then wait until every
         live follower applied it (the barrier a create's acknowledgement promises)."""
-        log = self._owner_log()
         await self.ready()
+        log = self._owner_log()
         async with self._write_lock:
-            entry = plan()
-            value = encode_entry(entry)
-            index = await log.append([value])
-            await self._apply(index, value)
-            if self.state.needs_snapshot():
-                await self._compact(log)
+            log.check_writable()
+            if isinstance(log, RaftReplica):
+                await self._applied_through(log.highest_index)  # plan on the whole state
+                entry = plan()
+                index, _ = await log.append_stamped([encode_entry(entry)])
+                await self._applied_through(index + 1)
+            elif isinstance(log, LocalReplica):
+                entry = plan()
+                value = encode_entry(entry)
+                index, _ = await log.append_stamped([value])
+                await self._apply(index, value)
+                if self.state.needs_snapshot():
+                    await self._compact(log.log)
+            else:
+                raise TypeError(f"unexpected metadata replica {log!r}")
         await self._wait_for_followers(index + 1)
         return entry
+
+    async def _applied_through(self, end: int) -> None:
+        """Wait until every committed entry below `end` is applied here."""
+        while self._applied_end < end and not self._stopped:
+            self._applied.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._applied.wait(), 0.1)
 
     async def _compact(self, log: SegmentedLog) -> None:
         """Roll the log, start the new segment with a snapshot, drop what is before it."""
@@ -307,7 +415,7 @@ class MetadataService:
             removed,
         )
 
-    def _owner_log(self) -> SegmentedLog:
+    def _owner_log(self) -> PartitionReplica:
         if self._log is None:
             raise MetadataError(
                 ErrorCode.NOT_OWNER, f"shard {self.shard_id} does not own the metadata log"

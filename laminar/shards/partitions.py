@@ -21,8 +21,8 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any, Protocol
 
 from laminar.log import LogConfig, SegmentedLog
 from laminar.log.storage import StorageBackend
@@ -173,6 +173,12 @@ class PartitionManager:
                 logger.exception("closing partition %s failed", self.directory(pid))
 
 
+class Appendable(Protocol):
+    """What a long-poll waits on: a log, or a replica (its commit index)."""
+
+    def wait_for_append(self, index: int, timeout: float, /) -> Awaitable[object]: ...
+
+
 class LongPolls:
     """Fetches waiting at the end of a log, so a drain can end them at once
     (they then answer with what there is, usually nothing)."""
@@ -181,7 +187,7 @@ class LongPolls:
         self.draining = False
         self._tasks: set[asyncio.Task[object]] = set()
 
-    async def wait(self, log: SegmentedLog, index: int, timeout_s: float) -> None:
+    async def wait(self, log: Appendable, index: int, timeout_s: float) -> None:
         """Wait until `index` is readable, `timeout_s` pass, or the shard drains."""
         if self.draining:
             return

@@ -8,9 +8,11 @@ partition one at a time: wait for the producer's previous batch to be durable,
 decide, append, record. Other producers, and plain produces, are not held up,
 so their batches still share group-commit flushes.
 
-Tables are keyed by the log object (weakly): a partition closed and opened
-again (a shard restart, a topic deleted and created again) is a new log and
-gets a table rebuilt from what is on disk, never a stale one. A log whose
+Tables are keyed (weakly) by the replica's `producers_key`: the log object of
+a single node's partition, so one closed and opened again (a shard restart, a
+topic deleted and created again) is a new log and gets a table rebuilt from
+what is on disk, never a stale one; for a Raft replica, its current
+leadership, so a new leader rebuilds from the committed log. A log whose
 flush failed refuses every append until it is opened again, so a table never
 has to guess whether a failed batch reached the disk.
 An append runs in its own task whose completion records the batch, so a
@@ -26,7 +28,7 @@ import logging
 import weakref
 from typing import Final
 
-from laminar.log import IndexOutOfRange, SegmentedLog
+from laminar.log import IndexOutOfRange
 from laminar.shards.errors import RequestError
 from laminar.shards.idempotence import (
     SCAN_BYTES_MAX,
@@ -34,6 +36,7 @@ from laminar.shards.idempotence import (
     ProducerTable,
     Verdict,
 )
+from laminar.shards.replica import PartitionReplica
 from laminar.wire import PRODUCER_HEADER, ErrorCode, ProduceRequest, ProducerStamp, ProtocolError
 from laminar.wire.records import HAS_HEADERS, producer_stamp
 
@@ -48,11 +51,11 @@ class IdempotentProducers:
 
     def __init__(self, scan_bytes_max: int = SCAN_BYTES_MAX) -> None:
         self.scan_bytes_max = scan_bytes_max
-        self._partitions: weakref.WeakKeyDictionary[SegmentedLog, _Partition] = (
+        self._partitions: weakref.WeakKeyDictionary[object, _Partition] = (
             weakref.WeakKeyDictionary()
         )
 
-    async def append(self, log: SegmentedLog, req: ProduceRequest) -> tuple[int, int, int]:
+    async def append(self, log: PartitionReplica, req: ProduceRequest) -> tuple[int, int, int]:
         """Serve an idempotent produce on `log`: `(first_index, timestamp_ms,
         records appended now)`, the latter 0 for a duplicate. Raises
         `RequestError` for a bad stamp, a gap, or a forgotten duplicate."""
@@ -61,9 +64,11 @@ class IdempotentProducers:
             raise ValueError("not an idempotent produce")
         count = len(req.blobs)
         _check_stamps(req, ProducerStamp(producer_id, sequence, count))
-        part = self._partitions.get(log)
+        log.check_writable()  # a follower's table is never consulted
+        key = log.producers_key
+        part = self._partitions.get(key)
         if part is None:
-            part = self._partitions[log] = _Partition()
+            part = self._partitions[key] = _Partition()
         table = await part.table(log, self.scan_bytes_max)
         while (busy := part.busy.get(producer_id)) is not None:
             await asyncio.wait([busy])
@@ -102,7 +107,7 @@ def _check_stamps(req: ProduceRequest, expected: ProducerStamp) -> None:
         )
 
 
-async def _append(log: SegmentedLog, blobs: tuple[bytes, ...]) -> tuple[int, int]:
+async def _append(log: PartitionReplica, blobs: tuple[bytes, ...]) -> tuple[int, int]:
     """`(first_index, timestamp_ms)` of the appended batch."""
     return await log.append_stamped(blobs)
 
@@ -117,7 +122,7 @@ class _Partition:
         self._loading: asyncio.Task[ProducerTable] | None = None
         self.busy: dict[int, asyncio.Task[tuple[int, int]]] = {}
 
-    async def table(self, log: SegmentedLog, scan_bytes_max: int) -> ProducerTable:
+    async def table(self, log: PartitionReplica, scan_bytes_max: int) -> ProducerTable:
         """The table, rebuilt from the log's tail once (shared by concurrent callers)."""
         if self._table is not None:
             return self._table
@@ -147,7 +152,7 @@ class _Partition:
         self._table.appended(producer_id, AppendedBatch(sequence, count, first, timestamp_ms))
 
 
-async def _scan_tail(log: SegmentedLog, bytes_max: int) -> ProducerTable:
+async def _scan_tail(log: PartitionReplica, bytes_max: int) -> ProducerTable:
     """Rebuild a table from the stamps in the last `bytes_max` bytes of `log`,
     read backwards in chunks so the newest stamps come first."""
     found: list[tuple[ProducerStamp, int, int]] = []
@@ -161,6 +166,8 @@ async def _scan_tail(log: SegmentedLog, bytes_max: int) -> ProducerTable:
             index = start
             while index < end:
                 records = await log.read_range(index, 8 << 20, end - index)
+                if not records:  # only protocol entries (a Raft no-op) were left
+                    break
                 chunk += records
                 index = records[-1].index + 1
             for record in reversed(chunk):

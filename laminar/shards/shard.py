@@ -27,6 +27,8 @@ import socket
 import time
 from typing import Any, Final
 
+from laminar.cluster.auth import PeerAuth, load_secret
+from laminar.cluster.members import Member, StaticMembership, parse_peers
 from laminar.log.storage import StorageBackend, SyscallBackend
 from laminar.placement import shard_for
 from laminar.shards.budget import InputBudget
@@ -49,8 +51,10 @@ from laminar.shards.metadata import METADATA_PID, Applied
 from laminar.shards.metalog import MetadataService
 from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.partitions import LongPolls, PartitionManager
+from laminar.shards.replication import ShardReplication
 from laminar.shards.retention import Retention
 from laminar.shards.staging.service import WriteService, WriteSettings
+from laminar.shards.topic_config import log_config
 from laminar.swim import MembershipView
 from laminar.wire import (
     NEED_DATA,
@@ -187,6 +191,7 @@ class Shard:
             config.cores,
             config.max_frame_bytes + CHANNEL_FRAME_SLACK,
         )
+        self.replication = self._replication() if config.clustered else None
         self.metadata = MetadataService(
             self.shard_id,
             shard_for(METADATA_PID, config.cores),
@@ -196,9 +201,10 @@ class Shard:
             config.cores,
             self.polls,
             config.max_topics,
+            self.replication,
         )
         self.handlers = Handlers(
-            self.ident, self.metadata, self.partitions, self.metrics, self.polls
+            self.ident, self.metadata, self.partitions, self.metrics, self.polls, self.replication
         )
         self.dispatcher = Dispatcher(
             self.shard_id,
@@ -219,7 +225,7 @@ class Shard:
             ),
             backend,
             self._owns,
-            self.handlers.log_of,
+            self.handlers.replica_of,
             self.handlers.topic_of,
             self._internal_request,
         )
@@ -275,6 +281,24 @@ class Shard:
         control_task.cancel()
         return 0
 
+    def _replication(self) -> ShardReplication:
+        """This shard's Raft groups and peer links (a node with --peers)."""
+        config = self.config
+        me = Member(config.node_id, config.host, self.ident.port)
+        view = StaticMembership(me, parse_peers(config.peers)).view()
+        secret = load_secret(config.cluster_secret_file) if config.cluster_secret_file else None
+        replication = ShardReplication(
+            view,
+            PeerAuth.from_secret(config.node_id, secret),
+            self.shard_id,
+            config.cores,
+            self.partitions,
+            config.max_frame_bytes,
+            self.ident.shard_ports,
+        )
+        replication.start()
+        return replication
+
     # -- listening -------------------------------------------------------------
 
     def _listen(self, sock: socket.socket, *, internal: bool) -> None:
@@ -312,8 +336,18 @@ class Shard:
                 received_by=self.shard_id, internal=internal, local_host=local_host
             )
             max_frame = self.config.max_frame_bytes + (CHANNEL_FRAME_SLACK if internal else 0)
+            on_peer = None
+            if not internal and self.replication is not None:
+                on_peer = self.replication.accept_peer
             conn = Connection(
-                sock, self.dispatcher, self.metrics, ctx, max_frame, self._closed, self.budget
+                sock,
+                self.dispatcher,
+                self.metrics,
+                ctx,
+                max_frame,
+                self._closed,
+                self.budget,
+                on_peer,
             )
             self.connections.add(conn)
             if not internal:
@@ -364,15 +398,38 @@ class Shard:
     async def _on_metadata_applied(self, applied: Applied) -> None:
         for topic in applied.created:
             self._owned_partitions += self._owned_count(topic)
+            if self.replication is not None:
+                self._spawn(self._open_replicas(self.replication, topic), "flush")
         for topic in applied.deleted:
             self._owned_partitions -= self._owned_count(topic)
+            if self.replication is not None:
+                for pid in self._owned_pids(topic):
+                    await self.replication.close_group(pid)
             await self.partitions.drop_topic(topic.topic_id, topic.partitions)
             await self.writes.drop_topic(topic.topic_id)
         for topic in applied.altered:
             self.retention.apply_config(topic)
 
     def _owned_count(self, topic: TopicInfo) -> int:
-        return sum(1 for idx in range(topic.partitions) if self._owns((topic.topic_id << 32) | idx))
+        return len(self._owned_pids(topic))
+
+    def _owned_pids(self, topic: TopicInfo) -> list[int]:
+        pids = ((topic.topic_id << 32) | idx for idx in range(topic.partitions))
+        return [pid for pid in pids if self._owns(pid)]
+
+    async def _open_replicas(self, replication: ShardReplication, topic: TopicInfo) -> None:
+        """Open this shard's members of a replicated topic's groups, so followers
+        vote and take appends before any client names the partition."""
+        rf = topic.replication_factor
+        if rf < 2:
+            return
+        config = log_config(self.partitions.config, topic.config)
+        for pid in self._owned_pids(topic):
+            if replication.holds(pid, rf) and self.metadata.state.by_id(topic.topic_id):
+                try:
+                    await replication.ensure_open(pid, replication.replica_nodes(pid, rf), config)
+                except Exception:
+                    logger.exception("could not open partition %d's replica", pid)
 
     # -- control channel -------------------------------------------------------
 
@@ -479,6 +536,8 @@ class Shard:
         for conn in list(self.connections):
             conn.stop()
         await self._wait_serving(lambda t: True, 1.0)
+        if self.replication is not None:
+            await self.replication.close()
         await self.writes.close()
         await self.partitions.close_all()
         logger.info("shard %d drained", self.shard_id)

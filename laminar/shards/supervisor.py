@@ -223,6 +223,7 @@ class Supervisor:
         config = self.config
         self._prepare_data_dir()
         node_id = self._node_id()
+        self._warn_unauthenticated_peers()
         self.runtime = self._resolve_runtime()
         self.sockets = bind_node(config)
         self.admin_sock = bind_admin(config)
@@ -262,12 +263,26 @@ class Supervisor:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(config.run_dir, NODE_FILE))
 
+    def _warn_unauthenticated_peers(self) -> None:
+        """Peers without a secret are allowed on loopback only (NodeConfig checks)."""
+        config = self.config
+        if config.clustered and not config.cluster_secret_file:
+            logger.warning(
+                "no --cluster-secret-file: node-to-node connections are not authenticated "
+                "(allowed because every node is on loopback)"
+            )
+
     def _node_id(self) -> str:
         path = os.path.join(self.config.data_dir, "node_id")
         try:
             with open(path) as f:
                 node_id = f.read().strip()
             if node_id:
+                if self.config.node_id and self.config.node_id != node_id:
+                    raise StartupError(
+                        f"--node-id {self.config.node_id} does not match the data dir "
+                        f"{self.config.data_dir}, which belongs to node {node_id}"
+                    )
                 return node_id
         except FileNotFoundError:
             pass

@@ -25,7 +25,7 @@ class ErrorCode(IntEnum):
     """What went wrong, as sent on the wire (msgpack int). Codes never change meaning.
 
     1-9: framing and protocol; 10-29: the request itself; 30-49: the server's
-    state; 99: a bug on the server.
+    state; 50-59: replication; 99: a bug on the server.
     """
 
     NONE = 0
@@ -56,6 +56,8 @@ class ErrorCode(IntEnum):
     OUTCOME_UNKNOWN = 37
     NOT_READY = 38
     TOO_MANY_CONNECTIONS = 39
+    NOT_LEADER = 50
+    NOT_ENOUGH_REPLICAS = 51
     INTERNAL = 99
 
     @property
@@ -117,6 +119,13 @@ _DEFAULT_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.TOO_MANY_CONNECTIONS: (
         "the shard serves as many connections as it may; nothing was read; retry later"
     ),
+    ErrorCode.NOT_LEADER: (
+        "this node is not the partition's leader; nothing was applied; send it to the "
+        "leader the error names (or refresh metadata)"
+    ),
+    ErrorCode.NOT_ENOUGH_REPLICAS: (
+        "a majority of the partition's replicas could not be reached in time; nothing was applied"
+    ),
     ErrorCode.INTERNAL: "the server failed unexpectedly",
 }
 
@@ -129,6 +138,8 @@ _RETRIABLE = frozenset(
         ErrorCode.COMMIT_PENDING,
         ErrorCode.NOT_READY,
         ErrorCode.TOO_MANY_CONNECTIONS,
+        ErrorCode.NOT_LEADER,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
     }
 )
 

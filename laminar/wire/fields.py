@@ -49,6 +49,14 @@ def string(h: dict[str, Any], key: str) -> str:
     raise _bad(key, "a string", v)
 
 
+def opt_string(h: dict[str, Any], key: str) -> str | None:
+    """A str, or None when absent or nil."""
+    v = h.get(key)
+    if v is None or type(v) is str:
+        return v
+    raise _bad(key, "a string or nil", v)
+
+
 def binary(h: dict[str, Any], key: str) -> bytes:
     """Raw bytes (msgpack bin)."""
     v = h.get(key, _MISSING)

@@ -159,13 +159,52 @@ class ShardInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A node of the cluster: its id, node port, shard ports (by shard id, empty
+    until this node has learned them) and placement weight."""
+
+    node_id: str
+    host: str
+    port: int
+    shard_ports: tuple[int, ...] = ()
+    weight: float = 1.0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "host": self.host,
+            "port": self.port,
+            "shard_ports": list(self.shard_ports),
+            "weight": self.weight,
+        }
+
+    @classmethod
+    def from_wire(cls, h: dict[str, Any]) -> NodeInfo:
+        ports = h.get("shard_ports", [])
+        if type(ports) is not list or not all(type(p) is int and 0 < p < f.U16 for p in ports):
+            raise InvalidMessage("shard_ports must be a list of ports")
+        weight = h.get("weight", 1.0)
+        if type(weight) not in (int, float) or not 0 < weight < float("inf"):
+            raise InvalidMessage("weight must be a positive number")
+        return cls(
+            f.string(h, "node_id"),
+            f.string(h, "host"),
+            f.uint(h, "port", f.U16),
+            tuple(ports),
+            float(weight),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class TopicInfo:
-    """A topic: its name, numeric id (the high half of its partition ids) and size."""
+    """A topic: its name, numeric id (the high half of its partition ids), size,
+    and how many nodes hold each partition (`replication_factor`)."""
 
     name: str
     topic_id: int
     partitions: int
     config: dict[str, int | str] = field(default_factory=dict)
+    replication_factor: int = 1
 
     def to_wire(self) -> dict[str, Any]:
         h: dict[str, Any] = {
@@ -175,6 +214,8 @@ class TopicInfo:
         }
         if self.config:
             h["config"] = self.config
+        if self.replication_factor != 1:
+            h["replication_factor"] = self.replication_factor
         return h
 
     @classmethod
@@ -184,6 +225,7 @@ class TopicInfo:
             f.uint(h, "topic_id", f.U32),
             f.uint(h, "partitions", f.U32 + 1),
             f.config(h, "config"),
+            f.opt_uint(h, "replication_factor", 256) or 1,
         )
 
 
@@ -359,9 +401,10 @@ class MetadataRequest(Message):
 
 @dataclass(frozen=True, slots=True)
 class CreateTopicRequest(Message):
-    """Create a topic with `partitions` partitions (the server assigns its id).
+    """Create a topic with `partitions` partitions (the server assigns its id),
+    each on `replication_factor` nodes (None: the cluster's default).
 
-    Header: {name, partitions, config?}.
+    Header: {name, partitions, config?, replication_factor?}.
     """
 
     OP: ClassVar[int] = Op.CREATE_TOPIC
@@ -369,17 +412,25 @@ class CreateTopicRequest(Message):
     name: str
     partitions: int
     config: dict[str, int | str] = field(default_factory=dict)
+    replication_factor: int | None = None
 
     def _header(self) -> dict[str, Any]:
         h: dict[str, Any] = {"name": self.name, "partitions": self.partitions}
         if self.config:
             h["config"] = self.config
+        if self.replication_factor is not None:
+            h["replication_factor"] = self.replication_factor
         return h
 
     @classmethod
     def _decode(cls, frame: Frame) -> Self:
         h = frame.header
-        return cls(f.string(h, "name"), f.uint(h, "partitions", f.U32 + 1), f.config(h, "config"))
+        return cls(
+            f.string(h, "name"),
+            f.uint(h, "partitions", f.U32 + 1),
+            f.config(h, "config"),
+            f.opt_uint(h, "replication_factor", 256),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -600,9 +651,11 @@ class ListOffsetsResponse(Message):
     (exclusive), `committed_index` (exclusive: every index below it is
     committed; equal to `highest_index` on a single node), and
     `timestamp_index`, the first index appended at or after the requested time
-    (`highest_index` if none; None when no time was asked for).
+    (`highest_index` if none; None when no time was asked for), and the node id
+    of the partition's `leader` as this replica knows it (None: unknown, or a
+    single node).
 
-    Header: {lowest_index, highest_index, committed_index, timestamp_index?}.
+    Header: {lowest_index, highest_index, committed_index, timestamp_index?, leader?}.
     """
 
     OP: ClassVar[int] = Op.LIST_OFFSETS
@@ -613,18 +666,21 @@ class ListOffsetsResponse(Message):
     highest_index: int
     committed_index: int
     timestamp_index: int | None = None
+    leader: str | None = None
 
     def _partition(self) -> int:
         return self.partition_id
 
     def _header(self) -> dict[str, Any]:
-        h = {
+        h: dict[str, Any] = {
             "lowest_index": self.lowest_index,
             "highest_index": self.highest_index,
             "committed_index": self.committed_index,
         }
         if self.timestamp_index is not None:
             h["timestamp_index"] = self.timestamp_index
+        if self.leader is not None:
+            h["leader"] = self.leader
         return h
 
     @classmethod
@@ -636,6 +692,7 @@ class ListOffsetsResponse(Message):
             f.uint(h, "highest_index"),
             f.uint(h, "committed_index"),
             f.opt_uint(h, "timestamp_index"),
+            f.opt_string(h, "leader"),
         )
 
 
@@ -648,7 +705,12 @@ class MetadataResponse(Message):
     it has none).
 
     Header: {node_id, host, port, routing_mode, shards: [{shard_id, host, port}],
-    topics: [{name, topic_id, partitions, config?}], admin_port?}.
+    topics: [{name, topic_id, partitions, config?}], admin_port?, nodes?}.
+
+    `nodes` lists every node of a cluster (this one included) with its shard
+    ports, so a client routes to any of them; it is empty for a single node.
+    A partition's replicas are computable from it (`laminar.placement.replica_nodes`
+    over the nodes' weights), its leader is learned from the nodes themselves.
     """
 
     OP: ClassVar[int] = Op.METADATA
@@ -661,9 +723,10 @@ class MetadataResponse(Message):
     shards: tuple[ShardInfo, ...]
     topics: tuple[TopicInfo, ...]
     admin_port: int | None = None
+    nodes: tuple[NodeInfo, ...] = ()
 
     def _header(self) -> dict[str, Any]:
-        return {
+        h = {
             "node_id": self.node_id,
             "host": self.host,
             "port": self.port,
@@ -672,6 +735,9 @@ class MetadataResponse(Message):
             "topics": [t.to_wire() for t in self.topics],
             "admin_port": self.admin_port,
         }
+        if self.nodes:
+            h["nodes"] = [n.to_wire() for n in self.nodes]
+        return h
 
     @classmethod
     def _decode(cls, frame: Frame) -> Self:
@@ -684,6 +750,7 @@ class MetadataResponse(Message):
             f.items(h, "shards", ShardInfo.from_wire),
             f.items(h, "topics", TopicInfo.from_wire),
             f.opt_uint(h, "admin_port", f.U16),
+            f.items(h, "nodes", NodeInfo.from_wire) if "nodes" in h else (),
         )
 
 
@@ -829,8 +896,10 @@ class ErrorResponse(Message):
     """The request failed. Sent with the request's op (`op`, any value, even an
     unknown one), flags RESPONSE | ERROR, and the request's partition id. A code
     from a newer peer that this side does not know reads as INTERNAL.
+    NOT_LEADER names the `leader` when the node knows it (a node id from the
+    metadata's `nodes`).
 
-    Header: {code, message}.
+    Header: {code, message, leader?}.
     """
 
     FLAGS: ClassVar[int] = _ERROR_RESPONSE
@@ -839,6 +908,7 @@ class ErrorResponse(Message):
     code: ErrorCode
     message: str
     partition_id: int = 0
+    leader: str | None = None
 
     @classmethod
     def from_error(cls, exc: ProtocolError) -> ErrorResponse:
@@ -859,7 +929,10 @@ class ErrorResponse(Message):
         return self.partition_id
 
     def _header(self) -> dict[str, Any]:
-        return {"code": int(self.code), "message": self.message}
+        h: dict[str, Any] = {"code": int(self.code), "message": self.message}
+        if self.leader is not None:
+            h["leader"] = self.leader
+        return h
 
     @classmethod
     def from_frame(cls, frame: Frame) -> ErrorResponse:
@@ -878,6 +951,7 @@ class ErrorResponse(Message):
             error_code(f.uint(h, "code", f.U16)),
             f.string(h, "message"),
             frame.partition_id,
+            f.opt_string(h, "leader"),
         )
 
 

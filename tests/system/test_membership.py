@@ -32,6 +32,7 @@ DEADLINE_S = 90.0
 
 def write_secret(path: Path) -> Path:
     path.write_bytes(base64.b64encode(os.urandom(32)) + b"\n")
+    path.chmod(0o600)  # a secret readable by others is refused
     return path
 
 
@@ -179,5 +180,6 @@ def test_a_short_secret_is_refused(tmp_path: Path) -> None:
 
     short = tmp_path / "short"
     short.write_bytes(b"too short\n")
+    short.chmod(0o600)
     with pytest.raises(NodeStartError, match="needs at least 16"):
         start_node(tmp_path, cores=1, cluster_secret_file=short)

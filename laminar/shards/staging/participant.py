@@ -36,9 +36,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Hasha
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from laminar.log import IndexOutOfRange, SegmentedLog
+from laminar.log import IndexOutOfRange
 from laminar.placement import partition_id, split_partition_id
 from laminar.shards.errors import RequestError
+from laminar.shards.replica import PartitionReplica
 from laminar.shards.staging.area import (
     Ask,
     MissingStagedData,
@@ -134,7 +135,7 @@ class Participant:
         area: StagingArea,
         files: StagingFiles,
         owns: Callable[[int], bool],
-        log_of: Callable[[int], Awaitable[SegmentedLog]],
+        replica_of: Callable[[int], Awaitable[PartitionReplica]],
         ask_coordinator: Callable[[int], Awaitable[str]],
         chunk_bytes: int,
         clock: Callable[[], float] = time.monotonic,
@@ -142,7 +143,7 @@ class Participant:
         self.area = area
         self.files = files
         self._owns = owns
-        self._log_of = log_of
+        self._replica_of = replica_of
         self._ask = ask_coordinator
         self.chunk_bytes = chunk_bytes
         self._clock = clock
@@ -163,10 +164,10 @@ class Participant:
     def commit_path(self, pid: int, commit_id: int) -> str:
         return os.path.join(self.directory(pid), f"{commit_id:016x}.commit")
 
-    def _append_bytes(self, log: SegmentedLog) -> int:
+    def _append_bytes(self, log: PartitionReplica) -> int:
         """The largest publish append into `log`: the node's chunk size, within one
         of the log's segments (a topic may set a smaller segment.bytes)."""
-        return min(self.chunk_bytes, log.config.segment_bytes)
+        return min(self.chunk_bytes, log.log.config.segment_bytes)
 
     # -- stage ------------------------------------------------------------------------
 
@@ -186,7 +187,7 @@ class Participant:
             new = self.area.attempt(pid, key) is None
             header = attempt_header(pid, key, req.timeout_ms) if new else []
             batch = batch_frame(req.sequence, req.blobs)
-            limit = self._append_bytes(await self._log_of(pid))
+            limit = self._append_bytes(await self._replica_of(pid))
             if frame_bytes(batch) > limit:
                 raise RequestError(
                     ErrorCode.RECORD_TOO_LARGE,
@@ -251,7 +252,7 @@ class Participant:
             record = self.area.commit_record(pid, commit_id)
             if record is not None and record.published is not None:
                 return record.published
-            log = await self._log_of(pid)
+            log = await self._replica_of(pid)
             try:
                 plan = self.area.plan_publish(pid, commit_id, parts, self._append_bytes(log))
             except MissingStagedData as exc:
@@ -273,7 +274,7 @@ class Participant:
         return published
 
     async def _append_chunks(
-        self, log: SegmentedLog, pid: int, commit_id: int, plan: PublishPlan, *, new: bool
+        self, log: PartitionReplica, pid: int, commit_id: int, plan: PublishPlan, *, new: bool
     ) -> Published:
         path = self.commit_path(pid, commit_id)
         if plan.fresh:
@@ -286,6 +287,7 @@ class Participant:
             present: dict[int, int] = {}
         else:
             intent = plan.intent
+            await log.settle()  # a chunk proposed before may still commit: know first
             present = await _find_chunks(log, commit_id, intent.start_index)
             self.stats.publishes_resumed += 1
             logger.info(
@@ -516,7 +518,7 @@ def _stamped(blob: bytes, stamp: WriteStamp) -> bytes:
     return encode_record(value, key, {**(headers or {}), WRITE_HEADER: stamp.encode()})
 
 
-async def _find_chunks(log: SegmentedLog, commit_id: int, start: int) -> dict[int, int]:
+async def _find_chunks(log: PartitionReplica, commit_id: int, start: int) -> dict[int, int]:
     """The chunks of `commit_id` already in `log` at or after `start`: {chunk: index}."""
     found: dict[int, int] = {}
     name = WRITE_HEADER.encode()
@@ -524,6 +526,8 @@ async def _find_chunks(log: SegmentedLog, commit_id: int, start: int) -> dict[in
     try:
         while index < log.highest_index:
             records = await log.read_range(index, SCAN_CHUNK_BYTES)
+            if not records:  # only a replicated log's own entries were left
+                break
             for record in records:
                 blob = record.value
                 if blob[:1] != b"\x00" and name in blob:

@@ -18,9 +18,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from laminar.log import SegmentedLog
 from laminar.log.storage import StorageBackend
 from laminar.shards.errors import RequestError
+from laminar.shards.replica import PartitionReplica
 from laminar.shards.staging.area import StagingArea
 from laminar.shards.staging.coordinator import Coordinator, Send
 from laminar.shards.staging.files import StagingFiles
@@ -69,7 +69,7 @@ class WriteService:
         settings: WriteSettings,
         backend: StorageBackend,
         owns: Callable[[int], bool],
-        log_of: Callable[[int], Awaitable[SegmentedLog]],
+        replica_of: Callable[[int], Awaitable[PartitionReplica]],
         check_partition: Callable[[int], Awaitable[object]],
         send: Send,
     ) -> None:
@@ -81,7 +81,7 @@ class WriteService:
             self.area,
             StagingFiles(backend, settings.staging_dir),
             owns,
-            log_of,
+            replica_of,
             self._ask_coordinator,
             settings.publish_chunk_bytes,
         )

@@ -1,0 +1,1 @@
+"""The distributed layer's shared pieces: peer authentication, members and placement views."""

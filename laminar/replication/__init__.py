@@ -1,0 +1,1 @@
+"""Replication on a node: Raft groups of partitions on a shard, and their transport."""

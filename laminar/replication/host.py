@@ -1,0 +1,152 @@
+"""Every Raft group of one shard: the clock, messages in and out, and quiescence.
+
+- The clock: one task ticks every active group each `tick_s` (100 ms). Election
+  timeouts are 10-20 ticks (1-2 s), heartbeats every tick.
+- Messages out go to `Transport.send(node, pid, message)`, which batches them
+  per destination; messages in arrive through `receive` and are stepped into
+  their group. A message for a group this shard does not have (not opened yet,
+  or deleted) is dropped and counted: Raft retries.
+- Quiescence (as CockroachDB's): a leader with no proposal for
+  `QUIESCE_AFTER_TICKS` asks its core to quiesce; the core does so only when
+  every member has the whole log and the commit index, and tells the
+  followers. Quiesced groups are not ticked at all, so thousands of idle
+  partitions cost nothing per tick. Any message or proposal wakes a group.
+  Because a quiesced follower no longer counts election ticks, the host
+  watches the leader's *node* instead: the transport reports when it last
+  heard from each node (every link carries a keepalive each tick), and
+  followers whose leader's node has been silent for an election timeout are
+  woken, so they time out and elect a new leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Sequence
+from typing import Final, Protocol
+
+from laminar.raft import LEADER, Message
+from laminar.replication.group import RaftGroup
+
+logger = logging.getLogger("laminar.replication")
+
+TICK_S: Final = 0.1
+ELECTION_TICKS: Final = 10
+QUIESCE_AFTER_TICKS: Final = 3
+
+
+class Transport(Protocol):
+    """What the host needs from the network."""
+
+    def send(self, node_id: str, pid: int, message: Message) -> None:
+        """Queue `message` for `node_id`; never blocks, may drop."""
+        ...
+
+    def last_heard(self, node_id: str) -> float | None:
+        """time.monotonic() of the last frame from `node_id` (None: never)."""
+        ...
+
+    def tick(self) -> None:
+        """Once per tick, after the groups ticked (keepalives)."""
+        ...
+
+
+class RaftHost:
+    """The Raft groups of one shard (see the module docstring)."""
+
+    def __init__(self, transport: Transport, tick_s: float = TICK_S) -> None:
+        self.transport = transport
+        self.tick_s = tick_s
+        self.groups: dict[int, RaftGroup] = {}
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._idle_ticks: dict[int, int] = {}
+        self.dropped_messages = 0
+        self._ticker: asyncio.Task[None] | None = None
+
+    # -- groups -----------------------------------------------------------------
+
+    def add(self, group: RaftGroup) -> None:
+        """Start driving `group` (its Ready loop runs in its own task)."""
+        if group.pid in self.groups:
+            raise ValueError(f"partition {group.pid} already has a Raft group here")
+        self.groups[group.pid] = group
+        self._idle_ticks[group.pid] = 0
+        task = asyncio.get_running_loop().create_task(group.run())
+        self._tasks[group.pid] = task
+        task.add_done_callback(functools.partial(_report_stopped, group.pid))
+
+    async def remove(self, pid: int) -> None:
+        """Stop and close `pid`'s group (its files stay)."""
+        group = self.groups.pop(pid, None)
+        self._idle_ticks.pop(pid, None)
+        task = self._tasks.pop(pid, None)
+        if group is None:
+            return
+        await group.close()
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def send(self, pid: int, messages: Sequence[Message]) -> None:
+        """A group's outgoing messages (its `Send`)."""
+        for message in messages:
+            self.transport.send(message.dst, pid, message)
+
+    def receive(self, pid: int, message: Message) -> None:
+        group = self.groups.get(pid)
+        if group is None or group.closed:
+            self.dropped_messages += 1
+            return
+        try:
+            group.step(message)
+        except ValueError as exc:  # a message for another node id: a peer's bug
+            self.dropped_messages += 1
+            logger.warning("partition %d: dropped a raft message: %s", pid, exc)
+
+    # -- the clock --------------------------------------------------------------
+
+    def start(self) -> None:
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+
+    async def _tick_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while True:
+            next_at += self.tick_s
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            if loop.time() - next_at > self.tick_s * ELECTION_TICKS:
+                next_at = loop.time()  # the loop stalled: do not tick a burst to catch up
+            self.tick()
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        silent_s = self.tick_s * ELECTION_TICKS
+        for pid, group in self.groups.items():
+            core = group.core
+            if core.quiesced:
+                leader = core.leader
+                if leader is not None and leader != core.id:
+                    heard = self.transport.last_heard(leader)
+                    if heard is None or now - heard > silent_s:
+                        core.wake()  # the leader's node went silent: time out
+                continue
+            group.tick()
+            if core.role == LEADER:
+                idle = self._idle_ticks[pid] = 0 if group.take_busy() else self._idle_ticks[pid] + 1
+                if idle >= QUIESCE_AFTER_TICKS and core.quiesce():
+                    group.kick()
+        self.transport.tick()
+
+    async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            await asyncio.gather(self._ticker, return_exceptions=True)
+        for pid in list(self.groups):
+            await self.remove(pid)
+
+
+def _report_stopped(pid: int, task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("partition %d is offline: its Raft group failed", pid)

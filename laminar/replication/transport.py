@@ -1,0 +1,390 @@
+"""Raft traffic between the shards of different nodes: authenticated TCP links.
+
+Outbound (`PeerLinks`, the `Transport` a `RaftHost` sends through): one task
+per remote node takes everything queued for that node since it last ran and
+writes it as one RAFT_BATCH frame per remote shard (the shard that owns each
+partition on that node: `shard_for(pid, its core count)`), so the heartbeats
+of every group two shards share travel as one frame per tick. A link learns
+the remote node's shards from its metadata (one METADATA request to its node
+port), opens a TCP connection to each shard it needs and authenticates it
+(`laminar.cluster.auth`: hello, challenge, proof) before the first batch.
+When nothing went to a node during a tick, a keepalive (an empty batch) goes
+instead, so the receiving host knows the node is alive even when every group
+is quiesced. A link that fails drops what was queued (Raft resends) and
+reconnects with backoff; queued bytes are bounded.
+
+Inbound (`PeerSession`): a shard connection whose first frame is PEER_HELLO is
+handed over by `laminar.shards.connection` to a session that answers the
+handshake and then only reads RAFT_BATCH frames (one way, never answered),
+stepping each message into the shard's host. A peer that fails the handshake
+gets one error frame, a log line, and a closed socket; no other op is
+accepted on a peer connection, and RAFT_BATCH is accepted nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Final
+
+from laminar.cluster.auth import Initiator, PeerAuth, PeerAuthError, Responder
+from laminar.cluster.members import ClusterView
+from laminar.placement import shard_for
+from laminar.raft import Message
+from laminar.replication.codec import RaftCodecError, decode_batch, encode_batch
+from laminar.wire import (
+    NEED_DATA,
+    REQUEST_HEADER_LIMITS,
+    ErrorCode,
+    ErrorResponse,
+    Flags,
+    Frame,
+    FrameDecoder,
+    MetadataRequest,
+    MetadataResponse,
+    ProtocolError,
+    decode_response,
+    encode_frame,
+)
+
+logger = logging.getLogger("laminar.replication")
+
+CONNECT_TIMEOUT_S: Final = 2.0
+HANDSHAKE_TIMEOUT_S: Final = 5.0
+BACKOFF_S: Final = (0.05, 0.1, 0.2, 0.5, 1.0)
+QUEUED_BYTES_MAX: Final = 64 << 20
+"""Per remote node; beyond it new messages are dropped (Raft resends)."""
+BATCH_BYTES_MAX: Final = 4 << 20
+"""A frame is cut when its messages' payloads pass this."""
+READ_BYTES: Final = 256 << 10
+
+# Op codes of node-to-node connections (`laminar.wire.ops` reserves 32-63 for
+# internal ops and 64-95 for Raft). They have no `laminar.wire.Message`
+# classes: only this module reads and writes them.
+PEER_HELLO: Final = 41
+"""Opens a peer connection; answered (RESPONSE flag) with the responder's challenge."""
+PEER_PROOF: Final = 42
+"""The initiator's proof; an empty answer means the connection is authenticated."""
+RAFT_BATCH: Final = 64
+"""Raft messages of many groups (`laminar.replication.codec`); one way, never answered."""
+
+Receive = Callable[[int, Message], None]
+
+
+class PeerLinkError(Exception):
+    """A remote shard cannot be reached or refused us."""
+
+
+def _size(message: Message) -> int:
+    return 64 + len(message.data) + sum(len(e.data) + 16 for e in message.entries)
+
+
+# -- frames on a socket -------------------------------------------------------------
+
+
+async def _read_frame(sock: socket.socket, decoder: FrameDecoder) -> Frame:
+    loop = asyncio.get_running_loop()
+    while True:
+        frame = decoder.next_frame()
+        if frame is not NEED_DATA:
+            return frame
+        data = await loop.sock_recv(sock, READ_BYTES)
+        if not data:
+            raise ConnectionResetError("the peer closed the connection")
+        decoder.feed(data)
+
+
+def _decoder(max_frame_bytes: int) -> FrameDecoder:
+    return FrameDecoder(max_frame_bytes, header_limits=REQUEST_HEADER_LIMITS)
+
+
+# -- outbound -----------------------------------------------------------------------
+
+
+class _ShardConnection:
+    """One authenticated connection to one shard of a remote node."""
+
+    def __init__(self, sock: socket.socket, peer_id: str) -> None:
+        self.sock = sock
+        self.peer_id = peer_id
+
+    @classmethod
+    async def open(
+        cls, host: str, port: int, auth: PeerAuth, expected: str, max_frame_bytes: int
+    ) -> _ShardConnection:
+        loop = asyncio.get_running_loop()
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await asyncio.wait_for(loop.sock_connect(sock, (host, port)), CONNECT_TIMEOUT_S)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await asyncio.wait_for(
+                _initiate(sock, auth, expected, max_frame_bytes), HANDSHAKE_TIMEOUT_S
+            )
+        except BaseException:
+            sock.close()
+            raise
+        return cls(sock, expected)
+
+    async def send(self, payload: bytes) -> None:
+        frame = encode_frame(RAFT_BATCH, 0, 0, {}, payload)
+        await asyncio.get_running_loop().sock_sendall(self.sock, frame)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def _initiate(sock: socket.socket, auth: PeerAuth, expected: str, max_frame: int) -> None:
+    loop = asyncio.get_running_loop()
+    decoder = _decoder(max_frame)
+    initiator = Initiator(auth)
+    await loop.sock_sendall(sock, encode_frame(PEER_HELLO, 1, 0, initiator.hello()))
+    challenge = await _read_frame(sock, decoder)
+    _raise_refusal(challenge)
+    try:
+        proof = initiator.on_challenge(challenge.header)
+    except PeerAuthError as exc:
+        raise PeerLinkError(f"{expected}: {exc}") from None
+    if initiator.peer_id != expected:
+        raise PeerLinkError(f"expected node {expected!r} there, found {initiator.peer_id!r}")
+    await loop.sock_sendall(sock, encode_frame(PEER_PROOF, 2, 0, proof))
+    _raise_refusal(await _read_frame(sock, decoder))
+
+
+def _raise_refusal(frame: Frame) -> None:
+    if frame.is_error:
+        refusal = decode_response(frame)
+        message = refusal.message if isinstance(refusal, ErrorResponse) else "refused"
+        raise PeerLinkError(f"the peer refused the handshake: {message}")
+
+
+class _NodeLink:
+    """Everything this shard sends to one remote node."""
+
+    def __init__(self, links: PeerLinks, node_id: str) -> None:
+        self.links = links
+        self.node_id = node_id
+        self.queue: list[tuple[int, Message]] = []
+        self.queued_bytes = 0
+        self.wake = asyncio.Event()
+        self.layout: tuple[str, list[int]] | None = None
+        self.connections: dict[int, _ShardConnection] = {}
+        self.sent_this_tick = False
+        self.failures = 0
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def put(self, pid: int, message: Message) -> None:
+        size = _size(message)
+        if self.queued_bytes + size > QUEUED_BYTES_MAX:
+            self.links.dropped += 1
+            return
+        self.queue.append((pid, message))
+        self.queued_bytes += size
+        self.wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            batch, self.queue, self.queued_bytes = self.queue, [], 0
+            try:
+                await self._deliver(batch)
+                self.failures = 0
+            except (OSError, PeerLinkError, TimeoutError, ProtocolError) as exc:
+                self._broken(exc)
+                delay = BACKOFF_S[min(self.failures, len(BACKOFF_S) - 1)]
+                self.failures += 1
+                await asyncio.sleep(delay)
+
+    async def _deliver(self, batch: list[tuple[int, Message]]) -> None:
+        host, ports = await self._layout()
+        by_shard: dict[int, list[tuple[int, Message]]] = defaultdict(list)
+        for pid, message in batch:
+            by_shard[shard_for(pid, len(ports))].append((pid, message))
+        if not batch:  # a keepalive: to every shard already connected, else shard 0
+            by_shard = {shard: [] for shard in (self.connections or (0,))}
+        for shard, messages in by_shard.items():
+            conn = self.connections.get(shard)
+            if conn is None:
+                conn = await _ShardConnection.open(
+                    host, ports[shard], self.links.auth, self.node_id, self.links.max_frame_bytes
+                )
+                self.connections[shard] = conn
+                logger.info("raft link to node %s shard %d is up", self.node_id, shard)
+            for chunk in _chunks(messages):
+                await conn.send(encode_batch(chunk))
+        self.sent_this_tick = True
+
+    async def _layout(self) -> tuple[str, list[int]]:
+        if self.layout is None:
+            member = self.links.view().get(self.node_id)
+            if member is None:
+                raise PeerLinkError(f"node {self.node_id!r} is not a member")
+            self.layout = await _fetch_layout(member.host, member.port)
+        return self.layout
+
+    def _broken(self, exc: BaseException) -> None:
+        if self.failures in (0, 5) or self.failures % 50 == 49:
+            logger.warning("raft link to node %s: %s", self.node_id, exc)
+        for conn in self.connections.values():
+            conn.close()
+        self.connections.clear()
+        self.layout = None  # the node may have restarted with other ports
+
+    def close(self) -> None:
+        self.task.cancel()
+        for conn in self.connections.values():
+            conn.close()
+
+
+def _chunks(messages: list[tuple[int, Message]]) -> list[list[tuple[int, Message]]]:
+    out: list[list[tuple[int, Message]]] = [[]]
+    size = 0
+    for item in messages:
+        item_size = _size(item[1])
+        if out[-1] and size + item_size > BATCH_BYTES_MAX:
+            out.append([])
+            size = 0
+        out[-1].append(item)
+        size += item_size
+    return out
+
+
+async def _fetch_layout(host: str, port: int) -> tuple[str, list[int]]:
+    """(host, shard ports) of the node at host:port, from its metadata."""
+    loop = asyncio.get_running_loop()
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        await asyncio.wait_for(loop.sock_connect(sock, (host, port)), CONNECT_TIMEOUT_S)
+        await loop.sock_sendall(sock, MetadataRequest().encode(1))
+        frame = await asyncio.wait_for(
+            _read_frame(sock, FrameDecoder(16 << 20)), HANDSHAKE_TIMEOUT_S
+        )
+    finally:
+        sock.close()
+    response = decode_response(frame)
+    if not isinstance(response, MetadataResponse):
+        raise PeerLinkError(f"{host}:{port} answered metadata with {type(response).__name__}")
+    return host, [s.port for s in sorted(response.shards, key=lambda s: s.shard_id)]
+
+
+class PeerLinks:
+    """This shard's outbound Raft links, one per remote node (see the module docstring)."""
+
+    def __init__(
+        self, auth: PeerAuth, view: Callable[[], ClusterView], max_frame_bytes: int
+    ) -> None:
+        self.auth = auth
+        self.view = view
+        self.max_frame_bytes = max_frame_bytes
+        self._nodes: dict[str, _NodeLink] = {}
+        self._heard: dict[str, float] = {}
+        self.dropped = 0
+
+    def send(self, node_id: str, pid: int, message: Message) -> None:
+        link = self._nodes.get(node_id)
+        if link is None:
+            if node_id == self.auth.node_id or self.view().get(node_id) is None:
+                self.dropped += 1
+                return
+            link = self._nodes[node_id] = _NodeLink(self, node_id)
+        link.put(pid, message)
+
+    def tick(self) -> None:
+        """Once per tick: a keepalive (empty batch) to every node nothing was sent to."""
+        for link in self._nodes.values():
+            if not link.sent_this_tick and not link.queue:
+                link.wake.set()
+            link.sent_this_tick = False
+
+    def shard_ports(self, node_id: str) -> tuple[int, ...]:
+        """The shard ports of `node_id` as learned from its metadata (() until then)."""
+        link = self._nodes.get(node_id)
+        if link is None or link.layout is None:
+            return ()
+        return tuple(link.layout[1])
+
+    def heard(self, node_id: str) -> None:
+        self._heard[node_id] = time.monotonic()
+
+    def last_heard(self, node_id: str) -> float | None:
+        return self._heard.get(node_id)
+
+    def close(self) -> None:
+        for link in self._nodes.values():
+            link.close()
+        self._nodes.clear()
+
+
+# -- inbound ------------------------------------------------------------------------
+
+
+class PeerSession:
+    """The accepting side of a peer connection (see the module docstring)."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        auth: PeerAuth,
+        receive: Receive,
+        heard: Callable[[str], None],
+        max_frame_bytes: int,
+    ) -> None:
+        self.sock = sock
+        self._auth = auth
+        self._receive = receive
+        self._heard = heard
+        self._max_frame_bytes = max_frame_bytes
+        self.peer_id: str | None = None
+
+    async def serve(self, hello: Frame) -> None:
+        """Answer the handshake that `hello` opened, then read batches until EOF."""
+        loop = asyncio.get_running_loop()
+        decoder = _decoder(self._max_frame_bytes)
+        try:
+            try:
+                peer = await asyncio.wait_for(self._handshake(hello, decoder), HANDSHAKE_TIMEOUT_S)
+            except (PeerAuthError, TimeoutError) as exc:
+                logger.warning("refused a peer connection: %s", exc)
+                refusal = ErrorResponse.for_code(hello.op, ErrorCode.INVALID_REQUEST, str(exc))
+                with contextlib.suppress(OSError):
+                    await loop.sock_sendall(self.sock, refusal.encode(0))
+                return
+            self.peer_id = peer
+            await loop.sock_sendall(
+                self.sock, encode_frame(PEER_PROOF, 0, 0, {}, flags=Flags.RESPONSE)
+            )
+            while True:
+                frame = await _read_frame(self.sock, decoder)
+                if frame.op != RAFT_BATCH:
+                    raise PeerAuthError(f"op {frame.op} on a peer connection")
+                self._heard(peer)
+                for pid, message in decode_batch(frame.payload, self._max_frame_bytes):
+                    if message.src != peer:
+                        raise PeerAuthError(f"node {peer!r} sent a message as {message.src!r}")
+                    self._receive(pid, message)
+        except (OSError, ProtocolError, RaftCodecError, PeerAuthError) as exc:
+            if self.peer_id is not None and not isinstance(exc, ConnectionResetError):
+                logger.warning("peer connection from %s closed: %s", self.peer_id, exc)
+        finally:
+            self.sock.close()
+
+    async def _handshake(self, hello: Frame, decoder: FrameDecoder) -> str:
+        responder = Responder(self._auth)
+        challenge = responder.on_hello(hello.header)
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(
+            self.sock, encode_frame(PEER_HELLO, 0, 0, challenge, flags=Flags.RESPONSE)
+        )
+        proof = await _read_frame(self.sock, decoder)
+        if proof.op != PEER_PROOF:
+            raise PeerAuthError(f"expected the handshake's proof, got op {proof.op}")
+        return responder.on_proof(proof.header)

@@ -1,0 +1,257 @@
+"""The replica seam: what request handlers see of a partition, replicated or not.
+
+Handlers, long-polls and idempotent producers talk to a `PartitionReplica`,
+never to a log: `LocalReplica` is a single node's partition (its log, as
+before), `RaftReplica` is one member of a partition's Raft group, whose log
+*is* the segmented log. Both offer the same surface:
+
+- `lowest_index` / `highest_index`: the readable range. For a Raft replica
+  `highest_index` is the commit index (exclusive): readers, from the leader or
+  from any follower, never see a record that a leader change could take back.
+- `append_stamped(blobs)`: (first index, timestamp) once the batch is durable
+  (local) or committed on a majority, each replica durable first (Raft).
+  A follower refuses with NOT_LEADER naming the leader (nothing appended).
+- `read_range` / `read_batch`: committed records only. A Raft log also holds
+  entries the protocol writes itself (a leader's no-op, membership changes);
+  reads skip them, so a partition's indexes can have gaps, never misplaced
+  records.
+- `wait_for_append(index, timeout_s)`: long-polls wait for the commit index.
+- `settle()`: wait until every entry already in the local log is either
+  committed or gone, so a scan of committed records can tell whether an
+  earlier append whose answer was lost is in the partition (the write
+  protocol's resumed publish does that before appending again).
+- `producers_key`: the object idempotent-producer tables are kept under. A
+  Raft replica makes a new one each time it becomes leader, so a new leader
+  rebuilds its table from the committed log, after its own no-op committed
+  (everything before it is then committed too): writes are refused until then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Final, Protocol
+
+from laminar.log import Record, RecordBatch, SegmentedLog
+from laminar.raft import LEADER, NotLeader
+from laminar.raft.segmented import CONTROL_TERM_BIT
+from laminar.replication.group import ProposalLost, RaftGroup
+from laminar.shards.errors import RequestError
+from laminar.wire import ErrorCode
+
+APPEND_TIMEOUT_S: Final = 10.0
+RECORDS_MAX: Final = 1 << 62
+"""How long a replicated append waits for its commit before its outcome is unknown."""
+
+
+class PartitionReplica(Protocol):
+    """A partition as handlers see it (see the module docstring)."""
+
+    directory: str
+    log: SegmentedLog
+    """The local log (for its settings; reads and writes go through the replica)."""
+
+    @property
+    def lowest_index(self) -> int: ...
+
+    @property
+    def highest_index(self) -> int: ...
+
+    @property
+    def leader(self) -> str | None: ...
+
+    @property
+    def producers_key(self) -> object: ...
+
+    def check_writable(self) -> None: ...
+
+    async def append_stamped(self, blobs: Sequence[bytes]) -> tuple[int, int]: ...
+
+    async def read_range(
+        self, start: int, max_bytes: int, max_records: int = ...
+    ) -> list[Record]: ...
+
+    async def settle(self) -> None: ...
+
+    async def read_batch(self, start: int, max_bytes: int, max_records: int) -> RecordBatch: ...
+
+    async def wait_for_append(self, index: int, timeout_s: float) -> None: ...
+
+    async def index_for_timestamp(self, timestamp_ms: int) -> int: ...
+
+
+class LocalReplica:
+    """A partition held by this node alone: its log, nothing in between."""
+
+    __slots__ = ("directory", "log")
+
+    def __init__(self, log: SegmentedLog) -> None:
+        self.log = log
+        self.directory = log.directory
+
+    @property
+    def lowest_index(self) -> int:
+        return self.log.lowest_index
+
+    @property
+    def highest_index(self) -> int:
+        return self.log.highest_index
+
+    @property
+    def leader(self) -> str | None:
+        return None
+
+    @property
+    def producers_key(self) -> object:
+        return self.log
+
+    def check_writable(self) -> None:
+        return None
+
+    async def append_stamped(self, blobs: Sequence[bytes]) -> tuple[int, int]:
+        return await self.log.append_stamped(blobs)
+
+    async def read_range(
+        self, start: int, max_bytes: int, max_records: int = RECORDS_MAX
+    ) -> list[Record]:
+        return await self.log.read_range(start, max_bytes, max_records)
+
+    async def settle(self) -> None:
+        return None
+
+    async def read_batch(self, start: int, max_bytes: int, max_records: int) -> RecordBatch:
+        return await self.log.read_batch(start, max_bytes, max_records)
+
+    def read_batch_nowait(self, start: int, max_bytes: int, max_records: int) -> RecordBatch | None:
+        """`read_batch` if it needs no wait (`SegmentedLog.read_batch_nowait`),
+        else None; the request fast path serves local partitions with it."""
+        return self.log.read_batch_nowait(start, max_bytes, max_records)
+
+    async def wait_for_append(self, index: int, timeout_s: float) -> None:
+        await self.log.wait_for_append(index, timeout_s)
+
+    async def index_for_timestamp(self, timestamp_ms: int) -> int:
+        return await self.log.index_for_timestamp(timestamp_ms)
+
+
+class _LeaderTerm:
+    """A token: one leadership of one replica (idempotent-producer tables key on it)."""
+
+    __slots__ = ("__weakref__", "term")
+
+    def __init__(self, term: int) -> None:
+        self.term = term
+
+
+class RaftReplica:
+    """This node's member of a partition's Raft group (see the module docstring)."""
+
+    def __init__(self, group: RaftGroup) -> None:
+        self.group = group
+        self.log = group.storage.log
+        self.directory = self.log.directory
+        self._leader_term = _LeaderTerm(-1)
+
+    @property
+    def lowest_index(self) -> int:
+        return self.log.lowest_index
+
+    @property
+    def highest_index(self) -> int:
+        return self.group.committed_end
+
+    @property
+    def log_end(self) -> int:
+        """The end of the local log, committed or not (for status)."""
+        return self.log.highest_index
+
+    @property
+    def leader(self) -> str | None:
+        return self.group.leader
+
+    @property
+    def producers_key(self) -> object:
+        term = self.group.core.term
+        if self._leader_term.term != term:
+            self._leader_term = _LeaderTerm(term)
+        return self._leader_term
+
+    def check_writable(self) -> None:
+        """Raise unless this replica leads and its own no-op is committed."""
+        group = self.group
+        if group.writable:
+            return
+        if group.core.role == LEADER:
+            raise RequestError(
+                ErrorCode.NOT_READY,
+                "this node just became the partition's leader and is committing its "
+                "first entry; nothing was applied; retry shortly",
+            )
+        leader = group.leader
+        raise RequestError(
+            ErrorCode.NOT_LEADER,
+            f"node {group.core.id} is not the partition's leader"
+            + (f"; node {leader} is" if leader else "; no leader is known yet (an election runs)"),
+            leader=leader,
+        )
+
+    async def append_stamped(self, blobs: Sequence[bytes]) -> tuple[int, int]:
+        self.check_writable()
+        try:
+            first, timestamp_ms, done = self.group.propose(blobs)
+        except NotLeader as exc:
+            raise RequestError(ErrorCode.NOT_LEADER, str(exc), leader=exc.leader_hint) from None
+        try:
+            await asyncio.wait_for(asyncio.shield(done), APPEND_TIMEOUT_S)
+        except ProposalLost:
+            raise RequestError(
+                ErrorCode.NOT_LEADER,
+                "leadership changed before the batch was committed; it was not appended",
+                leader=self.group.leader,
+            ) from None
+        except TimeoutError:
+            raise RequestError(
+                ErrorCode.OUTCOME_UNKNOWN,
+                f"the batch was not committed within {APPEND_TIMEOUT_S:.0f} s (a majority of "
+                "replicas may be unreachable); it may still be appended: read to check",
+            ) from None
+        return first, timestamp_ms
+
+    async def read_range(
+        self, start: int, max_bytes: int, max_records: int = RECORDS_MAX
+    ) -> list[Record]:
+        batch = await self.read_batch(start, max_bytes, max_records)
+        return batch.records()
+
+    async def settle(self) -> None:
+        """Leader only (raises NOT_LEADER otherwise): wait until the whole local
+        log is committed; NOT_READY if a majority does not confirm it in time."""
+        self.check_writable()
+        end = self.log.highest_index
+        await self.group.wait_committed(end, APPEND_TIMEOUT_S)
+        if self.group.committed_end < end:
+            raise RequestError(
+                ErrorCode.NOT_READY,
+                "earlier appends to the partition are not settled yet (no majority); retry",
+            )
+
+    async def read_batch(self, start: int, max_bytes: int, max_records: int) -> RecordBatch:
+        """Committed records from `start` on, without the protocol's own entries:
+        leading ones are skipped, and the batch stops before the next one."""
+        end = self.group.committed_end
+        log = self.log
+        while start < end and log.term_of(start) & CONTROL_TERM_BIT:
+            start += 1
+        if start >= end:
+            return RecordBatch(start, (), (), (), b"")
+        batch = await log.read_batch(start, max_bytes, min(max_records, end - start))
+        if max(batch.terms) & CONTROL_TERM_BIT:
+            keep = next(k for k, term in enumerate(batch.terms) if term & CONTROL_TERM_BIT)
+            batch = batch.head(keep)
+        return batch
+
+    async def wait_for_append(self, index: int, timeout_s: float) -> None:
+        await self.group.wait_committed(index + 1, timeout_s)
+
+    async def index_for_timestamp(self, timestamp_ms: int) -> int:
+        return min(await self.log.index_for_timestamp(timestamp_ms), self.group.committed_end)

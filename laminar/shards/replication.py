@@ -1,0 +1,196 @@
+"""A shard's part in a cluster: its Raft groups, their links, and which replica is whose.
+
+Placement (DESIGN.md): partition `pid` lives on the top `replication_factor`
+nodes of the cluster view by weighted rendezvous, and on each of those nodes
+on shard `shard_for(pid, cores)`. This object, one per shard of a clustered
+node, holds the shard's Raft members of those partitions:
+
+- groups are opened eagerly (`ensure_open`, called when a topic is created and
+  at start for every topic), not on the first request: a follower must be up to
+  vote and to take appends;
+- the metadata partition (pid 0) is a Raft group too, on every node of a
+  static cluster (a view has at most `METADATA_VOTERS_MAX` nodes for now);
+- a request for a partition this node holds no replica of gets NOT_LEADER
+  naming the partition's first replica, so a client that routed with stale
+  metadata learns where to go;
+- peer connections (`laminar.replication.transport`) carry Raft traffic; this
+  shard authenticates the ones handed to it by its connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import socket
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from laminar.cluster.auth import PeerAuth
+from laminar.cluster.members import ClusterView
+from laminar.log import LogConfig
+from laminar.raft import Entry, RaftConfig, RaftCore
+from laminar.raft.segmented import SegmentedLogStorage
+from laminar.replication.group import RaftGroup
+from laminar.replication.host import ELECTION_TICKS, RaftHost
+from laminar.replication.transport import PeerLinks, PeerSession
+from laminar.shards.errors import RequestError
+from laminar.shards.partitions import PartitionManager
+from laminar.shards.replica import RaftReplica
+from laminar.wire import ErrorCode, Frame, NodeInfo
+
+logger = logging.getLogger("laminar.replication")
+
+METADATA_VOTERS_MAX: Final = 7
+"""Every node of a static cluster votes on metadata; SWIM placement will choose 3."""
+
+Apply = Callable[[Sequence[Entry]], None]
+
+
+class ShardReplication:
+    """This shard's Raft groups and peer links (see the module docstring)."""
+
+    def __init__(
+        self,
+        view: ClusterView,
+        auth: PeerAuth,
+        shard_id: int,
+        cores: int,
+        partitions: PartitionManager,
+        max_frame_bytes: int,
+        own_shard_ports: tuple[int, ...],
+    ) -> None:
+        if len(view.members) > METADATA_VOTERS_MAX:
+            raise ValueError(
+                f"a static cluster has at most {METADATA_VOTERS_MAX} nodes until membership "
+                "gossip lands; use fewer --peers"
+            )
+        self.view = view
+        self.auth = auth
+        self.node_id = auth.node_id
+        self.shard_id = shard_id
+        self.cores = cores
+        self.partitions = partitions
+        self.max_frame_bytes = max_frame_bytes
+        self._own_shard_ports = own_shard_ports
+        self.links = PeerLinks(auth, lambda: self.view, max_frame_bytes)
+        self.host = RaftHost(self.links)
+        self.replicas: dict[int, RaftReplica] = {}
+        self._opening: dict[int, asyncio.Task[RaftReplica]] = {}
+        self._sessions: set[asyncio.Task[None]] = set()
+        self._rng = random.Random()
+
+    def start(self) -> None:
+        self.host.start()
+
+    # -- placement ---------------------------------------------------------------
+
+    def replica_nodes(self, pid: int, replication_factor: int) -> list[str]:
+        return self.view.replicas(pid, replication_factor)
+
+    def holds(self, pid: int, replication_factor: int) -> bool:
+        """True if this node holds a replica of `pid` (on whichever shard)."""
+        return self.node_id in self.replica_nodes(pid, replication_factor)
+
+    def not_here(self, pid: int, replication_factor: int) -> RequestError:
+        """The refusal for a partition this node holds no replica of."""
+        nodes = self.replica_nodes(pid, replication_factor)
+        return RequestError(
+            ErrorCode.NOT_LEADER,
+            f"node {self.node_id} holds no replica of partition {pid}; nodes {nodes} do",
+            leader=nodes[0],
+        )
+
+    # -- groups ------------------------------------------------------------------
+
+    async def ensure_open(
+        self,
+        pid: int,
+        voters: Sequence[str],
+        log_config: LogConfig,
+        apply: Apply | None = None,
+        replay: bool = False,
+    ) -> RaftReplica:
+        """This shard's member of `pid`'s group, opened (and recovered) once.
+
+        `replay`: deliver every committed entry again after a restart (the
+        metadata state machine is rebuilt that way); partitions need not."""
+        replica = self.replicas.get(pid)
+        if replica is not None:
+            return replica
+        task = self._opening.get(pid)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(
+                self._open(pid, tuple(voters), log_config, apply, replay)
+            )
+            self._opening[pid] = task
+        return await asyncio.shield(task)
+
+    async def _open(
+        self,
+        pid: int,
+        voters: tuple[str, ...],
+        log_config: LogConfig,
+        apply: Apply | None,
+        replay: bool,
+    ) -> RaftReplica:
+        try:
+            log = await self.partitions.get(pid, log_config)
+            storage = await SegmentedLogStorage.over(log, stamped=True)
+            hard_state = storage.initial_state()
+            config = RaftConfig(
+                node_id=self.node_id,
+                voters=voters,
+                election_ticks=ELECTION_TICKS,
+                heartbeat_ticks=1,
+                applied=None if replay else hard_state.commit,
+            )
+            core = RaftCore(config, storage, random.Random(self._rng.getrandbits(64)))
+            group = RaftGroup(pid, core, storage, self.host.send, apply)
+            self.host.add(group)
+            replica = self.replicas[pid] = RaftReplica(group)
+            return replica
+        finally:
+            del self._opening[pid]
+
+    async def close_group(self, pid: int) -> None:
+        """Stop `pid`'s group (the partition manager closes and removes its files)."""
+        task = self._opening.get(pid)
+        if task is not None:
+            await asyncio.wait([task])
+        self.replicas.pop(pid, None)
+        await self.host.remove(pid)
+
+    # -- peers -------------------------------------------------------------------
+
+    def accept_peer(self, sock: socket.socket, hello: Frame) -> None:
+        """Serve a connection whose first frame was PEER_HELLO (handed over by
+        `laminar.shards.connection`)."""
+        session = PeerSession(
+            sock, self.auth, self.host.receive, self.links.heard, self.max_frame_bytes
+        )
+        task = asyncio.get_running_loop().create_task(session.serve(hello))
+        self._sessions.add(task)
+        task.add_done_callback(self._sessions.discard)
+
+    def nodes(self) -> tuple[NodeInfo, ...]:
+        """Every node of the view, with the shard ports this shard has learned."""
+        return tuple(
+            NodeInfo(
+                m.node_id,
+                m.host,
+                m.port,
+                self._own_shard_ports
+                if m.node_id == self.node_id
+                else self.links.shard_ports(m.node_id),
+                m.weight,
+            )
+            for m in self.view.members
+        )
+
+    async def close(self) -> None:
+        for task in list(self._sessions):
+            task.cancel()
+        await self.host.close()
+        self.links.close()
+        self.replicas.clear()

@@ -1,0 +1,63 @@
+"""Member lists: parsing --peers, views, and placement over a view."""
+
+from __future__ import annotations
+
+import pytest
+
+from laminar.cluster.members import (
+    ClusterView,
+    Member,
+    MembershipError,
+    StaticMembership,
+    parse_address,
+    parse_peers,
+)
+from laminar.placement import partition_id, replica_nodes
+
+
+def test_peers_parse_with_ipv6_and_weights() -> None:
+    members = parse_peers("n2=127.0.0.1:7170, n3=[::1]:7270@2.5,")
+    assert members == (Member("n2", "127.0.0.1", 7170), Member("n3", "::1", 7270, 2.5))
+    assert members[1].address == "[::1]:7270"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("n2", "ID=HOST:PORT"),
+        ("n2=host", "HOST:PORT"),
+        ("n2=host:0", "1..65535"),
+        ("n2=::1:7070", "IPv6"),
+        ("n2=h:1@0", "finite and > 0"),
+        ("n2=h:1@x", "not a number"),
+        ("bad id=h:1", "not valid"),
+        ("n2=h:1,n2=h:2", "twice"),
+    ],
+)
+def test_bad_peer_lists_say_what_is_wrong(text: str, says: str) -> None:
+    with pytest.raises(MembershipError, match=says):
+        parse_peers(text)
+
+
+def test_addresses_parse() -> None:
+    assert parse_address("10.0.0.1:80") == ("10.0.0.1", 80)
+    with pytest.raises(ValueError):
+        parse_address("[not-v6]:80")
+
+
+def test_a_view_is_sorted_and_places_like_the_placement_function() -> None:
+    me = Member("n1", "127.0.0.1", 7070)
+    view = StaticMembership(me, parse_peers("n3=127.0.0.1:7270@2,n2=127.0.0.1:7170")).view()
+    assert view.node_ids == ("n1", "n2", "n3")
+    assert view.get("n3") == Member("n3", "127.0.0.1", 7270, 2.0)
+    assert view.get("n9") is None
+    for idx in range(50):
+        pid = partition_id(7, idx)
+        expected = replica_nodes(pid, {"n1": 1.0, "n2": 1.0, "n3": 2.0}, 2)
+        assert view.replicas(pid, 2) == expected
+    assert len(view.replicas(partition_id(7, 0), 5)) == 3
+
+
+def test_a_view_refuses_duplicate_ids() -> None:
+    with pytest.raises(MembershipError, match="unique"):
+        ClusterView(1, (Member("a", "h", 1), Member("a", "h", 2)))
