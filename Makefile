@@ -3,7 +3,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run demo-log test lint bench soak clean
+.PHONY: setup run cluster demo-log test lint bench soak log-mutants clean
 
 setup:
 	@scripts/setup
@@ -16,6 +16,10 @@ run: setup
 	@echo "  .venv/bin/laminar consume events --follow"
 	@echo "  .venv/bin/laminar status"
 	@exec $(VENV)/bin/laminar-node
+
+# Three nodes on loopback, every partition replicated; Ctrl-C stops all.
+cluster: setup
+	@scripts/cluster
 
 # The segmented log surviving SIGKILL: append, kill, recover, verify.
 demo-log: setup
@@ -34,6 +38,11 @@ soak: setup
 	$(PY) -m tests.raft.sim.soak --seeds 10000 --processes 2
 	$(PY) -m tests.raft.sim.mutations 300
 	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/swim/test_soak.py
+	LAMINAR_MODEL_EXAMPLES=4000 LAMINAR_CRASH_ROUNDS=60 $(PY) -m pytest -q -p no:cacheprovider tests/log/test_log_model.py tests/log/test_crash.py
+
+# The log's durability tests against mutants (every fsync removed, each fix undone).
+log-mutants: setup
+	$(PY) scripts/log_mutants.py
 
 bench:
 	@scripts/setup --bench
@@ -44,4 +53,4 @@ bench:
 	benchmarks/compare.sh
 
 clean:
-	rm -rf laminar-data $(VENV) .setup-stamp .pytest_cache .mypy_cache .ruff_cache
+	rm -rf laminar-data laminar-cluster $(VENV) .setup-stamp .pytest_cache .mypy_cache .ruff_cache

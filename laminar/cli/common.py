@@ -43,6 +43,11 @@ class UsageError(Exception):
     """The command line asks for something impossible; exit 2 with the message."""
 
 
+def parser_default_bootstrap() -> str:
+    """The bootstrap a command uses when none is given."""
+    return os.environ.get("LAMINAR_BOOTSTRAP", DEFAULT_BOOTSTRAP)
+
+
 def common_parser() -> argparse.ArgumentParser:
     """The flags every leaf command takes: --bootstrap, --json, --timeout."""
     common = argparse.ArgumentParser(add_help=False)
@@ -50,9 +55,10 @@ def common_parser() -> argparse.ArgumentParser:
     group.add_argument(
         "-b",
         "--bootstrap",
-        metavar="HOST:PORT",
-        default=os.environ.get("LAMINAR_BOOTSTRAP", DEFAULT_BOOTSTRAP),
-        help="the node to talk to (default: $LAMINAR_BOOTSTRAP or %(default)s)",
+        metavar="HOST:PORT[,...]",
+        default=parser_default_bootstrap(),
+        help="the node to talk to, or several nodes of a cluster (any that answers; "
+        "default: $LAMINAR_BOOTSTRAP or %(default)s)",
     )
     group.add_argument("--json", action="store_true", help="print JSON for scripts")
     group.add_argument(

@@ -15,7 +15,13 @@ import sys
 from collections.abc import Sequence
 
 from laminar.cli import consume, produce, status, topics
-from laminar.cli.common import EXIT_CODES_HELP, Exit, UsageError, common_parser
+from laminar.cli.common import (
+    EXIT_CODES_HELP,
+    Exit,
+    UsageError,
+    common_parser,
+    parser_default_bootstrap,
+)
 from laminar.client import (
     CannotConnectError,
     Client,
@@ -52,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES + "\n" + EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument(
+        "-b",
+        "--bootstrap",
+        dest="global_bootstrap",
+        metavar="HOST:PORT[,...]",
+        default=None,
+        help="as a command's --bootstrap, given before the command",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     topics.add_parsers(commands, common)
     produce.add_parser(commands, common)
@@ -64,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run `laminar`; return the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.global_bootstrap and args.bootstrap == parser_default_bootstrap():
+        args.bootstrap = args.global_bootstrap  # `laminar -b X topic ...`; a command's own wins
     try:
         return _run(args)
     except KeyboardInterrupt:

@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from laminar.cli.output import print_json, say, table
-from laminar.client import Client, LaminarError, parse_address
-from laminar.client.routing import Address, format_address
+from laminar.client import Client, LaminarError, RetryPolicy, parse_address
+from laminar.client.results import TopicDescription
+from laminar.client.routing import Address, ClusterView, format_address
+from laminar.wire import ListOffsetsResponse
 
 ADMIN_PORT_OFFSET = 2000
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
@@ -168,6 +170,36 @@ def xdp_state(samples: list[Sample]) -> dict[str, Any] | None:
     return state
 
 
+def offline_partitions(samples: list[Sample]) -> list[dict[str, Any]]:
+    """Partitions the node reports it cannot serve now, with the reason
+    (`laminar_partition_offline`)."""
+    return [
+        {
+            "shard": int(labels.get("shard", "-1")),
+            "topic_id": int(labels.get("topic_id", "-1")),
+            "partition": int(labels.get("partition", "-1")),
+            "reason": labels.get("reason", ""),
+        }
+        for name, labels, value in samples
+        if name == "laminar_partition_offline" and value == 1
+    ]
+
+
+def describe_what_answers(client: Client, names: list[str]) -> tuple[list[Any], list[str]]:
+    """`describe_topics`, skipping topics that cannot be described now (a
+    partition offline): (descriptions, the names skipped)."""
+    try:
+        return client.describe_topics(names), []
+    except LaminarError:
+        described, skipped = [], []
+        for name in names:
+            try:
+                described += client.describe_topics([name])
+            except LaminarError:
+                skipped.append(name)
+        return described, skipped
+
+
 def scrape(address: Address, timeout_s: float) -> list[Sample] | None:
     """The node's /metrics samples, or None when the endpoint cannot be read."""
     url = f"http://{format_address(address)}/metrics"
@@ -217,7 +249,7 @@ def gather(client: Client, admin: Address, timeout_s: float) -> dict[str, Any]:
         except LaminarError:
             s.ping_ms = None
     partitions = []
-    descriptions = client.describe_topics(sorted(view.topics))
+    descriptions, undescribed = describe_what_answers(client, sorted(view.topics))
     for desc in descriptions:
         for part in desc.partitions:
             shard = shards[part.shard_id]
@@ -234,6 +266,7 @@ def gather(client: Client, admin: Address, timeout_s: float) -> dict[str, Any]:
                     "highest_index": part.highest,
                 }
             )
+    replication = replication_status(client, view, descriptions) if view.nodes else None
     samples = scrape(admin, min(timeout_s, 3.0))
     loads = shard_loads(samples) if samples is not None else {}
     for s in shards:
@@ -250,11 +283,73 @@ def gather(client: Client, admin: Address, timeout_s: float) -> dict[str, Any]:
             for d in descriptions
         ],
         "partitions": partitions,
+        "topics_undescribed": undescribed,
+        "partitions_offline": offline_partitions(samples) if samples is not None else [],
         "steering": steering_counts(samples) if samples is not None else None,
         "xdp": xdp_state(samples) if samples is not None else None,
         "members": fetch_members(admin, min(timeout_s, 3.0)) if samples is not None else None,
+        "cluster": replication,
         "admin": {"address": format_address(admin), "reachable": samples is not None},
     }
+
+
+def replication_status(
+    client: Client, view: ClusterView, descriptions: list[TopicDescription]
+) -> dict[str, Any]:
+    """Each node (up: its replicas answer) and each partition's leader, replicas,
+    commit index and the lag of each follower (records its log is behind the
+    leader's), asked of every replica itself."""
+    reachable: dict[str, bool] = {}
+    partitions = []
+    for desc in descriptions:
+        for part in desc.partitions:
+            seen: dict[str, ListOffsetsResponse | None] = {}
+            for node in part.replicas:
+                if reachable.get(node) is False:
+                    seen[node] = None
+                    continue
+                try:
+                    seen[node] = client.replica_offsets(desc.topic.name, part.index, node)
+                    reachable[node] = True
+                except LaminarError:
+                    seen[node] = None
+                    reachable[node] = False
+            leader = next((r.leader for r in seen.values() if r is not None and r.leader), None)
+            lead = seen.get(leader) if leader is not None else None
+            partitions.append(
+                {
+                    "topic": desc.topic.name,
+                    "partition": part.index,
+                    "leader": leader,
+                    "replicas": list(part.replicas),
+                    "commit_index": lead.committed_index if lead is not None else None,
+                    "lag": {
+                        node: None
+                        if r is None or lead is None
+                        else max(0, lead.highest_index - r.highest_index)
+                        for node, r in seen.items()
+                        if node != leader
+                    },
+                }
+            )
+    nodes = [
+        {
+            "node_id": n.node_id,
+            "address": format_address((n.host, n.port)),
+            "up": reachable.get(n.node_id, _node_answers(client, (n.host, n.port))),
+        }
+        for n in view.nodes.values()
+    ]
+    return {"nodes": nodes, "partitions": partitions}
+
+
+def _node_answers(client: Client, address: Address) -> bool:
+    """True if a node answers a metadata request (a node holding no partition)."""
+    try:
+        with Client(format_address(address), timeout_s=2.0, retry=RetryPolicy(budget_s=0)):
+            return True
+    except LaminarError:
+        return False
 
 
 def _shard_json(s: ShardStatus) -> dict[str, Any]:
@@ -320,6 +415,8 @@ def status(client: Client, args: argparse.Namespace) -> int:
     headers += ["REQUESTS", "IN", "OUT", "FORWARDED", "RESTARTS"]
     print()
     print(table(headers, rows))
+    if doc.get("cluster"):
+        _print_cluster(doc["cluster"])
     if doc.get("members"):
         print()
         print(f"members ({len(doc['members'])})")
@@ -337,12 +434,46 @@ def status(client: Client, args: argparse.Namespace) -> int:
         ]
         print("partition ownership")
         print(table(headers, ownership))
+    if doc["partitions_offline"]:
+        names = {t["topic_id"]: t["name"] for t in doc["topics"]}
+        print()
+        print("OFFLINE partitions (requests to them are refused)")
+        offline = [
+            (names.get(p["topic_id"], f"topic id {p['topic_id']}"), p["partition"], p["shard"],
+             p["reason"])
+            for p in doc["partitions_offline"]
+        ]  # fmt: skip
+        print(table(["TOPIC", "PARTITION", "SHARD", "REASON"], offline))
+    if doc["topics_undescribed"]:
+        say(f"note: could not describe {', '.join(doc['topics_undescribed'])} (see above)")
     if not doc["admin"]["reachable"]:
         say(
             f"note: the admin endpoint {doc['admin']['address']} did not answer, so cores and "
             "request counts are not shown (pass --admin HOST:PORT if it is elsewhere)"
         )
     return 0
+
+
+def _print_cluster(cluster: dict[str, Any]) -> None:
+    print()
+    rows = [(n["node_id"], n["address"], "up" if n["up"] else "DOWN") for n in cluster["nodes"]]
+    print(f"nodes ({len(rows)})")
+    print(table(["NODE", "ADDRESS", "STATE"], rows))
+    if cluster["partitions"]:
+        print()
+        parts = [
+            (
+                p["topic"],
+                p["partition"],
+                p["leader"] or "(none)",
+                ",".join(p["replicas"]),
+                p["commit_index"],
+                " ".join(f"{node}:{'?' if lag is None else lag}" for node, lag in p["lag"].items()),
+            )
+            for p in cluster["partitions"]
+        ]
+        headers = ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "COMMIT", "FOLLOWER LAG"]
+        print(table(headers, parts))
 
 
 def _kernel_lines(doc: dict[str, Any]) -> list[str]:

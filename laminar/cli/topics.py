@@ -11,7 +11,7 @@ import argparse
 from typing import Any
 
 from laminar.cli.common import UsageError
-from laminar.cli.output import print_json, say, table
+from laminar.cli.output import Cell, print_json, say, table
 from laminar.client import Client, TopicExistsError, TopicInfo, UnknownTopicError
 from laminar.shards.topic_config import TOPIC_CONFIG_KEYS
 
@@ -41,6 +41,13 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help=f"a topic setting (repeatable): {CONFIG_KEYS}",
+    )
+    create.add_argument(
+        "-r",
+        "--replication-factor",
+        type=_positive,
+        default=None,
+        help="nodes holding each partition in a cluster (default: 3, or every node if fewer)",
     )
     create.add_argument(
         "--if-not-exists", action="store_true", help="succeed if the topic already exists"
@@ -114,6 +121,7 @@ def topic_json(topic: TopicInfo) -> dict[str, Any]:
         "name": topic.name,
         "topic_id": topic.topic_id,
         "partitions": topic.partitions,
+        "replication_factor": topic.replication_factor,
         "config": topic.config,
     }
 
@@ -121,7 +129,9 @@ def topic_json(topic: TopicInfo) -> dict[str, Any]:
 def create_topic(client: Client, args: argparse.Namespace) -> int:
     config = _config(args.config)
     try:
-        topic = client.create_topic(args.name, args.partitions, config=config)
+        topic = client.create_topic(
+            args.name, args.partitions, config=config, replication_factor=args.replication_factor
+        )
         created = True
     except TopicExistsError:
         if not args.if_not_exists:
@@ -134,6 +144,11 @@ def create_topic(client: Client, args: argparse.Namespace) -> int:
         print(
             f"created topic {topic.name} (id {topic.topic_id}) "
             f"with {topic.partitions} partition{'s' if topic.partitions != 1 else ''}"
+            + (
+                f", each on {topic.replication_factor} nodes"
+                if topic.replication_factor > 1
+                else ""
+            )
         )
     else:
         print(f"topic {topic.name} already exists (id {topic.topic_id})")
@@ -171,6 +186,8 @@ def describe_topic(client: Client, args: argparse.Namespace) -> int:
                         "lowest_index": p.lowest,
                         "highest_index": p.highest,
                         "records": p.records,
+                        "leader": p.leader,
+                        "replicas": list(p.replicas),
                     }
                     for p in desc.partitions
                 ],
@@ -184,11 +201,18 @@ def describe_topic(client: Client, args: argparse.Namespace) -> int:
     )
     if topic.config:
         print("config " + " ".join(f"{k}={v}" for k, v in sorted(topic.config.items())))
-    rows = [
+    headers = ["PARTITION", "SHARD", "ENDPOINT", "LOWEST", "HIGHEST", "RECORDS"]
+    rows: list[tuple[Cell, ...]] = [
         (p.index, p.shard_id, f"{p.host}:{p.port}", p.lowest, p.highest, p.records)
         for p in desc.partitions
     ]
-    print(table(["PARTITION", "SHARD", "ENDPOINT", "LOWEST", "HIGHEST", "RECORDS"], rows))
+    if any(p.replicas for p in desc.partitions):
+        headers += ["LEADER", "REPLICAS"]
+        rows = [
+            (*row, p.leader or "(none)", ",".join(p.replicas))
+            for row, p in zip(rows, desc.partitions, strict=True)
+        ]
+    print(table(headers, rows))
     return 0
 
 

@@ -41,7 +41,14 @@ from laminar.client.results import (
     expect,
 )
 from laminar.client.retry import Backoff, RetryPolicy, final_error
-from laminar.client.routing import Address, ClusterView, format_address, parse_address
+from laminar.client.routing import (
+    Address,
+    ClusterView,
+    RouteHints,
+    format_address,
+    metadata_candidates,
+    parse_addresses,
+)
 from laminar.memory import tune_allocator
 from laminar.wire import MetadataRequest, MetadataResponse, TopicInfo
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES, DEFAULT_FETCH_MAX_RECORDS
@@ -63,7 +70,8 @@ class AsyncClient:
         max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
     ) -> None:
         tune_allocator()  # fetch answers are MiB-sized buffers: see laminar.memory
-        self.bootstrap: Address = parse_address(bootstrap)
+        self.bootstraps: tuple[Address, ...] = parse_addresses(bootstrap)
+        self.bootstrap: Address = self.bootstraps[0]
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.retry = retry or RetryPolicy()
@@ -71,6 +79,8 @@ class AsyncClient:
         self._conns: dict[Address, AsyncConnection] = {}
         self._connecting: dict[Address, asyncio.Task[AsyncConnection]] = {}
         self._view: ClusterView | None = None
+        self._hints = RouteHints()
+        """Leaders and unreachable nodes learned from answers (kept across refreshes)."""
         self._generation = 0
         self._refresh_lock: asyncio.Lock | None = None
         self._closed = False
@@ -161,9 +171,16 @@ class AsyncClient:
     # --- topics ----------------------------------------------------------------------
 
     async def create_topic(
-        self, name: str, partitions: int = 1, *, config: dict[str, int | str] | None = None
+        self,
+        name: str,
+        partitions: int = 1,
+        *,
+        config: dict[str, int | str] | None = None,
+        replication_factor: int | None = None,
     ) -> TopicInfo:
-        topic = await self._call(calls.create_topic(name, partitions, config or {}))
+        topic = await self._call(
+            calls.create_topic(name, partitions, config or {}, replication_factor)
+        )
         if self._view is not None:
             self._view = self._view.with_topic(topic)
         return topic
@@ -245,15 +262,15 @@ class AsyncClient:
             return view
 
     async def _fetch_metadata(self) -> ClusterView:
-        candidates = [self.bootstrap]
-        if self._view is not None:
-            candidates += [a for a in self._view.shard_addresses if a != self.bootstrap]
+        candidates = metadata_candidates(self.bootstraps, self._view)
         error: LaminarError | None = None
         for address in candidates:
             try:
                 conn = await self._connection(address)
                 frame = await conn.request(MetadataRequest(), self.timeout_s)
-                return ClusterView.from_metadata(expect(frame, MetadataResponse), address)
+                return ClusterView.from_metadata(
+                    expect(frame, MetadataResponse), address, self._hints
+                )
             except ConnectionLostError as exc:
                 error = exc
         assert error is not None
@@ -268,6 +285,7 @@ class AsyncClient:
         """Perform `call`, retrying as `laminar.client.retry` allows."""
         backoff: Backoff | None = None
         while True:
+            address: Address | None = None
             try:
                 view = self._view or await self.refresh_metadata()
                 try:
@@ -281,6 +299,10 @@ class AsyncClient:
                 return call.parse(frame)
             except LaminarError as exc:
                 error = exc
+                if isinstance(exc, ConnectionLostError) and address and self._view is not None:
+                    self._view.unreachable(address)
+            if self._view is not None:
+                self._view.learn(error)
             final = final_error(error, call.idempotent, call.what)
             if final is not None:
                 self._note_failure(call, final)

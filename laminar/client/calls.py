@@ -151,12 +151,15 @@ def _fetch(
 
 
 def list_offsets(
-    topic: str, partition: int, timestamp_ms: int | None = None
+    topic: str, partition: int, timestamp_ms: int | None = None, node: str | None = None
 ) -> Call[ListOffsetsResponse]:
-    """A partition's range and, with `timestamp_ms`, the first index at that time."""
+    """A partition's range and, with `timestamp_ms`, the first index at that time;
+    with `node`, as that node's replica sees it (cluster only)."""
 
     def target(view: ClusterView) -> tuple[Address, Message]:
         route = view.route(topic, partition)
+        if node is not None:
+            route = view.route_to(route.partition_id, node)
         return route.address, ListOffsetsRequest(route.partition_id, timestamp_ms)
 
     return Call(
@@ -173,12 +176,19 @@ def _list_offsets(frame: Frame) -> ListOffsetsResponse:
 
 
 def offsets_of(response: ListOffsetsResponse) -> Offsets:
-    return Offsets(response.lowest_index, response.highest_index)
+    """The readable range: committed records only (on a single node, all of them)."""
+    return Offsets(response.lowest_index, response.committed_index)
 
 
-def create_topic(name: str, partitions: int, config: dict[str, int | str]) -> Call[TopicInfo]:
+def create_topic(
+    name: str,
+    partitions: int,
+    config: dict[str, int | str],
+    replication_factor: int | None = None,
+) -> Call[TopicInfo]:
     def target(view: ClusterView) -> tuple[Address, Message]:
-        return view.node_route().address, CreateTopicRequest(name, partitions, config)
+        request = CreateTopicRequest(name, partitions, config, replication_factor)
+        return view.node_route().address, request
 
     return Call(f"create topic {name!r}", target, _created, idempotent=False)
 

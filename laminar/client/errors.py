@@ -152,6 +152,31 @@ class NotOwnerError(ServerError):
     code = ErrorCode.NOT_OWNER
 
 
+class NotLeaderError(ServerError):
+    """The node is not the partition's leader; nothing was applied. `leader` names
+    the node that is, when the node knows it (the client retries there)."""
+
+    code = ErrorCode.NOT_LEADER
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: ErrorCode | None = None,
+        leader: str | None = None,
+        partition_id: int | None = None,
+    ) -> None:
+        super().__init__(message, code=code)
+        self.leader = leader
+        self.partition_id = partition_id
+
+
+class NotEnoughReplicasError(ServerError):
+    """A majority of the partition's replicas was not reachable; nothing was applied."""
+
+    code = ErrorCode.NOT_ENOUGH_REPLICAS
+
+
 class StorageError(ServerError):
     """The node could not read or write its log."""
 
@@ -199,6 +224,7 @@ _BY_CODE: dict[ErrorCode, type[ServerError]] = {
     ErrorCode.WRITE_COMMITTED: WriteCommittedError,
     ErrorCode.COMMIT_PENDING: CommitPendingError,
     ErrorCode.NOT_OWNER: NotOwnerError,
+    ErrorCode.NOT_ENOUGH_REPLICAS: NotEnoughReplicasError,
     ErrorCode.STORAGE_ERROR: StorageError,
     ErrorCode.SHUTTING_DOWN: ShuttingDownError,
     ErrorCode.TIMEOUT: ServerTimeoutError,
@@ -206,7 +232,9 @@ _BY_CODE: dict[ErrorCode, type[ServerError]] = {
 }
 
 
-def server_error(code: ErrorCode, message: str) -> LaminarError:
+def server_error(
+    code: ErrorCode, message: str, leader: str | None = None, partition_id: int | None = None
+) -> LaminarError:
     """The typed exception for an error response with `code` and `message`.
 
     OUTCOME_UNKNOWN is not a refusal: the node handed the request on and lost
@@ -218,6 +246,8 @@ def server_error(code: ErrorCode, message: str) -> LaminarError:
         return OutcomeUnknownError(message, code=code)
     if code is ErrorCode.TOO_MANY_CONNECTIONS:
         return CannotConnectError(message, code=code)
+    if code is ErrorCode.NOT_LEADER:
+        return NotLeaderError(message, code=code, leader=leader, partition_id=partition_id)
     cls = _BY_CODE.get(code, ServerError)
     return cls(message, code=code)
 

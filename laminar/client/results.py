@@ -46,7 +46,7 @@ def expect(frame: Frame, response_type: type[M]) -> M:
     try:
         if frame.flags & Flags.ERROR:
             err = ErrorResponse.from_frame(frame)
-            raise server_error(err.code, err.message)
+            raise server_error(err.code, err.message, err.leader, err.partition_id)
         return response_type.from_frame(frame)
     except ProtocolError as exc:
         raise ProtocolViolationError(
@@ -149,7 +149,9 @@ class PingResult(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class PartitionDescription:
-    """One partition of a topic: its id, owner shard and endpoint, and range."""
+    """One partition of a topic: its id, owner shard and endpoint, and range;
+    in a cluster also its `replicas` (node ids, best first) and `leader` (None:
+    single node, or no leader known right now). `highest` is the committed end."""
 
     index: int
     partition_id: int
@@ -158,6 +160,8 @@ class PartitionDescription:
     port: int
     lowest: int
     highest: int
+    leader: str | None = None
+    replicas: tuple[str, ...] = ()
 
     @property
     def records(self) -> int:
@@ -178,7 +182,8 @@ def describe(
     """A `TopicDescription` from the offsets of each partition, in order."""
     parts = []
     for p, offsets in enumerate(answers):
-        route = view.route_pid(partition_id(topic.topic_id, p))
+        pid = partition_id(topic.topic_id, p)
+        route = view.route_pid(pid)
         host, port = route.address
         parts.append(
             PartitionDescription(
@@ -188,7 +193,9 @@ def describe(
                 host,
                 port,
                 offsets.lowest_index,
-                offsets.highest_index,
+                offsets.committed_index,
+                offsets.leader,
+                tuple(view.replicas(pid)) if view.nodes else (),
             )
         )
     return TopicDescription(topic, tuple(parts))

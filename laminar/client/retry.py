@@ -9,8 +9,10 @@ in one place for both clients:
   again after a lost connection or a retriable error code, each time with
   freshly fetched metadata, until the retry budget is spent.
 - A produce or topic change is sent again only when the node said it did not
-  apply it (`NOT_OWNER`, `SHUTTING_DOWN`, `NOT_READY`: it refused before doing
-  anything; `TOO_MANY_CONNECTIONS`: it refused the connection unread). When
+  apply it (`NOT_OWNER`, `SHUTTING_DOWN`, `NOT_READY`, `NOT_LEADER`,
+  `NOT_ENOUGH_REPLICAS`: it refused before doing anything; a NOT_LEADER answer
+  names the leader, which the next attempt goes to; `TOO_MANY_CONNECTIONS`:
+  it refused the connection unread). When
   the node itself lost the answer (`OUTCOME_UNKNOWN`, a shard it handed the
   request to died or timed out) the caller gets an `OutcomeUnknownError`.
   After a lost connection it is never repeated: the caller gets an
@@ -36,7 +38,15 @@ from laminar.client.errors import (
 from laminar.wire import ErrorCode
 
 # Codes with which the node refuses a request before applying any of it.
-_REFUSED_UNAPPLIED = frozenset({ErrorCode.NOT_OWNER, ErrorCode.SHUTTING_DOWN, ErrorCode.NOT_READY})
+_REFUSED_UNAPPLIED = frozenset(
+    {
+        ErrorCode.NOT_OWNER,
+        ErrorCode.SHUTTING_DOWN,
+        ErrorCode.NOT_READY,
+        ErrorCode.NOT_LEADER,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,22 +4,38 @@ Shard-direct routing is pure computation: the partition id comes from the
 topic id in the metadata, the shard from `laminar.placement.shard_for`, and the
 address from that shard's entry in the metadata. No request asks the node
 where a partition lives, and the same code serves the sync and async clients.
+
+In a cluster the metadata also lists the nodes: a partition's replicas are the
+top `replication_factor` of them by weighted rendezvous
+(`laminar.placement.replica_nodes`), and requests go to the partition's leader,
+on the shard that owns the partition on that node. Leaders are not in the
+metadata: the client starts at the first replica and learns the leader from
+NOT_LEADER answers, which name it (`ClusterView.learn`; the cache
+survives metadata refreshes).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field, replace
 
 import xxhash
 
-from laminar.client.errors import UnknownPartitionError, UnknownTopicError
-from laminar.placement import partition_id, shard_for
-from laminar.wire import ErrorCode, MetadataResponse, ShardInfo, TopicInfo
+from laminar.client.errors import (
+    LaminarError,
+    NotLeaderError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from laminar.placement import partition_id, replica_nodes, shard_for
+from laminar.wire import ErrorCode, MetadataResponse, NodeInfo, ShardInfo, TopicInfo
 
 Address = tuple[str, int]
 """(host, port) of a TCP endpoint."""
 
 DEFAULT_PORT = 7070
+AVOID_S = 5.0
+"""How long a node that could not be reached is routed around."""
 
 # A shard that binds every interface reports a wildcard host; reach it where the
 # node itself was reached instead.
@@ -53,6 +69,14 @@ def parse_address(text: str, default_port: int = DEFAULT_PORT) -> Address:
     return (host or "127.0.0.1", port)
 
 
+def parse_addresses(text: str, default_port: int = DEFAULT_PORT) -> tuple[Address, ...]:
+    """A comma-separated bootstrap list (`"h1:7070,h2:7170"`) as addresses."""
+    parts = [part for part in text.split(",") if part.strip()]
+    if not parts:
+        raise ValueError("empty address: expected HOST:PORT, e.g. 127.0.0.1:7070")
+    return tuple(parse_address(part, default_port) for part in parts)
+
+
 def format_address(address: Address) -> str:
     host, port = address
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -75,6 +99,23 @@ class Route:
     address: Address
 
 
+@dataclass(slots=True)
+class RouteHints:
+    """What a client learned from answers, beyond the metadata: partition
+    leaders named by NOT_LEADER answers, and nodes recently unreachable."""
+
+    leaders: dict[int, str] = field(default_factory=dict)
+    """partition id -> the node last named its leader."""
+    avoided: dict[str, float] = field(default_factory=dict)
+    """node id -> monotonic time until which it is not routed to."""
+
+    def avoid(self, node_id: str) -> None:
+        self.avoided[node_id] = time.monotonic() + AVOID_S
+        for pid, leader in list(self.leaders.items()):
+            if leader == node_id:
+                del self.leaders[pid]
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterView:
     """The metadata a client routes by, indexed for lookups on every request."""
@@ -82,16 +123,32 @@ class ClusterView:
     metadata: MetadataResponse
     topics: dict[str, TopicInfo]
     shard_addresses: tuple[Address, ...]
+    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    """Every node of a cluster (empty for a single node)."""
+    hints: RouteHints = field(default_factory=lambda: RouteHints())
+    """What failed requests taught (kept by the client across refreshes)."""
 
     @classmethod
-    def from_metadata(cls, metadata: MetadataResponse, reached_at: Address) -> ClusterView:
+    def from_metadata(
+        cls,
+        metadata: MetadataResponse,
+        reached_at: Address,
+        hints: RouteHints | None = None,
+    ) -> ClusterView:
         """Index `metadata`, received from the node at `reached_at`."""
         shards = sorted(metadata.shards, key=lambda s: s.shard_id)
         if [s.shard_id for s in shards] != list(range(len(shards))):
             ids = [s.shard_id for s in shards]
             raise ValueError(f"metadata shard ids must be 0..N-1, got {ids}")
         addresses = tuple(_reachable(s, reached_at[0]) for s in shards)
-        return cls(metadata, {t.name: t for t in metadata.topics}, addresses)
+        nodes = {n.node_id: n for n in metadata.nodes}
+        return cls(
+            metadata,
+            {t.name: t for t in metadata.topics},
+            addresses,
+            nodes,
+            hints if hints is not None else RouteHints(),
+        )
 
     @property
     def shard_count(self) -> int:
@@ -101,12 +158,12 @@ class ClusterView:
         """This view plus a topic just created (no metadata round trip needed)."""
         topics = dict(self.topics)
         topics[topic.name] = topic
-        return ClusterView(self.metadata, topics, self.shard_addresses)
+        return replace(self, topics=topics)
 
     def without_topic(self, name: str) -> ClusterView:
         topics = dict(self.topics)
         topics.pop(name, None)
-        return ClusterView(self.metadata, topics, self.shard_addresses)
+        return replace(self, topics=topics)
 
     def topic(self, name: str) -> TopicInfo:
         info = self.topics.get(name)
@@ -130,8 +187,59 @@ class ClusterView:
         return self.route_pid(pid)
 
     def route_pid(self, pid: int) -> Route:
-        shard = shard_for(pid, self.shard_count)
-        return Route(pid, shard, self.shard_addresses[shard])
+        if not self.nodes:
+            shard = shard_for(pid, self.shard_count)
+            return Route(pid, shard, self.shard_addresses[shard])
+        return self.route_to(pid, self.leader_of(pid))
+
+    def replicas(self, pid: int) -> list[str]:
+        """The nodes holding `pid` (the metadata partition: every node), best first."""
+        weights = {n.node_id: n.weight for n in self.nodes.values()}
+        rf = len(weights)
+        if pid:
+            topic = next((t for t in self.topics.values() if t.topic_id == pid >> 32), None)
+            rf = topic.replication_factor if topic is not None else 1
+        return replica_nodes(pid, weights, rf)
+
+    def leader_of(self, pid: int) -> str:
+        """The node requests for `pid` go to: its known leader, else its first
+        replica that was not found unreachable lately."""
+        replicas = self.replicas(pid)
+        known = self.hints.leaders.get(pid)
+        if known in replicas:
+            return known
+        now = time.monotonic()
+        reachable = [n for n in replicas if self.hints.avoided.get(n, 0.0) <= now]
+        return (reachable or replicas)[0]
+
+    def unreachable(self, address: Address) -> None:
+        """A request to `address` found no node there: route around that node for
+        `AVOID_S` (its partitions elect other leaders meanwhile)."""
+        for node in self.nodes.values():
+            if address == (node.host, node.port) or (
+                address[0] == node.host and address[1] in node.shard_ports
+            ):
+                self.hints.avoid(node.node_id)
+
+    def learn(self, error: LaminarError) -> None:
+        """Take note of what a failed request taught: a NOT_LEADER answer naming
+        the partition's leader sends its next attempt there."""
+        if not isinstance(error, NotLeaderError) or error.partition_id is None:
+            return
+        if error.leader is not None and error.leader in self.nodes:
+            self.hints.leaders[error.partition_id] = error.leader
+
+    def route_to(self, pid: int, node_id: str) -> Route:
+        """The route of `pid` on node `node_id` (its owning shard, when known)."""
+        node = self.nodes[node_id]
+        if not node.shard_ports:  # not learned yet: the node port forwards within the node
+            return Route(pid, 0, (node.host, node.port))
+        shard = shard_for(pid, len(node.shard_ports))
+        return Route(pid, shard, (node.host, node.shard_ports[shard]))
+
+    def node_addresses(self) -> list[Address]:
+        """Every node's port (metadata can be fetched from any of them)."""
+        return [(n.host, n.port) for n in self.nodes.values()]
 
     def node_route(self) -> Route:
         """Where node-level requests (metadata, topics) go: the shard that owns
@@ -143,3 +251,14 @@ class ClusterView:
 def _reachable(shard: ShardInfo, node_host: str) -> Address:
     host = node_host if shard.host in _WILDCARD_HOSTS else shard.host
     return (host, shard.port)
+
+
+def metadata_candidates(bootstraps: tuple[Address, ...], view: ClusterView | None) -> list[Address]:
+    """Where to ask for metadata, in order: the bootstrap addresses, then every
+    node and shard the last metadata named (any of them answers)."""
+    candidates = list(bootstraps)
+    if view is not None:
+        for address in (*view.node_addresses(), *view.shard_addresses):
+            if address not in candidates:
+                candidates.append(address)
+    return candidates

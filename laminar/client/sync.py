@@ -40,9 +40,22 @@ from laminar.client.results import (
     expect,
 )
 from laminar.client.retry import Backoff, RetryPolicy, final_error
-from laminar.client.routing import Address, ClusterView, format_address, parse_address
+from laminar.client.routing import (
+    Address,
+    ClusterView,
+    RouteHints,
+    format_address,
+    metadata_candidates,
+    parse_addresses,
+)
 from laminar.memory import tune_allocator
-from laminar.wire import Message, MetadataRequest, MetadataResponse, TopicInfo
+from laminar.wire import (
+    ListOffsetsResponse,
+    Message,
+    MetadataRequest,
+    MetadataResponse,
+    TopicInfo,
+)
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES, DEFAULT_FETCH_MAX_RECORDS
 from laminar.wire.writes import StagedPart
 
@@ -95,8 +108,11 @@ class Pending(Generic[T]):
                     return self._result
                 except LaminarError as exc:
                     error = exc
+                    if isinstance(exc, ConnectionLostError):
+                        self._client._note_unreachable(self._conn.address)
             if error is None:  # cannot happen: _send sets a connection or an error
                 raise RuntimeError("a Pending request has neither a connection nor an error")
+            self._client._note_leader(error)
             final = final_error(error, call.idempotent, call.what)
             if final is not None:
                 self._client._note_failure(call, final)
@@ -132,7 +148,8 @@ class Client:
         max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
     ) -> None:
         tune_allocator()  # fetch answers are MiB-sized buffers: see laminar.memory
-        self.bootstrap: Address = parse_address(bootstrap)
+        self.bootstraps: tuple[Address, ...] = parse_addresses(bootstrap)
+        self.bootstrap: Address = self.bootstraps[0]
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.retry = retry or RetryPolicy()
@@ -140,6 +157,8 @@ class Client:
         self._lock = threading.RLock()
         self._conns: dict[Address, BlockingConnection] = {}
         self._view: ClusterView | None = None
+        self._hints = RouteHints()
+        """Leaders and unreachable nodes learned from answers (kept across refreshes)."""
         self._closed = False
         try:
             self.refresh_metadata()
@@ -279,6 +298,12 @@ class Client:
         """The partition's `(lowest, highest)` indexes; `highest` is exclusive."""
         return calls.offsets_of(Pending(self, calls.list_offsets(topic, partition)).result())
 
+    def replica_offsets(self, topic: str, partition: int, node: str) -> ListOffsetsResponse:
+        """The partition as node `node`'s replica sees it (a cluster's status:
+        its committed index, its log's end, the leader it follows)."""
+        call = calls.list_offsets(topic, partition, node=node)
+        return Pending(self, call).result()
+
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int:
         """The first index appended at or after `timestamp_ms` (ms since the epoch);
         the partition's highest index when none was."""
@@ -326,10 +351,19 @@ class Client:
     # --- topics ----------------------------------------------------------------------
 
     def create_topic(
-        self, name: str, partitions: int = 1, *, config: dict[str, int | str] | None = None
+        self,
+        name: str,
+        partitions: int = 1,
+        *,
+        config: dict[str, int | str] | None = None,
+        replication_factor: int | None = None,
     ) -> TopicInfo:
-        """Create a topic; `TopicExistsError` if the name is taken."""
-        topic = Pending(self, calls.create_topic(name, partitions, config or {})).result()
+        """Create a topic; `TopicExistsError` if the name is taken. In a cluster each
+        partition lives on `replication_factor` nodes (default: 3, or all of them
+        if fewer)."""
+        topic = Pending(
+            self, calls.create_topic(name, partitions, config or {}, replication_factor)
+        ).result()
         with self._lock:
             if self._view is not None:
                 self._view = self._view.with_topic(topic)
@@ -415,15 +449,15 @@ class Client:
 
     def refresh_metadata_view(self) -> ClusterView:
         """Fetch metadata from the bootstrap address, else from any known shard."""
-        candidates = [self.bootstrap]
-        if self._view is not None:
-            candidates += [a for a in self._view.shard_addresses if a != self.bootstrap]
+        candidates = metadata_candidates(self.bootstraps, self._view)
         error: LaminarError | None = None
         for address in candidates:
             try:  # (sent as if not idempotent: a connection the node closed is replaced first)
                 conn, corr = self._send_to(address, MetadataRequest(), idempotent=False)
                 frame = conn.wait(corr, time.monotonic() + self.timeout_s)
-                view = ClusterView.from_metadata(expect(frame, MetadataResponse), address)
+                view = ClusterView.from_metadata(
+                    expect(frame, MetadataResponse), address, self._hints
+                )
             except ConnectionLostError as exc:
                 error = exc
                 continue
@@ -450,8 +484,18 @@ class Client:
     def _send_to(
         self, address: Address, message: Message, idempotent: bool
     ) -> tuple[BlockingConnection, int]:
-        conn = self._connection(address, fresh_check=not idempotent)
+        try:
+            conn = self._connection(address, fresh_check=not idempotent)
+        except CannotConnectError:
+            self._note_unreachable(address)
+            raise
         return conn, conn.send(message)
+
+    def _note_unreachable(self, address: Address) -> None:
+        """Nobody answers at `address`: route around its node for a while."""
+        with self._lock:
+            if self._view is not None:
+                self._view.unreachable(address)
 
     def _connection(self, address: Address, fresh_check: bool) -> BlockingConnection:
         """The live connection to `address`, made if needed. With `fresh_check`,
@@ -480,6 +524,12 @@ class Client:
                     del self._conns[address]
         with contextlib.suppress(LaminarError):
             self.refresh_metadata_view()
+
+    def _note_leader(self, error: LaminarError) -> None:
+        """A NOT_LEADER answer that names the leader: send there next time."""
+        with self._lock:
+            if self._view is not None:
+                self._view.learn(error)
 
     def _note_failure(self, call: calls.Call[Any], error: LaminarError) -> None:
         """An unknown-topic answer means the cached topic may be stale (deleted and

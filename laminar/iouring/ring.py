@@ -19,9 +19,20 @@ Some facts about io_uring, and how this module uses them:
   every new SQE and sleeps until a completion or the timeout (passed through
   IORING_ENTER_EXT_ARG, so no timeout SQE is needed). ctypes drops the GIL there.
 - A full SQ is never an error here: `prep` flushes the queue to the kernel
-  (submit without waiting) and then writes the entry. A chain of linked entries
-  must reach the kernel in one submission (a chain cut at the end of a submission
-  is ended there), so callers `reserve(n)` slots before writing a chain.
+  (submit without waiting) and then writes the entry. The kernel may refuse to
+  take entries (EBUSY while its completion queue overflows, EAGAIN when short
+  of memory) or take only some: an entry it has not taken is never overwritten;
+  the ring reaps completions (keeping them for the next `wait`) until it does.
+- A chain of linked entries must reach the kernel in one submission (a chain
+  cut at the end of a submission is ended there), so callers `reserve(n)` slots
+  before writing a chain. If the kernel still takes only part of a chain, the
+  rest runs unlinked: `chain_split(user_datas)` tells the caller, who must then
+  not rely on the order (a write -> fdatasync chain needs its sync again).
+- The loop needs IORING_FEAT_NODROP (5.5), IORING_FEAT_EXT_ARG (5.11: a wait
+  with a timeout and no timeout entry; without it the loop would spin while a
+  timer is pending) and the opcodes in `LOOP_OPCODES` (UNLINKAT: 5.11):
+  `check_available` reports what is missing, so runtime="auto" falls back to
+  the stock loop with that reason.
 - With IORING_SETUP_SUBMIT_ALL a bad entry fails alone, with its own CQE, and
   does not stop the rest of the batch. With IORING_FEAT_NODROP the kernel never
   drops a completion when the CQ is full: it keeps it and posts it later.
@@ -45,7 +56,9 @@ import errno
 import mmap
 import os
 import platform
+import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 import liburing
@@ -59,6 +72,10 @@ Completion = tuple[Any, int, int]
 
 _U32 = 0xFFFFFFFF
 _U64 = 0xFFFFFFFFFFFFFFFF
+_SUBMIT_ATTEMPTS = 1000
+_SQE_FLAGS_AT = 1  # byte offsets inside a 64-byte SQE
+_SQE_USER_DATA = struct.Struct("<Q")
+_SQE_USER_DATA_AT = 32
 _NO_COMPLETIONS: list[Completion] = []
 # Buffers of operations that did not complete before their ring closed. The
 # kernel may still write into them, so they are never freed.
@@ -135,6 +152,8 @@ class Ring:
         self._cq_head = self._cq32[self._cq_head_i]
         self._next_ud = 1
         self._ops: dict[int, tuple[Any, object]] = {}
+        self._backlog: list[Completion] = []  # reaped while making room, not yet returned
+        self._split: set[int] = set()  # user_data of entries that lost their link
         self._pack = abi.SQE_HEAD.pack_into
         # Timeout argument for io_uring_enter2 (IORING_ENTER_EXT_ARG).
         self._ts = ctypes.create_string_buffer(abi.TIMESPEC.size)
@@ -145,6 +164,8 @@ class Ring:
         self.sqes_prepared = 0
         self.completions = 0
         self.enter_calls = 0
+        # The one syscall that submits and waits; tests put a refusing kernel here.
+        self._enter_syscall: Callable[..., int] = io_uring_enter2
 
     # -- preparing -------------------------------------------------------------
 
@@ -167,7 +188,7 @@ class Ring:
         """
         tail = self._tail
         if tail - self._submitted >= self.sq_entries:
-            self.submit()
+            self._make_room(1)
             tail = self._tail
         ud = self._next_ud
         self._next_ud = ud + 1
@@ -193,7 +214,32 @@ class Ring:
         if count > self.sq_entries:
             raise ValueError(f"a chain of {count} entries exceeds the SQ ({self.sq_entries})")
         if self._tail - self._submitted + count > self.sq_entries:
-            self.submit()
+            self._make_room(count)
+
+    def _make_room(self, count: int) -> None:
+        """Submit until `count` SQ slots are free, never overwriting an entry the
+        kernel has not taken. While it refuses, reap what completed (a full
+        completion queue is the usual reason) and try again; give up loudly."""
+        for _ in range(_SUBMIT_ATTEMPTS):
+            self._enter(0, None)
+            if self._tail - self._submitted + count <= self.sq_entries:
+                return
+            self._backlog += self._reap_new()
+            os.sched_yield()
+        raise OSError(
+            errno.EBUSY,
+            f"io_uring keeps refusing submissions ({self._tail - self._submitted} waiting)",
+        )
+
+    def chain_split(self, user_datas: list[int]) -> bool:
+        """Did a submission end inside the chain made of `user_datas`? (Then its
+        later entries ran unlinked.) Forgets them either way."""
+        split = False
+        for ud in user_datas:
+            if ud in self._split:
+                self._split.discard(ud)
+                split = True
+        return split
 
     def cancel(self, user_data: int) -> None:
         """Ask the kernel to cancel one operation; it completes with -ECANCELED.
@@ -322,7 +368,9 @@ class Ring:
         `timeout=None` waits without limit, `0` only polls. The wait returns early
         on a signal (EINTR) so that Python can run its signal handlers.
         """
-        if (timeout is None or timeout > 0) and self._cq32[self._cq_tail_i] != self._cq_head:
+        if (timeout is None or timeout > 0) and (
+            self._backlog or self._cq32[self._cq_tail_i] != self._cq_head
+        ):
             timeout = 0  # completions are already waiting
         self._enter(1, timeout)
         return self.reap()
@@ -348,12 +396,15 @@ class Ring:
                 size = abi.GETEVENTS_ARG.size
             else:
                 want = 0
-        ret = io_uring_enter2(self._fd, to_submit, want, flags, arg, size)
+        ret = self._enter_syscall(self._fd, to_submit, want, flags, arg, size)
         self.enter_calls += 1
         if to_submit:
             head = self._sq32[self._sq_head_i]
+            before = self._submitted
             self._submitted = tail - ((tail - head) & _U32)
             self.sqes_prepared += self._submitted - (tail - to_submit)
+            if before != self._submitted != tail:
+                self._note_split(self._submitted)
         if ret < 0 and ret not in (-errno.ETIME, -errno.EINTR, -errno.EBUSY, -errno.EAGAIN):
             if ret == -errno.EEXIST and self.setup_flags & abi.SETUP_SINGLE_ISSUER:
                 raise WrongThread(
@@ -364,8 +415,23 @@ class Ring:
             raise OSError(-ret, f"io_uring_enter: {os.strerror(-ret)}")
         return to_submit
 
+    def _note_split(self, first_unsubmitted: int) -> None:
+        """The kernel stopped taking entries at `first_unsubmitted`: if the entry
+        before it was linked to it, that chain is cut (see module docs)."""
+        mask = self._sq_mask
+        last = ((first_unsubmitted - 1) & mask) << 6
+        if self._sqes[last + _SQE_FLAGS_AT] & abi.IOSQE_IO_LINK:
+            at = (first_unsubmitted & mask) << 6
+            self._split.add(_SQE_USER_DATA.unpack_from(self._sqes, at + _SQE_USER_DATA_AT)[0])
+
     def reap(self) -> list[Completion]:
         """Take every posted CQE; return those whose operation carried a token."""
+        if self._backlog:
+            out, self._backlog = self._backlog, []
+            return out + self._reap_new()
+        return self._reap_new()
+
+    def _reap_new(self) -> list[Completion]:
         cq32 = self._cq32
         tail = cq32[self._cq_tail_i]
         head = self._cq_head
@@ -494,11 +560,51 @@ def supports(opcode: int) -> bool:
     return _SUPPORTED.get(opcode, False)
 
 
+# Every opcode the event loop and its storage backend submit (FTRUNCATE, 6.9,
+# has a syscall fallback and is not required).
+LOOP_OPCODES = {
+    "READ": abi.OP_READ,
+    "WRITE": abi.OP_WRITE,
+    "WRITEV": abi.OP_WRITEV,
+    "FSYNC": abi.OP_FSYNC,
+    "FALLOCATE": abi.OP_FALLOCATE,
+    "OPENAT": abi.OP_OPENAT,
+    "CLOSE": abi.OP_CLOSE,
+    "UNLINKAT": abi.OP_UNLINKAT,
+    "RECV": abi.OP_RECV,
+    "SEND": abi.OP_SEND,
+    "ACCEPT": abi.OP_ACCEPT,
+    "CONNECT": abi.OP_CONNECT,
+    "POLL_ADD": abi.OP_POLL_ADD,
+    "TIMEOUT": abi.OP_TIMEOUT,
+    "ASYNC_CANCEL": abi.OP_ASYNC_CANCEL,
+}
+LOOP_FEATURES = {
+    "IORING_FEAT_NODROP": abi.FEAT_NODROP,
+    "IORING_FEAT_EXT_ARG": abi.FEAT_EXT_ARG,
+}
+
+
+def missing_for_loop(features: int, supported: Callable[[int], bool] | None = None) -> list[str]:
+    """What the event loop needs that this kernel's io_uring lacks (empty: nothing)."""
+    check = supported or supports
+    missing = [name for name, flag in LOOP_FEATURES.items() if not features & flag]
+    missing += [f"IORING_OP_{name}" for name, op in LOOP_OPCODES.items() if not check(op)]
+    return missing
+
+
 def check_available(entries: int = 8) -> str | None:
-    """None if a ring can be set up here, else the reason it cannot."""
+    """None if a ring the event loop can use can be set up here, else why not."""
     try:
         ring = Ring(entries)
     except IoUringUnavailable as exc:
         return exc.cause
+    features = ring.features
     ring.close()
+    missing = missing_for_loop(features)
+    if missing:
+        return (
+            f"the kernel's io_uring lacks {', '.join(missing)} (the event loop needs "
+            "Linux 5.11 or later)"
+        )
     return None

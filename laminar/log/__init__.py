@@ -17,10 +17,14 @@ from .errors import (
 )
 from .record import Record, RecordBatch
 from .segmented_log import SegmentedLog
-from .storage import MemoryBackend, Storage, StorageBackend, SyscallBackend
+from .simdisk import Fault, SimulatedDisk
+from .storage import Storage, StorageBackend, SyscallBackend
+
+MemoryBackend = SimulatedDisk  # the in-memory backend is the power-cut simulator
 
 __all__ = [
     "AppendTooLarge",
+    "Fault",
     "FlushPolicy",
     "IndexOutOfRange",
     "LogClosed",
@@ -33,6 +37,7 @@ __all__ = [
     "RecordBatch",
     "RecordCorrupted",
     "SegmentedLog",
+    "SimulatedDisk",
     "Storage",
     "StorageBackend",
     "SyscallBackend",

@@ -45,3 +45,7 @@ class LogCorrupted(LogError):
     lose records if trimmed (for example a segment header that names the wrong
     base index), so that a person can look before anything is deleted.
     """
+
+
+class UnsupportedFormat(LogError):
+    """The files were written in another on-disk format version; nothing is guessed."""

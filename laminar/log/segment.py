@@ -1,6 +1,6 @@
 """One segment: a store file, an index file, and the index kept in memory.
 
-The whole index of a segment lives in a bytearray (40 bytes a record), so a
+The whole index of a segment lives in a bytearray (48 bytes a record), so a
 lookup is one `unpack_from` and reading a record costs one `pread`. The
 bytearray also holds entries that are staged for the next flush but not yet
 durable; `entries` counts only the published (readable) ones.
@@ -9,12 +9,13 @@ Invariants, with `n = entries` and `s = staged_entries`:
     0 <= n <= s;  len(index_buf) == HEADER_BYTES + s * ENTRY_BYTES
     store_end >= published_store_end; both are logical sizes, not file sizes
     (a file may be longer: preallocated zeros).
+    `corrupt_slots` (sorted) are the slots recovery found damaged; the in-memory
+    index is otherwise exactly what was written, so reads trust it except there.
 """
 
 from __future__ import annotations
 
 import bisect
-import logging
 import os
 import sys
 from array import array
@@ -22,23 +23,22 @@ from collections.abc import Sequence
 from itertools import accumulate, repeat
 from typing import NamedTuple
 
-from .errors import LogCorrupted, RecordCorrupted
+from .errors import RecordCorrupted
 from .index import (
+    DURABLE,
     ENTRY,
     ENTRY_BYTES,
+    FLUSH_END,
     HEADER_BYTES,
-    decode_header,
     encode_entry,
     encode_header,
     entry_at,
-    mark_flush_end,
+    marks_offset,
     payload_checksum,
-    scan_segment,
+    set_marks,
 )
 from .record import Record, RecordBatch
 from .storage import Buffer, Storage, StorageBackend
-
-log = logging.getLogger(__name__)
 
 # `_columns` reads the index as native u64/u32 words; the format is little-endian.
 if sys.byteorder != "little":
@@ -69,6 +69,7 @@ class Segment:
         index_buf: bytearray,
         entries: int,
         store_end: int,
+        corrupt_slots: Sequence[int] = (),
     ) -> None:
         self.directory = directory
         self.base_index = base_index
@@ -79,103 +80,84 @@ class Segment:
         self.staged_entries = entries
         self.store_end = store_end
         self.published_store_end = store_end
+        self.corrupt_slots = list(corrupt_slots)
         self.sealed = False
+        self.closed = False
 
     # -- lifecycle -------------------------------------------------------
 
     @classmethod
     async def create(cls, backend: StorageBackend, directory: str, base_index: int) -> Segment:
-        """Create empty files for a new segment; the header is written, not synced."""
+        """Create the files of a new segment, durable before anything is appended:
+        the header synced (so a lost header with records after it is damage,
+        never a crash state), then the directory (so a missing store file is
+        damage too). A crash before that leaves an empty segment recovery
+        recognises and restores."""
         store_path, index_path = segment_paths(directory, base_index)
         store = await backend.open(store_path, create=True)
         index = await backend.open(index_path, create=True)
-        await store.truncate(0)
+        for file in (store, index):
+            if file.size:  # a file left by a failed removal: start empty
+                await file.truncate(0)
         header = encode_header(base_index)
-        await index.truncate(0)
-        await index.writev([header], 0, sync=False)
+        await index.writev([header], 0, sync=True)
+        await backend.sync_dir(directory)
         return cls(directory, base_index, store, index, bytearray(header), 0, 0)
 
-    @classmethod
-    async def recover(
-        cls, backend: StorageBackend, directory: str, base_index: int, *, verify_payloads: bool
-    ) -> Segment:
-        """Open an existing segment and trim its torn tail (see `index.scan_segment`)."""
-        store_path, index_path = segment_paths(directory, base_index)
-        store = await backend.open(store_path, create=True)
-        index = await backend.open(index_path, create=True)
-        index_bytes = await index.read_at(index.size, 0)
-        header_base = decode_header(index_bytes)
-        if header_base is None:
-            if any(index_bytes[HEADER_BYTES:]):
-                raise LogCorrupted(
-                    f"{index_path}: the index header is damaged but entries follow it; "
-                    "refusing to guess. Move the segment away to recover the rest."
-                )
-            # A segment created just before a crash: nothing in it was acknowledged.
-            await store.close()
-            await index.close()
-            return await cls.create(backend, directory, base_index)
-        if header_base != base_index:
-            raise LogCorrupted(
-                f"{index_path}: header names base index {header_base}, file name says {base_index}"
-            )
-        clean = (
-            not verify_payloads
-            and (index.size - HEADER_BYTES) % ENTRY_BYTES == 0
-            and store.size == _last_end(index_bytes)
-        )
-        store_bytes = None if clean else await store.read_at(store.size, 0)
-        scan = scan_segment(index_bytes, store.size, store_bytes)
-        if scan.corrupt_slots:
-            log.warning(
-                "%s: %d damaged record(s) before valid ones (first at index %d); "
-                "they are kept and read as corrupt",
-                index_path,
-                len(scan.corrupt_slots),
-                base_index + scan.corrupt_slots[0],
-            )
-        debris = store_bytes is not None and any(memoryview(store_bytes)[scan.store_bytes :])
-        if scan.trimmed_entries or debris:
-            log.warning(
-                "%s: trimmed a torn tail (%d index entr(ies), %d store byte(s))",
-                index_path,
-                scan.trimmed_entries,
-                store.size - scan.store_bytes,
-            )
-        index_len = HEADER_BYTES + scan.entries * ENTRY_BYTES
-        buf = bytearray(index_bytes[:index_len])
-        segment = cls(directory, base_index, store, index, buf, scan.entries, scan.store_bytes)
-        await segment.trim_files()
-        # What a killed process left in the page cache may not be on disk yet:
-        # make it so before anything is appended after it.
-        await store.sync()
-        await index.sync()
-        return segment
-
     async def trim_files(self) -> None:
-        """Cut both files to their logical sizes (drops preallocation and torn tails)."""
+        """Cut both files to their logical sizes (drops preallocation and anything
+        staged but never published)."""
         index_len = HEADER_BYTES + self.staged_entries * ENTRY_BYTES
         if self.index.size != index_len:
             await self.index.truncate(index_len)
         if self.store.size != self.store_end:
             await self.store.truncate(self.store_end)
 
-    async def seal(self) -> None:
-        """Make this a read-only segment: trimmed to size and durable."""
+    async def seal(self, *, sync: bool) -> None:
+        """Make this a read-only segment, trimmed to size. `sync` when its flushes
+        were not synced one by one: a segment followed by another must be
+        durable whole before the next one exists (recovery trusts it so)."""
         self.sealed = True
         await self.trim_files()
+        if sync:
+            await self.store.sync()
+            await self.index.sync()
+
+    async def sync_and_mark_durable(self) -> None:
+        """Sync both files, then mark the last published entry DURABLE (proof for
+        recovery that everything before it is on disk; see `index`). The mark
+        itself reaches the disk with the next sync."""
         await self.store.sync()
         await self.index.sync()
+        if self.entries:
+            await self.write_marks(self.entries - 1, DURABLE)
+
+    async def write_marks(self, slot: int, marks: int) -> None:
+        """Add `marks` to entry `slot`, in memory and on file: a one-byte write,
+        which cannot tear, so an acknowledged entry is never put at risk."""
+        set_marks(self.index_buf, slot, marks)
+        at = marks_offset(slot)
+        await self.index.writev([bytes(self.index_buf[at : at + 1])], at, sync=False)
 
     async def close(self) -> None:
+        self.closed = True
         await self.store.close()
         await self.index.close()
 
-    async def remove(self, backend: StorageBackend) -> None:
-        await self.close()
-        store_path, index_path = segment_paths(self.directory, self.base_index)
-        await backend.remove(index_path)
-        await backend.remove(store_path)
+    async def remove_index(self, backend: StorageBackend) -> None:
+        """First step of removing the segment: unlink its index. If that fails
+        nothing has changed. Removal always starts here, so a crash part-way
+        leaves a store without index, which recovery knows as removal debris
+        (an index without its store it reports as damage)."""
+        await backend.remove(segment_paths(self.directory, self.base_index)[1])
+
+    async def remove_store(self, backend: StorageBackend) -> None:
+        """Second step: make the index's removal durable, close, unlink the store."""
+        try:
+            await backend.sync_dir(self.directory)
+        finally:
+            await self.close()
+        await backend.remove(segment_paths(self.directory, self.base_index)[0])
 
     # -- appending (staging) --------------------------------------------------
 
@@ -188,13 +170,15 @@ class Segment:
     def staged_end_index(self) -> int:
         return self.base_index + self.staged_entries
 
-    def stage(self, values: Sequence[bytes], term: int, timestamp_ms: int) -> None:
+    def stage(self, values: Sequence[bytes], term: int, timestamp_ms: int, flags: int) -> None:
         """Append entries for `values` to the in-memory index (not yet on disk)."""
         buf = self.index_buf
         position = self.store_end
         for value in values:
             length = len(value)
-            buf += encode_entry(position, length, payload_checksum(value), term, timestamp_ms)
+            buf += encode_entry(
+                position, length, payload_checksum(value), term, timestamp_ms, flags
+            )
             position += length
         self.staged_entries += len(values)
         self.store_end = position
@@ -214,10 +198,15 @@ class Segment:
 
     def _entry(self, index: int) -> tuple[int, int, int, int, int]:
         slot = index - self.base_index
-        position, length, _, _, checksum, term, ts, _ = ENTRY.unpack_from(
+        position, length, _, _, checksum, term, ts, _, _ = ENTRY.unpack_from(
             self.index_buf, HEADER_BYTES + slot * ENTRY_BYTES
         )
         return position, length, checksum, term, ts
+
+    def first_corrupt_at_or_after(self, slot: int) -> int | None:
+        """The first slot >= `slot` that recovery found damaged, if any."""
+        at = bisect.bisect_left(self.corrupt_slots, slot)
+        return self.corrupt_slots[at] if at < len(self.corrupt_slots) else None
 
     async def read(self, index: int) -> Record:
         entry = entry_at(self.index_buf, index - self.base_index)
@@ -258,7 +247,10 @@ class Segment:
         """`read_batch` when the store can be read without waiting (its bytes are
         in the page cache), verified the same way; None when it cannot, or when
         the first record is damaged: `read_batch` then says what it says."""
-        columns = self._columns(start, max_bytes, max_records, True)
+        try:
+            columns = self._columns(start, max_bytes, max_records, True)
+        except RecordCorrupted:
+            return None
         assert columns is not None
         payload = self.store.read_at_nowait(columns.size, columns.positions[0])
         if payload is None:
@@ -294,6 +286,11 @@ class Segment:
         """
         first = start - self.base_index
         end = min(self.entries, first + max_records)
+        damaged = self.first_corrupt_at_or_after(first)
+        if damaged is not None and damaged < end:
+            if damaged == first:
+                raise RecordCorrupted(f"record {start}: its index entry or payload is damaged")
+            end = damaged  # serve what comes before it; the next read raises
         with (
             memoryview(self.index_buf) as raw,
             raw[HEADER_BYTES : HEADER_BYTES + end * ENTRY_BYTES] as entries,
@@ -334,34 +331,62 @@ class Segment:
             )
 
     async def truncate_to(self, index: int) -> None:
-        """Remove records from `index` on, durably.
+        """Remove records from `index` on, durably, never risking those before it.
 
-        The new last entry is rewritten with FLUSH_END, or recovery would take
-        the records before it for a torn flush.
+        Order matters (a power cut can stop it anywhere): first the new last
+        entry is marked FLUSH_END | DURABLE with a one-byte write and the index
+        synced, so recovery takes the records before the cut for a complete,
+        durable flush; then the index is cut and synced, so the removed entries
+        cannot come back; the store is cut last (its extra bytes are debris
+        recovery trims). Cutting first would leave a flush without its end
+        mark, which recovery trims as torn: records before the cut would be
+        lost. Cutting the store before the index is durably cut would leave
+        marked-durable entries without payloads: damage.
         """
         slot = index - self.base_index
-        store_end = 0
-        for earlier in range(slot - 1, -1, -1):
-            entry = entry_at(self.index_buf, earlier)
-            if entry is not None:
-                store_end = entry.position + entry.length
-                break
+        if slot and self.first_corrupt_at_or_after(slot - 1) == slot - 1:
+            raise RecordCorrupted(
+                f"cannot truncate at {index}: record {index - 1}, which would become the "
+                "last one, is damaged, and recovery could not tell where the log ends"
+            )
+        last = entry_at(self.index_buf, slot - 1) if slot else None
+        store_end = last.position + last.length if last is not None else 0
+        await self._mark_new_end(slot)
+        await self._cut_index(slot)
+        await self._cut_store(store_end)
+
+    async def _mark_new_end(self, slot: int) -> None:
+        if slot:
+            await self.write_marks(slot - 1, FLUSH_END | DURABLE)
+            await self.index.sync()
+
+    async def _cut_index(self, slot: int) -> None:
         self.entries = self.staged_entries = slot
-        self.store_end = self.published_store_end = store_end
         del self.index_buf[HEADER_BYTES + slot * ENTRY_BYTES :]
+        del self.corrupt_slots[bisect.bisect_left(self.corrupt_slots, slot) :]
         self.sealed = False
-        await self.trim_files()
-        if slot and entry_at(self.index_buf, slot - 1) is not None:
-            mark_flush_end(self.index_buf, slot - 1)
-            offset = HEADER_BYTES + (slot - 1) * ENTRY_BYTES
-            await self.index.writev([bytes(self.index_buf[offset:])], offset, sync=False)
-        await self.store.sync()
+        await self.index.truncate(HEADER_BYTES + slot * ENTRY_BYTES)
         await self.index.sync()
 
+    async def _cut_store(self, store_end: int) -> None:
+        self.store_end = self.published_store_end = store_end
+        if self.store.size != store_end:
+            await self.store.truncate(store_end)
+
     def timestamp_of(self, index: int) -> int:
-        return self._entry(index)[4]
+        """The timestamp of record `index`; for a damaged entry, that of the
+        nearest intact one before it (timestamps never decrease, so searches
+        stay sound), or 0."""
+        slot = index - self.base_index
+        while slot >= 0 and self.first_corrupt_at_or_after(slot) == slot:
+            slot -= 1
+        return self._entry(self.base_index + slot)[4] if slot >= 0 else 0
 
     def term_of(self, index: int) -> int:
+        """The term of record `index` from the in-memory index; RecordCorrupted if
+        recovery found its entry damaged (a damaged term is never served)."""
+        if self.first_corrupt_at_or_after(index - self.base_index) == index - self.base_index:
+            raise RecordCorrupted(f"record {index}: its index entry or payload is damaged")
         return self._entry(index)[3]
 
     def first_index_at_or_after(self, timestamp_ms: int) -> int:
@@ -434,12 +459,3 @@ class _Columns(NamedTuple):
             starts[: good + 1],
             payload[: starts[good]],
         )
-
-
-def _last_end(index_bytes: bytes) -> int:
-    """End of the last entry's payload as the entry says (0 for an empty index)."""
-    slots = (len(index_bytes) - HEADER_BYTES) // ENTRY_BYTES
-    if slots <= 0:
-        return 0
-    position, length, *_ = ENTRY.unpack_from(index_bytes, HEADER_BYTES + (slots - 1) * ENTRY_BYTES)
-    return int(position + length)

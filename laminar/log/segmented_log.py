@@ -4,7 +4,13 @@ Records are addressed by index, from `lowest_index` (inclusive) to
 `highest_index` (exclusive). The last segment takes appends; the others are
 sealed and read-only. Appends go through group commit (`commit.py`); truncate,
 rollover, retention and close take the log's structure lock and first drain
-what is in flight, so they never race a flush.
+what is in flight, so they never race a flush. Recovery on open is
+`recovery.py`.
+
+Failures are loud and final: a failed write or sync (or a truncation that
+could not finish) fails the log (`LogFailed`) until it is reopened; close then
+cuts the files back to what was published, and reopening recovers from what is
+really on disk (never from the page cache a failed fsync left behind).
 
 Readable means published: under flush="always" a record becomes readable only
 once it is durable, so a reader never sees a record a crash could take back.
@@ -17,16 +23,21 @@ import bisect
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .commit import FlushPipeline, PendingFlush
 from .config import LogConfig
-from .errors import AppendTooLarge, IndexOutOfRange, LogClosed, LogCorrupted
+from .errors import AppendTooLarge, IndexOutOfRange, LogClosed
 from .record import Record, RecordBatch
-from .segment import INDEX_SUFFIX, STORE_SUFFIX, Segment
-from .storage import StorageBackend, SyscallBackend
+from .recovery import recover_segments
+from .segment import Segment
+from .storage import StorageBackend, SyscallBackend, make_dir_durable
 
 log = logging.getLogger(__name__)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 class SegmentedLog:
@@ -38,16 +49,19 @@ class SegmentedLog:
         config: LogConfig,
         backend: StorageBackend,
         segments: list[Segment],
+        clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.directory = directory
         self.config = config
         self._backend = backend
         self._segments = segments
         self._bases = [s.base_index for s in segments]
+        self._clock_ms = clock_ms
         self._lock = asyncio.Lock()
         self._closed = False
         self._last_timestamp_ms = self._tail_timestamp_ms()
         self._append_waiters: dict[asyncio.Future[None], None] = {}
+        self._relaxed = config.flush != "always"
         self._pipeline = FlushPipeline(config, self._published)
         self._interval_task = (
             asyncio.get_running_loop().create_task(self._sync_every_interval())
@@ -62,17 +76,20 @@ class SegmentedLog:
         config: LogConfig | None = None,
         *,
         backend: StorageBackend | None = None,
+        clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> SegmentedLog:
-        """Open (or create) the log in `directory`, recovering from any crash."""
+        """Open (or create) the log in `directory`, recovering from any crash.
+
+        `clock_ms` stamps appends and judges retention by age (tests inject one).
+        """
         path = os.fspath(directory)
         config = config or LogConfig()
         backend = backend or SyscallBackend()
-        await backend.make_dir(path)
-        segments = await _recover_segments(backend, path)
+        await make_dir_durable(backend, path)
+        segments = await recover_segments(backend, path)
         if not segments:
             segments = [await Segment.create(backend, path, 0)]
-            await backend.sync_dir(path)
-        return cls(path, config, backend, segments)
+        return cls(path, config, backend, segments, clock_ms)
 
     # -- properties ------------------------------------------------------------
 
@@ -94,6 +111,12 @@ class SegmentedLog:
     @property
     def segment_count(self) -> int:
         return len(self._segments)
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the log failed (`LogFailed`), or None. A failed log refuses appends
+        until it is closed and opened again, which recovers from the disk."""
+        return self._pipeline.failure
 
     @property
     def flush_count(self) -> int:
@@ -175,7 +198,7 @@ class SegmentedLog:
         self, segment: Segment, values: list[bytes], term: int, timestamp_ms: int | None = None
     ) -> tuple[int, int, asyncio.Future[None]]:
         if timestamp_ms is None:
-            timestamp_ms = time.time_ns() // 1_000_000
+            timestamp_ms = self._clock_ms()
         timestamp_ms = max(timestamp_ms, self._last_timestamp_ms)
         self._last_timestamp_ms = timestamp_ms
         first = segment.staged_end_index
@@ -191,19 +214,27 @@ class SegmentedLog:
             raise LogClosed(f"the log in {self.directory} is closed")
 
     async def _roll_over(self) -> Segment:
-        """Seal the write segment and start a new one. Caller holds the lock."""
+        """Seal the write segment and start a new one. Caller holds the lock.
+
+        Recovery trusts a segment followed by another to be durable whole, so
+        the old one's flushes are drained first (under "always" that makes them
+        durable) and synced by the seal otherwise, before the new files exist.
+        The new segment's directory entries are synced by its first flush.
+        """
         await self._pipeline.drain()
         self._check_appendable()
         old = self._segments[-1]
-        await old.seal()
-        new = await Segment.create(self._backend, self.directory, old.end_index)
-        await self._backend.sync_dir(self.directory)
+        try:
+            await old.seal(sync=self._relaxed)
+            new = await Segment.create(self._backend, self.directory, old.end_index)
+        except Exception as exc:
+            raise self._pipeline.fail(exc) from exc
         self._segments.append(new)
         self._bases.append(new.base_index)
         config = self.config
         if config.retention_bytes is not None or config.retention_ms is not None:
             await self._remove_expired(
-                time.time_ns() // 1_000_000, config.retention_bytes, config.retention_ms
+                self._clock_ms(), config.retention_bytes, config.retention_ms
             )
         return new
 
@@ -277,8 +308,8 @@ class SegmentedLog:
             budget -= sum([len(r.value) for r in chunk])
             remaining -= len(chunk)
             index = chunk[-1].index + 1
-            if index < segment.end_index:
-                break  # a limit or a damaged record stopped it inside this segment
+            if index < segment.end_index or budget < 0:
+                break  # a limit or a damaged record stopped it (or one oversized record)
         return records
 
     async def read_batch(
@@ -330,7 +361,14 @@ class SegmentedLog:
     # -- changing the structure ------------------------------------------------
 
     async def truncate(self, index: int) -> None:
-        """Remove the record at `index` and every record after it, durably."""
+        """Remove the record at `index` and every record after it, durably.
+
+        Whole segments after the cut go first, newest first, each removal made
+        durable before the next (so a power cut leaves a prefix of the log,
+        never a gap); then the segment holding the cut is cut (see
+        `Segment.truncate_to`). If any step fails the log fails (`LogFailed`):
+        appending after a half-done truncation would keep what was to go.
+        """
         async with self._lock:
             self._check_appendable()
             await self._pipeline.drain()
@@ -342,11 +380,13 @@ class SegmentedLog:
                 )
             if index == self.highest_index:
                 return
-            while len(self._segments) > 1 and self._segments[-1].base_index >= index:
-                await self._segments.pop().remove(self._backend)
-                self._bases.pop()
-            await self._segments[-1].truncate_to(index)
-            await self._backend.sync_dir(self.directory)
+            try:
+                while len(self._segments) > 1 and self._segments[-1].base_index >= index:
+                    await self._remove_segment(len(self._segments) - 1)
+                await self._segments[-1].truncate_to(index)
+            except Exception as exc:
+                self._pipeline.fail(exc)
+                raise
             # A Raft follower truncates a leader's suffix and appends the next
             # leader's records with their own (possibly older) timestamps.
             self._last_timestamp_ms = self._tail_timestamp_ms()
@@ -395,11 +435,8 @@ class SegmentedLog:
             self._check_open()
             removed = 0
             while len(self._segments) > 1 and self._segments[0].end_index <= index:
-                await self._segments.pop(0).remove(self._backend)
-                self._bases.pop(0)
+                await self._remove_segment(0)
                 removed += 1
-            if removed:
-                await self._backend.sync_dir(self.directory)
             return removed
 
     async def reset(self, base_index: int) -> None:
@@ -414,16 +451,21 @@ class SegmentedLog:
             self._check_appendable()
             await self._pipeline.drain()
             self._check_appendable()
-            while self._segments:
-                await self._segments.pop(0).remove(self._backend)
-                self._bases.pop(0)
-            await self._backend.sync_dir(self.directory)
-            self._segments = [await Segment.create(self._backend, self.directory, base_index)]
+            try:
+                while self._segments:
+                    await self._remove_segment(0)  # oldest first, each durable
+                new = await Segment.create(self._backend, self.directory, base_index)
+            except Exception as exc:
+                raise self._pipeline.fail(exc) from exc
+            self._segments = [new]
             self._bases = [base_index]
-            await self._backend.sync_dir(self.directory)
 
     async def apply_retention(self, now_ms: int | None = None) -> int:
-        """Remove whole oldest segments past the retention limits; return how many."""
+        """Remove whole oldest segments past the retention limits; return how many.
+
+        A removal that fails raises (`OSError`); the log stays consistent and
+        usable, and the files left behind are cleaned up by the next open.
+        """
         config = self.config
         removed, _ = await self.remove_expired(config.retention_bytes, config.retention_ms, now_ms)
         return removed
@@ -436,7 +478,7 @@ class SegmentedLog:
         append); returns (segments, bytes) removed."""
         async with self._lock:
             self._check_open()
-            now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+            now = self._clock_ms() if now_ms is None else now_ms
             return await self._remove_expired(now, retention_bytes, retention_ms)
 
     async def _remove_expired(
@@ -455,25 +497,28 @@ class SegmentedLog:
             if not (too_big or too_old):
                 break
             total -= oldest.store_bytes
-            await self._segments.pop(0).remove(self._backend)
-            self._bases.pop(0)
+            await self._remove_segment(0)
             removed += 1
-        if removed:
-            await self._backend.sync_dir(self.directory)
         return removed, start - total
 
+    async def _remove_segment(self, position: int) -> None:
+        """Delete one segment's files and take it out of the chain, keeping the
+        segment list and the base list in step whatever fails."""
+        segment = self._segments[position]
+        await segment.remove_index(self._backend)  # failure: nothing changed
+        del self._segments[position]
+        del self._bases[position]
+        await segment.remove_store(self._backend)
+
     async def _sync_every_interval(self) -> None:
-        while True:
+        """Policy "interval": every `flush_interval_ms`, start a background sync of
+        what was published. No lock is held across the fsyncs (appends go on);
+        a round is skipped while a structure change holds the lock, and every
+        structure change drains a running sync first. A failed sync fails the log."""
+        while not self._closed:
             await asyncio.sleep(self.config.flush_interval_ms / 1000)
-            async with self._lock:
-                if self._closed:
-                    return
-                segment = self._segments[-1]
-                try:
-                    await segment.store.sync()
-                    await segment.index.sync()
-                except OSError as exc:  # the next flush reports it to appenders
-                    log.error("%s: periodic sync failed: %s", self.directory, exc)
+            if not self._lock.locked():
+                self._pipeline.start_sync()
 
     async def close(self) -> None:
         """Finish in-flight flushes, make everything durable, release the files."""
@@ -488,55 +533,23 @@ class SegmentedLog:
                 if not waiter.done():
                     waiter.set_exception(LogClosed(f"the log in {self.directory} was closed"))
             write_segment = self._segments[-1]
-            if self._pipeline.failure is None:
-                await write_segment.seal()
-            else:
-                write_segment.unstage()
-            for segment in self._segments:
-                await segment.close()
+            try:
+                if self._pipeline.failure is None:
+                    await write_segment.seal(sync=False)
+                    if self._relaxed:
+                        await write_segment.sync_and_mark_durable()
+                        await write_segment.index.sync()
+                else:
+                    # Drop what was never published, from the files too: after a
+                    # failed fsync the page cache may show bytes the disk lost.
+                    write_segment.unstage()
+                    await write_segment.trim_files()
+            finally:
+                for segment in self._segments:
+                    await segment.close()
 
     async def __aenter__(self) -> SegmentedLog:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
-
-
-async def _recover_segments(backend: StorageBackend, directory: str) -> list[Segment]:
-    """Open every segment in `directory`, trimming torn tails and crash debris."""
-    bases = sorted(
-        {
-            int(name[: -len(suffix)])
-            for name in await backend.list_dir(directory)
-            for suffix in (STORE_SUFFIX, INDEX_SUFFIX)
-            if name.endswith(suffix) and name[: -len(suffix)].isdigit()
-        }
-    )
-    segments: list[Segment] = []
-    for position, base in enumerate(bases):
-        last = position == len(bases) - 1
-        segment = await Segment.recover(backend, directory, base, verify_payloads=last)
-        segment.sealed = not last
-        segments.append(segment)
-    # Empty segments that break the chain are debris of an interrupted removal
-    # or rollover: nothing in them was ever acknowledged.
-    kept: list[Segment] = []
-    for position, segment in enumerate(segments):
-        follows = not kept or kept[-1].end_index == segment.base_index
-        if segment.entries == 0 and (not follows or position < len(segments) - 1):
-            log.warning(
-                "%s: removing empty segment %d left by a crash", directory, segment.base_index
-            )
-            await segment.remove(backend)
-            continue
-        if not follows:
-            for other in segments:
-                await other.close()
-            raise LogCorrupted(
-                f"{directory}: segment {segment.base_index} does not follow the previous one "
-                f"(which ends at {kept[-1].end_index}); records are missing in between"
-            )
-        kept.append(segment)
-    if kept:
-        kept[-1].sealed = False
-    return kept

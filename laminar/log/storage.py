@@ -4,8 +4,8 @@ A `StorageBackend` opens and removes files in a directory; a `Storage` is one
 open file. The log only ever appends at known offsets, reads at known offsets,
 syncs, truncates and preallocates, so that is the whole interface. Backends:
 
-- `MemoryBackend`: files in memory, with a "durable" copy per file so that tests
-  can simulate a crash (everything not synced is lost).
+- `SimulatedDisk` (`simdisk.py`): files in memory that can lose power the way
+  a real disk can (tests; also exported as `MemoryBackend`).
 - `SyscallBackend`: `pread` and non-durable `pwritev` on the calling thread
   (page-cache speed); a durable write (pwritev + fdatasync) on a worker
   thread, so a flush in progress does not stop the event loop. Works under any
@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import random
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -65,6 +64,14 @@ class Storage(Protocol):
         """Reserve disk blocks so the file is at least `size` bytes (zero-filled)."""
         ...
 
+    async def drop_cache(self) -> None:
+        """Forget clean cached pages, so the next reads come from the device.
+
+        After a failed fsync Linux marks the unwritten pages clean and keeps
+        showing them ("fsyncgate"): recovery drops them to see the disk's truth.
+        """
+        ...
+
     async def close(self) -> None:
         """Close the file. Idempotent."""
         ...
@@ -78,15 +85,20 @@ class StorageBackend(Protocol):
         ...
 
     async def remove(self, path: str) -> None:
-        """Delete a file (missing is fine)."""
+        """Delete a file (missing is fine). Durable once its directory is synced."""
+        ...
+
+    async def rename(self, source: str, target: str) -> None:
+        """Atomically rename a file, replacing `target`. Durable once the directory is synced."""
         ...
 
     async def list_dir(self, path: str) -> list[str]:
         """Names in a directory (not paths)."""
         ...
 
-    async def make_dir(self, path: str) -> None:
-        """Create a directory and its parents (existing is fine)."""
+    async def make_dir(self, path: str) -> list[str]:
+        """Create a directory and its parents (existing is fine); return the paths
+        created, outermost first. Each is durable once its parent is synced."""
         ...
 
     async def sync_dir(self, path: str) -> None:
@@ -163,6 +175,9 @@ class SyscallStorage(FdFile):
             os.posix_fallocate(self._check_open(), self._size, size - self._size)
             self._size = size
 
+    async def drop_cache(self) -> None:
+        os.posix_fadvise(self._check_open(), 0, 0, os.POSIX_FADV_DONTNEED)
+
     async def close(self) -> None:
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
@@ -200,11 +215,14 @@ class SyscallBackend:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
 
+    async def rename(self, source: str, target: str) -> None:
+        os.rename(source, target)
+
     async def list_dir(self, path: str) -> list[str]:
         return os.listdir(path)
 
-    async def make_dir(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
+    async def make_dir(self, path: str) -> list[str]:
+        return make_dirs(path)
 
     async def sync_dir(self, path: str) -> None:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -214,117 +232,23 @@ class SyscallBackend:
             os.close(fd)
 
 
-# --------------------------------------------------------------------------
-# Memory
+def make_dirs(path: str) -> list[str]:
+    """`os.makedirs(path, exist_ok=True)`, returning the directories it created."""
+    missing: list[str] = []
+    at = os.path.abspath(path)
+    while not os.path.isdir(at):
+        missing.append(at)
+        parent = os.path.dirname(at)
+        if parent == at:
+            break
+        at = parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory)
+    return missing[::-1]
 
 
-class MemoryFile:
-    """The contents of one in-memory file: what was written and what was synced."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.durable = bytearray()
-
-
-class MemoryStorage:
-    """An open handle on a `MemoryFile`."""
-
-    def __init__(self, file: MemoryFile, path: str) -> None:
-        self._file: MemoryFile | None = file
-        self._path = path
-
-    def _open_file(self) -> MemoryFile:
-        if self._file is None:
-            raise ValueError(f"I/O operation on closed file {self._path}")
-        return self._file
-
-    @property
-    def size(self) -> int:
-        return len(self._open_file().data)
-
-    async def read_at(self, length: int, offset: int) -> bytes:
-        return bytes(self._open_file().data[offset : offset + length])
-
-    def read_at_nowait(self, length: int, offset: int) -> Buffer | None:
-        data = self._open_file().data
-        return bytes(data[offset : offset + length]) if offset + length <= len(data) else None
-
-    async def writev(self, buffers: Sequence[Buffer], offset: int, *, sync: bool) -> None:
-        data = self._open_file().data
-        blob = b"".join(buffers)
-        if offset > len(data):
-            data.extend(bytes(offset - len(data)))
-        data[offset : offset + len(blob)] = blob
-        if sync:
-            await self.sync()
-
-    async def sync(self) -> None:
-        # Yield first, as a real device would: a crash test can then cut the
-        # power between a write and its sync.
-        await asyncio.sleep(0)
-        file = self._open_file()
-        file.durable = bytearray(file.data)
-
-    async def truncate(self, size: int) -> None:
-        data = self._open_file().data
-        if size < len(data):
-            del data[size:]
-        else:
-            data.extend(bytes(size - len(data)))
-
-    async def allocate(self, size: int) -> None:
-        data = self._open_file().data
-        if size > len(data):
-            data.extend(bytes(size - len(data)))
-
-    async def close(self) -> None:
-        self._file = None
-
-
-class MemoryBackend:
-    """An in-memory file system for tests, able to simulate a crash."""
-
-    def __init__(self) -> None:
-        self.files: dict[str, MemoryFile] = {}
-        self.dirs: set[str] = set()
-        self._handles: list[MemoryStorage] = []
-
-    async def open(self, path: str, *, create: bool) -> Storage:
-        path = os.fspath(path)
-        file = self.files.get(path)
-        if file is None:
-            if not create:
-                raise FileNotFoundError(path)
-            file = self.files[path] = MemoryFile()
-        handle = MemoryStorage(file, path)
-        self._handles.append(handle)
-        return handle
-
-    async def remove(self, path: str) -> None:
-        self.files.pop(os.fspath(path), None)
-
-    async def list_dir(self, path: str) -> list[str]:
-        prefix = os.fspath(path).rstrip("/") + "/"
-        return [p[len(prefix) :] for p in self.files if p.startswith(prefix)]
-
-    async def make_dir(self, path: str) -> None:
-        self.dirs.add(os.fspath(path))
-
-    async def sync_dir(self, path: str) -> None:
-        return None
-
-    def crash(self, rng: random.Random | None = None) -> None:
-        """Simulate a power cut: what was not synced is lost.
-
-        With `rng`, each file instead keeps a random prefix of its unsynced
-        bytes (a torn write). Every open handle is closed, as the process died.
-        """
-        for handle in self._handles:
-            handle._file = None
-        self._handles.clear()
-        for file in self.files.values():
-            if rng is None:
-                file.data = bytearray(file.durable)
-                continue
-            keep = rng.randint(0, len(file.data))
-            file.data = bytearray(file.data[:keep] + file.durable[keep:])
+async def make_dir_durable(backend: StorageBackend, path: str) -> None:
+    """Create `path` (and parents) and make every new directory entry durable."""
+    for created in await backend.make_dir(path):
+        await backend.sync_dir(os.path.dirname(created) or ".")

@@ -49,8 +49,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple, Unpack
 
-from laminar.iouring import Ring
+from laminar.iouring import IoUringUnavailable, Ring
 from laminar.iouring.native import writable_address
+from laminar.iouring.ring import missing_for_loop
 
 from .buffers import BufferPool
 from .queues import CURRENT_QUEUE, Scheduler, TaskQueueLoop
@@ -131,6 +132,10 @@ class UringLoopCore(TaskQueueLoop):
     ) -> None:
         super().__init__()
         self._ring = Ring(ring_entries, single_issuer=single_issuer)
+        missing = missing_for_loop(self._ring.features)
+        if missing:
+            self._ring.close()
+            raise IoUringUnavailable(f"the kernel's io_uring lacks {', '.join(missing)}")
         self._eager_send = eager_send
         self._sched = Scheduler(default_shares)
         self._default_q = self._sched.default

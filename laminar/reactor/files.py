@@ -7,7 +7,8 @@
   8 chains in flight at 287k / 607k / 682k 1 KiB records/s.
 - A chain breaks at a short write: the kernel completes the rest of the chain
   with -ECANCELED. Short writes happen only near real errors (ENOSPC), so we then
-  write the remainder one plain write at a time and sync after it.
+  write the remainder one plain write at a time and sync after it. A chain the
+  kernel took in two submissions (`Ring.chain_split`) is synced again too.
 - Buffers (bytes, bytearray or anything with the buffer protocol) and the
   iovec array stay referenced by the ring until their completions.
 """
@@ -190,12 +191,15 @@ class FileOps(UringLoopCore):
                 broken = True
                 rest = b"".join(chunk)[result:]
                 await self.file_write(fd, rest, chunk_offset + result)
+        split = ring.chain_split(uds)
         if sync:
             sync_result = results[-1]
-            if broken:
+            if isinstance(sync_result, OSError) and sync_result.errno != errno.ECANCELED:
+                raise sync_result  # a failed fsync is final: never retried (fsyncgate)
+            if broken or split:
+                # Rewritten, or the kernel took the chain in two submissions and
+                # the sync may have run before the write finished: sync again.
                 await self.file_fdatasync(fd)
-            elif isinstance(sync_result, BaseException):
-                raise sync_result
         return position - offset
 
     async def file_fdatasync(self, fd: int) -> None:

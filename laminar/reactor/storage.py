@@ -4,7 +4,8 @@ Every data operation is a completion on the shard's ring: reads are
 IORING_OP_READ, `writev(..., sync=True)` is one WRITEV entry (per IOV_MAX
 buffers) linked to an fdatasync entry, so the log's group commit can keep
 several flushes in flight; truncate, allocate and close are ring operations
-too. Directory listing and creation stay plain syscalls (rare, metadata-only).
+too. Directory listing, creation, renames and cache dropping stay plain
+syscalls (rare, metadata-only).
 It must run on a `UringEventLoop`; on the stock loop use `SyscallBackend`.
 """
 
@@ -15,7 +16,7 @@ import contextlib
 import os
 from collections.abc import Sequence
 
-from laminar.log.storage import Buffer, FdFile, Storage
+from laminar.log.storage import Buffer, FdFile, Storage, make_dirs
 
 from .files import FileOps
 
@@ -57,6 +58,9 @@ class UringStorage(FdFile):
             await self._loop.file_fallocate(self._check_open(), self._size, size - self._size)
             self._size = size
 
+    async def drop_cache(self) -> None:
+        os.posix_fadvise(self._check_open(), 0, 0, os.POSIX_FADV_DONTNEED)
+
     async def close(self) -> None:
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
@@ -82,11 +86,14 @@ class UringBackend:
         with contextlib.suppress(FileNotFoundError):
             await _uring_loop().file_unlink(path)
 
+    async def rename(self, source: str, target: str) -> None:
+        os.rename(source, target)  # metadata-only and rare: a plain syscall
+
     async def list_dir(self, path: str) -> list[str]:
         return os.listdir(path)
 
-    async def make_dir(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
+    async def make_dir(self, path: str) -> list[str]:
+        return make_dirs(path)
 
     async def sync_dir(self, path: str) -> None:
         loop = _uring_loop()

@@ -150,7 +150,7 @@ async def _initiate(sock: socket.socket, auth: PeerAuth, expected: str, max_fram
     try:
         proof = initiator.on_challenge(challenge.header)
     except PeerAuthError as exc:
-        raise PeerLinkError(f"{expected}: {exc}") from None
+        raise PeerLinkError(str(exc)) from None
     if initiator.peer_id != expected:
         raise PeerLinkError(f"expected node {expected!r} there, found {initiator.peer_id!r}")
     await loop.sock_sendall(sock, encode_frame(PEER_PROOF, 2, 0, proof))
@@ -357,6 +357,15 @@ class PeerSession:
                 refusal = ErrorResponse.for_code(hello.op, ErrorCode.INVALID_REQUEST, str(exc))
                 with contextlib.suppress(OSError):
                     await loop.sock_sendall(self.sock, refusal.encode(0))
+                return
+            except (OSError, ProtocolError) as exc:
+                # The initiator checks our proof first: one with another secret hangs up.
+                who = hello.header.get("node_id")
+                logger.warning(
+                    "peer %r gave up the handshake (%s): does it have another cluster secret?",
+                    who if isinstance(who, str) else "?",
+                    exc,
+                )
                 return
             self.peer_id = peer
             await loop.sock_sendall(

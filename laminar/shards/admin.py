@@ -3,7 +3,8 @@
 Routes (GET only):
 
 - `/health`: 200 with JSON `{"status": "ok", ...}` when every shard is up and
-  ready, else 503 with `"status": "degraded"` and which shards are down.
+  ready and every partition can be served, else 503 with `"status":
+  "degraded"`, which shards are down and which partitions are offline (and why).
 - `/metrics`: Prometheus text (`laminar.shards.prometheus`), gathered from the
   shards over their control channels at scrape time.
 - `/status`: JSON: the node (ports, runtime, routing mode) and per-shard stats,
@@ -42,7 +43,7 @@ _REASONS: Final = {
 class AdminSource:
     """Where the admin pages come from."""
 
-    health: Callable[[], tuple[bool, dict[str, Any]]]
+    health: Callable[[], Awaitable[tuple[bool, dict[str, Any]]]]
     metrics: Callable[[], Awaitable[str]]
     status: Callable[[], Awaitable[dict[str, Any]]]
 
@@ -108,7 +109,7 @@ class AdminServer:
         if method not in ("GET", "HEAD"):
             return _response(405, "text/plain", b"only GET is served\n")
         if path == "/health":
-            ok, body = self._source.health()
+            ok, body = await self._source.health()
             return _json(200 if ok else 503, body)
         if path == "/metrics":
             text = await self._source.metrics()

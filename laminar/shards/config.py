@@ -53,6 +53,9 @@ DEFAULT_MAX_INPUT_BYTES: Final = 256 << 20
 DEFAULT_FRAME_TIMEOUT_S: Final = 30.0
 DEFAULT_MAX_WAIT_MS: Final = 60_000
 DEFAULT_MAX_TOPICS: Final = 10_000
+MAX_TOPICS_CEILING: Final = 20_000
+"""Every topic is in every metadata answer and in one metadata snapshot entry
+(up to ~400 bytes a topic): this keeps both a few MiB."""
 DEFAULT_RETENTION_CHECK_INTERVAL_S: Final = 60.0
 RUNTIMES: Final = ("auto", "uring", "asyncio")
 DEFAULT_STAGING_BYTES_MAX: Final = 1 << 30
@@ -200,6 +203,11 @@ class NodeConfig:
             )
         if not self.frame_timeout_s > 0:
             raise ConfigError(f"--frame-timeout must be positive, got {self.frame_timeout_s}")
+        if self.max_topics > MAX_TOPICS_CEILING:
+            raise ConfigError(
+                f"--max-topics must be at most {MAX_TOPICS_CEILING} (every topic is in every "
+                f"metadata answer), got {self.max_topics}"
+            )
         for name, low in (
             ("max_connections", 1),
             ("max_input_bytes", 1 << 20),

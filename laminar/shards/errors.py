@@ -19,6 +19,7 @@ from laminar.log import (
 )
 from laminar.shards.channels import ChannelError
 from laminar.shards.metadata import MetadataError
+from laminar.shards.partitions import PartitionOffline
 from laminar.wire import ErrorCode, ProtocolError
 
 
@@ -52,6 +53,8 @@ def error_for(exc: BaseException) -> tuple[ErrorCode, str, bool]:
             "the partition was closed (shard draining or topic deleted)",
             True,
         )
+    if isinstance(exc, PartitionOffline):
+        return ErrorCode.STORAGE_ERROR, str(exc), True
     if isinstance(exc, RecordCorrupted):
         return ErrorCode.STORAGE_ERROR, f"a stored record failed its checksum: {exc}", True
     if isinstance(exc, LogFailed | LogCorrupted | LogError):

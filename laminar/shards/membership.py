@@ -12,6 +12,9 @@ Where membership datagrams arrive:
   port's reuseport group in the slot reserved for it, and the SK_REUSEPORT
   program sends every datagram whose op is in the membership range (96-127)
   there, never to a shard (the XDP classifier counts them as membership).
+  The agent's socket is one more member of the group, so a partition datagram
+  the program cannot place (its shard's slot empty) may be hashed to it by the
+  kernel; the agent drops it as unauthenticated, as it would any stranger's.
 - `cbpf` and `userspace` routing: on a port of their own,
   `--membership-port` (default node port + 1000; ephemeral with `--port 0`):
   the classic program has no room for a second rule, and plain reuseport

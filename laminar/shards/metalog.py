@@ -91,6 +91,9 @@ CHANNEL_TIMEOUT_S = 10.0
 RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 READY_WAIT_S = 5.0
 """How long a request waits for this shard's metadata before NOT_READY."""
+METADATA_FRAME_BYTES_MIN = 16 << 20
+"""The least a shard accepts in one answer on its channels: a snapshot of every
+topic is one entry (`config.MAX_TOPICS_CEILING` keeps it well under this)."""
 
 DEFAULT_REPLICATION_FACTOR: Final = 3
 """A topic's replication factor unless its creator says (capped at the cluster size)."""

@@ -176,6 +176,9 @@ class TimedStorage:
     async def allocate(self, size: int) -> None:
         await self._inner.allocate(size)
 
+    async def drop_cache(self) -> None:
+        await self._inner.drop_cache()
+
     async def close(self) -> None:
         await self._inner.close()
 
@@ -193,11 +196,14 @@ class TimedBackend:
     async def remove(self, path: str) -> None:
         await self._inner.remove(path)
 
+    async def rename(self, source: str, target: str) -> None:
+        await self._inner.rename(source, target)
+
     async def list_dir(self, path: str) -> list[str]:
         return await self._inner.list_dir(path)
 
-    async def make_dir(self, path: str) -> None:
-        await self._inner.make_dir(path)
+    async def make_dir(self, path: str) -> list[str]:
+        return await self._inner.make_dir(path)
 
     async def sync_dir(self, path: str) -> None:
         await self._inner.sync_dir(path)

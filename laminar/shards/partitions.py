@@ -12,6 +12,15 @@ produces keep their order) and a cancelled request never abandons an open
 half-way. The shard runs that task in its "flush" task queue (`spawn`): a log
 starts its group-commit flusher when it opens, and the flusher inherits the
 queue, so flushes get the flush queue's CPU shares, not the requests'.
+
+A failed partition (its log failed a write or an fsync: `SegmentedLog.failure`)
+is reopened from disk by the next request that needs it: closing drops the
+unpublished tail and recovery reads what the disk really holds (never what a
+failed fsync left in the page cache). A partition that cannot be opened (damage
+recovery refuses to repair, an unreadable disk), or that failed
+`MAX_REOPENS` times within `REOPEN_WINDOW_S`, is taken offline: requests are
+refused with the reason, `/health` and `laminar status` list it, and it is
+tried again no sooner than `OFFLINE_RETRY_S` later.
 """
 
 from __future__ import annotations
@@ -21,16 +30,65 @@ import logging
 import os
 import re
 import shutil
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
 
-from laminar.log import LogConfig, SegmentedLog
+from laminar.log import LogConfig, LogError, SegmentedLog
 from laminar.log.storage import StorageBackend
 from laminar.placement import partition_id, split_partition_id
 
 logger = logging.getLogger("laminar.shards")
 
 _DIR_RE = re.compile(r"(\d+)-(\d+)")
+
+MAX_REOPENS: Final = 3
+REOPEN_WINDOW_S: Final = 60.0
+OFFLINE_RETRY_S: Final = 30.0
+
+
+@dataclass
+class OfflinePartition:
+    """A partition this shard cannot serve now, and why."""
+
+    pid: int
+    reason: str
+    since: float  # time.time() when it went offline
+    retry_at: float  # time.monotonic() after which a request tries to open it again
+
+    def describe(self) -> dict[str, Any]:
+        topic_id, idx = split_partition_id(self.pid)
+        return {
+            "partition_id": self.pid,
+            "topic_id": topic_id,
+            "partition": idx,
+            "reason": self.reason,
+            "since": self.since,
+        }
+
+
+class PartitionOffline(Exception):
+    """The partition is offline (see `OfflinePartition`); nothing was done."""
+
+    def __init__(self, offline: OfflinePartition) -> None:
+        topic_id, idx = split_partition_id(offline.pid)
+        super().__init__(
+            f"partition {idx} of topic {topic_id} is offline: {offline.reason} "
+            f"(the node retries it no sooner than {OFFLINE_RETRY_S:.0f} s after it failed)"
+        )
+        self.offline = offline
+
+
+@dataclass
+class _Reopens:
+    """When a partition's log failed recently (monotonic seconds)."""
+
+    times: list[float] = field(default_factory=list)
+
+    def note(self, now: float) -> int:
+        self.times = [t for t in self.times if now - t < REOPEN_WINDOW_S] + [now]
+        return len(self.times)
 
 
 class PartitionManager:
@@ -52,6 +110,9 @@ class PartitionManager:
         self._owns = owns
         self._logs: dict[int, SegmentedLog] = {}
         self._opening: dict[int, asyncio.Task[SegmentedLog]] = {}
+        self._offline: dict[int, OfflinePartition] = {}
+        self._reopens: dict[int, _Reopens] = {}
+        self.clock: Callable[[], float] = time.monotonic  # tests move time
         self._flushes_of_closed = 0
         self._closed = False
 
@@ -69,19 +130,28 @@ class PartitionManager:
         return self._flushes_of_closed + sum(log.flush_count for log in self._logs.values())
 
     def opened(self, pid: int) -> SegmentedLog | None:
-        """The log of `pid` if it is open already (no waiting)."""
-        return self._logs.get(pid)
+        """The log of `pid` if it is open and healthy already (no waiting)."""
+        log = self._logs.get(pid)
+        return log if log is not None and log.failure is None else None
+
+    @property
+    def offline(self) -> list[OfflinePartition]:
+        return list(self._offline.values())
 
     async def get(self, pid: int, config: LogConfig | None = None) -> SegmentedLog:
-        """The open log of partition `pid`, opening (and recovering) it if needed."""
+        """The open log of partition `pid`, opening (and recovering) it if needed,
+        reopening it from disk if it failed. Raises `PartitionOffline`."""
         log = self._logs.get(pid)
-        if log is not None:
+        if log is not None and log.failure is None:
             return log
         if self._closed:
             raise RuntimeError("the partition manager is closed")
         task = self._opening.get(pid)
         if task is None:
-            opening = self._open(pid, config or self.config)
+            offline = self._offline.get(pid)
+            if offline is not None and self.clock() < offline.retry_at:
+                raise PartitionOffline(offline)
+            opening = self._open(pid, config or self.config, failed=log)
             if self._spawn is not None:
                 task = self._spawn(opening)
             else:
@@ -89,18 +159,51 @@ class PartitionManager:
             self._opening[pid] = task
         return await asyncio.shield(task)
 
-    async def _open(self, pid: int, config: LogConfig) -> SegmentedLog:
+    async def _open(self, pid: int, config: LogConfig, failed: SegmentedLog | None) -> SegmentedLog:
+        directory = self.directory(pid)
         try:
-            log = await SegmentedLog.open(self.directory(pid), config, backend=self._backend)
+            if failed is not None:
+                await self._retire(pid, failed)
+            log = await SegmentedLog.open(directory, config, backend=self._backend)
+        except (LogError, OSError) as exc:
+            offline = self._offline[pid] = OfflinePartition(
+                pid, str(exc), time.time(), self.clock() + OFFLINE_RETRY_S
+            )
+            logger.error("partition %s is offline: %s", directory, exc)
+            raise PartitionOffline(offline) from exc
         finally:
             del self._opening[pid]
         if self._closed:
             await log.close()
             raise RuntimeError("the partition manager closed while a log was opening")
+        if self._offline.pop(pid, None) is not None:
+            logger.warning("partition %s is back online", directory)
         self._logs[pid] = log
         return log
 
+    async def _retire(self, pid: int, failed: SegmentedLog) -> None:
+        """Close a failed log (which cuts its files back to what was published),
+        or give up on it if it failed too often lately."""
+        directory = self.directory(pid)
+        del self._logs[pid]
+        self._flushes_of_closed += failed.flush_count
+        try:
+            await failed.close()
+        except Exception as exc:  # the files stay as they are; recovery judges them
+            logger.error("closing failed partition %s: %s", directory, exc)
+        failures = self._reopens.setdefault(pid, _Reopens()).note(self.clock())
+        if failures > MAX_REOPENS:
+            raise LogError(
+                f"its log failed {failures} times within {REOPEN_WINDOW_S:.0f} s; "
+                f"last: {failed.failure}"
+            )
+        logger.warning(
+            "partition %s failed (%s); reopening it from disk", directory, failed.failure
+        )
+
     async def close_partition(self, pid: int) -> None:
+        self._offline.pop(pid, None)
+        self._reopens.pop(pid, None)
         task = self._opening.get(pid)
         if task is not None:
             # Let the open finish, then close what it opened.

@@ -221,6 +221,21 @@ def render(
                 w.sample(name, {"shard": shard_id}, stats[key])
 
     w.family(
+        "laminar_partition_offline",
+        "gauge",
+        "1 for each partition its shard cannot serve now (the reason is a label).",
+    )
+    for shard_id, stats in live:
+        for part in stats.get("partitions_offline", ()):
+            labels = {
+                "shard": shard_id,
+                "topic_id": part["topic_id"],
+                "partition": part["partition"],
+                "reason": part["reason"],
+            }
+            w.sample("laminar_partition_offline", labels, 1)
+
+    w.family(
         "laminar_task_queue_runtime_seconds_total",
         "counter",
         "CPU time spent in each task queue of the shard's event loop.",

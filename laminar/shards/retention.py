@@ -94,7 +94,9 @@ class Retention:
             if not wants_retention(topic):
                 continue
             config = self.topic_log_config(topic)
-            for pid in self._owned(topic):
+            for n, pid in enumerate(self._owned(topic)):
+                if n % 256 == 255:
+                    await asyncio.sleep(0)  # a topic of many partitions: let requests run
                 if not os.path.isdir(self._partitions.directory(pid)):
                     continue
                 try:

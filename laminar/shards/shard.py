@@ -48,7 +48,7 @@ from laminar.shards.dispatch import CHANNEL_FRAME_SLACK, Dispatcher
 from laminar.shards.handlers import Handlers, RequestContext, ShardIdentity
 from laminar.shards.listeners import ShardSockets, is_sibling_shard, peer_credentials
 from laminar.shards.metadata import METADATA_PID, Applied
-from laminar.shards.metalog import MetadataService
+from laminar.shards.metalog import METADATA_FRAME_BYTES_MIN, MetadataService
 from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.replication import ShardReplication
@@ -189,7 +189,8 @@ class Shard:
             config.run_dir,
             self.shard_id,
             config.cores,
-            config.max_frame_bytes + CHANNEL_FRAME_SLACK,
+            # Answers from peers include metadata snapshots, which hold every topic.
+            max(config.max_frame_bytes, METADATA_FRAME_BYTES_MIN) + CHANNEL_FRAME_SLACK,
         )
         self.replication = self._replication() if config.clustered else None
         self.metadata = MetadataService(
@@ -484,6 +485,7 @@ class Shard:
                 "membership_version": None if self.membership is None else self.membership.version,
                 "partitions_owned": self._owned_partitions,
                 "partitions_open": self.partitions.open_count,
+                "partitions_offline": [o.describe() for o in self.partitions.offline],
                 "flushes": self.partitions.flushes,
                 "metadata_applied_index": self.metadata.state.applied_index,
                 "input_bytes": self.budget.used,

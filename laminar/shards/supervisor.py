@@ -9,8 +9,9 @@ Theory of operation:
   request steering (`steering`, where laminar.xdp plugs in).
 - Shards are separate programs (`python -m laminar.shards.shard_main`) started
   with `subprocess.Popen` and `pass_fds`, not forked from a running loop: each
-  inherits exactly its sockets, one end of its control socketpair and the
-  steering descriptors, and pins itself to its core first thing.
+  inherits exactly its sockets (its UDP socket of the steering group among
+  them, but no BPF program or map) and one end of its control socketpair, and
+  pins itself to its core first thing.
 - Start-up succeeds when every shard has sent READY; a shard that exits before
   that fails the whole start (its own log line says why). Then the supervisor
   writes `<data-dir>/run/node.json` (ports and pids, for tests and tools) and
@@ -613,19 +614,28 @@ class Supervisor:
     def _admin_source(self) -> AdminSource:
         return AdminSource(health=self._health, metrics=self._metrics, status=self._status)
 
-    def _health(self) -> tuple[bool, dict[str, Any]]:
+    async def _health(self) -> tuple[bool, dict[str, Any]]:
+        stats = await self._gather()
         down = [slot.shard_id for slot in self.slots if not slot.up]
+        offline = [
+            {"shard": slot.shard_id, **part}
+            for slot, s in zip(self.slots, stats, strict=True)
+            if s is not None
+            for part in s.get("partitions_offline", ())
+        ]
+        healthy = not down and not offline
         body: dict[str, Any] = {
-            "status": "ok" if not down else "degraded",
+            "status": "ok" if healthy else "degraded",
             "node_id": self.config.node_id,
             "shards": len(self.slots),
             "shards_down": down,
+            "partitions_offline": offline,
             "routing_mode": self.steering.mode if self.steering else "",
         }
         errors = {str(s.shard_id): s.start_error for s in self.slots if s.start_error}
         if errors:
             body["start_errors"] = errors
-        return not down, body
+        return healthy, body
 
     async def _gather(self) -> list[dict[str, Any] | None]:
         return list(await asyncio.gather(*(slot.stats() for slot in self.slots)))

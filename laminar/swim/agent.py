@@ -102,11 +102,14 @@ class MembershipAgent:
 
     async def leave(self, timeout_s: float = LEAVE_TIMEOUT_S) -> None:
         """Announce a graceful leave and keep gossiping until the news is out
-        (no update pending) or `timeout_s` has passed."""
+        (no update pending, or no live member left to tell) or `timeout_s` has
+        passed."""
         self.swim.leave(self._clock_ms())
         self._flush()
         deadline = time.monotonic() + timeout_s
         while self.swim.pending_updates() and time.monotonic() < deadline:
+            if not self.swim.view().live():
+                break
             await asyncio.sleep(0.05)
 
     def close(self) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from laminar.log import MemoryBackend, StorageBackend, SyscallBackend
+from laminar.log import SimulatedDisk, StorageBackend, SyscallBackend
 from laminar.reactor import UringEventLoop, uring_unavailable_reason
 from laminar.reactor.storage import UringBackend
 
@@ -22,7 +22,7 @@ class LogEnv:
     def __init__(self, kind: str, tmp_path: Path) -> None:
         self.kind = kind
         self.backend: StorageBackend = {
-            "memory": MemoryBackend,
+            "memory": SimulatedDisk,
             "syscall": SyscallBackend,
             "uring": UringBackend,
         }[kind]()

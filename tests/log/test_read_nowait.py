@@ -38,6 +38,9 @@ async def filled(env: LogEnv) -> SegmentedLog:
 
 
 def test_nowait_gives_the_batch_read_batch_gives(env: LogEnv) -> None:
+    if env.kind == "memory":
+        pytest.skip("the simulated disk always says 'would block' (its reads can fault)")
+
     async def main() -> None:
         log = await filled(env)
         assert len(log._segments) > 2  # reads stop at segment ends: cover several

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from laminar.shards.config import MAX_TOPICS_CEILING
 from laminar.shards.metadata import (
     FIRST_TOPIC_ID,
     MAX_PARTITIONS,
@@ -20,7 +21,8 @@ from laminar.shards.metadata import (
     decode_entry,
     encode_entry,
 )
-from laminar.wire import ErrorCode, TopicInfo
+from laminar.shards.metalog import METADATA_FRAME_BYTES_MIN
+from laminar.wire import ErrorCode, FetchedRecord, MetadataTailResponse, TopicInfo
 
 
 def test_create_assigns_increasing_ids_and_delete_never_frees_one() -> None:
@@ -238,3 +240,18 @@ def test_churn_is_compacted_and_a_far_behind_shard_learns_the_difference() -> No
     created = {t.name for a in applied for t in a.created}
     deleted = {t.name for a in applied[1:] for t in a.deleted}
     assert created - deleted == {t.name for t in owner.topics()}
+
+
+def test_a_snapshot_of_the_most_topics_fits_a_channel_answer() -> None:
+    """A follower behind a compaction gets the whole state as one entry in one
+    channel answer, whatever --max-frame-bytes says: the topic ceiling and the
+    channel's frame floor are chosen together."""
+    config = {"retention.ms": 2**62, "retention.bytes": 2**62, "segment.bytes": 1 << 30}
+    config["segment.ms"] = 2**62
+    topics = tuple(
+        TopicInfo(f"{n:0249d}", n + 1, MAX_PARTITIONS, dict(config))
+        for n in range(MAX_TOPICS_CEILING)
+    )
+    entry = encode_entry(Snapshot(MAX_TOPICS_CEILING + 1, topics))
+    answer = MetadataTailResponse(0, (FetchedRecord(5, 6, entry),), 5, 6).encode(1)
+    assert len(answer) < METADATA_FRAME_BYTES_MIN // 2  # with room to spare

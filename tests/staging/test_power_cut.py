@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from laminar.log import LogConfig, MemoryBackend, SegmentedLog
+from laminar.shards.replica import LocalReplica
 from laminar.shards.staging.area import StagingArea
 from laminar.shards.staging.files import StagingFiles
 from laminar.shards.staging.frames import AttemptKey, read_batch_blobs
@@ -71,8 +72,8 @@ class World:
         self.view = MortalBackend(self.backend)
         self.log = await SegmentedLog.open(LOG_DIR, config, backend=self.view)  # type: ignore[arg-type]
 
-        async def log_of(pid: int) -> SegmentedLog:
-            return self.log
+        async def replica_of(pid: int) -> LocalReplica:
+            return LocalReplica(self.log)
 
         async def ask(commit_id: int) -> str:
             return WriteState.COMMITTED
@@ -81,7 +82,7 @@ class World:
             StagingArea(1 << 30, 60.0),
             StagingFiles(self.view, STAGING, open_max=3),  # type: ignore[arg-type]
             lambda pid: True,
-            log_of,
+            replica_of,
             ask,
             self.chunk_bytes,
         )

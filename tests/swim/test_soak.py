@@ -30,6 +30,7 @@ def test_soak_without_lifeguard(seed: int) -> None:
     check_seed(seed, size=50, config=SwimConfig().without_lifeguard(), check_codec=False)
 
 
+@pytest.mark.timeout(3600)  # a lossy 1,000-member plan runs for many minutes
 @pytest.mark.parametrize("seed", range(30_000, 30_000 + max(1, SEEDS // 50)))
 def test_soak_a_thousand_members(seed: int) -> None:
     check_seed(seed, size=1000, check_codec=False)

@@ -1,0 +1,191 @@
+"""Real clusters of `laminar-node` processes for tests: start, kill, restart, read replicas.
+
+    with Cluster.start(tmp_path, 3) as cluster:
+        cluster.bootstrap                       # "127.0.0.1:p1,127.0.0.1:p2,..."
+        cluster.nodes["n1"].kill()              # SIGKILL, for good
+        cluster.restart("n1")                   # same data dir, same ports
+        read_replica(cluster.nodes["n2"], pid)  # that node's committed records
+
+Each node gets a fixed node port chosen free up front (peers must know each
+other's node ports before they start); shard and admin ports are ephemeral.
+With `prefix(node_id)` a node runs under a command (a network namespace of
+`tests.cluster.netns`), and `host(node_id)` is the address it binds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from laminar.placement import shard_for
+from laminar.wire import (
+    NEED_DATA,
+    ErrorResponse,
+    FetchRequest,
+    FetchResponse,
+    FrameDecoder,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    Message,
+    decode_response,
+)
+from tests.system.nodes import RunningNode, start_node
+
+TIMEOUT_S = 60.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free for TCP and UDP on `host` right now."""
+    for _ in range(100):
+        with socket.socket() as tcp:
+            tcp.bind((host, 0))
+            port = tcp.getsockname()[1]
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                try:
+                    udp.bind((host, port))
+                except OSError:
+                    continue
+            return int(port)
+    raise RuntimeError("no free port")
+
+
+@dataclass
+class Cluster:
+    """Nodes n1..nN of one static cluster (see the module docstring)."""
+
+    tmp: Path
+    ports: dict[str, int]
+    flags: dict[str, Any]
+    cores: int
+    host: Callable[[str], str]
+    prefix: Callable[[str], list[str]]
+    nodes: dict[str, RunningNode] = field(default_factory=dict)
+
+    @classmethod
+    @contextlib.contextmanager
+    def start(
+        cls,
+        tmp: Path,
+        count: int = 3,
+        *,
+        cores: int = 2,
+        secret: Path | None = None,
+        host: Callable[[str], str] = lambda node_id: "127.0.0.1",
+        prefix: Callable[[str], list[str]] = lambda node_id: [],
+        **flags: Any,
+    ) -> Iterator[Cluster]:
+        ids = [f"n{i}" for i in range(1, count + 1)]
+        if secret is not None:
+            flags["cluster_secret_file"] = secret
+        ports = {node_id: free_port() for node_id in ids}
+        cluster = cls(tmp, ports, flags, cores, host, prefix)
+        try:
+            for node_id in ids:
+                cluster.nodes[node_id] = cluster._start(node_id)
+            yield cluster
+        finally:
+            for node in cluster.nodes.values():
+                if node.alive():
+                    node.kill()
+
+    def _start(self, node_id: str, **changes: Any) -> RunningNode:
+        peers = ",".join(
+            f"{other}={self.host(other)}:{port}"
+            for other, port in self.ports.items()
+            if other != node_id
+        )
+        flags = {
+            "node_id": node_id,
+            "port": self.ports[node_id],
+            "host": self.host(node_id),
+            "admin_port": 0,
+            "shard_port_base": 0,
+            "peers": peers,
+            **self.flags,
+            **changes,
+        }
+        os.makedirs(self.tmp / node_id, exist_ok=True)
+        return start_node(
+            self.tmp / node_id,
+            self.cores,
+            data_dir=self.tmp / node_id / "data",
+            prefix=self.prefix(node_id),
+            **flags,
+        )
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{self.host(n)}:{p}" for n, p in self.ports.items())
+
+    def restart(self, node_id: str, **changes: Any) -> RunningNode:
+        node = self.nodes[node_id]
+        if node.alive():
+            node.kill()
+        self.nodes[node_id] = self._start(node_id, **changes)
+        return self.nodes[node_id]
+
+    def live(self) -> dict[str, RunningNode]:
+        return {n: node for n, node in self.nodes.items() if node.alive()}
+
+
+# -- talking to one replica -------------------------------------------------------------
+
+
+def request(node: RunningNode, pid: int, message: Message) -> Any:
+    """Send `message` to the shard of `node` that owns `pid`; its decoded answer."""
+    port = node.shard_ports[shard_for(pid, len(node.shard_ports))]
+    with socket.create_connection((node.host, port), timeout=10) as sock:
+        sock.sendall(message.encode(1))
+        decoder = FrameDecoder(64 << 20)
+        while True:
+            frame = decoder.next_frame()
+            if frame is not NEED_DATA:
+                return decode_response(frame)
+            data = sock.recv(1 << 20)
+            if not data:
+                raise ConnectionError("the node closed the connection")
+            decoder.feed(data)
+
+
+def offsets(node: RunningNode, pid: int) -> ListOffsetsResponse:
+    answer = request(node, pid, ListOffsetsRequest(pid))
+    if not isinstance(answer, ListOffsetsResponse):
+        raise AssertionError(f"list offsets on {node.bootstrap}: {answer}")
+    return answer
+
+
+def read_replica(node: RunningNode, pid: int) -> list[tuple[int, bytes]]:
+    """Every committed record `node`'s replica of `pid` holds: (index, blob)."""
+    out: list[tuple[int, bytes]] = []
+    index = 0
+    end = offsets(node, pid).committed_index
+    while index < end:
+        answer = request(node, pid, FetchRequest(pid, index, max_bytes=4 << 20))
+        if isinstance(answer, ErrorResponse):
+            raise AssertionError(f"fetch from {node.bootstrap}: {answer}")
+        assert isinstance(answer, FetchResponse)
+        if not answer.records:
+            break  # only protocol entries were left before `end`
+        out += [(r.index, r.blob) for r in answer.records]
+        index = answer.records[-1].index + 1
+    return out
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout_s: float = TIMEOUT_S) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as exc:  # a node still starting, a leader being elected
+            last = exc
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what} (last error: {last})")

@@ -1,0 +1,200 @@
+"""Three real nodes on loopback: every partition a Raft group, surviving SIGKILL.
+
+Delivery is checked by identity with the history checker: every record the
+client was told is appended must be on every replica, once, at the index it
+was acknowledged at; nothing refused may be anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from laminar.client import Client, NotLeaderError, OutcomeUnknownError, RetryPolicy
+from laminar.placement import partition_id
+from laminar.wire import ListTopicsRequest, ListTopicsResponse
+from laminar.wire.records import decode_record
+from tests.cluster.history import Produce, check
+from tests.cluster.nodes import Cluster, offsets, read_replica, request, wait_until
+
+
+def _values(records: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    return [(index, decode_record(blob)[0]) for index, blob in records]
+
+
+def _leader(cluster: Cluster, pid: int) -> str:
+    def known() -> str | None:
+        leaders = {offsets(node, pid).leader for node in cluster.live().values()}
+        leaders.discard(None)
+        return leaders.pop() if len(leaders) == 1 else None
+
+    leader: str = wait_until(known, f"one leader of partition {pid}")
+    return leader
+
+
+def _replicas_caught_up(cluster: Cluster, pid: int, end: int) -> None:
+    for name, node in cluster.live().items():
+        wait_until(lambda n=node: offsets(n, pid).committed_index >= end, f"{name} at {end}")
+
+
+def _secret(path: Path, text: bytes) -> Path:
+    path.write_bytes(text)
+    os.chmod(path, 0o600)
+    return path
+
+
+def test_every_acknowledged_record_survives_the_leaders_sigkill(tmp_path: Path) -> None:
+    with (
+        Cluster.start(tmp_path, 3) as cluster,
+        Client(cluster.bootstrap, retry=RetryPolicy(budget_s=30)) as client,
+    ):
+        topic = client.create_topic("events", partitions=2, replication_factor=3)
+        assert topic.replication_factor == 3
+        pid = partition_id(topic.topic_id, 0)
+        history: list[Produce] = []
+        sequence = 0
+
+        def produce(count: int, pipelined: bool) -> None:
+            nonlocal sequence
+            pending = []
+            for _ in range(count):
+                value = b"v%05d" % sequence
+                call = client.produce_nowait(
+                    "events", 0, [value], producer_id=42, sequence=sequence
+                )
+                sequence += 1
+                if pipelined:
+                    pending.append((value, call))
+                else:
+                    history.append(Produce(0, value, "ok", call.result()))
+            for value, call in pending:
+                history.append(Produce(0, value, "ok", call.result()))
+
+        produce(30, pipelined=False)
+        leader = _leader(cluster, pid)
+        produce(0, pipelined=True)
+        in_flight = [
+            client.produce_nowait(
+                "events", 0, [b"f%05d" % (sequence + i)], producer_id=42, sequence=sequence + i
+            )
+            for i in range(10)
+        ]
+        cluster.nodes[leader].kill()  # with produces in flight
+        for i, call in enumerate(in_flight):
+            history.append(Produce(0, b"f%05d" % (sequence + i), "ok", call.result()))
+        sequence += 10
+        produce(40, pipelined=False)
+        new_leader = _leader(cluster, pid)
+        assert new_leader != leader
+
+        cluster.restart(leader)  # it must catch up on what it missed
+        end = max(p.offset or 0 for p in history) + 1
+        _replicas_caught_up(cluster, pid, end)
+        final = {
+            name: {0: _values(read_replica(node, pid))} for name, node in cluster.nodes.items()
+        }
+        report = check(history, final)
+        assert report.valid, report.summary()
+        assert report.acknowledged == 80
+
+
+def test_a_follower_can_be_read_and_refuses_writes_naming_the_leader(tmp_path: Path) -> None:
+    with Cluster.start(tmp_path, 3) as cluster, Client(cluster.bootstrap) as client:
+        topic = client.create_topic("t", partitions=1, replication_factor=3)
+        pid = partition_id(topic.topic_id, 0)
+        first = client.produce("t", 0, [b"a", b"b"])
+        leader = _leader(cluster, pid)
+        follower = next(n for n in cluster.nodes if n != leader)
+        _replicas_caught_up(cluster, pid, first + 2)
+        assert _values(read_replica(cluster.nodes[follower], pid)) == [
+            (first, b"a"),
+            (first + 1, b"b"),
+        ]
+        described = client.describe_topic("t").partitions[0]
+        assert described.leader == leader and sorted(described.replicas) == ["n1", "n2", "n3"]
+        with Client(cluster.nodes[follower].bootstrap, retry=RetryPolicy(budget_s=0)) as direct:
+            direct.cluster.hints.leaders.clear()  # route to the follower on purpose
+            direct.cluster.hints.leaders[pid] = follower
+            with pytest.raises(NotLeaderError) as refused:
+                direct.produce("t", 0, [b"c"])
+        assert refused.value.leader == leader
+
+
+def test_a_node_without_the_cluster_secret_is_refused(tmp_path: Path) -> None:
+    secret = _secret(tmp_path / "secret", b"the cluster secret, 32 bytes long")
+    wrong = _secret(tmp_path / "wrong", b"not the cluster secret, but long")
+    with Cluster.start(tmp_path, 3, secret=secret) as cluster:
+        with Client(cluster.bootstrap) as client:
+            client.create_topic("before", partitions=1, replication_factor=3)
+        cluster.restart("n3", cluster_secret_file=wrong)
+        for name in ("n1", "n2"):
+            wait_until(
+                lambda n=name: any(
+                    "'n3'" in line and "cluster secret" in line
+                    for line in cluster.nodes[n].log_text().splitlines()
+                ),
+                f"{name} refusing n3",
+            )
+        with Client(f"127.0.0.1:{cluster.ports['n1']}") as client:
+            client.create_topic("after", partitions=1, replication_factor=2)  # n1 + n2 agree
+            names = [t.name for t in client.list_topics()]
+        assert "after" in names
+        time.sleep(1)  # n3 asks its own shard: it never learned of "after"
+        answer = request(cluster.nodes["n3"], 0, ListTopicsRequest())
+        assert isinstance(answer, ListTopicsResponse)
+        assert "after" not in [t.name for t in answer.topics]
+
+
+def test_a_topic_deleted_while_a_replica_is_down_is_deleted_there_on_return(
+    tmp_path: Path,
+) -> None:
+    with Cluster.start(tmp_path, 3) as cluster, Client(cluster.bootstrap) as client:
+        topic = client.create_topic("doomed", partitions=2, replication_factor=3)
+        client.produce("doomed", 0, [b"x"])
+        directory = cluster.nodes["n3"].data_dir / "partitions" / f"{topic.topic_id}-0"
+        wait_until(directory.exists, "n3's replica directory")
+        cluster.nodes["n3"].kill()
+        client.delete_topic("doomed")
+        cluster.restart("n3")
+        wait_until(lambda: not directory.exists(), "n3 deleting the topic's files")
+
+
+def test_an_append_is_acknowledged_only_once_a_majority_has_it(tmp_path: Path) -> None:
+    """With both followers frozen the leader cannot commit: the produce must not
+    be acknowledged (its outcome is unknown), and once the leader dies and the
+    followers elect another, nothing acknowledged may be missing."""
+    with (
+        Cluster.start(tmp_path, 3) as cluster,
+        Client(cluster.bootstrap, retry=RetryPolicy(budget_s=30)) as setup,
+    ):
+        topic = setup.create_topic("q", partitions=1, replication_factor=3)
+        pid = partition_id(topic.topic_id, 0)
+        history = [Produce(0, b"before", "ok", setup.produce("q", 0, [b"before"]))]
+        leader = _leader(cluster, pid)
+        followers = [n for n in cluster.nodes if n != leader]
+        client = Client(cluster.bootstrap, retry=RetryPolicy(budget_s=0))
+        client.cluster.hints.leaders[pid] = leader
+        for name in followers:
+            os.killpg(cluster.nodes[name].pid, signal.SIGSTOP)
+        try:
+            history.append(Produce(0, b"frozen", "ok", client.produce("q", 0, [b"frozen"])))
+        except OutcomeUnknownError:
+            history.append(Produce(0, b"frozen", "info"))
+        finally:
+            client.close()
+            cluster.nodes[leader].kill()
+            for name in followers:
+                os.killpg(cluster.nodes[name].pid, signal.SIGCONT)
+        assert history[-1].outcome == "info"
+        history.append(Produce(0, b"after", "ok", setup.produce("q", 0, [b"after"])))
+        cluster.restart(leader)
+        _replicas_caught_up(cluster, pid, max(p.offset or 0 for p in history) + 1)
+        final = {
+            name: {0: _values(read_replica(node, pid))} for name, node in cluster.nodes.items()
+        }
+        report = check(history, final)
+        assert report.valid, report.summary()
