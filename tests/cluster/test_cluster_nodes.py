@@ -319,3 +319,25 @@ def test_retention_on_a_replicated_partition_keeps_what_raft_still_needs(tmp_pat
             kept = _values(read_replica(node, pid))
             assert kept and kept[-1] == acked[-1], name
             assert all(record in acked for record in kept), name
+
+
+def test_a_client_can_read_from_followers(tmp_path: Path) -> None:
+    with Cluster.start(tmp_path, 3, cores=1) as cluster:
+        with Client(cluster.bootstrap) as writer:
+            topic = writer.create_topic("spread", partitions=3, replication_factor=3)
+            firsts = [writer.produce("spread", p, [b"p%d" % p]) for p in range(3)]
+        pids = [partition_id(topic.topic_id, p) for p in range(3)]
+        for pid, first in zip(pids, firsts, strict=True):
+            _replicas_caught_up(cluster, pid, first + 1)
+        leaders = {pid: _leader(cluster, pid) for pid in pids}
+        with Client(cluster.bootstrap, read_from="follower") as reader:
+            reader.describe_topic("spread")  # learns the leaders
+            for p, pid in enumerate(pids):
+                route = reader.cluster.route_read("spread", p)
+                node = next(  # a shard port, or the node port until shard ports are known
+                    n
+                    for n, node in cluster.nodes.items()
+                    if route.address[1] in (node.port, *node.shard_ports)
+                )
+                assert node != leaders[pid]
+                assert [r.value for r in reader.fetch("spread", p, firsts[p])] == [b"p%d" % p]
