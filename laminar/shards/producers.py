@@ -71,9 +71,32 @@ class IdempotentProducers:
         part = self._partitions.get(key)
         if part is None:
             part = self._partitions[key] = _Partition()
+        # A producer's batches are decided in the order they arrived (a
+        # pipelining client sends them in sequence order): each waits for the
+        # one before it, taken before this coroutine first yields.
+        ahead = part.last.get(producer_id)
+        turn = part.last[producer_id] = asyncio.get_running_loop().create_future()
+        try:
+            if ahead is not None:
+                await asyncio.wait([ahead])
+            return await self._decide_and_append(log, req, part, producer_id, sequence, count)
+        finally:
+            turn.set_result(None)
+            if part.last.get(producer_id) is turn:
+                del part.last[producer_id]
+
+    async def _decide_and_append(
+        self,
+        log: PartitionReplica,
+        req: ProduceRequest,
+        part: _Partition,
+        producer_id: int,
+        sequence: int,
+        count: int,
+    ) -> tuple[int, int, int]:
         table = await part.table(log, self.scan_bytes_max)
         while (busy := part.busy.get(producer_id)) is not None:
-            await asyncio.wait([busy])
+            await asyncio.wait([busy])  # an earlier batch's append (its request may be gone)
         decision = table.decide(producer_id, sequence, count)
         if decision.verdict is Verdict.APPEND:
             task = asyncio.get_running_loop().create_task(_append(log, req.blobs))
@@ -117,12 +140,15 @@ async def _append(log: PartitionReplica, blobs: tuple[bytes, ...]) -> tuple[int,
 class _Partition:
     """One log's producer table, its loading, and each producer's batch in flight."""
 
-    __slots__ = ("_loading", "_table", "busy")
+    __slots__ = ("_loading", "_table", "busy", "last")
 
     def __init__(self) -> None:
         self._table: ProducerTable | None = None
         self._loading: asyncio.Task[ProducerTable] | None = None
         self.busy: dict[int, asyncio.Task[tuple[int, int]]] = {}
+        """producer id -> its batch being appended."""
+        self.last: dict[int, asyncio.Future[None]] = {}
+        """producer id -> done when its latest arrived batch is decided and done."""
 
     async def table(self, log: PartitionReplica, scan_bytes_max: int) -> ProducerTable:
         """The table, rebuilt from the log's tail once (shared by concurrent callers)."""
