@@ -31,7 +31,7 @@ from laminar.wire import (
     TopicInfo,
     decode_record,
 )
-from laminar.wire.records import unpack_fetch_table
+from laminar.wire.records import unpack_fetch_columns
 
 M = TypeVar("M", bound=Message)
 
@@ -87,8 +87,7 @@ def fetched_records(frame: Frame) -> list[Record]:
         if table_end != len(payload):
             raise _bad_fetch(f"an empty batch carries {len(payload) - table_end} stray bytes")
         return []
-    table = unpack_fetch_table(payload, count)  # (index, stamp, size, ...)
-    indexes, stamps, sizes = table[0::3], table[1::3], table[2::3]
+    indexes, stamps, sizes = unpack_fetch_columns(payload, count)
     starts = list(accumulate(sizes, initial=table_end))
     if starts[-1] == len(payload) and 0 not in sizes:
         attrs = bytes(map(payload.__getitem__, starts[:-1]))
@@ -180,10 +179,12 @@ class TopicDescription:
 def describe(
     view: ClusterView, topic: TopicInfo, answers: Sequence[ListOffsetsResponse]
 ) -> TopicDescription:
-    """A `TopicDescription` from the offsets of each partition, in order."""
+    """A `TopicDescription` from the offsets of each partition, in order; the
+    leaders they name are noted in `view` (later requests go straight there)."""
     parts = []
     for p, offsets in enumerate(answers):
         pid = partition_id(topic.topic_id, p)
+        view.learn_leader(pid, offsets.leader)
         route = view.route_pid(pid)
         host, port = route.address
         parts.append(

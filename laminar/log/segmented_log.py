@@ -328,6 +328,22 @@ class SegmentedLog:
         segment = self._segment_for(start)
         return await segment.read_batch(start, max_bytes, max_records or 1 << 62)
 
+    def read_batch_nowait(
+        self, start: int, max_bytes: int = 1 << 20, max_records: int | None = None
+    ) -> RecordBatch | None:
+        """`read_batch` without waiting: the same batch, verified the same way,
+        when its bytes are in the page cache; None when `read_batch` has to read
+        from the device or has an error to raise (it then serves the request).
+        Lets a server answer a fetch of recent records without a task."""
+        if self._closed or max_bytes < 1 or (max_records is not None and max_records < 1):
+            return None
+        if not self.lowest_index <= start <= self.highest_index:
+            return None
+        if start == self.highest_index:
+            return RecordBatch(start, (), (), (), b"")
+        segment = self._segment_for(start)
+        return segment.read_batch_nowait(start, max_bytes, max_records or 1 << 62)
+
     def term_of(self, index: int) -> int:
         """The term stored with record `index`, from the in-memory index (no I/O):
         Raft reads terms synchronously. Raises IndexOutOfRange."""
@@ -455,23 +471,35 @@ class SegmentedLog:
         return removed
 
     async def remove_expired(
-        self, retention_bytes: int | None, retention_ms: int | None, now_ms: int | None = None
+        self,
+        retention_bytes: int | None,
+        retention_ms: int | None,
+        now_ms: int | None = None,
+        keep_from: int | None = None,
     ) -> tuple[int, int]:
         """`apply_retention` with these limits instead of the config's, for an owner
         that keeps retention out of the log (on a timer of its own, never inside an
-        append); returns (segments, bytes) removed."""
+        append); returns (segments, bytes) removed. A segment holding a record
+        at or after `keep_from` stays whatever the limits say (a Raft partition
+        keeps what is not yet applied)."""
         async with self._lock:
             self._check_open()
             now = self._clock_ms() if now_ms is None else now_ms
-            return await self._remove_expired(now, retention_bytes, retention_ms)
+            return await self._remove_expired(now, retention_bytes, retention_ms, keep_from)
 
     async def _remove_expired(
-        self, now_ms: int, retention_bytes: int | None, retention_ms: int | None
+        self,
+        now_ms: int,
+        retention_bytes: int | None,
+        retention_ms: int | None,
+        keep_from: int | None = None,
     ) -> tuple[int, int]:
         removed = 0
         total = start = self.size_bytes
         while len(self._segments) > 1:
             oldest = self._segments[0]
+            if keep_from is not None and oldest.end_index > keep_from:
+                break
             too_big = retention_bytes is not None and total - oldest.store_bytes >= retention_bytes
             too_old = (
                 retention_ms is not None
