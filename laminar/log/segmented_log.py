@@ -153,7 +153,7 @@ class SegmentedLog:
         return first, timestamp_ms
 
     def stage_nowait(
-        self, values: Sequence[bytes], term: int = 0
+        self, values: Sequence[bytes], term: int = 0, timestamp_ms: int | None = None
     ) -> tuple[int, int, asyncio.Future[None]] | None:
         """`append_stamped` without the wait, when staging needs none: (first
         index, timestamp_ms, a future resolved once the batch is published).
@@ -168,7 +168,7 @@ class SegmentedLog:
         segment = self._segments[-1]
         if self._rollover_due(segment, size):
             return None
-        return self._stage(segment, values, term)
+        return self._stage(segment, values, term, timestamp_ms)
 
     def _checked_batch(self, values: Sequence[bytes]) -> tuple[list[bytes], int]:
         if not values:

@@ -20,9 +20,10 @@ How the synchronous core meets the asynchronous log:
 - Persisting a Ready is two awaits: `await storage.append(rd.entries)` (a
   conflicting suffix is truncated first; every log append is durable on
   return, so the log must use flush="always") and then
-  `await storage.set_hard_state(rd.hard_state)`, which replaces the small
-  state file `raft-state.json` in the partition directory atomically (write a
-  temporary file, fsync it, rename, fsync the directory).
+  `await storage.set_hard_state(rd.hard_state)`, which, when the term or
+  vote changed, replaces the small state file `raft-state.json` in the
+  partition directory atomically (write a temporary file, fsync it, rename,
+  fsync the directory); a new commit index alone stays in memory.
 - An install (a Ready whose first entry is an anchor) first records the
   anchor in the state file, then resets the log to start after it; a crash in
   between is finished on the next open.
@@ -233,15 +234,37 @@ class SegmentedLogStorage:
         if start < log.highest_index:
             await log.truncate(start)
             self._drop_cached_from(entries[0].index)
+        # Stage every run before waiting for any, so that the log's group commit
+        # makes them durable together: a Ready's entries carry as many
+        # timestamps as the milliseconds their proposals spanned, and a flush
+        # (write + fdatasync) per run, one after the other, bounded replicated
+        # throughput. Order holds: runs are staged in order, synchronously, or
+        # (when staging must wait) through `append`, which keeps staging order.
+        staged: list[asyncio.Future[None]] = []
         for term, timestamp_ms, values in _chunks(entries, self.stamped):
-            await log.append(values, term, timestamp_ms)
+            now = log.stage_nowait(values, term, timestamp_ms)
+            if now is None:
+                await log.append(values, term, timestamp_ms)
+            else:
+                staged.append(now[2])
+        outcomes = await asyncio.gather(*staged, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
         self._cache(entries)
 
     async def set_hard_state(self, hard_state: HardState) -> None:
+        """Persist a term or vote change (with the commit index of the moment).
+        A change of the commit index alone is not written: it may stay volatile
+        (a restart learns the newer one from the leader), and replacing the
+        file costs two fsyncs, which every produce would otherwise pay on
+        every replica (the core asks for a sync whenever a Ready has entries)."""
+        old = self._state
         self._state = replace(
-            self._state, term=hard_state.term, vote=hard_state.vote, commit=hard_state.commit
+            old, term=hard_state.term, vote=hard_state.vote, commit=hard_state.commit
         )
-        await self._write_state()
+        if (old.term, old.vote) != (hard_state.term, hard_state.vote):
+            await self._write_state()
 
     async def _install(self, anchor: Entry) -> None:
         self._state = replace(

@@ -248,3 +248,44 @@ def test_a_cluster_replicates_restarts_and_redelivers_over_segmented_logs(
             await cluster.stop(node)
 
     run(scenario())
+
+
+def stamped(first: int, term: int, timestamps: list[int]) -> list[Entry]:
+    """Normal entries as a partition's leader makes them: timestamp_ms first."""
+    return [
+        Entry(i, term, ts.to_bytes(8, "big") + b"r%d" % i) for i, ts in enumerate(timestamps, first)
+    ]
+
+
+def test_a_ready_with_many_timestamps_is_made_durable_in_one_flush(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        storage = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL, stamped=True)
+        written = stamped(1, 1, [1000, 1001, 1001, 1002, 1005])  # four timestamp runs
+        before = storage.log.flush_count
+        await storage.append(written)
+        assert storage.log.flush_count - before == 1  # not one write + fdatasync per run
+        records = await storage.log.read_range(0, 1 << 20)
+        assert [r.timestamp_ms for r in records] == [1000, 1001, 1001, 1002, 1005]
+        await storage.close()
+        again = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL, stamped=True)
+        assert await read_all(again) == written
+        await again.close()
+
+    run(scenario())
+
+
+def test_only_a_term_or_vote_change_rewrites_the_state_file(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        storage = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL)
+        await storage.set_hard_state(HardState(2, "n1", 0))
+        state_file = tmp_path / STATE_FILE
+        written = state_file.read_bytes()
+        await storage.set_hard_state(HardState(2, "n1", 7))  # the commit index alone
+        assert state_file.read_bytes() == written  # no file replace (two fsyncs) for it
+        await storage.set_hard_state(HardState(3, None, 9))
+        await storage.close()
+        again = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL)
+        assert again.initial_state() == HardState(3, None, 9)
+        await again.close()
+
+    run(scenario())
