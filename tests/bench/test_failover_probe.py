@@ -3,7 +3,9 @@ runs in `python -m laminar.bench.failover`)."""
 
 from __future__ import annotations
 
-from laminar.bench.failover import Attempt, ProbeRun, failover_ns, summary
+import pytest
+
+from laminar.bench.failover import Attempt, ProbeRun, became_leader_at, failover_ns, summary
 
 
 def test_failover_counts_only_produces_sent_after_the_kill() -> None:
@@ -32,3 +34,17 @@ def test_summary_is_the_median_of_good_runs_and_says_whether_the_goal_is_met() -
     assert (s["ok"], s["runs"]) == (3, 5)
     assert not summary([_run(1, 2.5)])["met"]
     assert summary([])["median_s"] is None
+
+
+def test_the_new_leaders_election_is_read_from_its_log() -> None:
+    log = (
+        "2026-11-24 06:12:15,432 shard-0 INFO r: partition 7: this node leads, term 1\n"
+        "2026-11-24 06:12:16,450 shard-0 INFO r: partition 9: this node leads, term 2\n"
+        "2026-11-24 06:12:17,100 shard-0 INFO r: partition 7: this node leads, term 3\n"
+    )
+    first = became_leader_at(log, 7, after=0.0)
+    again = became_leader_at(log, 7, after=first + 1.0)
+    assert first is not None and again is not None
+    assert again - first == pytest.approx(1.668)
+    assert became_leader_at(log, 7, after=again + 1.0) is None
+    assert became_leader_at(log, 8, after=0.0) is None

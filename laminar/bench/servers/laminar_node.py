@@ -84,9 +84,7 @@ class LaminarNode:
         """Start the process without waiting for it (a cluster starts all first)."""
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        self._proc = ManagedProcess(
-            self.name, self.argv(), self.workdir / f"{self.name}.log", self.workdir, env
-        )
+        self._proc = ManagedProcess(self.name, self.argv(), self.log_path, self.workdir, env)
         self._proc.start()
 
     def wait_serving(self, timeout_s: float) -> str:
@@ -113,6 +111,10 @@ class LaminarNode:
         self._proc.wait_ready(ready, timeout_s)
         host, port = _node_address(self.info)
         return f"{host}:{port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
 
     @property
     def pid(self) -> int | None:
