@@ -62,6 +62,10 @@ from laminar.bench.targets.base import (
 KIND = "nats-jetstream"
 VARIANTS = ("default", "sync-always")
 _MAX_PENDING_PUBLISHES = 100_000
+_API_TIMEOUT_S = 30.0
+"""JetStream API requests (stream and consumer creation; not publishes): an R3
+stream's or consumer's creation is a Raft round in the cluster, and nats-py's
+5 s default timed out under this machine's load (1 round in 5 lost so)."""
 
 
 def _stream_name(stream: str, partition: int) -> str:
@@ -160,7 +164,9 @@ class NatsJetStreamTarget:
             pending_size=64 << 20,
             max_outstanding_pings=10,
         )
-        self._js = self._nc.jetstream(publish_async_max_pending=_MAX_PENDING_PUBLISHES)
+        self._js = self._nc.jetstream(
+            timeout=_API_TIMEOUT_S, publish_async_max_pending=_MAX_PENDING_PUBLISHES
+        )
 
     async def create_stream(self, stream: str, partitions: int) -> None:
         for p in range(partitions):
