@@ -5,12 +5,32 @@ values and answers with `Step`s; a Raft core reports `Status` and takes
 membership changes through its methods. These two functions translate, so the
 shell that runs the controller holds no logic of its own. Only a leader's
 status says where its followers are, so only a leader's group can move.
+`drive` is one round of that shell: read every led group, plan, apply.
 """
 
 from __future__ import annotations
 
-from laminar.cluster.controller import Action, GroupStatus, Step
-from laminar.raft import LEADER, RaftCore, Status
+from collections.abc import Iterable, Mapping
+
+from laminar.cluster.controller import (
+    Action,
+    GroupStatus,
+    NodeStatus,
+    PlacementPolicy,
+    Plan,
+    Step,
+    plan,
+)
+from laminar.raft import (
+    LEADER,
+    ConfigChangeRefused,
+    NotLeader,
+    ProposalDropped,
+    RaftCore,
+    Status,
+)
+
+Refusal = ConfigChangeRefused | NotLeader | ProposalDropped
 
 
 def group_status(pid: int, status: Status) -> GroupStatus | None:
@@ -40,3 +60,22 @@ def apply_step(core: RaftCore, step: Step) -> None:
         core.transfer_leadership(step.node)
     else:
         core.remove_node(step.node)
+
+
+def drive(
+    cores: Mapping[int, RaftCore],
+    nodes: Iterable[NodeStatus],
+    policy: PlacementPolicy,
+    now_ms: int,
+) -> tuple[Plan, list[tuple[Step, Refusal]]]:
+    """Plan over the groups these `cores` lead and start every step; the plan,
+    and the steps a core refused (the next round tries again)."""
+    statuses = [s for pid, core in cores.items() if (s := group_status(pid, core.status()))]
+    result = plan(nodes, statuses, policy, now_ms)
+    refused: list[tuple[Step, Refusal]] = []
+    for step in result.steps:
+        try:
+            apply_step(cores[step.pid], step)
+        except (ConfigChangeRefused, NotLeader, ProposalDropped) as exc:
+            refused.append((step, exc))
+    return result, refused

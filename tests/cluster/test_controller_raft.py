@@ -1,19 +1,19 @@
 """The placement controller driving real Raft cores (`laminar.raft.RaftCore`).
 
 Each partition is a Raft group of the in-memory harness (`tests.raft.harness`);
-a driver reads each leader's status (`laminar.replication.moves.group_status`),
-plans, and applies the steps through the cores' membership API
-(`apply_step`), the way a node's shell will. Records are written all along;
-at the end every member of every group holds every acknowledged record, once
-and in order, and every group sits at its rendezvous target.
+`laminar.replication.moves.drive` reads each leader's status, plans, and
+applies the steps through the cores' membership API, the way a node's shell
+will. Records are written all along; at the end every member of every group
+holds every acknowledged record, once and in order, and every group sits at
+its rendezvous target.
 """
 
 from __future__ import annotations
 
-from laminar.cluster.controller import Action, NodeStatus, PlacementPolicy, plan
+from laminar.cluster.controller import Action, NodeStatus, PlacementPolicy
 from laminar.placement import partition_id, replica_nodes
-from laminar.raft import ConfigChangeRefused, NotLeader, ProposalDropped
-from laminar.replication.moves import apply_step, group_status
+from laminar.raft import NotLeader, ProposalDropped
+from laminar.replication.moves import drive
 from laminar.swim.messages import MemberState
 from tests.raft.harness import Cluster
 
@@ -67,31 +67,20 @@ class Partitions:
             if group.cores[leader].status().commit >= index:
                 self.acked[pid].append(payload)
 
-    def drive(self) -> int:
-        """One controller round over every led group; the number of steps taken."""
-        statuses = {}
-        for pid in PIDS:
-            leader = self.leader(pid)
-            if leader is not None:
-                status = group_status(pid, self.groups[pid].cores[leader].status())
-                assert status is not None
-                statuses[pid] = status
-        result = plan(self.nodes.values(), statuses.values(), POLICY, self.now_ms)
+    def drive(self) -> None:
+        """One controller round over every led group, as a node's shell runs it."""
+        leaders = {pid: self.leader(pid) for pid in PIDS}
+        cores = {pid: self.groups[pid].cores[n] for pid, n in leaders.items() if n is not None}
+        result, refused = drive(cores, self.nodes.values(), POLICY, self.now_ms)
+        self.refused += len(refused)
         for step in result.steps:
             group = self.groups[step.pid]
-            core = group.cores[statuses[step.pid].leader or ""]
             if step.action is Action.ADD_LEARNER and step.node not in group.cores:
-                m = core.membership  # the new replica starts empty, as a learner
+                m = cores[step.pid].membership  # the new replica starts empty, as a learner
                 group.add_node(step.node, m.voters, (*m.learners, step.node))
-            try:
-                apply_step(core, step)
-            except (ConfigChangeRefused, NotLeader, ProposalDropped):
-                self.refused += 1
-            else:
-                if step.action is Action.REMOVE_NODE:
-                    self.removing.add((step.pid, step.node))
+            if step.action is Action.REMOVE_NODE:
+                self.removing.add((step.pid, step.node))
         self.retire_removed()
-        return len(result.steps)
 
     def retire_removed(self) -> None:
         """A replica whose removal its leader applied stops (and would delete its files)."""
