@@ -374,3 +374,46 @@ def test_reset_leaves_a_suffix_of_the_old_log_or_an_empty_one() -> None:
 
     config = LogConfig(segment_bytes=100, preallocate_bytes=0)
     assert cut_everywhere(config, prepare, act, check) > 6
+
+
+def test_a_prepared_next_segment_is_never_taken_for_part_of_the_log() -> None:
+    """The next segment's files are made in the background once the write
+    segment is half full, and a rollover renames them into place. Cut anywhere
+    (while they are made, while they wait, while a rollover renames them):
+    recovery keeps every acknowledged record, deletes prepared files nobody
+    used, and the log rolls over and appends after it."""
+
+    async def prepare(log: SegmentedLog, world: World) -> None:
+        await append_flushes(log, world, 1)  # 60 of 200 bytes: nothing prepared yet
+
+    async def act(log: SegmentedLog, world: World, notes: dict[str, object]) -> None:
+        acked: list[bytes] = []
+        notes["acked"] = acked
+        for n in range(10, 12):  # past half the segment: preparing starts
+            await log.append(batch(n))
+            acked += batch(n)
+        assert log._preparing is not None
+        await log._preparing  # prepared, unused
+        await log.append(batch(12))
+        acked += batch(12)
+        for n in range(13, 15):  # rolls over into the prepared files
+            await log.append(batch(n))
+            acked += batch(n)
+        assert isinstance(log._backend, SimulatedDisk)
+        assert log._backend.count("rename", "next.") == 2, "the rollover used the prepared files"
+
+    async def check(log: SegmentedLog, world: World, notes: dict[str, object]) -> None:
+        assert isinstance(log._backend, SimulatedDisk)
+        names = await log._backend.list_dir(DIRECTORY)
+        assert not [n for n in names if n.startswith("next.")], f"prepared files left: {names}"
+        got = await read_all(log)
+        acked = notes["acked"]
+        assert isinstance(acked, list)
+        assert got[: len(world.records) + len(acked)] == world.records + acked
+        assert len(got) - len(world.records) - len(acked) in (0, 3), "a batch lands whole"
+        await log.roll_over()
+        await log.append([b"after"])
+        assert (await read_all(log))[-1] == b"after"
+
+    config = LogConfig(segment_bytes=200, preallocate_bytes=64)
+    assert cut_everywhere(config, prepare, act, check) > 20
