@@ -20,9 +20,7 @@ Where the file system has a journal, jbd2 transactions per flush come from
 its CPU share is reported.
 
 `rollover` compares one 64 MiB segment with a rollover every 1 MiB (every
-~1,000 records) to show what rollover costs the produce tail: as built (the
-next segment's files prepared in the background) and inline (created by the
-append that rolls over, as before issue 12).
+~1,000 records) to show what rollover costs the produce tail.
 
 `idle` opens N partitions with one 100-byte record each and reports the disk
 space they hold while open, with the preallocation step growing with the
@@ -110,15 +108,6 @@ class ZeroFilled(_Wrapped):
                 await self.inner.writev([chunk], at, sync=False)
                 at += len(chunk)
             await self.inner.sync()
-
-
-class InlineRollover(SegmentedLog):
-    """The log as it was before rollover moved off the append path: nothing is
-    prepared, so the rollover creates the next segment's files inline and its
-    first flush preallocates them."""
-
-    def _start_preparing(self) -> None:
-        return None
 
 
 class Wrapping:
@@ -232,11 +221,9 @@ async def one_run(
         backend = Wrapping(base, ZeroFilled)
     elif variant == "no-prealloc":
         config = LogConfig(max_flushes_in_flight=config.max_flushes_in_flight, preallocate_bytes=0)
-    kind = SegmentedLog
-    if variant.startswith("rollover-every-1MiB"):
+    elif variant == "rollover-every-1MiB":
         config = LogConfig(max_flushes_in_flight=config.max_flushes_in_flight, segment_bytes=MiB)
-        kind = InlineRollover if variant.endswith("-inline") else SegmentedLog
-    log = await kind.open(directory, config, backend=backend)
+    log = await SegmentedLog.open(directory, config, backend=backend)
     journal = jbd2_info(directory)
     before = jbd2_transactions(journal)
     flushes = log.flush_count
@@ -389,9 +376,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     else:
         info["rollover"] = compare(
-            args,
-            ["one-segment", "rollover-every-1MiB", "rollover-every-1MiB-inline"],
-            ["closed", "open-2000", "open-20000"],
+            args, ["one-segment", "rollover-every-1MiB"], ["closed", "open-2000", "open-20000"]
         )
     info["load_avg_after"] = os.getloadavg()
     print(json.dumps(info, indent=1))

@@ -78,24 +78,7 @@ MUTATIONS: list[tuple[str, str, list[Edit]]] = [
     (
         "create: directory not synced",
         "log/segment.py",
-        [("            await backend.sync_dir(directory)\n        except", "        except")],
-    ),
-    (
-        "create (prepared): directory not synced after the renames",
-        "log/segment.py",
-        [
-            (
-                "            await backend.sync_dir(directory)\n        except",
-                "            if prepared is None:\n"
-                "                await backend.sync_dir(directory)\n"
-                "        except",
-            )
-        ],
-    ),
-    (
-        "recovery: a prepared next segment is left in place",
-        "log/recovery.py",
-        [("        await backend.remove(path)\n    for f in debris:", "    for f in debris:")],
+        [("        await backend.sync_dir(directory)\n        return cls(", "        return cls(")],
     ),
     (
         "truncate_to: no sync after the end mark",

@@ -209,14 +209,8 @@ class FlushPipeline:
             await segment.store.allocate(_round_up(flush.store_end, step))
         index_end = HEADER_BYTES + (flush.end_index - segment.base_index) * ENTRY_BYTES
         if index_end > segment.index.size:
-            await segment.index.allocate(_round_up(index_end, _index_step(self._reservation.step)))
-
-    def preallocation(self) -> tuple[int, int]:
-        """What to preallocate for a new segment now: (store bytes, index bytes)."""
-        if not self._config.preallocate_bytes:
-            return 0, 0
-        step = self._reservation.step
-        return step, _index_step(step)
+            step = max(4096, self._reservation.step // 16)
+            await segment.index.allocate(_round_up(index_end, step))
 
     async def _commit(self, flush: PendingFlush, previous: asyncio.Future[None] | None) -> None:
         error: BaseException | None = None
@@ -277,11 +271,6 @@ async def _write_flush(flush: PendingFlush, sync: bool) -> BaseException | None:
         return_exceptions=True,
     )
     return next((r for r in results if isinstance(r, BaseException)), None)
-
-
-def _index_step(store_step: int) -> int:
-    """The index's preallocation step: entries are small next to payloads."""
-    return max(4096, store_step // 16)
 
 
 def _round_up(value: int, step: int) -> int:

@@ -21,9 +21,7 @@ Rules, in the order they are applied:
    `Segment.remove_index`) and is deleted; a last segment with nothing in it
    and its header or store missing is an interrupted creation and is created
    again. A lost header or a missing store with records anywhere is damage
-   (creation syncs both before anything is appended). The files of a next
-   segment prepared ahead of a rollover (`next.store`, `next.index`, see
-   `PreparedFiles`) hold nothing of the log until renamed; they are deleted.
+   (creation syncs both before anything is appended).
 5. What was changed is durable before the log is used: the trimmed index is
    synced, and the directory (a killed process may have left entries in it
    that no fsync covered yet).
@@ -32,7 +30,6 @@ Rules, in the order they are applied:
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 
 from .errors import LogCorrupted
@@ -44,7 +41,7 @@ from .index import (
     scan_sealed,
     scan_segment,
 )
-from .segment import INDEX_SUFFIX, STORE_SUFFIX, Segment, prepared_paths, segment_paths
+from .segment import INDEX_SUFFIX, STORE_SUFFIX, Segment, segment_paths
 from .storage import Storage, StorageBackend
 
 log = logging.getLogger(__name__)
@@ -68,7 +65,6 @@ class _Found:
 async def recover_segments(backend: StorageBackend, directory: str) -> list[Segment]:
     """Open every segment in `directory`; see the module docs for the rules."""
     names = await backend.list_dir(directory)
-    prepared = [p for p in prepared_paths(directory) if os.path.basename(p) in names]
     found = await _open_all(backend, directory, names)
     try:
         debris = [f for f in found if f.index is None]
@@ -79,7 +75,7 @@ async def recover_segments(backend: StorageBackend, directory: str) -> list[Segm
             for handle in f.close_handles():
                 await handle.close()
         raise
-    return await _apply(backend, directory, debris, chain, prepared)
+    return await _apply(backend, directory, debris, chain)
 
 
 async def _open_all(backend: StorageBackend, directory: str, names: list[str]) -> list[_Found]:
@@ -165,16 +161,9 @@ async def _settle(f: _Found) -> None:
 
 
 async def _apply(
-    backend: StorageBackend,
-    directory: str,
-    debris: list[_Found],
-    chain: list[_Found],
-    prepared: list[str],
+    backend: StorageBackend, directory: str, debris: list[_Found], chain: list[_Found]
 ) -> list[Segment]:
     """Carry out what `_judge` decided (rules 4 and 5) and build the segments."""
-    for path in prepared:
-        log.info("%s: removing a next segment prepared but never used", path)
-        await backend.remove(path)
     for f in debris:
         store_path = segment_paths(directory, f.base)[0]
         log.warning(
@@ -216,6 +205,6 @@ async def _apply(
         await segment.trim_files()
         if torn:
             await f.index.sync()  # the cut entries must never come back
-    if debris or chain or prepared:
+    if debris or chain:
         await backend.sync_dir(directory)
     return segments

@@ -50,62 +50,11 @@ _U32_WORDS = ENTRY_BYTES // 4  # the length is u32 word 2
 
 STORE_SUFFIX = ".store"
 INDEX_SUFFIX = ".index"
-PREPARED_STEM = "next"  # not digits: never taken for a segment
 
 
 def segment_paths(directory: str, base_index: int) -> tuple[str, str]:
     stem = os.path.join(directory, f"{base_index:020d}")
     return stem + STORE_SUFFIX, stem + INDEX_SUFFIX
-
-
-def prepared_paths(directory: str) -> tuple[str, str]:
-    """Where the next segment's files are prepared (see `PreparedFiles`)."""
-    stem = os.path.join(directory, PREPARED_STEM)
-    return stem + STORE_SUFFIX, stem + INDEX_SUFFIX
-
-
-class PreparedFiles:
-    """The files of the next segment, created and preallocated ahead of a
-    rollover (off the append path) under names that are not a segment's
-    (`next.store`, `next.index`), so until `Segment.create` renames them into
-    place recovery never mistakes them for part of the log: it deletes them."""
-
-    def __init__(self, directory: str, store: Storage, index: Storage) -> None:
-        self.store_path, self.index_path = prepared_paths(directory)
-        self.store = store
-        self.index = index
-
-    @classmethod
-    async def create(
-        cls, backend: StorageBackend, directory: str, store_bytes: int, index_bytes: int
-    ) -> PreparedFiles:
-        """Create (or reuse, emptied) the files and preallocate them. Nothing here
-        needs to be durable: the files are not part of the log yet."""
-        store_path, index_path = prepared_paths(directory)
-        store = await backend.open(store_path, create=True)
-        try:
-            index = await backend.open(index_path, create=True)
-        except BaseException:
-            await store.close()
-            raise
-        prepared = cls(directory, store, index)
-        try:
-            for file, size in ((store, store_bytes), (index, index_bytes)):
-                if file.size:
-                    await file.truncate(0)
-                if size:
-                    await file.allocate(size)
-        except BaseException:
-            await prepared.discard(backend)
-            raise
-        return prepared
-
-    async def discard(self, backend: StorageBackend) -> None:
-        """Close and delete the files (unused: the log closes or preparing failed)."""
-        await self.store.close()
-        await self.index.close()
-        for path in (self.store_path, self.index_path):
-            await backend.remove(path)
 
 
 class Segment:
@@ -138,41 +87,21 @@ class Segment:
     # -- lifecycle -------------------------------------------------------
 
     @classmethod
-    async def create(
-        cls,
-        backend: StorageBackend,
-        directory: str,
-        base_index: int,
-        prepared: PreparedFiles | None = None,
-    ) -> Segment:
+    async def create(cls, backend: StorageBackend, directory: str, base_index: int) -> Segment:
         """Create the files of a new segment, durable before anything is appended:
         the header synced (so a lost header with records after it is damage,
         never a crash state), then the directory (so a missing store file is
         damage too). A crash before that leaves an empty segment recovery
-        recognises and restores. With `prepared` (files made ahead, see
-        `PreparedFiles`) the files are renamed into place after the header is
-        synced, store first: a crash between leaves a store without index
-        (debris) or an index without store (an interrupted creation)."""
+        recognises and restores."""
         store_path, index_path = segment_paths(directory, base_index)
-        if prepared is None:
-            store = await backend.open(store_path, create=True)
-            index = await backend.open(index_path, create=True)
-        else:  # emptied and preallocated by `PreparedFiles.create`
-            store, index = prepared.store, prepared.index
-        try:
-            for file in (store, index):
-                if file.size and prepared is None:
-                    await file.truncate(0)  # a file left by a failed removal: start empty
-            header = encode_header(base_index)
-            await index.writev([header], 0, sync=True)
-            if prepared is not None:
-                await backend.rename(prepared.store_path, store_path)
-                await backend.rename(prepared.index_path, index_path)
-            await backend.sync_dir(directory)
-        except BaseException:
-            await store.close()
-            await index.close()
-            raise
+        store = await backend.open(store_path, create=True)
+        index = await backend.open(index_path, create=True)
+        for file in (store, index):
+            if file.size:  # a file left by a failed removal: start empty
+                await file.truncate(0)
+        header = encode_header(base_index)
+        await index.writev([header], 0, sync=True)
+        await backend.sync_dir(directory)
         return cls(directory, base_index, store, index, bytearray(header), 0, 0)
 
     async def trim_files(self) -> None:

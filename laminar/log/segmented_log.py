@@ -5,9 +5,7 @@ Records are addressed by index, from `lowest_index` (inclusive) to
 sealed and read-only. Appends go through group commit (`commit.py`); truncate,
 rollover, retention and close take the log's structure lock and first drain
 what is in flight, so they never race a flush. Recovery on open is
-`recovery.py`. The next segment's files are created and preallocated in the
-background once the write segment is half full (`PreparedFiles`), so the
-append that rolls over only seals, writes a header and renames.
+`recovery.py`.
 
 Failures are loud and final: a failed write or sync (or a truncation that
 could not finish) fails the log (`LogFailed`) until it is reopened; close then
@@ -32,7 +30,7 @@ from .config import LogConfig
 from .errors import AppendTooLarge, IndexOutOfRange, LogClosed
 from .record import Record, RecordBatch
 from .recovery import recover_segments
-from .segment import PreparedFiles, Segment
+from .segment import Segment
 from .storage import StorageBackend, SyscallBackend, make_dir_durable
 
 log = logging.getLogger(__name__)
@@ -65,7 +63,6 @@ class SegmentedLog:
         self._append_waiters: dict[asyncio.Future[None], None] = {}
         self._relaxed = config.flush != "always"
         self._pipeline = FlushPipeline(config, self._published)
-        self._preparing: asyncio.Task[PreparedFiles] | None = None
         self._interval_task = (
             asyncio.get_running_loop().create_task(self._sync_every_interval())
             if config.flush == "interval"
@@ -205,17 +202,7 @@ class SegmentedLog:
         timestamp_ms = max(timestamp_ms, self._last_timestamp_ms)
         self._last_timestamp_ms = timestamp_ms
         first = segment.staged_end_index
-        staged = self._pipeline.stage(segment, values, term, timestamp_ms)
-        if self._preparing is None and 2 * segment.store_end >= self.config.segment_bytes:
-            self._preparing = self._start_preparing()
-        return first, timestamp_ms, staged
-
-    def _start_preparing(self) -> asyncio.Task[PreparedFiles] | None:
-        """Start making the next segment's files (the write segment is half full)."""
-        return asyncio.get_running_loop().create_task(
-            PreparedFiles.create(self._backend, self.directory, *self._pipeline.preallocation()),
-            name="laminar-log-prepare-segment",
-        )
+        return first, timestamp_ms, self._pipeline.stage(segment, values, term, timestamp_ms)
 
     def _check_appendable(self) -> None:
         self._check_open()
@@ -231,17 +218,15 @@ class SegmentedLog:
 
         Recovery trusts a segment followed by another to be durable whole, so
         the old one's flushes are drained first (under "always" that makes them
-        durable) and synced by the seal otherwise, before the new files exist
-        under a segment's name (prepared files do not count: recovery deletes
-        them). `Segment.create` makes the new files durable before any append.
+        durable) and synced by the seal otherwise, before the new files exist.
+        The new segment's directory entries are synced by its first flush.
         """
         await self._pipeline.drain()
         self._check_appendable()
         old = self._segments[-1]
         try:
             await old.seal(sync=self._relaxed)
-            prepared = await self._take_prepared()
-            new = await Segment.create(self._backend, self.directory, old.end_index, prepared)
+            new = await Segment.create(self._backend, self.directory, old.end_index)
         except Exception as exc:
             raise self._pipeline.fail(exc) from exc
         self._segments.append(new)
@@ -252,37 +237,6 @@ class SegmentedLog:
                 self._clock_ms(), config.retention_bytes, config.retention_ms
             )
         return new
-
-    async def _take_prepared(self) -> PreparedFiles | None:
-        """The next segment's files if they were prepared, else None (the
-        rollover creates them). A failed preparation only costs that."""
-        task = self._preparing
-        if task is None:
-            return None
-        await asyncio.wait([task])  # a cancelled caller leaves it for the next one
-        self._preparing = None
-        if task.cancelled() or task.exception() is not None:
-            log.warning(
-                "%s: preparing the next segment failed (%s); the rollover creates it",
-                self.directory,
-                "cancelled" if task.cancelled() else task.exception(),
-            )
-            return None
-        return task.result()
-
-    async def _discard_prepared(self) -> None:
-        """Delete prepared files nobody will use (on close). Files a failed
-        removal leaves behind are deleted by the next open's recovery."""
-        task, self._preparing = self._preparing, None
-        if task is None:
-            return
-        await asyncio.wait([task])
-        if task.cancelled() or task.exception() is not None:
-            return
-        try:
-            await task.result().discard(self._backend)
-        except OSError as exc:
-            log.warning("%s: removing the prepared next segment failed (%s)", self.directory, exc)
 
     def _published(self, flush: PendingFlush) -> None:
         waiters, self._append_waiters = self._append_waiters, {}
@@ -605,7 +559,6 @@ class SegmentedLog:
             finally:
                 for segment in self._segments:
                     await segment.close()
-                await self._discard_prepared()
 
     async def __aenter__(self) -> SegmentedLog:
         return self
