@@ -223,11 +223,18 @@ class ClusterView:
 
     def learn(self, error: LaminarError) -> None:
         """Take note of what a failed request taught: a NOT_LEADER answer naming
-        the partition's leader sends its next attempt there."""
+        the partition's leader sends its next attempt there; one naming nobody
+        (an election runs there, or the node is cut off from the others and
+        cannot know) sends it to the next replica, which may know better."""
         if not isinstance(error, NotLeaderError) or error.partition_id is None:
             return
+        pid = error.partition_id
         if error.leader is not None and error.leader in self.nodes:
-            self.hints.leaders[error.partition_id] = error.leader
+            self.hints.leaders[pid] = error.leader
+            return
+        replicas = self.replicas(pid)
+        asked = self.leader_of(pid)
+        self.hints.leaders[pid] = replicas[(replicas.index(asked) + 1) % len(replicas)]
 
     def route_to(self, pid: int, node_id: str) -> Route:
         """The route of `pid` on node `node_id` (its owning shard, when known)."""
