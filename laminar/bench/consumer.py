@@ -16,10 +16,18 @@ delay another that has data). Two shapes:
 from __future__ import annotations
 
 import asyncio
+from array import array
 from collections.abc import Callable, Sequence
+from itertools import chain
 
 from laminar.bench.config import RunConfig, backlog_split
-from laminar.bench.delivery import PREFILL_PRODUCER, DeliveryVerdict, Ledger, check_delivery
+from laminar.bench.delivery import (
+    PREFILL_PRODUCER,
+    DeliveryVerdict,
+    Ledger,
+    check_identities,
+    identities_of,
+)
 from laminar.bench.histogram import LatencyHistogram
 from laminar.bench.pacing import Clock
 from laminar.bench.records import intended_ns_of
@@ -45,8 +53,8 @@ class Consumer:
         self.readers = readers
         self.partitions = partitions
         self.expected = expected
-        self._read: list[list[Sequence[bytes | memoryview]]] = [[] for _ in readers]
-        """Backlog: every answer each loop got, checked by identity after the run."""
+        self._read: list[list[array[int]]] = [[] for _ in readers]
+        """Backlog: the identities of every answer each loop got, checked after the run."""
         self.config = config
         self.timeline = timeline
         self.tally = tally
@@ -74,9 +82,7 @@ class Consumer:
             received = sum(map(len, answers))
             ledger = Ledger(first + split[p])
             ledger.ack(first, received)
-            part = check_delivery(
-                {PREFILL_PRODUCER: ledger}, (v for answer in answers for v in answer)
-            )
+            part = check_identities({PREFILL_PRODUCER: ledger}, chain.from_iterable(answers))
             part.acknowledged = received
             verdict.merge(part)
         return verdict
@@ -125,7 +131,7 @@ class Consumer:
             received += n
             tally.total_records += n
             if backlog:
-                self._read[i].append(values)
+                self._read[i].append(identities_of(values, record_bytes))
                 fetch_hist.record_ns(t1 - t0)
                 tally.ops += 1
                 tally.records += n

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Final
 from laminar.client.errors import ProtocolViolationError
 from laminar.client.results import Record, expect
 from laminar.wire import FetchResponse, Flags, Frame, Op, ProtocolError, decode_record
-from laminar.wire.records import HAS_HEADERS, HAS_KEY, unpack_fetch_table
+from laminar.wire.records import HAS_HEADERS, HAS_KEY, unpack_fetch_columns
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -100,8 +100,8 @@ class RecordBatch:
             if table_end != len(payload):
                 raise _bad(f"an empty batch carries {len(payload) - table_end} stray bytes")
             return cls(partition, payload, [], [], [], [])
-        table = unpack_fetch_table(payload, count)  # (index, stamp, size, ...)
-        indexes, stamps, sizes = list(table[0::3]), list(table[1::3]), table[2::3]
+        index_column, stamp_column, sizes = unpack_fetch_columns(payload, count)
+        indexes, stamps = index_column.tolist(), stamp_column.tolist()
         starts = list(accumulate(sizes, initial=table_end))
         if starts[-1] != len(payload):
             raise _bad(

@@ -31,7 +31,7 @@ from laminar.wire import (
     TopicInfo,
     decode_record,
 )
-from laminar.wire.records import unpack_fetch_table
+from laminar.wire.records import unpack_fetch_columns
 
 M = TypeVar("M", bound=Message)
 
@@ -87,8 +87,7 @@ def fetched_records(frame: Frame) -> list[Record]:
         if table_end != len(payload):
             raise _bad_fetch(f"an empty batch carries {len(payload) - table_end} stray bytes")
         return []
-    table = unpack_fetch_table(payload, count)  # (index, stamp, size, ...)
-    indexes, stamps, sizes = table[0::3], table[1::3], table[2::3]
+    indexes, stamps, sizes = unpack_fetch_columns(payload, count)
     starts = list(accumulate(sizes, initial=table_end))
     if starts[-1] == len(payload) and 0 not in sizes:
         attrs = bytes(map(payload.__getitem__, starts[:-1]))

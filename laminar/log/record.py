@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -28,14 +29,16 @@ class RecordBatch:
     `payload` holds the values of records `first_index ...` in order, exactly
     as the store holds them, so a server can send it on without touching each
     record; value `k` is `payload[offsets[k] : offsets[k] + lengths[k]]`.
-    Every value was checked against its checksum when the batch was read.
+    Every value was checked against its checksum when the batch was read. The
+    columns are sequences of ints; the log hands out `array`s (copied out of the
+    index whole, without an int object per record).
     """
 
     first_index: int
-    terms: tuple[int, ...]
-    timestamps_ms: tuple[int, ...]
-    lengths: tuple[int, ...]
-    payload: bytes
+    terms: Sequence[int]
+    timestamps_ms: Sequence[int]
+    lengths: Sequence[int]
+    payload: bytes | bytearray
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -61,7 +64,7 @@ class RecordBatch:
         out = []
         at = 0
         for k, length in enumerate(self.lengths):
-            value = self.payload[at : at + length]
+            value = bytes(self.payload[at : at + length])
             out.append(Record(self.first_index + k, self.terms[k], self.timestamps_ms[k], value))
             at += length
         return out

@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import os
 import sys
+from array import array
 from collections.abc import Sequence
 from itertools import accumulate, repeat
 from typing import NamedTuple
@@ -37,7 +38,7 @@ from .index import (
     set_marks,
 )
 from .record import Record, RecordBatch
-from .storage import Storage, StorageBackend
+from .storage import Buffer, Storage, StorageBackend
 
 # `_columns` reads the index as native u64/u32 words; the format is little-endian.
 if sys.byteorder != "little":
@@ -240,52 +241,48 @@ class Segment:
         record unless it is the first, which raises `RecordCorrupted`."""
         span = await self._read_span(start, max_bytes, max_records, True)
         assert span is not None
-        return RecordBatch(
-            start, tuple(span.terms), tuple(span.timestamps), tuple(span.lengths), span.payload
-        )
+        return RecordBatch(start, span.terms, span.timestamps, span.lengths, span.payload)
+
+    def read_batch_nowait(self, start: int, max_bytes: int, max_records: int) -> RecordBatch | None:
+        """`read_batch` when the store can be read without waiting (its bytes are
+        in the page cache), verified the same way; None when it cannot, or when
+        the first record is damaged: `read_batch` then says what it says."""
+        try:
+            columns = self._columns(start, max_bytes, max_records, True)
+        except RecordCorrupted:
+            return None
+        assert columns is not None
+        payload = self.store.read_at_nowait(columns.size, columns.positions[0])
+        if payload is None:
+            return None
+        span = columns.verified(payload)
+        if not span.lengths:
+            return None
+        return RecordBatch(start, span.terms, span.timestamps, span.lengths, span.payload)
 
     async def _read_span(
         self, start: int, max_bytes: int, max_records: int, at_least_one: bool
     ) -> _Span | None:
         """Index columns and store bytes of the records from `start` that fit the
-        limits, cut before the first damaged one. Every per-record step is a
-        C-level loop (`map`, `accumulate`, strided memoryview `tolist`)."""
+        limits, cut before the first damaged one (`_Columns.verified`)."""
         columns = self._columns(start, max_bytes, max_records, at_least_one)
         if columns is None:
             return None
-        positions, lengths, checksums, terms, timestamps = columns
-        first_position = positions[0]
-        starts = list(accumulate(lengths, initial=0))
-        payload = await self.store.read_at(starts[-1], first_position)
-        with memoryview(payload) as view:
-            slices = map(view.__getitem__, map(slice, starts, starts[1:]))
-            sums = list(map(payload_checksum, slices))
-        expected = [first_position + at for at in starts[:-1]]
-        if sums == checksums and positions == expected and len(payload) == starts[-1]:
-            return _Span(lengths, terms, timestamps, starts, payload)
-        good = next(
-            (k for k in range(len(sums)) if sums[k] != checksums[k] or positions[k] != expected[k]),
-            len(sums),
-        )
-        if good == 0:
+        span = columns.verified(await self.store.read_at(columns.size, columns.positions[0]))
+        if not span.lengths:
             await self.read(start)  # raises RecordCorrupted with the reason
-        return _Span(
-            lengths[:good],
-            terms[:good],
-            timestamps[:good],
-            starts[: good + 1],
-            payload[: starts[good]],
-        )
+        return span
 
     def _columns(
         self, start: int, max_bytes: int, max_records: int, at_least_one: bool
-    ) -> tuple[list[int], list[int], list[int], list[int], list[int]] | None:
-        """(positions, lengths, checksums, terms, timestamps) of the published
-        entries from `start` on that fit the limits, or None if none does.
+    ) -> _Columns | None:
+        """The index columns of the published entries from `start` on that fit
+        the limits, or None if none does.
 
         The index is read as arrays of u64 and u32 words (48-byte entries are 6
         and 12 of them); lengths are read in growing chunks, so a small read does
-        not touch the whole segment's index.
+        not touch the whole segment's index. Columns are strided copies into
+        arrays: no Python int per record.
         """
         first = start - self.base_index
         end = min(self.entries, first + max_records)
@@ -300,7 +297,7 @@ class Segment:
             entries.cast("I") as u32,
             entries.cast("Q") as u64,
         ):
-            lengths: list[int] = []
+            count = 0
             total = 0
             upto = first
             chunk = 64
@@ -310,23 +307,27 @@ class Segment:
                 totals = list(accumulate(more, initial=total))
                 if totals[-1] > max_bytes:
                     fit = bisect.bisect_right(totals, max_bytes) - 1
-                    if fit == 0 and not lengths and at_least_one:
+                    if fit == 0 and not count and at_least_one:
                         fit = 1
-                    lengths += more[:fit]
+                    count += fit
                     break
-                lengths += more
+                count += len(more)
                 total = totals[-1]
                 upto = stop
                 chunk *= 4
-            if not lengths:
+            if not count:
                 return None
-            a, b = first * _U64_WORDS, (first + len(lengths)) * _U64_WORDS
-            return (
-                u64[a:b:_U64_WORDS].tolist(),
+            a, b = first * _U64_WORDS, (first + count) * _U64_WORDS
+            lengths = _column(
+                "I", u32[first * _U32_WORDS + 2 : (first + count) * _U32_WORDS : _U32_WORDS]
+            )
+            return _Columns(
+                _column("Q", u64[a:b:_U64_WORDS]),
                 lengths,
-                u64[a + 2 : b : _U64_WORDS].tolist(),
-                u64[a + 3 : b : _U64_WORDS].tolist(),
-                u64[a + 4 : b : _U64_WORDS].tolist(),
+                _column("Q", u64[a + 2 : b : _U64_WORDS]),
+                _column("Q", u64[a + 3 : b : _U64_WORDS]),
+                _column("Q", u64[a + 4 : b : _U64_WORDS]),
+                list(accumulate(lengths, initial=0)),
             )
 
     async def truncate_to(self, index: int) -> None:
@@ -400,12 +401,61 @@ class Segment:
         return self.published_store_end
 
 
+def _column(typecode: str, words: memoryview) -> array[int]:
+    """A strided view of the index (one field of consecutive entries) as an array."""
+    column = array(typecode)
+    column.frombytes(words.tobytes())
+    return column
+
+
 class _Span(NamedTuple):
     """Records read for `read_range`/`read_batch`: columns, value offsets
     (`starts[k]` to `starts[k + 1]` in `payload`), and the store bytes."""
 
-    lengths: list[int]
-    terms: list[int]
-    timestamps: list[int]
+    lengths: array[int]
+    terms: array[int]
+    timestamps: array[int]
     starts: list[int]
-    payload: bytes
+    payload: Buffer
+
+
+class _Columns(NamedTuple):
+    """Index fields of consecutive entries, and where each value starts in a
+    read of their store bytes (`starts[k]`; `starts[-1]` is the read's size)."""
+
+    positions: array[int]
+    lengths: array[int]
+    checksums: array[int]
+    terms: array[int]
+    timestamps: array[int]
+    starts: list[int]
+
+    @property
+    def size(self) -> int:
+        return self.starts[-1]
+
+    def verified(self, payload: Buffer) -> _Span:
+        """The records whose stored bytes in `payload` (read from the first
+        position on) match their checksums and sit where the index says, up to
+        the first that does not. Per record only its checksum is computed in
+        Python; the comparisons are of whole arrays."""
+        starts = self.starts
+        with memoryview(payload) as view:
+            slices = map(view.__getitem__, map(slice, starts, starts[1:]))
+            sums = array("Q", map(payload_checksum, slices))
+        expected = array("Q", map(self.positions[0].__add__, starts))
+        del expected[-1]
+        positions, checksums = self.positions, self.checksums
+        if sums == checksums and positions == expected and len(payload) == starts[-1]:
+            return _Span(self.lengths, self.terms, self.timestamps, starts, payload)
+        good = next(
+            (k for k in range(len(sums)) if sums[k] != checksums[k] or positions[k] != expected[k]),
+            len(sums),
+        )
+        return _Span(
+            self.lengths[:good],
+            self.terms[:good],
+            self.timestamps[:good],
+            starts[: good + 1],
+            payload[: starts[good]],
+        )

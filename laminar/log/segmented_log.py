@@ -328,6 +328,22 @@ class SegmentedLog:
         segment = self._segment_for(start)
         return await segment.read_batch(start, max_bytes, max_records or 1 << 62)
 
+    def read_batch_nowait(
+        self, start: int, max_bytes: int = 1 << 20, max_records: int | None = None
+    ) -> RecordBatch | None:
+        """`read_batch` without waiting: the same batch, verified the same way,
+        when its bytes are in the page cache; None when `read_batch` has to read
+        from the device or has an error to raise (it then serves the request).
+        Lets a server answer a fetch of recent records without a task."""
+        if self._closed or max_bytes < 1 or (max_records is not None and max_records < 1):
+            return None
+        if not self.lowest_index <= start <= self.highest_index:
+            return None
+        if start == self.highest_index:
+            return RecordBatch(start, (), (), (), b"")
+        segment = self._segment_for(start)
+        return segment.read_batch_nowait(start, max_bytes, max_records or 1 << 62)
+
     def term_of(self, index: int) -> int:
         """The term stored with record `index`, from the in-memory index (no I/O):
         Raft reads terms synchronously. Raises IndexOutOfRange."""

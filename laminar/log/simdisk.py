@@ -490,6 +490,12 @@ class SimulatedFile:
         _raise(fault, self._path)
         return bytes(self._file().cache[offset : offset + length])
 
+    def read_at_nowait(self, length: int, offset: int) -> Buffer | None:
+        """Always "would block": every simulated read goes through `read_at`
+        and the faults planned for it."""
+        self._alive()
+        return None
+
     async def writev(self, buffers: Sequence[Buffer], offset: int, *, sync: bool) -> None:
         data = b"".join(buffers)
         fault = await self._disk._step("write", self._path, f"{offset}+{len(data)}", self._alive())

@@ -42,6 +42,12 @@ class Storage(Protocol):
         """Read up to `length` bytes at `offset` (short only at end of file)."""
         ...
 
+    def read_at_nowait(self, length: int, offset: int) -> Buffer | None:
+        """Exactly `length` bytes at `offset` if they can be had without waiting
+        for the device (they are in the page cache), else None: then `read_at`.
+        None is always a correct answer."""
+        ...
+
     async def writev(self, buffers: Sequence[Buffer], offset: int, *, sync: bool) -> None:
         """Write `buffers` back to back at `offset`; if `sync`, fdatasync after."""
         ...
@@ -121,6 +127,16 @@ class FdFile:
         if self._fd < 0:
             raise ValueError(f"I/O operation on closed file {self._path}")
         return self._fd
+
+    def read_at_nowait(self, length: int, offset: int) -> Buffer | None:
+        """One `preadv2(RWF_NOWAIT)`: the kernel copies what the page cache holds
+        and refuses (EAGAIN) or stops short where it would have to go to disk."""
+        buf = bytearray(length)
+        try:
+            got = os.preadv(self._check_open(), [buf], offset, os.RWF_NOWAIT)
+        except BlockingIOError:
+            return None
+        return buf if got == length else None
 
 
 class SyscallStorage(FdFile):

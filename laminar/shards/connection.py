@@ -6,8 +6,9 @@ Rules, and why:
   response is written when it is ready (clients match them by correlation
   id). Tasks start in arrival order and run synchronously up to the log append,
   so pipelined produces to one partition are appended in the order sent. A
-  plain produce that can be staged at once skips the task
-  (`laminar.shards.fastpath`); it is staged in the same order.
+  plain produce that can be staged at once, or a fetch that can be read at
+  once, skips the task (`laminar.shards.fastpath`); a produce is staged in the
+  same order.
 - Responses leave through an `Outbox`: all those completed in one loop
   iteration go out in one gathering write.
 - Resources are bounded: at most `MAX_IN_FLIGHT` requests per connection and
@@ -50,7 +51,7 @@ from laminar.outbox import Outbox
 from laminar.replication.transport import PEER_HELLO
 from laminar.shards.budget import InputBudget
 from laminar.shards.dispatch import Dispatcher
-from laminar.shards.fastpath import ProduceFastPath
+from laminar.shards.fastpath import RequestFastPath
 from laminar.shards.handlers import RequestContext
 from laminar.shards.metrics import ShardMetrics
 from laminar.wire import (
@@ -112,7 +113,7 @@ class Connection:
         self._reader: asyncio.Task[None] | None = None
         self._tasks: dict[asyncio.Task[None], int] = {}
         """Requests in flight as tasks, and what each is charged."""
-        self._fast: ProduceFastPath | None = None
+        self._fast: RequestFastPath | None = None
         self._fast_in_flight = 0
         """Requests taken by the fast path and not answered yet."""
         self._resume: asyncio.Future[None] | None = None
@@ -143,7 +144,7 @@ class Connection:
         then answer what was received and close."""
         reader = self._reader = asyncio.current_task()
         assert reader is not None
-        self._fast = ProduceFastPath(self._dispatcher)  # in this task's context (queue)
+        self._fast = RequestFastPath(self._dispatcher)  # in this task's context (queue)
         metrics = self._metrics
         metrics.connections_total += 1
         metrics.connections_open += 1
@@ -225,11 +226,11 @@ class Connection:
         cost = self._budget.admit(frame_bytes, len(frame.payload))
         self._held += cost - frame_bytes  # the frame's own bytes were charged when received
         fast = self._fast
-        if fast is not None and fast.try_serve(
-            frame, self._ctx, functools.partial(self._answer_fast, cost)
-        ):
-            self._fast_in_flight += 1
-            return
+        if fast is not None:
+            self._fast_in_flight += 1  # before: a fetch is answered inside try_serve
+            if fast.try_serve(frame, self._ctx, functools.partial(self._answer_fast, cost)):
+                return
+            self._fast_in_flight -= 1
         task = self._loop.create_task(self._serve_one(frame))
         self._tasks[task] = cost
         task.add_done_callback(self._task_done)
@@ -239,8 +240,9 @@ class Connection:
         self._budget.release(cost)
 
     def _answer_fast(self, cost: int, response: list[Buffer]) -> None:
-        """A fast-path produce is durable (or failed): answer it, unless the
-        connection is gone (its records stay appended, as with a task)."""
+        """A fast-path request is done (a produce durable or failed, a fetch
+        read): answer it, unless the connection is gone (a produce's records stay
+        appended, as with a task)."""
         self._fast_in_flight -= 1
         self._release(cost)
         if not self.closed:

@@ -1,20 +1,27 @@
-"""Produces answered straight from the read loop, without a task of their own.
+"""Produces and fetches answered straight from the read loop, without a task.
 
 The general path gives every request frame a task (`Connection` ->
-`Dispatcher.dispatch` -> `Handlers.produce`): a coroutine stack, a Task, a
-done callback, and for a produce several awaits that all complete at once but
-the last, the wait for its group-commit flush. Under load most frames are
-exactly those produces, and that machinery was a large share of a shard's
-Python time per record.
+`Dispatcher.dispatch` -> `Handlers.produce` / `fetch`): a coroutine stack, a
+Task, a done callback, and awaits that mostly complete at once. Under load
+most frames are plain produces and fetches, and that machinery was a large
+share of a shard's Python time per request.
 
-`ProduceFastPath.try_serve` does the synchronous part inline when nothing in
-it has to wait: a plain (not idempotent) produce this shard owns, to a known
-partition whose log is open, with no rollover due. It stages the batch
-(`Handlers.stage_produce`) and answers from the flush future's done callback.
+`RequestFastPath.try_serve` does a request inline when nothing in it has to
+wait:
+
+- a plain (not idempotent) produce this shard owns, to a known partition whose
+  log is open, with no rollover due: the batch is staged
+  (`Handlers.stage_produce`) and answered from the flush future's done
+  callback. Batches staged here and by the general path keep their arrival
+  order (both stage synchronously, in order);
+- a fetch this shard owns, from an open log, that is not a long-poll at the
+  end and whose records' bytes are in the page cache
+  (`Handlers.fetch_nowait`: read with `RWF_NOWAIT`, checksums verified as on
+  the general path): answered at once, no task, no io_uring round trip.
+
 Everything else returns False before anything happened, and the general path
-serves it with the same answers: this module decides only *how* a produce is
-served, never *what* the answer is. Batches staged here and by the general path
-keep their arrival order (both stage synchronously, in order).
+serves it with the same answers: this module decides only *how* a request is
+served, never *what* the answer is.
 
 This is the one fast path of the request path; keep it the only one.
 """
@@ -30,7 +37,7 @@ from collections.abc import Callable
 from laminar.placement import shard_for
 from laminar.shards.dispatch import Dispatcher
 from laminar.shards.handlers import RequestContext
-from laminar.wire import Flags, Frame, Op, ProduceRequest, ProduceResponse
+from laminar.wire import FetchRequest, Flags, Frame, Op, ProduceRequest, ProduceResponse
 from laminar.wire.codec import Buffer
 
 Respond = Callable[[list[Buffer]], None]
@@ -38,8 +45,8 @@ Respond = Callable[[list[Buffer]], None]
 _NOT_PLAIN_REQUEST = Flags.RESPONSE | Flags.ERROR
 
 
-class ProduceFastPath:
-    """Serves plain produces without a task (see the module docstring)."""
+class RequestFastPath:
+    """Serves plain produces and fetches without a task (see the module docstring)."""
 
     __slots__ = ("_context", "_dispatcher", "_handlers", "_metrics", "_shard_count", "_shard_id")
 
@@ -54,16 +61,19 @@ class ProduceFastPath:
         self._context = contextvars.copy_context()
 
     def try_serve(self, frame: Frame, ctx: RequestContext, respond: Respond) -> bool:
-        """Stage `frame` and arrange for `respond(answer buffers)` once it is
-        durable (or failed); False, with nothing done, when the general path
-        must serve it."""
+        """Serve `frame` and arrange for `respond(answer buffers)`: at once (a
+        fetch), or once durable or failed (a produce); False, with nothing done,
+        when the general path must serve it."""
+        op = frame.op
         if (
-            frame.op != Op.PRODUCE
+            (op != Op.PRODUCE and op != Op.FETCH)
             or frame.flags & _NOT_PLAIN_REQUEST
             or ctx.forwarded
             or shard_for(frame.partition_id, self._shard_count) != self._shard_id
         ):
             return False
+        if op == Op.FETCH:
+            return self._fetch(frame, respond)
         start = time.perf_counter()
         try:
             request = ProduceRequest.from_frame(frame)
@@ -78,6 +88,20 @@ class ProduceFastPath:
             functools.partial(self._durable, frame, answer, start, respond),
             context=self._context,
         )
+        return True
+
+    def _fetch(self, frame: Frame, respond: Respond) -> bool:
+        start = time.perf_counter()
+        try:
+            answer = self._handlers.fetch_nowait(
+                FetchRequest.from_frame(frame), frame.correlation_id
+            )
+        except Exception:
+            return False  # the general path answers it with the same error
+        if answer is None:
+            return False
+        self._metrics.request_done("fetch", time.perf_counter() - start)
+        respond(answer)
         return True
 
     def _durable(

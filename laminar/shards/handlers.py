@@ -22,7 +22,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Final
 
-from laminar.log import LogClosed
+from laminar.log import LogClosed, RecordBatch
 from laminar.placement import U32_MAX
 from laminar.shards.errors import RequestError
 from laminar.shards.metadata import METADATA_TOPIC_ID
@@ -217,18 +217,51 @@ class Handlers:
         if req.index == replica.highest_index and req.max_wait_ms:
             wait_ms = min(req.max_wait_ms, self.ident.max_wait_ms)
             await self._long_poll(pid, replica, req.index, wait_ms)
-        # The stored blobs go out as one buffer, exactly as the store holds them.
-        batch = await replica.read_batch(
-            req.index,
+        batch = await replica.read_batch(req.index, *self._fetch_limits(req))
+        return self._fetch_answer(req, corr, replica, batch)
+
+    def fetch_nowait(self, req: FetchRequest, corr: int) -> list[Buffer] | None:
+        """`fetch` when nothing in it has to wait: a known partition of this node
+        alone (not replicated: Raft decides what is readable there) whose log is
+        open, an index in range that is not a long-poll at the end, records whose
+        bytes are in the page cache (`LocalReplica.read_batch_nowait`). None when
+        `fetch` must serve it (it then gives the same answer, or the error)."""
+        pid = req.partition_id
+        if req.max_bytes == 0 or req.max_records == 0 or self.replication is not None:
+            return None
+        topic_id = pid >> 32
+        topic = self.metadata.state.by_id(topic_id)
+        if topic is None or topic_id == METADATA_TOPIC_ID or pid & U32_MAX >= topic.partitions:
+            return None
+        log = self.partitions.opened(pid)
+        if log is None or (req.index == log.highest_index and req.max_wait_ms):
+            return None
+        replica = LocalReplica(log)
+        batch = replica.read_batch_nowait(req.index, *self._fetch_limits(req))
+        if batch is None:
+            return None
+        return self._fetch_answer(req, corr, replica, batch)
+
+    def _fetch_limits(self, req: FetchRequest) -> tuple[int, int]:
+        """A fetch response must fit a frame: the request's limits, capped."""
+        return (
             min(req.max_bytes, self._fetch_bytes_max),
             min(req.max_records, self._fetch_records_max),
         )
+
+    def _fetch_answer(
+        self, req: FetchRequest, corr: int, replica: PartitionReplica, batch: RecordBatch
+    ) -> list[Buffer]:
+        """The answer frame: the stored blobs go out as one buffer, exactly as
+        the store holds them, behind the entry table."""
         self.metrics.records_out += len(batch)
         payload = encode_fetch_columns(
             batch.first_index, batch.timestamps_ms, batch.lengths, batch.payload
         )
         header = {"lowest_index": replica.lowest_index, "highest_index": replica.highest_index}
-        return encode_frame_buffers(Op.FETCH, corr, pid, header, payload, flags=Flags.RESPONSE)
+        return encode_frame_buffers(
+            Op.FETCH, corr, req.partition_id, header, payload, flags=Flags.RESPONSE
+        )
 
     @staticmethod
     def _check_range(replica: PartitionReplica, index: int) -> None:

@@ -154,6 +154,9 @@ class TimedStorage:
     async def read_at(self, length: int, offset: int) -> bytes:
         return await self._inner.read_at(length, offset)
 
+    def read_at_nowait(self, length: int, offset: int) -> Buffer | None:
+        return self._inner.read_at_nowait(length, offset)
+
     async def writev(self, buffers: Sequence[Buffer], offset: int, *, sync: bool) -> None:
         if not sync:
             await self._inner.writev(buffers, offset, sync=False)

@@ -122,6 +122,11 @@ class LocalReplica:
     async def read_batch(self, start: int, max_bytes: int, max_records: int) -> RecordBatch:
         return await self.log.read_batch(start, max_bytes, max_records)
 
+    def read_batch_nowait(self, start: int, max_bytes: int, max_records: int) -> RecordBatch | None:
+        """`read_batch` if it needs no wait (`SegmentedLog.read_batch_nowait`),
+        else None; the request fast path serves local partitions with it."""
+        return self.log.read_batch_nowait(start, max_bytes, max_records)
+
     async def wait_for_append(self, index: int, timeout_s: float) -> None:
         await self.log.wait_for_append(index, timeout_s)
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from laminar.bench.compare import Comparison
 from laminar.bench.config import RunConfig
-from laminar.bench.delivery import Ledger, check_delivery
+from laminar.bench.delivery import (
+    Ledger,
+    check_delivery,
+    check_identities,
+    identities_of,
+    identity_value,
+)
 from laminar.bench.records import RecordMaker
 from laminar.bench.report import GENERATOR_BOUND_FLAG, goal_lines, run_rows, summary_rows
 from laminar.bench.results import RunResult, fill_from_reports
@@ -25,6 +31,23 @@ def _produced(producers: int = 2, batches: int = 5) -> tuple[dict[int, Ledger], 
             records += batch
         ledgers[p] = maker.ledger
     return ledgers, records
+
+
+def test_identities_of_an_answer_are_its_records_identities() -> None:
+    """A consumer keeps only the identities of what it read (`identities_of`):
+    the same values, in the same order, whether the answer holds bytes or views
+    into one buffer, records of the run's size or of other sizes."""
+    ledgers, records = _produced()
+    expected = [identity_value(r) for r in records]
+    joined = memoryview(b"".join(records))
+    views = [joined[i * 32 : (i + 1) * 32] for i in range(len(records))]
+    assert list(identities_of(records, 32)) == expected
+    assert list(identities_of(views, 32)) == expected
+    odd = [*records[:3], records[3] + b"longer", *records[4:]]
+    assert list(identities_of(odd, 32)) == expected
+    assert check_identities(ledgers, identities_of(records, 32)).ok
+    lost = check_identities(ledgers, identities_of(records[1:], 32))
+    assert (lost.lost, lost.read) == (1, len(records) - 1)
 
 
 def test_every_acknowledged_record_once_passes() -> None:

@@ -1,8 +1,8 @@
 """Coalesced writes against a real node: answers leave together, never late.
 
 The node writes every answer completed in one loop iteration in one gathering
-send (`laminar.outbox`), and plain produces skip the per-request task
-(`laminar.shards.fastpath`). These tests hold the contract around that:
+send (`laminar.outbox`), and plain produces and fetches skip the per-request
+task (`laminar.shards.fastpath`). These tests hold the contract around that:
 pipelined requests are each answered once with their own correlation id and
 their own records; a lone request is answered without more traffic behind it;
 a connection whose client stops reading holds up nobody else.
@@ -38,11 +38,12 @@ def _shard_conn(client: NodeClient, pid: int) -> WireConnection:
 
 
 def test_pipelined_requests_are_each_answered_with_their_own_id(node: RunningNode) -> None:
-    """500 requests written in one burst on one connection (produces taking the
-    fast path, produces to a partition of the other shard that must be
-    forwarded, pings and fetches taking the general path, one bad produce):
+    """500 requests written in one burst on one connection (produces and
+    fetches taking the fast path, produces to a partition of the other shard
+    that must be forwarded, pings taking the general path, one bad produce):
     every correlation id is answered exactly once, with the answer to its own
-    request, and each produce's record sits at the index its answer names."""
+    request; each produce's record sits at the index its answer names, and each
+    fetch answer holds exactly the records stored at its indexes."""
     rng = random.Random(13)
     with NodeClient(node.host, node.port) as client:
         client.create_topic("burst", 2)
@@ -86,6 +87,7 @@ def test_pipelined_requests_are_each_answered_with_their_own_id(node: RunningNod
         finally:
             conn.close()
         placed: dict[tuple[int, int], bytes] = {}
+        fetches: list[FetchResponse] = []
         for corr, (kind, what) in sent.items():
             answer = answers[corr]
             if kind == "produce":
@@ -98,11 +100,17 @@ def test_pipelined_requests_are_each_answered_with_their_own_id(node: RunningNod
                 assert isinstance(answer, Pong)
             elif kind == "fetch":
                 assert isinstance(answer, FetchResponse)
+                fetches.append(answer)
             else:
                 assert isinstance(answer, ErrorResponse)
         # Identity: every acknowledged record is at its index, once.
         for p, pid in enumerate(pids):
             stored = client.fetch_all("burst", p)
+            if pid == local:
+                for fetched in fetches:
+                    indexes = [r.index for r in fetched.records]
+                    assert indexes == list(range(len(indexes))) and indexes
+                    assert [r.decode()[0] for r in fetched.records] == stored[: len(indexes)]
             mine = {index: value for (q, index), value in placed.items() if q == pid}
             for index, value in mine.items():
                 assert stored[index] == value

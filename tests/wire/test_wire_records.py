@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import gc
 import struct
-import tracemalloc
+from array import array
 
 import msgpack
 import pytest
@@ -22,8 +21,8 @@ from laminar.wire.records import (
     encode_fetch_columns,
     encode_produce_batch,
     encode_record,
-    pack_fetch_table,
-    unpack_fetch_table,
+    pack_fetch_columns,
+    unpack_fetch_columns,
 )
 
 values = st.binary(max_size=200)
@@ -132,29 +131,26 @@ def test_fetch_columns_encode_like_records(first: int, rows: list[tuple[int, byt
     assert b"".join(columns) == b"".join(encode_fetch_batch(triples))
 
 
-@pytest.mark.parametrize("count", [0, 1, 127, 128, 129, 256, 300, 4097])
-def test_fetch_tables_pack_like_one_struct(count: int) -> None:
-    fields = [v for i in range(count) for v in (i + 2**40, 2**63 - i, i % 977)]
-    table = pack_fetch_table(count, fields)
+@pytest.mark.parametrize("count", [0, 1, 2, 127, 128, 129, 500, 4097])
+def test_fetch_columns_pack_like_one_struct(count: int) -> None:
+    first = 2**40 - 3
+    stamps = [2**63 - i for i in range(count)]
+    sizes = [(i * 7919) % 2**32 for i in range(count)]
+    fields = [v for i in range(count) for v in (first + i, stamps[i], sizes[i])]
+    table = pack_fetch_columns(first, stamps, sizes)
     assert table == struct.pack(">I" + "QQI" * count, count, *fields)
-    assert list(unpack_fetch_table(table + b"blobs", count)) == fields
+    assert pack_fetch_columns(first, array("Q", stamps), array("I", sizes)) == table
+    indexes, got_stamps, got_sizes = unpack_fetch_columns(bytes(table) + b"blobs", count)
+    assert (list(indexes), list(got_stamps), list(got_sizes)) == (
+        list(range(first, first + count)),
+        stamps,
+        sizes,
+    )
 
 
-def test_fetch_tables_of_many_sizes_cache_little() -> None:
-    """A struct per record count cost a node ~100 bytes per record for good: 16
-    fetches of different sizes once held 204 MiB. Chunked structs stay small."""
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for count in range(20_000, 20_016):
-            fields = [1] * (3 * count)
-            assert len(unpack_fetch_table(pack_fetch_table(count, fields), count)) == len(fields)
-        del fields
-        gc.collect()
-        kept = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert kept < 2 << 20, f"{kept} bytes kept by 16 table sizes"
+def test_fetch_columns_refuse_mismatched_columns() -> None:
+    with pytest.raises(WireUsageError):
+        pack_fetch_columns(0, [1, 2], [3])
 
 
 def test_fetch_batch_layout() -> None:
