@@ -68,7 +68,10 @@ class AsyncClient:
         connect_timeout_s: float = 5.0,
         retry: RetryPolicy | None = None,
         max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
+        read_from: str = "leader",
     ) -> None:
+        if read_from not in ("leader", "follower"):
+            raise ValueError(f"read_from is 'leader' or 'follower', not {read_from!r}")
         tune_allocator()  # fetch answers are MiB-sized buffers: see laminar.memory
         self.bootstraps: tuple[Address, ...] = parse_addresses(bootstrap)
         self.bootstrap: Address = self.bootstraps[0]
@@ -79,7 +82,7 @@ class AsyncClient:
         self._conns: dict[Address, AsyncConnection] = {}
         self._connecting: dict[Address, asyncio.Task[AsyncConnection]] = {}
         self._view: ClusterView | None = None
-        self._hints = RouteHints()
+        self._hints = RouteHints(read_from_followers=read_from == "follower")
         """Leaders and unreachable nodes learned from answers (kept across refreshes)."""
         self._generation = 0
         self._refresh_lock: asyncio.Lock | None = None

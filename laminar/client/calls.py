@@ -136,7 +136,7 @@ def _fetch(
 ) -> Call[T]:
 
     def target(view: ClusterView) -> tuple[Address, Message]:
-        route = view.route(topic, partition)
+        route = view.route_read(topic, partition)
         request = FetchRequest(route.partition_id, index, max_bytes, max_records, max_wait_ms)
         return route.address, request
 
@@ -157,7 +157,7 @@ def list_offsets(
     with `node`, as that node's replica sees it (cluster only)."""
 
     def target(view: ClusterView) -> tuple[Address, Message]:
-        route = view.route(topic, partition)
+        route = view.route_read(topic, partition)
         if node is not None:
             route = view.route_to(route.partition_id, node)
         return route.address, ListOffsetsRequest(route.partition_id, timestamp_ms)

@@ -179,10 +179,12 @@ class TopicDescription:
 def describe(
     view: ClusterView, topic: TopicInfo, answers: Sequence[ListOffsetsResponse]
 ) -> TopicDescription:
-    """A `TopicDescription` from the offsets of each partition, in order."""
+    """A `TopicDescription` from the offsets of each partition, in order; the
+    leaders they name are noted in `view` (later requests go straight there)."""
     parts = []
     for p, offsets in enumerate(answers):
         pid = partition_id(topic.topic_id, p)
+        view.learn_leader(pid, offsets.leader)
         route = view.route_pid(pid)
         host, port = route.address
         parts.append(

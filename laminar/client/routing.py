@@ -101,9 +101,12 @@ class Route:
 
 @dataclass(slots=True)
 class RouteHints:
-    """What a client learned from answers, beyond the metadata: partition
-    leaders named by NOT_LEADER answers, and nodes recently unreachable."""
+    """What a client learned from answers, beyond the metadata (partition
+    leaders named by NOT_LEADER answers, nodes recently unreachable), and where
+    it prefers to read."""
 
+    read_from_followers: bool = False
+    """Fetches and offsets go to a follower replica when one is reachable."""
     leaders: dict[int, str] = field(default_factory=dict)
     """partition id -> the node last named its leader."""
     avoided: dict[str, float] = field(default_factory=dict)
@@ -192,6 +195,22 @@ class ClusterView:
             return Route(pid, shard, self.shard_addresses[shard])
         return self.route_to(pid, self.leader_of(pid))
 
+    def route_read(self, topic: str, partition: int) -> Route:
+        """Where reads of a partition go: its leader, or with
+        `read_from_followers` one of its reachable followers (spread over them
+        by partition), which serves what it has committed, possibly a little
+        behind the leader."""
+        route = self.route(topic, partition)
+        if not self.nodes or not self.hints.read_from_followers:
+            return route
+        pid = route.partition_id
+        leader = self.leader_of(pid)
+        now = time.monotonic()
+        followers = [
+            n for n in self.replicas(pid) if n != leader and self.hints.avoided.get(n, 0.0) <= now
+        ]
+        return self.route_to(pid, followers[pid % len(followers)]) if followers else route
+
     def replicas(self, pid: int) -> list[str]:
         """The nodes holding `pid` (the metadata partition: every node), best first."""
         weights = {n.node_id: n.weight for n in self.nodes.values()}
@@ -230,11 +249,16 @@ class ClusterView:
             return
         pid = error.partition_id
         if error.leader is not None and error.leader in self.nodes:
-            self.hints.leaders[pid] = error.leader
+            self.learn_leader(pid, error.leader)
             return
         replicas = self.replicas(pid)
         asked = self.leader_of(pid)
         self.hints.leaders[pid] = replicas[(replicas.index(asked) + 1) % len(replicas)]
+
+    def learn_leader(self, pid: int, leader: str | None) -> None:
+        """A node named `leader` the leader of `pid`: route its writes there."""
+        if leader is not None and leader in self.nodes:
+            self.hints.leaders[pid] = leader
 
     def route_to(self, pid: int, node_id: str) -> Route:
         """The route of `pid` on node `node_id` (its owning shard, when known)."""

@@ -135,7 +135,10 @@ class Client:
 
     `timeout_s` bounds the wait for one answer (plus a fetch's `max_wait_ms`);
     `retry` bounds how long idempotent requests are retried after connection
-    loss or retriable errors.
+    loss or retriable errors. In a cluster, `bootstrap` may list several nodes
+    ("h1:p1,h2:p2": the first that answers gives the metadata); writes go to
+    each partition's leader, reads too unless `read_from="follower"`, which
+    spreads them over followers (each serves what it has committed).
     """
 
     def __init__(
@@ -146,7 +149,10 @@ class Client:
         connect_timeout_s: float = 5.0,
         retry: RetryPolicy | None = None,
         max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
+        read_from: str = "leader",
     ) -> None:
+        if read_from not in ("leader", "follower"):
+            raise ValueError(f"read_from is 'leader' or 'follower', not {read_from!r}")
         tune_allocator()  # fetch answers are MiB-sized buffers: see laminar.memory
         self.bootstraps: tuple[Address, ...] = parse_addresses(bootstrap)
         self.bootstrap: Address = self.bootstraps[0]
@@ -157,7 +163,7 @@ class Client:
         self._lock = threading.RLock()
         self._conns: dict[Address, BlockingConnection] = {}
         self._view: ClusterView | None = None
-        self._hints = RouteHints()
+        self._hints = RouteHints(read_from_followers=read_from == "follower")
         """Leaders and unreachable nodes learned from answers (kept across refreshes)."""
         self._closed = False
         try:

@@ -471,23 +471,35 @@ class SegmentedLog:
         return removed
 
     async def remove_expired(
-        self, retention_bytes: int | None, retention_ms: int | None, now_ms: int | None = None
+        self,
+        retention_bytes: int | None,
+        retention_ms: int | None,
+        now_ms: int | None = None,
+        keep_from: int | None = None,
     ) -> tuple[int, int]:
         """`apply_retention` with these limits instead of the config's, for an owner
         that keeps retention out of the log (on a timer of its own, never inside an
-        append); returns (segments, bytes) removed."""
+        append); returns (segments, bytes) removed. A segment holding a record
+        at or after `keep_from` stays whatever the limits say (a Raft partition
+        keeps what is not yet applied)."""
         async with self._lock:
             self._check_open()
             now = self._clock_ms() if now_ms is None else now_ms
-            return await self._remove_expired(now, retention_bytes, retention_ms)
+            return await self._remove_expired(now, retention_bytes, retention_ms, keep_from)
 
     async def _remove_expired(
-        self, now_ms: int, retention_bytes: int | None, retention_ms: int | None
+        self,
+        now_ms: int,
+        retention_bytes: int | None,
+        retention_ms: int | None,
+        keep_from: int | None = None,
     ) -> tuple[int, int]:
         removed = 0
         total = start = self.size_bytes
         while len(self._segments) > 1:
             oldest = self._segments[0]
+            if keep_from is not None and oldest.end_index > keep_from:
+                break
             too_big = retention_bytes is not None and total - oldest.store_bytes >= retention_bytes
             too_old = (
                 retention_ms is not None

@@ -168,6 +168,24 @@ class RaftGroup:
                 waiter.cancel()
                 self._commit_waiters = [(e, w) for e, w in self._commit_waiters if w is not waiter]
 
+    def hand_over(self) -> bool:
+        """Start moving this group's leadership to its most up-to-date follower,
+        preferring ones heard from lately (a node drains); False if this node
+        does not lead or has no follower to take over."""
+        core = self.core
+        if core.role != LEADER:
+            return False
+        followers = [
+            (p.recent_active, p.match, node)
+            for node, p in core.status().progress.items()
+            if node != core.id and not p.learner
+        ]
+        if not followers:
+            return False
+        core.transfer_leadership(max(followers)[2])
+        self.kick()
+        return True
+
     def take_busy(self) -> bool:
         """True if a proposal arrived since the last call (the host's quiescence clock)."""
         busy, self._busy = self._busy, False

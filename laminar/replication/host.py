@@ -105,6 +105,17 @@ class RaftHost:
             self.dropped_messages += 1
             logger.warning("partition %d: dropped a raft message: %s", pid, exc)
 
+    async def hand_over_leaderships(self, timeout_s: float) -> tuple[int, int]:
+        """Move every leadership held here to a follower (drain): (moved, tried).
+        A transfer the core abandons (after an election timeout) or that is not
+        done within `timeout_s` leaves the group to elect once this node stops."""
+        loop = asyncio.get_running_loop()
+        tried = [group for group in self.groups.values() if group.hand_over()]
+        deadline = loop.time() + timeout_s
+        while any(group.is_leader for group in tried) and loop.time() < deadline:
+            await asyncio.sleep(self.tick_s)
+        return sum(not group.is_leader for group in tried), len(tried)
+
     # -- the clock --------------------------------------------------------------
 
     def start(self) -> None:

@@ -14,7 +14,9 @@ topic deleted and created again) is a new log and gets a table rebuilt from
 what is on disk, never a stale one; for a Raft replica, its current
 leadership, so a new leader rebuilds from the committed log. A log whose
 flush failed refuses every append until it is opened again, so a table never
-has to guess whether a failed batch reached the disk.
+has to guess whether a failed batch reached the disk; a Raft replica's
+append that failed may still commit (its outcome was unknown), so any failed
+append drops the table, and a rebuild first waits until the log has settled.
 An append runs in its own task whose completion records the batch, so a
 request cancelled half-way (a client gone, a drain) cannot leave a durable
 batch unrecorded.
@@ -69,9 +71,32 @@ class IdempotentProducers:
         part = self._partitions.get(key)
         if part is None:
             part = self._partitions[key] = _Partition()
+        # A producer's batches are decided in the order they arrived (a
+        # pipelining client sends them in sequence order): each waits for the
+        # one before it, taken before this coroutine first yields.
+        ahead = part.last.get(producer_id)
+        turn = part.last[producer_id] = asyncio.get_running_loop().create_future()
+        try:
+            if ahead is not None:
+                await asyncio.wait([ahead])
+            return await self._decide_and_append(log, req, part, producer_id, sequence, count)
+        finally:
+            turn.set_result(None)
+            if part.last.get(producer_id) is turn:
+                del part.last[producer_id]
+
+    async def _decide_and_append(
+        self,
+        log: PartitionReplica,
+        req: ProduceRequest,
+        part: _Partition,
+        producer_id: int,
+        sequence: int,
+        count: int,
+    ) -> tuple[int, int, int]:
         table = await part.table(log, self.scan_bytes_max)
         while (busy := part.busy.get(producer_id)) is not None:
-            await asyncio.wait([busy])
+            await asyncio.wait([busy])  # an earlier batch's append (its request may be gone)
         decision = table.decide(producer_id, sequence, count)
         if decision.verdict is Verdict.APPEND:
             task = asyncio.get_running_loop().create_task(_append(log, req.blobs))
@@ -115,19 +140,22 @@ async def _append(log: PartitionReplica, blobs: tuple[bytes, ...]) -> tuple[int,
 class _Partition:
     """One log's producer table, its loading, and each producer's batch in flight."""
 
-    __slots__ = ("_loading", "_table", "busy")
+    __slots__ = ("_loading", "_table", "busy", "last")
 
     def __init__(self) -> None:
         self._table: ProducerTable | None = None
         self._loading: asyncio.Task[ProducerTable] | None = None
         self.busy: dict[int, asyncio.Task[tuple[int, int]]] = {}
+        """producer id -> its batch being appended."""
+        self.last: dict[int, asyncio.Future[None]] = {}
+        """producer id -> done when its latest arrived batch is decided and done."""
 
     async def table(self, log: PartitionReplica, scan_bytes_max: int) -> ProducerTable:
         """The table, rebuilt from the log's tail once (shared by concurrent callers)."""
         if self._table is not None:
             return self._table
         if self._loading is None:
-            self._loading = asyncio.get_running_loop().create_task(_scan_tail(log, scan_bytes_max))
+            self._loading = asyncio.get_running_loop().create_task(_rebuild(log, scan_bytes_max))
         loading = self._loading
         try:
             table = await asyncio.shield(loading)
@@ -146,10 +174,24 @@ class _Partition:
         module docstring of `laminar.shards.idempotence`)."""
         if self.busy.get(producer_id) is task:
             del self.busy[producer_id]
-        if task.cancelled() or task.exception() is not None or self._table is None:
+        if task.cancelled() or task.exception() is not None:
+            # Maybe appended after all (a replicated batch whose commit timed
+            # out stays in the log and may commit later): forget the table;
+            # the next batch rebuilds it once the log has settled.
+            self._table = self._loading = None
+            return
+        if self._table is None:
             return
         first, timestamp_ms = task.result()
         self._table.appended(producer_id, AppendedBatch(sequence, count, first, timestamp_ms))
+
+
+async def _rebuild(log: PartitionReplica, bytes_max: int) -> ProducerTable:
+    """A table from the log once every entry in it is committed or gone
+    (`settle`): a stamp still in flight would otherwise be missed, and its
+    batch appended again when retried."""
+    await log.settle()
+    return await _scan_tail(log, bytes_max)
 
 
 async def _scan_tail(log: PartitionReplica, bytes_max: int) -> ProducerTable:

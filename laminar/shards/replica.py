@@ -20,6 +20,10 @@ before), `RaftReplica` is one member of a partition's Raft group, whose log
   committed or gone, so a scan of committed records can tell whether an
   earlier append whose answer was lost is in the partition (the write
   protocol's resumed publish does that before appending again).
+- Refusals before anything is proposed: NOT_LEADER (naming the leader when
+  known), NOT_READY (a new leader's no-op is not committed yet) and
+  NOT_ENOUGH_REPLICAS (this node, leader or not, has not heard from a
+  majority of the group's nodes within an election timeout).
 - `producers_key`: the object idempotent-producer tables are kept under. A
   Raft replica makes a new one each time it becomes leader, so a new leader
   rebuilds its table from the committed log, after its own no-op committed
@@ -29,11 +33,11 @@ before), `RaftReplica` is one member of a partition's Raft group, whose log
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 from laminar.log import Record, RecordBatch, SegmentedLog
-from laminar.raft import LEADER, NotLeader
+from laminar.raft import LEADER, NotLeader, ProposalDropped
 from laminar.raft.segmented import CONTROL_TERM_BIT
 from laminar.replication.group import ProposalLost, RaftGroup
 from laminar.shards.errors import RequestError
@@ -146,8 +150,10 @@ class _LeaderTerm:
 class RaftReplica:
     """This node's member of a partition's Raft group (see the module docstring)."""
 
-    def __init__(self, group: RaftGroup) -> None:
+    def __init__(self, group: RaftGroup, reachable: Callable[[str], bool] = lambda node: True):
         self.group = group
+        self._reachable = reachable
+        """Whether this node heard from a node lately (the peer links' keepalives)."""
         self.log = group.storage.log
         self.directory = self.log.directory
         self._leader_term = _LeaderTerm(-1)
@@ -180,6 +186,7 @@ class RaftReplica:
         """Raise unless this replica leads and its own no-op is committed."""
         group = self.group
         if group.writable:
+            self._check_majority_reachable()
             return
         if group.core.role == LEADER:
             raise RequestError(
@@ -188,6 +195,8 @@ class RaftReplica:
                 "first entry; nothing was applied; retry shortly",
             )
         leader = group.leader
+        if leader is None or not self._reachable(leader):
+            self._check_majority_reachable()  # this node's side cannot elect anyone
         raise RequestError(
             ErrorCode.NOT_LEADER,
             f"node {group.core.id} is not the partition's leader"
@@ -195,12 +204,37 @@ class RaftReplica:
             leader=leader,
         )
 
+    def _check_majority_reachable(self) -> None:
+        """A node cut off from most of the partition's replicas can neither
+        commit (as leader, it could only time out; check-quorum makes it step
+        down within an election timeout) nor see a leader elected on its side."""
+        core = self.group.core
+        voters = core.membership.voters
+        heard = sum(1 for node in voters if node == core.id or self._reachable(node))
+        if heard <= len(voters) // 2:
+            raise RequestError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"node {core.id} has heard from {heard} of the partition's {len(voters)} "
+                "replicas lately, not a majority; nothing was appended",
+            )
+
     async def append_stamped(self, blobs: Sequence[bytes]) -> tuple[int, int]:
         self.check_writable()
         try:
             first, timestamp_ms, done = self.group.propose(blobs)
         except NotLeader as exc:
             raise RequestError(ErrorCode.NOT_LEADER, str(exc), leader=exc.leader_hint) from None
+        except ProposalDropped as exc:  # a leadership hand-over, or too much uncommitted
+            transferee = self.group.core.status().transferee
+            if transferee is not None:
+                raise RequestError(
+                    ErrorCode.NOT_LEADER,
+                    f"leadership is moving to node {transferee}; nothing was appended",
+                    leader=transferee,
+                ) from None
+            raise RequestError(
+                ErrorCode.NOT_READY, f"{exc}; nothing was appended; retry shortly"
+            ) from None
         try:
             await asyncio.wait_for(asyncio.shield(done), APPEND_TIMEOUT_S)
         except ProposalLost:

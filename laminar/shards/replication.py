@@ -23,6 +23,7 @@ import asyncio
 import logging
 import random
 import socket
+import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -32,7 +33,7 @@ from laminar.log import LogConfig
 from laminar.raft import Entry, RaftConfig, RaftCore
 from laminar.raft.segmented import SegmentedLogStorage
 from laminar.replication.group import RaftGroup
-from laminar.replication.host import ELECTION_TICKS, RaftHost
+from laminar.replication.host import ELECTION_TICKS, TICK_S, RaftHost
 from laminar.replication.transport import PeerLinks, PeerSession
 from laminar.shards.errors import RequestError
 from laminar.shards.partitions import PartitionManager
@@ -41,6 +42,9 @@ from laminar.wire import ErrorCode, Frame, NodeInfo
 
 logger = logging.getLogger("laminar.replication")
 
+HANDOVER_TIMEOUT_S: Final = 3.0
+"""How long a draining shard waits for its leaderships to move (an election
+timeout is 1-2 s; a transfer the core abandons is left to an election)."""
 METADATA_VOTERS_MAX: Final = 7
 """Every node of a static cluster votes on metadata; SWIM placement will choose 3."""
 
@@ -148,10 +152,23 @@ class ShardReplication:
             core = RaftCore(config, storage, random.Random(self._rng.getrandbits(64)))
             group = RaftGroup(pid, core, storage, self.host.send, apply)
             self.host.add(group)
-            replica = self.replicas[pid] = RaftReplica(group)
+            replica = self.replicas[pid] = RaftReplica(group, self._heard_lately)
             return replica
         finally:
             del self._opening[pid]
+
+    def retention_keeps_from(self, pid: int) -> int:
+        """The first log index retention must keep of `pid` on this shard: the
+        last committed record (Raft's anchor when older ones are gone) and all
+        after it; everything when its group is not open here."""
+        replica = self.replicas.get(pid)
+        return 0 if replica is None else max(0, replica.highest_index - 1)
+
+    def _heard_lately(self, node_id: str) -> bool:
+        """Heard from `node_id` within an election timeout (keepalives arrive
+        every tick, also while every group is quiesced)."""
+        heard = self.links.last_heard(node_id)
+        return heard is not None and time.monotonic() - heard <= TICK_S * ELECTION_TICKS
 
     async def close_group(self, pid: int) -> None:
         """Stop `pid`'s group (the partition manager closes and removes its files)."""
@@ -187,6 +204,18 @@ class ShardReplication:
             )
             for m in self.view.members
         )
+
+    async def hand_over_leaderships(self) -> None:
+        """Before a drain stops this shard: its leaderships move to followers
+        that are up to date, so clients wait for no election."""
+        moved, tried = await self.host.hand_over_leaderships(HANDOVER_TIMEOUT_S)
+        if tried:
+            logger.info(
+                "shard %d: handed over %d of %d leaderships before stopping",
+                self.shard_id,
+                moved,
+                tried,
+            )
 
     async def close(self) -> None:
         for task in list(self._sessions):

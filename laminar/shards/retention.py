@@ -10,7 +10,10 @@ owns of every topic whose config asks for retention or time-based rolling
    and never the one being written);
 2. applies `retention.ms` and `retention.bytes` (`SegmentedLog.remove_expired`),
    counting the segments and bytes removed (`/metrics`). Retention is kept out
-   of the logs' own config, so it never runs inside an append.
+   of the logs' own config, so it never runs inside an append. A replicated
+   partition keeps every record from its last committed one on (`keep_from`):
+   Raft may still truncate what is not committed, and anchors its log on the
+   last record retention left.
 
 A partition without a directory is left alone (a retention pass never creates
 logs). A log that fails is logged and skipped; the next pass tries again.
@@ -63,12 +66,14 @@ class Retention:
         owns: Callable[[int], bool],
         metrics: ShardMetrics,
         interval_s: float = DEFAULT_CHECK_INTERVAL_S,
+        keep_from: Callable[[int], int] | None = None,
     ) -> None:
         self._partitions = partitions
         self._topics = topics
         self._owns = owns
         self._metrics = metrics
         self.interval_s = interval_s
+        self._keep_from = keep_from
 
     def topic_log_config(self, topic: TopicInfo) -> LogConfig:
         """The settings a partition log of `topic` opens with."""
@@ -101,20 +106,21 @@ class Retention:
                     continue
                 try:
                     log = await self._partitions.get(pid, config)
-                    await self._apply(log, topic)
+                    keep = None if self._keep_from is None else self._keep_from(pid)
+                    await self._apply(log, topic, keep)
                 except Exception as exc:  # one bad partition must not stop the rest
                     logger.warning(
                         "retention of %s failed: %s", self._partitions.directory(pid), exc
                     )
 
-    async def _apply(self, log: SegmentedLog, topic: TopicInfo) -> None:
+    async def _apply(self, log: SegmentedLog, topic: TopicInfo, keep_from: int | None) -> None:
         now_ms = time.time_ns() // 1_000_000
         if roll_due(log.write_segment_first_timestamp_ms, now_ms, segment_ms(topic.config)):
             await log.roll_over()
         retention_bytes, retention_ms = retention_limits(topic.config)
         if retention_bytes is None and retention_ms is None:
             return
-        removed, freed = await log.remove_expired(retention_bytes, retention_ms, now_ms)
+        removed, freed = await log.remove_expired(retention_bytes, retention_ms, now_ms, keep_from)
         if removed:
             self._metrics.retention_segments_deleted += removed
             self._metrics.retention_bytes_deleted += freed

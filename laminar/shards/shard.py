@@ -11,8 +11,9 @@ Start-up, in order (each step depends on the one before):
 5. READY to the supervisor over the control socket.
 
 Drain (SIGTERM, SIGINT, or the supervisor's end of the control socket closing):
-stop accepting; stop reading new requests; end long-polls (they answer with
-what there is); let in-flight requests finish, bounded by `DRAIN_TIMEOUT_S`;
+hand this shard's Raft leaderships to followers (a cluster node); stop
+accepting; stop reading new requests; end long-polls (they answer with what
+there is); let in-flight requests finish, bounded by `DRAIN_TIMEOUT_S`;
 close every log (which completes in-flight flushes and syncs); exit 0.
 """
 
@@ -237,6 +238,7 @@ class Shard:
             self._owns,
             self.metrics,
             config.retention_check_interval_s,
+            self.replication.retention_keeps_from if self.replication is not None else None,
         )
         control_task = self._spawn(self._serve_control(), "background")
         self._listen(self.sockets.channel, internal=True)
@@ -521,6 +523,8 @@ class Shard:
 
     async def _drain(self) -> None:
         logger.info("shard %d draining", self.shard_id)
+        if self.replication is not None:  # still serving: clients are told where to go
+            await self.replication.hand_over_leaderships()
         for task in self._listeners:
             task.cancel()
         if self.datagrams is not None:

@@ -188,10 +188,11 @@ def offsets(node: RunningNode, pid: int) -> ListOffsetsResponse:
 
 
 def read_replica(node: RunningNode, pid: int) -> list[tuple[int, bytes]]:
-    """Every committed record `node`'s replica of `pid` holds: (index, blob)."""
+    """Every committed record `node`'s replica of `pid` still holds (retention
+    may have removed the oldest): (index, blob)."""
     out: list[tuple[int, bytes]] = []
-    index = 0
-    end = offsets(node, pid).committed_index
+    range_ = offsets(node, pid)
+    index, end = range_.lowest_index, range_.committed_index
     while index < end:
         answer = request(node, pid, FetchRequest(pid, index, max_bytes=4 << 20))
         if isinstance(answer, ErrorResponse):

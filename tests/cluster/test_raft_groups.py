@@ -18,11 +18,17 @@ from typing import Any
 
 import pytest
 
+import laminar.shards.replica as replica_module
 from laminar.log import LogConfig
 from laminar.raft import LEADER, Message, NotLeader, RaftConfig, RaftCore
+from laminar.raft.messages import APPEND
 from laminar.raft.segmented import SegmentedLogStorage
 from laminar.replication.group import ProposalLost, RaftGroup
 from laminar.replication.host import RaftHost
+from laminar.shards.errors import RequestError
+from laminar.shards.producers import IdempotentProducers
+from laminar.shards.replica import RaftReplica
+from laminar.wire import ErrorCode, ProduceRequest
 
 PID = 7
 NODES = ("n1", "n2", "n3")
@@ -36,6 +42,8 @@ class FakeNetwork:
         self.hosts: dict[str, RaftHost] = {}
         self.cut: set[str] = set()
         self.heard: dict[str, float] = {}
+        self.drop_appends = False
+        """Lose every append (heartbeats still pass: nobody holds an election)."""
 
     def transport(self, me: str) -> _Link:
         return _Link(self, me)
@@ -48,6 +56,8 @@ class _Link:
     def send(self, node_id: str, pid: int, message: Message) -> None:
         net = self.net
         if self.me in net.cut or node_id in net.cut or node_id not in net.hosts:
+            return
+        if net.drop_appends and message.kind == APPEND:
             return
         host = net.hosts[node_id]
 
@@ -196,5 +206,64 @@ def test_idle_groups_quiesce_and_wake_when_the_leaders_node_goes_silent(
         net.cut.add(old.core.id)
         new = await _until(lambda: _leader(net) if _leader(net) is not old else None)
         assert new.core.term > old.core.term
+
+    _run(tmp_path, scenario)
+
+
+def test_a_hand_over_moves_leadership_to_an_up_to_date_follower(tmp_path: Path) -> None:
+    """Draining: the leader hands over (no election timeout has to pass); while
+    it runs, a write is refused naming the transferee, and nothing acked is lost."""
+
+    async def scenario(net: FakeNetwork) -> None:
+        acked = [await _produce(net, b"before-%d" % n) for n in range(5)]
+        old = await _until(lambda: _leader(net))
+        old_host = net.hosts[old.core.id]
+        assert old.hand_over()
+        transferee = old.core.status().transferee
+        assert transferee is not None and transferee != old.core.id
+        with pytest.raises(RequestError) as refused:
+            await RaftReplica(old).append_stamped([b"during"])
+        assert refused.value.code is ErrorCode.NOT_LEADER
+        assert refused.value.leader == transferee
+        moved, tried = await old_host.hand_over_leaderships(timeout_s=20)
+        assert moved == tried  # 1 of 1, or 0 of 0 if it had moved already
+        new = await _until(lambda: _leader(net))
+        assert new.core.id == transferee
+        acked.append(await _produce(net, b"after"))
+        for host in net.hosts.values():
+            await _until(lambda h=host: h.groups[PID].committed_end >= acked[-1][0] + 1)
+        values = [value for _, _, value in await _records(net.hosts[transferee])]
+        assert b"during" not in values
+        assert [values.count(b"before-%d" % n) for n in range(5)] == [1] * 5
+
+    _run(tmp_path, scenario)
+
+
+def test_an_idempotent_batch_whose_commit_timed_out_is_not_appended_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch proposed while the followers are cut times out (outcome unknown)
+    but stays in the leader's log; once they are back it commits. The producer
+    sends it again: the partition must answer with the first copy's index,
+    not append it a second time."""
+    monkeypatch.setattr(replica_module, "APPEND_TIMEOUT_S", 0.3)
+
+    async def scenario(net: FakeNetwork) -> None:
+        await _produce(net, b"first")
+        leader = await _until(lambda: _leader(net))
+        replica = RaftReplica(leader)
+        producers = IdempotentProducers()
+        batch = ProduceRequest.from_values(PID, [b"once"], producer_id=9, sequence=0)
+        net.drop_appends = True
+        with pytest.raises(RequestError) as unknown:
+            await producers.append(replica, batch)
+        assert unknown.value.code is ErrorCode.OUTCOME_UNKNOWN
+        net.drop_appends = False
+        first, _, appended_now = await producers.append(replica, batch)  # the retry
+        assert appended_now == 0
+        for host in net.hosts.values():
+            await _until(lambda h=host: h.groups[PID].committed_end > first)
+        values = [value for _, _, value in await _records(net.hosts[leader.core.id])]
+        assert values.count(batch.blobs[0]) == 1
 
     _run(tmp_path, scenario)

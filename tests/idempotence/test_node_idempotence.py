@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from laminar.client import Client, DuplicateSequenceError, OutOfOrderSequenceError
+from laminar.client.sync import Pending
 from laminar.shards.idempotence import BATCHES_MAX
 from laminar.wire import ErrorCode, ProduceRequest
 from tests.system.nodes import RunningNode, start_node
@@ -84,6 +85,26 @@ def test_pipelined_batches_of_one_producer_keep_their_order(client: Client) -> N
         with pytest.raises(DuplicateSequenceError):
             p.result()
     assert client.offsets("pipelined", 0).highest == 80
+
+
+def test_a_sliding_window_of_batches_is_applied_in_arrival_order(client: Client) -> None:
+    """New batches arrive while earlier ones complete (a pipelining producer, 64
+    in flight):
+    each must be decided after every batch that arrived before it, never ahead
+    of a waiting one (which would refuse it as out of order)."""
+    client.create_topic("window", partitions=1)
+    window: list[tuple[int, Pending[int]]] = []
+    firsts = []
+    for i in range(2000):
+        call = client.produce_nowait("window", 0, [b"w%d" % i], producer_id=8, sequence=i)
+        window.append((i, call))
+        if len(window) == 64:
+            firsts.append(window.pop(0)[1].result())
+    firsts += [call.result() for _, call in window]
+    assert firsts == list(range(2000))
+    assert [r.value for r in client.fetch("window", 0, 0, max_records=2000)] == [
+        b"w%d" % i for i in range(2000)
+    ]
 
 
 def test_a_stamp_that_does_not_match_the_request_is_refused(node: RunningNode) -> None:

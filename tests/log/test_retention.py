@@ -73,3 +73,23 @@ def test_an_owner_can_apply_limits_of_its_own_and_resize_segments(env: LogEnv) -
         await log.close()
 
     env.run(main)
+
+
+def test_retention_keeps_every_segment_from_the_one_holding_keep_from(env: LogEnv) -> None:
+    """A Raft partition's floor: whatever the limits, nothing at or after
+    `keep_from` (the last committed record) is removed."""
+
+    async def main() -> None:
+        log = await SegmentedLog.open(
+            env.directory, LogConfig(segment_bytes=1000), backend=env.backend
+        )
+        for i in range(45):
+            await log.append([bytes([i]) * 100])  # segments from 0, 10, 20, 30, 40
+        assert await log.remove_expired(0, None, keep_from=25) == (2, 2000)
+        assert log.lowest_index == 20  # the segment holding 25 stays, and all after it
+        assert await log.remove_expired(0, None, keep_from=20) == (0, 0)
+        assert await log.remove_expired(0, None, keep_from=44) == (2, 2000)
+        assert log.lowest_index == 40
+        await log.close()
+
+    env.run(main)
