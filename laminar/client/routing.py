@@ -23,6 +23,7 @@ import xxhash
 
 from laminar.client.errors import (
     LaminarError,
+    NotEnoughReplicasError,
     NotLeaderError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -244,11 +245,14 @@ class ClusterView:
         """Take note of what a failed request taught: a NOT_LEADER answer naming
         the partition's leader sends its next attempt there; one naming nobody
         (an election runs there, or the node is cut off from the others and
-        cannot know) sends it to the next replica, which may know better."""
-        if not isinstance(error, NotLeaderError) or error.partition_id is None:
+        cannot know), or NOT_ENOUGH_REPLICAS (the node is cut off from most of
+        them), sends it to the next replica, which may know better."""
+        if not isinstance(error, NotLeaderError | NotEnoughReplicasError):
             return
         pid = error.partition_id
-        if error.leader is not None and error.leader in self.nodes:
+        if pid is None:
+            return
+        if isinstance(error, NotLeaderError) and error.leader in self.nodes:
             self.learn_leader(pid, error.leader)
             return
         replicas = self.replicas(pid)

@@ -6,7 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from laminar.client import NotLeaderError, UnknownPartitionError, UnknownTopicError, parse_address
+from laminar.client import (
+    NotEnoughReplicasError,
+    NotLeaderError,
+    UnknownPartitionError,
+    UnknownTopicError,
+    parse_address,
+)
 from laminar.client.routing import ClusterView, format_address, partition_for_key
 from laminar.placement import partition_id, shard_for
 from laminar.wire import ErrorCode, MetadataResponse, NodeInfo, ShardInfo, TopicInfo
@@ -119,5 +125,8 @@ def test_a_not_leader_answer_naming_nobody_moves_on_to_the_next_replica() -> Non
         asked.append(view.leader_of(pid))
         view.learn(NotLeaderError("no leader is known", leader=None, partition_id=pid))
     assert sorted(asked) == ["n1", "n2", "n3"]  # each replica once, then round again
+    cut_off = view.leader_of(pid)
+    view.learn(NotEnoughReplicasError("not a majority", partition_id=pid))
+    assert view.leader_of(pid) != cut_off
     view.learn(NotLeaderError("n2 is", leader="n2", partition_id=pid))
     assert view.leader_of(pid) == "n2"
