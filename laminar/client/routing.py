@@ -243,16 +243,17 @@ class ClusterView:
 
     def learn(self, error: LaminarError) -> None:
         """Take note of what a failed request taught: a NOT_LEADER answer naming
-        the partition's leader sends its next attempt there; one naming nobody
-        (an election runs there, or the node is cut off from the others and
-        cannot know), or NOT_ENOUGH_REPLICAS (the node is cut off from most of
-        them), sends it to the next replica, which may know better."""
+        the partition's leader sends its next attempt there; NOT_ENOUGH_REPLICAS
+        (the node is cut off from most of the replicas, yet reachable by this
+        client) sends it to the next replica, which may be on the majority's side.
+        A NOT_LEADER naming nobody (an election runs) keeps the node: another
+        replica may not even have applied the topic's creation yet."""
         if not isinstance(error, NotLeaderError | NotEnoughReplicasError):
             return
         pid = error.partition_id
         if pid is None:
             return
-        if isinstance(error, NotLeaderError) and error.leader in self.nodes:
+        if isinstance(error, NotLeaderError):
             self.learn_leader(pid, error.leader)
             return
         replicas = self.replicas(pid)
