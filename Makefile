@@ -52,6 +52,7 @@ bench:
 	$(PY) benchmarks/node_bench.py
 	$(PY) benchmarks/routing_bench.py
 	benchmarks/compare.sh
+	SUITE=replication benchmarks/compare.sh
 
 clean:
 	rm -rf laminar-data laminar-cluster $(VENV) .setup-stamp .pytest_cache .mypy_cache .ruff_cache

@@ -23,7 +23,13 @@ from laminar.bench.machine import loadavg
 from laminar.bench.progress import ProgressSink
 from laminar.bench.results import RunResult
 from laminar.bench.runner import RunPlan, headline, run_once
-from laminar.bench.targets import System, SystemOptions, SystemUnavailable, make_system
+from laminar.bench.targets import (
+    System,
+    SystemOptions,
+    SystemUnavailable,
+    make_system,
+    parse_target,
+)
 
 LATENCY_FIELDS = ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")
 
@@ -52,6 +58,8 @@ class TargetSummary:
     """The busiest load generator's share of a core, highest over the rounds."""
     server_cpu_cores: float | None = None
     """Median over rounds of the server's CPU use, in cores."""
+    server_cpu_by_process: dict[str, float] = field(default_factory=dict)
+    """Median over rounds of each server process's CPU use (a cluster's nodes)."""
     generator_bound_rounds: int = 0
     delivery_failures: int = 0
     """Rounds whose identity check found lost, duplicated or phantom records."""
@@ -77,6 +85,7 @@ class TargetSummary:
             "on_time_median": self.on_time,
             "generator_core_share_max": self.generator_core_share,
             "server_cpu_cores_median": self.server_cpu_cores,
+            "server_cpu_by_process_median": self.server_cpu_by_process,
             "generator_bound_rounds": self.generator_bound_rounds,
             "delivery_failures": self.delivery_failures,
             "failures": self.failures,
@@ -85,6 +94,17 @@ class TargetSummary:
 
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
+
+
+def _per_process_medians(runs: list[RunResult]) -> dict[str, float]:
+    """Each server process's median CPU over the runs that measured it."""
+    names = sorted({name for r in runs for name in r.server_cpu_by_process})
+    return {
+        name: statistics.median(
+            [r.server_cpu_by_process[name] for r in runs if name in r.server_cpu_by_process]
+        )
+        for name in names
+    }
 
 
 @dataclass(slots=True)
@@ -137,6 +157,7 @@ class Comparison:
             on_time=_median(on_time),
             generator_core_share=max(shares) if shares else None,
             server_cpu_cores=_median([c for r in good if (c := r.server_cpu_cores) is not None]),
+            server_cpu_by_process=_per_process_medians(good),
             generator_bound_rounds=sum(1 for r in good if r.generator_bound),
             delivery_failures=sum(
                 1 for r in good if r.delivery is not None and not r.delivery.get("ok", True)
@@ -173,12 +194,12 @@ class Comparison:
         comparison."""
         summaries = self.summaries()
         base = summaries[0]
-        family = base.target.split(":")[0]
+        family = parse_target(base.target).system
         peers = [
             s
             for s in summaries[1:]
             if s.durability.get("fsync_before_ack")
-            and s.target.split(":")[0] != family
+            and parse_target(s.target).system != family
             and s.runs > s.failed
         ]
         if not peers or base.runs == base.failed or self.config.consumes_backlog:

@@ -115,35 +115,28 @@ def machine_facts(workdir: Path) -> dict[str, Any]:
 
 
 class ProcessTreeCpu:
-    """CPU used by a process and its descendants between `start()` and `stop()`,
-    in cores (CPU seconds per wall second). Descendants are looked up at both
-    ends: a laminar node's shards are children of its supervisor."""
+    """CPU used by named processes and their descendants between `start()` and
+    `stop()`, in cores (CPU seconds per wall second), per process and in total.
+    Descendants are looked up at both ends: a laminar node's shards are
+    children of its supervisor. A process that died in between (a node the
+    failover probe killed) counts what it used up to its last sample."""
 
-    def __init__(self, pid: int | None) -> None:
-        self.pid = pid
-        self._start: tuple[float, float] | None = None
-        self.cores: float | None = None
-        """Set by `stop()`."""
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = dict(pids)
+        self._start: tuple[float, dict[str, float]] | None = None
+        self.by_process: dict[str, float] | None = None
+        """Set by `stop()`: each named process's cores."""
 
-    def _sample(self) -> tuple[float, float]:
-        import psutil
+    @property
+    def cores(self) -> float | None:
+        """All the processes together (None before `stop()` or with none)."""
+        if not self.by_process:
+            return None
+        return sum(self.by_process.values())
 
+    def _sample(self) -> tuple[float, dict[str, float]]:
         now = time.monotonic()
-        if self.pid is None:
-            return now, 0.0
-        try:
-            root = psutil.Process(self.pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return now, 0.0
-        total = 0.0
-        for proc in procs:
-            try:
-                times = proc.cpu_times()
-            except psutil.Error:
-                continue
-            total += times.user + times.system
-        return now, total
+        return now, {name: _tree_cpu_s(pid) for name, pid in self.pids.items()}
 
     @property
     def started(self) -> bool:
@@ -153,12 +146,34 @@ class ProcessTreeCpu:
         self._start = self._sample()
 
     def stop(self) -> None:
-        if self._start is None or self.pid is None or self.cores is not None:
+        if self._start is None or not self.pids or self.by_process is not None:
             return
         wall, cpu = self._sample()
-        elapsed = wall - self._start[0]
+        began, cpu0 = self._start
+        elapsed = wall - began
         if elapsed > 0:
-            self.cores = (cpu - self._start[1]) / elapsed
+            self.by_process = {
+                name: max(0.0, cpu[name] - cpu0[name]) / elapsed for name in self.pids
+            }
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of `pid` and its descendants (0 if gone)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
 
 
 FLOOR_SECONDS: Final = 0.5

@@ -8,6 +8,7 @@ from typing import Any
 
 from laminar.bench.compare import Comparison
 from laminar.bench.config import RunConfig
+from laminar.bench.replication_goal import replication_checks
 from laminar.bench.results import run_from_dict
 
 SCHEMA = "laminar-bench/1"
@@ -29,6 +30,9 @@ def results_document(
         "summary": [s.to_dict() for s in comparison.summaries()],
         "ratios_vs_first": comparison.ratios(),
         "goal": comparison.goal(),
+        "replication_goal": [
+            c.to_dict() for c in replication_checks(comparison.config, comparison.summaries())
+        ],
         "runs": [r.to_dict() for r in comparison.runs],
     }
 

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from laminar.bench.compare import LATENCY_FIELDS, Comparison, TargetSummary
+from laminar.bench.replication_goal import replication_checks
 from laminar.bench.runner import headline
 
 _LATENCY_NAMES = {
@@ -52,7 +53,7 @@ def summary_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
         *(f"{metric} {_LATENCY_NAMES[f]} ms" for f in LATENCY_FIELDS),
         "errors",
         "generator CPU (busiest, of a core)",
-        "server CPU (cores)",
+        "server CPU (cores; per process)",
         "flags",
     ]
     open_loop = comparison.config.load == "open" and not comparison.config.consumes_backlog
@@ -69,7 +70,7 @@ def summary_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
             *(_ms(s.latency_us.get(f)) for f in LATENCY_FIELDS),
             str(s.errors),
             _share(s.generator_core_share),
-            "-" if s.server_cpu_cores is None else f"{s.server_cpu_cores:.2f}",
+            _server_cpu(s.server_cpu_cores, s.server_cpu_by_process),
             "; ".join(summary_flags(s)) or "-",
         ]
         if open_loop:
@@ -82,6 +83,16 @@ def _floor(floor: dict[str, float] | None) -> str:
     if not floor:
         return "-"
     return f"{floor['p50_us'] / 1000:.2f} / {floor['p99_us'] / 1000:.2f}"
+
+
+def _server_cpu(total: float | None, by_process: dict[str, float]) -> str:
+    """ "0.42", or for several server processes "0.90 (n1 0.50, n2 0.20, n3 0.20)"."""
+    if total is None:
+        return "-"
+    if len(by_process) < 2:
+        return f"{total:.2f}"
+    parts = ", ".join(f"{name} {cores:.2f}" for name, cores in sorted(by_process.items()))
+    return f"{total:.2f} ({parts})"
 
 
 def _share(value: float | None) -> str:
@@ -126,7 +137,7 @@ def run_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
         if r.generator_core_share is not None:
             extra += f"; generator CPU {_share(r.generator_core_share)}"
         if r.server_cpu_cores is not None:
-            extra += f", server {r.server_cpu_cores:.2f} cores"
+            extra += f", server {_server_cpu(r.server_cpu_cores, r.server_cpu_by_process)} cores"
         if r.generator_bound:
             extra += f" ({GENERATOR_BOUND_FLAG})"
         if r.delivery is not None:
@@ -168,6 +179,12 @@ def goal_lines(comparison: Comparison) -> list[str]:
     return [f"{goal['baseline']} against the best peer that acks after fsync: {text}"]
 
 
+def all_goal_lines(comparison: Comparison) -> list[str]:
+    """The peer goal and the replication goals (`laminar.bench.replication_goal`)."""
+    checks = replication_checks(comparison.config, comparison.summaries())
+    return goal_lines(comparison) + [check.line() for check in checks]
+
+
 def durability_lines(summaries: Sequence[TargetSummary]) -> list[str]:
     return [f"{s.target}: {s.durability.get('detail', 'not started')}" for s in summaries]
 
@@ -194,7 +211,7 @@ def print_report(comparison: Comparison, console: Console | None = None) -> None
         for row in rows:
             table.add_row(*row)
         console.print(table)
-    for line in goal_lines(comparison):
+    for line in all_goal_lines(comparison):
         console.print(f"goal: {line}")
     for line in durability_lines(comparison.summaries()):
         console.print(f"durability: {line}", highlight=False)
@@ -254,7 +271,7 @@ def markdown(
     headers, rows = ratio_rows(comparison)
     if rows:
         parts += ["Ratios of medians:", "", _md_table(headers, rows), ""]
-    for line in goal_lines(comparison):
+    for line in all_goal_lines(comparison):
         parts += [f"Goal check: {line}.", ""]
     for plot in plots:
         parts += [f"![{Path(plot).name}]({plot})", ""]

@@ -80,7 +80,10 @@ class RunResult:
     generator_core_shares: list[float] = field(default_factory=list)
     """Per load-generator process: the share of a core it used while working."""
     server_cpu_cores: float | None = None
-    """CPU the server (with its child processes) used over the run, in cores."""
+    """CPU the server (with its child processes) used over the run, in cores;
+    for a cluster, all its server processes together."""
+    server_cpu_by_process: dict[str, float] = field(default_factory=dict)
+    """The same per server process (a cluster's nodes), by name."""
     delivery: dict[str, Any] | None = None
     """The identity check (`laminar.bench.delivery.DeliveryVerdict.to_dict`)."""
     fsync_floor_us: dict[str, float] | None = None
@@ -154,6 +157,7 @@ class RunResult:
             "generator_core_shares": self.generator_core_shares,
             "generator_bound": self.generator_bound,
             "server_cpu_cores": self.server_cpu_cores,
+            "server_cpu_by_process": self.server_cpu_by_process,
             "delivery": self.delivery,
             "fsync_floor_us": self.fsync_floor_us,
         }
@@ -198,7 +202,13 @@ def run_from_dict(data: dict[str, Any]) -> RunResult:
         "server_log_tail",
     ):
         setattr(result, name, data[name])
-    for name in ("generator_core_shares", "server_cpu_cores", "delivery", "fsync_floor_us"):
+    for name in (
+        "generator_core_shares",
+        "server_cpu_cores",
+        "server_cpu_by_process",
+        "delivery",
+        "fsync_floor_us",
+    ):
         if name in data:  # results saved before these existed lack them
             setattr(result, name, data[name])
     return result

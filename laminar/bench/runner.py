@@ -279,10 +279,11 @@ def run_once(
         ch.measure_start_ns.value = start + warmup
         if config.duration_s is not None:
             ch.measure_end_ns.value = start + warmup + round(config.duration_s * 1e9)
-        server_cpu = ProcessTreeCpu(system.server_pid())
+        server_cpu = ProcessTreeCpu(system.server_pids())
         ch.go.set()
         reports = _collect(workers, config, progress, result, server_cpu)
         result.server_cpu_cores = server_cpu.cores
+        result.server_cpu_by_process = server_cpu.by_process or {}
         fill_from_reports(result, reports, ch.measure_start_ns.value)
         if config.producer_count:
             progress.phase("reading back for the identity check")

@@ -31,6 +31,7 @@ from laminar.client.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from laminar.client.producer import ProducerSequences, produce_call
 from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
 from laminar.client.results import (
     Offsets,
@@ -69,6 +70,7 @@ class AsyncClient:
         retry: RetryPolicy | None = None,
         max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
         read_from: str = "leader",
+        idempotent: bool = False,
     ) -> None:
         if read_from not in ("leader", "follower"):
             raise ValueError(f"read_from is 'leader' or 'follower', not {read_from!r}")
@@ -82,6 +84,8 @@ class AsyncClient:
         self._conns: dict[Address, AsyncConnection] = {}
         self._connecting: dict[Address, asyncio.Task[AsyncConnection]] = {}
         self._view: ClusterView | None = None
+        self.idempotent = idempotent
+        self._sequences = ProducerSequences()
         self._hints = RouteHints(read_from_followers=read_from == "follower")
         """Leaders and unreachable nodes learned from answers (kept across refreshes)."""
         self._generation = 0
@@ -129,7 +133,10 @@ class AsyncClient:
         """Append records durably; the index of the first. Never retried once
         sent (a lost answer raises `OutcomeUnknownError`) unless idempotent: see
         `Client.produce` for `producer_id` and `sequence`."""
-        call = calls.produce(topic, partition, values, keys, headers, producer_id, sequence)
+        sequences = self._sequences if self.idempotent else None
+        call = produce_call(
+            sequences, topic, partition, values, keys, headers, producer_id, sequence
+        )
         return await self._call(call)
 
     async def fetch(
@@ -314,6 +321,7 @@ class AsyncClient:
                 backoff = Backoff(self.retry)
             delay = backoff.next_delay()
             if delay is None:
+                self._note_failure(call, error)
                 raise error
             await asyncio.sleep(delay)
             await self._recover()
@@ -348,6 +356,9 @@ class AsyncClient:
             await self.refresh_metadata()
 
     def _note_failure(self, call: calls.Call[Any], error: LaminarError) -> None:
+        """As `Client._note_failure`."""
+        if call.failed is not None:
+            call.failed()
         if (
             call.topic is not None
             and self._view is not None

@@ -59,6 +59,9 @@ class Call(Generic[T]):
     """How long the node may hold the request on purpose (a long-poll fetch)."""
     topic: str | None = None
     """The topic it addresses: an unknown-topic answer invalidates its metadata."""
+    failed: Callable[[], None] | None = None
+    """Called once if the call fails for good (an idempotent produce's partition
+    then starts a new producer: `laminar.client.producer`)."""
 
 
 def produce(
@@ -69,6 +72,7 @@ def produce(
     headers: Sequence[Mapping[str, bytes] | None] | None = None,
     producer_id: int | None = None,
     sequence: int | None = None,
+    failed: Callable[[], None] | None = None,
 ) -> Call[int]:
     """Append records; the result is the index of the first. With `producer_id`
     and `sequence` the node deduplicates (`laminar.shards.idempotence`), so the
@@ -90,6 +94,7 @@ def produce(
         _first_index,
         idempotent=producer_id is not None,
         topic=topic,
+        failed=failed,
     )
 
 

@@ -30,6 +30,7 @@ from laminar.client.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from laminar.client.producer import ProducerSequences, produce_call
 from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
 from laminar.client.results import (
     Offsets,
@@ -122,6 +123,7 @@ class Pending(Generic[T]):
                 backoff = self._client._backoff()
             delay = backoff.next_delay()
             if delay is None:
+                self._client._note_failure(call, error)
                 self._failed = error
                 raise error
             time.sleep(delay)
@@ -150,6 +152,7 @@ class Client:
         retry: RetryPolicy | None = None,
         max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
         read_from: str = "leader",
+        idempotent: bool = False,
     ) -> None:
         if read_from not in ("leader", "follower"):
             raise ValueError(f"read_from is 'leader' or 'follower', not {read_from!r}")
@@ -163,6 +166,8 @@ class Client:
         self._lock = threading.RLock()
         self._conns: dict[Address, BlockingConnection] = {}
         self._view: ClusterView | None = None
+        self.idempotent = idempotent
+        self._sequences = ProducerSequences()
         self._hints = RouteHints(read_from_followers=read_from == "follower")
         """Leaders and unreachable nodes learned from answers (kept across refreshes)."""
         self._closed = False
@@ -203,11 +208,13 @@ class Client:
         sequence: int | None = None,
     ) -> int:
         """Append `values` (with optional per-record `keys` and `headers`) to a
-        partition, durably; return the index of the first. Never retried once
-        sent: a lost answer raises `OutcomeUnknownError`. Unless idempotent:
-        with `producer_id` and the `sequence` of the first value (per producer
-        and partition: 0, then the count sent so far), the node appends each
-        sequence once, so the produce is retried, and a batch sent again returns
+        partition, durably; return the index of the first. A plain produce is
+        never retried once sent: a lost answer raises `OutcomeUnknownError`.
+        Idempotent produces are retried (the node appends each sequence once):
+        with `Client(idempotent=True)` the client numbers each partition's
+        records itself (`laminar.client.producer`); or name the producer with
+        `producer_id` and the `sequence` of the first value (per producer and
+        partition: 0, then the count sent so far). A batch sent again returns
         its original index (or raises `DuplicateSequenceError` once forgotten)."""
         return self.produce_nowait(
             topic, partition, values, keys, headers, producer_id=producer_id, sequence=sequence
@@ -225,7 +232,10 @@ class Client:
         sequence: int | None = None,
     ) -> Pending[int]:
         """`produce`, sent now; `.result()` is the first index."""
-        call = calls.produce(topic, partition, values, keys, headers, producer_id, sequence)
+        sequences = self._sequences if self.idempotent else None
+        call = produce_call(
+            sequences, topic, partition, values, keys, headers, producer_id, sequence
+        )
         return Pending(self, call)
 
     def fetch(
@@ -538,8 +548,11 @@ class Client:
                 self._view.learn(error)
 
     def _note_failure(self, call: calls.Call[Any], error: LaminarError) -> None:
-        """An unknown-topic answer means the cached topic may be stale (deleted and
-        recreated with a new id): drop it so the next request looks again."""
+        """A call failed for good: tell it (`Call.failed`). An unknown-topic
+        answer means the cached topic may be stale (deleted and recreated with a
+        new id): drop it so the next request looks again."""
+        if call.failed is not None:
+            call.failed()
         if call.topic is not None and isinstance(error, UnknownTopicError | UnknownPartitionError):
             with self._lock:
                 if self._view is not None:

@@ -3,10 +3,17 @@
 The decisions live in `laminar.shards.idempotence` (pure, with the rules and
 the guarantee); this module is their I/O. For each open partition log it
 keeps one `ProducerTable`, rebuilt from the log's tail on the first idempotent
-produce after the log was opened, and it runs each producer's batches on that
-partition one at a time: wait for the producer's previous batch to be durable,
-decide, append, record. Other producers, and plain produces, are not held up,
-so their batches still share group-commit flushes.
+produce after the log was opened (once the log has settled: nothing in it
+still waiting to be committed). Each producer's batches on a partition are
+decided and placed in the log one at a time, in the order they arrived, but
+need not wait for the one before to be durable: batches in flight count as
+appended for the next decision (it must continue after them), so a
+pipelining producer keeps its batches in order and they still share
+group-commit flushes (Raft commit rounds). A resend of a batch still in
+flight waits for it to land, then gets the duplicate answer. Placed batches
+keep their order in the log, and a batch that fails after it was placed takes
+every later one with it (a failed flush fails the log; a lost Raft proposal
+loses its suffix), so a gap in a producer's sequences never reaches the log.
 
 Tables are keyed (weakly) by the replica's `producers_key`: the log object of
 a single node's partition, so one closed and opened again (a shard restart, a
@@ -16,7 +23,7 @@ leadership, so a new leader rebuilds from the committed log. A log whose
 flush failed refuses every append until it is opened again, so a table never
 has to guess whether a failed batch reached the disk; a Raft replica's
 append that failed may still commit (its outcome was unknown), so any failed
-append drops the table, and a rebuild first waits until the log has settled.
+append drops the table, and the rebuild waits until the log has settled.
 An append runs in its own task whose completion records the batch, so a
 request cancelled half-way (a client gone, a drain) cannot leave a durable
 batch unrecorded.
@@ -28,13 +35,15 @@ import asyncio
 import functools
 import logging
 import weakref
-from typing import Final
+from collections.abc import Awaitable
+from typing import Final, NamedTuple
 
 from laminar.log import IndexOutOfRange
 from laminar.shards.errors import RequestError
 from laminar.shards.idempotence import (
     SCAN_BYTES_MAX,
     AppendedBatch,
+    Decision,
     ProducerTable,
     Verdict,
 )
@@ -71,21 +80,26 @@ class IdempotentProducers:
         part = self._partitions.get(key)
         if part is None:
             part = self._partitions[key] = _Partition()
-        # A producer's batches are decided in the order they arrived (a
-        # pipelining client sends them in sequence order): each waits for the
-        # one before it, taken before this coroutine first yields.
-        ahead = part.last.get(producer_id)
-        turn = part.last[producer_id] = asyncio.get_running_loop().create_future()
+        # A producer's batches are decided and placed in the log in the order
+        # they arrived (a pipelining client sends them in sequence order): each
+        # takes its turn before this coroutine first yields, and holds it only
+        # until its batch is placed, not until it is durable.
+        ahead = part.turns.get(producer_id)
+        turn = part.turns[producer_id] = asyncio.get_running_loop().create_future()
         try:
             if ahead is not None:
                 await asyncio.wait([ahead])
-            return await self._decide_and_append(log, req, part, producer_id, sequence, count)
+            outcome = await self._decide_and_place(log, req, part, producer_id, sequence, count)
         finally:
             turn.set_result(None)
-            if part.last.get(producer_id) is turn:
-                del part.last[producer_id]
+            if part.turns.get(producer_id) is turn:
+                del part.turns[producer_id]
+        if isinstance(outcome, asyncio.Task):
+            first, timestamp_ms = await asyncio.shield(outcome)
+            return first, timestamp_ms, count
+        return outcome
 
-    async def _decide_and_append(
+    async def _decide_and_place(
         self,
         log: PartitionReplica,
         req: ProduceRequest,
@@ -93,17 +107,31 @@ class IdempotentProducers:
         producer_id: int,
         sequence: int,
         count: int,
-    ) -> tuple[int, int, int]:
-        table = await part.table(log, self.scan_bytes_max)
-        while (busy := part.busy.get(producer_id)) is not None:
-            await asyncio.wait([busy])  # an earlier batch's append (its request may be gone)
-        decision = table.decide(producer_id, sequence, count)
+    ) -> asyncio.Task[tuple[int, int]] | tuple[int, int, int]:
+        """The placed batch's append (APPEND), or a duplicate's answer; raises
+        the refusals. Batches in flight count as appended for what comes next:
+        the next one must continue after the last of them."""
+        while True:
+            table = await part.table(log, self.scan_bytes_max)
+            flights = part.in_flight.get(producer_id)
+            if not flights:
+                decision = table.decide(producer_id, sequence, count)
+                break
+            expected = flights[-1].end_sequence
+            if sequence == expected:
+                decision = Decision(Verdict.APPEND, expected)
+                break
+            if sequence > expected:
+                raise RequestError(
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE,
+                    f"producer {producer_id:#018x} must continue at sequence {expected}, but "
+                    f"the batch starts at {sequence}: sequences {expected}..{sequence - 1} "
+                    "were never appended (send them first)",
+                )
+            # Sent again while (part of) it may be in flight: decide once they land.
+            await asyncio.wait([flight.task for flight in flights])
         if decision.verdict is Verdict.APPEND:
-            task = asyncio.get_running_loop().create_task(_append(log, req.blobs))
-            part.busy[producer_id] = task
-            task.add_done_callback(functools.partial(part.finish, producer_id, sequence, count))
-            first, timestamp_ms = await asyncio.shield(task)
-            return first, timestamp_ms, count
+            return self._place(log, req.blobs, part, producer_id, sequence, count)
         if decision.verdict is Verdict.DUPLICATE:
             assert decision.first_index is not None and decision.timestamp_ms is not None
             return decision.first_index, decision.timestamp_ms, 0
@@ -113,6 +141,27 @@ class IdempotentProducers:
             else ErrorCode.OUT_OF_ORDER_SEQUENCE
         )
         raise RequestError(code, decision.reason)
+
+    def _place(
+        self,
+        log: PartitionReplica,
+        blobs: tuple[bytes, ...],
+        part: _Partition,
+        producer_id: int,
+        sequence: int,
+        count: int,
+    ) -> asyncio.Task[tuple[int, int]]:
+        """Append in the log's order now (a refusal raises, nothing appended);
+        the task is the batch becoming durable (committed), and records it."""
+        placed = log.place(blobs)
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(
+            _awaited(placed if placed is not None else log.append_stamped(blobs))
+        )
+        flight = _InFlight(sequence, count, task)
+        part.in_flight.setdefault(producer_id, []).append(flight)
+        task.add_done_callback(functools.partial(part.finish, producer_id, flight))
+        return task
 
 
 def _check_stamps(req: ProduceRequest, expected: ProducerStamp) -> None:
@@ -132,58 +181,82 @@ def _check_stamps(req: ProduceRequest, expected: ProducerStamp) -> None:
         )
 
 
-async def _append(log: PartitionReplica, blobs: tuple[bytes, ...]) -> tuple[int, int]:
-    """`(first_index, timestamp_ms)` of the appended batch."""
-    return await log.append_stamped(blobs)
+async def _awaited(placed: Awaitable[tuple[int, int]]) -> tuple[int, int]:
+    return await placed
+
+
+class _InFlight(NamedTuple):
+    """A batch placed in the log, not yet durable (committed)."""
+
+    first_sequence: int
+    records: int
+    task: asyncio.Task[tuple[int, int]]
+
+    @property
+    def end_sequence(self) -> int:
+        return self.first_sequence + self.records
 
 
 class _Partition:
-    """One log's producer table, its loading, and each producer's batch in flight."""
+    """One log's producer table, its loading, and each producer's batches in flight."""
 
-    __slots__ = ("_loading", "_table", "busy", "last")
+    __slots__ = ("_generation", "_loading", "_table", "in_flight", "turns")
 
     def __init__(self) -> None:
         self._table: ProducerTable | None = None
         self._loading: asyncio.Task[ProducerTable] | None = None
-        self.busy: dict[int, asyncio.Task[tuple[int, int]]] = {}
-        """producer id -> its batch being appended."""
-        self.last: dict[int, asyncio.Future[None]] = {}
-        """producer id -> done when its latest arrived batch is decided and done."""
+        self._generation = 0
+        """Bumped when the table is dropped: a rebuild begun before is stale."""
+        self.in_flight: dict[int, list[_InFlight]] = {}
+        """producer id -> its batches placed in the log and not yet durable, in order."""
+        self.turns: dict[int, asyncio.Future[None]] = {}
+        """producer id -> done when its latest arrived batch is decided and placed."""
 
     async def table(self, log: PartitionReplica, scan_bytes_max: int) -> ProducerTable:
         """The table, rebuilt from the log's tail once (shared by concurrent callers)."""
-        if self._table is not None:
-            return self._table
-        if self._loading is None:
-            self._loading = asyncio.get_running_loop().create_task(_rebuild(log, scan_bytes_max))
-        loading = self._loading
-        try:
-            table = await asyncio.shield(loading)
-        except BaseException:
-            if loading.done() and self._loading is loading:
-                self._loading = None  # the next produce tries again
-            raise
-        if self._table is None:
-            self._table = table
+        while self._table is None:
+            if self._loading is None:
+                self._loading = asyncio.get_running_loop().create_task(
+                    _rebuild(log, scan_bytes_max)
+                )
+            loading, generation = self._loading, self._generation
+            try:
+                table = await asyncio.shield(loading)
+            except BaseException:
+                if loading.done() and self._loading is loading:
+                    self._loading = None  # the next produce tries again
+                raise
+            if self._table is None and generation == self._generation:
+                self._table = table
         return self._table
 
     def finish(
-        self, producer_id: int, sequence: int, count: int, task: asyncio.Task[tuple[int, int]]
+        self, producer_id: int, flight: _InFlight, task: asyncio.Task[tuple[int, int]]
     ) -> None:
-        """Record a durable batch; a failed append changes nothing (see the
-        module docstring of `laminar.shards.idempotence`)."""
-        if self.busy.get(producer_id) is task:
-            del self.busy[producer_id]
+        """Record a durable batch. One that failed may be in the log after all
+        (a replicated batch whose commit timed out stays and may commit later),
+        and the batches placed after it share its fate: forget the table; the
+        next batch rebuilds it once the log has settled."""
+        flights = self.in_flight.get(producer_id, [])
+        if flight in flights:
+            flights.remove(flight)
+        if not flights:
+            self.in_flight.pop(producer_id, None)
         if task.cancelled() or task.exception() is not None:
-            # Maybe appended after all (a replicated batch whose commit timed
-            # out stays in the log and may commit later): forget the table;
-            # the next batch rebuilds it once the log has settled.
-            self._table = self._loading = None
+            self._drop_table()
             return
         if self._table is None:
             return
         first, timestamp_ms = task.result()
-        self._table.appended(producer_id, AppendedBatch(sequence, count, first, timestamp_ms))
+        batch = AppendedBatch(flight.first_sequence, flight.records, first, timestamp_ms)
+        try:
+            self._table.appended(producer_id, batch)
+        except ValueError:  # recorded out of order: the log, not the table, is the truth
+            self._drop_table()
+
+    def _drop_table(self) -> None:
+        self._table = self._loading = None
+        self._generation += 1
 
 
 async def _rebuild(log: PartitionReplica, bytes_max: int) -> ProducerTable:

@@ -33,7 +33,7 @@ before), `RaftReplica` is one member of a partition's Raft group, whose log
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, Protocol
 
 from laminar.log import Record, RecordBatch, SegmentedLog
@@ -70,6 +70,14 @@ class PartitionReplica(Protocol):
     def check_writable(self) -> None: ...
 
     async def append_stamped(self, blobs: Sequence[bytes]) -> tuple[int, int]: ...
+
+    def place(self, blobs: Sequence[bytes]) -> Awaitable[tuple[int, int]] | None:
+        """Put the batch in the log's order now (raising here, with nothing
+        appended, if refused): an awaitable of what `append_stamped` returns;
+        None when placing would have to wait (then `append_stamped`). Batches
+        placed one after another keep that order in the log, and one that
+        fails after it was placed takes every later one with it."""
+        ...
 
     async def read_range(
         self, start: int, max_bytes: int, max_records: int = ...
@@ -114,6 +122,15 @@ class LocalReplica:
 
     async def append_stamped(self, blobs: Sequence[bytes]) -> tuple[int, int]:
         return await self.log.append_stamped(blobs)
+
+    def place(self, blobs: Sequence[bytes]) -> Awaitable[tuple[int, int]] | None:
+        """Stage now when that needs no wait (`SegmentedLog.stage_nowait`);
+        the awaitable is durability. None: `append_stamped` must do it."""
+        staged = self.log.stage_nowait(blobs)
+        if staged is None:
+            return None
+        first, timestamp_ms, done = staged
+        return _when_done(done, (first, timestamp_ms))
 
     async def read_range(
         self, start: int, max_bytes: int, max_records: int = RECORDS_MAX
@@ -219,6 +236,10 @@ class RaftReplica:
             )
 
     async def append_stamped(self, blobs: Sequence[bytes]) -> tuple[int, int]:
+        return await self.place(blobs)
+
+    def place(self, blobs: Sequence[bytes]) -> Awaitable[tuple[int, int]]:
+        """Propose now (raising here if refused); the awaitable is the commit."""
         self.check_writable()
         try:
             first, timestamp_ms, done = self.group.propose(blobs)
@@ -235,6 +256,11 @@ class RaftReplica:
             raise RequestError(
                 ErrorCode.NOT_READY, f"{exc}; nothing was appended; retry shortly"
             ) from None
+        return self._committed(first, timestamp_ms, done)
+
+    async def _committed(
+        self, first: int, timestamp_ms: int, done: asyncio.Future[int]
+    ) -> tuple[int, int]:
         try:
             await asyncio.wait_for(asyncio.shield(done), APPEND_TIMEOUT_S)
         except ProposalLost:
@@ -289,3 +315,8 @@ class RaftReplica:
 
     async def index_for_timestamp(self, timestamp_ms: int) -> int:
         return min(await self.log.index_for_timestamp(timestamp_ms), self.group.committed_end)
+
+
+async def _when_done(done: asyncio.Future[None], value: tuple[int, int]) -> tuple[int, int]:
+    await done
+    return value

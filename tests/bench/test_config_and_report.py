@@ -56,7 +56,7 @@ def test_partition_assignment() -> None:
     assert backlog_split(10, 3) == [4, 3, 3]
     assert sum(backlog_split(1001, 7)) == 1001
     assert consumer_partitions(1, 2, 5) == (1, 3)
-    assert parse_target("redis-streams:everysec") == ("redis-streams", "everysec")
+    assert parse_target("redis-streams:everysec") == ("redis-streams", "everysec", None)
     with pytest.raises(ValueError, match="unknown target"):
         parse_target("kafka")
 

@@ -267,3 +267,23 @@ def test_an_idempotent_batch_whose_commit_timed_out_is_not_appended_twice(
         assert values.count(batch.blobs[0]) == 1
 
     _run(tmp_path, scenario)
+
+
+def test_pipelined_idempotent_batches_commit_in_order_on_every_replica(tmp_path: Path) -> None:
+    async def scenario(net: FakeNetwork) -> None:
+        await _produce(net, b"first")
+        leader = await _until(lambda: _leader(net))
+        replica, producers = RaftReplica(leader), IdempotentProducers()
+        batches = [
+            ProduceRequest.from_values(PID, [b"p%d" % i], producer_id=5, sequence=i)
+            for i in range(20)
+        ]
+        answers = await asyncio.gather(*(producers.append(replica, b) for b in batches))
+        firsts = [first for first, _, _ in answers]
+        assert firsts == sorted(firsts) and len(set(firsts)) == 20
+        for host in net.hosts.values():
+            await _until(lambda h=host: h.groups[PID].committed_end > firsts[-1])
+            values = [value for _, _, value in await _records(host)]
+            assert [v for v in values if v != b"first"] == [b.blobs[0] for b in batches]
+
+    _run(tmp_path, scenario)

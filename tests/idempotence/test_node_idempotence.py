@@ -186,13 +186,25 @@ def test_the_table_survives_a_node_restart(tmp_path: Path, how: str) -> None:
         node.kill()
 
 
-def test_produce_is_retried_through_a_shard_crash_without_duplicates(tmp_path: Path) -> None:
+@pytest.mark.parametrize("producer", ["named", "automatic"])
+def test_produce_is_retried_through_a_shard_crash_without_duplicates(
+    tmp_path: Path, producer: str
+) -> None:
     """SIGKILL the owning shard while one producer streams batches: the client
     retries what got no answer, and the restarted shard, having rebuilt its
-    table from the log, appends each batch exactly once."""
+    table from the log, appends each batch exactly once. The producer is named
+    by the caller, or numbered by the client (`Client(idempotent=True)`)."""
     node = start_node(tmp_path, cores=2)
+    automatic = producer == "automatic"
+
+    def produce(c: Client, values: list[bytes], sent: int) -> None:
+        if automatic:
+            c.produce("crash", 0, values)
+        else:
+            c.produce("crash", 0, values, producer_id=PRODUCER, sequence=sent)
+
     try:
-        with Client(node.bootstrap) as c:
+        with Client(node.bootstrap, idempotent=automatic) as c:
             c.create_topic("crash", partitions=1)
             owner = c.describe_topic("crash").partitions[0].shard_id
             before = node.shard_pids()[owner]
@@ -201,15 +213,13 @@ def test_produce_is_retried_through_a_shard_crash_without_duplicates(tmp_path: P
             sent = 0
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and (killer.is_alive() or sent < 400):
-                values = [f"r{sent + i}".encode() for i in range(10)]
-                c.produce("crash", 0, values, producer_id=PRODUCER, sequence=sent)
+                produce(c, [f"r{sent + i}".encode() for i in range(10)], sent)
                 sent += 10
             killer.join()
             assert node.wait_shard_restarted(owner, before) != before
             # At least one batch reaches the restarted shard, however fast the
             # loop above finished: that one makes it rebuild its table.
-            values = [f"r{sent + i}".encode() for i in range(10)]
-            c.produce("crash", 0, values, producer_id=PRODUCER, sequence=sent)
+            produce(c, [f"r{sent + i}".encode() for i in range(10)], sent)
             sent += 10
             values = []
             index, highest = c.offsets("crash", 0)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from laminar.shards import metadata
 from laminar.shards.config import MAX_TOPICS_CEILING
 from laminar.shards.metadata import (
     FIRST_TOPIC_ID,
@@ -159,14 +162,22 @@ commands = st.lists(
 )
 
 
-@given(commands, st.integers(0, 120))
+@given(commands, st.data(), st.sampled_from([1, 3, 8]))
 def test_replaying_the_compacted_log_rebuilds_the_same_state(
-    script: list[tuple[str, str, int]], lag: int
+    script: list[tuple[str, str, int]], data: st.DataObject, every: int
 ) -> None:
     """What the owner decided and appended, compacting as it goes (a snapshot, then
     the entries before it dropped), a restarted shard replays to the same topics,
     and a shard that fell behind the dropped entries catches up to them too,
-    learning from the snapshot what was created and deleted meanwhile."""
+    learning from the snapshot what was created, deleted and altered meanwhile.
+    Snapshots are due every few entries here (`every`, not 64), so short scripts
+    compact too."""
+    lag = data.draw(st.integers(0, len(script)), label="lag")  # steps the far shard keeps up
+    with mock.patch.object(metadata, "SNAPSHOT_MIN_ENTRIES", every):
+        replay_compacted(script, lag, every)
+
+
+def replay_compacted(script: list[tuple[str, str, int]], lag: int, every: int) -> None:
     owner = MetadataState()
     log: dict[int, bytes] = {}  # index -> entry, the retained part of the log
     end = 0
@@ -194,14 +205,15 @@ def test_replaying_the_compacted_log_rebuilds_the_same_state(
             for index in [i for i in log if i < end - 1]:
                 del log[index]
         if step < lag:  # this shard keeps up for a while, then stops
-            while behind.applied_index < end:
-                behind.apply_value(behind.applied_index, log[behind.applied_index])
+            while behind.applied_index < end:  # from the snapshot if its next entry was dropped
+                index = max(behind.applied_index, min(log))
+                behind.apply_value(index, log[index])
     replica = MetadataState()
     for index in sorted(log):
         replica.apply_value(index, log[index])
     assert replica.topics() == owner.topics()
     assert replica.next_topic_id == owner.next_topic_id
-    assert len(log) <= max(64, 2 * len(owner.topics())) + 1
+    assert len(log) <= max(every, 2 * len(owner.topics())) + 1
     known = {t.topic_id: t for t in behind.topics()}
     start = max(behind.applied_index, min(log, default=end))
     for index in range(start, end):
@@ -240,6 +252,23 @@ def test_churn_is_compacted_and_a_far_behind_shard_learns_the_difference() -> No
     created = {t.name for a in applied for t in a.created}
     deleted = {t.name for a in applied[1:] for t in a.deleted}
     assert created - deleted == {t.name for t in owner.topics()}
+
+
+def test_a_snapshot_tells_a_shard_behind_it_what_changed() -> None:
+    """A shard learns from a snapshot, by difference, what the dropped entries did:
+    its partitions are created, removed and reconfigured from this answer."""
+    behind = MetadataState()
+    behind.apply(0, CreateTopic("kept", 1, 1))
+    behind.apply(1, CreateTopic("altered", 2, 1, {"retention.ms": 5}))
+    behind.apply(2, CreateTopic("deleted", 3, 1))
+    kept = TopicInfo("kept", 1, 1, {})
+    altered = TopicInfo("altered", 2, 1, {"retention.ms": 9})
+    new = TopicInfo("new", 4, 2, {})
+    applied = behind.apply(9, Snapshot(5, (kept, altered, new)))
+    assert applied.created == (new,)
+    assert [t.name for t in applied.deleted] == ["deleted"]
+    assert applied.altered == (altered,)
+    assert behind.topics() == (kept, altered, new) and behind.next_topic_id == 5
 
 
 def test_a_snapshot_of_the_most_topics_fits_a_channel_answer() -> None:

@@ -41,7 +41,7 @@ from laminar.wire import (
     decode_response,
 )
 from tests.system.nodes import RunningNode, start_node
-from tests.system.wireclient import NodeClient, WireConnection
+from tests.system.wireclient import NodeClient, ServerError, WireConnection
 
 PING_S = 2.0
 """The longest a ping may take while an attack runs (unbounded attacks took 4.5 s+)."""
@@ -51,6 +51,7 @@ INPUT_BUDGET = 32 << 20
 FRAME_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 48
 MAX_WAIT_MS = 4000
+MAX_TOPICS = 3
 TOPIC = "target"
 
 
@@ -64,6 +65,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
         frame_timeout=FRAME_TIMEOUT_S,
         max_connections=MAX_CONNECTIONS,
         max_wait_ms=MAX_WAIT_MS,
+        max_topics=MAX_TOPICS,
         idle_timeout=120,
     ) as running:
         with NodeClient(running.host, running.port) as client:
@@ -347,3 +349,22 @@ def test_connections_past_the_cap_are_refused_before_anything_is_read(
         except (ConnectionError, AssertionError, OSError):
             assert time.monotonic() < deadline
             time.sleep(0.1)
+
+
+def test_topics_past_the_cap_are_refused(node: RunningNode) -> None:
+    """Every metadata answer lists every topic: unbounded, they outgrew what a
+    client can bootstrap from. The node holds at most --max-topics."""
+    extra = [f"bloat-{n}" for n in range(MAX_TOPICS - 1)]
+    with NodeClient(node.host, node.port) as client:
+        for name in extra:
+            client.create_topic(name, 1)
+        try:
+            with pytest.raises(ServerError) as refused:
+                client.create_topic("one-too-many", 1)
+            assert refused.value.code is ErrorCode.INVALID_REQUEST
+            assert "--max-topics" in refused.value.response.message
+        finally:
+            for name in extra:
+                client.delete_topic(name)
+        client.create_topic("one-too-many", 1)  # room again
+        client.delete_topic("one-too-many")

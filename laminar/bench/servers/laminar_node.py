@@ -2,7 +2,8 @@
 
 It runs `laminar-node` from this same interpreter (`python -m
 laminar.cli.node`), so the node benchmarked is the code checked out here. With
-`--port 0` every port is ephemeral and the node reports the ones it got in
+`--port 0` every port is ephemeral (a cluster's nodes get a fixed node port
+chosen free up front, since peers must know it) and the node reports the ones it got in
 `<data-dir>/run/node.json` once every shard serves; the harness waits for
 that file to name the supervisor's pid and for the node port to accept
 connections.
@@ -32,6 +33,9 @@ class LaminarNode:
         flush: str = "always",
         runtime: str = "auto",
         extra_args: tuple[str, ...] = (),
+        *,
+        port: int = 0,
+        name: str = "laminar-node",
     ) -> None:
         if flush not in FLUSH_POLICIES:
             raise ValueError(f"flush must be one of {', '.join(FLUSH_POLICIES)}")
@@ -40,7 +44,10 @@ class LaminarNode:
         self.flush = flush
         self.runtime = runtime
         self.extra_args = extra_args
-        self.data_dir = workdir / "laminar-data"
+        self.port = port
+        """The node port; 0: ephemeral (a cluster's nodes need theirs up front)."""
+        self.name = name
+        self.data_dir = workdir / ("laminar-data" if name == "laminar-node" else f"{name}-data")
         self.info: dict[str, Any] = {}
         self._proc: ManagedProcess | None = None
 
@@ -56,6 +63,10 @@ class LaminarNode:
             "--host",
             "127.0.0.1",
             "--port",
+            str(self.port),
+            "--shard-port-base",
+            "0",
+            "--admin-port",
             "0",
             "--flush",
             self.flush,
@@ -66,12 +77,22 @@ class LaminarNode:
 
     def start(self, timeout_s: float = 30.0) -> str:
         """Start it; the bootstrap address (host:port of the node port)."""
+        self.launch()
+        return self.wait_serving(timeout_s)
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (a cluster starts all first)."""
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         self._proc = ManagedProcess(
-            "laminar-node", self.argv(), self.workdir / "laminar-node.log", self.workdir, env
+            self.name, self.argv(), self.workdir / f"{self.name}.log", self.workdir, env
         )
         self._proc.start()
+
+    def wait_serving(self, timeout_s: float) -> str:
+        """Wait until every shard serves; the node port's host:port."""
+        if self._proc is None:
+            raise RuntimeError("launch() first")
         node_json = self.data_dir / "run" / "node.json"
 
         def ready() -> bool:
@@ -101,6 +122,11 @@ class LaminarNode:
     def stop(self) -> None:
         if self._proc is not None:
             self._proc.stop(grace_s=10.0)
+
+    def signal_group(self, signum: int) -> None:
+        """Send `signum` to the supervisor and its shards (SIGKILL: a crash)."""
+        if self._proc is not None:
+            self._proc.signal_group(signum)
 
     def log_tail(self) -> str:
         return "" if self._proc is None else self._proc.log_tail()

@@ -103,6 +103,12 @@ class ManagedProcess:
                 )
             time.sleep(0.02)
 
+    def signal_group(self, signum: int) -> None:
+        """Send `signum` to the server's whole process group (it may be gone)."""
+        if self._proc is not None and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, signum)
+
     def stop(self, grace_s: float = 5.0) -> int | None:
         """SIGTERM, wait up to `grace_s`, then SIGKILL the group; the exit code."""
         proc = self._proc

@@ -1,9 +1,13 @@
 """Targets: the systems the harness can run, by name.
 
-A target name is `system[:variant]`; the variant picks the durability setting:
+A target name is `system[-r<N>][:variant]`; the variant picks the durability
+setting, `-r<N>` runs N replicated servers (a cluster on loopback) and streams
+with N replicas:
 
-- `laminar` (`--flush always`), `laminar:interval`
-- `nats-jetstream` (server default), `nats-jetstream:sync-always` (needs nats-server >= 2.10)
+- `laminar` (`--flush always`), `laminar:interval`; `laminar-r1` (the same
+  single node), `laminar-r3` (three nodes, replication_factor 3)
+- `nats-jetstream` (server default), `nats-jetstream:sync-always` (needs
+  nats-server >= 2.10); `nats-jetstream-r3` (three clustered servers, R3 streams)
 - `redis-streams` (`appendfsync always`), `redis-streams:everysec`
 
 Imports are lazy so that a missing client library only fails the targets that
@@ -12,7 +16,9 @@ need it, with a message, instead of the whole harness.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from laminar.bench.targets.base import (
     Durability,
@@ -25,14 +31,20 @@ from laminar.bench.targets.base import (
 )
 
 SYSTEMS = ("laminar", "nats-jetstream", "redis-streams")
+REPLICATED_SYSTEMS = ("laminar", "nats-jetstream")
+MAX_REPLICAS = 5
 KNOWN_TARGETS = (
     "laminar",
     "laminar:interval",
+    "laminar-r1",
+    "laminar-r3",
     "nats-jetstream",
     "nats-jetstream:sync-always",
+    "nats-jetstream-r3",
     "redis-streams",
     "redis-streams:everysec",
 )
+_REPLICAS = re.compile(r"(?P<system>.+)-r(?P<replicas>[0-9]+)")
 
 __all__ = [
     "KNOWN_TARGETS",
@@ -45,6 +57,7 @@ __all__ = [
     "SystemOptions",
     "SystemUnavailable",
     "Target",
+    "TargetName",
     "connect_target",
     "make_system",
     "parse_target",
@@ -60,18 +73,35 @@ class SystemOptions:
     laminar_runtime: str = "auto"
 
 
-def parse_target(name: str) -> tuple[str, str | None]:
-    """Split `system:variant`; raise ValueError for an unknown system."""
-    system, _, variant = name.partition(":")
+class TargetName(NamedTuple):
+    system: str
+    variant: str | None
+    replicas: int | None
+    """N of `-r<N>`; None for the plain name (one server, no replication)."""
+
+
+def parse_target(name: str) -> TargetName:
+    """Split `system[-r<N>][:variant]`; raise ValueError for an unknown system
+    or a replica count the system does not have."""
+    base, _, variant = name.partition(":")
+    system, replicas = base, None
+    match = _REPLICAS.fullmatch(base)
+    if match is not None and base not in SYSTEMS:
+        system, replicas = match["system"], int(match["replicas"])
     if system not in SYSTEMS:
         raise ValueError(f"unknown target {name!r}; known: {', '.join(KNOWN_TARGETS)}")
-    return system, variant or None
+    if replicas is not None:
+        if system not in REPLICATED_SYSTEMS:
+            raise ValueError(f"{name!r}: {system} has no replicated variant (-r<N>)")
+        if not 1 <= replicas <= MAX_REPLICAS:
+            raise ValueError(f"{name!r}: replicas must be 1 to {MAX_REPLICAS}, not {replicas}")
+    return TargetName(system, variant or None, replicas)
 
 
 def make_system(name: str, options: SystemOptions | None = None) -> System:
     """The coordinator-side `System` for a target name."""
     options = options or SystemOptions()
-    system, variant = parse_target(name)
+    system, variant, replicas = parse_target(name)
     if system == "laminar":
         from laminar.bench.targets.laminar_target import LaminarSystem
 
@@ -80,11 +110,12 @@ def make_system(name: str, options: SystemOptions | None = None) -> System:
             bootstrap=options.laminar_bootstrap,
             cores=options.laminar_cores,
             runtime=options.laminar_runtime,
+            replicas=replicas,
         )
     if system == "nats-jetstream":
         from laminar.bench.targets.nats_jetstream import NatsJetStreamSystem
 
-        return NatsJetStreamSystem(variant or "default")
+        return NatsJetStreamSystem(variant or "default", replicas=replicas)
     from laminar.bench.targets.redis_streams import RedisStreamsSystem
 
     return RedisStreamsSystem(variant or "always")

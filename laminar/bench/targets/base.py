@@ -111,8 +111,9 @@ class System(ABC):
         """The end of the server's log, for error reports ('' if none)."""
         return ""
 
-    def server_pid(self) -> int | None:
-        """The started server's process id (its children count too), for the
-        server CPU shown next to every figure; None if the harness did not
-        start it."""
-        return None
+    def server_pids(self) -> dict[str, int]:
+        """Each started server process by name (a cluster has several; a
+        process's children count as its own, e.g. a laminar node's shards), for
+        the server CPU shown next to every figure; empty if the harness did not
+        start the server."""
+        return {}

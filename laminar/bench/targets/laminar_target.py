@@ -7,15 +7,25 @@ fdatasync). A reader is an index cursor; `fetch` is a long-poll
 The node is either started by the harness (`laminar`, `laminar:interval`) or
 an existing one given with `--bootstrap` (its flush policy is then whatever it
 was started with, and the results say that the harness does not know it).
+
+`laminar-r<N>` (N > 1) is a cluster: N nodes on loopback that name each other
+as peers, one shard each, and a topic with `replication_factor` N. The client
+gets every node as its bootstrap list and sends each produce to the
+partition's leader as the metadata names it (following `NOT_LEADER` hints),
+as any application would; the harness does not pick the leader. A produce is
+acknowledged once committed on a majority, each of those replicas having
+fsynced it first. `laminar-r1` is the single node of `laminar`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from laminar.bench.servers.laminar_cluster import LaminarCluster
 from laminar.bench.servers.laminar_node import LaminarNode
 from laminar.bench.targets.base import (
     Durability,
@@ -24,11 +34,17 @@ from laminar.bench.targets.base import (
     System,
     SystemUnavailable,
 )
-from laminar.client import AsyncClient, TopicExistsError
+from laminar.client import AsyncClient, LaminarError, TopicExistsError
 
 KIND = "laminar"
 VARIANTS = ("always", "interval")
 _FETCH_MAX_BYTES = 8 << 20
+CLUSTER_CORES_PER_NODE = 1
+"""A cluster node's shards: one partition lives on one shard of each node, and
+three nodes of one shard each already put three shard processes on this
+machine's two cores."""
+LEADER_WAIT_S = 30.0
+"""How long a new replicated topic may take to elect its partitions' leaders."""
 
 
 class LaminarReader:
@@ -60,13 +76,39 @@ class LaminarTarget:
 
     def __init__(self, endpoint: Endpoint) -> None:
         self._client = AsyncClient(endpoint.address)
+        self._replicas = int(endpoint.options.get("replication_factor", "1"))
 
     async def connect(self) -> None:
         await self._client.connect()
 
     async def create_stream(self, stream: str, partitions: int) -> None:
         with contextlib.suppress(TopicExistsError):
-            await self._client.create_topic(stream, partitions)
+            await self._client.create_topic(
+                stream,
+                partitions,
+                replication_factor=self._replicas if self._replicas > 1 else None,
+            )
+        if self._replicas > 1:
+            await self._wait_for_leaders(stream)
+
+    async def _wait_for_leaders(self, stream: str) -> None:
+        """Return once every partition of `stream` has a leader (a new Raft
+        group holds an election first; producing before that fails)."""
+        deadline = asyncio.get_running_loop().time() + LEADER_WAIT_S
+        last: object = None
+        while asyncio.get_running_loop().time() < deadline:
+            try:
+                described = await self._client.describe_topic(stream)
+            except LaminarError as exc:  # replicas still being opened
+                last = exc
+            else:
+                last = [p.leader for p in described.partitions]
+                if all(p.leader is not None for p in described.partitions):
+                    return
+            await asyncio.sleep(0.1)
+        raise TimeoutError(
+            f"{stream}: no leader for every partition after {LEADER_WAIT_S:g} s ({last})"
+        )
 
     async def produce(self, stream: str, partition: int, values: Sequence[bytes]) -> None:
         await self._client.produce(stream, partition, values)
@@ -91,25 +133,43 @@ class LaminarSystem(System):
         bootstrap: str | None = None,
         cores: int | None = None,
         runtime: str = "auto",
+        replicas: int | None = None,
     ) -> None:
         if variant not in VARIANTS:
             raise SystemUnavailable(f"laminar has variants {', '.join(VARIANTS)}, not {variant!r}")
         self.variant = variant
-        self.name = KIND if variant == "always" else f"{KIND}:{variant}"
+        self.replicas = replicas or 1
+        if self.replicas > 1 and variant != "always":
+            raise SystemUnavailable(
+                "a replicated laminar partition requires --flush always (an acknowledgement "
+                "of a Raft entry promises durability on a majority)"
+            )
+        base = KIND if replicas is None else f"{KIND}-r{replicas}"
+        self.name = base if variant == "always" else f"{base}:{variant}"
         self.bootstrap = bootstrap
-        self.cores = cores or os.cpu_count() or 1
+        default_cores = CLUSTER_CORES_PER_NODE if self.replicas > 1 else os.cpu_count() or 1
+        self.cores = cores or default_cores
         self.runtime = runtime
         self._node: LaminarNode | None = None
+        self._cluster: LaminarCluster | None = None
 
     def start(self, workdir: Path) -> Endpoint:
+        options = {"replication_factor": str(self.replicas)}
         if self.bootstrap is not None:
-            return Endpoint(KIND, self.bootstrap)
+            return Endpoint(KIND, self.bootstrap, options)
+        if self.replicas > 1:
+            self._cluster = LaminarCluster(
+                workdir, self.replicas, self.cores, flush=self.variant, runtime=self.runtime
+            )
+            return Endpoint(KIND, self._cluster.start(), options)
         self._node = LaminarNode(workdir, self.cores, flush=self.variant, runtime=self.runtime)
-        return Endpoint(KIND, self._node.start())
+        return Endpoint(KIND, self._node.start(), options)
 
     def stop(self) -> None:
         if self._node is not None:
             self._node.stop()
+        if self._cluster is not None:
+            self._cluster.stop()
 
     def durability(self) -> Durability:
         if self.bootstrap is not None:
@@ -122,6 +182,17 @@ class LaminarSystem(System):
                 {"flush": f"{self.variant} (assumed)"},
             )
         settings = {"flush": self.variant, "cores": str(self.cores), "runtime": self.runtime}
+        if self.replicas > 1:
+            settings.update(nodes=str(self.replicas), replication_factor=str(self.replicas))
+            return Durability(
+                True,
+                f"ack after fsync on a majority of {self.replicas}",
+                f"{self.replicas} nodes, replication_factor {self.replicas}: a produce is "
+                "acknowledged once its Raft entry is committed, i.e. appended and "
+                "fsynced (fdatasync) on a majority of the replicas, the leader included "
+                "(a replicated partition requires --flush always)",
+                settings,
+            )
         if self.variant == "always":
             return Durability(
                 True,
@@ -143,8 +214,13 @@ class LaminarSystem(System):
 
         return {"laminar": version("laminar"), "client": "laminar.client.AsyncClient"}
 
-    def server_pid(self) -> int | None:
-        return None if self._node is None else self._node.pid
+    def server_pids(self) -> dict[str, int]:
+        if self._cluster is not None:
+            return self._cluster.pids()
+        pid = None if self._node is None else self._node.pid
+        return {} if pid is None else {self.name: pid}
 
     def log_tail(self) -> str:
+        if self._cluster is not None:
+            return self._cluster.log_tail()
         return "" if self._node is None else self._node.log_tail()

@@ -2,7 +2,14 @@
 
 A produce is one `publish_async` per record (JetStream 2.9 has no batch
 publish), all pipelined on the connection; it is acknowledged when every
-PubAck is in. Readers come in two kinds:
+PubAck is in.
+
+`nats-jetstream-r<N>` is N nats-servers routed as one JetStream cluster on
+loopback, with streams of `num_replicas` N: a publish is acknowledged by the
+stream's leader once the message is committed by a majority of the stream's
+Raft group (written, not fsynced: see `durability`). The client connects to
+one of the servers (the URL list has all) and the cluster routes each publish
+to the stream's leader. Readers come in two kinds:
 
 - from the beginning (the backlog consume workload): a pull consumer (ack
   none); each `fetch` is one JetStream fetch request for up to `max_records`,
@@ -38,7 +45,12 @@ from nats.js.api import (
 )
 from nats.js.errors import BadRequestError
 
-from laminar.bench.servers.nats_server import NatsServer, nats_version, supports_sync_always
+from laminar.bench.servers.nats_server import (
+    NatsCluster,
+    NatsServer,
+    nats_version,
+    supports_sync_always,
+)
 from laminar.bench.targets.base import (
     Durability,
     Endpoint,
@@ -130,7 +142,8 @@ class NatsJetStreamTarget:
     """The nats-py client side."""
 
     def __init__(self, endpoint: Endpoint) -> None:
-        self._url = f"nats://{endpoint.address}"
+        self._urls = [f"nats://{address}" for address in endpoint.address.split(",")]
+        self._replicas = int(endpoint.options.get("replicas", "1"))
         self._nc: NatsClient | None = None
         self._js: JetStreamContext | None = None
 
@@ -142,7 +155,10 @@ class NatsJetStreamTarget:
 
     async def connect(self) -> None:
         self._nc = await nats.connect(
-            self._url, allow_reconnect=False, pending_size=64 << 20, max_outstanding_pings=10
+            servers=self._urls,
+            allow_reconnect=False,
+            pending_size=64 << 20,
+            max_outstanding_pings=10,
         )
         self._js = self._nc.jetstream(publish_async_max_pending=_MAX_PENDING_PUBLISHES)
 
@@ -155,7 +171,7 @@ class NatsJetStreamTarget:
                     storage=StorageType.FILE,
                     retention=RetentionPolicy.LIMITS,
                     discard=DiscardPolicy.OLD,
-                    num_replicas=1,
+                    num_replicas=self._replicas,
                 )
             except BadRequestError as exc:  # already there (another process made it)
                 if "already in use" not in str(exc):
@@ -190,14 +206,17 @@ class NatsJetStreamTarget:
 class NatsJetStreamSystem(System):
     """nats-server started by the harness; `sync-always` needs a server >= 2.10."""
 
-    def __init__(self, variant: str = "default") -> None:
+    def __init__(self, variant: str = "default", *, replicas: int | None = None) -> None:
         if variant not in VARIANTS:
             raise SystemUnavailable(
                 f"nats-jetstream has variants {', '.join(VARIANTS)}, not {variant!r}"
             )
         self.variant = variant
-        self.name = KIND if variant == "default" else f"{KIND}:{variant}"
+        self.replicas = replicas or 1
+        base = KIND if replicas is None else f"{KIND}-r{replicas}"
+        self.name = base if variant == "default" else f"{base}:{variant}"
         self._server: NatsServer | None = None
+        self._cluster: NatsCluster | None = None
 
     def start(self, workdir: Path) -> Endpoint:
         version = nats_version()
@@ -211,21 +230,34 @@ class NatsJetStreamSystem(System):
                     "(added in 2.10): JetStream cannot fsync before acknowledging here"
                 )
             sync = "always"
+        options = {"replicas": str(self.replicas)}
+        if self.replicas > 1:
+            self._cluster = NatsCluster(workdir, self.replicas, sync=sync)
+            return Endpoint(KIND, self._cluster.start(), options)
         self._server = NatsServer(workdir, sync=sync)
-        return Endpoint(KIND, self._server.start())
+        return Endpoint(KIND, self._server.start(), options)
 
     def stop(self) -> None:
         if self._server is not None:
             self._server.stop()
+        if self._cluster is not None:
+            self._cluster.stop()
 
     def durability(self) -> Durability:
-        settings = {"storage": "file", "replicas": "1"}
+        settings = {"storage": "file", "replicas": str(self.replicas)}
+        replicated = ""
+        if self.replicas > 1:
+            settings["servers"] = str(self.replicas)
+            replicated = (
+                f"; {self.replicas} clustered servers, num_replicas {self.replicas}: "
+                "acknowledged once a majority of the stream's replicas have it"
+            )
         if self.variant == "sync-always":
             settings["sync_interval"] = "always"
             return Durability(
                 True,
                 "ack after fsync",
-                "sync_interval: always: the file store syncs on every write",
+                "sync_interval: always: the file store syncs on every write" + replicated,
                 settings,
             )
         version = nats_version()
@@ -243,17 +275,25 @@ class NatsJetStreamSystem(System):
                 "the file store fsyncs on a timer (observed: about 2 minutes); "
                 "sync_interval/always does not exist before 2.10"
             )
-        return Durability(False, "ack before fsync (periodic sync, ~2 min)", detail, settings)
+        summary = "ack before fsync (periodic sync, ~2 min)"
+        if self.replicas > 1:
+            summary = f"ack on a majority of {self.replicas}, before fsync (periodic sync)"
+        return Durability(False, summary, detail + replicated, settings)
 
     def versions(self) -> dict[str, str]:
         version = nats_version()
         shown = "not installed" if version is None else ".".join(map(str, version))
         return {"nats-server": shown, "nats-py": _nats_py_version()}
 
-    def server_pid(self) -> int | None:
-        return None if self._server is None else self._server.pid
+    def server_pids(self) -> dict[str, int]:
+        if self._cluster is not None:
+            return self._cluster.pids()
+        pid = None if self._server is None else self._server.pid
+        return {} if pid is None else {self.name: pid}
 
     def log_tail(self) -> str:
+        if self._cluster is not None:
+            return self._cluster.log_tail()
         return "" if self._server is None else self._server.log_tail()
 
 

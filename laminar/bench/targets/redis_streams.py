@@ -149,8 +149,9 @@ class RedisStreamsSystem(System):
             "client": f"laminar.bench.targets.resp (pipelined, hiredis {version('hiredis')})",
         }
 
-    def server_pid(self) -> int | None:
-        return None if self._server is None else self._server.pid
+    def server_pids(self) -> dict[str, int]:
+        pid = None if self._server is None else self._server.pid
+        return {} if pid is None else {self.name: pid}
 
     def log_tail(self) -> str:
         return "" if self._server is None else self._server.log_tail()
