@@ -207,7 +207,9 @@ def read_replica(node: RunningNode, pid: int) -> list[tuple[int, bytes]]:
 
 def leader_of(cluster: Cluster, pid: int, among: Iterable[str] | None = None) -> str:
     """The node every live node in `among` (default: all live) names as `pid`'s leader,
-    once they agree."""
+    once they agree. Right after a topic is created this also waits until every
+    one of them has applied the creation: until then a node answers UNKNOWN_TOPIC,
+    which the client does not retry."""
     names = list(among) if among is not None else list(cluster.live())
 
     def agreed() -> str | None:

@@ -101,6 +101,7 @@ def test_a_cut_off_leader_steps_down_and_the_majority_carries_on(
     with Client(nodes.bootstrap, retry=RetryPolicy(budget_s=40)) as client:
         topic = client.create_topic("events", partitions=1, replication_factor=3)
         pid = partition_id(topic.topic_id, 0)
+        leader_of(nodes, pid)  # every node knows the topic (see `leader_of`)
         producer = Producer(client, "events", history)
         producer.produce(16)
         old = leader_of(nodes, pid)
@@ -141,6 +142,7 @@ def test_nothing_acknowledged_is_lost_while_a_node_loses_packets(
     with Client(nodes.bootstrap, retry=RetryPolicy(budget_s=40)) as client:
         topic = client.create_topic("events", partitions=1, replication_factor=3)
         pid = partition_id(topic.topic_id, 0)
+        leader_of(nodes, pid)  # every node knows the topic (see `leader_of`)
         producer = Producer(client, "events", history)
         producer.produce(8)
         lossy = leader_of(nodes, pid)  # its heartbeats and appends get lost

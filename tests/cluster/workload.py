@@ -56,7 +56,15 @@ from laminar.wire import ErrorResponse, FetchRequest
 from laminar.wire.records import decode_record
 from tests.cluster.history import Produce, Read, Report, check
 from tests.cluster.netns import TestNetwork, netns_reason
-from tests.cluster.nodes import Cluster, committed_values, host_index, offsets, request, wait_until
+from tests.cluster.nodes import (
+    Cluster,
+    committed_values,
+    host_index,
+    leader_of,
+    offsets,
+    request,
+    wait_until,
+)
 
 TOPIC = "history"
 PROCESS_FAULTS = ("kill", "pause")
@@ -328,6 +336,8 @@ def run_on(cluster: Cluster, net: TestNetwork | None, settings: Settings) -> Out
     with Client(cluster.bootstrap, retry=RetryPolicy(budget_s=30)) as admin:
         topic = admin.create_topic(TOPIC, partitions=settings.partitions, replication_factor=3)
     pids = [partition_id(topic.topic_id, p) for p in range(settings.partitions)]
+    for pid in pids:
+        leader_of(cluster, pid)  # every node knows the topic (see `leader_of`)
     history = History()
     faults: list[Fault] = []
     stop = threading.Event()
