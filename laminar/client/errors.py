@@ -172,17 +172,9 @@ class NotLeaderError(ServerError):
 
 
 class NotEnoughReplicasError(ServerError):
-    """A majority of the partition's replicas was not reachable from the node that
-    answered; nothing was applied. `partition_id` names the partition (the client
-    tries another of its replicas next: this one may be cut off from the rest)."""
+    """A majority of the partition's replicas was not reachable; nothing was applied."""
 
     code = ErrorCode.NOT_ENOUGH_REPLICAS
-
-    def __init__(
-        self, message: str, *, code: ErrorCode | None = None, partition_id: int | None = None
-    ) -> None:
-        super().__init__(message, code=code)
-        self.partition_id = partition_id
 
 
 class StorageError(ServerError):
@@ -256,8 +248,6 @@ def server_error(
         return CannotConnectError(message, code=code)
     if code is ErrorCode.NOT_LEADER:
         return NotLeaderError(message, code=code, leader=leader, partition_id=partition_id)
-    if code is ErrorCode.NOT_ENOUGH_REPLICAS:
-        return NotEnoughReplicasError(message, code=code, partition_id=partition_id)
     cls = _BY_CODE.get(code, ServerError)
     return cls(message, code=code)
 

@@ -23,7 +23,6 @@ import xxhash
 
 from laminar.client.errors import (
     LaminarError,
-    NotEnoughReplicasError,
     NotLeaderError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -243,22 +242,10 @@ class ClusterView:
 
     def learn(self, error: LaminarError) -> None:
         """Take note of what a failed request taught: a NOT_LEADER answer naming
-        the partition's leader sends its next attempt there; NOT_ENOUGH_REPLICAS
-        (the node is cut off from most of the replicas, yet reachable by this
-        client) sends it to the next replica, which may be on the majority's side.
-        A NOT_LEADER naming nobody (an election runs) keeps the node: another
-        replica may not even have applied the topic's creation yet."""
-        if not isinstance(error, NotLeaderError | NotEnoughReplicasError):
+        the partition's leader sends its next attempt there."""
+        if not isinstance(error, NotLeaderError) or error.partition_id is None:
             return
-        pid = error.partition_id
-        if pid is None:
-            return
-        if isinstance(error, NotLeaderError):
-            self.learn_leader(pid, error.leader)
-            return
-        replicas = self.replicas(pid)
-        asked = self.leader_of(pid)
-        self.hints.leaders[pid] = replicas[(replicas.index(asked) + 1) % len(replicas)]
+        self.learn_leader(error.partition_id, error.leader)
 
     def learn_leader(self, pid: int, leader: str | None) -> None:
         """A node named `leader` the leader of `pid`: route its writes there."""

@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
-from laminar.client import (
-    NotEnoughReplicasError,
-    NotLeaderError,
-    UnknownPartitionError,
-    UnknownTopicError,
-    parse_address,
-)
+from laminar.client import UnknownPartitionError, UnknownTopicError, parse_address
 from laminar.client.routing import ClusterView, format_address, partition_for_key
 from laminar.placement import partition_id, shard_for
-from laminar.wire import ErrorCode, MetadataResponse, NodeInfo, ShardInfo, TopicInfo
+from laminar.wire import ErrorCode, MetadataResponse, ShardInfo, TopicInfo
 
 
 def metadata(shards: int = 3, host: str = "10.0.0.5") -> MetadataResponse:
@@ -110,24 +102,3 @@ def test_partition_for_key_is_stable_and_spread() -> None:
     assert seen == set(range(8))
     with pytest.raises(ValueError):
         partition_for_key(b"k", 0)
-
-
-def test_not_enough_replicas_moves_on_to_the_next_replica() -> None:
-    """A node cut off from the others (but not from the client) knows no leader and
-    cannot elect one: retrying it cannot succeed, the next replica may."""
-    nodes = tuple(NodeInfo(f"n{i}", f"10.0.0.{i}", 7070, (7071,)) for i in (1, 2, 3))
-    view = ClusterView.from_metadata(
-        replace(metadata(), topics=(TopicInfo("events", 7, 1, replication_factor=3),), nodes=nodes),
-        ("10.0.0.1", 7070),
-    )
-    pid = partition_id(7, 0)
-    asked = []
-    for _ in range(3):
-        asked.append(view.leader_of(pid))
-        view.learn(NotEnoughReplicasError("not a majority", partition_id=pid))
-    assert sorted(asked) == ["n1", "n2", "n3"]  # each replica once, then round again
-    electing = view.leader_of(pid)
-    view.learn(NotLeaderError("an election runs", leader=None, partition_id=pid))
-    assert view.leader_of(pid) == electing  # it will know the leader shortly
-    view.learn(NotLeaderError("n2 is", leader="n2", partition_id=pid))
-    assert view.leader_of(pid) == "n2"

@@ -112,7 +112,7 @@ def test_a_cut_off_leader_steps_down_and_the_majority_carries_on(
         # log but can never commit it, so it must not acknowledge it.
         stranded = ThreadPoolExecutor(1).submit(_produce_directly, nodes, old, pid, b"stranded")
 
-        wait_until(
+        new = wait_until(
             lambda: (leader := leader_of(nodes, pid, among=majority)) != old and leader,
             "the majority electing a new leader",
         )
@@ -121,6 +121,10 @@ def test_a_cut_off_leader_steps_down_and_the_majority_carries_on(
         refused = _produce_directly(nodes, old, pid, b"refused")
         assert refused.outcome == "fail"  # a follower refuses at once
         history.append(refused)
+        # The client still reaches the old leader, which names no leader and keeps
+        # answering NOT_ENOUGH_REPLICAS: the client would retry it until its budget
+        # runs out (it does not try another replica yet), so point it at the new one.
+        client.cluster.hints.leaders[pid] = new
         producer.produce(16)  # the majority keeps acknowledging writes
         # What a reader of the old leader sees: its committed records only (the
         # stranded value sits uncommitted in its log).

@@ -14,7 +14,7 @@ Clients (threads, one `Client` each) pick at random between:
   refused it (NOT_LEADER, NOT_ENOUGH_REPLICAS, NOT_READY, SHUTTING_DOWN: nothing
   appended) or could not be reached, `info` when its answer was lost;
 - a read from the leader (through the client) or from a random replica
-  (follower reads), from around the end of the partition as that client knows it.
+  (follower reads), continuing where this client's last read there stopped.
 
 Every value is unique (client, counter). The nemesis applies one fault at a
 time to one node, then heals it: SIGKILL and restart; SIGSTOP then SIGCONT; and
@@ -164,6 +164,8 @@ class Worker:
         self.counter = 0
         self.epoch = 0
         self.sequences: dict[int, int] = {}
+        self.positions: dict[tuple[int, str | None], int] = {}
+        """(partition, node or None for the leader) -> where the next read starts."""
         retry = RetryPolicy(budget_s=10)
         self.client = Client(cluster.bootstrap, timeout_s=12, retry=retry)
         self.once = Client(cluster.bootstrap, timeout_s=12, retry=RetryPolicy(budget_s=0))
@@ -216,21 +218,33 @@ class Worker:
         self.history.add(Produce(partition, value, "ok", offset))
 
     def read(self, partition: int) -> None:
-        start = max(0, self.history.ends.get(partition, 0) - self.rng.randrange(1, 30))
+        """Consume from where this client last stopped on that replica (or on the
+        leader), as a consumer polls; far behind, or after an error, start again
+        near the end the clients know of."""
+        target = None if self.rng.random() < 0.5 else self.rng.choice(sorted(self.cluster.nodes))
+        key = (partition, target)
+        end = self.history.ends.get(partition, 0)
+        start = self.positions.get(key)
+        if start is None or end - start > 200:
+            start = max(0, end - self.rng.randrange(1, 30))
         try:
-            if self.rng.random() < 0.5:
+            if target is None:
                 fetched = self.client.fetch(TOPIC, partition, start, max_records=50)
                 records = tuple((r.index, r.value) for r in fetched)
             else:
-                records = self._read_replica(partition, start)
+                records = self._read_replica(target, partition, start)
         except (LaminarError, OSError, AssertionError):
-            return  # a node down, paused or cut off: nothing was observed
+            self.positions.pop(key, None)  # a node down, paused or cut off, or behind
+            return
         self.history.add(Read(partition, records))
+        if records:
+            self.positions[key] = records[-1][0] + 1
 
-    def _read_replica(self, partition: int, start: int) -> tuple[tuple[int, bytes], ...]:
-        node = self.cluster.nodes[self.rng.choice(sorted(self.cluster.nodes))]
+    def _read_replica(self, node: str, partition: int, start: int) -> tuple[tuple[int, bytes], ...]:
         pid = self.pids[partition]
-        answer = request(node, pid, FetchRequest(pid, start, max_records=50), timeout_s=5)
+        answer = request(
+            self.cluster.nodes[node], pid, FetchRequest(pid, start, max_records=50), timeout_s=5
+        )
         if isinstance(answer, ErrorResponse):
             raise AssertionError(str(answer))
         return tuple((r.index, decode_record(r.blob)[0]) for r in answer.records)
