@@ -416,6 +416,7 @@ class RaftCore(LeaderReplication):
             learners=self.membership.learners,
             quiesced=self._quiesced,
             transferee=self._transferee,
+            config_pending=self.role == LEADER and self._pending_conf_index > self.log.applied,
             progress=progress,
         )
 

@@ -82,6 +82,9 @@ class Status:
     learners: tuple[str, ...]
     quiesced: bool
     transferee: str | None = None
+    config_pending: bool = False
+    """Leader only: a membership change or the leader's no-op is not applied
+    yet, so the next change would be refused."""
     progress: Mapping[str, FollowerProgress] = field(default_factory=dict)
     """Leader only: every member's progress (the shell reports follower lag and
     decides when a learner has caught up)."""

@@ -1,0 +1,178 @@
+"""The placement controller driving real Raft cores (`laminar.raft.RaftCore`).
+
+Each partition is a Raft group of the in-memory harness (`tests.raft.harness`);
+`laminar.replication.moves.drive` reads each leader's status, plans, and
+applies the steps through the cores' membership API, the way a node's shell
+will. Records are written all along; at the end every member of every group
+holds every acknowledged record, once and in order, and every group sits at
+its rendezvous target.
+"""
+
+from __future__ import annotations
+
+from laminar.cluster.controller import Action, NodeStatus, PlacementPolicy
+from laminar.placement import partition_id, replica_nodes
+from laminar.raft import NotLeader, ProposalDropped
+from laminar.replication.moves import drive
+from laminar.swim.messages import MemberState
+from tests.raft.harness import Cluster
+
+TICK_MS = 100
+GRACE_MS = 2_000
+POLICY = PlacementPolicy(3, GRACE_MS, moves_in_flight_max=6, moves_per_node_max=3)
+PIDS = [partition_id(1, i) for i in range(24)]
+
+
+class Partitions:
+    """Every partition's group, the members' states, and what was acknowledged."""
+
+    def __init__(self, weights: dict[str, float]) -> None:
+        self.now_ms = 0
+        self.nodes = {n: NodeStatus(n, w) for n, w in weights.items()}
+        self.groups: dict[int, Cluster] = {}
+        self.acked: dict[int, list[bytes]] = {pid: [] for pid in PIDS}
+        self.written = 0
+        self.refused = 0
+        self.removing: set[tuple[int, str]] = set()
+        for pid in PIDS:
+            target = tuple(replica_nodes(pid, weights, 3))
+            self.groups[pid] = Cluster(ids=target, seed=pid)
+            self.groups[pid].elect(target[0])
+
+    def set_state(self, node: str, state: MemberState, weight: float = 1.0) -> None:
+        down = None if state.is_live else self.now_ms
+        self.nodes[node] = NodeStatus(node, weight, state, down)
+
+    def kill(self, node: str) -> None:
+        self.set_state(node, MemberState.DEAD)
+        for group in self.groups.values():
+            if node in group.cores:
+                group.crash(node)
+
+    def leader(self, pid: int) -> str | None:
+        return self.groups[pid].leader()
+
+    def write(self) -> None:
+        """One record to every partition that has a leader; acknowledged once committed."""
+        for pid, group in self.groups.items():
+            leader = self.leader(pid)
+            if leader is None:
+                continue
+            self.written += 1
+            payload = f"{pid}:{self.written}".encode()
+            try:
+                index = group.propose(leader, payload)
+            except (NotLeader, ProposalDropped):
+                continue
+            if group.cores[leader].status().commit >= index:
+                self.acked[pid].append(payload)
+
+    def drive(self) -> None:
+        """One controller round over every led group, as a node's shell runs it."""
+        leaders = {pid: self.leader(pid) for pid in PIDS}
+        cores = {pid: self.groups[pid].cores[n] for pid, n in leaders.items() if n is not None}
+        result, refused = drive(cores, self.nodes.values(), POLICY, self.now_ms)
+        self.refused += len(refused)
+        for step in result.steps:
+            group = self.groups[step.pid]
+            if step.action is Action.ADD_LEARNER and step.node not in group.cores:
+                m = cores[step.pid].membership  # the new replica starts empty, as a learner
+                group.add_node(step.node, m.voters, (*m.learners, step.node))
+            if step.action is Action.REMOVE_NODE:
+                self.removing.add((step.pid, step.node))
+        self.retire_removed()
+
+    def retire_removed(self) -> None:
+        """A replica whose removal its leader applied stops (and would delete its files)."""
+        for pid, node in sorted(self.removing):
+            group = self.groups[pid]
+            leader = self.leader(pid)
+            if leader is not None and node not in group.cores[leader].membership.members:
+                self.removing.discard((pid, node))
+                if node in group.cores:
+                    group.crash(node)
+
+    def tick(self) -> None:
+        self.now_ms += TICK_MS
+        for group in self.groups.values():
+            group.tick()
+
+    def run(self, rounds: int) -> None:
+        for _ in range(rounds):
+            self.write()
+            self.drive()
+            self.drive()  # plans again before anything applied: pending changes are seen
+            self.tick()
+
+    def memberships(self) -> dict[int, tuple[tuple[str, ...], tuple[str, ...]]]:
+        result = {}
+        for pid, group in self.groups.items():
+            m = group.cores[self.leader(pid) or min(group.cores)].membership
+            result[pid] = (m.voters, m.learners)
+        return result
+
+    def check_at_target_with_every_acknowledged_record(self) -> None:
+        assert all(self.leader(pid) is not None for pid in PIDS)
+        weights = {n: s.weight for n, s in self.nodes.items() if s.state.is_live}
+        for pid, (voters, learners) in self.memberships().items():
+            assert learners == ()
+            assert set(voters) == set(replica_nodes(pid, weights, 3)), pid
+            group = self.groups[pid]
+            for node in voters:
+                data = group.data(node)
+                assert len(data) == len(set(data)), f"{node} applied a record twice"
+                position = {payload: i for i, payload in enumerate(data)}
+                missing = [p for p in self.acked[pid] if p not in position]
+                assert not missing, f"partition {pid} on {node} lost {missing[:3]}"
+                order = [position[p] for p in self.acked[pid]]
+                assert order == sorted(order)
+        assert sum(map(len, self.acked.values())) > len(PIDS) * 10
+        assert self.refused == 0  # the controller never asks what a core would refuse
+
+
+WEIGHTS = {"n1": 1.0, "n2": 1.0, "n3": 1.0, "n4": 1.0, "n5": 1.0}
+
+
+def test_a_killed_nodes_partitions_get_back_to_rf_on_the_others_after_the_grace() -> None:
+    parts = Partitions(WEIGHTS)
+    parts.run(5)
+    held = {pid for pid, (voters, _) in parts.memberships().items() if "n2" in voters}
+    assert held
+    parts.kill("n2")
+    before = parts.memberships()
+    while parts.now_ms < GRACE_MS - TICK_MS:  # within the grace: nothing moves
+        parts.run(1)
+    assert {pid: m[0] for pid, m in parts.memberships().items()} == {
+        pid: m[0] for pid, m in before.items()
+    }
+    parts.run(60)
+    parts.check_at_target_with_every_acknowledged_record()
+    assert not any("n2" in voters for voters, _ in parts.memberships().values())
+
+
+def test_a_joining_node_takes_only_the_partitions_it_wins() -> None:
+    parts = Partitions(WEIGHTS)
+    parts.run(3)
+    before = parts.memberships()
+    parts.set_state("n6", MemberState.ALIVE, 2.0)
+    winners = {pid for pid in PIDS if "n6" in replica_nodes(pid, {**WEIGHTS, "n6": 2.0}, 3)}
+    assert winners and winners != set(PIDS)
+    for _ in range(60):
+        parts.run(1)
+        for pid, membership in parts.memberships().items():
+            if pid not in winners:
+                assert membership == before[pid]  # nothing else moves, ever
+            assert len(membership[0]) >= 3  # a voter leaves only after its replacement votes
+    parts.check_at_target_with_every_acknowledged_record()
+
+
+def test_a_leaving_leader_hands_over_and_its_partitions_move() -> None:
+    parts = Partitions(WEIGHTS)
+    parts.run(3)
+    led = {pid for pid in PIDS if parts.leader(pid) == "n1"}
+    assert led
+    parts.set_state("n1", MemberState.LEFT)  # still running while it leaves
+    parts.run(60)
+    parts.check_at_target_with_every_acknowledged_record()
+    assert not any(parts.leader(pid) == "n1" for pid in PIDS)
+    assert not any("n1" in voters for voters, _ in parts.memberships().values())
