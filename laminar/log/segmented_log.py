@@ -219,7 +219,8 @@ class SegmentedLog:
         Recovery trusts a segment followed by another to be durable whole, so
         the old one's flushes are drained first (under "always" that makes them
         durable) and synced by the seal otherwise, before the new files exist.
-        The new segment's directory entries are synced by its first flush.
+        `Segment.create` makes the new files and their directory entries
+        durable before anything is appended to them.
         """
         await self._pipeline.drain()
         self._check_appendable()

@@ -138,6 +138,14 @@ class Handlers:
         if topic is None and not state.knows_id(topic_id):
             await self.metadata.catch_up()
             topic = state.by_id(topic_id)
+        if topic is None and self.metadata.clustered and not state.knows_id(topic_id):
+            # Ids only grow: one past what this node applied comes from a client
+            # that saw the topic's creation on a node further ahead.
+            raise RequestError(
+                ErrorCode.NOT_READY,
+                f"this node has not applied the creation of topic id {topic_id} yet "
+                f"(partition id {pid}); retry shortly",
+            )
         if topic is None:
             raise RequestError(
                 ErrorCode.UNKNOWN_TOPIC, f"no topic with id {topic_id} (partition id {pid})"

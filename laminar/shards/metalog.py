@@ -236,6 +236,12 @@ class MetadataService:
     def is_ready(self) -> bool:
         return self._ready.done()
 
+    @property
+    def clustered(self) -> bool:
+        """The metadata is a Raft group: this node may apply a change after
+        another node already answered with it."""
+        return self._replication is not None
+
     async def ready(self) -> None:
         """Return once this shard has its metadata; NOT_READY after `READY_WAIT_S`."""
         if self._ready.done():

@@ -15,6 +15,7 @@ import pytest
 
 from laminar.placement import partition_id
 from laminar.shards import metalog
+from laminar.shards.errors import RequestError
 from laminar.shards.handlers import Handlers, ShardIdentity
 from laminar.shards.metadata import MetadataError, MetadataState
 from laminar.shards.metrics import ShardMetrics
@@ -27,9 +28,10 @@ IDENT = ShardIdentity("n", 0, 2, "127.0.0.1", 1, (1, 2), None, "userspace", 1 <<
 class LoadingMetadata:
     """The part of `MetadataService` handlers use, loading until `finish()`."""
 
-    def __init__(self) -> None:
+    def __init__(self, clustered: bool = False) -> None:
         self.state = MetadataState()
         self._loaded = asyncio.Event()
+        self.clustered = clustered
 
     @property
     def is_ready(self) -> bool:
@@ -71,5 +73,29 @@ def test_metadata_that_takes_too_long_is_not_ready(monkeypatch: pytest.MonkeyPat
         with pytest.raises(MetadataError) as caught:
             await handlers(service)._topic_of(partition_id(1, 0))
         assert caught.value.code is ErrorCode.NOT_READY and caught.value.code.retriable
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("clustered", [False, True])
+def test_a_topic_id_past_what_this_node_applied(clustered: bool) -> None:
+    """In a cluster, a client may have seen a topic's creation on a node ahead of
+    this one: NOT_READY (retried), not UNKNOWN_TOPIC (final). An id this node
+    already passed is unknown for good (deleted) either way."""
+
+    async def main() -> None:
+        metadata = LoadingMetadata(clustered)
+        metadata.finish()  # topic id 1 exists
+        state = metadata.state
+        state.apply(1, state.plan_create("gone", 1))
+        state.apply(2, state.plan_delete("gone"))  # topic id 2 existed
+        handler = handlers(metadata)
+        with pytest.raises(RequestError) as ahead:
+            await handler._topic_of(partition_id(3, 0))
+        expected = ErrorCode.NOT_READY if clustered else ErrorCode.UNKNOWN_TOPIC
+        assert ahead.value.code is expected
+        with pytest.raises(RequestError) as deleted:
+            await handler._topic_of(partition_id(2, 0))
+        assert deleted.value.code is ErrorCode.UNKNOWN_TOPIC
 
     asyncio.run(main())

@@ -89,9 +89,10 @@ class World:
         await self.part.recover()
 
     async def power_cut(self, rng: random.Random) -> None:
-        """The process dies: its files keep what was synced, its tasks stop."""
+        """The power goes: the disk keeps what a power cut could leave (synced
+        bytes and directory entries, any part of the rest), the tasks stop."""
         self.view.dead = True
-        self.backend.crash(rng if rng.random() < 0.5 else None)
+        self.backend.power_cut(rng)
         others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         for task in others:
             task.cancel()

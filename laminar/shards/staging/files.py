@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from typing import Final
 
-from laminar.log.storage import Buffer, Storage, StorageBackend
+from laminar.log.storage import Buffer, Storage, StorageBackend, make_dir_durable
 
 OPEN_FILES_MAX: Final = 256
 
@@ -39,9 +39,7 @@ class StagingFiles:
         """Create `directory` (under the root) durably, once."""
         if directory in self._dirs:
             return
-        await self.backend.make_dir(directory)
-        await self.backend.sync_dir(os.path.dirname(directory))
-        await self.backend.sync_dir(os.path.dirname(os.path.dirname(directory)))
+        await make_dir_durable(self.backend, directory)
         self._dirs.add(directory)
 
     @contextlib.asynccontextmanager

@@ -251,26 +251,35 @@ class Participant:
         async with self._locks.hold(("commit", pid, commit_id)):
             record = self.area.commit_record(pid, commit_id)
             if record is not None and record.published is not None:
-                return record.published
-            log = await self._replica_of(pid)
-            try:
-                plan = self.area.plan_publish(pid, commit_id, parts, self._append_bytes(log))
-            except MissingStagedData as exc:
-                logger.error("commit %#x cannot be published: %s", commit_id, exc)
-                raise RequestError(ErrorCode.STAGED_DATA_MISSING, str(exc)) from None
-            self.area.publishing(pid, parts, True)
-            try:
-                published = await self._append_chunks(log, pid, commit_id, plan, new=record is None)
-            finally:
-                self.area.publishing(pid, parts, False)
-            await self.files.append(
-                self.commit_path(pid, commit_id), published_frame(*published[1:]), create=False
-            )
-            self.area.published(pid, commit_id, published, self._clock())
-            self.stats.publishes += 1
-            self.stats.records_published += published.records
+                # Published before; its attempts' files may be back (their
+                # removal was not durable when the power went): drop them again.
+                published = record.published
+            else:
+                published = await self._publish_new(pid, commit_id, parts, record is None)
         for part in parts:
             await self._drop_attempt(pid, AttemptKey.of(part))
+        return published
+
+    async def _publish_new(
+        self, pid: int, commit_id: int, parts: tuple[StagedPart, ...], new: bool
+    ) -> Published:
+        log = await self._replica_of(pid)
+        try:
+            plan = self.area.plan_publish(pid, commit_id, parts, self._append_bytes(log))
+        except MissingStagedData as exc:
+            logger.error("commit %#x cannot be published: %s", commit_id, exc)
+            raise RequestError(ErrorCode.STAGED_DATA_MISSING, str(exc)) from None
+        self.area.publishing(pid, parts, True)
+        try:
+            published = await self._append_chunks(log, pid, commit_id, plan, new=new)
+        finally:
+            self.area.publishing(pid, parts, False)
+        await self.files.append(
+            self.commit_path(pid, commit_id), published_frame(*published[1:]), create=False
+        )
+        self.area.published(pid, commit_id, published, self._clock())
+        self.stats.publishes += 1
+        self.stats.records_published += published.records
         return published
 
     async def _append_chunks(
