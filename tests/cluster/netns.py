@@ -4,6 +4,7 @@
         start_node(..., host=net.address(0), prefix=net.exec_prefix(0))
         net.isolate(0)              # node 0's cable pulled: it reaches nobody
         net.drop(0, 1)              # 0 -> 1 dropped (one way); net.drop(1, 0) for both
+        net.split(0)                # 0 and the other hosts cut apart; the test reaches all
         net.loss(2, 20)             # 20% of node 2's packets lost, both directions
         net.heal()                  # everything back
 
@@ -161,6 +162,14 @@ class TestNetwork:
     def drop(self, src: int, dst: int) -> None:
         """Drop every packet `src` sends to `dst` (one way)."""
         self._rule(src, "output", f"ip daddr {self.address(dst)} drop")
+
+    def split(self, host: int) -> None:
+        """Cut `host` off from every other host, both ways; the test process still
+        reaches all of them (a client on the minority's side of a partition)."""
+        for other in range(self.hosts):
+            if other != host:
+                self.drop(host, other)
+                self.drop(other, host)
 
     def loss(self, host: int, percent: int) -> None:
         """Lose `percent`% of the packets `host` sends and receives, at random."""

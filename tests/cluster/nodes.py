@@ -18,10 +18,10 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from laminar.placement import shard_for
 from laminar.wire import (
@@ -35,7 +35,11 @@ from laminar.wire import (
     Message,
     decode_response,
 )
+from laminar.wire.records import decode_record
 from tests.system.nodes import RunningNode, start_node
+
+if TYPE_CHECKING:
+    from tests.cluster.netns import TestNetwork
 
 TIMEOUT_S = 60.0
 
@@ -53,6 +57,11 @@ def free_port(host: str = "127.0.0.1") -> int:
                     continue
             return int(port)
     raise RuntimeError("no free port")
+
+
+def host_index(node_id: str) -> int:
+    """The network host of node `n{i+1}` (`Cluster.start_on`): i."""
+    return int(node_id.removeprefix("n")) - 1
 
 
 @dataclass
@@ -93,6 +102,24 @@ class Cluster:
             for node in cluster.nodes.values():
                 if node.alive():
                     node.kill()
+
+    @classmethod
+    def start_on(
+        cls, net: TestNetwork, tmp: Path, count: int = 3, **flags: Any
+    ) -> contextlib.AbstractContextManager[Cluster]:
+        """`start` with node n{i+1} on host i of `net` (its address, its namespace),
+        sharing a cluster secret (required off loopback) unless one is given."""
+        if "secret" not in flags:
+            flags["secret"] = tmp / "cluster-secret"
+            flags["secret"].write_bytes(os.urandom(32).hex().encode())
+            os.chmod(flags["secret"], 0o600)
+        return cls.start(
+            tmp,
+            count,
+            host=lambda node_id: net.address(host_index(node_id)),
+            prefix=lambda node_id: net.exec_prefix(host_index(node_id)),
+            **flags,
+        )
 
     def _start(self, node_id: str, **changes: Any) -> RunningNode:
         peers = ",".join(
@@ -137,10 +164,10 @@ class Cluster:
 # -- talking to one replica -------------------------------------------------------------
 
 
-def request(node: RunningNode, pid: int, message: Message) -> Any:
+def request(node: RunningNode, pid: int, message: Message, timeout_s: float = 10.0) -> Any:
     """Send `message` to the shard of `node` that owns `pid`; its decoded answer."""
     port = node.shard_ports[shard_for(pid, len(node.shard_ports))]
-    with socket.create_connection((node.host, port), timeout=10) as sock:
+    with socket.create_connection((node.host, port), timeout=timeout_s) as sock:
         sock.sendall(message.encode(1))
         decoder = FrameDecoder(64 << 20)
         while True:
@@ -176,6 +203,51 @@ def read_replica(node: RunningNode, pid: int) -> list[tuple[int, bytes]]:
         out += [(r.index, r.blob) for r in answer.records]
         index = answer.records[-1].index + 1
     return out
+
+
+def leader_of(cluster: Cluster, pid: int, among: Iterable[str] | None = None) -> str:
+    """The node every live node in `among` (default: all live) names as `pid`'s leader,
+    once they agree. Right after a topic is created this also waits until every
+    one of them has applied the creation: until then a node answers UNKNOWN_TOPIC,
+    which the client does not retry."""
+    names = list(among) if among is not None else list(cluster.live())
+
+    def agreed() -> str | None:
+        leaders = {offsets(cluster.nodes[name], pid).leader for name in names}
+        leaders.discard(None)
+        return leaders.pop() if len(leaders) == 1 else None
+
+    leader: str = wait_until(agreed, f"one leader of partition {pid} among {names}")
+    return leader
+
+
+def wait_committed(cluster: Cluster, pid: int, end: int) -> None:
+    """Wait until every live replica of `pid` has committed up to `end` (exclusive)."""
+    for name, node in cluster.live().items():
+        wait_until(lambda n=node: offsets(n, pid).committed_index >= end, f"{name} at {end}")
+
+
+def read_answers(
+    node: RunningNode, pid: int, start: int = 0
+) -> list[tuple[tuple[int, bytes], ...]]:
+    """What a reader of `node` gets fetching `pid` from `start` until an empty
+    answer: each answer's (index, value) pairs (contiguous within one answer;
+    the protocol's own entries leave gaps between answers). Unlike
+    `read_replica` it trusts the node to stop at its commit index."""
+    out: list[tuple[tuple[int, bytes], ...]] = []
+    while True:
+        answer = request(node, pid, FetchRequest(pid, start, max_bytes=4 << 20))
+        if isinstance(answer, ErrorResponse):
+            raise AssertionError(f"fetch from {node.bootstrap}: {answer}")
+        if not answer.records:
+            return out
+        out.append(tuple((r.index, decode_record(r.blob)[0]) for r in answer.records))
+        start = answer.records[-1].index + 1
+
+
+def committed_values(node: RunningNode, pid: int) -> list[tuple[int, bytes]]:
+    """`read_replica` with each record's value instead of its encoded blob."""
+    return [(index, decode_record(blob)[0]) for index, blob in read_replica(node, pid)]
 
 
 def wait_until(check: Callable[[], Any], what: str, timeout_s: float = TIMEOUT_S) -> Any:

@@ -84,6 +84,13 @@ def test_faults_cut_exactly_what_they_name() -> None:
             # ... but 1's echo of a datagram from 0 never gets the request.
             net.heal()
 
+            net.split(1)
+            assert _answers(net, 1, 0) == 0
+            assert _answers(net, 2, 1) == 0
+            assert _answers(net, None, 1) == 50
+            assert _answers(net, 0, 2) == 50
+            net.heal()
+
             net.loss(2, 50)
             lossy = _answers(net, 0, 2)
             assert 0 < lossy < 50  # ~25 of 50 (loss both ways); 0 or 50 is ~1e-6 likely

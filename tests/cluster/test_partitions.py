@@ -1,0 +1,161 @@
+"""Three nodes in network namespaces under network faults: partitions and packet loss.
+
+The leader of a partition is cut off from its peers (the test process still
+reaches every node, as a client on the minority's side would): the majority
+elects a new leader and keeps acknowledging writes, the old leader never
+acknowledges one, and once the network heals every replica agrees on the
+committed prefix with every acknowledged record present exactly once. With 20%
+of one node's packets lost while producing, nothing acknowledged is lost either.
+
+The kernel here has no `netem`, so these faults are cuts and random loss
+(nftables), never added delay (`tests.cluster.netns`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from laminar.client import Client, RetryPolicy
+from laminar.placement import partition_id
+from laminar.wire import ErrorCode, ErrorResponse, ProduceRequest, ProduceResponse
+from tests.cluster.history import Produce, Read, check
+from tests.cluster.netns import TestNetwork, netns_reason
+from tests.cluster.nodes import (
+    Cluster,
+    committed_values,
+    host_index,
+    leader_of,
+    offsets,
+    read_answers,
+    request,
+    wait_committed,
+    wait_until,
+)
+
+pytestmark = pytest.mark.skipif(netns_reason() is not None, reason=str(netns_reason()))
+
+REFUSALS = {ErrorCode.NOT_LEADER: "fail", ErrorCode.NOT_ENOUGH_REPLICAS: "fail"}
+"""What a node cut off from its peers may answer a produce with (and what that
+means for the history); OUTCOME_UNKNOWN is `info`; a success is a failed test."""
+
+
+class Producer:
+    """One idempotent producer writing unique values to partition 0, recording each
+    acknowledged produce (every produce here must be acknowledged)."""
+
+    def __init__(self, client: Client, topic: str, history: list[Produce | Read]) -> None:
+        self.client = client
+        self.topic = topic
+        self.history = history
+        self.sequence = 0
+
+    def produce(self, count: int) -> None:
+        """`count` values, one at a time: a pipelined idempotent produce retried
+        across a leader change can reach the new leader after its successor and
+        be refused as out of order (a client limitation, not the subject here)."""
+        for _ in range(count):
+            value = b"ok-%05d" % self.sequence
+            offset = self.client.produce(
+                self.topic, 0, [value], producer_id=7, sequence=self.sequence
+            )
+            self.history.append(Produce(0, value, "ok", offset))
+            self.sequence += 1
+
+    @property
+    def end(self) -> int:
+        return 1 + max(op.offset or 0 for op in self.history if isinstance(op, Produce))
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[TestNetwork, Cluster]]:
+    with TestNetwork(3) as net, Cluster.start_on(net, tmp_path, 3) as cluster:
+        yield net, cluster
+
+
+def _final(cluster: Cluster, pid: int) -> dict[str, dict[int, list[tuple[int, bytes]]]]:
+    return {name: {0: committed_values(node, pid)} for name, node in cluster.nodes.items()}
+
+
+def _produce_directly(cluster: Cluster, node_id: str, pid: int, value: bytes) -> Produce:
+    """Produce `value` on `node_id` itself (no client routing, no retry)."""
+    answer = request(
+        cluster.nodes[node_id], pid, ProduceRequest.from_values(pid, [value]), timeout_s=60
+    )
+    assert not isinstance(answer, ProduceResponse), f"{node_id} acknowledged {value!r}: {answer}"
+    assert isinstance(answer, ErrorResponse), answer
+    if answer.code is ErrorCode.OUTCOME_UNKNOWN:
+        return Produce(0, value, "info")
+    assert answer.code in REFUSALS, f"{node_id} answered {answer}"
+    return Produce(0, value, "fail")
+
+
+def test_a_cut_off_leader_steps_down_and_the_majority_carries_on(
+    cluster: tuple[TestNetwork, Cluster],
+) -> None:
+    net, nodes = cluster
+    history: list[Produce | Read] = []
+    with Client(nodes.bootstrap, retry=RetryPolicy(budget_s=40)) as client:
+        topic = client.create_topic("events", partitions=1, replication_factor=3)
+        pid = partition_id(topic.topic_id, 0)
+        leader_of(nodes, pid)  # every node knows the topic (see `leader_of`)
+        producer = Producer(client, "events", history)
+        producer.produce(16)
+        old = leader_of(nodes, pid)
+        majority = [name for name in nodes.nodes if name != old]
+
+        net.split(host_index(old))
+        # The old leader may still believe it leads: it takes this produce into its
+        # log but can never commit it, so it must not acknowledge it.
+        stranded = ThreadPoolExecutor(1).submit(_produce_directly, nodes, old, pid, b"stranded")
+
+        new = wait_until(
+            lambda: (leader := leader_of(nodes, pid, among=majority)) != old and leader,
+            "the majority electing a new leader",
+        )
+        wait_until(lambda: offsets(nodes.nodes[old], pid).leader != old, f"{old} stepping down")
+        history.append(stranded.result())
+        refused = _produce_directly(nodes, old, pid, b"refused")
+        assert refused.outcome == "fail"  # a follower refuses at once
+        history.append(refused)
+        # The client still reaches the old leader, which names no leader and keeps
+        # answering NOT_ENOUGH_REPLICAS: the client would retry it until its budget
+        # runs out (it does not try another replica yet), so point it at the new one.
+        client.cluster.hints.leaders[pid] = new
+        producer.produce(16)  # the majority keeps acknowledging writes
+        # What a reader of the old leader sees: its committed records only (the
+        # stranded value sits uncommitted in its log).
+        history += [Read(0, answer) for answer in read_answers(nodes.nodes[old], pid)]
+
+        net.heal()
+        producer.produce(8)
+        wait_committed(nodes, pid, producer.end)
+        report = check(history, _final(nodes, pid))
+    assert report.valid, report.summary()
+    assert report.acknowledged == 40
+
+
+def test_nothing_acknowledged_is_lost_while_a_node_loses_packets(
+    cluster: tuple[TestNetwork, Cluster],
+) -> None:
+    net, nodes = cluster
+    history: list[Produce | Read] = []
+    with Client(nodes.bootstrap, retry=RetryPolicy(budget_s=40)) as client:
+        topic = client.create_topic("events", partitions=1, replication_factor=3)
+        pid = partition_id(topic.topic_id, 0)
+        leader_of(nodes, pid)  # every node knows the topic (see `leader_of`)
+        producer = Producer(client, "events", history)
+        producer.produce(8)
+        lossy = leader_of(nodes, pid)  # its heartbeats and appends get lost
+        net.loss(host_index(lossy), 20)
+        producer.produce(24)
+        for name in nodes.nodes:
+            history += [Read(0, answer) for answer in read_answers(nodes.nodes[name], pid)]
+        net.heal()
+        wait_committed(nodes, pid, producer.end)
+        report = check(history, _final(nodes, pid))
+    assert report.valid, report.summary()
+    assert report.acknowledged == 32
