@@ -172,9 +172,17 @@ class NotLeaderError(ServerError):
 
 
 class NotEnoughReplicasError(ServerError):
-    """A majority of the partition's replicas was not reachable; nothing was applied."""
+    """The node has not heard from a majority of the partition's replicas lately
+    (it may be cut off from them); nothing was applied. The client retries at
+    the partition's next replica."""
 
     code = ErrorCode.NOT_ENOUGH_REPLICAS
+
+    def __init__(
+        self, message: str, *, code: ErrorCode | None = None, partition_id: int | None = None
+    ) -> None:
+        super().__init__(message, code=code)
+        self.partition_id = partition_id
 
 
 class StorageError(ServerError):
@@ -248,6 +256,8 @@ def server_error(
         return CannotConnectError(message, code=code)
     if code is ErrorCode.NOT_LEADER:
         return NotLeaderError(message, code=code, leader=leader, partition_id=partition_id)
+    if code is ErrorCode.NOT_ENOUGH_REPLICAS:
+        return NotEnoughReplicasError(message, code=code, partition_id=partition_id)
     cls = _BY_CODE.get(code, ServerError)
     return cls(message, code=code)
 

@@ -23,6 +23,7 @@ import xxhash
 
 from laminar.client.errors import (
     LaminarError,
+    NotEnoughReplicasError,
     NotLeaderError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -242,10 +243,15 @@ class ClusterView:
 
     def learn(self, error: LaminarError) -> None:
         """Take note of what a failed request taught: a NOT_LEADER answer naming
-        the partition's leader sends its next attempt there."""
-        if not isinstance(error, NotLeaderError) or error.partition_id is None:
-            return
-        self.learn_leader(error.partition_id, error.leader)
+        the partition's leader sends its next attempt there; NOT_ENOUGH_REPLICAS
+        (the node is cut off from most replicas) sends it to the next replica."""
+        if isinstance(error, NotLeaderError) and error.partition_id is not None:
+            self.learn_leader(error.partition_id, error.leader)
+        elif isinstance(error, NotEnoughReplicasError) and error.partition_id is not None:
+            pid = error.partition_id
+            replicas = self.replicas(pid)
+            asked = self.leader_of(pid)
+            self.hints.leaders[pid] = replicas[(replicas.index(asked) + 1) % len(replicas)]
 
     def learn_leader(self, pid: int, leader: str | None) -> None:
         """A node named `leader` the leader of `pid`: route its writes there."""

@@ -165,10 +165,12 @@ class ShardReplication:
         return 0 if replica is None else max(0, replica.highest_index - 1)
 
     def _heard_lately(self, node_id: str) -> bool:
-        """Heard from `node_id` within an election timeout (keepalives arrive
-        every tick, also while every group is quiesced)."""
+        """Not known to be silent: heard from within an election timeout
+        (keepalives arrive every tick, also while every group is quiesced), or
+        never yet (a shard whose peers have not sent it anything so far, as
+        right after a topic is created, is not cut off for that)."""
         heard = self.links.last_heard(node_id)
-        return heard is not None and time.monotonic() - heard <= TICK_S * ELECTION_TICKS
+        return heard is None or time.monotonic() - heard <= TICK_S * ELECTION_TICKS
 
     async def close_group(self, pid: int) -> None:
         """Stop `pid`'s group (the partition manager closes and removes its files)."""

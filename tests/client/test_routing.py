@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from laminar.client import UnknownPartitionError, UnknownTopicError, parse_address
+from laminar.client import (
+    NotEnoughReplicasError,
+    NotLeaderError,
+    UnknownPartitionError,
+    UnknownTopicError,
+    parse_address,
+)
 from laminar.client.routing import ClusterView, format_address, partition_for_key
 from laminar.placement import partition_id, shard_for
-from laminar.wire import ErrorCode, MetadataResponse, ShardInfo, TopicInfo
+from laminar.wire import ErrorCode, MetadataResponse, NodeInfo, ShardInfo, TopicInfo
 
 
 def metadata(shards: int = 3, host: str = "10.0.0.5") -> MetadataResponse:
@@ -102,3 +108,28 @@ def test_partition_for_key_is_stable_and_spread() -> None:
     assert seen == set(range(8))
     with pytest.raises(ValueError):
         partition_for_key(b"k", 0)
+
+
+def _cluster_view() -> ClusterView:
+    nodes = tuple(NodeInfo(f"n{i}", f"10.0.0.{i}", 7070, (7071,)) for i in (1, 2, 3))
+    meta = MetadataResponse(
+        "n1", "10.0.0.1", 7070, "userspace", (ShardInfo(0, "10.0.0.1", 7071),),
+        (TopicInfo("events", 7, 4, replication_factor=3),), None, nodes,
+    )  # fmt: skip
+    return ClusterView.from_metadata(meta, ("10.0.0.1", 7070))
+
+
+def test_refusals_teach_where_a_partitions_writes_go_next() -> None:
+    """NOT_LEADER naming the leader sends the retry there; NOT_ENOUGH_REPLICAS
+    (the node asked is cut off from most replicas) sends it to the next one."""
+    view = _cluster_view()
+    pid = partition_id(7, 2)
+    replicas = view.replicas(pid)
+    view.learn(NotLeaderError("not me", leader=replicas[1], partition_id=pid))
+    assert view.leader_of(pid) == replicas[1]
+    view.learn(NotEnoughReplicasError("cut off", partition_id=pid))
+    assert view.leader_of(pid) == replicas[2]
+    view.learn(NotEnoughReplicasError("cut off", partition_id=pid))
+    assert view.leader_of(pid) == replicas[0]
+    view.learn(NotLeaderError("election", leader=None, partition_id=pid))
+    assert view.leader_of(pid) == replicas[0]  # no one named: stay
