@@ -16,7 +16,9 @@ entries `[first, last]` proposed in term `t`; once the commit index passes
 `last` the entry at `last` is either ours (its term is `t`: committed) or
 another leader's (ours was overwritten: definitely not appended, since an
 entry never moves to another index). A proposal whose entries are truncated
-away by a new leader fails at once for the same reason.
+away by a new leader fails at once too (`ProposalLost`), but that one is not
+definite: a replica still holding them may be elected later and commit them,
+so the replica seam answers OUTCOME_UNKNOWN for both.
 
 The hard state's commit index is written only together with a term or vote
 change: the paper keeps commitIndex volatile, and a restart that starts from
@@ -58,7 +60,9 @@ Apply = Callable[[Sequence[Entry]], None]
 
 
 class ProposalLost(Exception):
-    """The proposal's entries were replaced by another leader's: not appended."""
+    """The proposal's entries were replaced in this node's log by another
+    leader's. Not a proof that they will never commit: a replica that holds
+    them may still be elected (with 5 replicas, Raft's Figure 8)."""
 
 
 def stamp(timestamp_ms: int, blob: bytes) -> bytes:
@@ -139,8 +143,8 @@ class RaftGroup:
     def propose(self, blobs: Sequence[bytes]) -> tuple[int, int, asyncio.Future[int]]:
         """Propose records: (first log index, timestamp_ms, a future resolved with
         the first log index once committed). Raises NotLeader (nothing proposed);
-        the future fails with ProposalLost (definitely not appended) or is left
-        for the caller's timeout when the outcome cannot be known yet."""
+        the future fails with ProposalLost (gone from this node's log; see
+        `ProposalLost`) or is left for the caller's timeout."""
         core = self.core
         if core.role != LEADER:
             raise NotLeader(core.leader)

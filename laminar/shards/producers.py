@@ -131,7 +131,10 @@ class IdempotentProducers:
             # Sent again while (part of) it may be in flight: decide once they land.
             await asyncio.wait([flight.task for flight in flights])
         if decision.verdict is Verdict.APPEND:
-            return self._place(log, req.blobs, part, producer_id, sequence, count)
+            task, placed = self._place(log, req.blobs, part, producer_id, sequence, count)
+            if not placed:  # placed inside the append: keep the turn until it is done
+                await asyncio.wait([task])
+            return task
         if decision.verdict is Verdict.DUPLICATE:
             assert decision.first_index is not None and decision.timestamp_ms is not None
             return decision.first_index, decision.timestamp_ms, 0
@@ -150,9 +153,11 @@ class IdempotentProducers:
         producer_id: int,
         sequence: int,
         count: int,
-    ) -> asyncio.Task[tuple[int, int]]:
-        """Append in the log's order now (a refusal raises, nothing appended);
-        the task is the batch becoming durable (committed), and records it."""
+    ) -> tuple[asyncio.Task[tuple[int, int]], bool]:
+        """Append in the log's order now if the log can place it without a wait
+        (a refusal raises, nothing appended), else in a plain append: the task
+        is the batch becoming durable (committed), and records it; the flag
+        says whether it was placed already."""
         placed = log.place(blobs)
         loop = asyncio.get_running_loop()
         task = loop.create_task(
@@ -161,7 +166,7 @@ class IdempotentProducers:
         flight = _InFlight(sequence, count, task)
         part.in_flight.setdefault(producer_id, []).append(flight)
         task.add_done_callback(functools.partial(part.finish, producer_id, flight))
-        return task
+        return task, placed is not None
 
 
 def _check_stamps(req: ProduceRequest, expected: ProducerStamp) -> None:

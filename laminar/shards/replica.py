@@ -264,10 +264,13 @@ class RaftReplica:
         try:
             await asyncio.wait_for(asyncio.shield(done), APPEND_TIMEOUT_S)
         except ProposalLost:
+            # Gone from this node's log, but another replica that had it may
+            # still be elected and commit it (Raft's Figure 8, with 5 replicas):
+            # not a refusal.
             raise RequestError(
-                ErrorCode.NOT_LEADER,
-                "leadership changed before the batch was committed; it was not appended",
-                leader=self.group.leader,
+                ErrorCode.OUTCOME_UNKNOWN,
+                "leadership changed before the batch was committed here; another replica "
+                "may still commit it: read to check",
             ) from None
         except TimeoutError:
             raise RequestError(
