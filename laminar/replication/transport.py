@@ -117,12 +117,8 @@ class _ShardConnection:
     async def open(
         cls, host: str, port: int, auth: PeerAuth, expected: str, max_frame_bytes: int
     ) -> _ShardConnection:
-        loop = asyncio.get_running_loop()
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setblocking(False)
+        sock = await _connect(host, port)
         try:
-            await asyncio.wait_for(loop.sock_connect(sock, (host, port)), CONNECT_TIMEOUT_S)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             await asyncio.wait_for(
                 _initiate(sock, auth, expected, max_frame_bytes), HANDSHAKE_TIMEOUT_S
@@ -256,15 +252,25 @@ def _chunks(messages: list[tuple[int, Message]]) -> list[list[tuple[int, Message
     return out
 
 
-async def _fetch_layout(host: str, port: int) -> tuple[str, list[int]]:
-    """(host, shard ports) of the node at host:port, from its metadata."""
-    loop = asyncio.get_running_loop()
+async def _connect(host: str, port: int) -> socket.socket:
+    """A non-blocking TCP socket connected to host:port (closed if that fails)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setblocking(False)
     try:
+        loop = asyncio.get_running_loop()
         await asyncio.wait_for(loop.sock_connect(sock, (host, port)), CONNECT_TIMEOUT_S)
-        await loop.sock_sendall(sock, MetadataRequest().encode(1))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def _fetch_layout(host: str, port: int) -> tuple[str, list[int]]:
+    """(host, shard ports) of the node at host:port, from its metadata."""
+    sock = await _connect(host, port)
+    try:
+        await asyncio.get_running_loop().sock_sendall(sock, MetadataRequest().encode(1))
         frame = await asyncio.wait_for(
             _read_frame(sock, FrameDecoder(16 << 20)), HANDSHAKE_TIMEOUT_S
         )

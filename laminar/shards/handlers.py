@@ -22,7 +22,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Final
 
-from laminar.log import LogClosed, RecordBatch
+from laminar.log import LogClosed, RecordBatch, SegmentedLog
 from laminar.placement import U32_MAX
 from laminar.shards.errors import RequestError
 from laminar.shards.metadata import METADATA_TOPIC_ID
@@ -204,17 +204,24 @@ class Handlers:
         flush future), or None when `produce` must serve it (an idempotent
         produce, anything that waits, anything `produce` would refuse, and every
         produce of a clustered node: replication decides there)."""
-        pid = req.partition_id
-        if not req.blobs or req.producer_id is not None or self.replication is not None:
+        if not req.blobs or req.producer_id is not None:
+            return None
+        log = self._open_local_log(req.partition_id)
+        if log is None:
+            return None
+        return log.stage_nowait(req.blobs)
+
+    def _open_local_log(self, pid: int) -> SegmentedLog | None:
+        """The open log of a known partition of this node alone (not
+        replicated: Raft decides there), for the paths that answer without
+        waiting; None when the general path must serve the request."""
+        if self.replication is not None:
             return None
         topic_id = pid >> 32
         topic = self.metadata.state.by_id(topic_id)
         if topic is None or topic_id == METADATA_TOPIC_ID or pid & U32_MAX >= topic.partitions:
             return None
-        log = self.partitions.opened(pid)
-        if log is None:
-            return None
-        return log.stage_nowait(req.blobs)
+        return self.partitions.opened(pid)
 
     async def fetch(self, req: FetchRequest, corr: int, ctx: RequestContext) -> list[Buffer]:
         pid = req.partition_id
@@ -234,14 +241,9 @@ class Handlers:
         open, an index in range that is not a long-poll at the end, records whose
         bytes are in the page cache (`LocalReplica.read_batch_nowait`). None when
         `fetch` must serve it (it then gives the same answer, or the error)."""
-        pid = req.partition_id
-        if req.max_bytes == 0 or req.max_records == 0 or self.replication is not None:
+        if req.max_bytes == 0 or req.max_records == 0:
             return None
-        topic_id = pid >> 32
-        topic = self.metadata.state.by_id(topic_id)
-        if topic is None or topic_id == METADATA_TOPIC_ID or pid & U32_MAX >= topic.partitions:
-            return None
-        log = self.partitions.opened(pid)
+        log = self._open_local_log(req.partition_id)
         if log is None or (req.index == log.highest_index and req.max_wait_ms):
             return None
         replica = LocalReplica(log)
