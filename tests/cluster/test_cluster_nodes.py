@@ -175,7 +175,7 @@ def test_an_append_is_acknowledged_only_once_a_majority_has_it(tmp_path: Path) -
     followers elect another, nothing acknowledged may be missing."""
     with (
         Cluster.start(tmp_path, 3) as cluster,
-        Client(cluster.bootstrap, retry=RetryPolicy(budget_s=30)) as setup,
+        Client(cluster.bootstrap, retry=RetryPolicy(budget_s=30), idempotent=True) as setup,
     ):
         topic = setup.create_topic("q", partitions=1, replication_factor=3)
         pid = partition_id(topic.topic_id, 0)
