@@ -30,10 +30,11 @@ from typing import Final
 from laminar.cluster.auth import PeerAuth
 from laminar.cluster.members import ClusterView
 from laminar.log import LogConfig
-from laminar.raft import Entry, RaftConfig, RaftCore
+from laminar.raft import Entry, RaftCore
 from laminar.raft.segmented import SegmentedLogStorage
 from laminar.replication.group import RaftGroup
 from laminar.replication.host import ELECTION_TICKS, TICK_S, RaftHost
+from laminar.replication.opening import replica_config
 from laminar.replication.transport import PeerLinks, PeerSession
 from laminar.shards.errors import RequestError
 from laminar.shards.partitions import PartitionManager
@@ -141,13 +142,8 @@ class ShardReplication:
         try:
             log = await self.partitions.get(pid, log_config)
             storage = await SegmentedLogStorage.over(log, stamped=True)
-            hard_state = storage.initial_state()
-            config = RaftConfig(
-                node_id=self.node_id,
-                voters=voters,
-                election_ticks=ELECTION_TICKS,
-                heartbeat_ticks=1,
-                applied=None if replay else hard_state.commit,
+            config = replica_config(
+                self.node_id, storage, voters, replay=replay, election_ticks=ELECTION_TICKS
             )
             core = RaftCore(config, storage, random.Random(self._rng.getrandbits(64)))
             group = RaftGroup(pid, core, storage, self.host.send, apply)
