@@ -19,21 +19,22 @@ def replica_config(
     node_id: str,
     storage: SegmentedLogStorage,
     first_voters: Sequence[str],
+    first_learners: Sequence[str] = (),
     *,
     replay: bool = False,
     election_ticks: int = 10,
 ) -> RaftConfig:
-    """`node_id`'s settings for the group over `storage`. `first_voters` is the
-    membership of a group whose log records none yet. `replay`: deliver every
-    committed entry again (a state machine rebuilt from the log, as metadata
-    is); its membership is then the one at the first entry, the group's first
-    (the metadata group's never changes)."""
+    """`node_id`'s settings for the group over `storage`. `first_voters` and
+    `first_learners` are the membership of a group whose log records none
+    yet. `replay`: deliver every committed entry again (a state machine
+    rebuilt from the log, as metadata is); its membership is then the one at
+    the first entry, the group's first (the metadata group's never changes)."""
     commit = storage.initial_state().commit
     recorded = None if replay else storage.applied_membership()
     return RaftConfig(
         node_id=node_id,
         voters=tuple(first_voters) if recorded is None else recorded.voters,
-        learners=() if recorded is None else recorded.learners,
+        learners=tuple(first_learners) if recorded is None else recorded.learners,
         election_ticks=election_ticks,
         heartbeat_ticks=1,
         applied=None if replay else commit,
