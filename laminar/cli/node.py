@@ -235,6 +235,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--weight", type=float, default=1.0, help="this node's capacity weight in placement"
     )
     p.add_argument(
+        "--dead-grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long a dead member keeps its partitions before they move to the "
+        "others (a node that restarts within it catches up instead of being copied)",
+    )
+    p.add_argument(
         "--membership-port",
         type=int,
         default=None,
@@ -288,6 +296,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         join=tuple(a.strip() for a in args.join.split(",") if a.strip()),
         weight=args.weight,
         membership_port=args.membership_port,
+        dead_grace_s=args.dead_grace,
     )
 
 

@@ -177,13 +177,22 @@ class MetadataService:
             return
         loop = asyncio.get_running_loop()
         self._background.append(loop.create_task(self._apply_committed()))
-        replica = await replication.ensure_open(
-            METADATA_PID,
-            replication.view.node_ids,
-            METADATA_LOG_CONFIG,
-            apply=self._on_committed,
-            replay=True,
-        )
+        if replication.joining:
+            # The seed's group: never a group of its own (two metadata logs).
+            replication.adopt_metadata(METADATA_LOG_CONFIG, self._on_committed)
+            while METADATA_PID not in replication.replicas:
+                await asyncio.sleep(0.05)
+            replica = replication.replicas[METADATA_PID]
+        else:
+            # A gossiping seed starts alone; the placement controller adds the others.
+            gossiped = replication.placer is not None
+            replica = await replication.ensure_open(
+                METADATA_PID,
+                (replication.node_id,) if gossiped else replication.view.node_ids,
+                METADATA_LOG_CONFIG,
+                apply=self._on_committed,
+                replay=True,
+            )
         self._log = replica
         group = replica.group
         # Ready once a leader is known and everything it committed is applied here.

@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from laminar.cluster.auth import PeerAuth
-from laminar.cluster.members import ClusterView
+from laminar.cluster.members import ClusterView, Member
 from laminar.log import LogConfig
 from laminar.raft import Entry, Message, RaftCore
 from laminar.raft.messages import APPEND, HEARTBEAT, INSTALL
@@ -49,10 +49,14 @@ from laminar.raft.segmented import SegmentedLogStorage
 from laminar.replication.group import RaftGroup
 from laminar.replication.host import ELECTION_TICKS, TICK_S, RaftHost
 from laminar.replication.opening import replica_config
+from laminar.replication.placer import Placer, ReplicationFactorOf
 from laminar.replication.transport import PeerLinks, PeerSession
 from laminar.shards.errors import RequestError
+from laminar.shards.metadata import METADATA_PID
 from laminar.shards.partitions import PartitionManager
 from laminar.shards.replica import RaftReplica
+from laminar.swim import MembershipView
+from laminar.swim.agent import node_address
 from laminar.wire import ErrorCode, Frame, NodeInfo
 
 logger = logging.getLogger("laminar.replication")
@@ -116,6 +120,11 @@ class ShardReplication:
         """Groups whose applied membership left this node out: (since, applied then)."""
         self.retired = 0
         self._retirer: asyncio.Task[None] | None = None
+        self.placer: Placer | None = None
+        self._placing: asyncio.Task[None] | None = None
+        self._metadata_adoption: tuple[LogConfig, Apply] | None = None
+        self.joining = False
+        """Started with --join: the metadata group is the seed's, opened on its messages."""
 
     def start(self) -> None:
         self.host.start()
@@ -186,6 +195,43 @@ class ShardReplication:
 
     # -- groups ------------------------------------------------------------------
 
+    # -- membership gossip (nodes started with a cluster secret, no --peers) ------
+
+    def follow_membership(
+        self, replication_factor_of: ReplicationFactorOf, dead_grace_ms: int
+    ) -> None:
+        """Take the cluster view from SWIM from now on (`on_membership`), and
+        move the groups this shard leads to their placement targets."""
+        self.placer = Placer(self._cores, replication_factor_of, dead_grace_ms)
+        self._placing = asyncio.get_running_loop().create_task(self.placer.run())
+
+    def on_membership(self, view: MembershipView) -> None:
+        """A new SWIM view: the live members (alive or suspect) become the
+        cluster view (links, placement, metadata), at their node addresses."""
+        members = []
+        for member in view.live():
+            try:
+                host, port = node_address(member.address)
+            except ValueError:
+                logger.warning(
+                    "member %s advertises %r: not a node address", member.node_id, member.address
+                )
+                continue
+            members.append(Member(member.node_id, host, port, member.weight))
+        if view.version > self.view.version and any(m.node_id == self.node_id for m in members):
+            self.view = ClusterView(view.version, tuple(members))
+        if self.placer is not None:
+            self.placer.observe(view)
+
+    def _cores(self) -> list[tuple[int, RaftCore]]:
+        return [(pid, group.core) for pid, group in self.host.groups.items()]
+
+    def adopt_metadata(self, log_config: LogConfig, apply: Apply) -> None:
+        """Open the metadata group on the first message of one of its members
+        (a node that joins: the seed's group takes it in, as a learner first;
+        after a restart its files say what it is)."""
+        self._metadata_adoption = (log_config, apply)
+
     def adopt_known(self, known: KnownPartition) -> None:
         """Open groups on a leader's first message, for partitions `known` names."""
         self._known = known
@@ -195,12 +241,19 @@ class ShardReplication:
         this node a learner. Opened with the sender as the only voter and this
         node a learner, so it never campaigns before its log (or the install's
         anchor) gives it the group's real membership."""
-        if message.kind not in LEADER_KINDS or pid in self._opening or self._known is None:
+        if pid in self._opening:
             return
-        log_config = self._known(pid)
-        if log_config is None:
+        apply: Apply | None = None
+        if pid == METADATA_PID and self._metadata_adoption is not None:
+            # Any message: a restarted voter's vote may be what the group needs.
+            log_config, apply = self._metadata_adoption
+        elif message.kind not in LEADER_KINDS:
+            return
+        elif self._known is None or (known := self._known(pid)) is None:
             self.adoptions_refused += 1
             return
+        else:
+            log_config = known
         self._adopted = {p for p in self._adopted if not self._confirmed(p)}
         if len(self._adopted) >= ADOPTED_MAX:
             self.adoptions_refused += 1
@@ -208,7 +261,14 @@ class ShardReplication:
         self._adopted.add(pid)
         logger.info("partition %d: opening a replica for leader %s", pid, message.src)
         task = asyncio.get_running_loop().create_task(
-            self.ensure_open(pid, (message.src,), log_config, learners=(self.node_id,))
+            self.ensure_open(
+                pid,
+                (message.src,),
+                log_config,
+                apply,
+                replay=apply is not None,
+                learners=(self.node_id,),
+            )
         )
         task.add_done_callback(functools.partial(_report_adoption, pid))
 
@@ -336,8 +396,9 @@ class ShardReplication:
             )
 
     async def close(self) -> None:
-        if self._retirer is not None:
-            self._retirer.cancel()
+        for task in (self._retirer, self._placing):
+            if task is not None:
+                task.cancel()
         for task in list(self._sessions):
             task.cancel()
         await self.host.close()

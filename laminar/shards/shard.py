@@ -53,7 +53,7 @@ from laminar.shards.metadata import METADATA_PID, Applied
 from laminar.shards.metalog import METADATA_FRAME_BYTES_MIN, MetadataService
 from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.partitions import LongPolls, PartitionManager
-from laminar.shards.replication import ShardReplication
+from laminar.shards.replication import METADATA_VOTERS_MAX, ShardReplication
 from laminar.shards.retention import Retention
 from laminar.shards.staging.service import WriteService, WriteSettings
 from laminar.shards.topic_config import log_config
@@ -292,10 +292,12 @@ class Shard:
         return 0
 
     def _replication(self) -> ShardReplication:
-        """This shard's Raft groups and peer links (a node with --peers)."""
+        """This shard's Raft groups and peer links: the members are --peers,
+        or whoever SWIM says is live (starting with this node alone)."""
         config = self.config
-        me = Member(config.node_id, config.host, self.ident.port)
-        view = StaticMembership(me, parse_peers(config.peers)).view()
+        me = Member(config.node_id, config.host, self.ident.port, config.weight)
+        peers = () if config.gossiped else parse_peers(config.peers)
+        view = StaticMembership(me, peers).view()
         secret = load_secret(config.cluster_secret_file) if config.cluster_secret_file else None
         replication = ShardReplication(
             view,
@@ -307,7 +309,23 @@ class Shard:
             self.ident.shard_ports,
         )
         replication.start()
+        replication.joining = bool(config.join)
+        if config.gossiped:
+            replication.follow_membership(
+                self._replication_factor, round(config.dead_grace_s * 1000)
+            )
         return replication
+
+    def _replication_factor(self, pid: int) -> int | None:
+        """What the placement controller places `pid` on: the metadata group on
+        up to METADATA_VOTERS_MAX nodes, a replicated topic's partitions on its
+        replication factor, nothing else."""
+        if pid == METADATA_PID:
+            return METADATA_VOTERS_MAX
+        topic = self.metadata.state.by_id(pid >> 32)
+        if topic is None or topic.replication_factor < 2:
+            return None
+        return topic.replication_factor
 
     # -- listening -------------------------------------------------------------
 
@@ -483,6 +501,8 @@ class Shard:
             return
         if self.membership is None or view.version >= self.membership.version:
             self.membership = view
+            if self.replication is not None and self.config.gossiped:
+                self.replication.on_membership(view)
 
     def stats(self) -> dict[str, Any]:
         """The snapshot the supervisor renders into /metrics."""

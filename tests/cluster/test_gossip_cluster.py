@@ -1,0 +1,151 @@
+"""A cluster that runs itself: nodes joined with `--join`, real processes on loopback.
+
+Four nodes join through one seed (SWIM membership, authenticated with the
+cluster secret); a topic's partitions are Raft groups placed by weighted
+rendezvous over the live members. One node is SIGKILLed for good: the
+survivors declare it dead, and after the (short) dead grace every partition
+it held is back at its replication factor on the others, with every
+acknowledged record (checked by identity). Then a fifth node joins: the
+partitions whose top replicas now include it move there, and no other
+partition moves. Long versions run in `make soak`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from laminar.client import Client, RetryPolicy
+from laminar.placement import partition_id, replica_nodes
+from laminar.wire.records import decode_record
+from tests.cluster.history import Produce, check
+from tests.cluster.nodes import read_replica, wait_until
+from tests.system.nodes import RunningNode, start_node
+
+SOAK = os.environ.get("LAMINAR_SOAK") == "1"
+PARTITIONS = 24 if SOAK else 4
+RECORDS = 300 if SOAK else 10
+"""Per partition (`make soak` runs the long version)."""
+RF = 3
+
+
+def _secret(path: Path) -> Path:
+    path.write_bytes(os.urandom(32).hex().encode())
+    path.chmod(0o600)
+    return path
+
+
+def _members(node: RunningNode) -> dict[str, str]:
+    with urllib.request.urlopen(f"{node.admin_url}/status", timeout=5) as response:
+        doc: dict[str, Any] = json.load(response)
+    return {m["node_id"]: m["state"] for m in doc["members"]}
+
+
+def _holders(nodes: dict[str, RunningNode], pid: int) -> dict[str, list[tuple[int, bytes]]]:
+    """The nodes that serve `pid` as a replica, with the (offset, value) pairs
+    each holds committed."""
+    out = {}
+    for name, node in nodes.items():
+        try:
+            out[name] = [(i, decode_record(blob)[0]) for i, blob in read_replica(node, pid)]
+        except (AssertionError, OSError):
+            continue  # NOT_LEADER: holds none (or no longer)
+    return out
+
+
+@contextmanager
+def _gossip_cluster(tmp_path: Path, count: int) -> Iterator[tuple[dict[str, RunningNode], Any]]:
+    secret = _secret(tmp_path / "secret")
+    nodes: dict[str, RunningNode] = {}
+    with ExitStack() as stack:
+
+        def start(name: str, join: str | None) -> RunningNode:
+            (tmp_path / name).mkdir()
+            node = start_node(
+                tmp_path / name,
+                cores=1,
+                data_dir=tmp_path / name / "data",
+                node_id=name,
+                cluster_secret_file=secret,
+                routing="userspace",
+                join=join,
+                dead_grace=1,
+            )
+            stack.callback(lambda: node.kill() if node.alive() else None)
+            nodes[name] = node
+            return node
+
+        seed = start("n1", None)
+        for i in range(2, count + 1):
+            start(f"n{i}", seed.info["membership_address"])
+        yield nodes, start
+
+
+def test_a_joined_cluster_heals_a_death_and_moves_only_what_a_new_node_takes(
+    tmp_path: Path,
+) -> None:
+    with _gossip_cluster(tmp_path, 4) as (nodes, start):
+        names = set(nodes)
+        wait_until(
+            lambda: all(set(_members(n)) == names for n in nodes.values()),
+            "every node sees four alive members",
+        )
+        bootstrap = ",".join(n.bootstrap for n in nodes.values())
+        with Client(bootstrap, retry=RetryPolicy(budget_s=30)) as client:
+            topic = wait_until(
+                lambda: client.create_topic("events", partitions=PARTITIONS, replication_factor=RF),
+                "the topic is created",
+            )
+            pids = [partition_id(topic.topic_id, p) for p in range(PARTITIONS)]
+            history: list[Produce] = []
+            for p in range(PARTITIONS):
+                for n in range(RECORDS):
+                    value = b"p%d-%03d" % (p, n)
+                    first = client.produce("events", p, [value], producer_id=7 + p, sequence=n)
+                    history.append(Produce(p, value, "ok", first))
+        acked = {p: [h.value for h in history if h.partition == p] for p in range(PARTITIONS)}
+
+        def at_rf(live: dict[str, RunningNode]) -> dict[int, frozenset[str]] | None:
+            """Each partition's holders, once every partition has RF of them
+            holding every acknowledged record in order (else None)."""
+            out = {}
+            for p, pid in enumerate(pids):
+                holders = _holders(live, pid)
+                full = {n for n, log in holders.items() if [v for _, v in log] == acked[p]}
+                if len(full) != RF or len(holders) != RF:
+                    return None
+                out[pid] = frozenset(full)
+            return out
+
+        before = wait_until(lambda: at_rf(nodes), "every partition on three replicas")
+        victim = max(nodes, key=lambda n: sum(n in h for h in before.values()))
+        nodes[victim].kill()
+        live = {n: node for n, node in nodes.items() if n != victim}
+        wait_until(
+            lambda: all(_members(n).get(victim) == "dead" for n in live.values()),
+            f"the survivors see {victim} dead",
+        )
+        healed = wait_until(lambda: at_rf(live), "every partition back at three replicas")
+        assert all(victim not in h for h in healed.values())
+        report = check(
+            history,
+            {n: {p: _holders(live, pid).get(n, []) for p, pid in enumerate(pids)} for n in live},
+        )
+        assert report.valid, report.summary()
+
+        start("n5", next(iter(live.values())).info["membership_address"])
+        live["n5"] = nodes["n5"]
+        weights = {n: 1.0 for n in live}
+        targets = {pid: frozenset(replica_nodes(pid, weights, RF)) for pid in pids}
+        moved = wait_until(
+            lambda: (now := at_rf(live)) is not None and now == targets and now,
+            "the partitions placement gives the new node move there",
+        )
+        for pid in pids:
+            if "n5" not in targets[pid]:
+                assert moved[pid] == healed[pid], f"partition {pid} moved without reason"
