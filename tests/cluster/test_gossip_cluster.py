@@ -7,7 +7,8 @@ survivors declare it dead, and after the (short) dead grace every partition
 it held is back at its replication factor on the others, with every
 acknowledged record (checked by identity). Then a fifth node joins: the
 partitions whose top replicas now include it move there, and no other
-partition moves. Long versions run in `make soak`.
+partition moves. A node with another cluster secret never gets in. Long
+versions run in `make soak`.
 """
 
 from __future__ import annotations
@@ -64,14 +65,14 @@ def _gossip_cluster(tmp_path: Path, count: int) -> Iterator[tuple[dict[str, Runn
     nodes: dict[str, RunningNode] = {}
     with ExitStack() as stack:
 
-        def start(name: str, join: str | None) -> RunningNode:
+        def start(name: str, join: str | None, key: Path = secret) -> RunningNode:
             (tmp_path / name).mkdir()
             node = start_node(
                 tmp_path / name,
                 cores=1,
                 data_dir=tmp_path / name / "data",
                 node_id=name,
-                cluster_secret_file=secret,
+                cluster_secret_file=key,
                 routing="userspace",
                 join=join,
                 dead_grace=1,
@@ -95,6 +96,8 @@ def test_a_joined_cluster_heals_a_death_and_moves_only_what_a_new_node_takes(
             lambda: all(set(_members(n)) == names for n in nodes.values()),
             "every node sees four alive members",
         )
+        evil = start("evil", nodes["n1"].info["membership_address"], _secret(tmp_path / "wrong"))
+        del nodes["evil"]
         bootstrap = ",".join(n.bootstrap for n in nodes.values())
         with Client(bootstrap, retry=RetryPolicy(budget_s=30)) as client:
             topic = wait_until(
@@ -149,3 +152,7 @@ def test_a_joined_cluster_heals_a_death_and_moves_only_what_a_new_node_takes(
         for pid in pids:
             if "n5" not in targets[pid]:
                 assert moved[pid] == healed[pid], f"partition {pid} moved without reason"
+        # The node with another secret never got in: no member knows it, it holds nothing.
+        assert all("evil" not in _members(n) for n in live.values())
+        assert set(_members(evil)) == {"evil"}
+        assert not any(_holders({"evil": evil}, pid) for pid in pids)
