@@ -235,6 +235,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--weight", type=float, default=1.0, help="this node's capacity weight in placement"
     )
     p.add_argument(
+        "--move-rate",
+        type=int,
+        default=64 << 20,
+        metavar="BYTES_PER_S",
+        help="bytes per second a shard's leaders copy to new replicas when partitions "
+        "move (0: no limit; default 64 MiB/s)",
+    )
+    p.add_argument(
         "--dead-grace",
         type=float,
         default=30.0,
@@ -297,6 +305,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         weight=args.weight,
         membership_port=args.membership_port,
         dead_grace_s=args.dead_grace,
+        move_bytes_per_s=args.move_rate,
     )
 
 

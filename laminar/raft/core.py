@@ -36,6 +36,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from .budget import ByteBudget
 from .config import Membership, RaftConfig
 from .errors import (
     ConfigChangeRefused,
@@ -107,6 +108,8 @@ class RaftCore(LeaderReplication):
         # Leader: removed nodes still told their removal, by node: [removal
         # index, heartbeats that carried a commit past it, heartbeats sent].
         self._departing: dict[str, list[int]] = {}
+        self.learner_budget: ByteBudget | None = None
+        """Shared by a shard's groups to rate-limit moves; the shell sets and refills it."""
         self._reads = ReadIndexQueue()
         self._msgs: list[Message] = []
         self._read_states: list[ReadState] = []
@@ -530,6 +533,10 @@ class RaftCore(LeaderReplication):
         if self._heartbeat_elapsed >= self.config.heartbeat_ticks:
             self._heartbeat_elapsed = 0
             self._broadcast_heartbeat()
+        if self.learner_budget is not None:
+            last = self.log.last_index()
+            if any(p.learner and p.next <= last for p in self._tracker.progress.values()):
+                self._bcast = True  # a learner's copy waited for this tick's budget
 
     # -- elections ------------------------------------------------------------------
 

@@ -144,6 +144,9 @@ class NodeConfig:
     membership_port: int | None = None
     """Membership's own UDP port; None: the node port when eBPF steering carries
     membership there, else node port + 1000 (ephemeral with port 0)."""
+    move_bytes_per_s: int = 64 << 20
+    """What a shard's leaders send the learners of moves, in bytes per second
+    (0: no limit)."""
     dead_grace_s: float = 30.0
     """How long a dead member keeps its place before its partitions move."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -224,6 +227,8 @@ class NodeConfig:
                 f"--max-input-bytes ({self.max_input_bytes}) must hold two frames of "
                 f"--max-frame-bytes ({self.max_frame_bytes})"
             )
+        if self.move_bytes_per_s < 0:
+            raise ConfigError(f"--move-rate must be >= 0 bytes/s, got {self.move_bytes_per_s}")
         if not 0 <= self.dead_grace_s <= 86_400:
             raise ConfigError(f"--dead-grace must be 0..86400 seconds, got {self.dead_grace_s}")
         if not (isinstance(self.weight, int | float) and 0 < self.weight <= 1e9):

@@ -38,12 +38,13 @@ import random
 import socket
 import time
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, Final
 
 from laminar.cluster.auth import PeerAuth
 from laminar.cluster.members import ClusterView, Member
 from laminar.log import LogConfig
 from laminar.raft import Entry, Message, RaftCore
+from laminar.raft.budget import ByteBudget
 from laminar.raft.messages import APPEND, HEARTBEAT, INSTALL
 from laminar.raft.segmented import SegmentedLogStorage
 from laminar.replication.group import RaftGroup
@@ -92,6 +93,7 @@ class ShardReplication:
         partitions: PartitionManager,
         max_frame_bytes: int,
         own_shard_ports: tuple[int, ...],
+        move_bytes_per_s: int = 0,
     ) -> None:
         if len(view.members) > METADATA_VOTERS_MAX:
             raise ValueError(
@@ -107,7 +109,8 @@ class ShardReplication:
         self.max_frame_bytes = max_frame_bytes
         self._own_shard_ports = own_shard_ports
         self.links = PeerLinks(auth, lambda: self.view, max_frame_bytes)
-        self.host = RaftHost(self.links, on_unknown=self._adopt)
+        budget = ByteBudget(max(1, round(move_bytes_per_s * TICK_S))) if move_bytes_per_s else None
+        self.host = RaftHost(self.links, on_unknown=self._adopt, move_budget=budget)
         self.replicas: dict[int, RaftReplica] = {}
         self._opening: dict[int, asyncio.Task[RaftReplica]] = {}
         self._sessions: set[asyncio.Task[None]] = set()
@@ -222,6 +225,29 @@ class ShardReplication:
             self.view = ClusterView(view.version, tuple(members))
         if self.placer is not None:
             self.placer.observe(view)
+
+    def move_stats(self) -> dict[str, Any]:
+        """Moves this shard drives (it leads the group): for /status and /metrics."""
+        moving = []
+        for pid, group in self.host.groups.items():
+            core = group.core
+            if not group.is_leader or not core.membership.learners:
+                continue
+            status = core.status()
+            for learner in core.membership.learners:
+                progress = status.progress.get(learner)
+                behind = status.last_index - (progress.match if progress else 0)
+                moving.append({"pid": pid, "learner": learner, "records_to_go": max(0, behind)})
+        budget = self.host.move_budget
+        placer = self.placer
+        return {
+            "moving": moving,
+            "bytes_sent": budget.sent_bytes if budget is not None else 0,
+            "sends_deferred": budget.refused if budget is not None else 0,
+            "steps_started": placer.state.steps_started if placer is not None else 0,
+            "steps_refused": placer.state.steps_refused if placer is not None else 0,
+            "retired": self.retired,
+        }
 
     def _cores(self) -> list[tuple[int, RaftCore]]:
         return [(pid, group.core) for pid, group in self.host.groups.items()]

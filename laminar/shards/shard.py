@@ -307,6 +307,7 @@ class Shard:
             self.partitions,
             config.max_frame_bytes,
             self.ident.shard_ports,
+            config.move_bytes_per_s,
         )
         replication.start()
         replication.joining = bool(config.join)
@@ -518,6 +519,7 @@ class Shard:
                 "partitions_owned": self._owned_partitions,
                 "partitions_open": self.partitions.open_count,
                 "partitions_offline": [o.describe() for o in self.partitions.offline],
+                "moves": self.replication.move_stats() if self.replication is not None else None,
                 "flushes": self.partitions.flushes,
                 "metadata_applied_index": self.metadata.state.applied_index,
                 "input_bytes": self.budget.used,

@@ -21,6 +21,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+from laminar.cli.status import parse_prometheus
 from laminar.client import Client, RetryPolicy
 from laminar.placement import partition_id, replica_nodes
 from laminar.wire.records import decode_record
@@ -41,9 +42,13 @@ def _secret(path: Path) -> Path:
     return path
 
 
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
+
+
 def _members(node: RunningNode) -> dict[str, str]:
-    with urllib.request.urlopen(f"{node.admin_url}/status", timeout=5) as response:
-        doc: dict[str, Any] = json.load(response)
+    doc: dict[str, Any] = json.loads(_get(f"{node.admin_url}/status"))
     return {m["node_id"]: m["state"] for m in doc["members"]}
 
 
@@ -152,6 +157,16 @@ def test_a_joined_cluster_heals_a_death_and_moves_only_what_a_new_node_takes(
         for pid in pids:
             if "n5" not in targets[pid]:
                 assert moved[pid] == healed[pid], f"partition {pid} moved without reason"
+        # The moves were counted where they were driven (what `laminar status` reads).
+        samples = [
+            sample
+            for node in live.values()
+            for sample in parse_prometheus(_get(f"{node.admin_url}/metrics"))
+        ]
+        started = [v for name, labels, v in samples if name == "laminar_move_steps_total"
+                   and labels["outcome"] == "started"]  # fmt: skip
+        copied = [v for name, _, v in samples if name == "laminar_move_bytes_total"]
+        assert sum(started) >= PARTITIONS and sum(copied) > 0
         # The node with another secret never got in: no member knows it, it holds nothing.
         assert all("evil" not in _members(n) for n in live.values())
         assert set(_members(evil)) == {"evil"}

@@ -26,8 +26,9 @@ from laminar.raft import (
     RaftError,
     ReadyOutstanding,
 )
+from laminar.raft.budget import ByteBudget
 from laminar.raft.core import DEPARTING_TOLD
-from laminar.raft.messages import HEARTBEAT, INSTALL, QUIESCE
+from laminar.raft.messages import APPEND, HEARTBEAT, INSTALL, QUIESCE
 
 from .harness import Cluster
 
@@ -469,3 +470,35 @@ def test_messages_for_another_node_or_of_unknown_kind_are_refused() -> None:
         core.step(Message(HEARTBEAT, "n1", "n2", 1))
     with pytest.raises(ValueError, match="unknown message kind"):
         core.step(Message("gossip", "n2", "n1", 1))
+
+
+def test_a_learner_is_copied_within_the_move_budget_per_tick() -> None:
+    """Moves are rate-limited: with a shared byte budget, each tick sends a
+    learner at most that many bytes of entries (one entry may overdraw it),
+    and the learner still catches up; voters are not limited."""
+    cluster = Cluster(3)
+    leader = cluster.elect("n1")
+    for i in range(40):
+        leader.propose(b"%03d" % i + b"x" * 97)  # 100 bytes each
+    cluster.drain()
+    budget = ByteBudget(250)
+    leader.learner_budget = budget
+    leader.add_learner("n4")
+    cluster.drain()
+    cluster.add_node("n4", ("n1", "n2", "n3"), ("n4",))
+    per_tick = []
+    for _ in range(40):
+        before = len(cluster.sent)
+        budget.refill()
+        cluster.tick(1)
+        per_tick.append(
+            sum(
+                len(e.data)
+                for m in cluster.sent[before:]
+                if m.dst == "n4" and m.kind == APPEND
+                for e in m.entries
+            )
+        )
+    assert max(per_tick) <= 250 + 100 and sum(per_tick) >= 4000
+    assert cluster.data("n4") == cluster.data("n1")
+    assert budget.sent_bytes == sum(per_tick)
