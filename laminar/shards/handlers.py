@@ -164,7 +164,7 @@ class Handlers:
         replication = self.replication
         if replication is not None:
             rf = topic.replication_factor
-            if not replication.holds(pid, rf):
+            if not replication.serves(pid, rf):
                 raise replication.not_here(pid, rf)
             if rf > 1:
                 return await replication.ensure_open(

@@ -178,6 +178,16 @@ class ShardReplication:
             return self.node_id in replica.group.core.membership.members
         return self.node_id in self.replica_nodes(pid, replication_factor)
 
+    def serves(self, pid: int, replication_factor: int) -> bool:
+        """True if a request for `pid` may be served here: this node holds a
+        replica, and (in a gossip cluster) its group is open or opening. A
+        group is never opened for a request there: placement names a move's
+        target before the group added it, and a replica opened on that guess
+        would count itself a voter."""
+        if not self.holds(pid, replication_factor):
+            return False
+        return self.placer is None or pid in self.replicas or pid in self._opening
+
     def not_here(self, pid: int, replication_factor: int) -> RequestError:
         """The refusal for a partition this node holds no replica of: a node
         that left the group names its voters and the leader it last knew;
@@ -189,7 +199,7 @@ class ShardReplication:
             leader = core.leader if core.leader in nodes else nodes[0]
         else:
             nodes = self.replica_nodes(pid, replication_factor)
-            leader = nodes[0]
+            leader = next((n for n in nodes if n != self.node_id), nodes[0])
         return RequestError(
             ErrorCode.NOT_LEADER,
             f"node {self.node_id} holds no replica of partition {pid}; nodes {nodes} do",

@@ -47,12 +47,12 @@ def _get(url: str) -> str:
         return str(response.read().decode())
 
 
-def _members(node: RunningNode) -> dict[str, str]:
+def member_states(node: RunningNode) -> dict[str, str]:
     doc: dict[str, Any] = json.loads(_get(f"{node.admin_url}/status"))
     return {m["node_id"]: m["state"] for m in doc["members"]}
 
 
-def _holders(nodes: dict[str, RunningNode], pid: int) -> dict[str, list[tuple[int, bytes]]]:
+def replica_holders(nodes: dict[str, RunningNode], pid: int) -> dict[str, list[tuple[int, bytes]]]:
     """The nodes that serve `pid` as a replica, with the (offset, value) pairs
     each holds committed."""
     out = {}
@@ -65,7 +65,9 @@ def _holders(nodes: dict[str, RunningNode], pid: int) -> dict[str, list[tuple[in
 
 
 @contextmanager
-def _gossip_cluster(tmp_path: Path, count: int) -> Iterator[tuple[dict[str, RunningNode], Any]]:
+def gossip_cluster(
+    tmp_path: Path, count: int, dead_grace: float = 1.0
+) -> Iterator[tuple[dict[str, RunningNode], Any]]:
     secret = _secret(tmp_path / "secret")
     nodes: dict[str, RunningNode] = {}
     with ExitStack() as stack:
@@ -80,7 +82,7 @@ def _gossip_cluster(tmp_path: Path, count: int) -> Iterator[tuple[dict[str, Runn
                 cluster_secret_file=key,
                 routing="userspace",
                 join=join,
-                dead_grace=1,
+                dead_grace=dead_grace,
             )
             stack.callback(lambda: node.kill() if node.alive() else None)
             nodes[name] = node
@@ -95,10 +97,10 @@ def _gossip_cluster(tmp_path: Path, count: int) -> Iterator[tuple[dict[str, Runn
 def test_a_joined_cluster_heals_a_death_and_moves_only_what_a_new_node_takes(
     tmp_path: Path,
 ) -> None:
-    with _gossip_cluster(tmp_path, 4) as (nodes, start):
+    with gossip_cluster(tmp_path, 4) as (nodes, start):
         names = set(nodes)
         wait_until(
-            lambda: all(set(_members(n)) == names for n in nodes.values()),
+            lambda: all(set(member_states(n)) == names for n in nodes.values()),
             "every node sees four alive members",
         )
         evil = start("evil", nodes["n1"].info["membership_address"], _secret(tmp_path / "wrong"))
@@ -123,7 +125,7 @@ def test_a_joined_cluster_heals_a_death_and_moves_only_what_a_new_node_takes(
             holding every acknowledged record in order (else None)."""
             out = {}
             for p, pid in enumerate(pids):
-                holders = _holders(live, pid)
+                holders = replica_holders(live, pid)
                 full = {n for n, log in holders.items() if [v for _, v in log] == acked[p]}
                 if len(full) != RF or len(holders) != RF:
                     return None
@@ -135,14 +137,17 @@ def test_a_joined_cluster_heals_a_death_and_moves_only_what_a_new_node_takes(
         nodes[victim].kill()
         live = {n: node for n, node in nodes.items() if n != victim}
         wait_until(
-            lambda: all(_members(n).get(victim) == "dead" for n in live.values()),
+            lambda: all(member_states(n).get(victim) == "dead" for n in live.values()),
             f"the survivors see {victim} dead",
         )
         healed = wait_until(lambda: at_rf(live), "every partition back at three replicas")
         assert all(victim not in h for h in healed.values())
         report = check(
             history,
-            {n: {p: _holders(live, pid).get(n, []) for p, pid in enumerate(pids)} for n in live},
+            {
+                n: {p: replica_holders(live, pid).get(n, []) for p, pid in enumerate(pids)}
+                for n in live
+            },
         )
         assert report.valid, report.summary()
 
@@ -168,6 +173,6 @@ def test_a_joined_cluster_heals_a_death_and_moves_only_what_a_new_node_takes(
         copied = [v for name, _, v in samples if name == "laminar_move_bytes_total"]
         assert sum(started) >= PARTITIONS and sum(copied) > 0
         # The node with another secret never got in: no member knows it, it holds nothing.
-        assert all("evil" not in _members(n) for n in live.values())
-        assert set(_members(evil)) == {"evil"}
-        assert not any(_holders({"evil": evil}, pid) for pid in pids)
+        assert all("evil" not in member_states(n) for n in live.values())
+        assert set(member_states(evil)) == {"evil"}
+        assert not any(replica_holders({"evil": evil}, pid) for pid in pids)
