@@ -178,6 +178,12 @@ class ShardReplication:
             return self.node_id in replica.group.core.membership.members
         return self.node_id in self.replica_nodes(pid, replication_factor)
 
+    def replicated(self, replication_factor: int) -> bool:
+        """Whether a topic's partitions are Raft groups here: with more than one
+        replica, and always in a gossip cluster (members come and go, so even
+        a single replica must be able to move, which a group can)."""
+        return replication_factor > 1 or self.placer is not None
+
     def serves(self, pid: int, replication_factor: int) -> bool:
         """True if a request for `pid` may be served here: this node holds a
         replica, and (in a gossip cluster) its group is open or opening. A

@@ -324,7 +324,10 @@ class Shard:
         if pid == METADATA_PID:
             return METADATA_VOTERS_MAX
         topic = self.metadata.state.by_id(pid >> 32)
-        if topic is None or topic.replication_factor < 2:
+        replication = self.replication
+        if topic is None or replication is None:
+            return None
+        if not replication.replicated(topic.replication_factor):
             return None
         return topic.replication_factor
 
@@ -452,7 +455,7 @@ class Shard:
         placement names, and those a move gave this node (its files are here;
         the group's recorded membership says what it is now)."""
         rf = topic.replication_factor
-        if rf < 2:
+        if not replication.replicated(rf):
             return
         config = log_config(self.partitions.config, topic.config)
         for pid in self._owned_pids(topic):

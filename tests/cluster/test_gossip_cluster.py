@@ -97,6 +97,9 @@ def gossip_cluster(
 def test_a_joined_cluster_heals_a_death_and_moves_only_what_a_new_node_takes(
     tmp_path: Path,
 ) -> None:
+    """Placement is deterministic here (node ids n1..n5, topic ids 1 and 2):
+    the seed n1 holds the most replicas and is killed; n5 then takes events'
+    partitions 1-3 and single's partitions 1 and 3 (from n4), nothing else."""
     with gossip_cluster(tmp_path, 4) as (nodes, start):
         names = set(nodes)
         wait_until(
@@ -112,6 +115,11 @@ def test_a_joined_cluster_heals_a_death_and_moves_only_what_a_new_node_takes(
                 "the topic is created",
             )
             pids = [partition_id(topic.topic_id, p) for p in range(PARTITIONS)]
+            # One replica only: a Raft group of one in a gossip cluster, so it can move too.
+            single = client.create_topic("single", partitions=4, replication_factor=1)
+            singles = {partition_id(single.topic_id, p): b"s%d" % p for p in range(4)}
+            for p, value in enumerate(singles.values()):
+                client.produce("single", p, [value], producer_id=100 + p, sequence=0)
             history: list[Produce] = []
             for p in range(PARTITIONS):
                 for n in range(RECORDS):
@@ -132,7 +140,14 @@ def test_a_joined_cluster_heals_a_death_and_moves_only_what_a_new_node_takes(
                 out[pid] = frozenset(full)
             return out
 
+        def sole(live: dict[str, RunningNode], pid: int) -> str | None:
+            """The one node serving single-replica partition `pid`, with its record."""
+            holders = replica_holders(live, pid)
+            ok = [n for n, log in holders.items() if [v for _, v in log] == [singles[pid]]]
+            return ok[0] if len(holders) == 1 and ok else None
+
         before = wait_until(lambda: at_rf(nodes), "every partition on three replicas")
+        single_before = {pid: wait_until(lambda p=pid: sole(nodes, p), "placed") for pid in singles}
         victim = max(nodes, key=lambda n: sum(n in h for h in before.values()))
         nodes[victim].kill()
         live = {n: node for n, node in nodes.items() if n != victim}
@@ -162,6 +177,10 @@ def test_a_joined_cluster_heals_a_death_and_moves_only_what_a_new_node_takes(
         for pid in pids:
             if "n5" not in targets[pid]:
                 assert moved[pid] == healed[pid], f"partition {pid} moved without reason"
+        for pid, holder in single_before.items():
+            if holder != victim:  # a single replica on the victim is gone with it
+                target = replica_nodes(pid, weights, 1)[0]
+                wait_until(lambda p=pid, t=target: sole(live, p) == t, f"{pid} on {target}")
         # The moves were counted where they were driven (what `laminar status` reads).
         samples = [
             sample
