@@ -78,6 +78,11 @@ class CreateTopic:
     partitions: int
     config: dict[str, int | str] = field(default_factory=dict)
     replication_factor: int = 1
+    placed_on: tuple[tuple[str, float], ...] = ()
+    """The cluster's members (node id, weight) as the creator saw them: every
+    node derives the partitions' first replicas from these, so all agree on
+    each group's first membership whatever their own views say now (empty:
+    a single node)."""
 
     def info(self) -> TopicInfo:
         return TopicInfo(
@@ -130,6 +135,8 @@ def encode_entry(entry: CreateTopic | DeleteTopic | AlterTopic | Snapshot) -> by
         }
         if entry.replication_factor != 1:
             body["replication_factor"] = entry.replication_factor
+        if entry.placed_on:
+            body["placed_on"] = [list(member) for member in entry.placed_on]
     elif isinstance(entry, AlterTopic):
         body = {
             "op": "alter",
@@ -163,12 +170,16 @@ def decode_entry(value: bytes) -> Entry:
             config = body.get("config") or {}
             if type(config) is not dict:
                 return UnknownEntry(body)
+            placed = body.get("placed_on") or []
+            if type(placed) is not list:
+                return UnknownEntry(body)
             return CreateTopic(
                 _str(body["name"]),
                 _int(body["topic_id"]),
                 _int(body["partitions"]),
                 config,
                 _int(body.get("replication_factor", 1)),
+                tuple((_str(node), _weight(weight)) for node, weight in placed),
             )
         if op == "delete":
             return DeleteTopic(_str(body["name"]), _int(body["topic_id"]))
@@ -185,6 +196,12 @@ def decode_entry(value: bytes) -> Entry:
     except (KeyError, TypeError):
         pass
     return UnknownEntry(body)
+
+
+def _weight(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1e9:
+        raise TypeError
+    return float(value)
 
 
 def _topic(h: object) -> TopicInfo:
@@ -255,6 +272,7 @@ class MetadataState:
         self.max_topics = max_topics
         self._by_name: dict[str, TopicInfo] = {}
         self._by_id: dict[int, TopicInfo] = {}
+        self._placed_on: dict[int, dict[str, float]] = {}
         self.next_topic_id = FIRST_TOPIC_ID
         self.applied_index = 0
         self.snapshot_index: int | None = None
@@ -272,6 +290,10 @@ class MetadataState:
     def by_id(self, topic_id: int) -> TopicInfo | None:
         return self._by_id.get(topic_id)
 
+    def placed_on(self, topic_id: int) -> dict[str, float] | None:
+        """The members a topic's first replicas were placed on (None: not recorded)."""
+        return self._placed_on.get(topic_id)
+
     def knows_id(self, topic_id: int) -> bool:
         """True if `topic_id` was ever assigned in the entries applied so far."""
         return topic_id < self.next_topic_id
@@ -285,9 +307,11 @@ class MetadataState:
         config: dict[str, int | str] | None = None,
         replication_factor: int = 1,
         nodes: int = 1,
+        placed_on: tuple[tuple[str, float], ...] = (),
     ) -> CreateTopic:
         """The entry that creates `name` with each partition on `replication_factor`
-        of the cluster's `nodes`, or `MetadataError` saying why not."""
+        of the cluster's `nodes` (`placed_on`: who they are, with their
+        weights), or `MetadataError` saying why not."""
         check_topic_name(name)
         if not 1 <= replication_factor <= nodes:
             raise MetadataError(
@@ -311,7 +335,9 @@ class MetadataState:
             )
         if self.next_topic_id > MAX_TOPIC_ID:
             raise MetadataError(ErrorCode.INTERNAL, "every topic id has been used")
-        return CreateTopic(name, self.next_topic_id, partitions, dict(checked), replication_factor)
+        return CreateTopic(
+            name, self.next_topic_id, partitions, dict(checked), replication_factor, placed_on
+        )
 
     def plan_alter(
         self, name: str, config: dict[str, int | str], remove: tuple[str, ...] = ()
@@ -372,6 +398,8 @@ class MetadataState:
             )
             self._by_name[topic.name] = topic
             self._by_id[topic.topic_id] = topic
+            if entry.placed_on:
+                self._placed_on[topic.topic_id] = dict(entry.placed_on)
             return Applied(index, created=(topic,))
         if isinstance(entry, DeleteTopic):
             found = self._by_id.get(entry.topic_id)
@@ -379,6 +407,7 @@ class MetadataState:
                 return Applied(index)
             del self._by_id[found.topic_id]
             del self._by_name[found.name]
+            self._placed_on.pop(found.topic_id, None)
             return Applied(index, deleted=(found,))
         if isinstance(entry, AlterTopic):
             found = self._by_id.get(entry.topic_id)

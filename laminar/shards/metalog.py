@@ -347,14 +347,16 @@ class MetadataService:
     ) -> TopicInfo:
         """Create a topic (owner only); raises `MetadataError`. The replication
         factor defaults to 3, or the cluster's size if smaller."""
-        nodes = 1 if self._replication is None else len(self._replication.view.members)
+        members = () if self._replication is None else self._replication.view.members
+        nodes = max(1, len(members))
+        placed_on = tuple((m.node_id, m.weight) for m in members)
         rf = (
             min(DEFAULT_REPLICATION_FACTOR, nodes)
             if replication_factor is None
             else replication_factor
         )
         entry = await self._write(
-            lambda: self.state.plan_create(name, partitions, config, rf, nodes)
+            lambda: self.state.plan_create(name, partitions, config, rf, nodes, placed_on)
         )
         assert isinstance(entry, CreateTopic)
         topic = self.state.by_id(entry.topic_id)

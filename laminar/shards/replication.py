@@ -301,6 +301,7 @@ class ShardReplication:
             self.adoptions_refused += 1
             return
         self._adopted.add(pid)
+        self.partitions.unretire(pid)
         logger.info("partition %d: opening a replica for leader %s", pid, message.src)
         task = asyncio.get_running_loop().create_task(
             self.ensure_open(

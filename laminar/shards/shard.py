@@ -32,7 +32,7 @@ from laminar.cluster.auth import PeerAuth, load_secret
 from laminar.cluster.members import Member, StaticMembership, parse_peers
 from laminar.log import LogConfig
 from laminar.log.storage import StorageBackend, SyscallBackend
-from laminar.placement import shard_for
+from laminar.placement import replica_nodes, shard_for
 from laminar.shards.budget import InputBudget
 from laminar.shards.channels import Channels
 from laminar.shards.config import NodeConfig
@@ -452,17 +452,26 @@ class Shard:
     async def _open_replicas(self, replication: ShardReplication, topic: TopicInfo) -> None:
         """Open this shard's members of a replicated topic's groups, so followers
         vote and take appends before any client names the partition: those
-        placement names, and those a move gave this node (its files are here;
+        the creation placed here (unless a move took them away since: a
+        retired mark), and those a move gave this node (its files are here;
         the group's recorded membership says what it is now)."""
         rf = topic.replication_factor
         if not replication.replicated(rf):
             return
         config = log_config(self.partitions.config, topic.config)
+        placed_on = self.metadata.state.placed_on(topic.topic_id)
         for pid in self._owned_pids(topic):
-            held = replication.holds(pid, rf) or os.path.isdir(self.partitions.directory(pid))
-            if held and self.metadata.state.by_id(topic.topic_id):
+            # Every node derives the same first replicas from the creation entry.
+            first = (
+                replica_nodes(pid, placed_on, rf)
+                if placed_on
+                else replication.replica_nodes(pid, rf)
+            )
+            here = os.path.isdir(self.partitions.directory(pid))
+            placed = replication.node_id in first and not self.partitions.retired(pid)
+            if (here or placed) and self.metadata.state.by_id(topic.topic_id):
                 try:
-                    await replication.ensure_open(pid, replication.replica_nodes(pid, rf), config)
+                    await replication.ensure_open(pid, first, config)
                 except Exception:
                     logger.exception("could not open partition %d's replica", pid)
 

@@ -171,6 +171,7 @@ def test_a_removed_replica_deletes_its_files_only_once_its_removal_is_committed(
         net.cut.clear()
         await groups._until(lambda: not os.path.isdir(directory), timeout_s=30)
         assert groups.PID not in n4.replicas and n4.retired == 1
+        assert n4.partitions.retired(groups.PID)  # a replayed creation will not reopen it
         refusal = n4.not_here(groups.PID, 3)
         assert refusal.code is ErrorCode.NOT_LEADER and refusal.leader in nodes
 
