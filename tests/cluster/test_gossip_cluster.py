@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from laminar.cli.status import parse_prometheus
 from laminar.client import Client, RetryPolicy
@@ -195,3 +198,54 @@ def test_a_joined_cluster_heals_a_death_and_moves_only_what_a_new_node_takes(
         assert all("evil" not in member_states(n) for n in live.values())
         assert set(member_states(evil)) == {"evil"}
         assert not any(replica_holders({"evil": evil}, pid) for pid in pids)
+
+
+@pytest.mark.skipif(not SOAK, reason="runs in make soak (LAMINAR_SOAK=1)")
+def test_a_graceful_leave_keeps_every_partition_writable(tmp_path: Path) -> None:
+    """SIGTERM: the node hands its leaderships over, announces that it left
+    (no grace), and stops; producers to every partition see no failure while
+    it goes, and every partition is back at three replicas on the others with
+    every acknowledged record."""
+    with gossip_cluster(tmp_path, 4) as (nodes, _start):
+        names = set(nodes)
+        wait_until(lambda: all(set(member_states(n)) == names for n in nodes.values()), "joined")
+        bootstrap = ",".join(n.bootstrap for n in nodes.values())
+        acked: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+        with Client(bootstrap, retry=RetryPolicy(budget_s=30)) as client:
+            topic = wait_until(
+                lambda: client.create_topic("events", partitions=PARTITIONS, replication_factor=RF),
+                "the topic is created",
+            )
+            pids = [partition_id(topic.topic_id, p) for p in range(PARTITIONS)]
+            sequence = dict.fromkeys(range(PARTITIONS), 0)
+
+            def produce_round() -> None:
+                for p in range(PARTITIONS):
+                    value = b"p%d-%05d" % (p, sequence[p])
+                    client.produce("events", p, [value], producer_id=50 + p, sequence=sequence[p])
+                    sequence[p] += 1
+                    acked[p].append(value)
+
+            produce_round()
+            leaver = nodes["n2"]
+            stopping = threading.Thread(target=leaver.terminate)
+            stopping.start()
+            while stopping.is_alive():
+                produce_round()  # raises if a partition stays unwritable past the budget
+            stopping.join()
+            for _ in range(5):
+                produce_round()
+        live = {n: node for n, node in nodes.items() if n != "n2"}
+        wait_until(
+            lambda: all(member_states(n).get("n2") == "left" for n in live.values()), "n2 left"
+        )
+
+        def restored() -> bool:
+            for p, pid in enumerate(pids):
+                holders = replica_holders(live, pid)
+                full = [n for n, log in holders.items() if [v for _, v in log] == acked[p]]
+                if len(full) != RF:
+                    return False
+            return True
+
+        wait_until(restored, "every partition back at three replicas", 120)
