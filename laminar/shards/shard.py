@@ -206,7 +206,13 @@ class Shard:
             self.replication,
         )
         self.handlers = Handlers(
-            self.ident, self.metadata, self.partitions, self.metrics, self.polls, self.replication
+            self.ident,
+            self.metadata,
+            self.partitions,
+            self.metrics,
+            self.polls,
+            self.replication,
+            self.channels,
         )
         self.dispatcher = Dispatcher(
             self.shard_id,
