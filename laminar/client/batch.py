@@ -119,7 +119,7 @@ class RecordBatch:
             )
         ends = starts[1:]
         del starts[-1]
-        simple = simple_value_starts(payload, starts, ends)
+        simple = simple_value_starts(payload, starts, sizes)
         if simple is not None:  # bare values, some stamped: located in bulk
             return cls(partition, payload, indexes, stamps, starts, ends, simple, simple=True)
         value_starts = [_value_start(payload, s, e) for s, e in zip(starts, ends, strict=True)]

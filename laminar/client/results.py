@@ -91,7 +91,7 @@ def fetched_records(frame: Frame) -> list[Record]:
     starts = list(accumulate(sizes, initial=table_end))
     if starts[-1] == len(payload):
         ends = starts[1:]
-        value_starts = simple_value_starts(payload, starts[:-1], ends)
+        value_starts = simple_value_starts(payload, starts[:-1], sizes)
         if value_starts is not None:
             # Every record is a bare value (no key, no headers but the producer
             # stamp): slice them all with C-level loops, no Python per record.

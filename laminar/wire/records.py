@@ -216,19 +216,20 @@ def decode_user_record(blob: Buffer) -> tuple[bytes, bytes | None, dict[str, byt
     return value, key, headers
 
 
-_VALUE_OFFSET: Final = (1, -1, STAMP_ONLY_VALUE_START)
-"""By attrs byte (0 or HAS_HEADERS): where a bare or stamp-only value starts."""
+_VALUE_OFFSETS: Final = bytes((1, 0, STAMP_ONLY_VALUE_START)) + bytes(253)
+"""A translation table from an attrs byte (0 or HAS_HEADERS) to where a bare or
+stamp-only value starts in its blob."""
 
 
 def simple_value_starts(
-    payload: bytes, starts: Sequence[int], ends: Sequence[int]
+    payload: bytes, starts: Sequence[int], sizes: Sequence[int]
 ) -> list[int] | None:
-    """Where each blob `payload[starts[i]:ends[i]]` holds its value, if every
-    one is a bare value (attrs 0) or a stamp-only one (`is_stamp_only`): a
-    consumer's common case, located with C-level loops and no Python per
-    record. None if any blob is something else (or empty): decode those one
-    by one."""
-    if not starts or 0 in map(int.__sub__, ends, starts):
+    """Where each blob `payload[starts[i]:starts[i] + sizes[i]]` holds its
+    value, if every one is a bare value (attrs 0) or a stamp-only one
+    (`is_stamp_only`): a consumer's common case, located with C-level loops
+    and no Python per record. None if any blob is something else (or empty):
+    decode those one by one."""
+    if not starts or 0 in sizes:
         return None
     attrs = bytes(map(payload.__getitem__, starts))
     bare = attrs.count(0)
@@ -237,12 +238,11 @@ def simple_value_starts(
     if bare + attrs.count(HAS_HEADERS) != len(attrs):
         return None
     stamped = list(compress(starts, attrs))
-    prefix = STAMP_ONLY_PREFIX
-    if not all(map(payload.startswith, repeat(prefix), stamped)) or (
-        min(map(int.__sub__, compress(ends, attrs), stamped)) < STAMP_ONLY_VALUE_START
+    if not all(map(payload.startswith, repeat(STAMP_ONLY_PREFIX), stamped)) or (
+        min(compress(sizes, attrs)) < STAMP_ONLY_VALUE_START
     ):
         return None
-    return list(map(int.__add__, starts, map(_VALUE_OFFSET.__getitem__, attrs)))
+    return list(map(int.__add__, starts, attrs.translate(_VALUE_OFFSETS)))
 
 
 # --- batches ------------------------------------------------------------------------

@@ -156,14 +156,15 @@ def test_stamped_bare_values_are_located_in_bulk() -> None:
     payload = b"".join(blobs)
     starts = [sum(map(len, blobs[:i])) for i in range(len(blobs))]
     ends = [*starts[1:], len(payload)]
-    value_starts = simple_value_starts(payload, starts, ends)
+    sizes = list(map(len, blobs))
+    value_starts = simple_value_starts(payload, starts, sizes)
     assert value_starts is not None
     assert [payload[s:e] for s, e in zip(value_starts, ends, strict=True)] == [
         b"v0", b"v1", b"v2", b"bare"
     ]  # fmt: skip
     keyed = encode_record(b"k", b"key")
     with_key = payload + keyed
-    assert simple_value_starts(with_key, [*starts, len(payload)], [*ends, len(with_key)]) is None
+    assert simple_value_starts(with_key, [*starts, len(payload)], [*sizes, len(keyed)]) is None
     truncated = blobs[0][:-3]  # the stamp's prefix, then too few bytes for a stamp
     assert simple_value_starts(truncated, [0], [len(truncated)]) is None
 
