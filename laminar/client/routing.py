@@ -9,7 +9,7 @@ In a cluster the metadata also lists the nodes: a partition's replicas are the
 top `replication_factor` of them by weighted rendezvous
 (`laminar.placement.replica_nodes`), and requests go to the partition's leader,
 on the shard that owns the partition on that node. The metadata names the
-leaders of the partitions the answering shard hosts (`MetadataResponse.leaders`),
+leaders of the partitions the answering node hosts (`MetadataResponse.leaders`),
 so produces go straight to them; for the others the client starts at the
 first replica and learns the leader from NOT_LEADER answers, which name it
 (`ClusterView.learn`; the cache survives metadata refreshes, and a refresh's
@@ -228,11 +228,13 @@ class ClusterView:
         return replica_nodes(pid, weights, rf)
 
     def leader_of(self, pid: int) -> str:
-        """The node requests for `pid` go to: its known leader, else its first
-        replica that was not found unreachable lately."""
+        """The node requests for `pid` go to: its known leader (a node a
+        NOT_LEADER answer named, also one placement does not name: a move puts
+        the group on the nodes its committed membership names), else its
+        first replica that was not found unreachable lately."""
         replicas = self.replicas(pid)
         known = self.hints.leaders.get(pid)
-        if known in replicas:
+        if known is not None and known in self.nodes:
             return known
         now = time.monotonic()
         reachable = [n for n in replicas if self.hints.avoided.get(n, 0.0) <= now]
@@ -257,7 +259,8 @@ class ClusterView:
             pid = error.partition_id
             replicas = self.replicas(pid)
             asked = self.leader_of(pid)
-            self.hints.leaders[pid] = replicas[(replicas.index(asked) + 1) % len(replicas)]
+            after = replicas.index(asked) + 1 if asked in replicas else 0
+            self.hints.leaders[pid] = replicas[after % len(replicas)]
 
     def learn_leader(self, pid: int, leader: str | None) -> None:
         """A node named `leader` the leader of `pid`: route its writes there."""
