@@ -113,3 +113,19 @@ def test_broken_payloads_are_protocol_violations(payload: bytes) -> None:
     frame = fetch_frame([])._replace(payload=payload)
     with pytest.raises(ProtocolViolationError, match="fetch answer"):
         RecordBatch.from_frame(frame, 0)
+
+
+@pytest.mark.parametrize("keyed_at", [None, 0, 7, 19])
+def test_records_of_one_size_decode_as_any_other(keyed_at: int | None) -> None:
+    """The one-size shortcut (blobs every `size` bytes) must still notice a
+    record with a key among bare values of the same blob size."""
+    items: list[tuple] = [(b"v%05d" % i, None, None, i) for i in range(20)]  # type: ignore[type-arg]
+    if keyed_at is not None:
+        items[keyed_at] = (b"x", b"k", None, keyed_at)  # 1 + 4 + 1 + 1 bytes: the same size
+    frame = fetch_frame(items, first=100)
+    expected = fetched_records(frame)
+    batch = RecordBatch.from_frame(frame, 0)
+    assert list(batch) == expected
+    assert [bytes(v) for v in batch.values()] == [r.value for r in expected]
+    assert batch.indexes == list(range(100, 120))
+    assert batch.next_index == 120
