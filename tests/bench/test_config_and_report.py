@@ -139,6 +139,24 @@ def test_medians_ratios_and_goal() -> None:
     assert "![a.png](a.png)" in text
 
 
+@pytest.mark.parametrize(("laminar_rate", "judged"), [(1960, True), (1500, False)])
+def test_a_fixed_rate_p99_goal_is_judged_only_when_the_rate_was_held(
+    laminar_rate: int, judged: bool
+) -> None:
+    """A run that fell behind its schedule reports the backlog's age as latency:
+    comparing those p99s says nothing about service times."""
+    c = Comparison(RunConfig(load="open", rate=2000.0), ["laminar", "redis-streams"], 1)
+    c.runs.append(_result("laminar", 1, laminar_rate, 3000, fsync=True))
+    c.runs.append(_result("redis-streams", 1, 2000, 4000, fsync=True))
+    goal = c.goal()
+    assert goal is not None
+    assert goal["p99_ratio"] == pytest.approx(0.75)
+    assert goal["p99_met"] is (True if judged else None)
+    assert goal["rate_not_held"] == ([] if judged else ["laminar"])
+    line = markdown(c, "laminar-bench").split("Goal check: ")[1].split("\n")[0]
+    assert ("met" in line) is judged and ("not judged" in line) is not judged
+
+
 def test_splice_keeps_everything_outside_the_markers() -> None:
     document = "# Results\n\nsomeone else's table\n"
     once = splice(document, "first")
