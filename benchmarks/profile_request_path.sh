@@ -7,7 +7,8 @@
 # Prints, per process, its CPU (cores) and the functions with the most samples
 # (self time); the raw collapsed stacks stay in $OUT for flame graphs. Knobs:
 # PROBE (produce or consume), PARTITIONS (1), INFLIGHT (64), SECONDS (6), OUT
-# (benchmarks/out/profile).
+# (benchmarks/out/profile), PLAIN (unset: idempotent produces, the client's
+# default; PLAIN=1: plain ones).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,7 +35,7 @@ if [[ "$PROBE" == consume ]]; then
         --seconds $((SECONDS_ + 3)) >"$OUT/probe.txt" &
 else
     "$PY" benchmarks/request_probe.py "127.0.0.1:$PORT" --partitions "$PARTITIONS" \
-        --inflight "$INFLIGHT" --seconds $((SECONDS_ + 3)) >"$OUT/probe.txt" &
+        --inflight "$INFLIGHT" --seconds $((SECONDS_ + 3)) ${PLAIN:+--plain} >"$OUT/probe.txt" &
 fi
 probe=$!
 sleep 1.5
