@@ -244,6 +244,7 @@ class RaftGroup:
             if after:
                 self._send(self.pid, after)
         if rd.committed:
+            await storage.note_applied(rd.committed)  # a membership change: durable first
             self._committed(rd.committed)
         self.core.advance(rd)
         self._note_role()

@@ -23,7 +23,9 @@ leadership, so a new leader rebuilds from the committed log. A log whose
 flush failed refuses every append until it is opened again, so a table never
 has to guess whether a failed batch reached the disk; a Raft replica's
 append that failed may still commit (its outcome was unknown), so any failed
-append drops the table, and the rebuild waits until the log has settled.
+append drops the table, and the rebuild waits until no batch is in flight
+and the log has settled. Finished batches are recorded in the order they
+were placed, whatever order their completions run in.
 An append runs in its own task whose completion records the batch, so a
 request cancelled half-way (a client gone, a drain) cannot leave a durable
 batch unrecorded.
@@ -35,6 +37,7 @@ import asyncio
 import functools
 import logging
 import weakref
+from collections import deque
 from collections.abc import Awaitable
 from typing import Final, NamedTuple
 
@@ -112,9 +115,9 @@ class IdempotentProducers:
         the refusals. Batches in flight count as appended for what comes next:
         the next one must continue after the last of them."""
         while True:
-            table = await part.table(log, self.scan_bytes_max)
             flights = part.in_flight.get(producer_id)
-            if not flights:
+            if not flights:  # this producer places nothing while it holds the turn
+                table = await part.table(log, self.scan_bytes_max)
                 decision = table.decide(producer_id, sequence, count)
                 break
             expected = flights[-1].end_sequence
@@ -163,9 +166,8 @@ class IdempotentProducers:
         task = loop.create_task(
             _awaited(placed if placed is not None else log.append_stamped(blobs))
         )
-        flight = _InFlight(sequence, count, task)
-        part.in_flight.setdefault(producer_id, []).append(flight)
-        task.add_done_callback(functools.partial(part.finish, producer_id, flight))
+        part.in_flight.setdefault(producer_id, deque()).append(_InFlight(sequence, count, task))
+        task.add_done_callback(functools.partial(part.finish, producer_id))
         return task, placed is not None
 
 
@@ -205,50 +207,57 @@ class _InFlight(NamedTuple):
 class _Partition:
     """One log's producer table, its loading, and each producer's batches in flight."""
 
-    __slots__ = ("_generation", "_loading", "_table", "in_flight", "turns")
+    __slots__ = ("_loading", "_table", "in_flight", "turns")
 
     def __init__(self) -> None:
         self._table: ProducerTable | None = None
         self._loading: asyncio.Task[ProducerTable] | None = None
-        self._generation = 0
-        """Bumped when the table is dropped: a rebuild begun before is stale."""
-        self.in_flight: dict[int, list[_InFlight]] = {}
-        """producer id -> its batches placed in the log and not yet durable, in order."""
+        self.in_flight: dict[int, deque[_InFlight]] = {}
+        """producer id -> its batches placed in the log and not yet recorded, in order."""
         self.turns: dict[int, asyncio.Future[None]] = {}
         """producer id -> done when its latest arrived batch is decided and placed."""
 
     async def table(self, log: PartitionReplica, scan_bytes_max: int) -> ProducerTable:
-        """The table, rebuilt from the log's tail once (shared by concurrent callers)."""
+        """The table; when there is none, rebuilt from the log's tail once no
+        batch is in flight (one landing during the scan could be missed by
+        both), shared by concurrent callers. Nothing is placed meanwhile: a
+        producer without batches in flight needs the table to decide."""
         while self._table is None:
+            if self.in_flight:
+                await asyncio.wait([f.task for fs in self.in_flight.values() for f in fs])
+                continue
             if self._loading is None:
                 self._loading = asyncio.get_running_loop().create_task(
                     _rebuild(log, scan_bytes_max)
                 )
-            loading, generation = self._loading, self._generation
+            loading = self._loading
             try:
                 table = await asyncio.shield(loading)
             except BaseException:
                 if loading.done() and self._loading is loading:
                     self._loading = None  # the next produce tries again
                 raise
-            if self._table is None and generation == self._generation:
+            if self._table is None and self._loading is loading:
                 self._table = table
         return self._table
 
-    def finish(
-        self, producer_id: int, flight: _InFlight, task: asyncio.Task[tuple[int, int]]
-    ) -> None:
-        """Record a durable batch. One that failed may be in the log after all
-        (a replicated batch whose commit timed out stays and may commit later),
-        and the batches placed after it share its fate: forget the table; the
-        next batch rebuilds it once the log has settled."""
-        flights = self.in_flight.get(producer_id, [])
-        if flight in flights:
-            flights.remove(flight)
+    def finish(self, producer_id: int, _task: asyncio.Task[tuple[int, int]]) -> None:
+        """Record the producer's finished batches in the order they were placed,
+        whatever order their completions run in (the table refuses a gap)."""
+        flights = self.in_flight.get(producer_id)
+        while flights and flights[0].task.done():
+            self._record(producer_id, flights.popleft())
         if not flights:
             self.in_flight.pop(producer_id, None)
+
+    def _record(self, producer_id: int, flight: _InFlight) -> None:
+        """A durable batch goes in the table. One that failed may be in the log
+        after all (a replicated batch whose commit timed out stays and may
+        commit later), and the batches placed after it share its fate: forget
+        the table; the next decision rebuilds it once the log has settled."""
+        task = flight.task
         if task.cancelled() or task.exception() is not None:
-            self._drop_table()
+            self._table = self._loading = None
             return
         if self._table is None:
             return
@@ -256,12 +265,8 @@ class _Partition:
         batch = AppendedBatch(flight.first_sequence, flight.records, first, timestamp_ms)
         try:
             self._table.appended(producer_id, batch)
-        except ValueError:  # recorded out of order: the log, not the table, is the truth
-            self._drop_table()
-
-    def _drop_table(self) -> None:
-        self._table = self._loading = None
-        self._generation += 1
+        except ValueError:  # the log, not the table, is the truth
+            self._table = self._loading = None
 
 
 async def _rebuild(log: PartitionReplica, bytes_max: int) -> ProducerTable:

@@ -22,11 +22,12 @@ import pytest
 import laminar.shards.replica as replica_module
 from laminar.log import Fault, LogConfig, SimulatedDisk
 from laminar.log.simdisk import KeepOrLose
-from laminar.raft import LEADER, Message, NotLeader, RaftConfig, RaftCore
+from laminar.raft import LEADER, ConfigChangeRefused, Membership, Message, NotLeader, RaftCore
 from laminar.raft.messages import APPEND
 from laminar.raft.segmented import SegmentedLogStorage
 from laminar.replication.group import ProposalLost, RaftGroup
 from laminar.replication.host import RaftHost
+from laminar.replication.opening import replica_config
 from laminar.shards.errors import RequestError
 from laminar.shards.producers import IdempotentProducers
 from laminar.shards.replica import RaftReplica
@@ -46,6 +47,8 @@ class FakeNetwork:
         self.heard: dict[str, float] = {}
         self.drop_appends = False
         """Lose every append (heartbeats still pass: nobody holds an election)."""
+        self.links: set[frozenset[str]] | None = None
+        """When set, only these pairs of nodes hear each other."""
 
     def transport(self, me: str) -> _Link:
         return _Link(self, me)
@@ -58,6 +61,8 @@ class _Link:
     def send(self, node_id: str, pid: int, message: Message) -> None:
         net = self.net
         if self.me in net.cut or node_id in net.cut or node_id not in net.hosts:
+            return
+        if net.links is not None and frozenset((self.me, node_id)) not in net.links:
             return
         if net.drop_appends and message.kind == APPEND:
             return
@@ -81,17 +86,29 @@ LOG_CONFIG = LogConfig(segment_bytes=1 << 20, preallocate_bytes=0)
 
 
 async def _open(
-    tmp: Path, node: str, net: FakeNetwork, backend: SimulatedDisk | None = None
+    tmp: Path,
+    node: str,
+    net: FakeNetwork,
+    voters: tuple[str, ...] = NODES,
+    backend: SimulatedDisk | None = None,
 ) -> RaftHost:
     storage = await SegmentedLogStorage.open(tmp / node, LOG_CONFIG, backend=backend, stamped=True)
-    hs = storage.initial_state()
-    config = RaftConfig(node_id=node, voters=NODES, applied=hs.commit)
+    config = replica_config(node, storage, voters)  # the placement's guess
     core = RaftCore(config, storage, random.Random(hash(node) & 0xFFFF))
     host = RaftHost(net.transport(node), tick_s=TICK_S)
     host.add(RaftGroup(PID, core, storage, host.send))
     host.start()
     net.hosts[node] = host
     return host
+
+
+async def _restart(tmp: Path, node: str, net: FakeNetwork) -> RaftHost:
+    """Stop `node` (its files stay) and open it again."""
+    host = net.hosts.pop(node)
+    storage = host.groups[PID].storage
+    await host.close()
+    await storage.close()
+    return await _open(tmp, node, net)
 
 
 async def _until(check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
@@ -134,12 +151,16 @@ async def _records(host: RaftHost) -> list[tuple[int, int, bytes]]:
     return out
 
 
-def _run(tmp_path: Path, scenario: Callable[[FakeNetwork], Awaitable[None]]) -> None:
+def _run(
+    tmp_path: Path,
+    scenario: Callable[[FakeNetwork], Awaitable[None]],
+    nodes: tuple[str, ...] = NODES,
+) -> None:
     async def main() -> None:
         net = FakeNetwork()
         try:
-            for node in NODES:
-                await _open(tmp_path, node, net)
+            for node in nodes:
+                await _open(tmp_path, node, net, nodes)
             await scenario(net)
         finally:
             for host in net.hosts.values():
@@ -199,6 +220,51 @@ def test_a_cut_leader_loses_its_uncommitted_proposal_and_the_rest_carry_on(
         assert net.hosts[old_node].groups[PID].core.role != LEADER
 
     _run(tmp_path, scenario)
+
+
+def test_a_proposal_gone_from_the_leaders_log_may_still_commit_so_its_outcome_is_unknown(
+    tmp_path: Path,
+) -> None:
+    """Raft's Figure 8 with five replicas. Leader A's batch reaches B only; C,
+    D, E elect W, whose no-op reaches nobody but A, where it replaces the
+    batch: A's proposal is gone from its log. Then B, D, E elect B, which
+    still holds the batch, and commit it. So A must answer OUTCOME_UNKNOWN,
+    not a refusal (NOT_LEADER, "not appended"), which a client would take as
+    leave to send the batch again or drop it."""
+    five = ("n1", "n2", "n3", "n4", "n5")
+
+    def pairs(*nodes: str) -> set[frozenset[str]]:
+        return {frozenset((x, y)) for x in nodes for y in nodes if x != y}
+
+    def leader_among(net: FakeNetwork, nodes: set[str]) -> str | None:
+        return next((n for n in nodes if net.hosts[n].groups[PID].core.role == LEADER), None)
+
+    async def scenario(net: FakeNetwork) -> None:
+        await _produce(net, b"first")
+        old = await _until(lambda: _leader(net))
+        a = old.core.id
+        b = next(n for n in five if n != a)
+        net.links = pairs(a, b)
+        batch = ProduceRequest.from_values(PID, [b"figure-8"]).blobs
+        answer = asyncio.ensure_future(RaftReplica(old).append_stamped(batch))
+        await asyncio.sleep(0)
+        index = old.core.log.last_index()
+        await _until(lambda: net.hosts[b].groups[PID].core.log.last_index() >= index)
+        rest = set(five) - {a, b}
+        net.links, net.drop_appends = pairs(*rest), True  # W's no-op goes nowhere
+        w = await _until(lambda: leader_among(net, rest))
+        net.links, net.drop_appends = pairs(w, a), False  # ...but to A
+        with pytest.raises(RequestError) as lost:
+            await asyncio.wait_for(answer, 20)
+        assert lost.value.code is ErrorCode.OUTCOME_UNKNOWN
+        net.links = pairs(b, *(rest - {w}))
+        assert await _until(lambda: leader_among(net, {b} | rest - {w})) == b
+        for node in {b} | rest - {w}:
+            await _until(lambda n=node: net.hosts[n].groups[PID].committed_end > index)
+            values = [value for _, _, value in await _records(net.hosts[node])]
+            assert values.count(batch[0]) == 1, node
+
+    _run(tmp_path, scenario, five)
 
 
 def test_idle_groups_quiesce_and_wake_when_the_leaders_node_goes_silent(
@@ -294,6 +360,47 @@ def test_pipelined_idempotent_batches_commit_in_order_on_every_replica(tmp_path:
     _run(tmp_path, scenario)
 
 
+def test_a_restarted_replica_resumes_with_the_membership_its_log_applied(tmp_path: Path) -> None:
+    """A move (n4 added, promoted; n3 removed), then every node restarts with
+    the placement's stale guess (n1, n2, n3): each comes back with the
+    membership its log applied, and the group still commits without n3."""
+    moved = Membership(("n1", "n2", "n4"))
+
+    async def scenario(net: FakeNetwork) -> None:
+        acked = [await _produce(net, b"before-%d" % n) for n in range(3)]
+        await _open(tmp_path, "n4", net)
+        await _change(net, lambda c: c.add_learner("n4"), Membership(NODES, ("n4",)))
+        await _change(net, lambda c: c.promote_learner("n4"), Membership((*NODES, "n4")))
+        await _change(net, lambda c: c.remove_node("n3"), moved)
+        for node in ("n1", "n2", "n4"):
+            await _until(lambda n=node: net.hosts[n].groups[PID].core.membership == moved)
+        net.cut.add("n3")  # removed: it must not matter to the group any more
+        for node in ("n1", "n2", "n4"):
+            host = await _restart(tmp_path, node, net)
+            assert host.groups[PID].core.membership == moved, node
+        acked.append(await _produce(net, b"after"))
+        for node in ("n1", "n2", "n4"):
+            await _until(lambda n=node: net.hosts[n].groups[PID].committed_end > acked[-1][0])
+            values = [value for _, _, value in await _records(net.hosts[node])]
+            assert values == [b"before-0", b"before-1", b"before-2", b"after"], node
+
+    _run(tmp_path, scenario)
+
+
+async def _change(net: FakeNetwork, step: Callable[[RaftCore], object], done: Membership) -> None:
+    """Apply one membership step through whoever leads, until it is in effect there."""
+    while True:
+        leader = await _until(lambda: _leader(net))
+        try:
+            step(leader.core)
+        except (NotLeader, ConfigChangeRefused):
+            await asyncio.sleep(TICK_S)
+            continue
+        await _until(lambda g=leader: g.core.membership == done or not g.is_leader)
+        if leader.core.membership == done:
+            return
+
+
 def _match(leader: RaftGroup, node: str) -> int:
     """How much of `node`'s log the leader knows durable (-1 if it no longer leads)."""
     progress = leader.core.status().progress.get(node)
@@ -317,7 +424,7 @@ def test_an_entry_is_acknowledged_only_once_durable_on_a_majority(
     async def main() -> None:
         net = FakeNetwork()
         for node in NODES:
-            await _open(tmp_path, node, net, disks[node])
+            await _open(tmp_path, node, net, backend=disks[node])
         first, _ = await _produce(net, b"first")
         for host in net.hosts.values():
             await _until(lambda h=host: h.groups[PID].committed_end > first)

@@ -10,9 +10,10 @@ into the log past it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 
-from laminar.log import LogConfig, SegmentedLog
+from laminar.log import LogConfig, Record, SegmentedLog
 from laminar.log.simdisk import Fault, SimulatedDisk
 from laminar.log.storage import SyscallBackend
 from laminar.shards.errors import RequestError
@@ -25,6 +26,13 @@ PRODUCER = 0x51
 
 def _batch(sequence: int, *values: bytes) -> ProduceRequest:
     return ProduceRequest.from_values(1, list(values), producer_id=PRODUCER, sequence=sequence)
+
+
+def _other(sequence: int) -> ProduceRequest:
+    """A batch of a second producer."""
+    return ProduceRequest.from_values(
+        1, [b"q%d" % sequence], producer_id=PRODUCER + 1, sequence=sequence
+    )
 
 
 async def _open(tmp_path: Path) -> LocalReplica:
@@ -141,5 +149,139 @@ def test_a_gap_behind_batches_in_flight_is_refused(tmp_path: Path) -> None:
         assert results[1].code is ErrorCode.OUT_OF_ORDER_SEQUENCE
         assert await _stored(replica) == list(_batch(0, b"a", b"b").blobs)
         await replica.log.close()
+
+    asyncio.run(main())
+
+
+class _CompletingOutOfOrder(LocalReplica):
+    """A log whose appends are durable at once but reported when the test says,
+    in any order (as replies resolved in one commit round may run), and whose
+    readers see only the prefix reported so far (as a Raft log's committed
+    prefix): the shape in which a table rebuilt while batches were in flight
+    missed them."""
+
+    def __init__(self, log: SegmentedLog) -> None:
+        super().__init__(log)
+        self.gates: list[tuple[int, asyncio.Future[None]]] = []
+        self.reads_wait_for: asyncio.Future[None] | None = None
+
+    async def read_range(
+        self, start: int, max_bytes: int, max_records: int = 1 << 20
+    ) -> list[Record]:
+        if self.reads_wait_for is not None:
+            await self.reads_wait_for
+        return await super().read_range(start, max_bytes, max_records)
+
+    @property
+    def highest_index(self) -> int:
+        waiting = [first for first, gate in self.gates if not gate.done()]
+        return min(waiting, default=self.log.highest_index)
+
+    def place(self, blobs: Sequence[bytes]) -> Awaitable[tuple[int, int]] | None:
+        gate = asyncio.get_running_loop().create_future()
+        self.gates.append((self.log.highest_index, gate))
+        placed = self.log.stage_nowait(blobs)
+        assert placed is not None
+        return self._reported(gate, *placed)
+
+    async def _reported(
+        self, gate: asyncio.Future[None], first: int, timestamp_ms: int, done: Awaitable[object]
+    ) -> tuple[int, int]:
+        await done
+        await gate
+        return first, timestamp_ms
+
+
+def test_batches_reported_out_of_order_are_remembered_in_order(tmp_path: Path) -> None:
+    """Three pipelined batches whose completions run last to first, a fourth
+    arriving meanwhile: each gets its own index, and a resend of the first
+    is answered as a duplicate with its index. A table rebuilt while they
+    were in flight (after the out-of-order completion was refused) used to
+    miss them: the resend then got DUPLICATE_SEQUENCE, a later sequence
+    OUT_OF_ORDER_SEQUENCE (seen on a node with 64 batches in flight)."""
+
+    async def main() -> None:
+        config = LogConfig(segment_bytes=1 << 20, flush="always", preallocate_bytes=0)
+        log = await SegmentedLog.open(str(tmp_path), config, backend=SyscallBackend())
+        replica = _CompletingOutOfOrder(log)
+        producers = IdempotentProducers()
+        first_three = [
+            asyncio.create_task(producers.append(replica, _batch(i, b"v%d" % i))) for i in range(3)
+        ]
+        while len(replica.gates) < 3:
+            await asyncio.sleep(0.001)
+        replica.gates[2][1].set_result(None)
+        await asyncio.sleep(0.01)
+        fourth = asyncio.create_task(producers.append(replica, _batch(3, b"v3")))
+        await asyncio.sleep(0.01)
+        for _, gate in replica.gates[1::-1]:
+            gate.set_result(None)
+            await asyncio.sleep(0.01)
+        while len(replica.gates) < 4:
+            assert not fourth.done(), fourth.result()  # raises its refusal
+            await asyncio.sleep(0.001)
+        replica.gates[3][1].set_result(None)
+        answers = await asyncio.gather(*first_three, fourth)
+        assert [(first, appended) for first, _, appended in answers] == [(i, 1) for i in range(4)]
+        again = await producers.append(replica, _batch(0, b"v0"))
+        assert (again[0], again[2]) == (0, 0)
+        assert await _stored(replica) == [_batch(i, b"v%d" % i).blobs[0] for i in range(4)]
+        await log.close()
+
+    asyncio.run(main())
+
+
+def test_no_table_is_rebuilt_from_a_log_with_batches_in_flight(tmp_path: Path) -> None:
+    """A batch whose outcome was unknown (a commit that timed out, then came)
+    drops the table; another producer's batch needs it rebuilt while the
+    first producer's later batches are still in flight. Had the scan run
+    then, it would miss them (not yet visible), and so would the table (it
+    was not there when they landed): the producer's next batch refused as
+    out of order, a resend appended twice."""
+
+    async def main() -> None:
+        config = LogConfig(segment_bytes=1 << 20, flush="always", preallocate_bytes=0)
+        log = await SegmentedLog.open(str(tmp_path), config, backend=SyscallBackend())
+        replica = _CompletingOutOfOrder(log)
+        producers = IdempotentProducers()
+        first = asyncio.create_task(producers.append(replica, _other(0)))
+        while not replica.gates:
+            await asyncio.sleep(0.001)
+        replica.gates[0][1].set_result(None)
+        await first
+        pipelined = [
+            asyncio.create_task(producers.append(replica, _batch(i, b"v%d" % i))) for i in range(3)
+        ]
+        while len(replica.gates) < 4:
+            await asyncio.sleep(0.001)
+        replica.gates[1][1].set_exception(RequestError(ErrorCode.OUTCOME_UNKNOWN, "timed out"))
+        await asyncio.sleep(0.01)
+        replica.reads_wait_for = asyncio.get_running_loop().create_future()
+        other = asyncio.create_task(producers.append(replica, _other(1)))
+        await asyncio.sleep(0.01)
+        for _, gate in replica.gates[2:4]:
+            gate.set_result(None)
+        await asyncio.sleep(0.01)
+        replica.reads_wait_for.set_result(None)
+        while len(replica.gates) < 5:
+            await asyncio.sleep(0.001)
+        replica.gates[4][1].set_result(None)
+        await other
+        results = await asyncio.gather(*pipelined, return_exceptions=True)
+        assert isinstance(results[0], RequestError)
+        assert [r[0] for r in results[1:]] == [2, 3]  # type: ignore[index]
+        fourth = asyncio.create_task(producers.append(replica, _batch(3, b"v3")))
+        while len(replica.gates) < 6:
+            assert not fourth.done(), fourth.result()  # raises its refusal
+            await asyncio.sleep(0.001)
+        replica.gates[5][1].set_result(None)
+        assert (await fourth)[2] == 1
+        assert (await producers.append(replica, _batch(0, b"v0")))[2] == 0
+        others, mine = (
+            [_other(i).blobs[0] for i in range(2)],
+            [_batch(i, b"v%d" % i).blobs[0] for i in range(4)],
+        )
+        assert await _stored(replica) == [others[0], *mine[:3], others[1], mine[3]]
+        await log.close()
 
     asyncio.run(main())
