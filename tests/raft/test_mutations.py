@@ -21,6 +21,7 @@ CATCHING_SEEDS = {
     "commit the leader's commit index past the appended entries": (1,),
     "answer reads without a heartbeat quorum": (25, 46, 110),
     "acknowledge an append before persisting it": (3,),
+    "grant a vote before persisting it": (24,),
     "never resend a lost append": (0, 1),
 }
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from laminar.raft import Entry, HardState, Message, ReadState, core, log, readindex, ready
-from laminar.raft.messages import APPEND_RESP
+from laminar.raft.messages import APPEND_RESP, VOTE_RESP
 
 from .checkers import Checker
 from .checkers.durability import Durability
@@ -179,6 +179,15 @@ MUTATIONS = (
         "SENDABLE_BEFORE_PERSIST",
         ready.SENDABLE_BEFORE_PERSIST | {APPEND_RESP},
         {"crash_in_ready": 0.2},
+    ),
+    Mutation(
+        "grant a vote before persisting it",
+        "election safety",
+        ElectionSafety,
+        ready,
+        "SENDABLE_BEFORE_PERSIST",
+        ready.SENDABLE_BEFORE_PERSIST | {VOTE_RESP},
+        {"pre_vote": False, "crash_in_ready": 0.3, "nodes": 3},
     ),
     Mutation(
         "never resend a lost append",
