@@ -270,7 +270,10 @@ class PartitionManager:
         """Finish in-flight flushes and close every log (drain)."""
         self._closed = True
         if self._opening:
-            await asyncio.wait(list(self._opening.values()))
+            done, _ = await asyncio.wait(list(self._opening.values()))
+            for task in done:  # whoever asked may be gone (cancelled by the drain)
+                if not task.cancelled():
+                    task.exception()
         logs, self._logs = self._logs, {}
         for pid, log in logs.items():
             self._flushes_of_closed += log.flush_count
