@@ -27,6 +27,14 @@ How the synchronous core meets the asynchronous log:
 - An install (a Ready whose first entry is an anchor) first records the
   anchor in the state file, then resets the log to start after it; a crash in
   between is finished on the next open.
+- The applied membership: the shell reports every Ready's committed entries
+  (`note_applied`); a membership change among them is written to the state
+  file (with the commit index, which is never written beyond what was
+  applied), so a restarted node resumes with the voters and learners its log
+  applied (`applied_membership`), not with whatever its caller guesses. The
+  membership in effect at the commit index a reopen starts from is therefore
+  always the latest one recorded: every change at or below it was applied,
+  hence written, before that commit index was.
 - The term before the first index: the anchor from the state file when the
   log starts right after it; otherwise (retention removed older segments) the
   log's first record serves as the anchor, so Raft's view starts one record
@@ -44,8 +52,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ..log import LogConfig, Record, SegmentedLog, StorageBackend
+from .config import Membership
 from .errors import EntriesUnavailable, RaftError
-from .messages import ANCHOR, ENTRY_KINDS, NORMAL, Entry, HardState
+from .messages import ANCHOR, CONFIG, ENTRY_KINDS, NORMAL, Entry, HardState
 from .storage import limit_bytes
 
 STATE_FILE = "raft-state.json"
@@ -62,6 +71,8 @@ class _State:
     anchor_index: int = 0
     anchor_term: int = 0
     anchor_data: bytes = b""  # the membership at the anchor, as the install carried it
+    membership_index: int = 0  # the last membership change applied (0: none recorded)
+    membership: bytes = b""  # that change's encoded membership
 
     def encode(self) -> bytes:
         body = json.dumps(
@@ -71,6 +82,7 @@ class _State:
                 "vote": self.vote,
                 "commit": self.commit,
                 "anchor": [self.anchor_index, self.anchor_term, self.anchor_data.hex()],
+                "membership": [self.membership_index, self.membership.hex()],
             },
             sort_keys=True,
         ).encode()
@@ -86,8 +98,17 @@ class _State:
             if fields["version"] != 1:
                 raise ValueError(f"version {fields['version']} is not 1")
             index, term, data = fields["anchor"]
+            # Files written before memberships were recorded have none.
+            membership_index, membership = fields.get("membership", (0, ""))
             return cls(
-                fields["term"], fields["vote"], fields["commit"], index, term, bytes.fromhex(data)
+                fields["term"],
+                fields["vote"],
+                fields["commit"],
+                index,
+                term,
+                bytes.fromhex(data),
+                membership_index,
+                bytes.fromhex(membership),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise RaftError(
@@ -117,6 +138,8 @@ class SegmentedLogStorage:
         self._tail_bytes = 0
         self._loaded: list[Entry] = []  # the window the last load() read
         self.wanted: int | None = None  # an index the core asked for and the cache lacked
+        self._applied = max(state.commit, state.membership_index)
+        """What the shell applied (`note_applied`): the state file's commit never passes it."""
 
     @classmethod
     async def open(
@@ -163,7 +186,21 @@ class SegmentedLogStorage:
 
     def initial_state(self) -> HardState:
         s = self._state
-        return HardState(s.term, s.vote, s.commit)
+        # A recorded membership change was applied, so it is committed too.
+        return HardState(s.term, s.vote, max(s.commit, s.membership_index))
+
+    def applied_membership(self) -> Membership | None:
+        """The membership in effect at `initial_state().commit`: the last change
+        the shell applied or the last install's anchor, whichever is later;
+        None when neither was recorded (the group's first membership holds)."""
+        s = self._state
+        index, data = max((s.membership_index, s.membership), (s.anchor_index, s.anchor_data))
+        if not data:
+            return None
+        try:
+            return Membership.decode(data)
+        except ValueError as exc:
+            raise RaftError(f"{self.directory}: the membership at {index}: {exc}") from exc
 
     def _anchor(self) -> tuple[int, int]:
         """(index, term) of the entry just before first_index()."""
@@ -266,7 +303,20 @@ class SegmentedLogStorage:
         if (old.term, old.vote) != (hard_state.term, hard_state.vote):
             await self._write_state()
 
+    async def note_applied(self, entries: Sequence[Entry]) -> None:
+        """The shell applied these committed entries (in order): a membership
+        change among them is made durable before this returns."""
+        if not entries:
+            return
+        self._applied = max(self._applied, entries[-1].index)
+        changes = [e for e in entries if e.kind == CONFIG]
+        if changes and changes[-1].index > self._state.membership_index:
+            last = changes[-1]
+            self._state = replace(self._state, membership_index=last.index, membership=last.data)
+            await self._write_state()
+
     async def _install(self, anchor: Entry) -> None:
+        self._applied = max(self._applied, anchor.index)  # the anchor's membership covers it
         self._state = replace(
             self._state, anchor_index=anchor.index, anchor_term=anchor.term, anchor_data=anchor.data
         )
@@ -275,7 +325,10 @@ class SegmentedLogStorage:
         self._tail, self._tail_bytes, self._loaded = [], 0, []
 
     async def _write_state(self) -> None:
-        await asyncio.to_thread(_replace_file, self.directory, STATE_FILE, self._state.encode())
+        # Never a commit index beyond what was applied: a membership change at
+        # or below it must already be recorded (see the module docstring).
+        state = replace(self._state, commit=min(self._state.commit, self._applied))
+        await asyncio.to_thread(_replace_file, self.directory, STATE_FILE, state.encode())
 
     def anchor_membership(self) -> bytes:
         """The encoded membership at the anchor of the last install (b"" if none)."""

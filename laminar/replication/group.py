@@ -232,6 +232,7 @@ class RaftGroup:
         if rd.messages:
             self._send(self.pid, rd.messages)
         if rd.committed:
+            await storage.note_applied(rd.committed)  # a membership change: durable first
             self._committed(rd.committed)
         self.core.advance(rd)
         self._note_role()

@@ -5,7 +5,8 @@
 - Messages out go to `Transport.send(node, pid, message)`, which batches them
   per destination; messages in arrive through `receive` and are stepped into
   their group. A message for a group this shard does not have (not opened yet,
-  or deleted) is dropped and counted: Raft retries.
+  or deleted) is dropped and counted: Raft retries. It is also shown to
+  `on_unknown`, which may open the group (a move made this node a learner).
 - Quiescence (as CockroachDB's): a leader with no proposal for
   `QUIESCE_AFTER_TICKS` asks its core to quiesce; the core does so only when
   every member has the whole log and the commit index, and tells the
@@ -24,7 +25,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 from laminar.raft import LEADER, Message
@@ -56,8 +57,14 @@ class Transport(Protocol):
 class RaftHost:
     """The Raft groups of one shard (see the module docstring)."""
 
-    def __init__(self, transport: Transport, tick_s: float = TICK_S) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        tick_s: float = TICK_S,
+        on_unknown: Callable[[int, Message], None] | None = None,
+    ) -> None:
         self.transport = transport
+        self._on_unknown = on_unknown
         self.tick_s = tick_s
         self.groups: dict[int, RaftGroup] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
@@ -98,6 +105,8 @@ class RaftHost:
         group = self.groups.get(pid)
         if group is None or group.closed:
             self.dropped_messages += 1
+            if group is None and self._on_unknown is not None:
+                self._on_unknown(pid, message)
             return
         try:
             group.step(message)

@@ -22,7 +22,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Final
 
-from laminar.log import LogClosed, RecordBatch, SegmentedLog
+from laminar.log import LogClosed, LogConfig, RecordBatch, SegmentedLog
 from laminar.placement import U32_MAX
 from laminar.shards.errors import RequestError
 from laminar.shards.metadata import METADATA_TOPIC_ID
@@ -215,13 +215,25 @@ class Handlers:
         """The open log of a known partition of this node alone (not
         replicated: Raft decides there), for the paths that answer without
         waiting; None when the general path must serve the request."""
-        if self.replication is not None:
+        if self.replication is not None or self._applied_topic(pid) is None:
             return None
+        return self.partitions.opened(pid)
+
+    def _applied_topic(self, pid: int) -> TopicInfo | None:
+        """The topic of `pid` if this shard's metadata has it and the partition (no wait)."""
         topic_id = pid >> 32
         topic = self.metadata.state.by_id(topic_id)
         if topic is None or topic_id == METADATA_TOPIC_ID or pid & U32_MAX >= topic.partitions:
             return None
-        return self.partitions.opened(pid)
+        return topic
+
+    def replicated_log_config(self, pid: int) -> LogConfig | None:
+        """The log settings of `pid` if it is a replicated partition this
+        shard's metadata knows (a move may make this node one of its replicas)."""
+        topic = self._applied_topic(pid)
+        if topic is None or topic.replication_factor < 2:
+            return None
+        return log_config(self.partitions.config, topic.config)
 
     async def fetch(self, req: FetchRequest, corr: int, ctx: RequestContext) -> list[Buffer]:
         pid = req.partition_id

@@ -10,6 +10,12 @@ node, holds the shard's Raft members of those partitions:
   vote and to take appends;
 - the metadata partition (pid 0) is a Raft group too, on every node of a
   static cluster (a view has at most `METADATA_VOTERS_MAX` nodes for now);
+- a move adds a replica on a node that may never have held the partition: the
+  first authenticated leader message (append, install, heartbeat) for a
+  partition this shard does not hold opens it as a learner, but only for a
+  partition the metadata knows (`adopt_known`) and only while fewer than
+  `ADOPTED_MAX` groups opened that way are still waiting for their log to
+  name this node a member (a peer cannot make a shard open unbounded groups);
 - a request for a partition this node holds no replica of gets NOT_LEADER
   naming the partition's first replica, so a client that routed with stale
   metadata learns where to go;
@@ -20,6 +26,7 @@ node, holds the shard's Raft members of those partitions:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import socket
@@ -30,10 +37,12 @@ from typing import Final
 from laminar.cluster.auth import PeerAuth
 from laminar.cluster.members import ClusterView
 from laminar.log import LogConfig
-from laminar.raft import Entry, RaftConfig, RaftCore
+from laminar.raft import Entry, Message, RaftCore
+from laminar.raft.messages import APPEND, HEARTBEAT, INSTALL
 from laminar.raft.segmented import SegmentedLogStorage
 from laminar.replication.group import RaftGroup
 from laminar.replication.host import ELECTION_TICKS, TICK_S, RaftHost
+from laminar.replication.opening import replica_config
 from laminar.replication.transport import PeerLinks, PeerSession
 from laminar.shards.errors import RequestError
 from laminar.shards.partitions import PartitionManager
@@ -48,7 +57,15 @@ timeout is 1-2 s; a transfer the core abandons is left to an election)."""
 METADATA_VOTERS_MAX: Final = 7
 """Every node of a static cluster votes on metadata; SWIM placement will choose 3."""
 
+ADOPTED_MAX: Final = 64
+"""Groups opened on a leader's message whose log does not name this node yet."""
+LEADER_KINDS: Final = frozenset({APPEND, INSTALL, HEARTBEAT})
+"""What only a group's leader sends: the messages that may open a learner."""
+
 Apply = Callable[[Sequence[Entry]], None]
+KnownPartition = Callable[[int], LogConfig | None]
+"""A replicated partition of this shard the metadata knows -> its log settings;
+None for anything else."""
 
 
 class ShardReplication:
@@ -78,11 +95,15 @@ class ShardReplication:
         self.max_frame_bytes = max_frame_bytes
         self._own_shard_ports = own_shard_ports
         self.links = PeerLinks(auth, lambda: self.view, max_frame_bytes)
-        self.host = RaftHost(self.links)
+        self.host = RaftHost(self.links, on_unknown=self._adopt)
         self.replicas: dict[int, RaftReplica] = {}
         self._opening: dict[int, asyncio.Task[RaftReplica]] = {}
         self._sessions: set[asyncio.Task[None]] = set()
         self._rng = random.Random()
+        self._known: KnownPartition | None = None
+        self._adopted: set[int] = set()
+        """Groups opened on a leader's message, until their log names this node."""
+        self.adoptions_refused = 0
 
     def start(self) -> None:
         self.host.start()
@@ -107,6 +128,41 @@ class ShardReplication:
 
     # -- groups ------------------------------------------------------------------
 
+    def adopt_known(self, known: KnownPartition) -> None:
+        """Open groups on a leader's first message, for partitions `known` names."""
+        self._known = known
+
+    def _adopt(self, pid: int, message: Message) -> None:
+        """A leader's message for a group this shard does not hold: a move made
+        this node a learner. Opened with the sender as the only voter and this
+        node a learner, so it never campaigns before its log (or the install's
+        anchor) gives it the group's real membership."""
+        if message.kind not in LEADER_KINDS or pid in self._opening or self._known is None:
+            return
+        log_config = self._known(pid)
+        if log_config is None:
+            self.adoptions_refused += 1
+            return
+        self._adopted = {p for p in self._adopted if not self._confirmed(p)}
+        if len(self._adopted) >= ADOPTED_MAX:
+            self.adoptions_refused += 1
+            return
+        self._adopted.add(pid)
+        logger.info("partition %d: opening a replica for leader %s", pid, message.src)
+        task = asyncio.get_running_loop().create_task(
+            self.ensure_open(pid, (message.src,), log_config, learners=(self.node_id,))
+        )
+        task.add_done_callback(functools.partial(_report_adoption, pid))
+
+    def _confirmed(self, pid: int) -> bool:
+        """The adopted group is gone, or a membership its log applied (or an
+        install's anchor) names this node."""
+        replica = self.replicas.get(pid)
+        if replica is None:
+            return pid not in self._opening
+        recorded = replica.group.storage.applied_membership()
+        return recorded is not None and self.node_id in recorded.members
+
     async def ensure_open(
         self,
         pid: int,
@@ -114,6 +170,7 @@ class ShardReplication:
         log_config: LogConfig,
         apply: Apply | None = None,
         replay: bool = False,
+        learners: Sequence[str] = (),
     ) -> RaftReplica:
         """This shard's member of `pid`'s group, opened (and recovered) once.
 
@@ -125,7 +182,7 @@ class ShardReplication:
         task = self._opening.get(pid)
         if task is None:
             task = asyncio.get_running_loop().create_task(
-                self._open(pid, tuple(voters), log_config, apply, replay)
+                self._open(pid, tuple(voters), tuple(learners), log_config, apply, replay)
             )
             self._opening[pid] = task
         return await asyncio.shield(task)
@@ -134,6 +191,7 @@ class ShardReplication:
         self,
         pid: int,
         voters: tuple[str, ...],
+        learners: tuple[str, ...],
         log_config: LogConfig,
         apply: Apply | None,
         replay: bool,
@@ -141,13 +199,13 @@ class ShardReplication:
         try:
             log = await self.partitions.get(pid, log_config)
             storage = await SegmentedLogStorage.over(log, stamped=True)
-            hard_state = storage.initial_state()
-            config = RaftConfig(
-                node_id=self.node_id,
-                voters=voters,
+            config = replica_config(
+                self.node_id,
+                storage,
+                voters,
+                learners,
+                replay=replay,
                 election_ticks=ELECTION_TICKS,
-                heartbeat_ticks=1,
-                applied=None if replay else hard_state.commit,
             )
             core = RaftCore(config, storage, random.Random(self._rng.getrandbits(64)))
             group = RaftGroup(pid, core, storage, self.host.send, apply)
@@ -225,3 +283,8 @@ class ShardReplication:
         await self.host.close()
         self.links.close()
         self.replicas.clear()
+
+
+def _report_adoption(pid: int, task: asyncio.Task[RaftReplica]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("partition %d: could not open a replica: %s", pid, task.exception())

@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from laminar.cluster.auth import PeerAuth, load_secret
 from laminar.cluster.members import Member, StaticMembership, parse_peers
+from laminar.log import LogConfig
 from laminar.log.storage import StorageBackend, SyscallBackend
 from laminar.placement import shard_for
 from laminar.shards.budget import InputBudget
@@ -146,6 +147,10 @@ class Shard:
     def _owns(self, pid: int) -> bool:
         return shard_for(pid, self.config.cores) == self.shard_id
 
+    def _replicated_owned(self, pid: int) -> LogConfig | None:
+        """A replicated partition of this shard the metadata knows: its log settings."""
+        return self.handlers.replicated_log_config(pid) if self._owns(pid) else None
+
     def _spawn(self, coro: Any, queue: str = "requests") -> asyncio.Task[Any]:
         loop = asyncio.get_running_loop()
         tq = self._queues.get(queue)
@@ -208,6 +213,8 @@ class Shard:
         self.handlers = Handlers(
             self.ident, self.metadata, self.partitions, self.metrics, self.polls, self.replication
         )
+        if self.replication is not None:
+            self.replication.adopt_known(self._replicated_owned)
         self.dispatcher = Dispatcher(
             self.shard_id,
             config.cores,

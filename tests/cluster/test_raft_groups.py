@@ -20,11 +20,12 @@ import pytest
 
 import laminar.shards.replica as replica_module
 from laminar.log import LogConfig
-from laminar.raft import LEADER, Message, NotLeader, RaftConfig, RaftCore
+from laminar.raft import LEADER, ConfigChangeRefused, Membership, Message, NotLeader, RaftCore
 from laminar.raft.messages import APPEND
 from laminar.raft.segmented import SegmentedLogStorage
 from laminar.replication.group import ProposalLost, RaftGroup
 from laminar.replication.host import RaftHost
+from laminar.replication.opening import replica_config
 from laminar.shards.errors import RequestError
 from laminar.shards.producers import IdempotentProducers
 from laminar.shards.replica import RaftReplica
@@ -85,14 +86,22 @@ async def _open(
     storage = await SegmentedLogStorage.open(
         tmp / node, LogConfig(segment_bytes=1 << 20, preallocate_bytes=0), stamped=True
     )
-    hs = storage.initial_state()
-    config = RaftConfig(node_id=node, voters=voters, applied=hs.commit)
+    config = replica_config(node, storage, voters)  # the placement's guess
     core = RaftCore(config, storage, random.Random(hash(node) & 0xFFFF))
     host = RaftHost(net.transport(node), tick_s=TICK_S)
     host.add(RaftGroup(PID, core, storage, host.send))
     host.start()
     net.hosts[node] = host
     return host
+
+
+async def _restart(tmp: Path, node: str, net: FakeNetwork) -> RaftHost:
+    """Stop `node` (its files stay) and open it again."""
+    host = net.hosts.pop(node)
+    storage = host.groups[PID].storage
+    await host.close()
+    await storage.close()
+    return await _open(tmp, node, net)
 
 
 async def _until(check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
@@ -342,3 +351,44 @@ def test_pipelined_idempotent_batches_commit_in_order_on_every_replica(tmp_path:
             assert [v for v in values if v != b"first"] == [b.blobs[0] for b in batches]
 
     _run(tmp_path, scenario)
+
+
+def test_a_restarted_replica_resumes_with_the_membership_its_log_applied(tmp_path: Path) -> None:
+    """A move (n4 added, promoted; n3 removed), then every node restarts with
+    the placement's stale guess (n1, n2, n3): each comes back with the
+    membership its log applied, and the group still commits without n3."""
+    moved = Membership(("n1", "n2", "n4"))
+
+    async def scenario(net: FakeNetwork) -> None:
+        acked = [await _produce(net, b"before-%d" % n) for n in range(3)]
+        await _open(tmp_path, "n4", net)
+        await _change(net, lambda c: c.add_learner("n4"), Membership(NODES, ("n4",)))
+        await _change(net, lambda c: c.promote_learner("n4"), Membership((*NODES, "n4")))
+        await _change(net, lambda c: c.remove_node("n3"), moved)
+        for node in ("n1", "n2", "n4"):
+            await _until(lambda n=node: net.hosts[n].groups[PID].core.membership == moved)
+        net.cut.add("n3")  # removed: it must not matter to the group any more
+        for node in ("n1", "n2", "n4"):
+            host = await _restart(tmp_path, node, net)
+            assert host.groups[PID].core.membership == moved, node
+        acked.append(await _produce(net, b"after"))
+        for node in ("n1", "n2", "n4"):
+            await _until(lambda n=node: net.hosts[n].groups[PID].committed_end > acked[-1][0])
+            values = [value for _, _, value in await _records(net.hosts[node])]
+            assert values == [b"before-0", b"before-1", b"before-2", b"after"], node
+
+    _run(tmp_path, scenario)
+
+
+async def _change(net: FakeNetwork, step: Callable[[RaftCore], object], done: Membership) -> None:
+    """Apply one membership step through whoever leads, until it is in effect there."""
+    while True:
+        leader = await _until(lambda: _leader(net))
+        try:
+            step(leader.core)
+        except (NotLeader, ConfigChangeRefused):
+            await asyncio.sleep(TICK_S)
+            continue
+        await _until(lambda g=leader: g.core.membership == done or not g.is_leader)
+        if leader.core.membership == done:
+            return

@@ -65,11 +65,13 @@ def test_entries_terms_kinds_and_hard_state_survive_a_reopen(tmp_path: Path) -> 
     async def scenario() -> None:
         storage = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL)
         await storage.append(written)
+        await storage.note_applied(written[:40])
         await storage.set_hard_state(HardState(3, "n2", 40))
         assert storage.entries(1, 56, 1 << 20) == written  # from the cache
         await storage.close()
         again = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL, load_bytes=100)
         assert again.initial_state() == HardState(3, "n2", 40)
+        assert again.applied_membership() == Membership(("n1", "n2", "n3"))
         assert (again.first_index(), again.last_index()) == (1, 55)
         assert [again.term(i) for i in (0, 1, 4, 5, 55)] == [0, 1, 2, 2, 3]
         with pytest.raises(EntriesUnavailable):
@@ -282,6 +284,8 @@ def test_only_a_term_or_vote_change_rewrites_the_state_file(tmp_path: Path) -> N
         written = state_file.read_bytes()
         await storage.set_hard_state(HardState(2, "n1", 7))  # the commit index alone
         assert state_file.read_bytes() == written  # no file replace (two fsyncs) for it
+        await storage.append(entries(1, [1] * 9))
+        await storage.note_applied(entries(1, [1] * 9))
         await storage.set_hard_state(HardState(3, None, 9))
         await storage.close()
         again = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL)
@@ -310,5 +314,45 @@ def test_a_load_asked_for_before_a_compaction_finds_nothing_to_load(tmp_path: Pa
         await storage.load()
         assert storage.wanted is None and storage.first_index() > 2
         await storage.close()
+
+    run(scenario())
+
+
+def test_the_applied_membership_survives_a_reopen_and_the_commit_never_passes_it(
+    tmp_path: Path,
+) -> None:
+    """A restarted replica must resume with the membership its log applied: a
+    change is written when applied, and the commit index written with a term
+    change never runs ahead of what was applied (a change below it would be
+    skipped on restart and never recorded)."""
+    added = Membership(("n1", "n2", "n3"), ("n4",))
+    promoted = Membership(("n1", "n2", "n3", "n4"))
+    log = [
+        Entry(1, 1, b"", NOOP),
+        *entries(2, [1, 1]),
+        Entry(4, 1, added.encode(), CONFIG),
+        *entries(5, [1, 1]),
+        Entry(7, 1, promoted.encode(), CONFIG),
+        *entries(8, [1]),
+    ]
+
+    async def scenario() -> None:
+        storage = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL)
+        assert storage.applied_membership() is None  # the group's first one holds
+        await storage.append(log)
+        await storage.note_applied(log[:5])  # up to 5: the learner was added
+        await storage.set_hard_state(HardState(2, "n1", 8))  # commit 8, applied 5
+        await storage.close()
+        again = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL)
+        # Resumes at 5 with the learner; 7's promotion is delivered again.
+        assert again.initial_state() == HardState(2, "n1", 5)
+        assert again.applied_membership() == added
+        await again.note_applied(log[4:8])
+        await again.close()
+        again = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL)
+        # The promotion was written when applied, with the commit it implies.
+        assert again.initial_state() == HardState(2, "n1", 7)
+        assert again.applied_membership() == promoted
+        await again.close()
 
     run(scenario())

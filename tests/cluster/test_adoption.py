@@ -1,0 +1,123 @@
+"""A move's learner: a shard opens a group on its leader's first message.
+
+`ShardReplication` over real partition logs; messages are handed to its host as
+an authenticated peer session would. Bounded: only leader messages, only
+partitions the metadata knows, at most `ADOPTED_MAX` groups waiting for their
+log to name this node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+import laminar.shards.replication as replication_module
+from laminar.cluster.auth import PeerAuth
+from laminar.cluster.members import ClusterView, Member
+from laminar.log import LogConfig, SyscallBackend
+from laminar.raft import Membership, Message
+from laminar.raft.messages import APPEND, HEARTBEAT, VOTE
+from laminar.shards.partitions import PartitionManager
+from laminar.shards.replication import ShardReplication
+from tests.cluster import test_raft_groups as groups
+
+CONFIG = LogConfig(segment_bytes=1 << 20, preallocate_bytes=0, flush="always")
+KNOWN = {(1 << 32) | i for i in range(8)}
+
+
+def _replication(tmp_path: Path) -> ShardReplication:
+    view = ClusterView(1, (Member("n4", "127.0.0.1", 1),))
+    partitions = PartitionManager(str(tmp_path), CONFIG, SyscallBackend(), owns=lambda pid: True)
+    replication = ShardReplication(
+        view, PeerAuth.from_secret("n4", None), 0, 1, partitions, 1 << 20, (2,)
+    )
+    replication.adopt_known(lambda pid: CONFIG if pid in KNOWN else None)
+    return replication
+
+
+def _from_leader(kind: str, pid_term: int = 3) -> Message:
+    return Message(kind, "n1", "n4", pid_term, 0, 0, commit=0)
+
+
+async def _settle(replication: ShardReplication) -> None:
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+        if not replication._opening:
+            return
+
+
+def test_a_leaders_message_opens_a_learner_only_for_a_known_partition(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        replication = _replication(tmp_path)
+        pid = min(KNOWN)
+        try:
+            replication.host.receive((9 << 32) | 1, _from_leader(APPEND))  # no such topic
+            replication.host.receive(pid + 1, _from_leader(VOTE))  # not from a leader
+            replication.host.receive(pid, _from_leader(HEARTBEAT))
+            await _settle(replication)
+            assert set(replication.replicas) == {pid}
+            core = replication.replicas[pid].group.core
+            # Not a voter: it cannot campaign before its log says who votes.
+            assert core.membership == Membership(("n1",), ("n4",))
+            assert replication.adoptions_refused == 1
+        finally:
+            await replication.close()
+
+    asyncio.run(scenario())
+
+
+def test_groups_opened_on_messages_are_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(replication_module, "ADOPTED_MAX", 3)
+
+    async def scenario() -> None:
+        replication = _replication(tmp_path)
+        try:
+            for pid in sorted(KNOWN):
+                replication.host.receive(pid, _from_leader(APPEND))
+                await _settle(replication)
+            assert len(replication.replicas) == 3
+            assert replication.adoptions_refused == len(KNOWN) - 3
+        finally:
+            await replication.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_learner_opened_on_a_message_catches_up_and_becomes_a_voter(tmp_path: Path) -> None:
+    """End to end over the fake network: n4 never held the partition; the
+    leader adds it as a learner, n4's shard opens the group on the first
+    append, catches up, is promoted, n3 is removed, and n4 holds every
+    acknowledged record."""
+
+    async def scenario(net: groups.FakeNetwork) -> None:
+        acked = [await groups._produce(net, b"before-%d" % n) for n in range(5)]
+        n4 = ShardReplication(
+            ClusterView(1, (Member("n4", "127.0.0.1", 1),)),
+            PeerAuth.from_secret("n4", None),
+            0,
+            1,
+            PartitionManager(str(tmp_path / "n4"), CONFIG, SyscallBackend(), owns=lambda p: True),
+            1 << 20,
+            (2,),
+        )
+        n4.adopt_known(lambda pid: CONFIG if pid == groups.PID else None)
+        n4.host.transport = net.transport("n4")
+        n4.host.tick_s = groups.TICK_S
+        n4.start()
+        net.hosts["n4"] = n4.host
+        nodes = groups.NODES
+        await groups._change(net, lambda c: c.add_learner("n4"), Membership(nodes, ("n4",)))
+        await groups._change(net, lambda c: c.promote_learner("n4"), Membership((*nodes, "n4")))
+        moved = Membership(("n1", "n2", "n4"))
+        await groups._change(net, lambda c: c.remove_node("n3"), moved)
+        acked.append(await groups._produce(net, b"after"))
+        await groups._until(lambda: n4.host.groups[groups.PID].committed_end > acked[-1][0])
+        assert n4.host.groups[groups.PID].core.membership == moved
+        values = [value for _, _, value in await groups._records(n4.host)]
+        assert values == [*(b"before-%d" % n for n in range(5)), b"after"]
+
+    groups._run(tmp_path, scenario)
