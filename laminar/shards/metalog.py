@@ -198,8 +198,13 @@ class MetadataService:
         )
         self._log = replica
         group = replica.group
-        # Ready once a leader is known and everything it committed is applied here.
-        while group.leader is None or self._applied_end < group.committed_end:
+        # Ready once a leader is known and everything it committed is applied
+        # here, and (over a compacted log) the first snapshot restored the state.
+        while (
+            group.leader is None
+            or self._applied_end < group.committed_end
+            or self.state.awaiting_snapshot
+        ):
             self._applied.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._applied.wait(), 0.05)

@@ -222,7 +222,9 @@ def test_a_restart_after_compaction_replays_from_the_snapshot_and_keeps_newer_to
         for node in nodes.values():
             await node.start()
         for node in nodes.values():
-            await _until(lambda n=node: n.service.is_ready and n.topics() == expected)
+            await _until(lambda n=node: n.service.is_ready)
+            assert {(t.name, t.topic_id) for t in kept} <= set(node.topics()), "ready, no state"
+            await _until(lambda n=node: n.topics() == expected)
             lowest = node.meta.lowest_index
             assert lowest > 0, f"{node.node_id}: the metadata log was not compacted"
             assert min(node.applied) > lowest, f"{node.node_id} replayed from {min(node.applied)}"
