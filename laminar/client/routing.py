@@ -222,11 +222,13 @@ class ClusterView:
         return replica_nodes(pid, weights, rf)
 
     def leader_of(self, pid: int) -> str:
-        """The node requests for `pid` go to: its known leader, else its first
-        replica that was not found unreachable lately."""
+        """The node requests for `pid` go to: its known leader (a node a
+        NOT_LEADER answer named, also one placement does not name: a move puts
+        the group on the nodes its committed membership names), else its
+        first replica that was not found unreachable lately."""
         replicas = self.replicas(pid)
         known = self.hints.leaders.get(pid)
-        if known in replicas:
+        if known is not None and known in self.nodes:
             return known
         now = time.monotonic()
         reachable = [n for n in replicas if self.hints.avoided.get(n, 0.0) <= now]
@@ -251,7 +253,8 @@ class ClusterView:
             pid = error.partition_id
             replicas = self.replicas(pid)
             asked = self.leader_of(pid)
-            self.hints.leaders[pid] = replicas[(replicas.index(asked) + 1) % len(replicas)]
+            after = replicas.index(asked) + 1 if asked in replicas else 0
+            self.hints.leaders[pid] = replicas[after % len(replicas)]
 
     def learn_leader(self, pid: int, leader: str | None) -> None:
         """A node named `leader` the leader of `pid`: route its writes there."""

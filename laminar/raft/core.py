@@ -20,12 +20,21 @@ Theory of operation (etcd raft's RawNode contract):
 - Membership changes are one step at a time and take effect when the
   application has applied them (`advance`); a leader proposes the next only
   after the previous one and its own no-op are applied.
+- A removed follower must learn that its removal committed (its shell then
+  deletes its files, and only then), yet the leader stops replicating to
+  non-members. So the leader keeps each removed node as a *departing* one:
+  tracked like a learner (it gets appends up to the removal, counts for
+  nothing) until `DEPARTING_TOLD` heartbeat rounds carried it a commit index
+  at or past its removal while it answered, or for at most
+  `DEPARTING_HEARTBEATS_MAX` rounds (a dead node never hears). A new leader
+  does not know them.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from typing import Final
 
 from .config import Membership, RaftConfig
 from .errors import (
@@ -74,6 +83,8 @@ EARLY_APPENDS_MAX = 64
 
 # Messages only a leader sends: receiving one at a higher term names the leader.
 _FROM_LEADER = frozenset({APPEND, HEARTBEAT, INSTALL, QUIESCE})
+DEPARTING_TOLD: Final = 3
+DEPARTING_HEARTBEATS_MAX: Final = 100
 
 
 class RaftCore(LeaderReplication):
@@ -93,6 +104,9 @@ class RaftCore(LeaderReplication):
         # at any retained index is known (an install carries it).
         self._memberships: list[tuple[int, Membership]] = [(self.log.applied, self.membership)]
         self._tracker = ProgressTracker(self.membership.voters, self.membership.learners)
+        # Leader: removed nodes still told their removal, by node: [removal
+        # index, heartbeats that carried a commit past it, heartbeats sent].
+        self._departing: dict[str, list[int]] = {}
         self._reads = ReadIndexQueue()
         self._msgs: list[Message] = []
         self._read_states: list[ReadState] = []
@@ -287,6 +301,7 @@ class RaftCore(LeaderReplication):
             and not self._reads.pending
             and not self._reads.waiting
             and not self.log.has_unstable()
+            and not self._departing  # heartbeats must still tell them
             and all(p.match == last for p in self._tracker.progress.values())
         )
         if not idle:
@@ -435,6 +450,8 @@ class RaftCore(LeaderReplication):
         self._transferee = None
         self._early.clear()
         self._tracker.votes = {}
+        self._departing = {}
+        self._tracker.learners = self.membership.learners
         self._tracker.reset(self.log.last_index() + 1)
         self._dropped_reads.extend(self._reads.reset())
         self._pending_conf_index = 0
@@ -669,9 +686,15 @@ class RaftCore(LeaderReplication):
         first = self.log.first_index()
         while len(history) > 1 and history[1][0] < first:
             del history[0]
+        if self.role == LEADER:
+            departing = self._departing
+            for node in set(self.membership.members) - set(new.members) - {self.id}:
+                departing[node] = [index, 0, 0]
+            for node in new.members:
+                departing.pop(node, None)
         self.membership = new
         known = set(self._tracker.progress)
-        self._tracker.set_members(new.voters, new.learners, self.log.last_index() + 1)
+        self._track_members()
         for node, progress in self._tracker.progress.items():
             if node not in known:
                 progress.force_send = True
@@ -685,6 +708,31 @@ class RaftCore(LeaderReplication):
         if self._maybe_commit():
             self._commit_advanced()
         self._bcast = True
+
+    def _track_members(self) -> None:
+        """Progress for the members and, on a leader, the departing nodes."""
+        m = self.membership
+        learners = m.learners + tuple(sorted(self._departing))
+        self._tracker.set_members(m.voters, learners, self.log.last_index() + 1)
+
+    def _tell_departing(self) -> None:
+        """After a heartbeat round: count the rounds in which a departing node
+        was sent a commit index past its removal and had answered something
+        since the previous round (it is reachable), and stop tracking those
+        told enough (or never reached)."""
+        done = []
+        for node, told in self._departing.items():
+            told[2] += 1
+            progress = self._tracker.progress[node]
+            if progress.sent_commit >= told[0] and progress.recent_active:
+                told[1] += 1
+            progress.recent_active = False  # it counts for no quorum: only for this
+            if told[1] >= DEPARTING_TOLD or told[2] >= DEPARTING_HEARTBEATS_MAX:
+                done.append(node)
+        if done:
+            for node in done:
+                del self._departing[node]
+            self._track_members()
 
     # -- helpers ----------------------------------------------------------------------------
 

@@ -39,6 +39,9 @@ class LeaderReplication:
     _memberships: list[tuple[int, Membership]]
     _bcast: bool
     _transferee: str | None
+    _departing: dict[str, list[int]]
+
+    def _tell_departing(self) -> None: ...
 
     def _step_leader(self, m: Message) -> None:
         progress = self._tracker.progress.get(m.src)
@@ -137,6 +140,8 @@ class LeaderReplication:
                     Message(HEARTBEAT, self.id, node, self.term, commit=sent, context=context)
                 )
                 progress.sent_commit = sent
+        if self._departing:
+            self._tell_departing()
 
     def _flush_appends(self) -> None:
         """Send each follower what it lacks (batched), within its flow control."""

@@ -226,6 +226,11 @@ class PartitionManager:
                 removed += 1
         return removed
 
+    async def remove_partition(self, pid: int) -> bool:
+        """Close and delete one partition (a replica its group removed)."""
+        await self.close_partition(pid)
+        return self._remove_dir(pid)
+
     def remove_orphans(
         self, live_topic_ids: Iterable[int], next_topic_id: int, *, quiet: bool = False
     ) -> int:

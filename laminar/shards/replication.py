@@ -16,6 +16,12 @@ node, holds the shard's Raft members of those partitions:
   partition the metadata knows (`adopt_known`) and only while fewer than
   `ADOPTED_MAX` groups opened that way are still waiting for their log to
   name this node a member (a peer cannot make a shard open unbounded groups);
+- a replica its group removed deletes its files, but only once the removal
+  is committed: its own log applied a membership without this node (the
+  leader tells a removed node the commit; `RaftCore`'s departing nodes). It
+  waits `RETIRE_AFTER_S` with nothing more applied first: a learner catching
+  up replays old changes, and one that removed this node before it was added
+  again must not delete the replica being built;
 - a request for a partition this node holds no replica of gets NOT_LEADER
   naming the partition's first replica, so a client that routed with stale
   metadata learns where to go;
@@ -57,6 +63,8 @@ timeout is 1-2 s; a transfer the core abandons is left to an election)."""
 METADATA_VOTERS_MAX: Final = 7
 """Every node of a static cluster votes on metadata; SWIM placement will choose 3."""
 
+RETIRE_AFTER_S: Final = 10.0
+"""How long a removed replica applies nothing more before its files go."""
 ADOPTED_MAX: Final = 64
 """Groups opened on a leader's message whose log does not name this node yet."""
 LEADER_KINDS: Final = frozenset({APPEND, INSTALL, HEARTBEAT})
@@ -104,9 +112,45 @@ class ShardReplication:
         self._adopted: set[int] = set()
         """Groups opened on a leader's message, until their log names this node."""
         self.adoptions_refused = 0
+        self._removed: dict[int, tuple[float, int]] = {}
+        """Groups whose applied membership left this node out: (since, applied then)."""
+        self.retired = 0
+        self._retirer: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self.host.start()
+        self._retirer = asyncio.get_running_loop().create_task(self._retire_forever())
+
+    async def _retire_forever(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                await self.retire_removed(time.monotonic())
+            except Exception:
+                logger.exception("retiring removed replicas failed")
+
+    async def retire_removed(self, now: float) -> list[int]:
+        """Delete the replicas whose removal this node's log applied (committed)
+        and that applied nothing more for `RETIRE_AFTER_S`; their pids."""
+        retired = []
+        for pid, replica in list(self.replicas.items()):
+            recorded = replica.group.storage.applied_membership()
+            if recorded is None or self.node_id in recorded.members:
+                self._removed.pop(pid, None)
+                continue
+            applied = replica.group.core.log.applied
+            since, seen = self._removed.get(pid, (now, applied))
+            if seen != applied:
+                since, seen = now, applied
+            self._removed[pid] = (since, seen)
+            if now - since >= RETIRE_AFTER_S:
+                await self.close_group(pid)
+                await self.partitions.remove_partition(pid)
+                self._removed.pop(pid, None)
+                self.retired += 1
+                retired.append(pid)
+                logger.info("partition %d: removed from its group; its files are deleted", pid)
+        return retired
 
     # -- placement ---------------------------------------------------------------
 
@@ -114,16 +158,30 @@ class ShardReplication:
         return self.view.replicas(pid, replication_factor)
 
     def holds(self, pid: int, replication_factor: int) -> bool:
-        """True if this node holds a replica of `pid` (on whichever shard)."""
+        """True if this node holds a replica of `pid` (on whichever shard): a
+        member of its group as this node's log applied it, once the group is
+        open here (moves make that differ from placement); else placement's."""
+        replica = self.replicas.get(pid)
+        if replica is not None:
+            return self.node_id in replica.group.core.membership.members
         return self.node_id in self.replica_nodes(pid, replication_factor)
 
     def not_here(self, pid: int, replication_factor: int) -> RequestError:
-        """The refusal for a partition this node holds no replica of."""
-        nodes = self.replica_nodes(pid, replication_factor)
+        """The refusal for a partition this node holds no replica of: a node
+        that left the group names its voters and the leader it last knew;
+        any other names placement's replicas."""
+        replica = self.replicas.get(pid)
+        if replica is not None:
+            core = replica.group.core
+            nodes = list(core.membership.voters)
+            leader = core.leader if core.leader in nodes else nodes[0]
+        else:
+            nodes = self.replica_nodes(pid, replication_factor)
+            leader = nodes[0]
         return RequestError(
             ErrorCode.NOT_LEADER,
             f"node {self.node_id} holds no replica of partition {pid}; nodes {nodes} do",
-            leader=nodes[0],
+            leader=leader,
         )
 
     # -- groups ------------------------------------------------------------------
@@ -278,6 +336,8 @@ class ShardReplication:
             )
 
     async def close(self) -> None:
+        if self._retirer is not None:
+            self._retirer.cancel()
         for task in list(self._sessions):
             task.cancel()
         await self.host.close()

@@ -429,13 +429,16 @@ class Shard:
 
     async def _open_replicas(self, replication: ShardReplication, topic: TopicInfo) -> None:
         """Open this shard's members of a replicated topic's groups, so followers
-        vote and take appends before any client names the partition."""
+        vote and take appends before any client names the partition: those
+        placement names, and those a move gave this node (its files are here;
+        the group's recorded membership says what it is now)."""
         rf = topic.replication_factor
         if rf < 2:
             return
         config = log_config(self.partitions.config, topic.config)
         for pid in self._owned_pids(topic):
-            if replication.holds(pid, rf) and self.metadata.state.by_id(topic.topic_id):
+            held = replication.holds(pid, rf) or os.path.isdir(self.partitions.directory(pid))
+            if held and self.metadata.state.by_id(topic.topic_id):
                 try:
                     await replication.ensure_open(pid, replication.replica_nodes(pid, rf), config)
                 except Exception:

@@ -111,7 +111,7 @@ def test_partition_for_key_is_stable_and_spread() -> None:
 
 
 def _cluster_view() -> ClusterView:
-    nodes = tuple(NodeInfo(f"n{i}", f"10.0.0.{i}", 7070, (7071,)) for i in (1, 2, 3))
+    nodes = tuple(NodeInfo(f"n{i}", f"10.0.0.{i}", 7070, (7071,)) for i in (1, 2, 3, 4))
     meta = MetadataResponse(
         "n1", "10.0.0.1", 7070, "userspace", (ShardInfo(0, "10.0.0.1", 7071),),
         (TopicInfo("events", 7, 4, replication_factor=3),), None, nodes,
@@ -133,3 +133,16 @@ def test_refusals_teach_where_a_partitions_writes_go_next() -> None:
     assert view.leader_of(pid) == replicas[0]
     view.learn(NotLeaderError("election", leader=None, partition_id=pid))
     assert view.leader_of(pid) == replicas[0]  # no one named: stay
+
+
+def test_a_leader_placement_does_not_name_is_followed_after_a_move() -> None:
+    """A move puts a partition's group on nodes placement does not name (its
+    committed membership decides): a NOT_LEADER naming such a node is followed."""
+    view = _cluster_view()
+    pid = partition_id(7, 2)
+    replicas = view.replicas(pid)
+    moved = next(n for n in view.nodes if n not in replicas)
+    view.learn(NotLeaderError("not me", leader=moved, partition_id=pid))
+    assert view.leader_of(pid) == moved
+    view.learn(NotEnoughReplicasError("cut off", partition_id=pid))
+    assert view.leader_of(pid) == replicas[0]

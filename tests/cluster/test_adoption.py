@@ -9,6 +9,8 @@ log to name this node.
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -18,9 +20,10 @@ from laminar.cluster.auth import PeerAuth
 from laminar.cluster.members import ClusterView, Member
 from laminar.log import LogConfig, SyscallBackend
 from laminar.raft import Membership, Message
-from laminar.raft.messages import APPEND, HEARTBEAT, VOTE
+from laminar.raft.messages import APPEND, APPEND_RESP, HEARTBEAT, VOTE
 from laminar.shards.partitions import PartitionManager
 from laminar.shards.replication import ShardReplication
+from laminar.wire import ErrorCode
 from tests.cluster import test_raft_groups as groups
 
 CONFIG = LogConfig(segment_bytes=1 << 20, preallocate_bytes=0, flush="always")
@@ -87,6 +90,27 @@ def test_groups_opened_on_messages_are_bounded(
     asyncio.run(scenario())
 
 
+def _n4(tmp_path: Path, net: groups.FakeNetwork) -> ShardReplication:
+    """Node n4's shard on the fake network; placement over its view never
+    names n4 (its weight is tiny), and it knows partition `groups.PID`."""
+    members = [Member(n, "127.0.0.1", 1) for n in groups.NODES]
+    n4 = ShardReplication(
+        ClusterView(1, (*members, Member("n4", "127.0.0.1", 1, weight=1e-9))),
+        PeerAuth.from_secret("n4", None),
+        0,
+        1,
+        PartitionManager(str(tmp_path / "n4"), CONFIG, SyscallBackend(), owns=lambda p: True),
+        1 << 20,
+        (2,),
+    )
+    n4.adopt_known(lambda pid: CONFIG if pid == groups.PID else None)
+    n4.host.transport = net.transport("n4")
+    n4.host.tick_s = groups.TICK_S
+    n4.start()
+    net.hosts["n4"] = n4.host
+    return n4
+
+
 def test_a_learner_opened_on_a_message_catches_up_and_becomes_a_voter(tmp_path: Path) -> None:
     """End to end over the fake network: n4 never held the partition; the
     leader adds it as a learner, n4's shard opens the group on the first
@@ -95,21 +119,10 @@ def test_a_learner_opened_on_a_message_catches_up_and_becomes_a_voter(tmp_path: 
 
     async def scenario(net: groups.FakeNetwork) -> None:
         acked = [await groups._produce(net, b"before-%d" % n) for n in range(5)]
-        n4 = ShardReplication(
-            ClusterView(1, (Member("n4", "127.0.0.1", 1),)),
-            PeerAuth.from_secret("n4", None),
-            0,
-            1,
-            PartitionManager(str(tmp_path / "n4"), CONFIG, SyscallBackend(), owns=lambda p: True),
-            1 << 20,
-            (2,),
-        )
-        n4.adopt_known(lambda pid: CONFIG if pid == groups.PID else None)
-        n4.host.transport = net.transport("n4")
-        n4.host.tick_s = groups.TICK_S
-        n4.start()
-        net.hosts["n4"] = n4.host
+        n4 = _n4(tmp_path, net)
         nodes = groups.NODES
+        assert not n4.holds(groups.PID, 3)
+        assert n4.not_here(groups.PID, 3).leader in nodes
         await groups._change(net, lambda c: c.add_learner("n4"), Membership(nodes, ("n4",)))
         await groups._change(net, lambda c: c.promote_learner("n4"), Membership((*nodes, "n4")))
         moved = Membership(("n1", "n2", "n4"))
@@ -117,7 +130,48 @@ def test_a_learner_opened_on_a_message_catches_up_and_becomes_a_voter(tmp_path: 
         acked.append(await groups._produce(net, b"after"))
         await groups._until(lambda: n4.host.groups[groups.PID].committed_end > acked[-1][0])
         assert n4.host.groups[groups.PID].core.membership == moved
+        assert n4.holds(groups.PID, 3)  # its group's membership, not placement, says so
         values = [value for _, _, value in await groups._records(n4.host)]
         assert values == [*(b"before-%d" % n for n in range(5)), b"after"]
+
+    groups._run(tmp_path, scenario)
+
+
+def test_a_removed_replica_deletes_its_files_only_once_its_removal_is_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """n4 (a learner) holds the removal entry while no voter's acknowledgement
+    reaches the leader: not committed, its files stay however long it waits.
+    Once the voters' answers pass, the removal commits, the leader tells n4,
+    and n4 deletes its replica (and then names the voters when asked)."""
+    monkeypatch.setattr(replication_module, "RETIRE_AFTER_S", 0.2)
+
+    async def scenario(net: groups.FakeNetwork) -> None:
+        await groups._produce(net, b"x")
+        n4 = _n4(tmp_path, net)
+        nodes = groups.NODES
+        await groups._change(net, lambda c: c.add_learner("n4"), Membership(nodes, ("n4",)))
+        await groups._until(lambda: groups.PID in n4.replicas)
+        directory = n4.partitions.directory(groups.PID)
+        leader = await groups._until(lambda: groups._leader(net))
+        voters_answer = {n for n in nodes if n != leader.core.id}
+        net.lose = lambda src, dst, m: src in voters_answer and m.kind == APPEND_RESP
+        index = leader.core.remove_node("n4")
+        n4_log = n4.partitions.directory(groups.PID)
+        await groups._until(lambda: n4.host.groups[groups.PID].storage.last_index() >= index)
+        await asyncio.sleep(1.5)  # the retirer runs every second, too
+        await n4.retire_removed(time.monotonic() + 60)
+        assert os.path.isdir(n4_log) and groups.PID in n4.replicas  # not before
+        # The removal commits while n4 hears nothing; the leader still tells it after.
+        net.cut.add("n4")
+        net.lose = lambda src, dst, m: False
+        await groups._until(lambda: leader.core.membership == Membership(nodes))
+        await asyncio.sleep(groups.TICK_S * 5)
+        assert os.path.isdir(n4_log)
+        net.cut.clear()
+        await groups._until(lambda: not os.path.isdir(directory), timeout_s=30)
+        assert groups.PID not in n4.replicas and n4.retired == 1
+        refusal = n4.not_here(groups.PID, 3)
+        assert refusal.code is ErrorCode.NOT_LEADER and refusal.leader in nodes
 
     groups._run(tmp_path, scenario)

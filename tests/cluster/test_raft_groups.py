@@ -45,6 +45,8 @@ class FakeNetwork:
         self.heard: dict[str, float] = {}
         self.drop_appends = False
         """Lose every append (heartbeats still pass: nobody holds an election)."""
+        self.lose: Callable[[str, str, Message], bool] = lambda src, dst, message: False
+        """Lose the messages this says (src, dst, message) to lose."""
         self.links: set[frozenset[str]] | None = None
         """When set, only these pairs of nodes hear each other."""
 
@@ -62,7 +64,7 @@ class _Link:
             return
         if net.links is not None and frozenset((self.me, node_id)) not in net.links:
             return
-        if net.drop_appends and message.kind == APPEND:
+        if (net.drop_appends and message.kind == APPEND) or net.lose(self.me, node_id, message):
             return
         host = net.hosts[node_id]
 

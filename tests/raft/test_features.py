@@ -26,6 +26,7 @@ from laminar.raft import (
     RaftError,
     ReadyOutstanding,
 )
+from laminar.raft.core import DEPARTING_TOLD
 from laminar.raft.messages import HEARTBEAT, INSTALL, QUIESCE
 
 from .harness import Cluster
@@ -243,6 +244,27 @@ def test_removing_the_leader_makes_it_step_down_and_the_rest_elect_a_new_one() -
     assert cluster.data(other)[-1] == b"without n1"
     cluster.tick(50)
     assert leader.role == FOLLOWER  # a removed node never campaigns
+
+
+def test_a_removed_follower_learns_that_its_removal_committed() -> None:
+    """Its shell deletes its files on that news (and only on it), so the leader
+    keeps telling it (appends up to the removal, then heartbeats carrying the
+    commit) before it forgets the node."""
+    cluster = Cluster(3)
+    leader = cluster.elect("n1")
+    cluster.isolate("n3")
+    index = leader.remove_node("n3")
+    cluster.tick(3)
+    assert leader.status().voters == ("n1", "n2")  # committed by n1 and n2 alone
+    assert cluster.cores["n3"].status().voters == ("n1", "n2", "n3")
+    cluster.heal()
+    cluster.tick(3)
+    removed = cluster.cores["n3"].status()
+    assert removed.voters == ("n1", "n2") and removed.applied >= index
+    cluster.tick(DEPARTING_TOLD + 1)
+    assert "n3" not in leader.status().progress  # told enough: forgotten
+    cluster.tick(50)
+    assert cluster.cores["n3"].role == FOLLOWER  # a removed node never campaigns
 
 
 def test_membership_changes_are_one_step_at_a_time() -> None:
