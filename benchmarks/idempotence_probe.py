@@ -46,8 +46,8 @@ def main() -> None:
     with (
         tempfile.TemporaryDirectory() as tmp,
         start_node(Path(tmp), 1) as node,
-        Client(node.bootstrap) as plain,
-        Client(node.bootstrap, idempotent=True) as idem,
+        Client(node.bootstrap, idempotent=False) as plain,
+        Client(node.bootstrap) as idem,  # idempotent: the client's default
     ):
         plain.create_topic("t", partitions=1)
         for r in range(args.rounds):

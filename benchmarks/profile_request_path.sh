@@ -4,7 +4,8 @@
 # 64 one-record produces in flight. Prints, per process, its CPU (cores) and
 # the functions with the most samples (self time); the raw collapsed stacks
 # stay in $OUT for flame graphs. Knobs: PARTITIONS (1), INFLIGHT (64),
-# SECONDS (6), OUT (benchmarks/out/profile).
+# SECONDS (6), OUT (benchmarks/out/profile), PLAIN (unset: idempotent produces,
+# the client's default; PLAIN=1: plain ones).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,7 +26,7 @@ for _ in $(seq 100); do [[ -f "$OUT/data/run/node.json" ]] && break; sleep 0.1; 
 shards=$(pgrep -P "$node" | tr '\n' ' ')
 
 "$PY" benchmarks/request_probe.py "127.0.0.1:$PORT" --partitions "$PARTITIONS" \
-    --inflight "$INFLIGHT" --seconds $((SECONDS_ + 3)) >"$OUT/probe.txt" &
+    --inflight "$INFLIGHT" --seconds $((SECONDS_ + 3)) ${PLAIN:+--plain} >"$OUT/probe.txt" &
 probe=$!
 sleep 1.5
 spies=()

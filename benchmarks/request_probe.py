@@ -1,7 +1,7 @@
 """One record per produce request, N in flight on one AsyncClient: the request path alone.
 
     .venv/bin/python benchmarks/request_probe.py HOST:PORT [--partitions 1]
-        [--inflight 64] [--seconds 5] [--topic probe]
+        [--inflight 64] [--seconds 5] [--topic probe] [--plain]
 
 Prints records/s and the client process's CPU (cores). Used by
 `benchmarks/profile_request_path.sh` (py-spy on the client and the shards)
@@ -20,8 +20,10 @@ import time
 from laminar.client import AsyncClient, TopicExistsError
 
 
-async def probe(address: str, topic: str, partitions: int, inflight: int, seconds: float) -> None:
-    async with AsyncClient(address) as client:
+async def probe(
+    address: str, topic: str, partitions: int, inflight: int, seconds: float, idempotent: bool
+) -> None:
+    async with AsyncClient(address, idempotent=idempotent) as client:
         with contextlib.suppress(TopicExistsError):
             await client.create_topic(topic, partitions)
         value = os.urandom(1024)
@@ -41,7 +43,8 @@ async def probe(address: str, topic: str, partitions: int, inflight: int, second
         elapsed = time.perf_counter() - t0
         cpu = (time.process_time() - cpu0) / elapsed
     print(
-        f"partitions={partitions} inflight={inflight} {done / elapsed:,.0f} rec/s "
+        f"partitions={partitions} inflight={inflight} idempotent={idempotent} "
+        f"{done / elapsed:,.0f} rec/s "
         f"client_cpu={cpu:.2f}",
         flush=True,
     )
@@ -54,8 +57,13 @@ def main() -> None:
     parser.add_argument("--inflight", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--topic", default="probe")
+    parser.add_argument("--plain", action="store_true", help="produce without idempotence")
     args = parser.parse_args()
-    asyncio.run(probe(args.address, args.topic, args.partitions, args.inflight, args.seconds))
+    asyncio.run(
+        probe(
+            args.address, args.topic, args.partitions, args.inflight, args.seconds, not args.plain
+        )
+    )
 
 
 if __name__ == "__main__":

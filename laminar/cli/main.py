@@ -102,7 +102,10 @@ def _run(args: argparse.Namespace) -> int:
         code: int = asyncio.run(run_async(args))
         return code
     retry = RetryPolicy(budget_s=min(args.timeout, RetryPolicy().budget_s))
-    with Client(args.bootstrap, timeout_s=args.timeout, retry=retry) as client:
+    idempotent = getattr(args, "idempotent", True)  # `produce --no-idempotence`
+    with Client(
+        args.bootstrap, timeout_s=args.timeout, retry=retry, idempotent=idempotent
+    ) as client:
         code = args.run(client, args)
         return code
 

@@ -5,7 +5,8 @@ as they are). From a pipe, lines are sent in batches (one request per
 `--batch` lines); from a terminal, each line is sent as soon as it is typed.
 Without --partition, a record with --key goes to the partition its key
 hashes to (always the same one), and a record without a key to partition 0,
-so the order of the lines is kept.
+so the order of the lines is kept. Batches are idempotent (the client's
+default): one whose answer is lost is sent again and appended once.
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         default=DEFAULT_BATCH,
         metavar="N",
         help=f"records per request when reading a pipe (default {DEFAULT_BATCH})",
+    )
+    parser.add_argument(
+        "--no-idempotence",
+        dest="idempotent",
+        action="store_false",
+        help="send plain produces: a batch whose answer is lost is not resent (exit 4) "
+        "instead of resent and appended once",
     )
     parser.set_defaults(run=produce)
 

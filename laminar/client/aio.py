@@ -70,7 +70,7 @@ class AsyncClient:
         retry: RetryPolicy | None = None,
         max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
         read_from: str = "leader",
-        idempotent: bool = False,
+        idempotent: bool = True,
     ) -> None:
         if read_from not in ("leader", "follower"):
             raise ValueError(f"read_from is 'leader' or 'follower', not {read_from!r}")
@@ -130,9 +130,10 @@ class AsyncClient:
         producer_id: int | None = None,
         sequence: int | None = None,
     ) -> int:
-        """Append records durably; the index of the first. Never retried once
-        sent (a lost answer raises `OutcomeUnknownError`) unless idempotent: see
-        `Client.produce` for `producer_id` and `sequence`."""
+        """Append records durably; the index of the first. Idempotent and
+        retried by default; with `AsyncClient(idempotent=False)` never retried
+        once sent (a lost answer raises `OutcomeUnknownError`): see
+        `Client.produce`, also for `producer_id` and `sequence`."""
         sequences = self._sequences if self.idempotent else None
         call = produce_call(
             sequences, topic, partition, values, keys, headers, producer_id, sequence

@@ -26,6 +26,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from laminar.wire import PRODUCER_HEADER
+from laminar.wire.records import STAMP_ONLY_PREFIX, STAMP_ONLY_VALUE_START
 from laminar.wire.writes import WRITE_HEADER
 
 _ENTRY: Final = np.dtype([("index", ">u8"), ("timestamp_ms", ">u8"), ("length", ">u4")])
@@ -34,6 +35,9 @@ _HAS_HEADERS: Final = 0x02
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
 _SYSTEM_HEADERS: Final = frozenset({PRODUCER_HEADER, WRITE_HEADER})
 """Stamps laminar puts on records (idempotent producers, atomic writes): not data."""
+_STAMP_MAP_AT: Final = 5
+"""Where a stamp-only blob's headers map begins (after attrs and its length)."""
+_STAMP_MAP: Final = np.frombuffer(STAMP_ONLY_PREFIX[_STAMP_MAP_AT:], np.uint8)
 
 HEADERS_TYPE: Final = pa.map_(pa.string(), pa.binary())
 ARROW_SCHEMA: Final = pa.schema(
@@ -121,9 +125,22 @@ def _decode_sections(
     key = _gather(buf, key_start, key_end, has_key)
     value = _gather(buf, pos, ends)
     headers_list: list[list[tuple[str, bytes]] | None] = [None] * len(starts)
-    for i in np.flatnonzero(has_headers).tolist():
+    shown = has_headers & ~_stamp_only(buf, headers_start, headers_end)
+    for i in np.flatnonzero(shown).tolist():
         headers_list[i] = _headers(payload[int(headers_start[i]) : int(headers_end[i])])
     return key, value, pa.array(headers_list, type=HEADERS_TYPE)
+
+
+def _stamp_only(buf: Bytes, headers_start: Ints, headers_end: Ints) -> npt.NDArray[np.bool_]:
+    """Which records' headers are the producer stamp alone (nothing to show),
+    told in bulk: the map up to the stamp's 20 bytes is the same every time."""
+    size = STAMP_ONLY_VALUE_START - _STAMP_MAP_AT
+    candidate: npt.NDArray[np.bool_] = headers_end - headers_start == size
+    if not candidate.any():
+        return candidate
+    at = np.where(candidate, headers_start, 0)[:, None] + np.arange(len(_STAMP_MAP))
+    matches: npt.NDArray[np.bool_] = (buf[at] == _STAMP_MAP).all(axis=1)
+    return candidate & matches
 
 
 def _section(

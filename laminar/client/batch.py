@@ -16,8 +16,10 @@ pays for objects it never uses; `fetch_batch()` returns this instead:
 The answer's layout (`laminar.wire.records`): a count, a table of (index,
 timestamp_ms, blob length), then the blobs back to back; a blob is an attrs
 byte, an optional key, optional headers, then the value. Bare values (attrs
-0, the common case) are located with C-level loops, no Python per record;
-blobs with keys or headers are parsed one by one. Lengths are checked once,
+0, the common case, or a value whose only header is the producer stamp an
+idempotent produce puts on a batch's first record) are located with C-level
+loops, no Python per record; blobs with keys or headers are parsed one by
+one. The stamp is laminar's bookkeeping, never shown as a header. Lengths are checked once,
 when the batch is made: a batch that exists adds up.
 """
 
@@ -30,8 +32,13 @@ from typing import TYPE_CHECKING, Final
 
 from laminar.client.errors import ProtocolViolationError
 from laminar.client.results import Record, expect
-from laminar.wire import FetchResponse, Flags, Frame, Op, ProtocolError, decode_record
-from laminar.wire.records import HAS_HEADERS, HAS_KEY, unpack_fetch_columns
+from laminar.wire import FetchResponse, Flags, Frame, Op, ProtocolError, decode_user_record
+from laminar.wire.records import (
+    HAS_HEADERS,
+    HAS_KEY,
+    simple_value_starts,
+    unpack_fetch_columns,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -64,9 +71,12 @@ class RecordBatch:
         starts: list[int],
         ends: list[int],
         value_starts: list[int] | None = None,
+        *,
+        simple: bool = False,
     ) -> None:
         """Records whose blobs are `payload[starts[i]:ends[i]]`; `value_starts`
-        None means every blob is a bare value (attrs byte 0)."""
+        None means every blob is a bare value (attrs byte 0); `simple`, that
+        each is a bare value, perhaps stamped (no key, no headers to show)."""
         self.partition = partition
         """The partition (its number in the topic) the records come from."""
         self.indexes = indexes
@@ -74,7 +84,7 @@ class RecordBatch:
         self._payload = payload
         self._starts = starts
         self._ends = ends
-        self._bare = value_starts is None
+        self._bare = value_starts is None or simple
         self._value_starts = (
             list(map((1).__add__, starts)) if value_starts is None else value_starts
         )
@@ -109,10 +119,9 @@ class RecordBatch:
             )
         ends = starts[1:]
         del starts[-1]
-        if 0 not in sizes:
-            attrs = bytes(map(payload.__getitem__, starts))
-            if attrs.count(0) == count:  # all bare values: each starts after its attrs byte
-                return cls(partition, payload, indexes, stamps, starts, ends)
+        simple = simple_value_starts(payload, starts, sizes)
+        if simple is not None:  # bare values, some stamped: located in bulk
+            return cls(partition, payload, indexes, stamps, starts, ends, simple, simple=True)
         value_starts = [_value_start(payload, s, e) for s, e in zip(starts, ends, strict=True)]
         return cls(partition, payload, indexes, stamps, starts, ends, value_starts)
 
@@ -145,7 +154,7 @@ class RecordBatch:
             self.indexes, self.timestamps_ms, self._starts, self._ends, strict=True
         ):
             try:
-                value, key, headers = decode_record(payload[start:end])
+                value, key, headers = decode_user_record(payload[start:end])
             except ProtocolError as exc:
                 raise _bad(exc.message) from exc
             yield tuple.__new__(Record, (index, stamp, value, key, headers))

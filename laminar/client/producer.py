@@ -1,13 +1,13 @@
 """Idempotent produce without bookkeeping: a producer id and sequences per partition.
 
-With `Client(idempotent=True)` (as Kafka's producer since 3.0, not yet laminar's
-default: the stamp travels in the first record's headers, which consumers see)
-each (topic, partition) a client writes to gets a random 64-bit producer id,
+By default (as Kafka's producer since 3.0; `Client(idempotent=False)` opts
+out) each (topic, partition) a client writes to gets a random 64-bit producer id,
 and its records are numbered 0, 1, 2, ... in the order produce calls are
 made, so a batch sent again after a lost answer, a leader change or a shard
 restart is appended once (`laminar.shards.idempotence` decides on the node).
 Pipelined calls keep working: the node places a producer's batches in the
-order they arrive.
+order they arrive. The stamp travels in the first record's `laminar.producer`
+header, which the clients' reads leave out (`decode_user_record`).
 
 A produce that fails for good leaves a hole in the numbers, which the node
 would refuse every later batch for. The partition then starts over under a

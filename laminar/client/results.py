@@ -29,9 +29,9 @@ from laminar.wire import (
     Op,
     ProtocolError,
     TopicInfo,
-    decode_record,
+    decode_user_record,
 )
-from laminar.wire.records import unpack_fetch_columns
+from laminar.wire.records import simple_value_starts, unpack_fetch_columns
 
 M = TypeVar("M", bound=Message)
 
@@ -89,12 +89,13 @@ def fetched_records(frame: Frame) -> list[Record]:
         return []
     indexes, stamps, sizes = unpack_fetch_columns(payload, count)
     starts = list(accumulate(sizes, initial=table_end))
-    if starts[-1] == len(payload) and 0 not in sizes:
-        attrs = bytes(map(payload.__getitem__, starts[:-1]))
-        if attrs.count(0) == count:
-            # Every record is a bare value (no key, no headers): slice them all
-            # with C-level loops, no Python per record.
-            values = map(payload.__getitem__, map(slice, map((1).__add__, starts), starts[1:]))
+    if starts[-1] == len(payload):
+        ends = starts[1:]
+        value_starts = simple_value_starts(payload, starts[:-1], sizes)
+        if value_starts is not None:
+            # Every record is a bare value (no key, no headers but the producer
+            # stamp): slice them all with C-level loops, no Python per record.
+            values = map(payload.__getitem__, map(slice, value_starts, ends))
             rows = zip(indexes, stamps, values, repeat(None), repeat(None), strict=False)
             return list(map(tuple.__new__, repeat(Record), rows))
     return _fetched_one_by_one(payload, table_end)
@@ -114,7 +115,7 @@ def _fetched_one_by_one(payload: bytes, table_end: int) -> list[Record]:
             append(_new_tuple(Record, (index, timestamp_ms, payload[pos + 1 : end], None, None)))
         else:
             try:
-                value, key, headers = decode_record(payload[pos:end])
+                value, key, headers = decode_user_record(payload[pos:end])
             except ProtocolError as exc:
                 raise _bad_fetch(exc.message) from exc
             append(_new_tuple(Record, (index, timestamp_ms, value, key, headers)))

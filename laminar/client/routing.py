@@ -8,10 +8,12 @@ where a partition lives, and the same code serves the sync and async clients.
 In a cluster the metadata also lists the nodes: a partition's replicas are the
 top `replication_factor` of them by weighted rendezvous
 (`laminar.placement.replica_nodes`), and requests go to the partition's leader,
-on the shard that owns the partition on that node. Leaders are not in the
-metadata: the client starts at the first replica and learns the leader from
-NOT_LEADER answers, which name it (`ClusterView.learn`; the cache
-survives metadata refreshes).
+on the shard that owns the partition on that node. The metadata names the
+leaders of the partitions the answering node hosts (`MetadataResponse.leaders`),
+so produces go straight to them; for the others the client starts at the
+first replica and learns the leader from NOT_LEADER answers, which name it
+(`ClusterView.learn`; the cache survives metadata refreshes, and a refresh's
+leaders replace what it held).
 """
 
 from __future__ import annotations
@@ -146,12 +148,16 @@ class ClusterView:
             raise ValueError(f"metadata shard ids must be 0..N-1, got {ids}")
         addresses = tuple(_reachable(s, reached_at[0]) for s in shards)
         nodes = {n.node_id: n for n in metadata.nodes}
+        hints = hints if hints is not None else RouteHints()
+        for pid, leader in metadata.leaders:  # fresher than what answers taught earlier
+            if leader in nodes:
+                hints.leaders[pid] = leader
         return cls(
             metadata,
             {t.name: t for t in metadata.topics},
             addresses,
             nodes,
-            hints if hints is not None else RouteHints(),
+            hints,
         )
 
     @property

@@ -152,7 +152,7 @@ class Client:
         retry: RetryPolicy | None = None,
         max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
         read_from: str = "leader",
-        idempotent: bool = False,
+        idempotent: bool = True,
     ) -> None:
         if read_from not in ("leader", "follower"):
             raise ValueError(f"read_from is 'leader' or 'follower', not {read_from!r}")
@@ -208,14 +208,15 @@ class Client:
         sequence: int | None = None,
     ) -> int:
         """Append `values` (with optional per-record `keys` and `headers`) to a
-        partition, durably; return the index of the first. A plain produce is
-        never retried once sent: a lost answer raises `OutcomeUnknownError`.
-        Idempotent produces are retried (the node appends each sequence once):
-        with `Client(idempotent=True)` the client numbers each partition's
-        records itself (`laminar.client.producer`); or name the producer with
-        `producer_id` and the `sequence` of the first value (per producer and
-        partition: 0, then the count sent so far). A batch sent again returns
-        its original index (or raises `DuplicateSequenceError` once forgotten)."""
+        partition, durably; return the index of the first. Produces are
+        idempotent by default and retried (the node appends each sequence
+        once): the client numbers each partition's records itself
+        (`laminar.client.producer`); or name the producer with `producer_id`
+        and the `sequence` of the first value (per producer and partition: 0,
+        then the count sent so far). A batch sent again returns its original
+        index (or raises `DuplicateSequenceError` once forgotten). With
+        `Client(idempotent=False)` a produce is plain: never retried once
+        sent, a lost answer raises `OutcomeUnknownError`."""
         return self.produce_nowait(
             topic, partition, values, keys, headers, producer_id=producer_id, sequence=sequence
         ).result()

@@ -9,11 +9,14 @@ share of a shard's Python time per request.
 `RequestFastPath.try_serve` does a request inline when nothing in it has to
 wait:
 
-- a plain (not idempotent) produce this shard owns, to a known partition whose
-  log is open, with no rollover due: the batch is staged
-  (`Handlers.stage_produce`) and answered from the flush future's done
-  callback. Batches staged here and by the general path keep their arrival
-  order (both stage synchronously, in order);
+- a produce this shard owns, to a known partition whose log is open, with no
+  rollover due: the batch is staged (`Handlers.stage_produce`) and answered
+  from the flush future's done callback. An idempotent one only when it simply
+  continues its producer's sequence and the producer table is loaded
+  (`IdempotentProducers.stage_nowait`): a client's first batch, a resend, a
+  gap or a table to rebuild take the general path. Batches staged here and by
+  the general path keep their arrival order (both stage synchronously, in
+  order);
 - a fetch this shard owns, from an open log, that is not a long-poll at the
   end and whose records' bytes are in the page cache
   (`Handlers.fetch_nowait`: read with `RWF_NOWAIT`, checksums verified as on
@@ -46,7 +49,7 @@ _NOT_PLAIN_REQUEST = Flags.RESPONSE | Flags.ERROR
 
 
 class RequestFastPath:
-    """Serves plain produces and fetches without a task (see the module docstring)."""
+    """Serves produces and fetches without a task (see the module docstring)."""
 
     __slots__ = ("_context", "_dispatcher", "_handlers", "_metrics", "_shard_count", "_shard_id")
 

@@ -19,11 +19,13 @@ take), serves committed records only, and long-polls with the replica's
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Final
 
 from laminar.log import LogClosed, LogConfig, RecordBatch, SegmentedLog
 from laminar.placement import U32_MAX
+from laminar.shards.channels import ChannelError, Channels
 from laminar.shards.errors import RequestError
 from laminar.shards.metadata import METADATA_TOPIC_ID
 from laminar.shards.metalog import MetadataService
@@ -43,6 +45,8 @@ from laminar.wire import (
     ErrorCode,
     FetchRequest,
     Flags,
+    ForwardRequest,
+    ForwardResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
     ListTopicsRequest,
@@ -55,14 +59,19 @@ from laminar.wire import (
     Pong,
     ProduceRequest,
     ProduceResponse,
+    ProtocolError,
     ShardInfo,
     TopicInfo,
+    decode_frame,
     encode_frame_buffers,
 )
 from laminar.wire.codec import Buffer
 from laminar.wire.records import encode_fetch_columns
 
 _UNSPECIFIED_HOSTS: Final = frozenset({"0.0.0.0", "::", ""})
+SIBLING_LEADERS_TIMEOUT_S: Final = 1.0
+"""How long a metadata answer waits for a sibling shard's leaders."""
+logger = logging.getLogger("laminar.shards")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +117,11 @@ class Handlers:
         metrics: ShardMetrics,
         polls: LongPolls,
         replication: ShardReplication | None = None,
+        channels: Channels | None = None,
     ) -> None:
         self.ident = ident
+        self.channels = channels
+        """To sibling shards (for the leaders a metadata answer names)."""
         self.metadata = metadata
         self.partitions = partitions
         self.metrics = metrics
@@ -201,14 +213,18 @@ class Handlers:
         """`produce` up to the wait for its flush, when nothing before that has to
         wait: a plain produce to a known partition whose log is open, staged now
         (`SegmentedLog.stage_nowait`). Returns (first index, timestamp_ms, the
-        flush future), or None when `produce` must serve it (an idempotent
-        produce, anything that waits, anything `produce` would refuse, and every
-        produce of a clustered node: replication decides there)."""
-        if not req.blobs or req.producer_id is not None:
+        flush future), or None when `produce` must serve it (anything that
+        waits, an idempotent produce that is not simply the next of its
+        producer (`IdempotentProducers.stage_nowait`), anything `produce` would
+        refuse, and every produce of a clustered node: replication decides
+        there)."""
+        if not req.blobs:
             return None
         log = self._open_local_log(req.partition_id)
         if log is None:
             return None
+        if req.producer_id is not None:
+            return self.producers.stage_nowait(log, req)
         return log.stage_nowait(req.blobs)
 
     def _open_local_log(self, pid: int) -> SegmentedLog | None:
@@ -342,7 +358,43 @@ class Handlers:
             self.metadata.state.topics(),
             ident.admin_port,
             self.replication.nodes() if self.replication is not None else (),
+            await self._node_leaders(ctx),
         ).encode_buffers(corr)
+
+    async def _node_leaders(self, ctx: RequestContext) -> tuple[tuple[int, str], ...]:
+        """The partition leaders this node knows: those of this shard's Raft
+        groups and, unless the request was forwarded here by a sibling, those
+        of every sibling shard's, asked over the channel. A sibling that does
+        not answer in time adds none: leaders are routing hints."""
+        replication = self.replication
+        if replication is None:
+            return ()
+        own = replication.leaders()
+        if ctx.forwarded or self.channels is None:
+            return own
+        me = self.ident.shard_id
+        asked = [
+            self._sibling_leaders(peer) for peer in range(self.ident.shard_count) if peer != me
+        ]
+        found = dict(own)
+        for leaders in await asyncio.gather(*asked):
+            found.update(leaders)
+        return tuple(sorted(found.items()))
+
+    async def _sibling_leaders(self, peer: int) -> tuple[tuple[int, str], ...]:
+        assert self.channels is not None
+        inner = MetadataRequest().encode(0)
+        try:
+            answer = await self.channels.to(peer).request(
+                ForwardRequest(0, self.ident.shard_id, inner), SIBLING_LEADERS_TIMEOUT_S
+            )
+            if answer.is_error:
+                return ()
+            raw = ForwardResponse.from_frame(answer).frame  # bounded by the channel
+            return MetadataResponse.from_frame(decode_frame(raw, len(raw))).leaders
+        except (ChannelError, ProtocolError) as exc:
+            logger.debug("shard %d: no leaders from shard %d: %s", self.ident.shard_id, peer, exc)
+            return ()
 
     async def list_topics(
         self, req: ListTopicsRequest, corr: int, ctx: RequestContext

@@ -39,9 +39,9 @@ import logging
 import weakref
 from collections import deque
 from collections.abc import Awaitable
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
-from laminar.log import IndexOutOfRange
+from laminar.log import IndexOutOfRange, SegmentedLog
 from laminar.shards.errors import RequestError
 from laminar.shards.idempotence import (
     SCAN_BYTES_MAX,
@@ -148,6 +148,39 @@ class IdempotentProducers:
         )
         raise RequestError(code, decision.reason)
 
+    def stage_nowait(
+        self, log: SegmentedLog, req: ProduceRequest
+    ) -> tuple[int, int, asyncio.Future[None]] | None:
+        """`append` for a partition of this node alone, without a wait: the
+        batch staged now (`SegmentedLog.stage_nowait`) when its producer's
+        table is loaded, none of the producer's batches is being decided, the
+        stamp is right, and the batch continues the producer's sequence (a
+        pipelining producer's every batch but its first). Returns (first
+        index, timestamp_ms, the flush future) and records the batch when
+        durable; None, with nothing done, when `append` must serve it (it
+        then gives the same answer). This is the request fast path's
+        (`laminar.shards.fastpath`): no task, no coroutine."""
+        producer_id, sequence = req.producer_id, req.sequence
+        part = self._partitions.get(log)
+        if producer_id is None or sequence is None or part is None or producer_id in part.turns:
+            return None
+        table = part.loaded
+        count = len(req.blobs)
+        if table is None or not _stamped_as(req, producer_id, sequence, count):
+            return None
+        flights = part.in_flight.get(producer_id)
+        if flights:
+            if sequence != flights[-1].end_sequence:
+                return None
+        elif table.decide(producer_id, sequence, count).verdict is not Verdict.APPEND:
+            return None
+        staged = log.stage_nowait(req.blobs)
+        if staged is None:
+            return None
+        first, timestamp_ms, done = staged
+        part.track(producer_id, sequence, count, done, (first, timestamp_ms))
+        return staged
+
     def _place(
         self,
         log: PartitionReplica,
@@ -166,8 +199,7 @@ class IdempotentProducers:
         task = loop.create_task(
             _awaited(placed if placed is not None else log.append_stamped(blobs))
         )
-        part.in_flight.setdefault(producer_id, deque()).append(_InFlight(sequence, count, task))
-        task.add_done_callback(functools.partial(part.finish, producer_id))
+        part.track(producer_id, sequence, count, task, None)
         return task, placed is not None
 
 
@@ -188,6 +220,15 @@ def _check_stamps(req: ProduceRequest, expected: ProducerStamp) -> None:
         )
 
 
+def _stamped_as(req: ProduceRequest, producer_id: int, sequence: int, count: int) -> bool:
+    """Whether the first record carries exactly the request's stamp
+    (`_check_stamps` without the refusal)."""
+    try:
+        return producer_stamp(req.blobs[0]) == (producer_id, sequence, count)
+    except ProtocolError:
+        return False
+
+
 async def _awaited(placed: Awaitable[tuple[int, int]]) -> tuple[int, int]:
     return await placed
 
@@ -197,7 +238,10 @@ class _InFlight(NamedTuple):
 
     first_sequence: int
     records: int
-    task: asyncio.Task[tuple[int, int]]
+    task: asyncio.Future[Any]
+    """Done once the batch is durable (committed) or failed."""
+    placed_at: tuple[int, int] | None
+    """(first index, timestamp_ms) when known at placing; else the task's result."""
 
     @property
     def end_sequence(self) -> int:
@@ -216,6 +260,26 @@ class _Partition:
         """producer id -> its batches placed in the log and not yet recorded, in order."""
         self.turns: dict[int, asyncio.Future[None]] = {}
         """producer id -> done when its latest arrived batch is decided and placed."""
+
+    @property
+    def loaded(self) -> ProducerTable | None:
+        """The table if it is loaded (None while it is to be rebuilt)."""
+        return self._table
+
+    def track(
+        self,
+        producer_id: int,
+        sequence: int,
+        count: int,
+        landing: asyncio.Future[Any],
+        placed_at: tuple[int, int] | None,
+    ) -> None:
+        """A batch placed in the log: in flight until `landing` is done, then
+        recorded (`finish`) at `placed_at` (first index, timestamp_ms), or
+        where `landing`'s result says when that is not known yet."""
+        flight = _InFlight(sequence, count, landing, placed_at)
+        self.in_flight.setdefault(producer_id, deque()).append(flight)
+        landing.add_done_callback(functools.partial(self.finish, producer_id))
 
     async def table(self, log: PartitionReplica, scan_bytes_max: int) -> ProducerTable:
         """The table; when there is none, rebuilt from the log's tail once no
@@ -241,7 +305,7 @@ class _Partition:
                 self._table = table
         return self._table
 
-    def finish(self, producer_id: int, _task: asyncio.Task[tuple[int, int]]) -> None:
+    def finish(self, producer_id: int, _task: asyncio.Future[Any]) -> None:
         """Record the producer's finished batches in the order they were placed,
         whatever order their completions run in (the table refuses a gap)."""
         flights = self.in_flight.get(producer_id)
@@ -261,7 +325,7 @@ class _Partition:
             return
         if self._table is None:
             return
-        first, timestamp_ms = task.result()
+        first, timestamp_ms = task.result() if flight.placed_at is None else flight.placed_at
         batch = AppendedBatch(flight.first_sequence, flight.records, first, timestamp_ms)
         try:
             self._table.appended(producer_id, batch)

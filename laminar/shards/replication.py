@@ -51,6 +51,7 @@ from laminar.replication.host import ELECTION_TICKS, TICK_S, RaftHost
 from laminar.replication.opening import replica_config
 from laminar.replication.transport import PeerLinks, PeerSession
 from laminar.shards.errors import RequestError
+from laminar.shards.metadata import METADATA_TOPIC_ID
 from laminar.shards.partitions import PartitionManager
 from laminar.shards.replica import RaftReplica
 from laminar.wire import ErrorCode, Frame, NodeInfo
@@ -321,6 +322,16 @@ class ShardReplication:
                 m.weight,
             )
             for m in self.view.members
+        )
+
+    def leaders(self) -> tuple[tuple[int, str], ...]:
+        """(partition id, leader node id) of each topic partition this shard
+        hosts a replica of and knows the leader of: the metadata answer's
+        routing hints (the cluster metadata group is no topic's)."""
+        return tuple(
+            (pid, leader)
+            for pid, replica in sorted(self.replicas.items())
+            if pid >> 32 != METADATA_TOPIC_ID and (leader := replica.group.leader) is not None
         )
 
     async def hand_over_leaderships(self) -> None:

@@ -211,7 +211,13 @@ class Shard:
             self.replication,
         )
         self.handlers = Handlers(
-            self.ident, self.metadata, self.partitions, self.metrics, self.polls, self.replication
+            self.ident,
+            self.metadata,
+            self.partitions,
+            self.metrics,
+            self.polls,
+            self.replication,
+            self.channels,
         )
         if self.replication is not None:
             self.replication.adopt_known(self._replicated_owned)

@@ -82,6 +82,7 @@ from laminar.wire.records import (
     FetchedRecord,
     ProducerStamp,
     decode_record,
+    decode_user_record,
     encode_record,
     producer_stamp,
 )
@@ -149,6 +150,7 @@ __all__ = [
     "decode_record",
     "decode_request",
     "decode_response",
+    "decode_user_record",
     "encode_frame",
     "encode_frame_buffers",
     "encode_record",

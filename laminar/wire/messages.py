@@ -42,6 +42,7 @@ from laminar.wire.records import (
     encode_fetch_batch,
     encode_produce_batch,
     encode_record,
+    stamp_only_record,
 )
 
 _RESPONSE = Flags.RESPONSE
@@ -315,6 +316,8 @@ class ProduceRequest(Message):
 
 def _stamped(blob: bytes, stamp: ProducerStamp) -> bytes:
     """`blob` re-encoded with `stamp` added to its headers (the name is reserved)."""
+    if blob[:1] == b"\x00":  # a bare value: the common case, without msgpack
+        return stamp_only_record(memoryview(blob)[1:], stamp)
     value, key, headers = decode_record(blob)
     if headers and PRODUCER_HEADER in headers:
         raise WireUsageError(f"the record header {PRODUCER_HEADER!r} is reserved")
@@ -710,7 +713,11 @@ class MetadataResponse(Message):
     `nodes` lists every node of a cluster (this one included) with its shard
     ports, so a client routes to any of them; it is empty for a single node.
     A partition's replicas are computable from it (`laminar.placement.replica_nodes`
-    over the nodes' weights), its leader is learned from the nodes themselves.
+    over the nodes' weights). `leaders` are (partition id, node id) pairs: the
+    current leader of each partition whose Raft group the answering shard
+    hosts, as that replica knows it (a leader it has not heard of yet is
+    missing; clients learn the others from NOT_LEADER answers). Header key
+    `leaders`: [[pid, node_id], ...], absent when empty (older nodes).
     """
 
     OP: ClassVar[int] = Op.METADATA
@@ -724,9 +731,10 @@ class MetadataResponse(Message):
     topics: tuple[TopicInfo, ...]
     admin_port: int | None = None
     nodes: tuple[NodeInfo, ...] = ()
+    leaders: tuple[tuple[int, str], ...] = ()
 
     def _header(self) -> dict[str, Any]:
-        h = {
+        h: dict[str, Any] = {
             "node_id": self.node_id,
             "host": self.host,
             "port": self.port,
@@ -737,6 +745,8 @@ class MetadataResponse(Message):
         }
         if self.nodes:
             h["nodes"] = [n.to_wire() for n in self.nodes]
+        if self.leaders:
+            h["leaders"] = [list(pair) for pair in self.leaders]
         return h
 
     @classmethod
@@ -751,7 +761,22 @@ class MetadataResponse(Message):
             f.items(h, "topics", TopicInfo.from_wire),
             f.opt_uint(h, "admin_port", f.U16),
             f.items(h, "nodes", NodeInfo.from_wire) if "nodes" in h else (),
+            _leaders(h.get("leaders", [])),
         )
+
+
+def _leaders(raw: object) -> tuple[tuple[int, str], ...]:
+    """The `leaders` of a metadata answer: [[pid, node_id], ...]."""
+    if type(raw) is not list or not all(
+        type(pair) is list
+        and len(pair) == 2
+        and type(pair[0]) is int
+        and 0 <= pair[0] < f.U64
+        and type(pair[1]) is str
+        for pair in raw
+    ):
+        raise InvalidMessage("leaders must be a list of [partition id, node id] pairs")
+    return tuple((pid, node) for pid, node in raw)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress, repeat
 from typing import Final, Literal, NamedTuple
 
 import msgpack
@@ -94,8 +95,9 @@ def decode_record(blob: Buffer) -> tuple[bytes, bytes | None, dict[str, bytes] |
 
 
 def check_record(blob: Buffer) -> None:
-    """Raise `CorruptRecord` unless `blob` decodes; cheap for plain records."""
-    if blob and blob[0] == 0:
+    """Raise `CorruptRecord` unless `blob` decodes; cheap for plain records
+    and for stamp-only ones."""
+    if blob and (blob[0] == 0 or is_stamp_only(blob)):
         return
     decode_record(blob)
 
@@ -159,14 +161,88 @@ class ProducerStamp(NamedTuple):
         return cls(*_STAMP.unpack(value))
 
 
+STAMP_ONLY_PREFIX: Final = (
+    bytes((HAS_HEADERS,))
+    + _U32.pack(2 + len(_STAMP_NAME) + 2 + _STAMP.size)
+    + b"\x81"  # msgpack fixmap of one entry
+    + bytes((0xA0 | len(_STAMP_NAME),))  # fixstr
+    + _STAMP_NAME
+    + bytes((0xC4, _STAMP.size))  # bin 8
+)
+"""How a blob whose only header is the producer stamp begins (what every
+idempotent batch of bare values puts first): the stamp follows, then the value
+at `STAMP_ONLY_VALUE_START`. Such blobs are told apart from others, and decoded,
+without msgpack."""
+STAMP_ONLY_VALUE_START: Final = len(STAMP_ONLY_PREFIX) + _STAMP.size
+
+
+def is_stamp_only(blob: Buffer) -> bool:
+    """Whether `blob` is a value whose only header is a producer stamp (then
+    it decodes: its layout is fixed by `STAMP_ONLY_PREFIX`)."""
+    return len(blob) >= STAMP_ONLY_VALUE_START and blob[: len(STAMP_ONLY_PREFIX)] == (
+        STAMP_ONLY_PREFIX
+    )
+
+
+def stamp_only_record(value: Buffer, stamp: ProducerStamp) -> bytes:
+    """The blob of a bare `value` stamped with `stamp`: the same bytes as
+    `encode_record(value, None, {PRODUCER_HEADER: stamp.encode()})`."""
+    return b"".join((STAMP_ONLY_PREFIX, stamp.encode(), value))
+
+
 def producer_stamp(blob: Buffer) -> ProducerStamp | None:
     """The stamp a record blob carries, or None; `CorruptRecord` on a bad blob.
-    Cheap for records without headers (one byte is looked at)."""
+    Cheap for records without headers (one byte is looked at) and for bare
+    values with only a stamp (no msgpack)."""
     if not blob or not blob[0] & HAS_HEADERS:
         return None
+    if is_stamp_only(blob):
+        return ProducerStamp._make(_STAMP.unpack_from(blob, len(STAMP_ONLY_PREFIX)))
     _, _, headers = decode_record(blob)
     value = None if headers is None else headers.get(PRODUCER_HEADER)
     return None if value is None else ProducerStamp.decode(value)
+
+
+def decode_user_record(blob: Buffer) -> tuple[bytes, bytes | None, dict[str, bytes] | None]:
+    """`decode_record` as a consumer sees it: without the producer stamp, which
+    is laminar's own bookkeeping (the name is reserved: no produce can carry it
+    as data). Headers that held only the stamp decode as None."""
+    if is_stamp_only(blob):
+        return bytes(blob[STAMP_ONLY_VALUE_START:]), None, None
+    value, key, headers = decode_record(blob)
+    if headers is not None and PRODUCER_HEADER in headers:
+        del headers[PRODUCER_HEADER]
+        return value, key, headers or None
+    return value, key, headers
+
+
+_VALUE_OFFSETS: Final = bytes((1, 0, STAMP_ONLY_VALUE_START)) + bytes(253)
+"""A translation table from an attrs byte (0 or HAS_HEADERS) to where a bare or
+stamp-only value starts in its blob."""
+
+
+def simple_value_starts(
+    payload: bytes, starts: Sequence[int], sizes: Sequence[int]
+) -> list[int] | None:
+    """Where each blob `payload[starts[i]:starts[i] + sizes[i]]` holds its
+    value, if every one is a bare value (attrs 0) or a stamp-only one
+    (`is_stamp_only`): a consumer's common case, located with C-level loops
+    and no Python per record. None if any blob is something else (or empty):
+    decode those one by one."""
+    if not starts or 0 in sizes:
+        return None
+    attrs = bytes(map(payload.__getitem__, starts))
+    bare = attrs.count(0)
+    if bare == len(attrs):
+        return list(map((1).__add__, starts))
+    if bare + attrs.count(HAS_HEADERS) != len(attrs):
+        return None
+    stamped = list(compress(starts, attrs))
+    if not all(map(payload.startswith, repeat(STAMP_ONLY_PREFIX), stamped)) or (
+        min(compress(sizes, attrs)) < STAMP_ONLY_VALUE_START
+    ):
+        return None
+    return list(map(int.__add__, starts, attrs.translate(_VALUE_OFFSETS)))
 
 
 # --- batches ------------------------------------------------------------------------

@@ -74,3 +74,13 @@ def test_lengths_that_do_not_add_up_are_refused() -> None:
         fetch_to_arrow(payload + b"x", 0, 10)
     with pytest.raises(CorruptFetchError, match="do not fit"):
         fetch_to_arrow(payload[:10], 0, 10)
+
+
+def test_a_header_map_shaped_like_a_lone_stamp_is_shown() -> None:
+    """Stamp-only headers are told apart in bulk by their bytes, not their size:
+    a user's header map of the same 40 bytes is data."""
+    lookalike = {"x" * 16: b"y" * 20}
+    stamp = {PRODUCER_HEADER: ProducerStamp(1, 2, 3).encode()}
+    blobs = [encode_record(b"v", None, lookalike), encode_record(b"w", None, stamp)]
+    rows = fetch_to_arrow(_payload(blobs, 0), 0, 2).to_pylist()
+    assert [dict(r["headers"]) if r["headers"] else None for r in rows] == [lookalike, None]

@@ -17,7 +17,7 @@ from laminar.client import (
     UnknownTopicError,
 )
 from laminar.placement import partition_id, shard_for
-from laminar.wire import Op
+from laminar.wire import Op, producer_stamp
 
 from .conftest import Runner
 from .fakenode import FakeNode, Fault
@@ -80,7 +80,7 @@ def test_retry_after_lost_connection_and_restart(node: FakeNode, run: Runner) ->
 
 def test_produce_outcome_unknown_and_not_repeated(node: FakeNode, run: Runner) -> None:
     async def main() -> int:
-        async with AsyncClient(node.bootstrap) as c:
+        async with AsyncClient(node.bootstrap, idempotent=False) as c:
             info = await c.create_topic("t", partitions=1)
             node.inject(Fault("close_after", op=Op.PRODUCE))
             with pytest.raises(OutcomeUnknownError, match="may or may not"):
@@ -90,6 +90,18 @@ def test_produce_outcome_unknown_and_not_repeated(node: FakeNode, run: Runner) -
 
     topic_id = run(main())
     assert node.records(partition_id(topic_id, 0)) == [b"\x00once"]
+
+
+def test_an_idempotent_produce_is_resent_after_a_lost_answer(node: FakeNode, run: Runner) -> None:
+    async def main() -> int:
+        async with AsyncClient(node.bootstrap) as c:  # idempotent by default
+            info = await c.create_topic("t", partitions=1)
+            node.inject(Fault("close_after", op=Op.PRODUCE))
+            assert await c.produce("t", 0, [b"once"]) == 1  # the fake appends the resend too
+            return info.topic_id
+
+    first, resent = node.records(partition_id(run(main()), 0))
+    assert first == resent and producer_stamp(first) is not None
 
 
 def test_errors_and_timeouts(node: FakeNode, run: Runner) -> None:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from laminar.client import OffsetOutOfRangeError, ProtocolViolationError, RecordBatch
 from laminar.client.results import fetched_records
 from laminar.wire import (
+    PRODUCER_HEADER,
     ErrorCode,
     ErrorResponse,
     FetchedRecord,
@@ -16,8 +17,10 @@ from laminar.wire import (
     Frame,
     Op,
     Pong,
+    ProducerStamp,
     encode_record,
 )
+from laminar.wire.records import simple_value_starts, stamp_only_record
 
 records = st.lists(
     st.tuples(
@@ -113,3 +116,58 @@ def test_broken_payloads_are_protocol_violations(payload: bytes) -> None:
     frame = fetch_frame([])._replace(payload=payload)
     with pytest.raises(ProtocolViolationError, match="fetch answer"):
         RecordBatch.from_frame(frame, 0)
+
+
+@given(records, st.lists(st.booleans(), max_size=30), st.integers(0, 2**40))
+def test_the_producer_stamp_is_never_shown_as_a_header(
+    items: list[tuple],  # type: ignore[type-arg]
+    stamped: list[bool],
+    first: int,
+) -> None:
+    """Records an idempotent producer stamped read as the same records unstamped,
+    by `fetch()` and by every view of a `RecordBatch` (bare values with only a
+    stamp take the bulk path, others are decoded one by one)."""
+    items = [(v, k, _without_stamp(h), ts) for v, k, h, ts in items]
+    plain = fetch_frame(items, first)
+    batch = tuple(
+        FetchedRecord(
+            first + i,
+            ts,
+            encode_record(value, key, {**(headers or {}), PRODUCER_HEADER: stamp.encode()})
+            if i < len(stamped) and stamped[i]
+            else encode_record(value, key, headers),
+        )
+        for i, (value, key, headers, ts) in enumerate(items)
+        for stamp in [ProducerStamp(7, i, 1)]
+    )
+    frame = FetchResponse(1, batch, first, first + len(batch)).to_frame(9)
+    expected = fetched_records(plain)
+    assert fetched_records(frame) == expected
+    got = RecordBatch.from_frame(frame, partition=0)
+    assert list(got) == expected
+    assert [bytes(v) for v in got.values()] == [r.value for r in expected]
+
+
+def test_stamped_bare_values_are_located_in_bulk() -> None:
+    """The common shape of an idempotent producer's records (each batch's first
+    stamped, no keys or headers) needs no per-record decoding."""
+    blobs = [stamp_only_record(b"v%d" % i, ProducerStamp(1, i, 1)) for i in range(3)]
+    blobs.append(encode_record(b"bare"))
+    payload = b"".join(blobs)
+    starts = [sum(map(len, blobs[:i])) for i in range(len(blobs))]
+    ends = [*starts[1:], len(payload)]
+    sizes = list(map(len, blobs))
+    value_starts = simple_value_starts(payload, starts, sizes)
+    assert value_starts is not None
+    assert [payload[s:e] for s, e in zip(value_starts, ends, strict=True)] == [
+        b"v0", b"v1", b"v2", b"bare"
+    ]  # fmt: skip
+    keyed = encode_record(b"k", b"key")
+    with_key = payload + keyed
+    assert simple_value_starts(with_key, [*starts, len(payload)], [*sizes, len(keyed)]) is None
+    truncated = blobs[0][:-3]  # the stamp's prefix, then too few bytes for a stamp
+    assert simple_value_starts(truncated, [0], [len(truncated)]) is None
+
+
+def _without_stamp(headers: dict[str, bytes] | None) -> dict[str, bytes] | None:
+    return {k: v for k, v in (headers or {}).items() if k != PRODUCER_HEADER} or None

@@ -13,7 +13,7 @@ import pytest
 
 from laminar.cli.output import put_bytes, table
 from laminar.cli.status import _ranges, parse_prometheus, shard_loads
-from laminar.wire import ErrorCode, Op
+from laminar.wire import ErrorCode, Op, producer_stamp
 
 from .fakenode import FakeNode, Fault
 
@@ -191,13 +191,24 @@ def test_exit_codes(node: FakeNode, args: list[str], code: int, says: str) -> No
 def test_a_produce_whose_outcome_the_node_lost_exits_4(
     node: FakeNode, code: ErrorCode, exit_code: int, says: str
 ) -> None:
-    """A produce the node handed to another shard and lost the answer of may be
-    applied: exit 4 (outcome unknown), never 1 (refused)."""
+    """A plain produce the node handed to another shard and lost the answer of
+    may be applied: exit 4 (outcome unknown), never 1 (refused)."""
     assert laminar(node, "topic", "create", "t").returncode == 0
     node.inject(Fault("error", op=Op.PRODUCE, code=code))
-    result = laminar(node, "produce", "t", "-p", "0", "-v", "x")
+    result = laminar(node, "produce", "t", "-p", "0", "-v", "x", "--no-idempotence")
     assert result.returncode == exit_code, result.stderr
     assert says in result.stderr
+
+
+def test_a_produce_is_idempotent_and_resent_when_its_outcome_was_lost(node: FakeNode) -> None:
+    assert laminar(node, "topic", "create", "t").returncode == 0
+    node.inject(Fault("error", op=Op.PRODUCE, code=ErrorCode.OUTCOME_UNKNOWN))
+    result = laminar(node, "produce", "t", "-p", "0", "-v", "x")
+    assert result.returncode == 0, result.stderr
+    produces = [r for r in node.received if r.op == Op.PRODUCE]
+    assert len(produces) == 2  # the one whose outcome was lost, and its resend
+    [blob] = node.records(produces[0].partition_id)
+    assert producer_stamp(blob) is not None  # stamped: the node can tell a resend
 
 
 def test_cannot_connect_says_what_to_do() -> None:

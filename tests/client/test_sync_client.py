@@ -19,7 +19,7 @@ from laminar.client import (
     UnknownTopicError,
 )
 from laminar.placement import partition_id, shard_for
-from laminar.wire import ErrorCode, Op
+from laminar.wire import ErrorCode, Op, producer_stamp
 
 from .fakenode import NODE, FakeNode, Fault
 
@@ -177,7 +177,7 @@ def test_fetch_is_retried_across_a_shard_restart(node: FakeNode) -> None:
 
 
 def test_produce_is_not_repeated_after_a_lost_answer(node: FakeNode) -> None:
-    with Client(node.bootstrap) as c:
+    with Client(node.bootstrap, idempotent=False) as c:
         info = c.create_topic("t", partitions=1)
         node.inject(Fault("close_after", op=Op.PRODUCE))
         with pytest.raises(OutcomeUnknownError, match="may or may not have been applied"):
@@ -187,6 +187,25 @@ def test_produce_is_not_repeated_after_a_lost_answer(node: FakeNode) -> None:
         with pytest.raises(OutcomeUnknownError):  # the client cannot tell the two apart
             c.produce("t", 0, [b"never"])
         assert c.offsets("t", 0) == (0, 1)
+
+
+def test_an_idempotent_produce_is_resent_with_its_stamp_after_a_lost_answer(
+    node: FakeNode,
+) -> None:
+    """The default client sends a produce whose answer was lost again, byte for
+    byte (the same producer stamp, so a real node appends it once: see
+    `tests/idempotence`); this fake node appends both."""
+    with Client(node.bootstrap) as c:
+        info = c.create_topic("t", partitions=1)
+        node.inject(Fault("close_after", op=Op.PRODUCE))
+        assert c.produce("t", 0, [b"once"]) == 1  # the fake's index for the resend
+        first, resent = node.records(partition_id(info.topic_id, 0))
+        assert first == resent
+        stamp = producer_stamp(first)
+        assert stamp is not None and (stamp.first_sequence, stamp.record_count) == (0, 1)
+        assert c.produce("t", 0, [b"next"]) == 2
+        after = producer_stamp(node.records(partition_id(info.topic_id, 0))[2])
+        assert after == (stamp.producer_id, 1, 1)
 
 
 def test_produce_after_the_shard_dropped_an_idle_connection(node: FakeNode) -> None:
@@ -200,7 +219,8 @@ def test_produce_after_the_shard_dropped_an_idle_connection(node: FakeNode) -> N
 
 
 def test_produce_is_retried_when_the_node_refused_it(node: FakeNode) -> None:
-    with Client(node.bootstrap) as c:
+    """Even a plain produce is sent again when the node said it applied nothing."""
+    with Client(node.bootstrap, idempotent=False) as c:
         info = c.create_topic("t", partitions=1)
         node.inject(Fault("error", op=Op.PRODUCE, code=ErrorCode.NOT_OWNER))
         assert c.produce("t", 0, [b"x"]) == 0
@@ -211,7 +231,7 @@ def test_produce_is_retried_when_the_node_refused_it(node: FakeNode) -> None:
 
 
 def test_timeouts(node: FakeNode) -> None:
-    with Client(node.bootstrap, timeout_s=0.3) as c:
+    with Client(node.bootstrap, timeout_s=0.3, idempotent=False) as c:
         c.create_topic("t", partitions=1)
         node.inject(Fault("ignore", op=Op.FETCH))
         with pytest.raises(RequestTimeoutError):

@@ -123,6 +123,14 @@ def test_a_stamp_that_does_not_match_the_request_is_refused(node: RunningNode) -
         with pytest.raises(ServerError, match="only the first record"):
             conn.call(twice)
         assert conn.call(stamped).first_index == 0
+        # The producer is known now, so its next batches take the fast path:
+        # the stamp is checked there too (a count that lies, another sequence).
+        following = ProduceRequest.from_values(pid, [b"c"], producer_id=1, sequence=2)
+        for lie in (following.blobs[0], stamped.blobs[0]):
+            with pytest.raises(ServerError, match="must carry"):
+                conn.call(ProduceRequest(pid, (lie, b"\x00d"), producer_id=1, sequence=2))
+        assert conn.call(following).first_index == 2
+        assert wc.offsets("badstamp", 0).highest_index == 3
 
 
 def test_the_stamp_header_name_is_reserved_for_the_client(client: Client) -> None:
@@ -193,7 +201,7 @@ def test_produce_is_retried_through_a_shard_crash_without_duplicates(
     """SIGKILL the owning shard while one producer streams batches: the client
     retries what got no answer, and the restarted shard, having rebuilt its
     table from the log, appends each batch exactly once. The producer is named
-    by the caller, or numbered by the client (`Client(idempotent=True)`)."""
+    by the caller, or numbered by the client (its default)."""
     node = start_node(tmp_path, cores=2)
     automatic = producer == "automatic"
 
@@ -204,7 +212,7 @@ def test_produce_is_retried_through_a_shard_crash_without_duplicates(
             c.produce("crash", 0, values, producer_id=PRODUCER, sequence=sent)
 
     try:
-        with Client(node.bootstrap, idempotent=automatic) as c:
+        with Client(node.bootstrap) as c:
             c.create_topic("crash", partitions=1)
             owner = c.describe_topic("crash").partitions[0].shard_id
             before = node.shard_pids()[owner]

@@ -4,14 +4,18 @@ Batches are decided and placed in arrival order without waiting for the one
 before to be durable. What must hold: the log never holds a producer's
 sequences with a gap or twice; a resend of a batch still in flight gets its
 first copy's index; a batch refused before it was placed takes no later batch
-into the log past it.
+into the log past it. The first tests run twice: through `append` alone (the
+general request path), and as a shard serves produces, trying the fast path
+(`stage_nowait`, no task) first and `append` when it declines.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+
+import pytest
 
 from laminar.log import LogConfig, Record, SegmentedLog
 from laminar.log.simdisk import Fault, SimulatedDisk
@@ -22,6 +26,28 @@ from laminar.shards.replica import LocalReplica
 from laminar.wire import ErrorCode, ProduceRequest
 
 PRODUCER = 0x51
+
+
+Serve = Callable[
+    [IdempotentProducers, LocalReplica, ProduceRequest], Awaitable[tuple[int, int, int]]
+]
+
+
+async def _as_a_shard(
+    producers: IdempotentProducers, replica: LocalReplica, req: ProduceRequest
+) -> tuple[int, int, int]:
+    """What `Handlers.stage_produce` then `Handlers.produce` do with a batch."""
+    staged = producers.stage_nowait(replica.log, req)
+    if staged is None:
+        return await producers.append(replica, req)
+    first, timestamp_ms, done = staged
+    await done
+    return first, timestamp_ms, len(req.blobs)
+
+
+@pytest.fixture(params=["general", "shard"])
+def serve(request: pytest.FixtureRequest) -> Serve:
+    return IdempotentProducers.append if request.param == "general" else _as_a_shard
 
 
 def _batch(sequence: int, *values: bytes) -> ProduceRequest:
@@ -44,13 +70,13 @@ async def _stored(replica: LocalReplica) -> list[bytes]:
     return [r.value for r in await replica.read_range(0, 1 << 30, 1 << 20)]
 
 
-def test_pipelined_batches_land_in_order_and_share_flushes(tmp_path: Path) -> None:
+def test_pipelined_batches_land_in_order_and_share_flushes(tmp_path: Path, serve: Serve) -> None:
     async def main() -> None:
         replica = await _open(tmp_path)
         producers = IdempotentProducers()
         batches = [_batch(2 * i, b"a%d" % i, b"b%d" % i) for i in range(50)]
         flushes = replica.log.flush_count
-        answers = await asyncio.gather(*(producers.append(replica, b) for b in batches))
+        answers = await asyncio.gather(*(serve(producers, replica, b) for b in batches))
         assert [first for first, _, _ in answers] == [2 * i for i in range(50)]
         assert [appended for _, _, appended in answers] == [2] * 50
         assert await _stored(replica) == [blob for b in batches for blob in b.blobs]
@@ -60,13 +86,13 @@ def test_pipelined_batches_land_in_order_and_share_flushes(tmp_path: Path) -> No
     asyncio.run(main())
 
 
-def test_a_resend_of_a_batch_in_flight_gets_its_first_index(tmp_path: Path) -> None:
+def test_a_resend_of_a_batch_in_flight_gets_its_first_index(tmp_path: Path, serve: Serve) -> None:
     async def main() -> None:
         replica = await _open(tmp_path)
         producers = IdempotentProducers()
-        first_copy = asyncio.create_task(producers.append(replica, _batch(0, b"x")))
+        first_copy = asyncio.create_task(serve(producers, replica, _batch(0, b"x")))
         await asyncio.sleep(0)  # placed, not yet durable
-        again = await producers.append(replica, _batch(0, b"x"))
+        again = await serve(producers, replica, _batch(0, b"x"))
         assert again[2] == 0 and again[0] == (await first_copy)[0]
         assert await _stored(replica) == [_batch(0, b"x").blobs[0]]
         await replica.log.close()
@@ -75,7 +101,7 @@ def test_a_resend_of_a_batch_in_flight_gets_its_first_index(tmp_path: Path) -> N
 
 
 def test_a_batch_refused_before_it_was_placed_lets_no_later_one_past_it(
-    tmp_path: Path,
+    tmp_path: Path, serve: Serve
 ) -> None:
     """The first batch is too large for the log (refused, nothing appended);
     the second was sent right behind it and continues its sequences: it must
@@ -85,12 +111,12 @@ def test_a_batch_refused_before_it_was_placed_lets_no_later_one_past_it(
     async def main() -> None:
         replica = await _open(tmp_path)
         producers = IdempotentProducers()
-        await producers.append(replica, _batch(0, b"ok"))
+        await serve(producers, replica, _batch(0, b"ok"))
         too_large = _batch(1, b"z" * (replica.log.config.append_threshold_bytes + 1))
         behind = _batch(2, b"next")
         results = await asyncio.gather(
-            producers.append(replica, too_large),
-            producers.append(replica, behind),
+            serve(producers, replica, too_large),
+            serve(producers, replica, behind),
             return_exceptions=True,
         )
         assert isinstance(results[0], Exception)
@@ -102,7 +128,9 @@ def test_a_batch_refused_before_it_was_placed_lets_no_later_one_past_it(
     asyncio.run(main())
 
 
-def test_batches_placed_behind_one_whose_flush_failed_fail_with_it(tmp_path: Path) -> None:
+def test_batches_placed_behind_one_whose_flush_failed_fail_with_it(
+    tmp_path: Path, serve: Serve
+) -> None:
     """Two pipelined batches placed, then their flush fails: both fail, nothing
     of them is served, and on the log opened again both are appended once,
     while a resend of a batch that did land is a duplicate."""
@@ -113,21 +141,21 @@ def test_batches_placed_behind_one_whose_flush_failed_fail_with_it(tmp_path: Pat
         replica = LocalReplica(await SegmentedLog.open("/p", config, backend=disk))
         producers = IdempotentProducers()
         for i in range(3):
-            await producers.append(replica, _batch(i, b"r%d" % i))
+            await serve(producers, replica, _batch(i, b"r%d" % i))
         disk.inject(Fault("sync", path_contains=".store", times=None))
         results = await asyncio.gather(
-            producers.append(replica, _batch(3, b"r3")),
-            producers.append(replica, _batch(4, b"r4")),
+            serve(producers, replica, _batch(3, b"r3")),
+            serve(producers, replica, _batch(4, b"r4")),
             return_exceptions=True,
         )
         assert all(isinstance(r, Exception) for r in results), results
         disk.faults.clear()
         await replica.log.close()
         replica = LocalReplica(await SegmentedLog.open("/p", config, backend=disk))
-        first, _, appended = await producers.append(replica, _batch(2, b"r2"))
+        first, _, appended = await serve(producers, replica, _batch(2, b"r2"))
         assert (first, appended) == (2, 0)
         for i in (3, 4):
-            first, _, appended = await producers.append(replica, _batch(i, b"r%d" % i))
+            first, _, appended = await serve(producers, replica, _batch(i, b"r%d" % i))
             assert (first, appended) == (i, 1)
         assert await _stored(replica) == [_batch(i, b"r%d" % i).blobs[0] for i in range(5)]
         await replica.log.close()
@@ -135,19 +163,44 @@ def test_batches_placed_behind_one_whose_flush_failed_fail_with_it(tmp_path: Pat
     asyncio.run(main())
 
 
-def test_a_gap_behind_batches_in_flight_is_refused(tmp_path: Path) -> None:
+def test_a_gap_behind_batches_in_flight_is_refused(tmp_path: Path, serve: Serve) -> None:
     async def main() -> None:
         replica = await _open(tmp_path)
         producers = IdempotentProducers()
         results = await asyncio.gather(
-            producers.append(replica, _batch(0, b"a", b"b")),
-            producers.append(replica, _batch(3, b"d")),  # 2 was never sent
+            serve(producers, replica, _batch(0, b"a", b"b")),
+            serve(producers, replica, _batch(3, b"d")),  # 2 was never sent
             return_exceptions=True,
         )
         assert results[0] == (0, results[0][1], 2)  # type: ignore[index]
         assert isinstance(results[1], RequestError)
         assert results[1].code is ErrorCode.OUT_OF_ORDER_SEQUENCE
         assert await _stored(replica) == list(_batch(0, b"a", b"b").blobs)
+        await replica.log.close()
+
+    asyncio.run(main())
+
+
+def test_a_resend_among_batches_in_flight_is_answered_not_appended(
+    tmp_path: Path, serve: Serve
+) -> None:
+    """A pipelining producer resends batch 1 while 1 and 2 are in flight and
+    sends 3 behind it: the resend gets batch 1's index and appends nothing
+    (the fast path must leave it to the general path), 3 lands after 2."""
+
+    async def main() -> None:
+        replica = await _open(tmp_path)
+        producers = IdempotentProducers()
+        await serve(producers, replica, _batch(0, b"r0"))  # loads the producer table
+        sent = [_batch(1, b"r1"), _batch(2, b"r2"), _batch(1, b"r1"), _batch(3, b"r3")]
+        answers = await asyncio.gather(*(serve(producers, replica, b) for b in sent))
+        assert [(first, appended) for first, _, appended in answers] == [
+            (1, 1),
+            (2, 1),
+            (1, 0),
+            (3, 1),
+        ]
+        assert await _stored(replica) == [_batch(i, b"r%d" % i).blobs[0] for i in range(4)]
         await replica.log.close()
 
     asyncio.run(main())

@@ -127,6 +127,8 @@ RESPONSES: list[st.SearchStrategy[Any]] = [
         st.lists(shards, max_size=4).map(tuple),
         st.lists(topics, max_size=4).map(tuple),
         st.none() | u16,
+        st.just(()),
+        st.lists(st.tuples(u64, names), max_size=4).map(tuple),
     ),
     st.builds(CreateTopicResponse, topics),
     st.builds(DeleteTopicResponse, names, u32),
@@ -327,3 +329,13 @@ def test_protocol_error_defaults() -> None:
     assert err.code is ErrorCode.MALFORMED_FRAME and err.fatal
     assert str(err) == ErrorCode.MALFORMED_FRAME.default_message
     assert ErrorResponse.from_error(err) == ErrorResponse(0, ErrorCode.MALFORMED_FRAME, str(err), 0)
+
+
+@pytest.mark.parametrize(
+    "leaders", [{}, [[1]], [[1, 2]], [["1", "n1"]], [[-1, "n1"]], [[2**64, "n1"]], "n1"]
+)
+def test_metadata_leaders_must_be_pairs_of_partition_and_node(leaders: object) -> None:
+    frame = MetadataResponse("n", "h", 1, "userspace", (), (), None, (), ((5, "n1"),)).to_frame(1)
+    frame.header["leaders"] = leaders
+    with pytest.raises(InvalidMessage, match="leaders"):
+        MetadataResponse.from_frame(frame)
