@@ -16,6 +16,14 @@ from typing import Any, TextIO
 
 Cell = str | int | float | None
 
+ENTRIES_NOTE = (
+    "ENTRIES is a partition's index range: on a replicated partition it also counts "
+    "Raft's own entries (a no-op per leader term, membership changes), which reads skip"
+)
+"""Why a replicated partition's count is labelled ENTRIES, not RECORDS (the
+index range is what the node reports; counting user records would need it to
+scan its index)."""
+
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Cell]]) -> str:
     """An aligned plain-text table (no trailing spaces)."""

@@ -26,7 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from laminar.cli.output import print_json, say, table
+from laminar.cli.output import ENTRIES_NOTE, print_json, say, table
 from laminar.client import Client, LaminarError, RetryPolicy, parse_address
 from laminar.client.results import TopicDescription
 from laminar.client.routing import Address, ClusterView, format_address
@@ -411,10 +411,14 @@ def status(client: Client, args: argparse.Namespace) -> int:
         )
         for s in doc["shards"]
     ]
-    headers = ["SHARD", "ENDPOINT", "CORE", "STATE", "PING_MS", "PARTITIONS", "RECORDS"]
+    replicated = doc.get("cluster") is not None
+    counted = "ENTRIES" if replicated else "RECORDS"
+    headers = ["SHARD", "ENDPOINT", "CORE", "STATE", "PING_MS", "PARTITIONS", counted]
     headers += ["REQUESTS", "IN", "OUT", "FORWARDED", "RESTARTS"]
     print()
     print(table(headers, rows))
+    if replicated:
+        say(f"note: {ENTRIES_NOTE}")
     if doc.get("cluster"):
         _print_cluster(doc["cluster"])
     if doc.get("members"):

@@ -11,7 +11,7 @@ import argparse
 from typing import Any
 
 from laminar.cli.common import UsageError
-from laminar.cli.output import Cell, print_json, say, table
+from laminar.cli.output import ENTRIES_NOTE, Cell, print_json, say, table
 from laminar.client import Client, TopicExistsError, TopicInfo, UnknownTopicError
 from laminar.shards.topic_config import TOPIC_CONFIG_KEYS
 
@@ -196,12 +196,13 @@ def describe_topic(client: Client, args: argparse.Namespace) -> int:
         return 0
     topic = desc.topic
     total = sum(p.records for p in desc.partitions)
+    counted = "entries" if topic.replication_factor > 1 else "records"
     print(
-        f"topic {topic.name}  id {topic.topic_id}  partitions {topic.partitions}  records {total}"
+        f"topic {topic.name}  id {topic.topic_id}  partitions {topic.partitions}  {counted} {total}"
     )
     if topic.config:
         print("config " + " ".join(f"{k}={v}" for k, v in sorted(topic.config.items())))
-    headers = ["PARTITION", "SHARD", "ENDPOINT", "LOWEST", "HIGHEST", "RECORDS"]
+    headers = ["PARTITION", "SHARD", "ENDPOINT", "LOWEST", "HIGHEST", counted.upper()]
     rows: list[tuple[Cell, ...]] = [
         (p.index, p.shard_id, f"{p.host}:{p.port}", p.lowest, p.highest, p.records)
         for p in desc.partitions
@@ -213,6 +214,8 @@ def describe_topic(client: Client, args: argparse.Namespace) -> int:
             for row, p in zip(rows, desc.partitions, strict=True)
         ]
     print(table(headers, rows))
+    if topic.replication_factor > 1:
+        say(f"note: {ENTRIES_NOTE}")
     return 0
 
 
