@@ -17,8 +17,9 @@ Rules, and why:
 - Entries are msgpack maps: `{"op": "create", "name", "topic_id", "partitions",
   "config"}`, `{"op": "alter", "name", "topic_id", "config"}` (the whole new
   config), `{"op": "delete", "name", "topic_id"}` and `{"op": "snapshot",
-  "next_topic_id", "topics": [...]}`. Unknown ops from a newer node are skipped
-  (and reported as such), never guessed at.
+  "next_topic_id", "topics": [...], "at"}` (`at` absent in snapshots written
+  before it existed: they are taken as placed where they are). Unknown ops
+  from a newer node are skipped (and reported as such), never guessed at.
 - Compaction: a snapshot entry holds the whole state its index implies, and
   applying it replaces the state. The owner appends one, as the first entry of
   a new segment, once the log since the last holds twice as many entries as
@@ -26,6 +27,19 @@ Rules, and why:
   log stays within a small multiple of the state, and a replay starts at a
   snapshot. A shard that was behind the dropped entries applies the snapshot
   and learns what was created and deleted meanwhile from the difference.
+- A snapshot names the index it was planned for (`at`): the state it holds is
+  the state after every entry below `at`. One that lands anywhere else (in a
+  cluster the metadata leader proposes it like any entry) is skipped, so a
+  snapshot can never undo an entry it did not see.
+- Gaps: whoever applies entries after missing some (a restart from a
+  compacted log, a Raft install, a tail that the owner compacted past) calls
+  `resync()`; entries are then skipped until the next snapshot, which defines
+  the whole state. A compacted log always holds a snapshot after its start.
+- Reconciliation (`Applied.snapshot`): after a snapshot the shell deletes local
+  partitions of topics the snapshot proves deleted (an id below its
+  `next_topic_id` that it does not list); a delete entry compacted away while
+  this node was down never runs otherwise. Ids at or past `next_topic_id` are
+  topics created after the snapshot and are never touched.
 - Bounds: topic configs take only the keys of `topic_config` (typed), and the
   owner refuses a create past `max_topics`: every metadata answer lists every
   topic, so this is what keeps the answer (and a client's bootstrap) small.
@@ -102,10 +116,12 @@ class AlterTopic:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """The whole state as of the entry before it."""
+    """The whole state after every entry below `at`, the index it was planned
+    for (None: an older snapshot, valid wherever it is)."""
 
     next_topic_id: int
     topics: tuple[TopicInfo, ...]
+    at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +159,8 @@ def encode_entry(entry: CreateTopic | DeleteTopic | AlterTopic | Snapshot) -> by
             "next_topic_id": entry.next_topic_id,
             "topics": [t.to_wire() for t in entry.topics],
         }
+        if entry.at is not None:
+            body["at"] = entry.at
     else:
         body = {"op": "delete", "name": entry.name, "topic_id": entry.topic_id}
     packed: bytes = msgpack.packb(body, use_bin_type=True)
@@ -181,7 +199,12 @@ def decode_entry(value: bytes) -> Entry:
             topics = body["topics"]
             if type(topics) is not list:
                 return UnknownEntry(body)
-            return Snapshot(_int(body["next_topic_id"]), tuple(map(_topic, topics)))
+            at = body.get("at")
+            return Snapshot(
+                _int(body["next_topic_id"]),
+                tuple(map(_topic, topics)),
+                None if at is None else _int(at),
+            )
     except (KeyError, TypeError):
         pass
     return UnknownEntry(body)
@@ -240,12 +263,14 @@ def _checked_config(config: dict[str, int | str]) -> dict[str, int]:
 @dataclass(frozen=True, slots=True)
 class Applied:
     """What applying one entry changed (for the shard to act on). A snapshot can
-    create and delete many topics at once (a shard that was far behind)."""
+    create and delete many topics at once (a shard that was far behind); when
+    one was applied, `snapshot` is it (the shell reconciles its files with it)."""
 
     index: int
     created: tuple[TopicInfo, ...] = ()
     deleted: tuple[TopicInfo, ...] = ()
     altered: tuple[TopicInfo, ...] = ()
+    snapshot: Snapshot | None = None
 
 
 class MetadataState:
@@ -259,6 +284,8 @@ class MetadataState:
         self.applied_index = 0
         self.snapshot_index: int | None = None
         """Index of the last snapshot entry applied (None: none yet)."""
+        self.awaiting_snapshot = False
+        """Entries before this point are missing (`resync`): skip until a snapshot."""
 
     # -- queries ---------------------------------------------------------------
 
@@ -329,9 +356,10 @@ class MetadataState:
         merged.update(checked)
         return AlterTopic(name, topic.topic_id, merged)
 
-    def snapshot(self) -> Snapshot:
-        """The entry that holds the whole state as it is now."""
-        return Snapshot(self.next_topic_id, self.topics())
+    def snapshot(self, at: int) -> Snapshot:
+        """The entry that holds the whole state as it is now, to be appended at
+        index `at` (applied there only: see the module docstring)."""
+        return Snapshot(self.next_topic_id, self.topics(), at)
 
     def needs_snapshot(self) -> bool:
         """True once the entries since the last snapshot outnumber twice the
@@ -348,6 +376,13 @@ class MetadataState:
 
     # -- applying (every shard) ------------------------------------------------
 
+    def resync(self) -> None:
+        """The next entry applied does not follow the last one (entries between
+        were compacted away): skip entries until a snapshot restores the whole
+        state. Until then the state stays as it was, stale but never wrong about
+        what it says existed."""
+        self.awaiting_snapshot = True
+
     def apply(self, index: int, entry: Entry) -> Applied:
         """Apply the entry at `index`, at or after `applied_index`: a replicated
         metadata log holds Raft's own entries (a leader's no-op) between
@@ -357,6 +392,13 @@ class MetadataState:
                 f"metadata entry {index} applied out of order (expected {self.applied_index})"
             )
         self.applied_index = index + 1
+        if isinstance(entry, Snapshot):
+            if entry.at is not None and entry.at != index:
+                return Applied(index)  # not where it was planned: entries may be between
+            self.awaiting_snapshot = False
+            return self._restore(index, entry)
+        if self.awaiting_snapshot:
+            return Applied(index)
         if isinstance(entry, CreateTopic):
             self.next_topic_id = max(self.next_topic_id, entry.topic_id + 1)
             if entry.name in self._by_name or entry.topic_id in self._by_id:
@@ -393,8 +435,6 @@ class MetadataState:
             )
             self._by_id[topic.topic_id] = self._by_name[topic.name] = topic
             return Applied(index, altered=(topic,))
-        if isinstance(entry, Snapshot):
-            return self._restore(index, entry)
         return Applied(index)
 
     def _restore(self, index: int, snap: Snapshot) -> Applied:
@@ -409,6 +449,7 @@ class MetadataState:
             created=tuple(t for i, t in new.items() if i not in old),
             deleted=tuple(t for i, t in old.items() if i not in new),
             altered=tuple(t for i, t in new.items() if i in old and old[i].config != t.config),
+            snapshot=snap,
         )
 
     def apply_value(self, index: int, value: bytes) -> Applied:
