@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -36,7 +34,7 @@ from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.replica import RaftReplica
 from laminar.shards.replication import ShardReplication
 from laminar.wire import ErrorCode, TopicInfo
-from tests.cluster.test_raft_groups import FakeNetwork
+from tests.cluster.test_raft_groups import FakeNetwork, _until
 
 NODES = ("n1", "n2", "n3")
 TICK_S = 0.01
@@ -123,16 +121,6 @@ class Node:
             os.path.isdir(self.partitions.directory(partition_id(topic.topic_id, idx)))
             for idx in range(topic.partitions)
         )
-
-
-async def _until(check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        await asyncio.sleep(TICK_S)
-    raise AssertionError("condition not reached in time")
 
 
 def _leader(nodes: dict[str, Node]) -> Node | None:

@@ -113,7 +113,7 @@ async def _restart(tmp: Path, node: str, net: FakeNetwork) -> RaftHost:
     return await _open(tmp, node, net)
 
 
-async def _until(check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
+async def _until(check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = check()
