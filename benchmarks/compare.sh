@@ -33,7 +33,7 @@ SUITE=${SUITE:-peers}
 case "$SUITE" in
     peers)
         TARGETS=${TARGETS:-laminar,redis-streams,nats-jetstream}
-        SCENARIOS=${SCENARIOS:-produce-b1-closed64 produce-b1-closed64-2p produce-b1-open-2k produce-b1-open-20k consume-100k produce-closed}
+        SCENARIOS=${SCENARIOS:-produce-b1-closed64 produce-b1-closed64-2p produce-b1-open-2k produce-b1-open-20k consume-100k consume-100k-prefetch produce-closed}
         SECTION=laminar-bench
         ;;
     replication)
@@ -61,6 +61,11 @@ scenario_args() {
         # Read 100,000 1 KiB records from the start, prefetch off for every
         # target: one fetch request of up to 500 records, one answer.
         consume-100k) echo "--workload consume --from beginning --prefill 100000 --partitions 1 --consumers 1 --duration 60" ;;
+        # The same with each client reading ahead as far as it can: laminar 2
+        # fetches ahead (AsyncClient.reader), NATS a push consumer, Redis
+        # Streams still one XREAD at a time (each needs the previous reply's
+        # last id).
+        consume-100k-prefetch) echo "--workload consume --from beginning --prefill 100000 --partitions 1 --consumers 1 --duration 60 --prefetch 2" ;;
         # Batches of 10, 32 in flight (the workload of the earlier comparison).
         produce-closed) echo "--workload produce --load closed --window 32 --batch 10" ;;
         produce-open-20k-b10) echo "--workload produce --load open --rate 20000 --batch 10 --window 64" ;;
@@ -156,7 +161,11 @@ latency: below 1 means laminar is quicker). Open-loop latencies count from
 each request's intended send time (coordinated omission corrected). Delivery
 is checked by identity: after every produce run the stream is read back and
 every acknowledged record must be there exactly once. Consumes read with
-prefetch off for every target (NATS through a pull consumer). Durability
+prefetch off for every target (NATS through a pull consumer), except the
+"prefetch 2" table: there laminar's reader keeps 2 fetches ahead, NATS reads
+through a push consumer, and Redis Streams still reads one XREAD at a time
+(an XREAD's cursor is the previous reply's last id: no client can ask ahead).
+Durability
 differs and is stated: "ack after fsync" (laminar \`--flush always\`, Redis
 \`appendfsync always\`) versus NATS JetStream, which in the Debian package's
 version 2.9.10 cannot be configured to fsync before acknowledging. The goal

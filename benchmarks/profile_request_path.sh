@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Where the time of a batch-1 produce goes: py-spy on the client and on each
 # shard of a `laminar-node --cores 2 --flush always` while request_probe.py keeps
-# 64 one-record produces in flight. Prints, per process, its CPU (cores) and
-# the functions with the most samples (self time); the raw collapsed stacks
-# stay in $OUT for flame graphs. Knobs: PARTITIONS (1), INFLIGHT (64),
-# SECONDS (6), OUT (benchmarks/out/profile), PLAIN (unset: idempotent produces,
-# the client's default; PLAIN=1: plain ones).
+# 64 one-record produces in flight. PROBE=consume profiles the fetch path
+# instead: consume_probe.py reads 100,000 1 KiB records from the start over and
+# over, one fetch of 500 in flight (the partition is filled before profiling).
+# Prints, per process, its CPU (cores) and the functions with the most samples
+# (self time); the raw collapsed stacks stay in $OUT for flame graphs. Knobs:
+# PROBE (produce or consume), PARTITIONS (1), INFLIGHT (64), SECONDS (6), OUT
+# (benchmarks/out/profile), PLAIN (unset: idempotent produces, the client's
+# default; PLAIN=1: plain ones).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PY:-.venv/bin/python}
 PYSPY=${PYSPY:-.venv/bin/py-spy}
+PROBE=${PROBE:-produce}
 PARTITIONS=${PARTITIONS:-1}
 INFLIGHT=${INFLIGHT:-64}
 SECONDS_=${SECONDS:-6}
@@ -25,8 +29,14 @@ trap 'kill $node 2>/dev/null; wait $node 2>/dev/null || true' EXIT
 for _ in $(seq 100); do [[ -f "$OUT/data/run/node.json" ]] && break; sleep 0.1; done
 shards=$(pgrep -P "$node" | tr '\n' ' ')
 
-"$PY" benchmarks/request_probe.py "127.0.0.1:$PORT" --partitions "$PARTITIONS" \
-    --inflight "$INFLIGHT" --seconds $((SECONDS_ + 3)) ${PLAIN:+--plain} >"$OUT/probe.txt" &
+if [[ "$PROBE" == consume ]]; then
+    "$PY" benchmarks/consume_probe.py "127.0.0.1:$PORT" --passes 0  # fill once
+    "$PY" benchmarks/consume_probe.py "127.0.0.1:$PORT" --passes 1 \
+        --seconds $((SECONDS_ + 3)) >"$OUT/probe.txt" &
+else
+    "$PY" benchmarks/request_probe.py "127.0.0.1:$PORT" --partitions "$PARTITIONS" \
+        --inflight "$INFLIGHT" --seconds $((SECONDS_ + 3)) ${PLAIN:+--plain} >"$OUT/probe.txt" &
+fi
 probe=$!
 sleep 1.5
 spies=()

@@ -81,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     w.add_argument("--fetch-max", dest="fetch_max_records", type=int, default=500)
     w.add_argument("--fetch-wait-ms", dest="fetch_wait_ms", type=int, default=100)
+    w.add_argument(
+        "--prefetch",
+        type=int,
+        default=0,
+        help="fetches a consumer keeps in flight ahead, where its client can (default 0)",
+    )
     w.add_argument("--drain", dest="drain_s", type=float, default=10.0)
     w.add_argument(
         "--pin",
@@ -148,6 +154,7 @@ def _config(args: argparse.Namespace) -> RunConfig:
         prefill=args.prefill,
         fetch_max_records=args.fetch_max_records,
         fetch_wait_ms=args.fetch_wait_ms,
+        prefetch=args.prefetch,
         drain_s=args.drain_s,
         pin_workers=args.pin_workers,
     )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from laminar.bench.config import RunConfig
 from laminar.bench.histogram import LatencyHistogram
@@ -32,6 +32,12 @@ from laminar.bench.targets import (
 )
 
 LATENCY_FIELDS = ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")
+
+
+RATE_HELD: Final = 0.95
+"""A fixed-rate run delivering less than this share of its rate (median over
+rounds) did not hold the rate: its latencies are the growing backlog, not
+service times, and the p99 goal is not judged on it."""
 
 
 @dataclass(slots=True)
@@ -216,7 +222,10 @@ class Comparison:
             ratio = _ratio(base.latency_us.get("p99_us"), best.latency_us.get("p99_us"))
             goal["best_p99_peer"] = best.target
             goal["p99_ratio"] = ratio
-            goal["p99_met"] = ratio is not None and ratio <= 1.0
+            held = RATE_HELD * self.config.rate
+            unheld = sorted(s.target for s in (base, best) if (s.records_per_s or 0.0) < held)
+            goal["rate_not_held"] = unheld
+            goal["p99_met"] = None if unheld else ratio is not None and ratio <= 1.0
         goal["generator_bound"] = sorted(s.target for s in (base, best) if s.generator_bound)
         return goal
 

@@ -63,6 +63,13 @@ class RunConfig:
     fetch_max_records: int = 500
     fetch_wait_ms: int = 100
     """Long-poll bound of a consumer's fetch when nothing is there yet."""
+    prefetch: int = 0
+    """Fetches a consumer keeps in flight ahead of the batch it takes in, where
+    the target's client can ask ahead: laminar's `AsyncClient.reader`; NATS
+    reads through a push consumer (the server sends ahead, flow-controlled)
+    instead of pull fetches. Redis Streams cannot: an XREAD's cursor is the
+    last id of the previous reply, so its reader keeps one XREAD at a time.
+    0 (the default): one fetch at a time for every target."""
     drain_s: float = 10.0
     """After the last send, how long answers and deliveries may still come."""
     pin_workers: bool = False
@@ -97,8 +104,8 @@ class RunConfig:
             fail("--duration must be positive")
         if self.count is not None and self.count < 1:
             fail("--count must be at least 1")
-        if self.warmup_s < 0 or self.drain_s < 0 or self.fetch_wait_ms < 0:
-            fail("--warmup, --drain and --fetch-wait must not be negative")
+        if self.warmup_s < 0 or self.drain_s < 0 or self.fetch_wait_ms < 0 or self.prefetch < 0:
+            fail("--warmup, --drain, --fetch-wait and --prefetch must not be negative")
         if self.consumes_backlog and self.prefill < 1:
             fail("--prefill must be at least 1 for consume --from beginning")
 
@@ -146,6 +153,8 @@ class RunConfig:
             parts.append(f"{self.producer_count} producer{'s' if self.producer_count != 1 else ''}")
         if self.consumer_count:
             parts.append(f"{self.consumer_count} consumer{'s' if self.consumer_count != 1 else ''}")
+            if self.prefetch:
+                parts.append(f"prefetch {self.prefetch}")
         return ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:

@@ -126,6 +126,8 @@ class ProcessTreeCpu:
         self._start: tuple[float, dict[str, float]] | None = None
         self.by_process: dict[str, float] | None = None
         """Set by `stop()`: each named process's cores."""
+        self.cpu_s: dict[str, float] | None = None
+        """Set by `stop()`: each named process's CPU seconds."""
 
     @property
     def cores(self) -> float | None:
@@ -151,10 +153,9 @@ class ProcessTreeCpu:
         wall, cpu = self._sample()
         began, cpu0 = self._start
         elapsed = wall - began
+        self.cpu_s = {name: max(0.0, cpu[name] - cpu0[name]) for name in self.pids}
         if elapsed > 0:
-            self.by_process = {
-                name: max(0.0, cpu[name] - cpu0[name]) / elapsed for name in self.pids
-            }
+            self.by_process = {name: used / elapsed for name, used in self.cpu_s.items()}
 
 
 def _tree_cpu_s(pid: int) -> float:

@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from laminar.bench.compare import LATENCY_FIELDS, Comparison, TargetSummary
+from laminar.bench.compare import LATENCY_FIELDS, RATE_HELD, Comparison, TargetSummary
 from laminar.bench.replication_goal import replication_checks
 from laminar.bench.runner import headline
 
@@ -168,6 +168,12 @@ def goal_lines(comparison: Comparison) -> list[str]:
         text = (
             f"throughput {_ratio(goal['throughput_ratio'])} of {goal['best_throughput_peer']} "
             f"(goal >= 1.0x: {'met' if goal['throughput_met'] else 'missed'})"
+        )
+    elif goal.get("rate_not_held"):
+        text = (
+            f"p99 {_ratio(goal['p99_ratio'])} of {goal['best_p99_peer']}, not judged: "
+            f"{', '.join(goal['rate_not_held'])} did not hold the rate (delivered less than "
+            f"{RATE_HELD:.0%} of it): the latencies are backlog, not service times"
         )
     else:
         text = (

@@ -204,7 +204,10 @@ def _collect(
     if not producers:
         ch.producers_done.set()
     while len(reports) < len(workers.specs):
-        message = workers.get(0.25)
+        wait_s = 0.25
+        if not server_cpu.started:  # sample at the window's start, not a poll later
+            wait_s = min(wait_s, max(0.0, (measure_start - time.monotonic_ns()) / 1e9))
+        message = workers.get(wait_s)
         if message is not None:
             kind, worker_id = message[0], message[1]
             if kind == "progress":
@@ -238,6 +241,17 @@ def _collect(
             raise RunFailed("workers did not finish in time (drain deadline passed)")
     server_cpu.stop()
     return list(reports.values())
+
+
+def server_cpu_over(result: RunResult, server_cpu: ProcessTreeCpu, elapsed_s: float) -> None:
+    """A backlog consume is over in a fraction of a second, less than the
+    sampling window around it (workers report when done, the poll adds up to a
+    quarter second): the server's CPU seconds are divided by the consume's
+    own duration, the time the server was busy with it."""
+    if server_cpu.cpu_s is None or elapsed_s <= 0:
+        return
+    result.server_cpu_by_process = {name: s / elapsed_s for name, s in server_cpu.cpu_s.items()}
+    result.server_cpu_cores = sum(result.server_cpu_by_process.values())
 
 
 def run_once(
@@ -285,6 +299,8 @@ def run_once(
         result.server_cpu_cores = server_cpu.cores
         result.server_cpu_by_process = server_cpu.by_process or {}
         fill_from_reports(result, reports, ch.measure_start_ns.value)
+        if config.consumes_backlog and result.consume is not None:
+            server_cpu_over(result, server_cpu, result.consume.elapsed_s)
         if config.producer_count:
             progress.phase("reading back for the identity check")
             verdict = asyncio.run(_read_back(endpoint, stream, config, reports))

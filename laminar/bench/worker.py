@@ -101,7 +101,9 @@ async def _run(spec: WorkerSpec, ch: WorkerChannels) -> None:
         if spec.role == "consumer" and not spec.config.consumes_backlog:
             # A tail must be taken before any producer starts: before "ready".
             for p in spec.partitions:
-                readers.append(await target.open_reader(spec.stream, p, "tail"))
+                readers.append(
+                    await target.open_reader(spec.stream, p, "tail", spec.config.prefetch)
+                )
         ch.queue.put(("ready", spec.worker_id))
         loop = asyncio.get_running_loop()
         went = await loop.run_in_executor(None, ch.go.wait, GO_TIMEOUT_S)
@@ -152,7 +154,9 @@ async def _work(
                 # Opened at the start, not before: a push-based reader (NATS)
                 # would otherwise fill its buffer before the clock runs.
                 for p in spec.partitions:
-                    readers.append(await target.open_reader(spec.stream, p, "beginning"))
+                    readers.append(
+                        await target.open_reader(spec.stream, p, "beginning", spec.config.prefetch)
+                    )
             consumer = Consumer(
                 readers,
                 spec.partitions,

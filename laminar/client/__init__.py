@@ -12,7 +12,8 @@ with `laminar.placement.shard_for`, keep one connection per shard and pipeline
 requests on it. Modules: `routing` (addresses, the cluster view), `protocol`
 (sans-IO correlation matching), `calls` (requests as data), `retry` (what may
 be sent again), `results`, `batch` (`RecordBatch`, a fetch answer without an
-object per record), `arrow` (fetch answers to Arrow) and `errors` (what callers get), `blocking` and
+object per record), `reader` (`PartitionReader`, a partition read in order
+one fetch ahead), `arrow` (fetch answers to Arrow) and `errors` (what callers get), `blocking` and
 `sync` (the sync client), `aio_connection` and `aio` (the asyncio client).
 """
 
@@ -49,6 +50,7 @@ from laminar.client.errors import (
     WriteAbortedError,
     WriteCommittedError,
 )
+from laminar.client.reader import PartitionReader
 from laminar.client.results import (
     Offsets,
     PartitionDescription,
@@ -85,6 +87,7 @@ __all__ = [
     "OutOfOrderSequenceError",
     "OutcomeUnknownError",
     "PartitionDescription",
+    "PartitionReader",
     "Pending",
     "PingResult",
     "ProtocolViolationError",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
@@ -33,6 +34,7 @@ from laminar.client.errors import (
 )
 from laminar.client.producer import ProducerSequences, produce_call
 from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
+from laminar.client.reader import PartitionReader
 from laminar.client.results import (
     Offsets,
     PingResult,
@@ -167,6 +169,30 @@ class AsyncClient:
         """`fetch` as one `RecordBatch` (see `Client.fetch_batch`)."""
         call = calls.fetch_batch(topic, partition, index, max_bytes, max_records, max_wait_ms)
         return await self._call(call)
+
+    def reader(
+        self,
+        topic: str,
+        partition: int,
+        index: int,
+        *,
+        max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+        max_records: int = DEFAULT_FETCH_MAX_RECORDS,
+        max_wait_ms: int = 0,
+        prefetch: int = 1,
+    ) -> PartitionReader:
+        """The partition from `index` on as `fetch_batch` answers, with up to
+        `prefetch` fetches in flight ahead of the caller (see
+        `laminar.client.reader`; 0 is one fetch at a time)."""
+        fetch_from = functools.partial(
+            self.fetch_batch,
+            topic,
+            partition,
+            max_bytes=max_bytes,
+            max_records=max_records,
+            max_wait_ms=max_wait_ms,
+        )
+        return PartitionReader(fetch_from, index, max_records=max_records, prefetch=prefetch)
 
     async def offsets(self, topic: str, partition: int) -> Offsets:
         """The partition's `(lowest, highest)` indexes; `highest` is exclusive."""

@@ -26,7 +26,7 @@ when the batch is made: a batch that exists adds up.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import accumulate, repeat
 from typing import TYPE_CHECKING, Final
 
@@ -68,9 +68,9 @@ class RecordBatch:
         payload: bytes,
         indexes: list[int],
         timestamps_ms: list[int],
-        starts: list[int],
-        ends: list[int],
-        value_starts: list[int] | None = None,
+        starts: Sequence[int],
+        ends: Sequence[int],
+        value_starts: Sequence[int] | None = None,
         *,
         simple: bool = False,
     ) -> None:
@@ -85,9 +85,7 @@ class RecordBatch:
         self._starts = starts
         self._ends = ends
         self._bare = value_starts is None or simple
-        self._value_starts = (
-            list(map((1).__add__, starts)) if value_starts is None else value_starts
-        )
+        self._value_starts = _after_attrs(starts) if value_starts is None else value_starts
 
     @classmethod
     def from_frame(cls, frame: Frame, partition: int) -> RecordBatch:
@@ -112,6 +110,17 @@ class RecordBatch:
             return cls(partition, payload, [], [], [], [])
         index_column, stamp_column, sizes = unpack_fetch_columns(payload, count)
         indexes, stamps = index_column.tolist(), stamp_column.tolist()
+        size = sizes[0]
+        if (  # records of one size, all bare values (the common case): blobs
+            # start every `size` bytes and their attrs bytes are one strided slice
+            size
+            and sizes.count(size) == count
+            and table_end + size * count == len(payload)
+            and payload[table_end::size].count(0) == count
+        ):
+            starts_at = range(table_end, len(payload), size)
+            ends_at = range(table_end + size, len(payload) + 1, size)
+            return cls(partition, payload, indexes, stamps, starts_at, ends_at)
         starts = list(accumulate(sizes, initial=table_end))
         if starts[-1] != len(payload):
             raise _bad(
@@ -175,6 +184,13 @@ class RecordBatch:
             f"RecordBatch(partition={self.partition}, {len(self)} records, "
             f"indexes {self.indexes[0]}..{self.indexes[-1]})"
         )
+
+
+def _after_attrs(starts: Sequence[int]) -> Sequence[int]:
+    """Where bare values begin: one byte after each blob's start."""
+    if isinstance(starts, range):
+        return range(starts.start + 1, starts.stop + 1, starts.step)
+    return list(map((1).__add__, starts))
 
 
 def _value_start(payload: bytes, start: int, end: int) -> int:

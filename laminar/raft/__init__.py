@@ -5,7 +5,8 @@ core = RaftCore(RaftConfig(node_id="n1", voters=("n1", "n2", "n3")), MemoryStora
                 random.Random(seed))
 core.tick(); core.step(msg); index = core.propose(b"payload")
 if core.has_ready():
-    rd = core.ready()      # persist rd.entries then rd.hard_state, send rd.messages,
+    rd = core.ready()      # send rd.messages_before_persist(), persist rd.entries then
+    ...                    # rd.hard_state, send rd.messages_after_persist(),
     ...                    # apply rd.committed, then:
     core.advance(rd)
 ```

@@ -6,31 +6,53 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .messages import Entry, HardState, Message, ReadState
+from .messages import (
+    APPEND,
+    HEARTBEAT,
+    INSTALL,
+    QUIESCE,
+    TIMEOUT_NOW,
+    Entry,
+    HardState,
+    Message,
+    ReadState,
+)
+
+SENDABLE_BEFORE_PERSIST = frozenset({APPEND, HEARTBEAT, INSTALL, QUIESCE, TIMEOUT_NOW})
+"""What only a leader sends: they promise nothing about the sender's disk, so
+they may go out before or while its entries are written (Raft thesis 10.2.1).
+The leader still counts its own log toward a commit only once `advance` says
+it is persisted. A leader's term and vote were persisted before it could win
+(votes and vote requests wait for the write), so these never carry a term the
+sender could forget. Everything else (append and vote answers above all, as in
+etcd raft's msgsAfterAppend; also vote requests, since this core counts its
+own vote at once) waits for the write."""
 
 
 @dataclass(frozen=True, slots=True)
 class Ready:
     """Everything a core asks of its application, in the order it must be done:
 
-    1. persist `entries`, then `hard_state` (durably if `must_sync`);
-    2. only then send `messages`;
-    3. apply `committed`; then call `core.advance(ready)`.
+    1. send `messages_before_persist()` (may be skipped until step 3);
+    2. persist `entries`, then `hard_state` (durably if `must_sync`);
+    3. only then send `messages_after_persist()` (`messages` is both);
+    4. apply `committed`; then call `core.advance(ready)`.
     """
 
     entries: tuple[Entry, ...] = ()
-    """Entries to save to stable storage BEFORE `messages` are sent, replacing
+    """Entries to save to stable storage BEFORE `messages_after_persist()` are sent, replacing
     any stored suffix that starts at or after entries[0].index. If entries[0]
     has kind "anchor", the follower is installing the leader's log: discard the
     whole stored log first and continue it after that (index, term); the anchor
     is not an entry of the log (MemoryStorage.append does all this)."""
 
     hard_state: HardState | None = None
-    """The hard state to save AFTER `entries` and BEFORE `messages` are sent
-    (a vote must be durable before the vote is granted); None if unchanged."""
+    """The hard state to save AFTER `entries` and BEFORE `messages_after_persist()`
+    are sent (a vote must be durable before it is granted); None if unchanged."""
 
     messages: tuple[Message, ...] = ()
-    """Messages to send AFTER `entries` and `hard_state` are persisted (an
+    """Every message to send: those of `messages_before_persist()` at any
+    time, the rest only AFTER `entries` and `hard_state` are persisted (an
     acknowledgement or a vote is a promise about what is on disk). They may be
     sent in any order, dropped or duplicated: the core copes."""
 
@@ -50,9 +72,18 @@ class Ready:
     lost): fail them so the client retries at the new leader."""
 
     must_sync: bool = False
-    """True if `entries` or `hard_state` must be made durable (fsync) before the
-    messages go out: there are entries, or the term or vote changed. A change of
+    """True if `entries` or `hard_state` must be made durable (fsync) before
+    `messages_after_persist()` go out: there are entries, or the term or vote changed. A change of
     the commit index alone may be written without a sync."""
+
+    def messages_before_persist(self) -> tuple[Message, ...]:
+        """The leader's appends, heartbeats and the like: they may go out
+        while this Ready is being persisted (see `SENDABLE_BEFORE_PERSIST`)."""
+        return tuple(m for m in self.messages if m.kind in SENDABLE_BEFORE_PERSIST)
+
+    def messages_after_persist(self) -> tuple[Message, ...]:
+        """Answers and votes: send them only once this Ready is persisted."""
+        return tuple(m for m in self.messages if m.kind not in SENDABLE_BEFORE_PERSIST)
 
 
 class FollowerProgress(NamedTuple):

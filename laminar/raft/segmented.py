@@ -244,8 +244,8 @@ class SegmentedLogStorage:
     async def load(self) -> None:
         """Read what the core last asked for (`wanted`) into the cache."""
         lo, self.wanted = self.wanted, None
-        if lo is None or lo > self.log.highest_index:
-            return
+        if lo is None or lo > self.log.highest_index or lo - 1 < self.log.lowest_index:
+            return  # past the end, or compacted since it was asked for (the core re-checks)
         records = await self.log.read_range(lo - 1, max_bytes=self._load_bytes)
         self._loaded = [_decode(record, self.stamped) for record in records]
 

@@ -1,9 +1,15 @@
 """One Raft group on a shard: the core, its durable storage, and the loop that drives it.
 
 The core (`laminar.raft.RaftCore`) decides; this shell does what each `Ready`
-asks, in the order its docstring states: persist the entries (a durable log
-append: fsync), persist the hard state when the term or vote changed, then
-send the messages, then apply what is committed, then `advance`. One task per
+asks, in the order its docstring states: send what a leader sends (appends,
+heartbeats), persist the entries (a durable log append: fsync), persist the
+hard state when the term or vote changed, then send the rest (answers and
+votes: promises about this node's disk), then apply what is committed, then
+`advance`. A leader's appends thus go out while its own fsync runs, so its
+write and the followers' overlap (Raft thesis 10.2.1, as etcd does); the core
+counts the leader's own entries toward a commit only at `advance`, after its
+fsync, and nothing of a later Ready (a commit, an answer to a client) exists
+before that. One task per
 group runs that loop (`run`); anything that gives the core work (a tick, a
 message, a proposal) only wakes it, so proposals and messages that arrive
 while a Ready is being persisted are batched into the next one (group commit
@@ -222,6 +228,10 @@ class RaftGroup:
 
     async def _handle(self, rd: Ready) -> None:
         storage = self.storage
+        if rd.messages:
+            ahead = rd.messages_before_persist()
+            if ahead:
+                self._send(self.pid, ahead)
         if rd.entries:
             truncated_from = rd.entries[0].index
             if truncated_from <= storage.last_index():
@@ -230,7 +240,9 @@ class RaftGroup:
         if rd.hard_state is not None and rd.must_sync:
             await storage.set_hard_state(rd.hard_state)
         if rd.messages:
-            self._send(self.pid, rd.messages)
+            after = rd.messages_after_persist()
+            if after:
+                self._send(self.pid, after)
         if rd.committed:
             await storage.note_applied(rd.committed)  # a membership change: durable first
             self._committed(rd.committed)

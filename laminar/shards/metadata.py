@@ -17,8 +17,13 @@ Rules, and why:
 - Entries are msgpack maps: `{"op": "create", "name", "topic_id", "partitions",
   "config"}`, `{"op": "alter", "name", "topic_id", "config"}` (the whole new
   config), `{"op": "delete", "name", "topic_id"}` and `{"op": "snapshot",
-  "next_topic_id", "topics": [...]}`. Unknown ops from a newer node are skipped
-  (and reported as such), never guessed at.
+  "next_topic_id", "topics": [...], "at", "placed_on"}` (`at` absent in
+  snapshots written before it existed: they are taken as placed where they
+  are; `placed_on`: `[[topic_id, i], ...]` with `placements[i]` a
+  `[[node, weight], ...]`: each topic's creation `placed_on`, which gossip
+  clusters derive first replicas from, each distinct list stored once).
+  Create entries carry `placed_on` too in a cluster. Unknown ops
+  from a newer node are skipped (and reported as such), never guessed at.
 - Compaction: a snapshot entry holds the whole state its index implies, and
   applying it replaces the state. The owner appends one, as the first entry of
   a new segment, once the log since the last holds twice as many entries as
@@ -26,6 +31,19 @@ Rules, and why:
   log stays within a small multiple of the state, and a replay starts at a
   snapshot. A shard that was behind the dropped entries applies the snapshot
   and learns what was created and deleted meanwhile from the difference.
+- A snapshot names the index it was planned for (`at`): the state it holds is
+  the state after every entry below `at`. One that lands anywhere else (in a
+  cluster the metadata leader proposes it like any entry) is skipped, so a
+  snapshot can never undo an entry it did not see.
+- Gaps: whoever applies entries after missing some (a restart from a
+  compacted log, a Raft install, a tail that the owner compacted past) calls
+  `resync()`; entries are then skipped until the next snapshot, which defines
+  the whole state. A compacted log always holds a snapshot after its start.
+- Reconciliation (`Applied.snapshot`): after a snapshot the shell deletes local
+  partitions of topics the snapshot proves deleted (an id below its
+  `next_topic_id` that it does not list); a delete entry compacted away while
+  this node was down never runs otherwise. Ids at or past `next_topic_id` are
+  topics created after the snapshot and are never touched.
 - Bounds: topic configs take only the keys of `topic_config` (typed), and the
   owner refuses a create past `max_topics`: every metadata answer lists every
   topic, so this is what keeps the answer (and a client's bootstrap) small.
@@ -71,6 +89,10 @@ class MetadataError(Exception):
         self.leader = leader
 
 
+Placement = tuple[tuple[str, float], ...]
+"""Members (node id, weight) a topic's first replicas were placed on."""
+
+
 @dataclass(frozen=True, slots=True)
 class CreateTopic:
     name: str
@@ -78,7 +100,7 @@ class CreateTopic:
     partitions: int
     config: dict[str, int | str] = field(default_factory=dict)
     replication_factor: int = 1
-    placed_on: tuple[tuple[str, float], ...] = ()
+    placed_on: Placement = ()
     """The cluster's members (node id, weight) as the creator saw them: every
     node derives the partitions' first replicas from these, so all agree on
     each group's first membership whatever their own views say now (empty:
@@ -107,10 +129,15 @@ class AlterTopic:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """The whole state as of the entry before it."""
+    """The whole state after every entry below `at`, the index it was planned
+    for (None: an older snapshot, valid wherever it is)."""
 
     next_topic_id: int
     topics: tuple[TopicInfo, ...]
+    at: int | None = None
+    placed_on: tuple[tuple[int, Placement], ...] = ()
+    """Each topic's `CreateTopic.placed_on` (those that had one), by topic id:
+    compaction must not forget whom a topic's first replicas were placed on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +177,16 @@ def encode_entry(entry: CreateTopic | DeleteTopic | AlterTopic | Snapshot) -> by
             "next_topic_id": entry.next_topic_id,
             "topics": [t.to_wire() for t in entry.topics],
         }
+        if entry.at is not None:
+            body["at"] = entry.at
+        if entry.placed_on:
+            # Most topics are created under the same view: each distinct list once.
+            distinct: dict[Placement, int] = {}
+            body["placed_on"] = [
+                [topic_id, distinct.setdefault(members, len(distinct))]
+                for topic_id, members in entry.placed_on
+            ]
+            body["placements"] = [[list(member) for member in members] for members in distinct]
     else:
         body = {"op": "delete", "name": entry.name, "topic_id": entry.topic_id}
     packed: bytes = msgpack.packb(body, use_bin_type=True)
@@ -170,16 +207,13 @@ def decode_entry(value: bytes) -> Entry:
             config = body.get("config") or {}
             if type(config) is not dict:
                 return UnknownEntry(body)
-            placed = body.get("placed_on") or []
-            if type(placed) is not list:
-                return UnknownEntry(body)
             return CreateTopic(
                 _str(body["name"]),
                 _int(body["topic_id"]),
                 _int(body["partitions"]),
                 config,
                 _int(body.get("replication_factor", 1)),
-                tuple((_str(node), _weight(weight)) for node, weight in placed),
+                _placement(body.get("placed_on")),
             )
         if op == "delete":
             return DeleteTopic(_str(body["name"]), _int(body["topic_id"]))
@@ -192,10 +226,35 @@ def decode_entry(value: bytes) -> Entry:
             topics = body["topics"]
             if type(topics) is not list:
                 return UnknownEntry(body)
-            return Snapshot(_int(body["next_topic_id"]), tuple(map(_topic, topics)))
-    except (KeyError, TypeError):
+            at = body.get("at")
+            placed = body.get("placed_on") or []
+            placements = body.get("placements") or []
+            if type(placed) is not list or type(placements) is not list:
+                return UnknownEntry(body)
+            distinct = [_placement(members) for members in placements]
+            return Snapshot(
+                _int(body["next_topic_id"]),
+                tuple(map(_topic, topics)),
+                None if at is None else _int(at),
+                tuple((_int(topic_id), _pick(distinct, i)) for topic_id, i in placed),
+            )
+    except (KeyError, TypeError, ValueError):
         pass
     return UnknownEntry(body)
+
+
+def _placement(value: object) -> Placement:
+    if value is None:
+        return ()
+    if type(value) is not list:
+        raise TypeError
+    return tuple((_str(node), _weight(weight)) for node, weight in value)
+
+
+def _pick(placements: list[Placement], index: object) -> Placement:
+    if not 0 <= _int(index) < len(placements):
+        raise TypeError
+    return placements[_int(index)]
 
 
 def _weight(value: object) -> float:
@@ -257,12 +316,14 @@ def _checked_config(config: dict[str, int | str]) -> dict[str, int]:
 @dataclass(frozen=True, slots=True)
 class Applied:
     """What applying one entry changed (for the shard to act on). A snapshot can
-    create and delete many topics at once (a shard that was far behind)."""
+    create and delete many topics at once (a shard that was far behind); when
+    one was applied, `snapshot` is it (the shell reconciles its files with it)."""
 
     index: int
     created: tuple[TopicInfo, ...] = ()
     deleted: tuple[TopicInfo, ...] = ()
     altered: tuple[TopicInfo, ...] = ()
+    snapshot: Snapshot | None = None
 
 
 class MetadataState:
@@ -277,6 +338,8 @@ class MetadataState:
         self.applied_index = 0
         self.snapshot_index: int | None = None
         """Index of the last snapshot entry applied (None: none yet)."""
+        self.awaiting_snapshot = False
+        """Entries before this point are missing (`resync`): skip until a snapshot."""
 
     # -- queries ---------------------------------------------------------------
 
@@ -307,7 +370,7 @@ class MetadataState:
         config: dict[str, int | str] | None = None,
         replication_factor: int = 1,
         nodes: int = 1,
-        placed_on: tuple[tuple[str, float], ...] = (),
+        placed_on: Placement = (),
     ) -> CreateTopic:
         """The entry that creates `name` with each partition on `replication_factor`
         of the cluster's `nodes` (`placed_on`: who they are, with their
@@ -355,9 +418,14 @@ class MetadataState:
         merged.update(checked)
         return AlterTopic(name, topic.topic_id, merged)
 
-    def snapshot(self) -> Snapshot:
-        """The entry that holds the whole state as it is now."""
-        return Snapshot(self.next_topic_id, self.topics())
+    def snapshot(self, at: int) -> Snapshot:
+        """The entry that holds the whole state as it is now, to be appended at
+        index `at` (applied there only: see the module docstring)."""
+        placed = tuple(
+            (topic_id, tuple(self._placed_on[topic_id].items()))
+            for topic_id in sorted(self._placed_on)
+        )
+        return Snapshot(self.next_topic_id, self.topics(), at, placed)
 
     def needs_snapshot(self) -> bool:
         """True once the entries since the last snapshot outnumber twice the
@@ -374,6 +442,13 @@ class MetadataState:
 
     # -- applying (every shard) ------------------------------------------------
 
+    def resync(self) -> None:
+        """The next entry applied does not follow the last one (entries between
+        were compacted away): skip entries until a snapshot restores the whole
+        state. Until then the state stays as it was, stale but never wrong about
+        what it says existed."""
+        self.awaiting_snapshot = True
+
     def apply(self, index: int, entry: Entry) -> Applied:
         """Apply the entry at `index`, at or after `applied_index`: a replicated
         metadata log holds Raft's own entries (a leader's no-op) between
@@ -383,6 +458,13 @@ class MetadataState:
                 f"metadata entry {index} applied out of order (expected {self.applied_index})"
             )
         self.applied_index = index + 1
+        if isinstance(entry, Snapshot):
+            if entry.at is not None and entry.at != index:
+                return Applied(index)  # not where it was planned: entries may be between
+            self.awaiting_snapshot = False
+            return self._restore(index, entry)
+        if self.awaiting_snapshot:
+            return Applied(index)
         if isinstance(entry, CreateTopic):
             self.next_topic_id = max(self.next_topic_id, entry.topic_id + 1)
             if entry.name in self._by_name or entry.topic_id in self._by_id:
@@ -422,8 +504,6 @@ class MetadataState:
             )
             self._by_id[topic.topic_id] = self._by_name[topic.name] = topic
             return Applied(index, altered=(topic,))
-        if isinstance(entry, Snapshot):
-            return self._restore(index, entry)
         return Applied(index)
 
     def _restore(self, index: int, snap: Snapshot) -> Applied:
@@ -431,6 +511,9 @@ class MetadataState:
         new = {t.topic_id: t for t in snap.topics if t.topic_id != METADATA_TOPIC_ID}
         self._by_id = new
         self._by_name = {t.name: t for t in new.values()}
+        self._placed_on = {
+            topic_id: dict(members) for topic_id, members in snap.placed_on if topic_id in new
+        }
         self.next_topic_id = max(self.next_topic_id, snap.next_topic_id)
         self.snapshot_index = index
         return Applied(
@@ -438,6 +521,7 @@ class MetadataState:
             created=tuple(t for i, t in new.items() if i not in old),
             deleted=tuple(t for i, t in old.items() if i not in new),
             altered=tuple(t for i, t in new.items() if i in old and old[i].config != t.config),
+            snapshot=snap,
         )
 
     def apply_value(self, index: int, value: bytes) -> Applied:

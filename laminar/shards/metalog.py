@@ -27,9 +27,16 @@ Theory of operation (the state machine itself is `metadata.MetadataState`):
   proposes changes (others answer NOT_LEADER naming it), and the owner serves
   its sibling shards committed entries only. Start-up does not wait for a
   quorum: the shard starts, and requests wait for the metadata (NOT_READY) until
-  the member has heard from a leader and applied what it committed. Compaction
-  is left to single nodes for now (a cluster's metadata log grows with every
-  topic change).
+  the member has heard from a leader and applied what it committed.
+- Compaction in a cluster: after a change, the metadata leader proposes a
+  snapshot (planned for the index it will take) as an ordinary entry. Every
+  node, once its owner shard has *applied* a snapshot at index `s`, drops the
+  segments of its metadata log that end before `s - 1` and rolls the log (so
+  the next compaction has a segment boundary to cut at). Record `s - 1` stays:
+  Raft anchors a compacted log on its first record, so the snapshot is the
+  first entry a restart replays or an install sends. Entries after a gap (a
+  restart over a compacted log, an install, a sibling's tail that the owner
+  compacted past) are skipped until that snapshot (`MetadataState.resync`).
 - Until a shard has its metadata (the owner's replay, a follower's first
   catch-up), requests that name a topic wait for it (`ready`, bounded by
   `READY_WAIT_S`), then get NOT_READY (retriable; nothing applied) rather than
@@ -38,8 +45,9 @@ Theory of operation (the state machine itself is `metadata.MetadataState`):
   it has not applied yet) first catches up with the owner (`catch_up`) before
   answering UNKNOWN_TOPIC.
 - Applying a delete removes the shard's own partitions of that topic; after the
-  first catch-up a shard also removes partition directories of topics deleted
-  while it was down (`PartitionManager.remove_orphans`).
+  first catch-up, and after every snapshot it applies, a shard also removes
+  partition directories of topics deleted while it was down
+  (`PartitionManager.remove_orphans`: only ids the state proves deleted).
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ from laminar.raft import NORMAL
 from laminar.raft import Entry as RaftEntry
 from laminar.replication.group import TIMESTAMP
 from laminar.shards.channels import ChannelError, Channels
+from laminar.shards.errors import RequestError
 from laminar.shards.metadata import (
     METADATA_PID,
     AlterTopic,
@@ -129,7 +138,10 @@ class MetadataService:
         self._channels = channels
         self._on_applied = on_applied
         self._log: PartitionReplica | None = None
-        self._committed: asyncio.Queue[tuple[int, bytes | None]] = asyncio.Queue()
+        self._committed: asyncio.Queue[tuple[int, bytes | None, bool]] = asyncio.Queue()
+        """Cluster: (log index, metadata entry or None for Raft's own, after a gap)."""
+        self._delivered_end = 0
+        """Cluster: log indexes below this were delivered by the group."""
         self._applied_end = 0
         """Cluster: log indexes below this are applied (the group's own entries too)."""
         self._applied = asyncio.Event()
@@ -195,27 +207,39 @@ class MetadataService:
             )
         self._log = replica
         group = replica.group
-        # Ready once a leader is known and everything it committed is applied here.
-        while group.leader is None or self._applied_end < group.committed_end:
+        # Ready once a leader is known and everything it committed is applied
+        # here, and (over a compacted log) the first snapshot restored the state.
+        while (
+            group.leader is None
+            or self._applied_end < group.committed_end
+            or self.state.awaiting_snapshot
+        ):
             self._applied.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._applied.wait(), 0.05)
         self._became_ready()
 
     def _on_committed(self, entries: Sequence[RaftEntry]) -> None:
-        """The Raft group's committed entries (in order, each once): applied in turn."""
+        """The Raft group's committed entries (in order, each once): applied in
+        turn. They start past the last delivered one after a restart over a
+        compacted log or an install: the state then waits for a snapshot."""
         for entry in entries:
+            index = entry.index - 1
             value = entry.data[TIMESTAMP.size :] if entry.kind == NORMAL else None
-            self._committed.put_nowait((entry.index - 1, value))
+            self._committed.put_nowait((index, value, index > self._delivered_end))
+            self._delivered_end = index + 1
 
     async def _apply_committed(self) -> None:
         while True:
-            index, value = await self._committed.get()
-            if value is not None:
-                try:
+            index, value, after_gap = await self._committed.get()
+            try:
+                if after_gap:
+                    logger.info("metadata entries before %d are compacted: resync", index)
+                    self.state.resync()
+                if value is not None:
                     await self._apply(index, value)
-                except Exception:
-                    logger.exception("applying metadata entry %d failed", index)
+            except Exception:
+                logger.exception("applying metadata entry %d failed", index)
             self._applied_end = index + 1
             self._applied.set()
 
@@ -276,12 +300,39 @@ class MetadataService:
     # -- applying --------------------------------------------------------------
 
     async def _apply(self, index: int, value: bytes) -> None:
-        """Apply one entry (skipping entries applied already); caller may race."""
+        """Apply one entry (skipping entries applied already); caller may race.
+        After a snapshot: reconcile this shard's partitions with it, and (the
+        owner, in a cluster) compact the metadata log."""
         async with self._apply_lock:
             if index < self.state.applied_index:
                 return
             applied = self.state.apply_value(index, value)
             await self._on_applied(applied)
+            snapshot = applied.snapshot
+            if snapshot is None:
+                return
+            self._partitions.remove_orphans(
+                (t.topic_id for t in snapshot.topics), snapshot.next_topic_id, quiet=True
+            )
+            if isinstance(self._log, RaftReplica):
+                await self._compact_replicated(self._log.log, index)
+
+    async def _compact_replicated(self, log: SegmentedLog, snapshot_index: int) -> None:
+        """Drop the segments before the applied snapshot at `snapshot_index`,
+        keeping the record just before it (Raft's anchor), then roll the log so
+        that the next snapshot finds a segment boundary."""
+        try:
+            removed = await log.remove_before(snapshot_index - 1)
+            await log.roll_over()
+        except Exception:  # the log failed: the group stops on its own; keep applying
+            logger.exception("compacting the metadata log at %d failed", snapshot_index)
+            return
+        logger.info(
+            "metadata log compacted at snapshot %d: %d segments removed, it starts at %d",
+            snapshot_index,
+            removed,
+            log.lowest_index,
+        )
 
     # -- follower side ---------------------------------------------------------
 
@@ -299,6 +350,8 @@ class MetadataService:
             raise ChannelError(f"metadata tail failed: {answer.code.name}: {answer.message}")
         if not isinstance(answer, MetadataTailResponse):
             raise ChannelError("metadata owner answered the tail with something else")
+        if answer.records and request.index < answer.lowest_index:
+            self.state.resync()  # the owner compacted entries this shard had not applied
         for record in answer.records:
             await self._apply(record.index, record.blob)
         return len(answer.records)
@@ -401,6 +454,8 @@ class MetadataService:
                 entry = plan()
                 index, _ = await log.append_stamped([encode_entry(entry)])
                 await self._applied_through(index + 1)
+                if self.state.needs_snapshot():
+                    await self._propose_snapshot(log)
             elif isinstance(log, LocalReplica):
                 entry = plan()
                 value = encode_entry(entry)
@@ -420,10 +475,22 @@ class MetadataService:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._applied.wait(), 0.1)
 
+    async def _propose_snapshot(self, log: RaftReplica) -> None:
+        """Leader, under the write lock, everything committed applied: propose
+        the whole state for the next index. Every node compacts once it has
+        applied it (`_apply`). A failure here is only a compaction put off: the
+        change that prompted it is already committed."""
+        try:
+            value = encode_entry(self.state.snapshot(log.log_end))
+            index, _ = await log.append_stamped([value])
+            await self._applied_through(index + 1)
+        except (RequestError, MetadataError) as exc:
+            logger.info("metadata snapshot put off: %s", exc)
+
     async def _compact(self, log: SegmentedLog) -> None:
         """Roll the log, start the new segment with a snapshot, drop what is before it."""
         await log.roll_over()
-        snapshot = self.state.snapshot()
+        snapshot = self.state.snapshot(log.highest_index)
         value = encode_entry(snapshot)
         index = await log.append([value])
         await self._apply(index, value)

@@ -223,6 +223,7 @@ class PartitionManager:
             if not self._owns(pid):
                 continue
             await self.close_partition(pid)
+            self.unretire(pid)  # the topic is gone: its marks go with it
             if self._remove_dir(pid):
                 removed += 1
         return removed
@@ -246,13 +247,16 @@ class PartitionManager:
     def _retired_mark(self, pid: int) -> str:
         return self.directory(pid) + ".retired"
 
-    def remove_orphans(self, live_topic_ids: Iterable[int], next_topic_id: int) -> int:
+    def remove_orphans(
+        self, live_topic_ids: Iterable[int], next_topic_id: int, *, quiet: bool = False
+    ) -> int:
         """Delete owned partition directories of deleted topics (a delete this
         shard missed while it was down); return how many.
 
         Only ids below `next_topic_id` count as deleted: a directory with an id
-        the metadata log never assigned is left alone (and logged), so damage to
-        the metadata log can never turn into deleting data."""
+        the metadata log never assigned is left alone (and logged unless
+        `quiet`: a snapshot replayed mid-log is followed by later creates), so
+        damage to the metadata log can never turn into deleting data."""
         live = set(live_topic_ids) | {0}
         removed = 0
         try:
@@ -267,7 +271,8 @@ class PartitionManager:
             if topic_id in live or topic_id > 0xFFFF_FFFF or idx > 0xFFFF_FFFF:
                 continue
             if topic_id >= next_topic_id:
-                logger.warning("partition %s belongs to no topic the metadata log knows", name)
+                if not quiet:
+                    logger.warning("partition %s belongs to no topic the metadata log knows", name)
                 continue
             pid = partition_id(topic_id, idx)
             if self._owns(pid) and pid not in self._logs and self._remove_dir(pid):
@@ -286,7 +291,10 @@ class PartitionManager:
         """Finish in-flight flushes and close every log (drain)."""
         self._closed = True
         if self._opening:
-            await asyncio.wait(list(self._opening.values()))
+            done, _ = await asyncio.wait(list(self._opening.values()))
+            for task in done:  # whoever asked may be gone (cancelled by the drain)
+                if not task.cancelled():
+                    task.exception()
         logs, self._logs = self._logs, {}
         for pid, log in logs.items():
             self._flushes_of_closed += log.flush_count

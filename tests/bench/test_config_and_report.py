@@ -8,11 +8,12 @@ import pytest
 from laminar.bench.compare import Comparison
 from laminar.bench.config import BenchConfigError, RunConfig
 from laminar.bench.histogram import LatencyHistogram
+from laminar.bench.machine import ProcessTreeCpu
 from laminar.bench.records import RecordMaker, intended_ns_of, sequence_of
 from laminar.bench.report import markdown, ratio_rows, summary_rows
 from laminar.bench.results import RoleFigures, RunResult
 from laminar.bench.results_md import BEGIN, END, MarkerError, splice
-from laminar.bench.runner import backlog_split, consumer_partitions
+from laminar.bench.runner import backlog_split, consumer_partitions, server_cpu_over
 from laminar.bench.targets import parse_target
 
 
@@ -25,11 +26,28 @@ from laminar.bench.targets import parse_target
         ({"duration_s": None}, "--duration or --count"),
         ({"workload": "e2e", "consumers": 0}, "--consumers"),
         ({"window": 0}, "--window"),
+        ({"workload": "consume", "prefetch": -1}, "--prefetch"),
     ],
 )
 def test_bad_settings_say_what_is_wrong(settings: dict[str, object], message: str) -> None:
     with pytest.raises(BenchConfigError, match=message):
         RunConfig(**settings)  # type: ignore[arg-type]
+
+
+def test_prefetch_is_named_in_a_consume_title() -> None:
+    assert "prefetch 2" in RunConfig(workload="consume", prefetch=2).describe()
+    assert "prefetch" not in RunConfig(workload="consume").describe()
+
+
+def test_a_backlog_consume_reportsserver_cpu_over_its_own_duration() -> None:
+    """The consume is shorter than the sampling window around it: the server's
+    CPU seconds count over the consume's duration, not the window."""
+    cpu = ProcessTreeCpu({"server": 1})
+    cpu.cpu_s = {"server": 0.05}  # used during a window of, say, 0.4 s
+    r = RunResult("laminar", 1, "ok", "", (0.0, 0.0, 0.0), {}, {})
+    server_cpu_over(r, cpu, 0.1)
+    assert r.server_cpu_cores == pytest.approx(0.5)
+    assert r.server_cpu_by_process == {"server": pytest.approx(0.5)}
 
 
 def test_roles_per_workload() -> None:
@@ -119,6 +137,24 @@ def test_medians_ratios_and_goal() -> None:
     assert "`laminar-bench --compare" in text
     assert "boom" in text
     assert "![a.png](a.png)" in text
+
+
+@pytest.mark.parametrize(("laminar_rate", "judged"), [(1960, True), (1500, False)])
+def test_a_fixed_rate_p99_goal_is_judged_only_when_the_rate_was_held(
+    laminar_rate: int, judged: bool
+) -> None:
+    """A run that fell behind its schedule reports the backlog's age as latency:
+    comparing those p99s says nothing about service times."""
+    c = Comparison(RunConfig(load="open", rate=2000.0), ["laminar", "redis-streams"], 1)
+    c.runs.append(_result("laminar", 1, laminar_rate, 3000, fsync=True))
+    c.runs.append(_result("redis-streams", 1, 2000, 4000, fsync=True))
+    goal = c.goal()
+    assert goal is not None
+    assert goal["p99_ratio"] == pytest.approx(0.75)
+    assert goal["p99_met"] is (True if judged else None)
+    assert goal["rate_not_held"] == ([] if judged else ["laminar"])
+    line = markdown(c, "laminar-bench").split("Goal check: ")[1].split("\n")[0]
+    assert ("met" in line) is judged and ("not judged" in line) is not judged
 
 
 def test_splice_keeps_everything_outside_the_markers() -> None:

@@ -71,7 +71,8 @@ def test_produce_count_mode(bootstrap: str, tmp_path: Path) -> None:
     assert r.produce is not None and r.produce.records == 300
 
 
-def test_consume_from_beginning(bootstrap: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("prefetch", [0, 3])
+def test_consume_from_beginning(bootstrap: str, tmp_path: Path, prefetch: int) -> None:
     r = _run(
         bootstrap,
         tmp_path,
@@ -82,6 +83,7 @@ def test_consume_from_beginning(bootstrap: str, tmp_path: Path) -> None:
         consumers=2,
         duration_s=30.0,
         fetch_max_records=200,
+        prefetch=prefetch,
     )
     assert r.consume is not None and r.consume.records == 3_001
     assert r.latency("fetch").count == r.consume.ops > 0

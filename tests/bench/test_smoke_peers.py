@@ -45,11 +45,17 @@ def test_end_to_end_open_loop(target: str, tmp_path: Path) -> None:
     assert live_pids() == []
 
 
+@pytest.mark.parametrize("prefetch", [0, 2])
 @pytest.mark.parametrize("target", ["nats-jetstream", "redis-streams:everysec"])
-def test_consume_backlog(target: str, tmp_path: Path) -> None:
+def test_consume_backlog(target: str, prefetch: int, tmp_path: Path) -> None:
     _need(target)
     config = RunConfig(
-        workload="consume", prefill=2_000, partitions=2, consumers=2, duration_s=30.0
+        workload="consume",
+        prefill=2_000,
+        partitions=2,
+        consumers=2,
+        duration_s=30.0,
+        prefetch=prefetch,
     )
     result = run_once(make_system(target), RunPlan(config, tmp_path), 1, 1, SilentProgress())
     assert result.status == "ok", (result.error, result.errors, result.error_samples)

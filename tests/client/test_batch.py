@@ -118,6 +118,22 @@ def test_broken_payloads_are_protocol_violations(payload: bytes) -> None:
         RecordBatch.from_frame(frame, 0)
 
 
+@pytest.mark.parametrize("keyed_at", [None, 0, 7, 19])
+def test_records_of_one_size_decode_as_any_other(keyed_at: int | None) -> None:
+    """The one-size shortcut (blobs every `size` bytes) must still notice a
+    record with a key among bare values of the same blob size."""
+    items: list[tuple] = [(b"v%05d" % i, None, None, i) for i in range(20)]  # type: ignore[type-arg]
+    if keyed_at is not None:
+        items[keyed_at] = (b"x", b"k", None, keyed_at)  # 1 + 4 + 1 + 1 bytes: the same size
+    frame = fetch_frame(items, first=100)
+    expected = fetched_records(frame)
+    batch = RecordBatch.from_frame(frame, 0)
+    assert list(batch) == expected
+    assert [bytes(v) for v in batch.values()] == [r.value for r in expected]
+    assert batch.indexes == list(range(100, 120))
+    assert batch.next_index == 120
+
+
 @given(records, st.lists(st.booleans(), max_size=30), st.integers(0, 2**40))
 def test_the_producer_stamp_is_never_shown_as_a_header(
     items: list[tuple],  # type: ignore[type-arg]

@@ -10,6 +10,7 @@ timestamp.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -19,7 +20,8 @@ from typing import Any
 import pytest
 
 import laminar.shards.replica as replica_module
-from laminar.log import LogConfig
+from laminar.log import Fault, LogConfig, SimulatedDisk
+from laminar.log.simdisk import KeepOrLose
 from laminar.raft import LEADER, ConfigChangeRefused, Membership, Message, NotLeader, RaftCore
 from laminar.raft.messages import APPEND
 from laminar.raft.segmented import SegmentedLogStorage
@@ -82,12 +84,17 @@ class _Link:
             self.net.heard[self.me] = time.monotonic()
 
 
+LOG_CONFIG = LogConfig(segment_bytes=1 << 20, preallocate_bytes=0)
+
+
 async def _open(
-    tmp: Path, node: str, net: FakeNetwork, voters: tuple[str, ...] = NODES
+    tmp: Path,
+    node: str,
+    net: FakeNetwork,
+    voters: tuple[str, ...] = NODES,
+    backend: SimulatedDisk | None = None,
 ) -> RaftHost:
-    storage = await SegmentedLogStorage.open(
-        tmp / node, LogConfig(segment_bytes=1 << 20, preallocate_bytes=0), stamped=True
-    )
+    storage = await SegmentedLogStorage.open(tmp / node, LOG_CONFIG, backend=backend, stamped=True)
     config = replica_config(node, storage, voters)  # the placement's guess
     core = RaftCore(config, storage, random.Random(hash(node) & 0xFFFF))
     host = RaftHost(net.transport(node), tick_s=TICK_S)
@@ -106,7 +113,7 @@ async def _restart(tmp: Path, node: str, net: FakeNetwork) -> RaftHost:
     return await _open(tmp, node, net)
 
 
-async def _until(check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
+async def _until(check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = check()
@@ -394,3 +401,78 @@ async def _change(net: FakeNetwork, step: Callable[[RaftCore], object], done: Me
         await _until(lambda g=leader: g.core.membership == done or not g.is_leader)
         if leader.core.membership == done:
             return
+
+
+def _match(leader: RaftGroup, node: str) -> int:
+    """How much of `node`'s log the leader knows durable (-1 if it no longer leads)."""
+    progress = leader.core.status().progress.get(node)
+    return -1 if progress is None else progress.match
+
+
+@pytest.mark.parametrize("held", ["leader", "follower"])
+def test_an_entry_is_acknowledged_only_once_durable_on_a_majority(
+    tmp_path: Path, held: str
+) -> None:
+    """The leader sends its appends while its own fsync runs (Raft thesis
+    10.2.1) but counts its own entry only once that fsync is done; a follower
+    answers only after its own. Hold one member's log fsync (the leader's or the
+    answering follower's) with the third member cut off: the entry goes out
+    and is written elsewhere, but is not acknowledged. Then the power fails on
+    every node: every acknowledged record is on a majority of the disks."""
+    disks = {node: SimulatedDisk() for node in NODES}
+    for node in NODES:
+        (tmp_path / node).mkdir()  # the Raft state file is written with plain syscalls
+
+    async def main() -> None:
+        net = FakeNetwork()
+        for node in NODES:
+            await _open(tmp_path, node, net, backend=disks[node])
+        first, _ = await _produce(net, b"first")
+        for host in net.hosts.values():
+            await _until(lambda h=host: h.groups[PID].committed_end > first)
+        leader = await _until(lambda: _leader(net))
+        answering, silent = (node for node in NODES if node != leader.core.id)
+        net.cut.add(silent)
+        gate = asyncio.Event()  # the held fsync does not finish before the power cut
+        disks[leader.core.id if held == "leader" else answering].inject(
+            Fault("sync", 0, gate=gate, times=None)
+        )
+        index, _, done = leader.propose([b"held"])
+        raft_index = index + 1
+        if held == "leader":
+            # The append went out ahead of the leader's fsync and came back acknowledged.
+            await _until(lambda: _match(leader, answering) >= raft_index)
+        else:
+            follower = net.hosts[answering].groups[PID]
+            await _until(
+                lambda: (
+                    _match(leader, leader.core.id) >= raft_index
+                    and follower.core.log.last_index() >= raft_index
+                )
+            )
+        await asyncio.sleep(10 * TICK_S)  # time enough to commit, were it allowed
+        acknowledged = {b"first"} | ({b"held"} if done.done() and not done.exception() else set())
+        assert acknowledged == {b"first"}, "acknowledged before a majority had it on disk"
+
+        for disk in disks.values():
+            disk.power_cut(KeepOrLose(0))  # every unsynced change is lost
+            disk.faults.clear()
+        gate.set()  # the held fsync now fails: its process died with the power
+        for host in net.hosts.values():
+            storages = [group.storage for group in host.groups.values()]
+            await host.close()
+            for storage in storages:
+                with contextlib.suppress(ValueError):  # its handles died with the power
+                    await storage.close()
+        holders = {blob: 0 for blob in acknowledged}
+        for node in NODES:
+            storage = await SegmentedLogStorage.open(
+                tmp_path / node, LOG_CONFIG, backend=disks[node], stamped=True
+            )
+            for record in await storage.log.read_range(0, max_bytes=1 << 30, max_records=1000):
+                if record.value in holders:
+                    holders[record.value] += 1
+            await storage.close()
+        assert all(count >= 2 for count in holders.values()), holders
+
+    asyncio.run(main())

@@ -24,11 +24,12 @@ from laminar.raft import (
     RaftConfig,
     RaftCore,
     RaftError,
+    Ready,
     ReadyOutstanding,
 )
 from laminar.raft.budget import ByteBudget
 from laminar.raft.core import DEPARTING_TOLD
-from laminar.raft.messages import APPEND, HEARTBEAT, INSTALL, QUIESCE
+from laminar.raft.messages import APPEND, APPEND_RESP, HEARTBEAT, INSTALL, QUIESCE
 
 from .harness import Cluster
 
@@ -433,6 +434,65 @@ def test_ready_must_be_advanced_before_the_next_and_with_itself() -> None:
     with pytest.raises(RaftError):
         core.advance(type(rd)())
     core.advance(rd)
+
+
+def _write_in_flight(cluster: Cluster) -> tuple[int, Ready]:
+    """n1 leads; it proposes and takes the Ready, whose write is now in flight."""
+    leader = cluster.elect("n1")
+    index = leader.propose(b"x")
+    rd = leader.ready()
+    assert rd.entries[-1].index == index
+    return index, rd
+
+
+def _acknowledge(cluster: Cluster, follower: str, rd: Ready) -> None:
+    """`follower` receives the leader's early append, persists it and answers."""
+    (append,) = [m for m in rd.messages_before_persist() if m.dst == follower]
+    core = cluster.cores[follower]
+    core.step(append)
+    frd = core.ready()
+    assert not frd.messages_before_persist()  # an acknowledgement waits for the write
+    cluster.storages[follower].append(frd.entries)
+    (ack,) = frd.messages_after_persist()
+    core.advance(frd)
+    assert ack.kind == APPEND_RESP and not ack.reject
+    cluster.cores["n1"].step(ack)
+
+
+def test_a_leader_sends_its_appends_before_its_write_but_counts_it_only_after() -> None:
+    """Raft thesis 10.2.1: the appends go out while the leader persists the same
+    entries; one follower's acknowledgement is then not a majority, because the
+    leader's own copy counts only once `advance` says it is durable (were it
+    counted, a power cut on the leader now would leave a commit on one disk)."""
+    cluster = Cluster(3)
+    index, rd = _write_in_flight(cluster)
+    assert {(m.kind, m.dst) for m in rd.messages_before_persist()} == {
+        (APPEND, "n2"),
+        (APPEND, "n3"),
+    }
+    assert not rd.messages_after_persist()
+    leader = cluster.cores["n1"]
+    _acknowledge(cluster, "n2", rd)
+    assert leader.status().commit < index
+    cluster.storages["n1"].append(rd.entries)
+    leader.advance(rd)
+    assert leader.status().commit == index
+
+
+def test_a_commit_by_the_followers_alone_survives_a_power_cut_on_the_leader() -> None:
+    cluster = Cluster(3)
+    index, rd = _write_in_flight(cluster)
+    _acknowledge(cluster, "n2", rd)
+    _acknowledge(cluster, "n3", rd)
+    assert cluster.cores["n1"].status().commit == index  # the followers are a majority
+    cluster.crash("n1")  # before its own write: the entry never reached its disk
+    assert cluster.storages["n1"].last_index() < index
+    cluster.cores["n2"].campaign()
+    cluster.drain()
+    cluster.restart("n1")
+    cluster.propose(cluster.wait_for_leader(), b"y")
+    for node in ("n1", "n2", "n3"):
+        assert cluster.data(node)[-2:] == [b"x", b"y"], node
 
 
 def test_a_commit_only_change_needs_no_sync() -> None:

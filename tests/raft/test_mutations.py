@@ -15,11 +15,13 @@ from .sim.mutations import FIGURE_8, MUTATIONS, PRE_VOTE_BUMPS_TERM, Mutation, f
 
 CATCHING_SEEDS = {
     "skip persisting the vote": (2,),
-    "skip the AppendEntries prev-term check": (78, 21, 12),
+    "skip the AppendEntries prev-term check": (91,),
     "skip the voter's up-to-date check (5.4.1)": (4, 1, 2),
     "a restart takes its whole persisted log as committed": (4, 2),
     "commit the leader's commit index past the appended entries": (1,),
-    "answer reads without a heartbeat quorum": (25, 46),
+    "answer reads without a heartbeat quorum": (25, 46, 110),
+    "acknowledge an append before persisting it": (3,),
+    "grant a vote before persisting it": (24,),
     "never resend a lost append": (0, 1),
 }
 

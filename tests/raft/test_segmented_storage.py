@@ -295,6 +295,29 @@ def test_only_a_term_or_vote_change_rewrites_the_state_file(tmp_path: Path) -> N
     run(scenario())
 
 
+def test_a_load_asked_for_before_a_compaction_finds_nothing_to_load(tmp_path: Path) -> None:
+    """The core asked for old entries, then the application compacted them away
+    before the shell loaded them: the load is a no-op (the core then finds its
+    first index moved), not an error that would stop the group."""
+
+    async def scenario() -> None:
+        storage = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL)
+        for first in range(1, 61, 6):
+            await storage.append(entries(first, [1] * 6))
+            await storage.log.roll_over()
+        await storage.close()
+        storage = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL)
+        with pytest.raises(EntriesUnavailable):
+            storage.entries(2, 4, 1 << 20)
+        assert storage.wanted == 2
+        assert await storage.log.remove_before(30) > 0
+        await storage.load()
+        assert storage.wanted is None and storage.first_index() > 2
+        await storage.close()
+
+    run(scenario())
+
+
 def test_the_applied_membership_survives_a_reopen_and_the_commit_never_passes_it(
     tmp_path: Path,
 ) -> None:

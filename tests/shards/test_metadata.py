@@ -162,22 +162,26 @@ commands = st.lists(
 )
 
 
-@given(commands, st.data(), st.sampled_from([1, 3, 8]))
+@given(commands, st.data(), st.sampled_from([1, 3, 8]), st.integers(0, 3))
 def test_replaying_the_compacted_log_rebuilds_the_same_state(
-    script: list[tuple[str, str, int]], data: st.DataObject, every: int
+    script: list[tuple[str, str, int]], data: st.DataObject, every: int, keep_before: int
 ) -> None:
     """What the owner decided and appended, compacting as it goes (a snapshot, then
     the entries before it dropped), a restarted shard replays to the same topics,
     and a shard that fell behind the dropped entries catches up to them too,
     learning from the snapshot what was created, deleted and altered meanwhile.
     Snapshots are due every few entries here (`every`, not 64), so short scripts
-    compact too."""
+    compact too. A cluster keeps a few entries before the snapshot (Raft's
+    anchor, whole segments): `keep_before` of them, which whoever starts after a
+    gap skips (`resync`)."""
     lag = data.draw(st.integers(0, len(script)), label="lag")  # steps the far shard keeps up
     with mock.patch.object(metadata, "SNAPSHOT_MIN_ENTRIES", every):
-        replay_compacted(script, lag, every)
+        replay_compacted(script, lag, every, keep_before)
 
 
-def replay_compacted(script: list[tuple[str, str, int]], lag: int, every: int) -> None:
+def replay_compacted(
+    script: list[tuple[str, str, int]], lag: int, every: int, keep_before: int = 0
+) -> None:
     owner = MetadataState()
     log: dict[int, bytes] = {}  # index -> entry, the retained part of the log
     end = 0
@@ -201,21 +205,27 @@ def replay_compacted(script: list[tuple[str, str, int]], lag: int, every: int) -
             continue
         append(entry)
         if owner.needs_snapshot():
-            append(owner.snapshot())
-            for index in [i for i in log if i < end - 1]:
+            append(owner.snapshot(end))
+            for index in [i for i in log if i < end - 1 - keep_before]:
                 del log[index]
         if step < lag:  # this shard keeps up for a while, then stops
             while behind.applied_index < end:  # from the snapshot if its next entry was dropped
                 index = max(behind.applied_index, min(log))
+                if index > behind.applied_index:
+                    behind.resync()
                 behind.apply_value(index, log[index])
     replica = MetadataState()
+    if log and min(log) > 0:
+        replica.resync()
     for index in sorted(log):
         replica.apply_value(index, log[index])
     assert replica.topics() == owner.topics()
     assert replica.next_topic_id == owner.next_topic_id
-    assert len(log) <= max(every, 2 * len(owner.topics())) + 1
+    assert len(log) <= max(every, 2 * len(owner.topics())) + 1 + keep_before
     known = {t.topic_id: t for t in behind.topics()}
     start = max(behind.applied_index, min(log, default=end))
+    if start > behind.applied_index:
+        behind.resync()
     for index in range(start, end):
         applied = behind.apply_value(index, log[index])
         for topic in applied.created:
@@ -240,8 +250,8 @@ def test_churn_is_compacted_and_a_far_behind_shard_learns_the_difference() -> No
             log[end] = encode_entry(entry)
             end += 1
             if owner.needs_snapshot():
-                owner.apply(end, owner.snapshot())
-                log = {end: encode_entry(owner.snapshot())}
+                owner.apply(end, owner.snapshot(end))
+                log = {end: encode_entry(owner.snapshot(end))}
                 end += 1
     assert owner.snapshot_index is not None and len(log) < 100 < end
     behind = MetadataState()
@@ -252,6 +262,41 @@ def test_churn_is_compacted_and_a_far_behind_shard_learns_the_difference() -> No
     created = {t.name for a in applied for t in a.created}
     deleted = {t.name for a in applied[1:] for t in a.deleted}
     assert created - deleted == {t.name for t in owner.topics()}
+
+
+def test_a_snapshot_that_lands_past_its_planned_index_is_skipped() -> None:
+    """A snapshot planned at index 1 but appended at 2 (an entry got in between)
+    would undo that entry: it is skipped, on every node alike."""
+    state = MetadataState()
+    state.apply(0, state.plan_create("a", 1))
+    snapshot = decode_entry(encode_entry(state.snapshot(1)))
+    assert isinstance(snapshot, Snapshot) and snapshot.at == 1
+    state.apply(1, state.plan_create("b", 1))
+    applied = state.apply(2, snapshot)
+    assert applied.snapshot is None and applied.deleted == ()
+    assert [t.name for t in state.topics()] == ["a", "b"]
+    assert state.apply(3, state.snapshot(3)).snapshot is not None
+
+
+def test_after_a_gap_entries_are_skipped_until_a_snapshot() -> None:
+    """Entries after missing ones do not act on a state that lacks what came
+    before them; the next snapshot defines the whole state, and says by
+    difference what to delete."""
+    owner = MetadataState()
+    for index, name in enumerate(("x", "y")):
+        owner.apply(index, owner.plan_create(name, 1))
+    owner.apply(2, owner.plan_delete("x"))
+    owner.apply(3, owner.plan_create("z", 1))
+    snapshot = owner.snapshot(4)
+    stale = MetadataState()
+    stale.apply(0, CreateTopic("x", 1, 1))
+    stale.resync()
+    assert stale.apply(3, CreateTopic("z", 3, 1)).created == ()
+    applied = stale.apply(4, snapshot)
+    assert applied.snapshot == snapshot
+    assert [t.name for t in applied.deleted] == ["x"]
+    assert sorted(t.name for t in applied.created) == ["y", "z"]
+    assert stale.apply(5, stale.plan_create("w", 1)).created  # in step again
 
 
 def test_a_snapshot_tells_a_shard_behind_it_what_changed() -> None:
@@ -303,3 +348,29 @@ def test_a_creation_records_who_the_first_replicas_were_placed_on() -> None:
     assert isinstance(decode_entry(msgpack.packb(body)), UnknownEntry)
     follower.apply(1, DeleteTopic("t", entry.topic_id))
     assert follower.placed_on(entry.topic_id) is None
+
+
+def test_a_snapshot_keeps_whom_each_topic_was_placed_on() -> None:
+    """Compaction must not forget a topic's creation members: a node that
+    learns of the topic from a snapshot derives its first replicas from them
+    like a node that applied the creation (else the two disagree on who the
+    group's first voters are). Each distinct member list is stored once."""
+    owner = MetadataState()
+    three = (("n1", 1.0), ("n2", 2.0), ("n3", 1.0))
+    four = (*three, ("n4", 1.0))
+    for index, (name, placed) in enumerate((("a", three), ("b", three), ("c", four), ("d", ()))):
+        owner.apply(index, owner.plan_create(name, 1, None, 1, 4, placed))
+    owner.apply(4, owner.plan_delete("b"))
+    encoded = encode_entry(owner.snapshot(5))
+    body = msgpack.unpackb(encoded)
+    assert len(body["placements"]) == 2
+    behind = MetadataState()
+    behind.resync()
+    behind.apply(5, decode_entry(encoded))
+    ids = {t.name: t.topic_id for t in behind.topics()}
+    assert behind.placed_on(ids["a"]) == dict(three)
+    assert behind.placed_on(ids["c"]) == dict(four)
+    assert behind.placed_on(ids["d"]) is None
+    for damaged in (-1, 2, "0"):
+        body["placed_on"][0][1] = damaged
+        assert isinstance(decode_entry(msgpack.packb(body)), UnknownEntry)

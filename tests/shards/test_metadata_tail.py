@@ -1,16 +1,34 @@
 """The metadata owner's tail op moves a follower's position only for a request it
-serves: the create/delete barrier waits on those positions."""
+serves: the create/delete barrier waits on those positions. A follower that the
+owner compacted past skips to the snapshot."""
 
 from __future__ import annotations
 
 import asyncio
+from unittest import mock
 
 import pytest
 
 from laminar.shards import metalog
-from laminar.shards.metadata import MetadataError
+from laminar.shards.metadata import (
+    METADATA_PID,
+    Applied,
+    CreateTopic,
+    DeleteTopic,
+    MetadataError,
+    Snapshot,
+    encode_entry,
+)
 from laminar.shards.partitions import LongPolls
-from laminar.wire import ErrorCode, MetadataTailRequest
+from laminar.wire import (
+    ErrorCode,
+    FetchedRecord,
+    Frame,
+    MetadataTailRequest,
+    MetadataTailResponse,
+    TopicInfo,
+)
+from laminar.wire.codec import decode_frame
 
 
 class EndOfLog:
@@ -35,5 +53,57 @@ def test_a_refused_tail_request_does_not_move_the_follower_past_what_it_applied(
                 await owner.serve_tail(bogus)
             assert refused.value.code is code
         assert owner._lagging_followers(3) == [1]  # still waited for
+
+    asyncio.run(main())
+
+
+class CompactedOwner:
+    """An owner's channel answering from a log compacted the Raft way: its first
+    entries (5 and 6: create and delete `w`) precede the snapshot at 7."""
+
+    def __init__(self) -> None:
+        self.requests: list[MetadataTailRequest] = []
+
+    def to(self, peer: int) -> CompactedOwner:
+        return self
+
+    async def request(self, request: MetadataTailRequest, timeout_s: float) -> Frame:
+        self.requests.append(request)
+        entries = (
+            CreateTopic("w", 2, 1),
+            DeleteTopic("w", 2),
+            Snapshot(4, (TopicInfo("y", 3, 1, {}),), at=7),
+        )
+        records = tuple(FetchedRecord(5 + k, 0, encode_entry(e)) for k, e in enumerate(entries))
+        answer = MetadataTailResponse(METADATA_PID, records, 5, 8)
+        return decode_frame(answer.encode(1))
+
+
+def test_a_sibling_behind_the_owners_compaction_skips_to_the_snapshot() -> None:
+    """A sibling shard whose next entry the owner compacted away acts on nothing
+    before the snapshot (no topic `w` created and deleted again), then learns
+    from the snapshot what changed while it was behind."""
+    seen: list[Applied] = []
+
+    async def on_applied(applied: Applied) -> None:
+        seen.append(applied)
+
+    async def main() -> None:
+        sibling = metalog.MetadataService(
+            1,
+            0,
+            None,  # type: ignore[arg-type]
+            CompactedOwner(),  # type: ignore[arg-type]
+            on_applied,
+            2,
+            LongPolls(),
+        )
+        sibling._partitions = mock.Mock()  # the reconciliation's target
+        sibling.state.apply(0, CreateTopic("x", 1, 1))
+        assert await sibling._fetch_and_apply(0) == 3
+        assert [t.name for a in seen for t in a.created] == ["y"]
+        assert [t.name for a in seen for t in a.deleted] == ["x"]
+        assert [t.name for t in sibling.state.topics()] == ["y"]
+        sibling._partitions.remove_orphans.assert_called_once()
 
     asyncio.run(main())

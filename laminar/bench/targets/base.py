@@ -11,9 +11,10 @@ system has in the same meaning:
 - `create_stream(stream, partitions)`: a log split into partitions;
 - `produce(stream, partition, values)`: append a batch and return only when
   the server acknowledged it, with the durability that `Durability` states;
-- `open_reader(stream, partition, start)`: a cursor from the beginning or the
-  tail, whose `fetch` returns what is there, waiting at most `max_wait_ms`
-  when nothing is.
+- `open_reader(stream, partition, start, prefetch)`: a cursor from the
+  beginning or the tail, whose `fetch` returns what is there, waiting at most
+  `max_wait_ms` when nothing is; with `prefetch` > 0 it may ask ahead of what
+  it returned, where its client can.
 """
 
 from __future__ import annotations
@@ -74,7 +75,9 @@ class Target(Protocol):
         """Return once the whole batch is acknowledged; raise if any part failed."""
         ...
 
-    async def open_reader(self, stream: str, partition: int, start: Start) -> Reader: ...
+    async def open_reader(
+        self, stream: str, partition: int, start: Start, prefetch: int = 0
+    ) -> Reader: ...
 
     async def close(self) -> None: ...
 

@@ -2,8 +2,9 @@
 
 A produce is one produce request with the whole batch, acknowledged by the
 owning shard after its group-commit flush (with `--flush always`: after
-fdatasync). A reader is an index cursor; `fetch` is a long-poll
-`fetch_batch` whose values are views into the answer (no object per record).
+fdatasync). A reader is an `AsyncClient.reader` (one fetch at a time unless
+the run asks for prefetch); `fetch` returns a long-poll `fetch_batch`'s values
+as views into the answer (no object per record).
 The node is either started by the harness (`laminar`, `laminar:interval`) or
 an existing one given with `--bootstrap` (its flush policy is then whatever it
 was started with, and the results say that the harness does not know it).
@@ -34,7 +35,7 @@ from laminar.bench.targets.base import (
     System,
     SystemUnavailable,
 )
-from laminar.client import AsyncClient, LaminarError, TopicExistsError
+from laminar.client import AsyncClient, LaminarError, PartitionReader, TopicExistsError
 
 KIND = "laminar"
 VARIANTS = ("always", "interval")
@@ -48,27 +49,43 @@ LEADER_WAIT_S = 30.0
 
 
 class LaminarReader:
-    def __init__(self, client: AsyncClient, topic: str, partition: int, index: int) -> None:
+    """An `AsyncClient.reader`: one fetch at a time, or `prefetch` ahead. Its
+    limits come with the first `fetch` (they stay the same through a run; a
+    change starts a new reader where the old one stood)."""
+
+    def __init__(
+        self, client: AsyncClient, topic: str, partition: int, index: int, prefetch: int
+    ) -> None:
         self._client = client
         self._topic = topic
         self._partition = partition
         self._index = index
+        self._prefetch = prefetch
+        self._reader: PartitionReader | None = None
+        self._limits = (0, 0)
 
     async def fetch(self, max_records: int, max_wait_ms: int) -> list[memoryview]:
-        batch = await self._client.fetch_batch(
-            self._topic,
-            self._partition,
-            self._index,
-            max_bytes=_FETCH_MAX_BYTES,
-            max_records=max_records,
-            max_wait_ms=max_wait_ms,
-        )
-        if batch.next_index is not None:
-            self._index = batch.next_index
+        reader = self._reader
+        if reader is None or self._limits != (max_records, max_wait_ms):
+            if reader is not None:
+                self._index = reader.position
+                await reader.close()
+            reader = self._reader = self._client.reader(
+                self._topic,
+                self._partition,
+                self._index,
+                max_bytes=_FETCH_MAX_BYTES,
+                max_records=max_records,
+                max_wait_ms=max_wait_ms,
+                prefetch=self._prefetch,
+            )
+            self._limits = (max_records, max_wait_ms)
+        batch = await reader.next_batch()
         return batch.values()  # views into the answer's buffer, no object per record
 
     async def close(self) -> None:
-        pass
+        if self._reader is not None:
+            await self._reader.close()
 
 
 class LaminarTarget:
@@ -113,11 +130,12 @@ class LaminarTarget:
     async def produce(self, stream: str, partition: int, values: Sequence[bytes]) -> None:
         await self._client.produce(stream, partition, values)
 
-    async def open_reader(self, stream: str, partition: int, start: Start) -> LaminarReader:
+    async def open_reader(
+        self, stream: str, partition: int, start: Start, prefetch: int = 0
+    ) -> LaminarReader:
         lowest, highest = await self._client.offsets(stream, partition)
-        return LaminarReader(
-            self._client, stream, partition, lowest if start == "beginning" else highest
-        )
+        index = lowest if start == "beginning" else highest
+        return LaminarReader(self._client, stream, partition, index, prefetch)
 
     async def close(self) -> None:
         await self._client.close()

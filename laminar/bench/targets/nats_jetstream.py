@@ -14,7 +14,9 @@ to the stream's leader. Readers come in two kinds:
 - from the beginning (the backlog consume workload): a pull consumer (ack
   none); each `fetch` is one JetStream fetch request for up to `max_records`,
   so NATS, like every other target there, reads with prefetch off: one
-  request, one answer, nothing buffered ahead of the caller;
+  request, one answer, nothing buffered ahead of the caller. With
+  `--prefetch` the push consumer below reads the backlog instead (NATS's way
+  of reading ahead: the server pushes, flow-controlled);
 - at the tail (end-to-end workloads): an ordered push consumer (ack none,
   flow control, the way NATS recommends to follow a stream): messages land in
   a local buffer as the server pushes them and `fetch` returns what is
@@ -193,10 +195,10 @@ class NatsJetStreamTarget:
                 raise RuntimeError(f"acknowledged by stream {ack.stream!r}, not {name!r}")
 
     async def open_reader(
-        self, stream: str, partition: int, start: Start
+        self, stream: str, partition: int, start: Start, prefetch: int = 0
     ) -> NatsReader | NatsPullReader:
         name, subject = _stream_name(stream, partition), _subject(stream, partition)
-        if start == "beginning":
+        if start == "beginning" and not prefetch:
             pull = NatsPullReader()
             await pull.start(self.js, name, subject)
             return pull

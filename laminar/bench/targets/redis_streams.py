@@ -81,7 +81,11 @@ class RedisStreamsTarget:
         for reply in replies:
             await reply
 
-    async def open_reader(self, stream: str, partition: int, start: Start) -> RedisReader:
+    async def open_reader(
+        self, stream: str, partition: int, start: Start, prefetch: int = 0
+    ) -> RedisReader:
+        """One XREAD at a time whatever `prefetch` says: each one's cursor is the
+        last id of the previous reply, so a client cannot ask ahead."""
         key = _key(stream, partition)
         last_id = b"0-0"
         if start == "tail":

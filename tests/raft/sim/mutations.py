@@ -12,11 +12,11 @@ import dataclasses
 import random
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from laminar.raft import Entry, HardState, Message, ReadState, core, log, readindex
-from laminar.raft.messages import APPEND_RESP
+from laminar.raft import Entry, HardState, Message, ReadState, core, log, readindex, ready
+from laminar.raft.messages import APPEND_RESP, VOTE_RESP
 
 from .checkers import Checker
 from .checkers.durability import Durability
@@ -38,7 +38,7 @@ class Mutation:
     checker_type: type[Checker]  # runs alone, so no other checker reports first
     target: object
     attribute: str
-    replacement: Callable[..., object]
+    replacement: object  # usually a function
     plan: dict[str, object] = field(default_factory=dict)  # fault plan overrides
 
     def params(self, seed: int) -> Params:
@@ -170,6 +170,24 @@ MUTATIONS = (
         "confirmed",
         _confirm_without_quorum,
         {"check_quorum": False, "partition_rate": 0.03, "read_rate": 0.3, "propose_rate": 0.5},
+    ),
+    Mutation(
+        "acknowledge an append before persisting it",
+        "no committed entry lost",
+        Durability,
+        ready,
+        "SENDABLE_BEFORE_PERSIST",
+        ready.SENDABLE_BEFORE_PERSIST | {APPEND_RESP},
+        {"crash_in_ready": 0.2},
+    ),
+    Mutation(
+        "grant a vote before persisting it",
+        "election safety",
+        ElectionSafety,
+        ready,
+        "SENDABLE_BEFORE_PERSIST",
+        ready.SENDABLE_BEFORE_PERSIST | {VOTE_RESP},
+        {"pre_vote": False, "crash_in_ready": 0.3, "nodes": 3},
     ),
     Mutation(
         "never resend a lost append",

@@ -7,8 +7,9 @@ network heals, crashed members restart, no new faults) in which a proposal
 must commit on every member within `params.liveness_steps` steps.
 
 Time is in steps. Each step: inject faults, tick every live node by its own
-rate, deliver the messages due, let every node handle its Ready (persist,
-send, apply, advance), then the client workload. Messages sent at step t
+rate, deliver the messages due, let every node handle its Ready (send a
+leader's appends, persist, send the answers, apply, advance; a crash can
+strike between any two), then the client workload. Messages sent at step t
 arrive at t+1 at the earliest.
 """
 
@@ -164,6 +165,8 @@ class Simulation:
             ):
                 crash_at = 5  # vote persisted and sent, then the process dies and restarts
             storage = node.storage
+            for message in rd.messages_before_persist():  # a leader's appends go out first
+                self.network.send(message, self.now)
             if crash_at == 0:
                 return node.crash()  # nothing of this Ready reached the disk
             if crash_at == 1:
@@ -175,12 +178,13 @@ class Simulation:
                 return node.crash()  # entries persisted, hard state not
             if rd.hard_state is not None:
                 storage.set_hard_state(rd.hard_state)
+            after = rd.messages_after_persist()
             if crash_at == 3:
-                for message in rd.messages:
+                for message in after:
                     if rng.random() < 0.5:
                         self.network.send(message, self.now)
                 return node.crash()
-            for message in rd.messages:
+            for message in after:
                 self.network.send(message, self.now)
             self._apply(node, rd)
             if crash_at >= 4:
