@@ -69,7 +69,7 @@ def replica_holders(nodes: dict[str, RunningNode], pid: int) -> dict[str, list[t
 
 @contextmanager
 def gossip_cluster(
-    tmp_path: Path, count: int, dead_grace: float = 1.0
+    tmp_path: Path, count: int, dead_grace: float = 1.0, **flags: Any
 ) -> Iterator[tuple[dict[str, RunningNode], Any]]:
     secret = _secret(tmp_path / "secret")
     nodes: dict[str, RunningNode] = {}
@@ -86,6 +86,7 @@ def gossip_cluster(
                 routing="userspace",
                 join=join,
                 dead_grace=dead_grace,
+                **flags,
             )
             stack.callback(lambda: node.kill() if node.alive() else None)
             nodes[name] = node
