@@ -631,8 +631,8 @@ def _line(r: RunResult) -> str:
     return (
         f"run {r.run} ({order}): partition {r.partition}: {r.newcomer} joins, {r.removed} "
         f"leaves ({role}; leader {r.leader_before} -> {r.leader_after}); move {r.move_s:.1f} s; "
-        f"p99 move/steady {ratio:.2f}; {r.acknowledged} load + {r.fill_records} fill records acknowledged, each "
-        f"on {holders} exactly once; load {r.load[0]:.1f} -> {r.load[1]:.1f}"
+        f"p99 move/steady {ratio:.2f}; {r.acknowledged} load + {r.fill_records} fill records "
+        f"acknowledged, each on {holders} exactly once; load {r.load[0]:.1f} -> {r.load[1]:.1f}"
     )
 
 
