@@ -91,6 +91,7 @@ FILL_IN_FLIGHT = 4
 IN_FLIGHT_MAX = 4096
 """Open-loop requests in flight at most (2 s at 2,000/s); a send waiting for
 a slot is charged the wait."""
+ERROR_SAMPLES = 5
 MOVE_START_S = 60.0
 """The move must begin this soon after the newcomer is ready."""
 
@@ -109,6 +110,8 @@ class OpenLoopProducer:
         self.outcomes: list[tuple[int, int, bool]] = []
         """(intended_ns, done_ns, acknowledged) per request."""
         self.errors: dict[str, int] = {}
+        self.first_errors: list[str] = []
+        """The first few failures: when (from the first request), what, why."""
         self._sequence_of: dict[int, int] = {}
         self._stop = False
 
@@ -142,6 +145,9 @@ class OpenLoopProducer:
         else:
             name = type(outcome.error).__name__
             self.errors[name] = self.errors.get(name, 0) + 1
+            if len(self.first_errors) < ERROR_SAMPLES:
+                at = (outcome.intended_ns - self.schedule.start_ns) / 1e9
+                self.first_errors.append(f"{at:.3f} s: {name}: {outcome.error}")
         self.outcomes.append((outcome.intended_ns, outcome.done_ns, outcome.error is None))
 
 
@@ -351,6 +357,7 @@ class RunResult:
     move_s: float = math.nan
     windows: dict[str, Window] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
+    first_errors: list[str] = field(default_factory=list)
     fill_records: int = 0
     acknowledged: int = 0
     delivery: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -479,6 +486,7 @@ async def _measure(
             monitor,
         )
         result.errors = producer.errors
+        result.first_errors = producer.first_errors
         if args.timeline is not None:
             write_timeline(args.timeline / f"run{result.run}.tsv", outcomes, monitor, spans)
     finally:
@@ -706,6 +714,9 @@ def main() -> int:
             result = asyncio.run(measure(Path(tmp), args, run))
             result.load = (load_before, os.getloadavg()[0])
         print(_line(result), flush=True)
+        if result.errors:
+            kinds = ", ".join(f"{k} {v}" for k, v in sorted(result.errors.items()))
+            print(f"  failed produces: {kinds}; first: " + " | ".join(result.first_errors))
         runs.append(result)
         bad = {n: v for n, v in result.delivery.items() if not v["ok"]}
         if bad:
