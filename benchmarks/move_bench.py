@@ -75,6 +75,7 @@ import psutil
 
 from laminar.bench.delivery import Ledger, check_delivery
 from laminar.bench.loadmodels import Outcome, open_loop
+from laminar.bench.machine import tree_cpu_s
 from laminar.bench.pacing import MonotonicClock, Schedule, TimerfdPacer
 from laminar.bench.records import RecordMaker
 from laminar.cli.status import parse_prometheus
@@ -209,7 +210,6 @@ class Monitor(threading.Thread):
         self.observations: list[Observation] = []
         self._halt = threading.Event()
         self._bench = psutil.Process()
-        self._procs: dict[int, psutil.Process] = {}
 
     def run(self) -> None:
         while not self._halt.is_set():
@@ -230,7 +230,7 @@ class Monitor(threading.Thread):
         for name, node in list(self.nodes.items()):
             if not node.alive():
                 continue
-            cpu[name] = self._node_cpu(node)
+            cpu[name] = tree_cpu_s(node.pid)  # the supervisor and its shards
             try:
                 samples = parse_prometheus(_get(f"{node.admin_url}/metrics"))
             except OSError:
@@ -265,17 +265,6 @@ class Monitor(threading.Thread):
             cpu,
             fsyncs,
         )
-
-    def _node_cpu(self, node: RunningNode) -> float:
-        total = 0.0
-        for pid in [node.pid, *node.info.get("shard_pids", [])]:
-            proc = self._procs.get(pid) or self._procs.setdefault(pid, psutil.Process(pid))
-            try:
-                times = proc.cpu_times()
-            except psutil.Error:
-                continue
-            total += times.user + times.system
-        return total
 
     async def until(self, check: Any, what: str, timeout_s: float) -> Observation:
         """The first new observation for which `check(obs)` holds."""

@@ -138,7 +138,7 @@ class ProcessTreeCpu:
 
     def _sample(self) -> tuple[float, dict[str, float]]:
         now = time.monotonic()
-        return now, {name: _tree_cpu_s(pid) for name, pid in self.pids.items()}
+        return now, {name: tree_cpu_s(pid) for name, pid in self.pids.items()}
 
     @property
     def started(self) -> bool:
@@ -158,7 +158,7 @@ class ProcessTreeCpu:
             self.by_process = {name: used / elapsed for name, used in self.cpu_s.items()}
 
 
-def _tree_cpu_s(pid: int) -> float:
+def tree_cpu_s(pid: int) -> float:
     """User + system CPU seconds of `pid` and its descendants (0 if gone)."""
     import psutil
 
