@@ -630,11 +630,13 @@ def _line(r: RunResult) -> str:
     role = "the leader" if r.removed == r.leader_before else "a follower"
     ratio = r.windows["move"].p99_ms / r.windows["steady"].p99_ms
     holders = ", ".join(sorted(r.delivery))
+    ok = all(v["ok"] for v in r.delivery.values())
+    checked = "each exactly once" if ok else "NOT each exactly once"
     return (
         f"run {r.run} ({order}): partition {r.partition}: {r.newcomer} joins, {r.removed} "
         f"leaves ({role}; leader {r.leader_before} -> {r.leader_after}); move {r.move_s:.1f} s; "
         f"p99 move/steady {ratio:.2f}; {r.acknowledged} load + {r.fill_records} fill records "
-        f"acknowledged, each on {holders} exactly once; load {r.load[0]:.1f} -> {r.load[1]:.1f}"
+        f"acknowledged, {checked} on {holders}; load {r.load[0]:.1f} -> {r.load[1]:.1f}"
     )
 
 
@@ -714,9 +716,9 @@ def main() -> int:
         runs.append(result)
         bad = {n: v for n, v in result.delivery.items() if not v["ok"]}
         if bad:
-            print(f"DELIVERY FAILED in run {run}: {json.dumps(bad)}", file=sys.stderr)
-            return 1
+            print(f"DELIVERY FAILED in run {run}: {json.dumps(bad)}", file=sys.stderr, flush=True)
     print(table(runs))
+    failed = [r.run for r in runs if not all(v["ok"] for v in r.delivery.values())]
 
     def ratio(attr: str) -> float:
         return statistics.median(
@@ -731,12 +733,17 @@ def main() -> int:
         f"p50 {ratio('p50_ms'):.2f}, p99 {ratio('p99_ms'):.2f}, max {ratio('max_ms'):.2f}; "
         f"move {statistics.median(r.move_s for r in runs):.1f} s ({args.fill_mib:g} MiB, "
         f"--move-rate {'default' if args.move_rate is None else args.move_rate}, the "
-        f"{args.leaving} leaves); every acknowledged record on every replica, exactly once"
+        f"{args.leaving} leaves); "
+        + (
+            f"DELIVERY FAILED in run(s) {failed}: acknowledged records missing"
+            if failed
+            else "every acknowledged record on every replica, exactly once"
+        )
     )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps([asdict(r) for r in runs], indent=2, default=str) + "\n")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
