@@ -57,6 +57,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -418,6 +419,10 @@ async def measure(tmp: Path, args: argparse.Namespace, run: int) -> RunResult:
             return await _measure(client, nodes, start, args, result)
         finally:
             await client.close()
+            if args.logs is not None:  # the nodes' logs, to read what happened
+                args.logs.mkdir(parents=True, exist_ok=True)
+                for name, node in nodes.items():
+                    shutil.copyfile(node.log_path, args.logs / f"run{run}-{name}.log")
 
 
 async def _measure(
@@ -694,6 +699,7 @@ def main() -> int:
     parser.add_argument(
         "--timeline", type=Path, default=None, help="per-100 ms latency, one file per run"
     )
+    parser.add_argument("--logs", type=Path, default=None, help="copy the nodes' logs here")
     parser.add_argument(
         "--workdir", type=Path, default=None, help="where the nodes' data goes (default: TMPDIR)"
     )
