@@ -69,7 +69,7 @@ def replica_holders(nodes: dict[str, RunningNode], pid: int) -> dict[str, list[t
 
 @contextmanager
 def gossip_cluster(
-    tmp_path: Path, count: int, dead_grace: float = 1.0
+    tmp_path: Path, count: int, dead_grace: float = 1.0, **flags: Any
 ) -> Iterator[tuple[dict[str, RunningNode], Any]]:
     secret = _secret(tmp_path / "secret")
     nodes: dict[str, RunningNode] = {}
@@ -86,6 +86,7 @@ def gossip_cluster(
                 routing="userspace",
                 join=join,
                 dead_grace=dead_grace,
+                **flags,
             )
             stack.callback(lambda: node.kill() if node.alive() else None)
             nodes[name] = node
@@ -198,6 +199,56 @@ def test_a_joined_cluster_heals_a_death_and_moves_only_what_a_new_node_takes(
         assert all("evil" not in member_states(n) for n in live.values())
         assert set(member_states(evil)) == {"evil"}
         assert not any(replica_holders({"evil": evil}, pid) for pid in pids)
+
+
+def shard_stats(node: RunningNode) -> list[dict[str, Any]]:
+    return [s["stats"] for s in json.loads(_get(f"{node.admin_url}/status"))["shards"]]
+
+
+def metadata_group(node: RunningNode) -> dict[str, Any] | None:
+    """The metadata group's membership as `node`'s replica applied it."""
+    return next((s["metadata_group"] for s in shard_stats(node) if s["metadata_group"]), None)
+
+
+def test_members_beyond_the_metadata_voters_observe_it_and_replace_a_dead_voter(
+    tmp_path: Path,
+) -> None:
+    """--metadata-voters 3 in a cluster of four: three vote on the metadata,
+    the fourth observes it as a learner and so knows every topic. When a
+    voter dies for good, the observer takes its vote (after the dead grace)
+    and topics can still be created and are seen by every survivor."""
+    with gossip_cluster(tmp_path, 4, metadata_voters=3) as (nodes, _start):
+        names = set(nodes)
+
+        def placed(live: dict[str, RunningNode]) -> dict[str, Any] | None:
+            """The metadata group, once every live node's replica says the
+            same: three live voters, every other live node a learner."""
+            groups = [metadata_group(n) for n in live.values()]
+            first = groups[0]
+            if first is None or any(g != first for g in groups):
+                return None
+            everyone = set(first["voters"]) | set(first["learners"])
+            return first if len(first["voters"]) == 3 and everyone == set(live) else None
+
+        def topics_everywhere(live: dict[str, RunningNode], count: int) -> bool:
+            return all(s["topics"] == count for n in live.values() for s in shard_stats(n))
+
+        wait_until(lambda: all(set(member_states(n)) == names for n in nodes.values()), "joined")
+        group = wait_until(lambda: placed(nodes), "three metadata voters and one observer")
+        (observer,) = group["learners"]
+        bootstrap = ",".join(n.bootstrap for n in nodes.values())
+        with Client(bootstrap, retry=RetryPolicy(budget_s=30)) as client:
+            wait_until(lambda: client.create_topic("first", partitions=2), "created")
+        wait_until(lambda: topics_everywhere(nodes, 1), "every node, the observer too, knows it")
+        victim = next(n for n in group["voters"] if n != group["leader"])
+        nodes[victim].kill()
+        live = {n: node for n, node in nodes.items() if n != victim}
+        healed = wait_until(lambda: placed(live), "three live metadata voters again")
+        assert observer in healed["voters"] and healed["learners"] == []
+        bootstrap = ",".join(n.bootstrap for n in live.values())
+        with Client(bootstrap, retry=RetryPolicy(budget_s=30)) as client:
+            wait_until(lambda: client.create_topic("second", partitions=2), "created")
+        wait_until(lambda: topics_everywhere(live, 2), "every survivor knows both topics")
 
 
 @pytest.mark.skipif(not SOAK, reason="runs in make soak (LAMINAR_SOAK=1)")
