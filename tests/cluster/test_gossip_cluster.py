@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -201,6 +203,11 @@ def test_a_joined_cluster_heals_a_death_and_moves_only_what_a_new_node_takes(
         assert not any(replica_holders({"evil": evil}, pid) for pid in pids)
 
 
+def weights(node: RunningNode) -> dict[str, float]:
+    doc: dict[str, Any] = json.loads(_get(f"{node.admin_url}/status"))
+    return {m["node_id"]: m["weight"] for m in doc["members"]}
+
+
 def shard_stats(node: RunningNode) -> list[dict[str, Any]]:
     return [s["stats"] for s in json.loads(_get(f"{node.admin_url}/status"))["shards"]]
 
@@ -214,9 +221,11 @@ def test_members_beyond_the_metadata_voters_observe_it_and_replace_a_dead_voter(
     tmp_path: Path,
 ) -> None:
     """--metadata-voters 3 in a cluster of four: three vote on the metadata,
-    the fourth observes it as a learner and so knows every topic. When a
-    voter dies for good, the observer takes its vote (after the dead grace)
-    and topics can still be created and are seen by every survivor."""
+    the fourth observes it as a learner and so knows every topic. `laminar
+    weight` raises the observer's weight: it takes a vote and the voter that
+    lost its place observes instead. When a voter dies for good, the
+    observer takes its vote (after the dead grace) and topics can still be
+    created and are seen by every survivor."""
     with gossip_cluster(tmp_path, 4, metadata_voters=3) as (nodes, _start):
         names = set(nodes)
 
@@ -235,6 +244,22 @@ def test_members_beyond_the_metadata_voters_observe_it_and_replace_a_dead_voter(
 
         wait_until(lambda: all(set(member_states(n)) == names for n in nodes.values()), "joined")
         group = wait_until(lambda: placed(nodes), "three metadata voters and one observer")
+        (heavy,) = group["learners"]
+        cli = [sys.executable, "-m", "laminar.cli.main", "weight", "1000", "--json"]
+        weight = subprocess.run(
+            [*cli, "--bootstrap", nodes[heavy].bootstrap],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert weight.returncode == 0, weight.stderr
+        assert json.loads(weight.stdout)["weight"] == 1000
+        wait_until(
+            lambda: all(weights(n)[heavy] == 1000 for n in nodes.values()), "the weight is gossiped"
+        )
+        group = wait_until(
+            lambda: (g := placed(nodes)) and heavy in g["voters"] and g, "the heavy node votes"
+        )
         (observer,) = group["learners"]
         bootstrap = ",".join(n.bootstrap for n in nodes.values())
         with Client(bootstrap, retry=RetryPolicy(budget_s=30)) as client:
