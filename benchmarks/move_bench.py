@@ -46,7 +46,8 @@ the node says it is there, and the check holds it to that.
 
     .venv/bin/python benchmarks/move_bench.py [--runs 3] [--rate 2000] [--size 100]
         [--fill-mib 64] [--fill-size 4096] [--steady 10] [--move-rate BYTES/S]
-        [--partitions 1] [--leaving follower|leader] [--timeline DIR] [--profile DIR] [--json FILE]
+        [--partitions 1] [--leaving follower|leader] [--timeline DIR] [--profile DIR]
+        [--logs DIR] [--workdir DIR] [--json FILE]
 """
 
 from __future__ import annotations
