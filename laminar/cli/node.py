@@ -235,6 +235,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--weight", type=float, default=1.0, help="this node's capacity weight in placement"
     )
     p.add_argument(
+        "--move-rate",
+        type=int,
+        default=64 << 20,
+        metavar="BYTES_PER_S",
+        help="bytes per second a shard's leaders copy to new replicas when partitions "
+        "move (0: no limit; default 64 MiB/s)",
+    )
+    p.add_argument(
+        "--dead-grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long a dead member keeps its partitions before they move to the "
+        "others (a node that restarts within it catches up instead of being copied)",
+    )
+    p.add_argument(
+        "--metadata-voters",
+        type=int,
+        default=7,
+        metavar="N",
+        help="members that vote on the cluster metadata (1, 3, 5 or 7; the same on every "
+        "node): the top N by weighted rendezvous; the others observe it (default 7)",
+    )
+    p.add_argument(
         "--membership-port",
         type=int,
         default=None,
@@ -288,6 +312,9 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         join=tuple(a.strip() for a in args.join.split(",") if a.strip()),
         weight=args.weight,
         membership_port=args.membership_port,
+        dead_grace_s=args.dead_grace,
+        metadata_voters=args.metadata_voters,
+        move_bytes_per_s=args.move_rate,
     )
 
 

@@ -45,13 +45,17 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_admin_argument(parser)
+    parser.set_defaults(run=status)
+
+
+def add_admin_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--admin",
         metavar="HOST:PORT",
         help="the node's admin endpoint (default: the bootstrap host and the admin port "
         "the node's metadata names)",
     )
-    parser.set_defaults(run=status)
 
 
 # --- the admin endpoint -------------------------------------------------------------
@@ -185,6 +189,22 @@ def offline_partitions(samples: list[Sample]) -> list[dict[str, Any]]:
     ]
 
 
+def moving_partitions(samples: list[Sample]) -> list[dict[str, Any]]:
+    """Partitions moving to a new replica, led by this node, and how many
+    records that replica still lacks (`laminar_partition_moving`)."""
+    return [
+        {
+            "shard": int(labels.get("shard", "-1")),
+            "topic_id": int(labels.get("topic_id", "-1")),
+            "partition": int(labels.get("partition", "-1")),
+            "to": labels.get("learner", ""),
+            "records_to_go": int(value),
+        }
+        for name, labels, value in samples
+        if name == "laminar_partition_moving"
+    ]
+
+
 def describe_what_answers(client: Client, names: list[str]) -> tuple[list[Any], list[str]]:
     """`describe_topics`, skipping topics that cannot be described now (a
     partition offline): (descriptions, the names skipped)."""
@@ -285,6 +305,7 @@ def gather(client: Client, admin: Address, timeout_s: float) -> dict[str, Any]:
         "partitions": partitions,
         "topics_undescribed": undescribed,
         "partitions_offline": offline_partitions(samples) if samples is not None else [],
+        "partitions_moving": moving_partitions(samples) if samples is not None else [],
         "steering": steering_counts(samples) if samples is not None else None,
         "xdp": xdp_state(samples) if samples is not None else None,
         "members": fetch_members(admin, min(timeout_s, 3.0)) if samples is not None else None,
@@ -376,14 +397,18 @@ def _shard_json(s: ShardStatus) -> dict[str, Any]:
 # --- printing -----------------------------------------------------------------------
 
 
+def admin_address(client: Client, admin: str | None) -> Address:
+    """`--admin` if given, else the bootstrap host at the admin port the
+    node's metadata names."""
+    if admin is not None:
+        return parse_address(admin)
+    # Nodes too old to name it keep it at their default offset.
+    port = client.metadata().admin_port or client.bootstrap[1] + ADMIN_PORT_OFFSET
+    return (client.bootstrap[0], port)
+
+
 def status(client: Client, args: argparse.Namespace) -> int:
-    if args.admin is not None:
-        admin = parse_address(args.admin)
-    else:
-        # Nodes too old to name it keep it at their default offset.
-        port = client.metadata().admin_port or client.bootstrap[1] + ADMIN_PORT_OFFSET
-        admin = (client.bootstrap[0], port)
-    doc = gather(client, admin, args.timeout)
+    doc = gather(client, admin_address(client, args.admin), args.timeout)
     if args.json:
         print_json(doc)
         return 0
@@ -438,16 +463,18 @@ def status(client: Client, args: argparse.Namespace) -> int:
         ]
         print("partition ownership")
         print(table(headers, ownership))
-    if doc["partitions_offline"]:
-        names = {t["topic_id"]: t["name"] for t in doc["topics"]}
-        print()
-        print("OFFLINE partitions (requests to them are refused)")
-        offline = [
-            (names.get(p["topic_id"], f"topic id {p['topic_id']}"), p["partition"], p["shard"],
-             p["reason"])
-            for p in doc["partitions_offline"]
-        ]  # fmt: skip
-        print(table(["TOPIC", "PARTITION", "SHARD", "REASON"], offline))
+    _print_partitions(
+        doc,
+        "partitions_offline",
+        "OFFLINE partitions (requests to them are refused)",
+        {"SHARD": "shard", "REASON": "reason"},
+    )
+    _print_partitions(
+        doc,
+        "partitions_moving",
+        "moving partitions (led here; a new replica catching up)",
+        {"TO": "to", "RECORDS TO GO": "records_to_go"},
+    )
     if doc["topics_undescribed"]:
         say(f"note: could not describe {', '.join(doc['topics_undescribed'])} (see above)")
     if not doc["admin"]["reachable"]:
@@ -456,6 +483,21 @@ def status(client: Client, args: argparse.Namespace) -> int:
             "request counts are not shown (pass --admin HOST:PORT if it is elsewhere)"
         )
     return 0
+
+
+def _print_partitions(doc: dict[str, Any], key: str, title: str, columns: dict[str, str]) -> None:
+    """A table of the partitions `doc[key]` lists (topic, partition, `columns`), if any."""
+    if not doc[key]:
+        return
+    names = {t["topic_id"]: t["name"] for t in doc["topics"]}
+    print()
+    print(title)
+    rows = [
+        (names.get(p["topic_id"], f"topic id {p['topic_id']}"), p["partition"],
+         *(p[field] for field in columns.values()))
+        for p in doc[key]
+    ]  # fmt: skip
+    print(table(["TOPIC", "PARTITION", *columns], rows))
 
 
 def _print_cluster(cluster: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ the API); it only reads and writes the core state declared below.
 
 from __future__ import annotations
 
+from .budget import ByteBudget
 from .config import Membership, RaftConfig
 from .errors import EntriesUnavailable, RaftError
 from .log import RaftLog
@@ -40,6 +41,7 @@ class LeaderReplication:
     _bcast: bool
     _transferee: str | None
     _departing: dict[str, list[int]]
+    learner_budget: ByteBudget | None
 
     def _tell_departing(self) -> None: ...
 
@@ -164,19 +166,27 @@ class LeaderReplication:
         full = progress.state == REPLICATE and len(progress.inflight) >= self.config.max_inflight
         if not force and (full or (progress.state == PROBE and progress.paused)):
             return False
+        budget = self.learner_budget if progress.learner else None
+        if budget is not None and budget.spent() and not force:
+            return False  # a move's copy waits for the next tick's budget
         prev = progress.next - 1
         prev_term = log.term(prev)
         if prev_term is None:
             return self._send_install(node, progress)
         last = log.last_index()
         entries: tuple[Entry, ...] = ()
-        if progress.next <= last and not full:
+        if progress.next <= last and not full and not (budget is not None and budget.spent()):
+            size = self.config.max_append_bytes
+            if budget is not None:
+                size = min(size, budget.available)  # at least one entry still goes
             try:
-                entries = tuple(log.entries(progress.next, last + 1, self.config.max_append_bytes))
+                entries = tuple(log.entries(progress.next, last + 1, size))
             except EntriesUnavailable:
                 return False
         if not entries and not force:
             return False
+        if budget is not None:
+            budget.take(sum(len(e.data) for e in entries))
         commit = log.committed
         self._msgs.append(
             Message(APPEND, self.id, node, self.term, prev, prev_term, entries, commit)
@@ -208,6 +218,8 @@ class LeaderReplication:
                 entries = tuple(log.entries(first, last + 1, self.config.max_append_bytes))
             except EntriesUnavailable:
                 return False
+        if progress.learner and self.learner_budget is not None:
+            self.learner_budget.take(sum(len(e.data) for e in entries))
         self._msgs.append(
             Message(
                 INSTALL,

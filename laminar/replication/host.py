@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 from laminar.raft import LEADER, Message
+from laminar.raft.budget import ByteBudget
 from laminar.replication.group import RaftGroup
 
 logger = logging.getLogger("laminar.replication")
@@ -62,9 +63,12 @@ class RaftHost:
         transport: Transport,
         tick_s: float = TICK_S,
         on_unknown: Callable[[int, Message], None] | None = None,
+        move_budget: ByteBudget | None = None,
     ) -> None:
         self.transport = transport
         self._on_unknown = on_unknown
+        self.move_budget = move_budget
+        """Shared by every group's leader for what it sends learners; refilled each tick."""
         self.tick_s = tick_s
         self.groups: dict[int, RaftGroup] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
@@ -79,6 +83,7 @@ class RaftHost:
         if group.pid in self.groups:
             raise ValueError(f"partition {group.pid} already has a Raft group here")
         self.groups[group.pid] = group
+        group.core.learner_budget = self.move_budget
         self._idle_ticks[group.pid] = 0
         task = asyncio.get_running_loop().create_task(group.run())
         self._tasks[group.pid] = task
@@ -141,6 +146,8 @@ class RaftHost:
             self.tick()
 
     def tick(self) -> None:
+        if self.move_budget is not None:
+            self.move_budget.refill()
         now = time.monotonic()
         silent_s = self.tick_s * ELECTION_TICKS
         for pid, group in self.groups.items():

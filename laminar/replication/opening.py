@@ -27,10 +27,11 @@ def replica_config(
     """`node_id`'s settings for the group over `storage`. `first_voters` and
     `first_learners` are the membership of a group whose log records none
     yet. `replay`: deliver every committed entry again (a state machine
-    rebuilt from the log, as metadata is); its membership is then the one at
-    the first entry, the group's first (the metadata group's never changes)."""
+    rebuilt from the log, as metadata is); the replica still starts with the
+    recorded membership, which its log committed (the changes replayed move
+    it back and forth until the replay reaches it again)."""
     commit = storage.initial_state().commit
-    recorded = None if replay else storage.applied_membership()
+    recorded = storage.applied_membership()
     return RaftConfig(
         node_id=node_id,
         voters=tuple(first_voters) if recorded is None else recorded.voters,

@@ -144,6 +144,15 @@ class NodeConfig:
     membership_port: int | None = None
     """Membership's own UDP port; None: the node port when eBPF steering carries
     membership there, else node port + 1000 (ephemeral with port 0)."""
+    move_bytes_per_s: int = 64 << 20
+    """What a shard's leaders send the learners of moves, in bytes per second
+    (0: no limit)."""
+    dead_grace_s: float = 30.0
+    """How long a dead member keeps its place before its partitions move."""
+    metadata_voters: int = 7
+    """How many members vote on the cluster metadata (the top ones by weighted
+    rendezvous); every other member observes it as a learner. The same on
+    every node (whichever leads the metadata group places it)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Settings added by plug-ins (e.g. `laminar.xdp`), passed through to shards untouched."""
 
@@ -222,6 +231,12 @@ class NodeConfig:
                 f"--max-input-bytes ({self.max_input_bytes}) must hold two frames of "
                 f"--max-frame-bytes ({self.max_frame_bytes})"
             )
+        if self.move_bytes_per_s < 0:
+            raise ConfigError(f"--move-rate must be >= 0 bytes/s, got {self.move_bytes_per_s}")
+        if self.metadata_voters not in (1, 3, 5, 7):
+            raise ConfigError(f"--metadata-voters must be 1, 3, 5 or 7, got {self.metadata_voters}")
+        if not 0 <= self.dead_grace_s <= 86_400:
+            raise ConfigError(f"--dead-grace must be 0..86400 seconds, got {self.dead_grace_s}")
         if not (isinstance(self.weight, int | float) and 0 < self.weight <= 1e9):
             raise ConfigError(f"--weight must be a number in (0, 1e9], got {self.weight}")
         for address in self.join:
@@ -259,8 +274,14 @@ class NodeConfig:
 
     @property
     def clustered(self) -> bool:
-        """True when the node has peers (its partitions are Raft groups)."""
-        return bool(self.peers.strip())
+        """True when the node has peers or runs membership (its partitions
+        are Raft groups; a node with a secret and no --join is a seed)."""
+        return bool(self.peers.strip()) or self.gossiped
+
+    @property
+    def gossiped(self) -> bool:
+        """True when the cluster's members come from SWIM, not from --peers."""
+        return bool(self.cluster_secret_file) and not self.peers.strip()
 
     # -- derived settings ------------------------------------------------------
 

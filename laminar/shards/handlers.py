@@ -176,9 +176,9 @@ class Handlers:
         replication = self.replication
         if replication is not None:
             rf = topic.replication_factor
-            if not replication.holds(pid, rf):
+            if not replication.serves(pid, rf):
                 raise replication.not_here(pid, rf)
-            if rf > 1:
+            if replication.replicated(rf):
                 return await replication.ensure_open(
                     pid, replication.replica_nodes(pid, rf), config
                 )
@@ -247,7 +247,10 @@ class Handlers:
         """The log settings of `pid` if it is a replicated partition this
         shard's metadata knows (a move may make this node one of its replicas)."""
         topic = self._applied_topic(pid)
-        if topic is None or topic.replication_factor < 2:
+        replication = self.replication
+        if topic is None or replication is None:
+            return None
+        if not replication.replicated(topic.replication_factor):
             return None
         return log_config(self.partitions.config, topic.config)
 

@@ -20,7 +20,10 @@ Where membership datagrams arrive:
   the classic program has no room for a second rule, and plain reuseport
   would spread them over the shards.
 
-The address a member advertises is `--host` and that port. The agent pushes
+A member advertises its node address (`--host` and the node port: peers
+open Raft links and clients connect there) and, when membership has a port
+of its own, that port after a slash (`laminar.swim.agent.member_address`).
+The agent pushes
 every new view to the shards (`on_view`); `state()` and `metrics()` feed
 /status and /metrics.
 """
@@ -40,7 +43,7 @@ from laminar.shards.config import NodeConfig
 from laminar.shards.listeners import StartupError
 from laminar.shards.prometheus import render_family
 from laminar.swim import MembershipView, Swim
-from laminar.swim.agent import MembershipAgent, format_address, monotonic_ms
+from laminar.swim.agent import MembershipAgent, format_address, member_address, monotonic_ms
 from laminar.swim.auth import PacketSealer
 from laminar.xdp import sockets as xdp_sockets
 
@@ -61,15 +64,15 @@ def read_cluster_secret(path: str) -> bytes:
 class NodeMembership:
     """The agent of one node, with the socket it owns."""
 
-    def __init__(self, agent: MembershipAgent, seeds: list[str], steered: bool) -> None:
+    def __init__(
+        self, agent: MembershipAgent, address: str, seeds: list[str], steered: bool
+    ) -> None:
         self.agent = agent
+        self.address = address
+        """Where membership datagrams reach this node (what `--join` names)."""
         self.seeds = seeds
         self.steered = steered
         """True when membership shares the node port (ebpf steering)."""
-
-    @property
-    def address(self) -> str:
-        return self.agent.swim.address
 
     def start(self, on_view: Callable[[MembershipView], None]) -> None:
         self.agent.start(self.seeds, on_view)
@@ -83,6 +86,10 @@ class NodeMembership:
     def view(self) -> MembershipView:
         return self.agent.view()
 
+    def set_weight(self, weight: float) -> None:
+        """Announce a new weight (`SwimUsageError` if it is not one)."""
+        self.agent.set_weight(weight)
+
     def state(self) -> dict[str, Any]:
         """The "membership" block of /status."""
         stats = self.agent.stats
@@ -91,6 +98,7 @@ class NodeMembership:
             "address": self.address,
             "port": "node" if self.steered else "membership",
             "incarnation": swim.incarnation,
+            "weight": swim.weight,
             "health_score": swim.health_score,
             "datagrams_in": stats.datagrams_in,
             "datagrams_out": stats.datagrams_out,
@@ -174,7 +182,7 @@ def prepare_membership(
     address = format_address(config.host, port)
     swim = Swim(
         config.node_id,
-        address,
+        member_address(config.host, node_port, port),
         rng=random.Random(os.urandom(16)),
         now_ms=monotonic_ms(),
         weight=config.weight,
@@ -183,7 +191,7 @@ def prepare_membership(
     agent = MembershipAgent(swim, sock, PacketSealer(secret))
     where = "the node port (steered by the eBPF program)" if steered else f"port {port}"
     logger.info("membership on %s as %s at %s", where, config.node_id, address)
-    return NodeMembership(agent, list(config.join), steered is not None)
+    return NodeMembership(agent, address, list(config.join), steered is not None)
 
 
 def _bind_own_port(config: NodeConfig, node_port: int) -> socket.socket:

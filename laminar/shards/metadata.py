@@ -17,8 +17,12 @@ Rules, and why:
 - Entries are msgpack maps: `{"op": "create", "name", "topic_id", "partitions",
   "config"}`, `{"op": "alter", "name", "topic_id", "config"}` (the whole new
   config), `{"op": "delete", "name", "topic_id"}` and `{"op": "snapshot",
-  "next_topic_id", "topics": [...], "at"}` (`at` absent in snapshots written
-  before it existed: they are taken as placed where they are). Unknown ops
+  "next_topic_id", "topics": [...], "at", "placed_on"}` (`at` absent in
+  snapshots written before it existed: they are taken as placed where they
+  are; `placed_on`: `[[topic_id, i], ...]` with `placements[i]` a
+  `[[node, weight], ...]`: each topic's creation `placed_on`, which gossip
+  clusters derive first replicas from, each distinct list stored once).
+  Create entries carry `placed_on` too in a cluster. Unknown ops
   from a newer node are skipped (and reported as such), never guessed at.
 - Compaction: a snapshot entry holds the whole state its index implies, and
   applying it replaces the state. The owner appends one, as the first entry of
@@ -85,6 +89,10 @@ class MetadataError(Exception):
         self.leader = leader
 
 
+Placement = tuple[tuple[str, float], ...]
+"""Members (node id, weight) a topic's first replicas were placed on."""
+
+
 @dataclass(frozen=True, slots=True)
 class CreateTopic:
     name: str
@@ -92,6 +100,11 @@ class CreateTopic:
     partitions: int
     config: dict[str, int | str] = field(default_factory=dict)
     replication_factor: int = 1
+    placed_on: Placement = ()
+    """The cluster's members (node id, weight) as the creator saw them: every
+    node derives the partitions' first replicas from these, so all agree on
+    each group's first membership whatever their own views say now (empty:
+    a single node)."""
 
     def info(self) -> TopicInfo:
         return TopicInfo(
@@ -122,6 +135,9 @@ class Snapshot:
     next_topic_id: int
     topics: tuple[TopicInfo, ...]
     at: int | None = None
+    placed_on: tuple[tuple[int, Placement], ...] = ()
+    """Each topic's `CreateTopic.placed_on` (those that had one), by topic id:
+    compaction must not forget whom a topic's first replicas were placed on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +162,8 @@ def encode_entry(entry: CreateTopic | DeleteTopic | AlterTopic | Snapshot) -> by
         }
         if entry.replication_factor != 1:
             body["replication_factor"] = entry.replication_factor
+        if entry.placed_on:
+            body["placed_on"] = [list(member) for member in entry.placed_on]
     elif isinstance(entry, AlterTopic):
         body = {
             "op": "alter",
@@ -161,6 +179,14 @@ def encode_entry(entry: CreateTopic | DeleteTopic | AlterTopic | Snapshot) -> by
         }
         if entry.at is not None:
             body["at"] = entry.at
+        if entry.placed_on:
+            # Most topics are created under the same view: each distinct list once.
+            distinct: dict[Placement, int] = {}
+            body["placed_on"] = [
+                [topic_id, distinct.setdefault(members, len(distinct))]
+                for topic_id, members in entry.placed_on
+            ]
+            body["placements"] = [[list(member) for member in members] for members in distinct]
     else:
         body = {"op": "delete", "name": entry.name, "topic_id": entry.topic_id}
     packed: bytes = msgpack.packb(body, use_bin_type=True)
@@ -187,6 +213,7 @@ def decode_entry(value: bytes) -> Entry:
                 _int(body["partitions"]),
                 config,
                 _int(body.get("replication_factor", 1)),
+                _placement(body.get("placed_on")),
             )
         if op == "delete":
             return DeleteTopic(_str(body["name"]), _int(body["topic_id"]))
@@ -200,14 +227,40 @@ def decode_entry(value: bytes) -> Entry:
             if type(topics) is not list:
                 return UnknownEntry(body)
             at = body.get("at")
+            placed = body.get("placed_on") or []
+            placements = body.get("placements") or []
+            if type(placed) is not list or type(placements) is not list:
+                return UnknownEntry(body)
+            distinct = [_placement(members) for members in placements]
             return Snapshot(
                 _int(body["next_topic_id"]),
                 tuple(map(_topic, topics)),
                 None if at is None else _int(at),
+                tuple((_int(topic_id), _pick(distinct, i)) for topic_id, i in placed),
             )
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, ValueError):
         pass
     return UnknownEntry(body)
+
+
+def _placement(value: object) -> Placement:
+    if value is None:
+        return ()
+    if type(value) is not list:
+        raise TypeError
+    return tuple((_str(node), _weight(weight)) for node, weight in value)
+
+
+def _pick(placements: list[Placement], index: object) -> Placement:
+    if not 0 <= _int(index) < len(placements):
+        raise TypeError
+    return placements[_int(index)]
+
+
+def _weight(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1e9:
+        raise TypeError
+    return float(value)
 
 
 def _topic(h: object) -> TopicInfo:
@@ -280,6 +333,7 @@ class MetadataState:
         self.max_topics = max_topics
         self._by_name: dict[str, TopicInfo] = {}
         self._by_id: dict[int, TopicInfo] = {}
+        self._placed_on: dict[int, dict[str, float]] = {}
         self.next_topic_id = FIRST_TOPIC_ID
         self.applied_index = 0
         self.snapshot_index: int | None = None
@@ -299,6 +353,10 @@ class MetadataState:
     def by_id(self, topic_id: int) -> TopicInfo | None:
         return self._by_id.get(topic_id)
 
+    def placed_on(self, topic_id: int) -> dict[str, float] | None:
+        """The members a topic's first replicas were placed on (None: not recorded)."""
+        return self._placed_on.get(topic_id)
+
     def knows_id(self, topic_id: int) -> bool:
         """True if `topic_id` was ever assigned in the entries applied so far."""
         return topic_id < self.next_topic_id
@@ -312,9 +370,11 @@ class MetadataState:
         config: dict[str, int | str] | None = None,
         replication_factor: int = 1,
         nodes: int = 1,
+        placed_on: Placement = (),
     ) -> CreateTopic:
         """The entry that creates `name` with each partition on `replication_factor`
-        of the cluster's `nodes`, or `MetadataError` saying why not."""
+        of the cluster's `nodes` (`placed_on`: who they are, with their
+        weights), or `MetadataError` saying why not."""
         check_topic_name(name)
         if not 1 <= replication_factor <= nodes:
             raise MetadataError(
@@ -338,7 +398,9 @@ class MetadataState:
             )
         if self.next_topic_id > MAX_TOPIC_ID:
             raise MetadataError(ErrorCode.INTERNAL, "every topic id has been used")
-        return CreateTopic(name, self.next_topic_id, partitions, dict(checked), replication_factor)
+        return CreateTopic(
+            name, self.next_topic_id, partitions, dict(checked), replication_factor, placed_on
+        )
 
     def plan_alter(
         self, name: str, config: dict[str, int | str], remove: tuple[str, ...] = ()
@@ -359,7 +421,11 @@ class MetadataState:
     def snapshot(self, at: int) -> Snapshot:
         """The entry that holds the whole state as it is now, to be appended at
         index `at` (applied there only: see the module docstring)."""
-        return Snapshot(self.next_topic_id, self.topics(), at)
+        placed = tuple(
+            (topic_id, tuple(self._placed_on[topic_id].items()))
+            for topic_id in sorted(self._placed_on)
+        )
+        return Snapshot(self.next_topic_id, self.topics(), at, placed)
 
     def needs_snapshot(self) -> bool:
         """True once the entries since the last snapshot outnumber twice the
@@ -414,6 +480,8 @@ class MetadataState:
             )
             self._by_name[topic.name] = topic
             self._by_id[topic.topic_id] = topic
+            if entry.placed_on:
+                self._placed_on[topic.topic_id] = dict(entry.placed_on)
             return Applied(index, created=(topic,))
         if isinstance(entry, DeleteTopic):
             found = self._by_id.get(entry.topic_id)
@@ -421,6 +489,7 @@ class MetadataState:
                 return Applied(index)
             del self._by_id[found.topic_id]
             del self._by_name[found.name]
+            self._placed_on.pop(found.topic_id, None)
             return Applied(index, deleted=(found,))
         if isinstance(entry, AlterTopic):
             found = self._by_id.get(entry.topic_id)
@@ -442,6 +511,9 @@ class MetadataState:
         new = {t.topic_id: t for t in snap.topics if t.topic_id != METADATA_TOPIC_ID}
         self._by_id = new
         self._by_name = {t.name: t for t in new.values()}
+        self._placed_on = {
+            topic_id: dict(members) for topic_id, members in snap.placed_on if topic_id in new
+        }
         self.next_topic_id = max(self.next_topic_id, snap.next_topic_id)
         self.snapshot_index = index
         return Applied(

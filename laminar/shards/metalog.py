@@ -189,13 +189,22 @@ class MetadataService:
             return
         loop = asyncio.get_running_loop()
         self._background.append(loop.create_task(self._apply_committed()))
-        replica = await replication.ensure_open(
-            METADATA_PID,
-            replication.view.node_ids,
-            METADATA_LOG_CONFIG,
-            apply=self._on_committed,
-            replay=True,
-        )
+        if replication.joining:
+            # The seed's group: never a group of its own (two metadata logs).
+            replication.adopt_metadata(METADATA_LOG_CONFIG, self._on_committed)
+            while METADATA_PID not in replication.replicas:
+                await asyncio.sleep(0.05)
+            replica = replication.replicas[METADATA_PID]
+        else:
+            # A gossiping seed starts alone; the placement controller adds the others.
+            gossiped = replication.placer is not None
+            replica = await replication.ensure_open(
+                METADATA_PID,
+                (replication.node_id,) if gossiped else replication.view.node_ids,
+                METADATA_LOG_CONFIG,
+                apply=self._on_committed,
+                replay=True,
+            )
         self._log = replica
         group = replica.group
         # Ready once a leader is known and everything it committed is applied
@@ -391,14 +400,16 @@ class MetadataService:
     ) -> TopicInfo:
         """Create a topic (owner only); raises `MetadataError`. The replication
         factor defaults to 3, or the cluster's size if smaller."""
-        nodes = 1 if self._replication is None else len(self._replication.view.members)
+        members = () if self._replication is None else self._replication.view.members
+        nodes = max(1, len(members))
+        placed_on = tuple((m.node_id, m.weight) for m in members)
         rf = (
             min(DEFAULT_REPLICATION_FACTOR, nodes)
             if replication_factor is None
             else replication_factor
         )
         entry = await self._write(
-            lambda: self.state.plan_create(name, partitions, config, rf, nodes)
+            lambda: self.state.plan_create(name, partitions, config, rf, nodes, placed_on)
         )
         assert isinstance(entry, CreateTopic)
         topic = self.state.by_id(entry.topic_id)

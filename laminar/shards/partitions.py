@@ -26,6 +26,7 @@ tried again no sooner than `OFFLINE_RETRY_S` later.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -222,14 +223,29 @@ class PartitionManager:
             if not self._owns(pid):
                 continue
             await self.close_partition(pid)
+            self.unretire(pid)  # the topic is gone: its marks go with it
             if self._remove_dir(pid):
                 removed += 1
         return removed
 
     async def remove_partition(self, pid: int) -> bool:
-        """Close and delete one partition (a replica its group removed)."""
+        """Close and delete one partition (a replica its group removed), and
+        mark it retired: its creation, replayed, must not open it again."""
         await self.close_partition(pid)
+        with open(self._retired_mark(pid), "wb"):
+            pass
         return self._remove_dir(pid)
+
+    def retired(self, pid: int) -> bool:
+        return os.path.exists(self._retired_mark(pid))
+
+    def unretire(self, pid: int) -> None:
+        """The partition's group takes this node in again (a later move)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._retired_mark(pid))
+
+    def _retired_mark(self, pid: int) -> str:
+        return self.directory(pid) + ".retired"
 
     def remove_orphans(
         self, live_topic_ids: Iterable[int], next_topic_id: int, *, quiet: bool = False

@@ -235,6 +235,8 @@ def render(
             }
             w.sample("laminar_partition_offline", labels, 1)
 
+    _moves(w, live)
+
     w.family(
         "laminar_task_queue_runtime_seconds_total",
         "counter",
@@ -251,3 +253,39 @@ def render(
     for block in extra:
         text += block if block.endswith("\n") else block + "\n"
     return text
+
+
+def _moves(w: _Writer, live: list[tuple[int, Mapping[str, Any]]]) -> None:
+    """Partition moves (`laminar.replication.placer`) each shard drives as leader."""
+    w.family(
+        "laminar_partition_moving",
+        "gauge",
+        "Records a moving partition's new replica (a learner) still lacks, per "
+        "partition whose leader is this shard.",
+    )
+    for shard_id, stats in live:
+        for move in (stats.get("moves") or {}).get("moving", ()):
+            labels = {
+                "shard": shard_id,
+                "topic_id": move["pid"] >> 32,
+                "partition": move["pid"] & 0xFFFF_FFFF,
+                "learner": move["learner"],
+            }
+            w.sample("laminar_partition_moving", labels, move["records_to_go"])
+    w.family(
+        "laminar_move_bytes_total",
+        "counter",
+        "Bytes this shard's leaders sent to the new replicas of moving partitions.",
+    )
+    w.family(
+        "laminar_move_steps_total",
+        "counter",
+        "Placement steps (add learner, promote, transfer, remove) started, and refused by Raft.",
+    )
+    for shard_id, stats in live:
+        moves = stats.get("moves")
+        if moves:
+            w.sample("laminar_move_bytes_total", {"shard": shard_id}, moves["bytes_sent"])
+            for outcome in ("started", "refused"):
+                labels = {"shard": shard_id, "outcome": outcome}
+                w.sample("laminar_move_steps_total", labels, moves[f"steps_{outcome}"])

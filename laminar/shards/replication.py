@@ -9,7 +9,10 @@ node, holds the shard's Raft members of those partitions:
   at start for every topic), not on the first request: a follower must be up to
   vote and to take appends;
 - the metadata partition (pid 0) is a Raft group too, on every node of a
-  static cluster (a view has at most `METADATA_VOTERS_MAX` nodes for now);
+  static cluster (a view has at most `METADATA_VOTERS_MAX` nodes); in a
+  gossip cluster on `--metadata-voters` voters, every other member observing
+  it as a learner (so every node has the topic list), and a node never
+  deletes its metadata replica (a voter that drops out observes again);
 - a move adds a replica on a node that may never have held the partition: the
   first authenticated leader message (append, install, heartbeat) for a
   partition this shard does not hold opens it as a learner, but only for a
@@ -38,22 +41,26 @@ import random
 import socket
 import time
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, Final
 
 from laminar.cluster.auth import PeerAuth
-from laminar.cluster.members import ClusterView
+from laminar.cluster.members import ClusterView, Member
 from laminar.log import LogConfig
 from laminar.raft import Entry, Message, RaftCore
+from laminar.raft.budget import ByteBudget
 from laminar.raft.messages import APPEND, HEARTBEAT, INSTALL
 from laminar.raft.segmented import SegmentedLogStorage
 from laminar.replication.group import RaftGroup
 from laminar.replication.host import ELECTION_TICKS, TICK_S, RaftHost
 from laminar.replication.opening import replica_config
+from laminar.replication.placer import Placer, ReplicationFactorOf
 from laminar.replication.transport import PeerLinks, PeerSession
 from laminar.shards.errors import RequestError
-from laminar.shards.metadata import METADATA_TOPIC_ID
+from laminar.shards.metadata import METADATA_PID, METADATA_TOPIC_ID
 from laminar.shards.partitions import PartitionManager
 from laminar.shards.replica import RaftReplica
+from laminar.swim import MembershipView
+from laminar.swim.agent import node_address
 from laminar.wire import ErrorCode, Frame, NodeInfo
 
 logger = logging.getLogger("laminar.replication")
@@ -62,7 +69,7 @@ HANDOVER_TIMEOUT_S: Final = 3.0
 """How long a draining shard waits for its leaderships to move (an election
 timeout is 1-2 s; a transfer the core abandons is left to an election)."""
 METADATA_VOTERS_MAX: Final = 7
-"""Every node of a static cluster votes on metadata; SWIM placement will choose 3."""
+"""Every node of a static cluster votes on metadata (gossip clusters: --metadata-voters)."""
 
 RETIRE_AFTER_S: Final = 10.0
 """How long a removed replica applies nothing more before its files go."""
@@ -89,6 +96,7 @@ class ShardReplication:
         partitions: PartitionManager,
         max_frame_bytes: int,
         own_shard_ports: tuple[int, ...],
+        move_bytes_per_s: int = 0,
     ) -> None:
         if len(view.members) > METADATA_VOTERS_MAX:
             raise ValueError(
@@ -104,7 +112,8 @@ class ShardReplication:
         self.max_frame_bytes = max_frame_bytes
         self._own_shard_ports = own_shard_ports
         self.links = PeerLinks(auth, lambda: self.view, max_frame_bytes)
-        self.host = RaftHost(self.links, on_unknown=self._adopt)
+        budget = ByteBudget(max(1, round(move_bytes_per_s * TICK_S))) if move_bytes_per_s else None
+        self.host = RaftHost(self.links, on_unknown=self._adopt, move_budget=budget)
         self.replicas: dict[int, RaftReplica] = {}
         self._opening: dict[int, asyncio.Task[RaftReplica]] = {}
         self._sessions: set[asyncio.Task[None]] = set()
@@ -117,6 +126,11 @@ class ShardReplication:
         """Groups whose applied membership left this node out: (since, applied then)."""
         self.retired = 0
         self._retirer: asyncio.Task[None] | None = None
+        self.placer: Placer | None = None
+        self._placing: asyncio.Task[None] | None = None
+        self._metadata_adoption: tuple[LogConfig, Apply] | None = None
+        self.joining = False
+        """Started with --join: the metadata group is the seed's, opened on its messages."""
 
     def start(self) -> None:
         self.host.start()
@@ -135,6 +149,8 @@ class ShardReplication:
         and that applied nothing more for `RETIRE_AFTER_S`; their pids."""
         retired = []
         for pid, replica in list(self.replicas.items()):
+            if pid == METADATA_PID and self.placer is not None:
+                continue  # every member observes it: a voter that drops out is added back
             recorded = replica.group.storage.applied_membership()
             if recorded is None or self.node_id in recorded.members:
                 self._removed.pop(pid, None)
@@ -167,6 +183,22 @@ class ShardReplication:
             return self.node_id in replica.group.core.membership.members
         return self.node_id in self.replica_nodes(pid, replication_factor)
 
+    def replicated(self, replication_factor: int) -> bool:
+        """Whether a topic's partitions are Raft groups here: with more than one
+        replica, and always in a gossip cluster (members come and go, so even
+        a single replica must be able to move, which a group can)."""
+        return replication_factor > 1 or self.placer is not None
+
+    def serves(self, pid: int, replication_factor: int) -> bool:
+        """True if a request for `pid` may be served here: this node holds a
+        replica, and (in a gossip cluster) its group is open or opening. A
+        group is never opened for a request there: placement names a move's
+        target before the group added it, and a replica opened on that guess
+        would count itself a voter."""
+        if not self.holds(pid, replication_factor):
+            return False
+        return self.placer is None or pid in self.replicas or pid in self._opening
+
     def not_here(self, pid: int, replication_factor: int) -> RequestError:
         """The refusal for a partition this node holds no replica of: a node
         that left the group names its voters and the leader it last knew;
@@ -178,7 +210,7 @@ class ShardReplication:
             leader = core.leader if core.leader in nodes else nodes[0]
         else:
             nodes = self.replica_nodes(pid, replication_factor)
-            leader = nodes[0]
+            leader = next((n for n in nodes if n != self.node_id), nodes[0])
         return RequestError(
             ErrorCode.NOT_LEADER,
             f"node {self.node_id} holds no replica of partition {pid}; nodes {nodes} do",
@@ -186,6 +218,82 @@ class ShardReplication:
         )
 
     # -- groups ------------------------------------------------------------------
+
+    # -- membership gossip (nodes started with a cluster secret, no --peers) ------
+
+    def follow_membership(
+        self, replication_factor_of: ReplicationFactorOf, dead_grace_ms: int
+    ) -> None:
+        """Take the cluster view from SWIM from now on (`on_membership`), and
+        move the groups this shard leads to their placement targets."""
+        self.placer = Placer(
+            self._cores, replication_factor_of, dead_grace_ms, observed=frozenset({METADATA_PID})
+        )
+        self._placing = asyncio.get_running_loop().create_task(self.placer.run())
+
+    def on_membership(self, view: MembershipView) -> None:
+        """A new SWIM view: the live members (alive or suspect) become the
+        cluster view (links, placement, metadata), at their node addresses."""
+        members = []
+        for member in view.live():
+            try:
+                host, port = node_address(member.address)
+            except ValueError:
+                logger.warning(
+                    "member %s advertises %r: not a node address", member.node_id, member.address
+                )
+                continue
+            members.append(Member(member.node_id, host, port, member.weight))
+        if view.version > self.view.version and any(m.node_id == self.node_id for m in members):
+            self.view = ClusterView(view.version, tuple(members))
+        if self.placer is not None:
+            self.placer.observe(view)
+
+    def move_stats(self) -> dict[str, Any]:
+        """Moves this shard drives (it leads the group): for /status and /metrics."""
+        moving = []
+        for pid, group in self.host.groups.items():
+            core = group.core
+            observing = self.placer.state.observing.get(pid, ()) if self.placer else ()
+            learners = [n for n in core.membership.learners if n not in observing]
+            if not group.is_leader or not learners:
+                continue
+            status = core.status()
+            for learner in learners:
+                progress = status.progress.get(learner)
+                behind = status.last_index - (progress.match if progress else 0)
+                moving.append({"pid": pid, "learner": learner, "records_to_go": max(0, behind)})
+        budget = self.host.move_budget
+        placer = self.placer
+        return {
+            "moving": moving,
+            "bytes_sent": budget.sent_bytes if budget is not None else 0,
+            "sends_deferred": budget.refused if budget is not None else 0,
+            "steps_started": placer.state.steps_started if placer is not None else 0,
+            "steps_refused": placer.state.steps_refused if placer is not None else 0,
+            "retired": self.retired,
+        }
+
+    def group_members(self, pid: int) -> dict[str, Any] | None:
+        """A group's membership as this replica applied it (None: not held here)."""
+        replica = self.replicas.get(pid)
+        if replica is None:
+            return None
+        core = replica.group.core
+        return {
+            "voters": list(core.membership.voters),
+            "learners": list(core.membership.learners),
+            "leader": core.leader,
+        }
+
+    def _cores(self) -> list[tuple[int, RaftCore]]:
+        return [(pid, group.core) for pid, group in self.host.groups.items()]
+
+    def adopt_metadata(self, log_config: LogConfig, apply: Apply) -> None:
+        """Open the metadata group on the first message of one of its members
+        (a node that joins: the seed's group takes it in, as a learner first;
+        after a restart its files say what it is)."""
+        self._metadata_adoption = (log_config, apply)
 
     def adopt_known(self, known: KnownPartition) -> None:
         """Open groups on a leader's first message, for partitions `known` names."""
@@ -196,20 +304,35 @@ class ShardReplication:
         this node a learner. Opened with the sender as the only voter and this
         node a learner, so it never campaigns before its log (or the install's
         anchor) gives it the group's real membership."""
-        if message.kind not in LEADER_KINDS or pid in self._opening or self._known is None:
+        if pid in self._opening:
             return
-        log_config = self._known(pid)
-        if log_config is None:
+        apply: Apply | None = None
+        if pid == METADATA_PID and self._metadata_adoption is not None:
+            # Any message: a restarted voter's vote may be what the group needs.
+            log_config, apply = self._metadata_adoption
+        elif message.kind not in LEADER_KINDS:
+            return
+        elif self._known is None or (known := self._known(pid)) is None:
             self.adoptions_refused += 1
             return
+        else:
+            log_config = known
         self._adopted = {p for p in self._adopted if not self._confirmed(p)}
         if len(self._adopted) >= ADOPTED_MAX:
             self.adoptions_refused += 1
             return
         self._adopted.add(pid)
+        self.partitions.unretire(pid)
         logger.info("partition %d: opening a replica for leader %s", pid, message.src)
         task = asyncio.get_running_loop().create_task(
-            self.ensure_open(pid, (message.src,), log_config, learners=(self.node_id,))
+            self.ensure_open(
+                pid,
+                (message.src,),
+                log_config,
+                apply,
+                replay=apply is not None,
+                learners=(self.node_id,),
+            )
         )
         task.add_done_callback(functools.partial(_report_adoption, pid))
 
@@ -347,8 +470,9 @@ class ShardReplication:
             )
 
     async def close(self) -> None:
-        if self._retirer is not None:
-            self._retirer.cancel()
+        for task in (self._retirer, self._placing):
+            if task is not None:
+                task.cancel()
         for task in list(self._sessions):
             task.cancel()
         await self.host.close()

@@ -32,7 +32,7 @@ from laminar.cluster.auth import PeerAuth, load_secret
 from laminar.cluster.members import Member, StaticMembership, parse_peers
 from laminar.log import LogConfig
 from laminar.log.storage import StorageBackend, SyscallBackend
-from laminar.placement import shard_for
+from laminar.placement import replica_nodes, shard_for
 from laminar.shards.budget import InputBudget
 from laminar.shards.channels import Channels
 from laminar.shards.config import NodeConfig
@@ -298,10 +298,12 @@ class Shard:
         return 0
 
     def _replication(self) -> ShardReplication:
-        """This shard's Raft groups and peer links (a node with --peers)."""
+        """This shard's Raft groups and peer links: the members are --peers,
+        or whoever SWIM says is live (starting with this node alone)."""
         config = self.config
-        me = Member(config.node_id, config.host, self.ident.port)
-        view = StaticMembership(me, parse_peers(config.peers)).view()
+        me = Member(config.node_id, config.host, self.ident.port, config.weight)
+        peers = () if config.gossiped else parse_peers(config.peers)
+        view = StaticMembership(me, peers).view()
         secret = load_secret(config.cluster_secret_file) if config.cluster_secret_file else None
         replication = ShardReplication(
             view,
@@ -311,9 +313,29 @@ class Shard:
             self.partitions,
             config.max_frame_bytes,
             self.ident.shard_ports,
+            config.move_bytes_per_s,
         )
         replication.start()
+        replication.joining = bool(config.join)
+        if config.gossiped:
+            replication.follow_membership(
+                self._replication_factor, round(config.dead_grace_s * 1000)
+            )
         return replication
+
+    def _replication_factor(self, pid: int) -> int | None:
+        """What the placement controller places `pid` on: the metadata group on
+        --metadata-voters voters (every other member observes it), a replicated
+        topic's partitions on its replication factor, nothing else."""
+        if pid == METADATA_PID:
+            return self.config.metadata_voters
+        topic = self.metadata.state.by_id(pid >> 32)
+        replication = self.replication
+        if topic is None or replication is None:
+            return None
+        if not replication.replicated(topic.replication_factor):
+            return None
+        return topic.replication_factor
 
     # -- listening -------------------------------------------------------------
 
@@ -436,17 +458,26 @@ class Shard:
     async def _open_replicas(self, replication: ShardReplication, topic: TopicInfo) -> None:
         """Open this shard's members of a replicated topic's groups, so followers
         vote and take appends before any client names the partition: those
-        placement names, and those a move gave this node (its files are here;
+        the creation placed here (unless a move took them away since: a
+        retired mark), and those a move gave this node (its files are here;
         the group's recorded membership says what it is now)."""
         rf = topic.replication_factor
-        if rf < 2:
+        if not replication.replicated(rf):
             return
         config = log_config(self.partitions.config, topic.config)
+        placed_on = self.metadata.state.placed_on(topic.topic_id)
         for pid in self._owned_pids(topic):
-            held = replication.holds(pid, rf) or os.path.isdir(self.partitions.directory(pid))
-            if held and self.metadata.state.by_id(topic.topic_id):
+            # Every node derives the same first replicas from the creation entry.
+            first = (
+                replica_nodes(pid, placed_on, rf)
+                if placed_on
+                else replication.replica_nodes(pid, rf)
+            )
+            here = os.path.isdir(self.partitions.directory(pid))
+            placed = replication.node_id in first and not self.partitions.retired(pid)
+            if (here or placed) and self.metadata.state.by_id(topic.topic_id):
                 try:
-                    await replication.ensure_open(pid, replication.replica_nodes(pid, rf), config)
+                    await replication.ensure_open(pid, first, config)
                 except Exception:
                     logger.exception("could not open partition %d's replica", pid)
 
@@ -489,6 +520,8 @@ class Shard:
             return
         if self.membership is None or view.version >= self.membership.version:
             self.membership = view
+            if self.replication is not None and self.config.gossiped:
+                self.replication.on_membership(view)
 
     def stats(self) -> dict[str, Any]:
         """The snapshot the supervisor renders into /metrics."""
@@ -504,6 +537,12 @@ class Shard:
                 "partitions_owned": self._owned_partitions,
                 "partitions_open": self.partitions.open_count,
                 "partitions_offline": [o.describe() for o in self.partitions.offline],
+                "moves": self.replication.move_stats() if self.replication is not None else None,
+                "metadata_group": (
+                    self.replication.group_members(METADATA_PID)
+                    if self.replication is not None
+                    else None
+                ),
                 "flushes": self.partitions.flushes,
                 "metadata_applied_index": self.metadata.state.applied_index,
                 "input_bytes": self.budget.used,

@@ -37,8 +37,21 @@ RESOLVED_MAX: Final = 16_384
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """`host:port` (or `[v6]:port`) as a socket address; ValueError when it is not one."""
-    host, sep, port_text = address.rpartition(":")
+    """Where membership datagrams for `address` go: `host:port` (or
+    `[v6]:port`), or a member's `host:node_port/membership_port` (see
+    `member_address`); ValueError when it is neither."""
+    base, slash, membership = address.partition("/")
+    host, port = node_address(base)
+    if not slash:
+        return host, port
+    if not membership.isdigit() or not 0 < int(membership) <= 65535:
+        raise ValueError(f"{address!r} is not HOST:PORT/PORT")
+    return host, int(membership)
+
+
+def node_address(address: str) -> tuple[str, int]:
+    """A member's node address (Raft and clients: its node port) from what it advertises."""
+    host, sep, port_text = address.partition("/")[0].rpartition(":")
     if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) <= 65535:
         raise ValueError(f"{address!r} is not HOST:PORT")
     return host.strip("[]"), int(port_text)
@@ -46,6 +59,14 @@ def parse_address(address: str) -> tuple[str, int]:
 
 def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def member_address(host: str, node_port: int, membership_port: int) -> str:
+    """What a member advertises: its node address (peers open Raft links and
+    clients connect there), then `/membership_port` when membership datagrams
+    have a port of their own (cbpf and userspace routing)."""
+    address = format_address(host, node_port)
+    return address if membership_port == node_port else f"{address}/{membership_port}"
 
 
 def monotonic_ms() -> int:
@@ -111,6 +132,11 @@ class MembershipAgent:
             if not self.swim.view().live():
                 break
             await asyncio.sleep(0.05)
+
+    def set_weight(self, weight: float) -> None:
+        """Announce a new weight to the cluster (`Swim.set_weight`)."""
+        self.swim.set_weight(weight, self._clock_ms())
+        self._flush()
 
     def close(self) -> None:
         if self._timer is not None:

@@ -171,7 +171,40 @@ def test_a_removed_replica_deletes_its_files_only_once_its_removal_is_committed(
         net.cut.clear()
         await groups._until(lambda: not os.path.isdir(directory), timeout_s=30)
         assert groups.PID not in n4.replicas and n4.retired == 1
+        assert n4.partitions.retired(groups.PID)  # a replayed creation will not reopen it
         refusal = n4.not_here(groups.PID, 3)
         assert refusal.code is ErrorCode.NOT_LEADER and refusal.leader in nodes
 
     groups._run(tmp_path, scenario)
+
+
+def test_a_gossip_cluster_opens_no_group_for_a_request_on_placements_guess(
+    tmp_path: Path,
+) -> None:
+    """Placement names n4 (a move's target) before the group added it: a
+    request there is sent elsewhere, not served by a group opened on the
+    guess (which would count itself a voter)."""
+
+    async def scenario() -> None:
+        members = [Member(n, "127.0.0.1", 1) for n in groups.NODES]
+        view = ClusterView(1, (*members, Member("n4", "127.0.0.1", 1, weight=1e9)))
+        replication = ShardReplication(
+            view,
+            PeerAuth.from_secret("n4", None),
+            0,
+            1,
+            PartitionManager(str(tmp_path), CONFIG, SyscallBackend(), owns=lambda pid: True),
+            1 << 20,
+            (2,),
+        )
+        pid = min(KNOWN)
+        try:
+            assert replication.holds(pid, 3) and replication.serves(pid, 3)  # static: opens
+            replication.follow_membership(lambda p: 3, 1000)
+            assert replication.holds(pid, 3) and not replication.serves(pid, 3)
+            refusal = replication.not_here(pid, 3)
+            assert refusal.leader in groups.NODES  # not itself
+        finally:
+            await replication.close()
+
+    asyncio.run(scenario())

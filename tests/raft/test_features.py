@@ -27,6 +27,7 @@ from laminar.raft import (
     Ready,
     ReadyOutstanding,
 )
+from laminar.raft.budget import ByteBudget
 from laminar.raft.core import DEPARTING_TOLD
 from laminar.raft.messages import APPEND, APPEND_RESP, HEARTBEAT, INSTALL, QUIESCE
 
@@ -266,6 +267,29 @@ def test_a_removed_follower_learns_that_its_removal_committed() -> None:
     assert "n3" not in leader.status().progress  # told enough: forgotten
     cluster.tick(50)
     assert cluster.cores["n3"].role == FOLLOWER  # a removed node never campaigns
+
+
+def test_a_removed_follower_learns_its_removal_from_a_leader_that_never_knew_it() -> None:
+    """The leader that removed n4 fails before telling it: the new leader does
+    not know n4 departed. n4, whose membership still names it a voter,
+    campaigns; the leader that gets its vote request sends it the log up to
+    its removal and the commit, so its shell can delete its files."""
+    cluster = Cluster(4)
+    leader = cluster.elect("n1")
+    cluster.isolate("n4")
+    index = leader.remove_node("n4")
+    cluster.tick(3)
+    assert leader.status().voters == ("n1", "n2", "n3")
+    cluster.crash("n1")
+    cluster.heal()
+    new = cluster.wait_for_leader(max_ticks=200)
+    assert new in ("n2", "n3") and "n4" not in cluster.cores[new].status().progress
+    cluster.tick(60)  # n4 times out and asks for votes
+    removed = cluster.cores["n4"].status()
+    assert removed.voters == ("n1", "n2", "n3") and removed.applied >= index
+    assert cluster.leader() == new  # it never disturbed the leader
+    cluster.tick(DEPARTING_TOLD + 1)
+    assert "n4" not in cluster.cores[new].status().progress
 
 
 def test_membership_changes_are_one_step_at_a_time() -> None:
@@ -529,3 +553,35 @@ def test_messages_for_another_node_or_of_unknown_kind_are_refused() -> None:
         core.step(Message(HEARTBEAT, "n1", "n2", 1))
     with pytest.raises(ValueError, match="unknown message kind"):
         core.step(Message("gossip", "n2", "n1", 1))
+
+
+def test_a_learner_is_copied_within_the_move_budget_per_tick() -> None:
+    """Moves are rate-limited: with a shared byte budget, each tick sends a
+    learner at most that many bytes of entries (one entry may overdraw it),
+    and the learner still catches up; voters are not limited."""
+    cluster = Cluster(3)
+    leader = cluster.elect("n1")
+    for i in range(40):
+        leader.propose(b"%03d" % i + b"x" * 97)  # 100 bytes each
+    cluster.drain()
+    budget = ByteBudget(250)
+    leader.learner_budget = budget
+    leader.add_learner("n4")
+    cluster.drain()
+    cluster.add_node("n4", ("n1", "n2", "n3"), ("n4",))
+    per_tick = []
+    for _ in range(40):
+        before = len(cluster.sent)
+        budget.refill()
+        cluster.tick(1)
+        per_tick.append(
+            sum(
+                len(e.data)
+                for m in cluster.sent[before:]
+                if m.dst == "n4" and m.kind == APPEND
+                for e in m.entries
+            )
+        )
+    assert max(per_tick) <= 250 + 100 and sum(per_tick) >= 4000
+    assert cluster.data("n4") == cluster.data("n1")
+    assert budget.sent_bytes == sum(per_tick)

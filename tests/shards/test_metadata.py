@@ -329,3 +329,48 @@ def test_a_snapshot_of_the_most_topics_fits_a_channel_answer() -> None:
     entry = encode_entry(Snapshot(MAX_TOPICS_CEILING + 1, topics))
     answer = MetadataTailResponse(0, (FetchedRecord(5, 6, entry),), 5, 6).encode(1)
     assert len(answer) < METADATA_FRAME_BYTES_MIN // 2  # with room to spare
+
+
+def test_a_creation_records_who_the_first_replicas_were_placed_on() -> None:
+    """Every node derives a partition's first replicas from the creation entry,
+    not from its own (possibly different) view, so all agree on each group's
+    first membership; a damaged list is not trusted."""
+    state = MetadataState()
+    placed = (("n1", 1.0), ("n2", 2.0), ("n3", 1.0))
+    entry = state.plan_create("t", 2, None, 3, 3, placed)
+    again = decode_entry(encode_entry(entry))
+    assert again == entry
+    follower = MetadataState()
+    follower.apply(0, again)
+    assert follower.placed_on(entry.topic_id) == dict(placed)
+    body = msgpack.unpackb(encode_entry(entry))
+    body["placed_on"] = [["n1", -1]]
+    assert isinstance(decode_entry(msgpack.packb(body)), UnknownEntry)
+    follower.apply(1, DeleteTopic("t", entry.topic_id))
+    assert follower.placed_on(entry.topic_id) is None
+
+
+def test_a_snapshot_keeps_whom_each_topic_was_placed_on() -> None:
+    """Compaction must not forget a topic's creation members: a node that
+    learns of the topic from a snapshot derives its first replicas from them
+    like a node that applied the creation (else the two disagree on who the
+    group's first voters are). Each distinct member list is stored once."""
+    owner = MetadataState()
+    three = (("n1", 1.0), ("n2", 2.0), ("n3", 1.0))
+    four = (*three, ("n4", 1.0))
+    for index, (name, placed) in enumerate((("a", three), ("b", three), ("c", four), ("d", ()))):
+        owner.apply(index, owner.plan_create(name, 1, None, 1, 4, placed))
+    owner.apply(4, owner.plan_delete("b"))
+    encoded = encode_entry(owner.snapshot(5))
+    body = msgpack.unpackb(encoded)
+    assert len(body["placements"]) == 2
+    behind = MetadataState()
+    behind.resync()
+    behind.apply(5, decode_entry(encoded))
+    ids = {t.name: t.topic_id for t in behind.topics()}
+    assert behind.placed_on(ids["a"]) == dict(three)
+    assert behind.placed_on(ids["c"]) == dict(four)
+    assert behind.placed_on(ids["d"]) is None
+    for damaged in (-1, 2, "0"):
+        body["placed_on"][0][1] = damaged
+        assert isinstance(decode_entry(msgpack.packb(body)), UnknownEntry)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from laminar.cli.status import moving_partitions, parse_prometheus
 from laminar.shards.metrics import LatencySummary, ShardMetrics
 from laminar.shards.prometheus import ShardSample, render
 
@@ -67,3 +68,21 @@ def test_render_is_valid_exposition_text() -> None:
     assert 'laminar_partitions_owned{shard="0"} 3' in text
     assert 'laminar_task_queue_runtime_seconds_total{shard="0",queue="requests"} 1.5' in text
     assert text.endswith("laminar_xdp_packets_total 5\n")
+
+
+def test_moves_are_in_the_metrics_and_in_laminar_status() -> None:
+    moves = {
+        "moving": [{"pid": (5 << 32) | 2, "learner": "n4", "records_to_go": 120}],
+        "bytes_sent": 4096,
+        "sends_deferred": 3,
+        "steps_started": 7,
+        "steps_refused": 1,
+        "retired": 0,
+    }
+    stats = {**ShardMetrics().snapshot(), "moves": moves}
+    text = render({"node_id": "n1"}, [ShardSample(0, True, 0, stats)])
+    assert 'laminar_move_bytes_total{shard="0"} 4096' in text
+    assert 'laminar_move_steps_total{shard="0",outcome="started"} 7' in text
+    assert moving_partitions(parse_prometheus(text)) == [
+        {"shard": 0, "topic_id": 5, "partition": 2, "to": "n4", "records_to_go": 120}
+    ]
