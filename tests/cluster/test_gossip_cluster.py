@@ -9,7 +9,7 @@ acknowledged record (checked by identity). Then a fifth node joins: the
 partitions whose top replicas now include it move there, and no other
 partition moves. A node with another cluster secret never gets in. A node
 killed and restarted within the dead grace keeps its partitions and catches
-up. With `--metadata-voters 3`, a fourth node observes the metadata, takes a
+up (with eBPF routing too: membership then shares the node port). With `--metadata-voters 3`, a fourth node observes the metadata, takes a
 vote when `laminar weight` makes it heavy, and replaces a dead voter. Long
 versions run in `make soak`.
 """
@@ -35,6 +35,7 @@ from laminar.placement import partition_id, replica_nodes
 from laminar.wire.records import decode_record
 from tests.cluster.history import Produce, check
 from tests.cluster.nodes import read_replica, wait_until
+from tests.system.bpf_env import BPF_REASON
 from tests.system.nodes import RunningNode, start_node
 
 SOAK = os.environ.get("LAMINAR_SOAK") == "1"
@@ -74,7 +75,7 @@ def replica_holders(nodes: dict[str, RunningNode], pid: int) -> dict[str, list[t
 
 @contextmanager
 def gossip_cluster(
-    tmp_path: Path, count: int, dead_grace: float = 1.0, **flags: Any
+    tmp_path: Path, count: int, dead_grace: float = 1.0, routing: str = "userspace", **flags: Any
 ) -> Iterator[tuple[dict[str, RunningNode], Any]]:
     secret = _secret(tmp_path / "secret")
     nodes: dict[str, RunningNode] = {}
@@ -88,7 +89,7 @@ def gossip_cluster(
                 data_dir=tmp_path / name / "data",
                 node_id=name,
                 cluster_secret_file=key,
-                routing="userspace",
+                routing=routing,
                 join=join,
                 dead_grace=dead_grace,
                 **flags,
@@ -294,14 +295,24 @@ def incarnations(node: RunningNode) -> dict[str, int]:
     return {m["node_id"]: m["incarnation"] for m in doc["members"]}
 
 
+@pytest.mark.parametrize(
+    "routing",
+    [
+        pytest.param(
+            "ebpf", marks=pytest.mark.skipif(BPF_REASON is not None, reason=str(BPF_REASON))
+        ),
+        "userspace",
+    ],
+)
 def test_a_node_back_within_the_grace_keeps_its_partitions_and_catches_up(
-    tmp_path: Path,
+    tmp_path: Path, routing: str
 ) -> None:
     """SIGKILL, declared dead, restarted on the same ports within the dead
     grace: it rejoins with a higher incarnation, nothing moves (no copy of
     what it still holds), and its replicas catch up on what was acknowledged
-    while it was down."""
-    with gossip_cluster(tmp_path, 4, dead_grace=60.0) as (nodes, _start):
+    while it was down. With eBPF routing membership shares the node port
+    (the kernel steers its datagrams to the agent's socket)."""
+    with gossip_cluster(tmp_path, 4, dead_grace=60.0, routing=routing) as (nodes, _start):
         names = set(nodes)
         wait_until(lambda: all(set(member_states(n)) == names for n in nodes.values()), "joined")
         bootstrap = ",".join(n.bootstrap for n in nodes.values())
@@ -349,7 +360,11 @@ def test_a_node_back_within_the_grace_keeps_its_partitions_and_catches_up(
             )
             produce(client, 1)  # acknowledged by the two replicas left of each partition
         membership_port = int(old.info["membership_address"].rpartition(":")[2])
-        nodes[victim] = old.restart(port=old.port, membership_port=membership_port)
+        if routing == "ebpf":
+            assert membership_port == old.port  # one port: the kernel splits the traffic
+            nodes[victim] = old.restart(port=old.port)
+        else:
+            nodes[victim] = old.restart(port=old.port, membership_port=membership_port)
         wait_until(
             lambda: all(member_states(n).get(victim) == "alive" for n in nodes.values()),
             f"{victim} alive again",
