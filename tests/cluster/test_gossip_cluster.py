@@ -9,8 +9,9 @@ acknowledged record (checked by identity). Then a fifth node joins: the
 partitions whose top replicas now include it move there, and no other
 partition moves. A node with another cluster secret never gets in. A node
 killed and restarted within the dead grace keeps its partitions and catches
-up (with eBPF routing too: membership then shares the node port). With `--metadata-voters 3`, a fourth node observes the metadata, takes a
-vote when `laminar weight` makes it heavy, and replaces a dead voter. Long
+up (with eBPF routing too: membership then shares the node port). With
+`--metadata-voters 3`, a fourth node observes the metadata, takes a vote
+when `laminar weight` makes it heavy, and replaces a dead voter. Long
 versions run in `make soak`.
 """
 
