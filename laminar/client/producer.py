@@ -21,7 +21,7 @@ node has forgotten it (DUPLICATE_SEQUENCE). Kafka bounds the same thing with
 
 A produce that fails for good leaves a hole in the numbers, which the node
 would refuse every later batch for. The partition then starts over under a
-new producer id (a producer the node does not know may start anywhere);
+new producer id, whose first batch starts at 0 as the node requires;
 batches already sent behind the failed one under the old id are refused as
 out of order, with nothing appended, and fail too.
 """
