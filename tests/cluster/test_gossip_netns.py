@@ -40,7 +40,7 @@ import pytest
 
 from laminar.client import Client, LaminarError, RetryPolicy
 from laminar.placement import partition_id, replica_nodes
-from tests.cluster.history import Produce, Read, check
+from tests.cluster.history import Produce, check
 from tests.cluster.netns import TestNetwork, netns_reason
 from tests.cluster.nodes import offsets, wait_until
 from tests.cluster.test_gossip_cluster import gossip_cluster, member_states, replica_holders
@@ -69,7 +69,7 @@ class Producer:
     what earlier attempts did), and the partition then gets a new producer id.
     A thread each, so a partition waiting out a cut-off leader holds up no other."""
 
-    def __init__(self, bootstrap: str, history: list[Produce | Read]) -> None:
+    def __init__(self, bootstrap: str, history: list[Produce]) -> None:
         self.bootstrap = bootstrap
         self.history = history
         self.stop = threading.Event()
@@ -146,7 +146,7 @@ class Run:
     nodes: dict[str, RunningNode]
     start: Any
     pids: list[int] = field(default_factory=list)
-    history: list[Produce | Read] = field(default_factory=list)
+    history: list[Produce] = field(default_factory=list)
 
     @property
     def bootstrap(self) -> str:
