@@ -145,6 +145,7 @@ class Run:
     net: TestNetwork
     nodes: dict[str, RunningNode]
     start: Any
+    topic_id: int = 0
     pids: list[int] = field(default_factory=list)
     history: list[Produce] = field(default_factory=list)
 
@@ -194,6 +195,29 @@ class Run:
             wanted = {p: sorted(targets[pid]) for p, pid in enumerate(self.pids)}
             raise AssertionError(f"{exc}; holders {last}, placement wants {wanted}") from None
 
+    def wait_files_retired(self) -> None:
+        """Wait until each node keeps files only for the partitions placement over
+        every node gives it: a replica moved away deletes its files once its
+        removal is committed (a returning node's too, or it catches up)."""
+        weights = dict.fromkeys(self.nodes, 1.0)
+        placed = {p: set(replica_nodes(pid, weights, RF)) for p, pid in enumerate(self.pids)}
+        wanted = {n: {p for p in placed if n in placed[p]} for n in self.nodes}
+        kept: dict[str, set[int]] = {}
+
+        def follows() -> bool:
+            for name, node in self.nodes.items():
+                kept[name] = {
+                    p
+                    for p in range(PARTITIONS)
+                    if (node.data_dir / "partitions" / f"{self.topic_id}-{p}").is_dir()
+                }
+            return kept == wanted
+
+        try:
+            wait_until(follows, "the replicas moved away retired")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: files of {kept}, placement {wanted}") from None
+
     def check_history(self) -> None:
         """Every acknowledged record exactly once, at its offset, on every replica
         (`placed` checked who the replicas are; a partition is checked alone, so
@@ -231,6 +255,7 @@ def joined(tmp_path: Path) -> Iterator[Run]:
                 lambda: client.create_topic("events", partitions=PARTITIONS, replication_factor=RF),
                 "the topic is created",
             )
+        run.topic_id = topic.topic_id
         run.pids = [partition_id(topic.topic_id, p) for p in range(PARTITIONS)]
         run.placed(set(nodes), 60, "every partition on its three replicas")
         try:
@@ -353,6 +378,7 @@ def test_a_partitioned_node_is_replaced_then_rejoins_with_nothing_lost(
         with Producer(run.bootstrap, run.history) as producer:
             partitioned_period(run, producer, victim)
         run.placed(set(run.nodes), HEAL_TIMEOUT_S, "the partitions follow placement over all four")
+        run.wait_files_retired()
         run.check_history()
 
 
@@ -370,4 +396,5 @@ def test_rounds_of_loss_partition_and_kill_on_every_node(tmp_path: Path) -> None
                 killed_period(run, victim)
                 run.placed(set(run.nodes), HEAL_TIMEOUT_S, f"{victim} back in placement")
         run.placed(set(run.nodes), HEAL_TIMEOUT_S, "the partitions follow placement over all four")
+        run.wait_files_retired()
         run.check_history()
