@@ -5,7 +5,7 @@ join through the seed n1; a topic's partitions are Raft groups on three
 replicas placed by weighted rendezvous over the live members. An idempotent
 producer writes unique values to every partition throughout.
 
-- Loss: a quarter of one node's packets (both ways) are dropped for a while.
+- Loss: 30% of one node's packets (both ways) are dropped for a while.
   Lifeguard's refutation keeps the node a member: nobody declares it dead
   (SWIM may suspect it; the suspect refutes). Once the loss stops every member
   sees every other alive and nothing acknowledged is lost or duplicated.
@@ -42,7 +42,7 @@ from laminar.client import Client, LaminarError, RetryPolicy
 from laminar.placement import partition_id, replica_nodes
 from tests.cluster.history import Produce, check
 from tests.cluster.netns import TestNetwork, netns_reason
-from tests.cluster.nodes import offsets, wait_until
+from tests.cluster.nodes import host_index, offsets, wait_until
 from tests.cluster.test_gossip_cluster import gossip_cluster, member_states, replica_holders
 from tests.system.nodes import RunningNode
 
@@ -53,8 +53,8 @@ NODES = 4
 PARTITIONS = 4
 RF = 3
 DEAD_GRACE_S = 1.0
-LOSS_PERCENT = 25
-LOSS_S = 8.0
+LOSS_PERCENT = 30
+LOSS_S = 10.0
 PRODUCE_PAUSE_S = 0.02
 """Between one partition's produces: enough records, logs that stay quick to read."""
 HEAL_TIMEOUT_S = 90.0
@@ -144,7 +144,6 @@ class Run:
 
     net: TestNetwork
     nodes: dict[str, RunningNode]
-    start: Any
     topic_id: int = 0
     pids: list[int] = field(default_factory=list)
     history: list[Produce] = field(default_factory=list)
@@ -246,9 +245,9 @@ class Run:
 def joined(tmp_path: Path) -> Iterator[Run]:
     with (
         TestNetwork(NODES) as net,
-        gossip_cluster(tmp_path, NODES, dead_grace=DEAD_GRACE_S, net=net) as (nodes, start),
+        gossip_cluster(tmp_path, NODES, dead_grace=DEAD_GRACE_S, net=net) as (nodes, _start),
     ):
-        run = Run(net, nodes, start)
+        run = Run(net, nodes)
         run.wait_all_alive("every node sees four alive members")
         with Client(run.bootstrap, retry=RetryPolicy(budget_s=30)) as client:
             topic = wait_until(
@@ -291,8 +290,7 @@ def incarnations(node: RunningNode) -> dict[str, int]:
 def lossy_period(run: Run, victim: str) -> None:
     """`victim` loses LOSS_PERCENT% of its packets for LOSS_S while the producer
     runs; then every member must see every other alive again."""
-    host = int(victim.removeprefix("n")) - 1
-    run.net.loss(host, LOSS_PERCENT)
+    run.net.loss(host_index(victim), LOSS_PERCENT)
     try:
         time.sleep(LOSS_S)
     finally:
@@ -307,7 +305,7 @@ def partitioned_period(run: Run, producer: Producer, victim: str) -> None:
     survivors = set(run.nodes) - {victim}
     witness = run.nodes[min(survivors)]
     before = incarnations(witness)[victim]
-    run.net.isolate(int(victim.removeprefix("n")) - 1)
+    run.net.isolate(host_index(victim))
     try:
         wait_until(
             lambda: all(member_states(run.nodes[n]).get(victim) == "dead" for n in survivors),
