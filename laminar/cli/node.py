@@ -251,6 +251,14 @@ def build_parser() -> argparse.ArgumentParser:
         "others (a node that restarts within it catches up instead of being copied)",
     )
     p.add_argument(
+        "--metadata-voters",
+        type=int,
+        default=7,
+        metavar="N",
+        help="members that vote on the cluster metadata (1, 3, 5 or 7; the same on every "
+        "node): the top N by weighted rendezvous; the others observe it (default 7)",
+    )
+    p.add_argument(
         "--membership-port",
         type=int,
         default=None,
@@ -305,6 +313,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         weight=args.weight,
         membership_port=args.membership_port,
         dead_grace_s=args.dead_grace,
+        metadata_voters=args.metadata_voters,
         move_bytes_per_s=args.move_rate,
     )
 

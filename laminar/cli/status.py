@@ -45,13 +45,17 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_admin_argument(parser)
+    parser.set_defaults(run=status)
+
+
+def add_admin_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--admin",
         metavar="HOST:PORT",
         help="the node's admin endpoint (default: the bootstrap host and the admin port "
         "the node's metadata names)",
     )
-    parser.set_defaults(run=status)
 
 
 # --- the admin endpoint -------------------------------------------------------------
@@ -393,14 +397,18 @@ def _shard_json(s: ShardStatus) -> dict[str, Any]:
 # --- printing -----------------------------------------------------------------------
 
 
+def admin_address(client: Client, admin: str | None) -> Address:
+    """`--admin` if given, else the bootstrap host at the admin port the
+    node's metadata names."""
+    if admin is not None:
+        return parse_address(admin)
+    # Nodes too old to name it keep it at their default offset.
+    port = client.metadata().admin_port or client.bootstrap[1] + ADMIN_PORT_OFFSET
+    return (client.bootstrap[0], port)
+
+
 def status(client: Client, args: argparse.Namespace) -> int:
-    if args.admin is not None:
-        admin = parse_address(args.admin)
-    else:
-        # Nodes too old to name it keep it at their default offset.
-        port = client.metadata().admin_port or client.bootstrap[1] + ADMIN_PORT_OFFSET
-        admin = (client.bootstrap[0], port)
-    doc = gather(client, admin, args.timeout)
+    doc = gather(client, admin_address(client, args.admin), args.timeout)
     if args.json:
         print_json(doc)
         return 0

@@ -19,8 +19,18 @@ A move is a sequence of single steps, each one safe on its own:
    voter, and only if the voters left still have a live majority.
 
 Learners that are no longer targets are removed first (they do not vote, so
-that is always safe). A group changes one thing at a time: nothing is
-proposed while a change or a leader transfer is under way (`change_pending`).
+that is always safe).
+
+*Observers* (`PlacementPolicy.observers`, the metadata group's policy): every
+live member outside the voter targets is kept as a learner for good, so every
+node of a cluster of any size receives the log without voting on it (Kafka's
+KRaft brokers observe the metadata log the same way). An observer that joins
+the top set is promoted; a voter that drops out is removed and added back as
+an observer (Raft changes one member at a time and has no demotion). Observers
+are added last, once the voters are at their target, and are not moves.
+
+A group changes one thing at a time: nothing is proposed while a change or
+a leader transfer is under way (`change_pending`).
 
 Who counts as what:
 
@@ -112,6 +122,8 @@ class PlacementPolicy:
     moves_per_node_max: int = 2
     catch_up_lag_max: int = 64
     """A learner within this many entries of the leader's last index has caught up."""
+    observers: bool = False
+    """Keep every other placed member as a learner (see the module docstring)."""
 
     def __post_init__(self) -> None:
         if self.replication_factor < 1:
@@ -198,7 +210,8 @@ def plan(
     additions: list[tuple[GroupStatus, Step]] = []
     for group in groups:
         target = targets[group.pid] = table.targets(group.pid, policy.replication_factor)
-        decision = next_step(group, target, table.live, policy.catch_up_lag_max)
+        observers = frozenset(table.placed) - set(target) if policy.observers else frozenset()
+        decision = next_step(group, target, table.live, policy.catch_up_lag_max, observers)
         if isinstance(decision, Wait):
             waiting[group.pid] = decision.reason
         elif decision is None:
@@ -207,7 +220,7 @@ def plan(
             additions.append((group, decision))
         else:
             steps.append(decision)
-    admitted, refused = _rate_limit(groups, additions, table.live, policy)
+    admitted, refused = _rate_limit(groups, targets, additions, table.live, policy)
     waiting.update(refused)
     steps.extend(admitted)
     steps.sort(key=lambda s: s.pid)
@@ -219,35 +232,41 @@ def next_step(
     target: Sequence[str],
     live: frozenset[str],
     catch_up_lag_max: int,
+    observers: frozenset[str] = frozenset(),
 ) -> Step | Wait | None:
-    """The one step `group` should take towards `target` (None: it is there)."""
+    """The one step `group` should take towards `target` (None: it is there);
+    `observers`: members to keep as learners (each live one added last)."""
     voters, learners = set(group.voters), set(group.learners)
     wanted = set(target)
-    if voters == wanted and not learners:
+    unobserved = sorted((observers & live) - learners - voters)
+    if voters == wanted and learners <= observers and not unobserved:
         return None
     pid = group.pid
     if group.leader is None:
         return Wait("no leader")
     if group.change_pending:
         return Wait("a membership change or leader transfer is under way")
-    stale = sorted(learners - wanted)
+    stale = sorted(learners - wanted - observers)
     if stale:
         return Step(pid, Action.REMOVE_NODE, stale[0], f"learner {stale[0]} is no longer a target")
-    if learners:
-        return _promote(group, min(learners), live, catch_up_lag_max)
+    if learners & wanted:
+        return _promote(group, min(learners & wanted), live, catch_up_lag_max)
     missing = [node for node in target if node not in voters]
     if missing:
         node = missing[0]
         return Step(pid, Action.ADD_LEARNER, node, f"{node} is a target and holds no replica")
     if group.leader not in wanted:
         return _transfer(group, target, live)
-    # Dead voters go first: if removing one would lose the live majority,
-    # removing a live one would too.
-    node = min(voters - wanted, key=lambda n: (n in live, n))
-    rest = voters - {node}
-    if len(rest & live) * 2 <= len(rest):
-        return Wait(f"removing {node} would leave no live majority of {sorted(rest)}")
-    return Step(pid, Action.REMOVE_NODE, node, f"{node} is no longer a target")
+    if voters - wanted:
+        # Dead voters go first: if removing one would lose the live majority,
+        # removing a live one would too.
+        node = min(voters - wanted, key=lambda n: (n in live, n))
+        rest = voters - {node}
+        if len(rest & live) * 2 <= len(rest):
+            return Wait(f"removing {node} would leave no live majority of {sorted(rest)}")
+        return Step(pid, Action.REMOVE_NODE, node, f"{node} is no longer a target")
+    node = unobserved[0]
+    return Step(pid, Action.ADD_LEARNER, node, f"{node} observes the group")
 
 
 def _promote(group: GroupStatus, node: str, live: frozenset[str], lag_max: int) -> Step | Wait:
@@ -279,21 +298,27 @@ def _transfer(group: GroupStatus, target: Sequence[str], live: frozenset[str]) -
 
 def _rate_limit(
     groups: Sequence[GroupStatus],
+    targets: Mapping[int, tuple[str, ...]],
     additions: Sequence[tuple[GroupStatus, Step]],
     live: frozenset[str],
     policy: PlacementPolicy,
 ) -> tuple[list[Step], dict[int, str]]:
-    """Admit new moves within the limits, the least-replicated partitions first."""
+    """Admit new moves within the limits, the least-replicated partitions first
+    (an observer is not a move: it is admitted as it comes)."""
     in_flight = 0
     per_node: Counter[str] = Counter()
     for group in groups:
-        if group.learners:
+        moving = moving_learners(group, targets[group.pid], policy)
+        if moving:
             in_flight += 1
-            per_node.update(_move_ends(group, group.learners))
+            per_node.update(_move_ends(group, moving))
     admitted: list[Step] = []
     refused: dict[int, str] = {}
     ordered = sorted(additions, key=lambda a: (len(set(a[0].voters) & live), a[0].pid))
     for group, step in ordered:
+        if policy.observers and step.node not in targets[group.pid]:
+            admitted.append(step)
+            continue
         ends = _move_ends(group, (step.node,))
         if in_flight >= policy.moves_in_flight_max:
             refused[group.pid] = f"waiting to add {step.node}: {in_flight} moves in flight"
@@ -306,6 +331,15 @@ def _rate_limit(
         per_node.update(ends)
         admitted.append(step)
     return admitted, refused
+
+
+def moving_learners(
+    group: GroupStatus, target: Sequence[str], policy: PlacementPolicy
+) -> tuple[str, ...]:
+    """The learners that are moves (all of them, unless observers are kept)."""
+    if not policy.observers:
+        return group.learners
+    return tuple(n for n in group.learners if n in target)
 
 
 def _move_ends(group: GroupStatus, learners: Iterable[str]) -> set[str]:

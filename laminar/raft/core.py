@@ -27,7 +27,10 @@ Theory of operation (etcd raft's RawNode contract):
   nothing) until `DEPARTING_TOLD` heartbeat rounds carried it a commit index
   at or past its removal while it answered, or for at most
   `DEPARTING_HEARTBEATS_MAX` rounds (a dead node never hears). A new leader
-  does not know them.
+  does not know them, but a removed node that was never told campaigns (its
+  stale membership still names it a voter): a leader that gets a vote
+  request from a non-member takes it as departing from the membership in
+  effect, so it gets the log up to its removal and learns the commit too.
 """
 
 from __future__ import annotations
@@ -148,6 +151,8 @@ class RaftCore(LeaderReplication):
             raise ValueError(f"unknown message kind {m.kind!r}")
         if self._quiesced and m.kind != QUIESCE:
             self.wake()
+        if m.kind in (VOTE, PRE_VOTE) and self.role == LEADER:
+            self._tell_if_removed(m.src)
         if m.term > self.term:
             if m.kind in (VOTE, PRE_VOTE) and not m.transfer and self._in_lease():
                 return  # a live leader was heard within the election timeout
@@ -714,6 +719,17 @@ class RaftCore(LeaderReplication):
             self._transferee = None
         if self._maybe_commit():
             self._commit_advanced()
+        self._bcast = True
+
+    def _tell_if_removed(self, node: str) -> None:
+        """A vote request from `node`, which is no member: it was removed and
+        never told (a leader since failed over). Track it as departing from
+        the membership in effect (applied, so committed)."""
+        if node in self.membership.members or node in self._departing or node == self.id:
+            return
+        self._departing[node] = [self._memberships[-1][0], 0, 0]
+        self._track_members()
+        self._tracker.progress[node].force_send = True
         self._bcast = True
 
     def _track_members(self) -> None:

@@ -4,8 +4,10 @@ Once a second (and when a new membership view arrives) it reads the latest
 SWIM view through `Downtime` (when each member went down: the dead grace
 runs from it), takes the Raft cores this shard leads, and runs one round of
 `laminar.replication.moves.drive` per replication factor (the policy carries
-one). Every decision is the pure controller's (`laminar.cluster.controller`);
-this only feeds it and keeps what it said for `/status` and `/metrics`.
+one); the groups in `observed` (the metadata group) keep every other member
+as a learner (`PlacementPolicy.observers`). Every decision is the pure
+controller's (`laminar.cluster.controller`); this only feeds it and keeps
+what it said for `/status` and `/metrics`.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class PlacerState:
     steps_refused: int = 0
     moving: dict[int, str] = field(default_factory=dict)
     """Partitions not at their target, and why they wait or what they do now."""
+    observing: dict[int, frozenset[str]] = field(default_factory=dict)
+    """Observed groups' learners that are there to stay (not moves)."""
 
 
 class Placer:
@@ -50,10 +54,12 @@ class Placer:
         cores: Callable[[], Iterable[tuple[int, RaftCore]]],
         replication_factor_of: ReplicationFactorOf,
         dead_grace_ms: int,
+        observed: frozenset[int] = frozenset(),
     ) -> None:
         self._cores = cores
         self._rf_of = replication_factor_of
         self._dead_grace_ms = dead_grace_ms
+        self._observed = observed
         self._downtime = Downtime()
         self._view: MembershipView | None = None
         self._wake = asyncio.Event()
@@ -80,18 +86,23 @@ class Placer:
         if view is None:
             return []
         nodes = self._downtime.observe(view, now_ms)
-        by_rf: dict[int, dict[int, RaftCore]] = {}
+        by_policy: dict[tuple[int, bool], dict[int, RaftCore]] = {}
         for pid, core in self._cores():
             if core.role != LEADER:
                 continue
             rf = self._rf_of(pid)
             if rf is not None:
-                by_rf.setdefault(rf, {})[pid] = core
+                by_policy.setdefault((rf, pid in self._observed), {})[pid] = core
         started: list[Step] = []
         moving: dict[int, str] = {}
-        for rf, cores in by_rf.items():
-            policy = PlacementPolicy(rf, dead_grace_ms=self._dead_grace_ms)
+        observing: dict[int, frozenset[str]] = {}
+        for (rf, observers), cores in by_policy.items():
+            policy = PlacementPolicy(rf, dead_grace_ms=self._dead_grace_ms, observers=observers)
             plan, refused = drive(cores, nodes, policy, now_ms)
+            if observers:
+                for pid, core in cores.items():
+                    learners = core.membership.learners
+                    observing[pid] = frozenset(learners) - set(plan.targets.get(pid, ()))
             refusals = {(step.pid, step.node) for step, _ in refused}
             for step in plan.steps:
                 if (step.pid, step.node) in refusals:
@@ -105,4 +116,5 @@ class Placer:
             self.state.steps_refused += len(refused)
         self.state.steps_started += len(started)
         self.state.moving = moving
+        self.state.observing = observing
         return started

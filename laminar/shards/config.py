@@ -149,6 +149,10 @@ class NodeConfig:
     (0: no limit)."""
     dead_grace_s: float = 30.0
     """How long a dead member keeps its place before its partitions move."""
+    metadata_voters: int = 7
+    """How many members vote on the cluster metadata (the top ones by weighted
+    rendezvous); every other member observes it as a learner. The same on
+    every node (whichever leads the metadata group places it)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Settings added by plug-ins (e.g. `laminar.xdp`), passed through to shards untouched."""
 
@@ -229,6 +233,8 @@ class NodeConfig:
             )
         if self.move_bytes_per_s < 0:
             raise ConfigError(f"--move-rate must be >= 0 bytes/s, got {self.move_bytes_per_s}")
+        if self.metadata_voters not in (1, 3, 5, 7):
+            raise ConfigError(f"--metadata-voters must be 1, 3, 5 or 7, got {self.metadata_voters}")
         if not 0 <= self.dead_grace_s <= 86_400:
             raise ConfigError(f"--dead-grace must be 0..86400 seconds, got {self.dead_grace_s}")
         if not (isinstance(self.weight, int | float) and 0 < self.weight <= 1e9):

@@ -86,6 +86,10 @@ class NodeMembership:
     def view(self) -> MembershipView:
         return self.agent.view()
 
+    def set_weight(self, weight: float) -> None:
+        """Announce a new weight (`SwimUsageError` if it is not one)."""
+        self.agent.set_weight(weight)
+
     def state(self) -> dict[str, Any]:
         """The "membership" block of /status."""
         stats = self.agent.stats
@@ -94,6 +98,7 @@ class NodeMembership:
             "address": self.address,
             "port": "node" if self.steered else "membership",
             "incarnation": swim.incarnation,
+            "weight": swim.weight,
             "health_score": swim.health_score,
             "datagrams_in": stats.datagrams_in,
             "datagrams_out": stats.datagrams_out,

@@ -9,7 +9,10 @@ node, holds the shard's Raft members of those partitions:
   at start for every topic), not on the first request: a follower must be up to
   vote and to take appends;
 - the metadata partition (pid 0) is a Raft group too, on every node of a
-  static cluster (a view has at most `METADATA_VOTERS_MAX` nodes for now);
+  static cluster (a view has at most `METADATA_VOTERS_MAX` nodes); in a
+  gossip cluster on `--metadata-voters` voters, every other member observing
+  it as a learner (so every node has the topic list), and a node never
+  deletes its metadata replica (a voter that drops out observes again);
 - a move adds a replica on a node that may never have held the partition: the
   first authenticated leader message (append, install, heartbeat) for a
   partition this shard does not hold opens it as a learner, but only for a
@@ -66,7 +69,7 @@ HANDOVER_TIMEOUT_S: Final = 3.0
 """How long a draining shard waits for its leaderships to move (an election
 timeout is 1-2 s; a transfer the core abandons is left to an election)."""
 METADATA_VOTERS_MAX: Final = 7
-"""Every node of a static cluster votes on metadata; SWIM placement will choose 3."""
+"""Every node of a static cluster votes on metadata (gossip clusters: --metadata-voters)."""
 
 RETIRE_AFTER_S: Final = 10.0
 """How long a removed replica applies nothing more before its files go."""
@@ -146,6 +149,8 @@ class ShardReplication:
         and that applied nothing more for `RETIRE_AFTER_S`; their pids."""
         retired = []
         for pid, replica in list(self.replicas.items()):
+            if pid == METADATA_PID and self.placer is not None:
+                continue  # every member observes it: a voter that drops out is added back
             recorded = replica.group.storage.applied_membership()
             if recorded is None or self.node_id in recorded.members:
                 self._removed.pop(pid, None)
@@ -221,7 +226,9 @@ class ShardReplication:
     ) -> None:
         """Take the cluster view from SWIM from now on (`on_membership`), and
         move the groups this shard leads to their placement targets."""
-        self.placer = Placer(self._cores, replication_factor_of, dead_grace_ms)
+        self.placer = Placer(
+            self._cores, replication_factor_of, dead_grace_ms, observed=frozenset({METADATA_PID})
+        )
         self._placing = asyncio.get_running_loop().create_task(self.placer.run())
 
     def on_membership(self, view: MembershipView) -> None:
@@ -247,10 +254,12 @@ class ShardReplication:
         moving = []
         for pid, group in self.host.groups.items():
             core = group.core
-            if not group.is_leader or not core.membership.learners:
+            observing = self.placer.state.observing.get(pid, ()) if self.placer else ()
+            learners = [n for n in core.membership.learners if n not in observing]
+            if not group.is_leader or not learners:
                 continue
             status = core.status()
-            for learner in core.membership.learners:
+            for learner in learners:
                 progress = status.progress.get(learner)
                 behind = status.last_index - (progress.match if progress else 0)
                 moving.append({"pid": pid, "learner": learner, "records_to_go": max(0, behind)})
@@ -263,6 +272,18 @@ class ShardReplication:
             "steps_started": placer.state.steps_started if placer is not None else 0,
             "steps_refused": placer.state.steps_refused if placer is not None else 0,
             "retired": self.retired,
+        }
+
+    def group_members(self, pid: int) -> dict[str, Any] | None:
+        """A group's membership as this replica applied it (None: not held here)."""
+        replica = self.replicas.get(pid)
+        if replica is None:
+            return None
+        core = replica.group.core
+        return {
+            "voters": list(core.membership.voters),
+            "learners": list(core.membership.learners),
+            "leader": core.leader,
         }
 
     def _cores(self) -> list[tuple[int, RaftCore]]:

@@ -53,7 +53,7 @@ from laminar.shards.metadata import METADATA_PID, Applied
 from laminar.shards.metalog import METADATA_FRAME_BYTES_MIN, MetadataService
 from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.partitions import LongPolls, PartitionManager
-from laminar.shards.replication import METADATA_VOTERS_MAX, ShardReplication
+from laminar.shards.replication import ShardReplication
 from laminar.shards.retention import Retention
 from laminar.shards.staging.service import WriteService, WriteSettings
 from laminar.shards.topic_config import log_config
@@ -325,10 +325,10 @@ class Shard:
 
     def _replication_factor(self, pid: int) -> int | None:
         """What the placement controller places `pid` on: the metadata group on
-        up to METADATA_VOTERS_MAX nodes, a replicated topic's partitions on its
-        replication factor, nothing else."""
+        --metadata-voters voters (every other member observes it), a replicated
+        topic's partitions on its replication factor, nothing else."""
         if pid == METADATA_PID:
-            return METADATA_VOTERS_MAX
+            return self.config.metadata_voters
         topic = self.metadata.state.by_id(pid >> 32)
         replication = self.replication
         if topic is None or replication is None:
@@ -538,6 +538,11 @@ class Shard:
                 "partitions_open": self.partitions.open_count,
                 "partitions_offline": [o.describe() for o in self.partitions.offline],
                 "moves": self.replication.move_stats() if self.replication is not None else None,
+                "metadata_group": (
+                    self.replication.group_members(METADATA_PID)
+                    if self.replication is not None
+                    else None
+                ),
                 "flushes": self.partitions.flushes,
                 "metadata_applied_index": self.metadata.state.applied_index,
                 "input_bytes": self.budget.used,

@@ -54,7 +54,7 @@ import time
 import uuid
 from typing import Any, Final
 
-from laminar.shards.admin import AdminServer, AdminSource
+from laminar.shards.admin import AdminRefusal, AdminServer, AdminSource
 from laminar.shards.config import NodeConfig
 from laminar.shards.control import (
     CONTROL_MAX_FRAME_BYTES,
@@ -67,7 +67,7 @@ from laminar.shards.listeners import NodeSockets, StartupError, bind_admin, bind
 from laminar.shards.membership import NodeMembership, prepare_membership
 from laminar.shards.prometheus import ShardSample, render
 from laminar.shards.steering import Steering, prepare_steering
-from laminar.swim import MembershipView
+from laminar.swim import MembershipView, SwimUsageError
 from laminar.wire import NEED_DATA, FrameDecoder, ProtocolError
 
 logger = logging.getLogger("laminar.node")
@@ -612,7 +612,23 @@ class Supervisor:
         )
 
     def _admin_source(self) -> AdminSource:
-        return AdminSource(health=self._health, metrics=self._metrics, status=self._status)
+        return AdminSource(
+            health=self._health,
+            metrics=self._metrics,
+            status=self._status,
+            set_weight=self._set_weight,
+        )
+
+    async def _set_weight(self, weight: float) -> dict[str, Any]:
+        """Announce `weight` by gossip (`laminar weight`): placement follows it."""
+        if self.membership is None:
+            raise AdminRefusal(409, "membership is off (start the node with a cluster secret)")
+        try:
+            self.membership.set_weight(weight)
+        except SwimUsageError as exc:
+            raise AdminRefusal(400, str(exc)) from None
+        logger.info("weight set to %g", weight)
+        return {"node_id": self.config.node_id, **self.membership.state()}
 
     async def _health(self) -> tuple[bool, dict[str, Any]]:
         stats = await self._gather()

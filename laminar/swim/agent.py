@@ -133,6 +133,11 @@ class MembershipAgent:
                 break
             await asyncio.sleep(0.05)
 
+    def set_weight(self, weight: float) -> None:
+        """Announce a new weight to the cluster (`Swim.set_weight`)."""
+        self.swim.set_weight(weight, self._clock_ms())
+        self._flush()
+
     def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()

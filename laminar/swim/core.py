@@ -222,6 +222,10 @@ class Swim:
         return self._me.incarnation
 
     @property
+    def weight(self) -> float:
+        return self._me.weight
+
+    @property
     def health_score(self) -> int:
         """Lifeguard's awareness score: 0 is healthy."""
         return self._awareness.score

@@ -97,6 +97,47 @@ def test_a_down_learner_is_not_promoted() -> None:
     assert isinstance(decision, Wait) and "down" in decision.reason
 
 
+def test_observers_are_added_last_kept_and_promoted_when_they_win() -> None:
+    """The metadata group's policy: members outside the voter targets are kept
+    as learners; they are added once the voters are at their target, and an
+    observer that becomes a target is promoted like a caught-up learner."""
+    observers = frozenset("xy")
+    assert short(next_step(group("abc"), "abc", LIVE, 0, observers)) == (Action.ADD_LEARNER, "x")
+    assert short(next_step(group("abc", "x"), "abc", LIVE, 0, observers)) == (
+        Action.ADD_LEARNER,
+        "y",
+    )
+    assert next_step(group("abc", "xy"), "abc", LIVE, 0, observers) is None
+    assert next_step(group("abc", "x"), "abc", LIVE - {"y"}, 0, observers) is None  # y is down
+    # a voter is missing: the voters come first, the observers wait
+    assert short(next_step(group("ab"), "abc", LIVE, 0, observers)) == (Action.ADD_LEARNER, "c")
+    # x wins a place: promoted; then c (no longer a target) is removed, to observe again
+    caught_up = group("abc", "xy", last_index=5, match={"x": 5})
+    assert short(next_step(caught_up, "abx", LIVE, 64, frozenset("cy"))) == (
+        Action.PROMOTE_LEARNER,
+        "x",
+    )
+    assert short(next_step(group("abcx", "y"), "abx", LIVE, 0, frozenset("cy"))) == (
+        Action.REMOVE_NODE,
+        "c",
+    )
+    assert short(next_step(group("abx", "y"), "abx", LIVE, 0, frozenset("cy"))) == (
+        Action.ADD_LEARNER,
+        "c",
+    )
+
+
+def test_observers_are_not_moves() -> None:
+    """Kept learners never count against the move limits (they are permanent)."""
+    nodes = [NodeStatus(n) for n in "abcdefgh"]
+    policy = PlacementPolicy(3, moves_in_flight_max=1, moves_per_node_max=1, observers=True)
+    target = MemberTable(nodes, NOW, GRACE).targets(0, 3)
+    others = sorted(set("abcdefgh") - set(target))
+    observed = GroupStatus(0, target[:2], tuple(others), target[0])  # a voter is missing
+    result = plan(nodes, [observed], policy, NOW)
+    assert [short(s) for s in result.steps] == [(Action.ADD_LEARNER, target[2])]
+
+
 def test_a_removal_that_would_lose_the_live_majority_waits() -> None:
     # voters a b c x; b and c are down (within grace, so still targets); x is live
     decision = next_step(group("abcx"), "abc", frozenset("ax"), 0)

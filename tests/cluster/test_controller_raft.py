@@ -20,22 +20,29 @@ from tests.raft.harness import Cluster
 TICK_MS = 100
 GRACE_MS = 2_000
 POLICY = PlacementPolicy(3, GRACE_MS, moves_in_flight_max=6, moves_per_node_max=3)
-PIDS = [partition_id(1, i) for i in range(24)]
+PIDS = tuple(partition_id(1, i) for i in range(24))
 
 
 class Partitions:
     """Every partition's group, the members' states, and what was acknowledged."""
 
-    def __init__(self, weights: dict[str, float]) -> None:
+    def __init__(
+        self,
+        weights: dict[str, float],
+        policy: PlacementPolicy = POLICY,
+        pids: tuple[int, ...] = PIDS,
+    ) -> None:
+        self.policy = policy
+        self.pids = pids
         self.now_ms = 0
         self.nodes = {n: NodeStatus(n, w) for n, w in weights.items()}
         self.groups: dict[int, Cluster] = {}
-        self.acked: dict[int, list[bytes]] = {pid: [] for pid in PIDS}
+        self.acked: dict[int, list[bytes]] = {pid: [] for pid in pids}
         self.written = 0
         self.refused = 0
         self.removing: set[tuple[int, str]] = set()
-        for pid in PIDS:
-            target = tuple(replica_nodes(pid, weights, 3))
+        for pid in pids:
+            target = tuple(replica_nodes(pid, weights, policy.replication_factor))
             self.groups[pid] = Cluster(ids=target, seed=pid)
             self.groups[pid].elect(target[0])
 
@@ -69,9 +76,9 @@ class Partitions:
 
     def drive(self) -> None:
         """One controller round over every led group, as a node's shell runs it."""
-        leaders = {pid: self.leader(pid) for pid in PIDS}
+        leaders = {pid: self.leader(pid) for pid in self.pids}
         cores = {pid: self.groups[pid].cores[n] for pid, n in leaders.items() if n is not None}
-        result, refused = drive(cores, self.nodes.values(), POLICY, self.now_ms)
+        result, refused = drive(cores, self.nodes.values(), self.policy, self.now_ms)
         self.refused += len(refused)
         for step in result.steps:
             group = self.groups[step.pid]
@@ -83,7 +90,11 @@ class Partitions:
         self.retire_removed()
 
     def retire_removed(self) -> None:
-        """A replica whose removal its leader applied stops (and would delete its files)."""
+        """A replica whose removal its leader applied stops (and would delete its
+        files), unless members observe the group: a node keeps its replica of
+        those (`ShardReplication.retire_removed`), to be added back as an observer."""
+        if self.policy.observers:
+            return
         for pid, node in sorted(self.removing):
             group = self.groups[pid]
             leader = self.leader(pid)
@@ -97,9 +108,10 @@ class Partitions:
         for group in self.groups.values():
             group.tick()
 
-    def run(self, rounds: int) -> None:
+    def run(self, rounds: int, writes: bool = True) -> None:
         for _ in range(rounds):
-            self.write()
+            if writes:
+                self.write()
             self.drive()
             self.drive()  # plans again before anything applied: pending changes are seen
             self.tick()
@@ -112,13 +124,15 @@ class Partitions:
         return result
 
     def check_at_target_with_every_acknowledged_record(self) -> None:
-        assert all(self.leader(pid) is not None for pid in PIDS)
+        assert all(self.leader(pid) is not None for pid in self.pids)
         weights = {n: s.weight for n, s in self.nodes.items() if s.state.is_live}
+        rf = self.policy.replication_factor
         for pid, (voters, learners) in self.memberships().items():
-            assert learners == ()
-            assert set(voters) == set(replica_nodes(pid, weights, 3)), pid
+            target = set(replica_nodes(pid, weights, rf))
+            assert set(voters) == target, pid
+            assert set(learners) == (set(weights) - target if self.policy.observers else set())
             group = self.groups[pid]
-            for node in voters:
+            for node in voters + learners:
                 data = group.data(node)
                 assert len(data) == len(set(data)), f"{node} applied a record twice"
                 position = {payload: i for i, payload in enumerate(data)}
@@ -126,7 +140,7 @@ class Partitions:
                 assert not missing, f"partition {pid} on {node} lost {missing[:3]}"
                 order = [position[p] for p in self.acked[pid]]
                 assert order == sorted(order)
-        assert sum(map(len, self.acked.values())) > len(PIDS) * 10
+        assert sum(map(len, self.acked.values())) > len(self.pids) * 10
         assert self.refused == 0  # the controller never asks what a core would refuse
 
 
@@ -176,3 +190,30 @@ def test_a_leaving_leader_hands_over_and_its_partitions_move() -> None:
     parts.check_at_target_with_every_acknowledged_record()
     assert not any(parts.leader(pid) == "n1" for pid in PIDS)
     assert not any("n1" in voters for voters, _ in parts.memberships().values())
+
+
+def test_every_other_member_observes_a_group_kept_on_fewer_voters() -> None:
+    """The metadata group's policy: the top three vote, every other live
+    member is a learner holding the whole log (an eighth node of a gossip
+    cluster must get the topic list). A dead voter's place goes to an
+    observer, promoted once caught up; the dead one is removed."""
+    policy = PlacementPolicy(3, GRACE_MS, observers=True)
+    parts = Partitions(WEIGHTS, policy, pids=(0,))
+
+    def settled() -> None:
+        parts.run(10, writes=False)  # learners are not waited for: let them catch up
+        parts.check_at_target_with_every_acknowledged_record()
+
+    parts.run(30)
+    settled()
+    assert len(parts.memberships()[0][1]) == 2
+    voter = parts.memberships()[0][0][1]
+    parts.kill(voter)
+    parts.run(80)
+    settled()
+    voters, learners = parts.memberships()[0]
+    assert voter not in voters + learners and len(voters) == 3 and len(learners) == 1
+    parts.set_state("n6", MemberState.ALIVE, 5.0)  # joins at the top: observes, then votes
+    parts.run(80)
+    settled()
+    assert "n6" in parts.memberships()[0][0]

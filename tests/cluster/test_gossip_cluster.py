@@ -7,7 +7,11 @@ survivors declare it dead, and after the (short) dead grace every partition
 it held is back at its replication factor on the others, with every
 acknowledged record (checked by identity). Then a fifth node joins: the
 partitions whose top replicas now include it move there, and no other
-partition moves. A node with another cluster secret never gets in. Long
+partition moves. A node with another cluster secret never gets in. A node
+killed and restarted within the dead grace keeps its partitions and catches
+up (with eBPF routing too: membership then shares the node port). With
+`--metadata-voters 3`, a fourth node observes the metadata, takes a vote
+when `laminar weight` makes it heavy, and replaces a dead voter. Long
 versions run in `make soak`.
 """
 
@@ -15,6 +19,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -31,6 +37,7 @@ from laminar.wire.records import decode_record
 from tests.cluster.history import Produce, check
 from tests.cluster.netns import TestNetwork
 from tests.cluster.nodes import host_index, read_replica, wait_until
+from tests.system.bpf_env import BPF_REASON
 from tests.system.nodes import RunningNode, start_node
 
 SOAK = os.environ.get("LAMINAR_SOAK") == "1"
@@ -70,7 +77,12 @@ def replica_holders(nodes: dict[str, RunningNode], pid: int) -> dict[str, list[t
 
 @contextmanager
 def gossip_cluster(
-    tmp_path: Path, count: int, dead_grace: float = 1.0, net: TestNetwork | None = None
+    tmp_path: Path,
+    count: int,
+    dead_grace: float = 1.0,
+    routing: str = "userspace",
+    net: TestNetwork | None = None,
+    **flags: Any,
 ) -> Iterator[tuple[dict[str, RunningNode], Any]]:
     """Nodes n1..n{count} joined through n1, on loopback or, with `net`, node
     n{i+1} on host i of that network (`tests.cluster.netns`)."""
@@ -92,9 +104,10 @@ def gossip_cluster(
                 data_dir=tmp_path / name / "data",
                 node_id=name,
                 cluster_secret_file=key,
-                routing="userspace",
+                routing=routing,
                 join=join,
                 dead_grace=dead_grace,
+                **flags,
             )
             stack.callback(lambda: node.kill() if node.alive() else None)
             nodes[name] = node
@@ -207,6 +220,174 @@ def test_a_joined_cluster_heals_a_death_and_moves_only_what_a_new_node_takes(
         assert all("evil" not in member_states(n) for n in live.values())
         assert set(member_states(evil)) == {"evil"}
         assert not any(replica_holders({"evil": evil}, pid) for pid in pids)
+
+
+def weights(node: RunningNode) -> dict[str, float]:
+    doc: dict[str, Any] = json.loads(_get(f"{node.admin_url}/status"))
+    return {m["node_id"]: m["weight"] for m in doc["members"]}
+
+
+def shard_stats(node: RunningNode) -> list[dict[str, Any]]:
+    return [s["stats"] for s in json.loads(_get(f"{node.admin_url}/status"))["shards"]]
+
+
+def metadata_group(node: RunningNode) -> dict[str, Any] | None:
+    """The metadata group's membership as `node`'s replica applied it."""
+    return next((s["metadata_group"] for s in shard_stats(node) if s["metadata_group"]), None)
+
+
+def test_members_beyond_the_metadata_voters_observe_it_and_replace_a_dead_voter(
+    tmp_path: Path,
+) -> None:
+    """--metadata-voters 3 in a cluster of four: three vote on the metadata,
+    the fourth observes it as a learner and so knows every topic. `laminar
+    weight` raises the observer's weight: it takes a vote and the voter that
+    lost its place observes instead. When a voter dies for good, the
+    observer takes its vote (after the dead grace) and topics can still be
+    created and are seen by every survivor."""
+    with gossip_cluster(tmp_path, 4, metadata_voters=3) as (nodes, _start):
+        names = set(nodes)
+
+        def placed(live: dict[str, RunningNode]) -> dict[str, Any] | None:
+            """The metadata group, once every live node's replica says the
+            same: three live voters, every other live node a learner."""
+            groups = [metadata_group(n) for n in live.values()]
+            first = groups[0]
+            if first is None or any(g != first for g in groups):
+                return None
+            everyone = set(first["voters"]) | set(first["learners"])
+            return first if len(first["voters"]) == 3 and everyone == set(live) else None
+
+        def topics_everywhere(live: dict[str, RunningNode], count: int) -> bool:
+            return all(s["topics"] == count for n in live.values() for s in shard_stats(n))
+
+        wait_until(lambda: all(set(member_states(n)) == names for n in nodes.values()), "joined")
+        group = wait_until(lambda: placed(nodes), "three metadata voters and one observer")
+        (heavy,) = group["learners"]
+        cli = [sys.executable, "-m", "laminar.cli.main", "weight", "1000", "--json"]
+        weight = subprocess.run(
+            [*cli, "--bootstrap", nodes[heavy].bootstrap],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert weight.returncode == 0, weight.stderr
+        assert json.loads(weight.stdout)["weight"] == 1000
+        wait_until(
+            lambda: all(weights(n)[heavy] == 1000 for n in nodes.values()), "the weight is gossiped"
+        )
+        group = wait_until(
+            lambda: (g := placed(nodes)) and heavy in g["voters"] and g, "the heavy node votes"
+        )
+        (observer,) = group["learners"]
+        bootstrap = ",".join(n.bootstrap for n in nodes.values())
+        with Client(bootstrap, retry=RetryPolicy(budget_s=30)) as client:
+            wait_until(lambda: client.create_topic("first", partitions=2), "created")
+        wait_until(lambda: topics_everywhere(nodes, 1), "every node, the observer too, knows it")
+        victim = next(n for n in group["voters"] if n != group["leader"])
+        nodes[victim].kill()
+        live = {n: node for n, node in nodes.items() if n != victim}
+        healed = wait_until(lambda: placed(live), "three live metadata voters again")
+        assert observer in healed["voters"] and healed["learners"] == []
+        bootstrap = ",".join(n.bootstrap for n in live.values())
+        with Client(bootstrap, retry=RetryPolicy(budget_s=30)) as client:
+            wait_until(lambda: client.create_topic("second", partitions=2), "created")
+        wait_until(lambda: topics_everywhere(live, 2), "every survivor knows both topics")
+
+
+def steps_started(nodes: list[RunningNode]) -> float:
+    """Membership steps the placement controllers of `nodes` started."""
+    return sum(
+        v
+        for node in nodes
+        for name, labels, v in parse_prometheus(_get(f"{node.admin_url}/metrics"))
+        if name == "laminar_move_steps_total" and labels["outcome"] == "started"
+    )
+
+
+def incarnations(node: RunningNode) -> dict[str, int]:
+    doc: dict[str, Any] = json.loads(_get(f"{node.admin_url}/status"))
+    return {m["node_id"]: m["incarnation"] for m in doc["members"]}
+
+
+@pytest.mark.parametrize(
+    "routing",
+    [
+        pytest.param(
+            "ebpf", marks=pytest.mark.skipif(BPF_REASON is not None, reason=str(BPF_REASON))
+        ),
+        "userspace",
+    ],
+)
+def test_a_node_back_within_the_grace_keeps_its_partitions_and_catches_up(
+    tmp_path: Path, routing: str
+) -> None:
+    """SIGKILL, declared dead, restarted on the same ports within the dead
+    grace: it rejoins with a higher incarnation, nothing moves (no copy of
+    what it still holds), and its replicas catch up on what was acknowledged
+    while it was down. With eBPF routing membership shares the node port
+    (the kernel steers its datagrams to the agent's socket)."""
+    with gossip_cluster(tmp_path, 4, dead_grace=60.0, routing=routing) as (nodes, _start):
+        names = set(nodes)
+        wait_until(lambda: all(set(member_states(n)) == names for n in nodes.values()), "joined")
+        bootstrap = ",".join(n.bootstrap for n in nodes.values())
+        acked: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+
+        def produce(client: Client, round_: int) -> None:
+            for p in range(PARTITIONS):
+                value = b"p%d-%d" % (p, round_)
+                client.produce("events", p, [value], producer_id=90 + p, sequence=round_)
+                acked[p].append(value)
+
+        with Client(bootstrap, retry=RetryPolicy(budget_s=30)) as client:
+            topic = wait_until(
+                lambda: client.create_topic("events", partitions=PARTITIONS, replication_factor=RF),
+                "the topic is created",
+            )
+            pids = [partition_id(topic.topic_id, p) for p in range(PARTITIONS)]
+            produce(client, 0)
+
+            def holders(live: dict[str, RunningNode]) -> dict[int, frozenset[str]] | None:
+                """Each partition's holders once RF of them hold every acknowledged record."""
+                out = {}
+                for p, pid in enumerate(pids):
+                    held = replica_holders(live, pid)
+                    full = {n for n, log in held.items() if [v for _, v in log] == acked[p]}
+                    if len(full) != RF or len(held) != RF:
+                        return None
+                    out[pid] = frozenset(full)
+                return out
+
+            before = wait_until(lambda: holders(nodes), "every partition on three replicas")
+            victim = "n2"
+            old = nodes[victim]
+            was = incarnations(nodes["n1"])[victim]
+            others = [n for name, n in nodes.items() if name != victim]
+            wait_until(
+                lambda: all(len(metadata_group(n)["voters"]) == 4 for n in nodes.values()),
+                "the metadata group on every node",
+            )
+            steps_before = steps_started(others)  # the metadata group's growth
+            old.kill()
+            wait_until(
+                lambda: all(member_states(n).get(victim) == "dead" for n in others),
+                f"{victim} declared dead",
+            )
+            produce(client, 1)  # acknowledged by the two replicas left of each partition
+        membership_port = int(old.info["membership_address"].rpartition(":")[2])
+        if routing == "ebpf":
+            assert membership_port == old.port  # one port: the kernel splits the traffic
+            nodes[victim] = old.restart(port=old.port)
+        else:
+            nodes[victim] = old.restart(port=old.port, membership_port=membership_port)
+        wait_until(
+            lambda: all(member_states(n).get(victim) == "alive" for n in nodes.values()),
+            f"{victim} alive again",
+        )
+        assert all(incarnations(n)[victim] > was for n in nodes.values())
+        after = wait_until(lambda: holders(nodes), f"{victim} caught up")
+        assert after == before  # nothing moved
+        assert steps_started(others) == steps_before  # no membership change anywhere
 
 
 @pytest.mark.skipif(not SOAK, reason="runs in make soak (LAMINAR_SOAK=1)")

@@ -269,6 +269,29 @@ def test_a_removed_follower_learns_that_its_removal_committed() -> None:
     assert cluster.cores["n3"].role == FOLLOWER  # a removed node never campaigns
 
 
+def test_a_removed_follower_learns_its_removal_from_a_leader_that_never_knew_it() -> None:
+    """The leader that removed n4 fails before telling it: the new leader does
+    not know n4 departed. n4, whose membership still names it a voter,
+    campaigns; the leader that gets its vote request sends it the log up to
+    its removal and the commit, so its shell can delete its files."""
+    cluster = Cluster(4)
+    leader = cluster.elect("n1")
+    cluster.isolate("n4")
+    index = leader.remove_node("n4")
+    cluster.tick(3)
+    assert leader.status().voters == ("n1", "n2", "n3")
+    cluster.crash("n1")
+    cluster.heal()
+    new = cluster.wait_for_leader(max_ticks=200)
+    assert new in ("n2", "n3") and "n4" not in cluster.cores[new].status().progress
+    cluster.tick(60)  # n4 times out and asks for votes
+    removed = cluster.cores["n4"].status()
+    assert removed.voters == ("n1", "n2", "n3") and removed.applied >= index
+    assert cluster.leader() == new  # it never disturbed the leader
+    cluster.tick(DEPARTING_TOLD + 1)
+    assert "n4" not in cluster.cores[new].status().progress
+
+
 def test_membership_changes_are_one_step_at_a_time() -> None:
     cluster = Cluster(3)
     leader = cluster.elect("n1")

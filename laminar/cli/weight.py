@@ -1,0 +1,70 @@
+"""`laminar weight W`: change the node's placement weight while it runs.
+
+The node announces the new weight by gossip (a new incarnation, so it beats
+the old news); every partition leader's placement controller then moves the
+partitions whose top replicas changed, one safe step at a time (`laminar
+status` shows them moving). The node's admin endpoint takes the change from
+this host only (`POST /weight`), so run this on the node's machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from laminar.cli.common import Exit
+from laminar.cli.output import print_json, say
+from laminar.cli.status import add_admin_argument, admin_address
+from laminar.client import Client
+from laminar.client.routing import format_address
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    parser = commands.add_parser(
+        "weight",
+        parents=[common],
+        help="change the node's placement weight (partitions move to match)",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("weight", type=float, help="the new weight, a number in (0, 1e9]")
+    add_admin_argument(parser)
+    parser.set_defaults(run=set_weight)
+
+
+def set_weight(client: Client, args: argparse.Namespace) -> int:
+    admin = admin_address(client, args.admin)
+    request = urllib.request.Request(
+        f"http://{format_address(admin)}/weight",
+        data=repr(args.weight).encode(),
+        method="POST",
+        headers={"Content-Type": "text/plain"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=args.timeout) as response:
+            answer = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        say(f"laminar: error: the node refused: {_reason(exc)}")
+        return Exit.USAGE if exc.code == 400 else Exit.SERVER_ERROR
+    except (urllib.error.URLError, OSError) as exc:
+        say(f"laminar: error: cannot reach the admin endpoint {format_address(admin)}: {exc}")
+        return Exit.CANNOT_CONNECT
+    if args.json:
+        print_json(answer)
+    else:
+        print(
+            f"node {answer['node_id']}: weight {answer['weight']:g} announced "
+            f"(incarnation {answer['incarnation']}); partitions move to match "
+            "(see `laminar status`)"
+        )
+    return Exit.OK
+
+
+def _reason(exc: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(exc.read())["error"])
+    except (ValueError, KeyError, TypeError, OSError):
+        return f"HTTP {exc.code}"
