@@ -11,7 +11,7 @@ header, which the clients' reads leave out (`decode_user_record`).
 
 A produce that fails for good leaves a hole in the numbers, which the node
 would refuse every later batch for. The partition then starts over under a
-new producer id (a producer the node does not know may start anywhere);
+new producer id, whose first batch starts at 0 as the node requires;
 batches already sent behind the failed one under the old id are refused as
 out of order, with nothing appended, and fail too.
 """

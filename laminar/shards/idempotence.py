@@ -24,8 +24,13 @@ Rules.
    were never appended) or straddles it (partly old, partly new) is refused
    (OUT_OF_ORDER, the wire's OUT_OF_ORDER_SEQUENCE): appending it would lose or
    duplicate records.
-6. A producer the partition does not know (new, or forgotten: see Limits) may
-   start at any sequence.
+6. A producer the partition does not know (new, or forgotten: see Limits)
+   must start at sequence 0; any other batch is refused (OUT_OF_ORDER). A
+   new leader that let one start anywhere appended a pipelined producer's
+   later batch that overtook earlier ones during a leader change, and then
+   answered those earlier ones DUPLICATE_INDEX_UNKNOWN ("appended before")
+   although they never were: silent loss. A forgotten producer's next batch
+   is therefore refused too; the client starts over under a new producer id.
 
 Theory of operation. This module decides and remembers; it does no I/O. The
 shard's glue (`laminar.shards.producers`) serializes each producer's batches
@@ -47,8 +52,10 @@ Limits (the guarantee holds while a producer is remembered):
   duplicate answers.
 - After a restart, only producers whose latest batch lies in the last
   `SCAN_BYTES_MAX` bytes of the partition's log are remembered.
-- A forgotten producer that sends an old batch again gets it appended again
-  (rule 6). Retention that deletes a producer's last batch forgets it too.
+- A forgotten producer's next batch is refused (rule 6), and its client
+  starts over under a new producer id: that batch fails for its caller,
+  nothing is lost or duplicated. Retention that deletes a producer's last
+  batch forgets it too.
 - Duplicates are recognized by sequence numbers only: a producer that sends
   different records under sequences it used before gets them dropped. Spark
   task retries must therefore see the same rows in the same order, which is
@@ -158,7 +165,15 @@ class ProducerTable:
             )
         state = self._producers.get(producer_id)
         if state is None:
-            return Decision(Verdict.APPEND, None)
+            if first_sequence == 0:
+                return Decision(Verdict.APPEND, None)
+            return Decision(
+                Verdict.OUT_OF_ORDER,
+                None,
+                reason=f"producer {producer_id:#018x} is not known to this partition (new, or "
+                f"forgotten), so its first batch must start at sequence 0, not {first_sequence}; "
+                "an earlier batch may still be on its way, or start over under a new producer id",
+            )
         self._producers.move_to_end(producer_id)
         expected = state.next_sequence
         if first_sequence == expected:
