@@ -32,7 +32,12 @@ from laminar.client.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from laminar.client.producer import ProducerSequences, produce_call
+from laminar.client.producer import (
+    AsyncWindows,
+    ProducerSequences,
+    is_idempotent,
+    produce_call,
+)
 from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
 from laminar.client.reader import PartitionReader
 from laminar.client.results import (
@@ -88,6 +93,7 @@ class AsyncClient:
         self._view: ClusterView | None = None
         self.idempotent = idempotent
         self._sequences = ProducerSequences()
+        self._windows = AsyncWindows()
         self._hints = RouteHints(read_from_followers=read_from == "follower")
         """Leaders and unreachable nodes learned from answers (kept across refreshes)."""
         self._generation = 0
@@ -137,10 +143,13 @@ class AsyncClient:
         once sent (a lost answer raises `OutcomeUnknownError`): see
         `Client.produce`, also for `producer_id` and `sequence`."""
         sequences = self._sequences if self.idempotent else None
-        call = produce_call(
-            sequences, topic, partition, values, keys, headers, producer_id, sequence
+        make_call = functools.partial(
+            produce_call, sequences, topic, partition, values, keys, headers, producer_id, sequence
         )
-        return await self._call(call)
+        if not is_idempotent(sequences, producer_id, sequence):
+            return await self._call(make_call())
+        async with self._windows.slot((topic, partition)):  # before the sequence is taken
+            return await self._call(make_call())
 
     async def fetch(
         self,

@@ -30,7 +30,12 @@ from laminar.client.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from laminar.client.producer import ProducerSequences, produce_call
+from laminar.client.producer import (
+    BlockingWindows,
+    ProducerSequences,
+    is_idempotent,
+    produce_call,
+)
 from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
 from laminar.client.results import (
     Offsets,
@@ -69,7 +74,17 @@ class Pending(Generic[T]):
     """A request that was sent; `result()` waits for its answer, retrying it as
     the retry rule allows (`laminar.client.retry`)."""
 
-    __slots__ = ("_call", "_client", "_conn", "_corr", "_deadline", "_error", "_failed", "_result")
+    __slots__ = (
+        "_call",
+        "_client",
+        "_conn",
+        "_corr",
+        "_deadline",
+        "_error",
+        "_failed",
+        "_lock",
+        "_result",
+    )
 
     def __init__(self, client: Client, call: calls.Call[T]) -> None:
         self._client = client
@@ -82,6 +97,9 @@ class Pending(Generic[T]):
         self._failed: LaminarError | None = None
         """The error `result()` raised for good."""
         self._result: T = _NO_RESULT
+        self._lock = threading.Lock()
+        """Held while waiting: threads may ask for one result at once (a
+        produce settling the oldest of its window, and the caller)."""
         self._send()
 
     def _send(self) -> None:
@@ -93,8 +111,22 @@ class Pending(Generic[T]):
             self._conn = None
             self._error = exc
 
+    @property
+    def done(self) -> bool:
+        """Whether the final answer is in: `result()` will not wait."""
+        return self._result is not _NO_RESULT or self._failed is not None
+
+    def settle(self) -> None:
+        """Wait for the final answer without raising it (`result()` still will)."""
+        with contextlib.suppress(LaminarError):
+            self.result()
+
     def result(self) -> T:
         """The answer, or the typed error (`laminar.client.errors`)."""
+        with self._lock:
+            return self._result_locked()
+
+    def _result_locked(self) -> T:
         if self._result is not _NO_RESULT:
             return self._result
         if self._failed is not None:
@@ -168,6 +200,7 @@ class Client:
         self._view: ClusterView | None = None
         self.idempotent = idempotent
         self._sequences = ProducerSequences()
+        self._windows = BlockingWindows()
         self._hints = RouteHints(read_from_followers=read_from == "follower")
         """Leaders and unreachable nodes learned from answers (kept across refreshes)."""
         self._closed = False
@@ -234,10 +267,16 @@ class Client:
     ) -> Pending[int]:
         """`produce`, sent now; `.result()` is the first index."""
         sequences = self._sequences if self.idempotent else None
-        call = produce_call(
-            sequences, topic, partition, values, keys, headers, producer_id, sequence
-        )
-        return Pending(self, call)
+
+        def send() -> Pending[int]:
+            call = produce_call(
+                sequences, topic, partition, values, keys, headers, producer_id, sequence
+            )
+            return Pending(self, call)
+
+        if not is_idempotent(sequences, producer_id, sequence):
+            return send()
+        return self._windows.send((topic, partition), send)
 
     def fetch(
         self,

@@ -49,7 +49,10 @@ sequence, exactly as before the restart.
 Limits (the guarantee holds while a producer is remembered):
 - The table keeps `PRODUCERS_MAX` producers per partition, the least recently
   active forgotten first, and `BATCHES_MAX` batches per producer for exact
-  duplicate answers.
+  duplicate answers. The clients never run further ahead than that
+  (`PRODUCER_WINDOW` batches from the oldest unanswered one), so their own
+  resends always get the original index; only a batch sent again after it
+  was answered, by a caller naming its own producer, can be forgotten.
 - After a restart, only producers whose latest batch lies in the last
   `SCAN_BYTES_MAX` bytes of the partition's log are remembered.
 - A forgotten producer's next batch is refused (rule 6), and its client
@@ -70,12 +73,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from laminar.wire import ProducerStamp
+from laminar.wire import PRODUCER_WINDOW, ProducerStamp
 
 PRODUCERS_MAX: Final = 4096
 """Producers remembered per partition; the least recently active go first."""
-BATCHES_MAX: Final = 8
-"""Appended batches remembered per producer, for exact duplicate answers."""
+BATCHES_MAX: Final = PRODUCER_WINDOW
+"""Appended batches remembered per producer, for exact duplicate answers: as
+many as a client may have outstanding on a partition (`PRODUCER_WINDOW`,
+counted from its oldest unanswered batch). A resend is of an unanswered
+batch, and at most `PRODUCER_WINDOW - 1` batches were sent after it, so it is
+always among the remembered ones. Remembering fewer would answer a client's
+own resend with DUPLICATE_SEQUENCE (seen under load with 16 batches in
+flight); remembering more costs memory per producer and protects nobody."""
 SCAN_BYTES_MAX: Final = 64 << 20
 """Record bytes read from the tail of a log to rebuild its table after a restart."""
 

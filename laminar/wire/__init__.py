@@ -79,6 +79,7 @@ from laminar.wire.messages import (
 from laminar.wire.ops import MEMBERSHIP_OPS, RAFT_OPS, Flags, Op
 from laminar.wire.records import (
     PRODUCER_HEADER,
+    PRODUCER_WINDOW,
     FetchedRecord,
     ProducerStamp,
     decode_record,
@@ -95,6 +96,7 @@ __all__ = [
     "NEED_DATA",
     "PREFIX_BYTES",
     "PRODUCER_HEADER",
+    "PRODUCER_WINDOW",
     "RAFT_OPS",
     "REQUEST_HEADER_LIMITS",
     "VERSION",

@@ -131,6 +131,15 @@ PRODUCER_HEADER: Final = "laminar.producer"
 """The header an idempotent producer puts on the first record of each batch: a
 `ProducerStamp` (see `laminar.shards.idempotence`). The name is reserved."""
 
+PRODUCER_WINDOW: Final = 8
+"""How far an idempotent producer may run ahead on one partition, in batches:
+from its oldest batch still unanswered to its newest sent, at most this many
+(the clients' `laminar.client.producer.SequenceWindow`). The node remembers
+exactly this many batches per producer (`laminar.shards.idempotence.BATCHES_MAX`),
+so a batch the client sends again, however late, is always one the node still
+knows: it gets its original index back, never DUPLICATE_SEQUENCE. One constant
+for both sides, so neither can outgrow the other."""
+
 _STAMP = struct.Struct(">QQI")
 _STAMP_NAME: Final = PRODUCER_HEADER.encode()
 

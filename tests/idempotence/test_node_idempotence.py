@@ -59,6 +59,9 @@ def test_a_gap_is_refused_and_nothing_is_appended(client: Client) -> None:
 
 
 def test_a_forgotten_duplicate_is_reported_not_appended(client: Client) -> None:
+    """A caller naming its own producer sends an answered batch again, after
+    more than the node remembers: reported, not appended. (The client's own
+    resends never get this far: `test_producer_window`.)"""
     client.create_topic("forgotten", partitions=1)
     for i in range(BATCHES_MAX + 2):
         client.produce("forgotten", 0, [b"%d" % i], producer_id=PRODUCER, sequence=i)
@@ -68,6 +71,9 @@ def test_a_forgotten_duplicate_is_reported_not_appended(client: Client) -> None:
 
 
 def test_pipelined_batches_of_one_producer_keep_their_order(client: Client) -> None:
+    """Twenty batches pipelined (the client's window lets `PRODUCER_WINDOW` =
+    `BATCHES_MAX` out at a time), then all twenty sent again although answered:
+    the node still knows the last `BATCHES_MAX`, the older ones are reported."""
     client.create_topic("pipelined", partitions=1)
     pending = [
         client.produce_nowait("pipelined", 0, _values(4, f"b{i}"), producer_id=7, sequence=4 * i)
@@ -88,8 +94,8 @@ def test_pipelined_batches_of_one_producer_keep_their_order(client: Client) -> N
 
 
 def test_a_sliding_window_of_batches_is_applied_in_arrival_order(client: Client) -> None:
-    """New batches arrive while earlier ones complete (a pipelining producer, 64
-    in flight):
+    """New batches arrive while earlier ones complete (a pipelining producer
+    keeping 64 pending, of which the client's window sends `PRODUCER_WINDOW`):
     each must be decided after every batch that arrived before it, never ahead
     of a waiting one (which would refuse it as out of order)."""
     client.create_topic("window", partitions=1)
