@@ -29,6 +29,17 @@ were placed, whatever order their completions run in.
 An append runs in its own task whose completion records the batch, so a
 request cancelled half-way (a client gone, a drain) cannot leave a durable
 batch unrecorded.
+
+A batch that arrives ahead of its producer's next sequence (a gap) waits up
+to `GAP_WAIT_S` for the batches before it, then is refused OUT_OF_ORDER if
+they never came. At a leader change a pipelining client resends its
+unanswered batches to the new leader after a backoff, while batches sent
+after it learned the leader go there at once and overtake them; refusing
+those would fail tens of a producer's batches per handover. A waiting batch
+gives up its turn (the ones it waits for must get theirs), and each placed
+batch of its producer wakes it to look again. Bounded: a connection has at
+most `MAX_IN_FLIGHT` requests, a client `PRODUCER_WINDOW` batches per
+partition.
 """
 
 from __future__ import annotations
@@ -57,14 +68,19 @@ from laminar.wire.records import HAS_HEADERS, producer_stamp
 logger = logging.getLogger("laminar.shards")
 
 SCAN_CHUNK_RECORDS: Final = 4096
+GAP_WAIT_S: Final = 2.0
+"""How long a batch past its producer's next sequence waits for the ones before it."""
 _STAMP_NAME: Final = PRODUCER_HEADER.encode()
 
 
 class IdempotentProducers:
     """Appends idempotent batches to this shard's partition logs."""
 
-    def __init__(self, scan_bytes_max: int = SCAN_BYTES_MAX) -> None:
+    def __init__(
+        self, scan_bytes_max: int = SCAN_BYTES_MAX, gap_wait_s: float = GAP_WAIT_S
+    ) -> None:
         self.scan_bytes_max = scan_bytes_max
+        self.gap_wait_s = gap_wait_s
         self._partitions: weakref.WeakKeyDictionary[object, _Partition] = (
             weakref.WeakKeyDictionary()
         )
@@ -87,16 +103,26 @@ class IdempotentProducers:
         # they arrived (a pipelining client sends them in sequence order): each
         # takes its turn before this coroutine first yields, and holds it only
         # until its batch is placed, not until it is durable.
-        ahead = part.turns.get(producer_id)
-        turn = part.turns[producer_id] = asyncio.get_running_loop().create_future()
-        try:
-            if ahead is not None:
-                await asyncio.wait([ahead])
-            outcome = await self._decide_and_place(log, req, part, producer_id, sequence, count)
-        finally:
-            turn.set_result(None)
-            if part.turns.get(producer_id) is turn:
-                del part.turns[producer_id]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.gap_wait_s
+        outcome: asyncio.Task[tuple[int, int]] | tuple[int, int, int] | _Gap
+        while True:
+            ahead = part.turns.get(producer_id)
+            turn = part.turns[producer_id] = loop.create_future()
+            try:
+                if ahead is not None:
+                    await asyncio.wait([ahead])
+                outcome = await self._decide_and_place(log, req, part, producer_id, sequence, count)
+            except _Gap as gap:
+                outcome = gap
+            finally:
+                turn.set_result(None)
+                if part.turns.get(producer_id) is turn:
+                    del part.turns[producer_id]
+            if not isinstance(outcome, _Gap):
+                break
+            if not await part.progress(producer_id, deadline - loop.time()):
+                raise RequestError(ErrorCode.OUT_OF_ORDER_SEQUENCE, outcome.reason)
         if isinstance(outcome, asyncio.Task):
             first, timestamp_ms = await asyncio.shield(outcome)
             return first, timestamp_ms, count
@@ -125,11 +151,10 @@ class IdempotentProducers:
                 decision = Decision(Verdict.APPEND, expected)
                 break
             if sequence > expected:
-                raise RequestError(
-                    ErrorCode.OUT_OF_ORDER_SEQUENCE,
+                raise _Gap(
                     f"producer {producer_id:#018x} must continue at sequence {expected}, but "
                     f"the batch starts at {sequence}: sequences {expected}..{sequence - 1} "
-                    "were never appended (send them first)",
+                    "were never appended (send them first)"
                 )
             # Sent again while (part of) it may be in flight: decide once they land.
             await asyncio.wait([flight.task for flight in flights])
@@ -141,6 +166,9 @@ class IdempotentProducers:
         if decision.verdict is Verdict.DUPLICATE:
             assert decision.first_index is not None and decision.timestamp_ms is not None
             return decision.first_index, decision.timestamp_ms, 0
+        known = decision.expected_sequence
+        if decision.verdict is Verdict.OUT_OF_ORDER and (known is None or sequence > known):
+            raise _Gap(decision.reason)
         code = (
             ErrorCode.DUPLICATE_SEQUENCE
             if decision.verdict is Verdict.DUPLICATE_INDEX_UNKNOWN
@@ -229,6 +257,15 @@ def _stamped_as(req: ProduceRequest, producer_id: int, sequence: int, count: int
         return False
 
 
+class _Gap(Exception):
+    """The batch starts past its producer's next sequence: wait, or refuse with
+    the reason (`IdempotentProducers.append`)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 async def _awaited(placed: Awaitable[tuple[int, int]]) -> tuple[int, int]:
     return await placed
 
@@ -251,7 +288,7 @@ class _InFlight(NamedTuple):
 class _Partition:
     """One log's producer table, its loading, and each producer's batches in flight."""
 
-    __slots__ = ("_loading", "_table", "in_flight", "turns")
+    __slots__ = ("_loading", "_placed", "_table", "in_flight", "turns")
 
     def __init__(self) -> None:
         self._table: ProducerTable | None = None
@@ -260,6 +297,9 @@ class _Partition:
         """producer id -> its batches placed in the log and not yet recorded, in order."""
         self.turns: dict[int, asyncio.Future[None]] = {}
         """producer id -> done when its latest arrived batch is decided and placed."""
+        self._placed: dict[int, list[asyncio.Future[None]]] = {}
+        """producer id -> the batches waiting on a gap, each done when the
+        producer's next batch is placed."""
 
     @property
     def loaded(self) -> ProducerTable | None:
@@ -280,6 +320,28 @@ class _Partition:
         flight = _InFlight(sequence, count, landing, placed_at)
         self.in_flight.setdefault(producer_id, deque()).append(flight)
         landing.add_done_callback(functools.partial(self.finish, producer_id))
+        for waiter in self._placed.pop(producer_id, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def progress(self, producer_id: int, timeout_s: float) -> bool:
+        """Wait until a batch of the producer is placed; False if none was
+        within `timeout_s` (the waiter is then gone: nothing is left behind)."""
+        if timeout_s <= 0:
+            return False
+        waiter = asyncio.get_running_loop().create_future()
+        waiters = self._placed.setdefault(producer_id, [])
+        waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout_s)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            if waiter in waiters:
+                waiters.remove(waiter)
+            if not waiters and self._placed.get(producer_id) is waiters:
+                del self._placed[producer_id]
 
     async def table(self, log: PartitionReplica, scan_bytes_max: int) -> ProducerTable:
         """The table; when there is none, rebuilt from the log's tail once no

@@ -4,7 +4,8 @@ Batches are decided and placed in arrival order without waiting for the one
 before to be durable. What must hold: the log never holds a producer's
 sequences with a gap or twice; a resend of a batch still in flight gets its
 first copy's index; a batch refused before it was placed takes no later batch
-into the log past it. The first tests run twice: through `append` alone (the
+into the log past it; a batch that overtook its predecessors waits for them
+(boundedly). The first tests run twice: through `append` alone (the
 general request path), and as a shard serves produces, trying the fast path
 (`stage_nowait`, no task) first and `append` when it declines.
 """
@@ -110,7 +111,7 @@ def test_a_batch_refused_before_it_was_placed_lets_no_later_one_past_it(
 
     async def main() -> None:
         replica = await _open(tmp_path)
-        producers = IdempotentProducers()
+        producers = IdempotentProducers(gap_wait_s=0.1)
         await serve(producers, replica, _batch(0, b"ok"))
         too_large = _batch(1, b"z" * (replica.log.config.append_threshold_bytes + 1))
         behind = _batch(2, b"next")
@@ -163,10 +164,52 @@ def test_batches_placed_behind_one_whose_flush_failed_fail_with_it(
     asyncio.run(main())
 
 
-def test_a_gap_behind_batches_in_flight_is_refused(tmp_path: Path, serve: Serve) -> None:
+def test_a_batch_that_overtook_its_predecessors_waits_for_them(
+    tmp_path: Path, serve: Serve
+) -> None:
+    """At a leader change a pipelining client's batch sent after it learned
+    the new leader reaches it before the earlier ones it resends after a
+    backoff: the overtaking batch waits for them, and every batch lands once,
+    in sequence order (refusing it would fail the producer's batches)."""
+
     async def main() -> None:
         replica = await _open(tmp_path)
         producers = IdempotentProducers()
+        ahead = asyncio.ensure_future(serve(producers, replica, _batch(3, b"r3")))
+        await asyncio.sleep(0.05)
+        assert not ahead.done()  # waiting for sequences 0-2
+        resent = [_batch(i, b"r%d" % i) for i in range(3)]
+        answers = await asyncio.gather(*(serve(producers, replica, b) for b in resent))
+        assert [first for first, _, _ in answers] == [0, 1, 2]
+        assert (await ahead)[0] == 3
+        assert await _stored(replica) == [_batch(i, b"r%d" % i).blobs[0] for i in range(4)]
+        await replica.log.close()
+
+    asyncio.run(main())
+
+
+def test_a_gap_never_filled_is_refused_after_the_wait(tmp_path: Path, serve: Serve) -> None:
+    """Bounded: a batch whose predecessors never come is refused once the gap
+    wait is over, nothing of it appended and no waiter left behind."""
+
+    async def main() -> None:
+        replica = await _open(tmp_path)
+        producers = IdempotentProducers(gap_wait_s=0.2)
+        with pytest.raises(RequestError) as refused:
+            await serve(producers, replica, _batch(5, b"r5"))  # an unknown producer at 5
+        assert refused.value.code is ErrorCode.OUT_OF_ORDER_SEQUENCE
+        assert "start at sequence 0" in refused.value.message
+        assert await _stored(replica) == []
+        assert not producers._partitions[replica.producers_key]._placed
+        await replica.log.close()
+
+    asyncio.run(main())
+
+
+def test_a_gap_behind_batches_in_flight_is_refused(tmp_path: Path, serve: Serve) -> None:
+    async def main() -> None:
+        replica = await _open(tmp_path)
+        producers = IdempotentProducers(gap_wait_s=0.1)
         results = await asyncio.gather(
             serve(producers, replica, _batch(0, b"a", b"b")),
             serve(producers, replica, _batch(3, b"d")),  # 2 was never sent
