@@ -39,6 +39,7 @@ soak: setup
 	$(PY) -m tests.raft.sim.mutations 300
 	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/swim/test_soak.py
 	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/cluster/test_gossip_cluster.py
+	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/cluster/test_gossip_netns.py
 	LAMINAR_MODEL_EXAMPLES=4000 LAMINAR_CRASH_ROUNDS=60 $(PY) -m pytest -q -p no:cacheprovider tests/log/test_log_model.py tests/log/test_crash.py
 	$(PY) -m tests.cluster.workload --minutes 10
 

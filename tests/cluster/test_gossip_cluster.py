@@ -35,7 +35,8 @@ from laminar.client import Client, RetryPolicy
 from laminar.placement import partition_id, replica_nodes
 from laminar.wire.records import decode_record
 from tests.cluster.history import Produce, check
-from tests.cluster.nodes import read_replica, wait_until
+from tests.cluster.netns import TestNetwork
+from tests.cluster.nodes import host_index, read_replica, wait_until
 from tests.system.bpf_env import BPF_REASON
 from tests.system.nodes import RunningNode, start_node
 
@@ -76,17 +77,30 @@ def replica_holders(nodes: dict[str, RunningNode], pid: int) -> dict[str, list[t
 
 @contextmanager
 def gossip_cluster(
-    tmp_path: Path, count: int, dead_grace: float = 1.0, routing: str = "userspace", **flags: Any
+    tmp_path: Path,
+    count: int,
+    dead_grace: float = 1.0,
+    routing: str = "userspace",
+    net: TestNetwork | None = None,
+    **flags: Any,
 ) -> Iterator[tuple[dict[str, RunningNode], Any]]:
+    """Nodes n1..n{count} joined through n1, on loopback or, with `net`, node
+    n{i+1} on host i of that network (`tests.cluster.netns`)."""
     secret = _secret(tmp_path / "secret")
     nodes: dict[str, RunningNode] = {}
     with ExitStack() as stack:
 
         def start(name: str, join: str | None, key: Path = secret) -> RunningNode:
             (tmp_path / name).mkdir()
+            where: dict[str, Any] = {}
+            if net is not None:
+                host = host_index(name)
+                address = net.address(host)  # the admin endpoint too: the test reads it
+                where = {"host": address, "admin_host": address, "prefix": net.exec_prefix(host)}
             node = start_node(
                 tmp_path / name,
                 cores=1,
+                **where,
                 data_dir=tmp_path / name / "data",
                 node_id=name,
                 cluster_secret_file=key,
