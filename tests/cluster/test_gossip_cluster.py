@@ -89,6 +89,8 @@ def gossip_cluster(
     secret = _secret(tmp_path / "secret")
     nodes: dict[str, RunningNode] = {}
     with ExitStack() as stack:
+        # Whatever `nodes` holds at the end, a node a test restarted in place too.
+        stack.callback(lambda: [node.kill() for node in nodes.values() if node.alive()])
 
         def start(name: str, join: str | None, key: Path = secret) -> RunningNode:
             (tmp_path / name).mkdir()
