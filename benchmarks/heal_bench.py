@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from laminar.client import Client, RetryPolicy
 from laminar.placement import partition_id
 from tests.cluster.nodes import wait_until
-from tests.cluster.test_gossip_cluster import gossip_cluster, member_states, replica_holders
+from tests.cluster.test_gossip_cluster import full_holders, gossip_cluster, member_states
 
 RF = 3
 
@@ -58,14 +58,7 @@ def one_run(
         pids = [partition_id(topic.topic_id, p) for p in range(partitions)]
 
         def at_rf(live: dict) -> dict | None:
-            out = {}
-            for p, pid in enumerate(pids):
-                holders = replica_holders(live, pid)
-                full = {n for n, log in holders.items() if [v for _, v in log] == acked[p]}
-                if len(full) != RF or len(holders) != RF:
-                    return None
-                out[pid] = full
-            return out
+            return full_holders(live, pids, acked, RF)
 
         before = wait_until(lambda: at_rf(nodes), "placed")
         victim = max(nodes, key=lambda n: sum(n in h for h in before.values()))

@@ -75,6 +75,21 @@ def replica_holders(nodes: dict[str, RunningNode], pid: int) -> dict[str, list[t
     return out
 
 
+def full_holders(
+    live: dict[str, RunningNode], pids: list[int], acked: dict[int, list[bytes]], rf: int = RF
+) -> dict[int, frozenset[str]] | None:
+    """Each partition's holders, once every partition (`pids[p]`) has `rf` of
+    them holding every acknowledged record (`acked[p]`) in order (else None)."""
+    out = {}
+    for p, pid in enumerate(pids):
+        holders = replica_holders(live, pid)
+        full = {n for n, log in holders.items() if [v for _, v in log] == acked[p]}
+        if len(full) != rf or len(holders) != rf:
+            return None
+        out[pid] = frozenset(full)
+    return out
+
+
 @contextmanager
 def gossip_cluster(
     tmp_path: Path,
@@ -156,16 +171,7 @@ def test_a_joined_cluster_heals_a_death_and_moves_only_what_a_new_node_takes(
         acked = {p: [h.value for h in history if h.partition == p] for p in range(PARTITIONS)}
 
         def at_rf(live: dict[str, RunningNode]) -> dict[int, frozenset[str]] | None:
-            """Each partition's holders, once every partition has RF of them
-            holding every acknowledged record in order (else None)."""
-            out = {}
-            for p, pid in enumerate(pids):
-                holders = replica_holders(live, pid)
-                full = {n for n, log in holders.items() if [v for _, v in log] == acked[p]}
-                if len(full) != RF or len(holders) != RF:
-                    return None
-                out[pid] = frozenset(full)
-            return out
+            return full_holders(live, pids, acked)
 
         def sole(live: dict[str, RunningNode], pid: int) -> str | None:
             """The one node serving single-replica partition `pid`, with its record."""
@@ -349,18 +355,9 @@ def test_a_node_back_within_the_grace_keeps_its_partitions_and_catches_up(
             pids = [partition_id(topic.topic_id, p) for p in range(PARTITIONS)]
             produce(client, 0)
 
-            def holders(live: dict[str, RunningNode]) -> dict[int, frozenset[str]] | None:
-                """Each partition's holders once RF of them hold every acknowledged record."""
-                out = {}
-                for p, pid in enumerate(pids):
-                    held = replica_holders(live, pid)
-                    full = {n for n, log in held.items() if [v for _, v in log] == acked[p]}
-                    if len(full) != RF or len(held) != RF:
-                        return None
-                    out[pid] = frozenset(full)
-                return out
-
-            before = wait_until(lambda: holders(nodes), "every partition on three replicas")
+            before = wait_until(
+                lambda: full_holders(nodes, pids, acked), "every partition on three replicas"
+            )
             victim = "n2"
             old = nodes[victim]
             was = incarnations(nodes["n1"])[victim]
@@ -386,7 +383,7 @@ def test_a_node_back_within_the_grace_keeps_its_partitions_and_catches_up(
             f"{victim} alive again",
         )
         assert all(incarnations(n)[victim] > was for n in nodes.values())
-        after = wait_until(lambda: holders(nodes), f"{victim} caught up")
+        after = wait_until(lambda: full_holders(nodes, pids, acked), f"{victim} caught up")
         assert after == before  # nothing moved
         assert steps_started(others) == steps_before  # no membership change anywhere
 
