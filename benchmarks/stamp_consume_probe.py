@@ -56,7 +56,7 @@ def frame(stamped: bool) -> Frame:
         for i, v in enumerate(values)
     ]
     records = tuple(FetchedRecord(i, 1_700_000_000_000, b) for i, b in enumerate(blobs))
-    return FetchResponse(1, records, 0, COUNT).to_frame(1)
+    return FetchResponse(1, records, 0, COUNT, COUNT).to_frame(1)
 
 
 def timed(fn: Callable[[], object], repeat: int) -> float:

@@ -101,6 +101,7 @@ def main() -> int:
         tuple(FetchedRecord(1000 + i, 1_700_000_000_000 + i, b) for i, b in enumerate(blobs)),
         0,
         1000 + RECORDS,
+        1000 + RECORDS,
     )
     cases: dict[str, Callable[[], int]] = {
         "produce_encode_buffers": encode_case(produce, joined=False),

@@ -171,7 +171,7 @@ async def _read_all(client: AsyncClient) -> list[bytes]:
     index = lowest
     while index < highest:
         batch = await client.fetch_batch(TOPIC, 0, index, max_records=READ_BATCH)
-        if batch.next_index is None or batch.next_index <= index:
+        if batch.next_index <= index:
             break
         out += [bytes(v) for v in batch.values()]
         index = batch.next_index

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import itertools
 import json
 import sys
@@ -64,9 +65,9 @@ class Printer:
         if limit == 0:
             self.done.set()
 
-    def write(self, partition: int, batch: RecordBatch, count: int | None = None) -> None:
-        """Print the first `count` records of `batch` (all by default)."""
-        n = len(batch) if count is None else min(count, len(batch))
+    def write(self, partition: int, batch: RecordBatch, end: int | None = None) -> None:
+        """Print the records of `batch` with an index below `end` (all by default)."""
+        n = len(batch) if end is None else bisect.bisect_left(batch.indexes, end)
         if self.limit is not None:
             n = min(n, self.limit - self.printed)
         if n <= 0:
@@ -157,10 +158,10 @@ async def _read_to(
         batch = await client.fetch_batch(
             topic, partition, index, max_records=min(4096, end - index)
         )
-        if batch.next_index is None:
-            return
-        printer.write(partition, batch, end - index)
-        index = min(batch.next_index, end)
+        if batch.next_index <= index:
+            return  # removed meanwhile (retention): nothing more of the range is there
+        printer.write(partition, batch, end)
+        index = batch.next_index
 
 
 async def _follow(
@@ -168,9 +169,8 @@ async def _follow(
 ) -> None:
     while not printer.done.is_set():
         batch = await client.fetch_batch(topic, partition, index, max_wait_ms=LONG_POLL_MS)
-        if batch.next_index is not None:
-            printer.write(partition, batch)
-            index = batch.next_index
+        printer.write(partition, batch)
+        index = batch.next_index
 
 
 async def _together(followers: list[Coroutine[Any, Any, None]], printer: Printer) -> None:

@@ -5,13 +5,19 @@ consumer that only looks at values (a benchmark, a pipe to a file, Spark)
 pays for objects it never uses; `fetch_batch()` returns this instead:
 
     batch = client.fetch_batch("events", 0, index)
-    len(batch)                  # records in the answer
-    batch.next_index            # where the next fetch starts (None if empty)
+    len(batch)                  # records in the answer (0: none there yet)
+    batch.next_index            # where the next fetch starts
     for view in batch.values(): # memoryviews into the answer's buffer, no copies
         sink.write(view)
     for record in batch:        # the same Records `fetch()` would have returned
         ...
     table = batch.to_arrow()    # pyarrow RecordBatch (needs the spark extra)
+
+Indexes may have gaps: a replicated partition's log also holds Raft's own
+entries, which reads skip. So a reader never computes where to go on
+(`index + len(batch)` repeats records after a gap): the node says it,
+`next_index`, also in an answer without records (past such entries, or
+where it was asked when nothing is there yet).
 
 The answer's layout (`laminar.wire.records`): a count, a table of (index,
 timestamp_ms, blob length), then the blobs back to back; a blob is an attrs
@@ -33,6 +39,7 @@ from typing import TYPE_CHECKING, Final
 from laminar.client.errors import ProtocolViolationError
 from laminar.client.results import Record, expect
 from laminar.wire import FetchResponse, Flags, Frame, Op, ProtocolError, decode_user_record
+from laminar.wire.fields import uint
 from laminar.wire.records import (
     HAS_HEADERS,
     HAS_KEY,
@@ -58,6 +65,7 @@ class RecordBatch:
         "_starts",
         "_value_starts",
         "indexes",
+        "next_index",
         "partition",
         "timestamps_ms",
     )
@@ -72,6 +80,7 @@ class RecordBatch:
         ends: Sequence[int],
         value_starts: Sequence[int] | None = None,
         *,
+        next_index: int,
         simple: bool = False,
     ) -> None:
         """Records whose blobs are `payload[starts[i]:ends[i]]`; `value_starts`
@@ -79,6 +88,8 @@ class RecordBatch:
         each is a bare value, perhaps stamped (no key, no headers to show)."""
         self.partition = partition
         """The partition (its number in the topic) the records come from."""
+        self.next_index = next_index
+        """Where the next fetch starts (see the module docstring)."""
         self.indexes = indexes
         self.timestamps_ms = timestamps_ms
         self._payload = payload
@@ -92,12 +103,17 @@ class RecordBatch:
         """The batch in a fetch answer frame (or the node's error, raised)."""
         if frame.flags & _KIND_MASK != Flags.RESPONSE or frame.op != Op.FETCH:
             expect(frame, FetchResponse)  # raises the server's error or says what is wrong
-        return cls.from_payload(frame.payload, partition)
+        try:
+            next_index = uint(frame.header, "next_index")
+        except ProtocolError as exc:
+            raise _bad(exc.message) from exc
+        return cls.from_payload(frame.payload, partition, next_index)
 
     @classmethod
-    def from_payload(cls, payload: bytes, partition: int) -> RecordBatch:
-        """The batch in a fetch answer's payload; `ProtocolViolationError` if the
-        layout does not add up."""
+    def from_payload(cls, payload: bytes, partition: int, next_index: int) -> RecordBatch:
+        """The batch in a fetch answer's payload (`next_index`: where the
+        answer says to go on); `ProtocolViolationError` if the layout does not
+        add up, or if `next_index` is not past the last record."""
         if len(payload) < 4:
             raise _bad(f"payload of {len(payload)} bytes has no record count")
         (count,) = _U32.unpack_from(payload)
@@ -107,9 +123,11 @@ class RecordBatch:
         if not count:
             if table_end != len(payload):
                 raise _bad(f"an empty batch carries {len(payload) - table_end} stray bytes")
-            return cls(partition, payload, [], [], [], [])
+            return cls(partition, payload, [], [], [], [], next_index=next_index)
         index_column, stamp_column, sizes = unpack_fetch_columns(payload, count)
         indexes, stamps = index_column.tolist(), stamp_column.tolist()
+        if next_index <= indexes[-1]:
+            raise _bad(f"next_index {next_index} is not past the last record ({indexes[-1]})")
         size = sizes[0]
         if (  # records of one size, all bare values (the common case): blobs
             # start every `size` bytes and their attrs bytes are one strided slice
@@ -120,7 +138,9 @@ class RecordBatch:
         ):
             starts_at = range(table_end, len(payload), size)
             ends_at = range(table_end + size, len(payload) + 1, size)
-            return cls(partition, payload, indexes, stamps, starts_at, ends_at)
+            return cls(
+                partition, payload, indexes, stamps, starts_at, ends_at, next_index=next_index
+            )
         starts = list(accumulate(sizes, initial=table_end))
         if starts[-1] != len(payload):
             raise _bad(
@@ -130,17 +150,24 @@ class RecordBatch:
         del starts[-1]
         simple = simple_value_starts(payload, starts, sizes)
         if simple is not None:  # bare values, some stamped: located in bulk
-            return cls(partition, payload, indexes, stamps, starts, ends, simple, simple=True)
+            return cls(
+                partition,
+                payload,
+                indexes,
+                stamps,
+                starts,
+                ends,
+                simple,
+                next_index=next_index,
+                simple=True,
+            )
         value_starts = [_value_start(payload, s, e) for s, e in zip(starts, ends, strict=True)]
-        return cls(partition, payload, indexes, stamps, starts, ends, value_starts)
+        return cls(
+            partition, payload, indexes, stamps, starts, ends, value_starts, next_index=next_index
+        )
 
     def __len__(self) -> int:
         return len(self.indexes)
-
-    @property
-    def next_index(self) -> int | None:
-        """The index after the last record (where to fetch next); None if empty."""
-        return self.indexes[-1] + 1 if self.indexes else None
 
     def values(self) -> list[memoryview]:
         """Every record's value as a memoryview into the answer's one buffer
@@ -168,14 +195,16 @@ class RecordBatch:
                 raise _bad(exc.message) from exc
             yield tuple.__new__(Record, (index, stamp, value, key, headers))
 
-    def to_arrow(self) -> pa.RecordBatch:
-        """The records as a pyarrow RecordBatch with the columns partition,
-        index, timestamp, key, value, headers (`laminar.client.arrow`); values
-        and keys are gathered in bulk. Needs pyarrow and numpy."""
+    def to_arrow(self, end: int | None = None) -> pa.RecordBatch:
+        """The records (those with an index below `end`, if given) as a
+        pyarrow RecordBatch with the columns partition, index, timestamp, key,
+        value, headers (`laminar.client.arrow`); values and keys are gathered
+        in bulk. Needs pyarrow and numpy."""
         from laminar.client.arrow import fetch_to_arrow
 
-        end = self.indexes[-1] + 1 if self.indexes else 0
-        return fetch_to_arrow(self._payload, self.partition, end)
+        return fetch_to_arrow(
+            self._payload, self.partition, self.next_index if end is None else end
+        )
 
     def __repr__(self) -> str:
         if not self.indexes:

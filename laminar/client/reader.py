@@ -81,10 +81,10 @@ class PartitionReader:
         if self._closed:
             raise RuntimeError("the reader is closed")
         batch = await self._take()
-        if batch.next_index is None:
+        self._position = batch.next_index
+        if not batch:
             self._drop_ahead()  # at the end: ask again when called
             return batch
-        self._position = batch.next_index
         ahead = self._ahead
         if ahead and ahead[0].start != self._position:
             self._drop_ahead()  # a prediction missed: the batch was short

@@ -299,7 +299,11 @@ class Handlers:
         payload = encode_fetch_columns(
             batch.first_index, batch.timestamps_ms, batch.lengths, batch.payload
         )
-        header = {"lowest_index": replica.lowest_index, "highest_index": replica.highest_index}
+        header = {
+            "lowest_index": replica.lowest_index,
+            "highest_index": replica.highest_index,
+            "next_index": replica.next_readable(batch.end_index),
+        }
         return encode_frame_buffers(
             Op.FETCH, corr, req.partition_id, header, payload, flags=Flags.RESPONSE
         )

@@ -539,6 +539,7 @@ class MetadataService:
             tuple(FetchedRecord(r.index, r.timestamp_ms, r.value) for r in records),
             log.lowest_index,
             log.highest_index,
+            records[-1].index + 1 if records else index,
         )
 
     def _wake_position_waiters(self) -> None:

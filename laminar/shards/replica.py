@@ -14,7 +14,9 @@ before), `RaftReplica` is one member of a partition's Raft group, whose log
 - `read_range` / `read_batch`: committed records only. A Raft log also holds
   entries the protocol writes itself (a leader's no-op, membership changes);
   reads skip them, so a partition's indexes can have gaps, never misplaced
-  records.
+  records. `next_readable(index)` says where a reader that stopped before
+  `index` goes on (past such entries): fetch answers carry it as
+  `next_index`, the one way forward for every reader.
 - `wait_for_append(index, timeout_s)`: long-polls wait for the commit index.
 - `settle()`: wait until every entry already in the local log is either
   committed or gone, so a scan of committed records can tell whether an
@@ -87,6 +89,11 @@ class PartitionReplica(Protocol):
 
     async def read_batch(self, start: int, max_bytes: int, max_records: int) -> RecordBatch: ...
 
+    def next_readable(self, index: int) -> int:
+        """Where a reader goes on from `index`: past the protocol's own
+        committed entries there (a Raft replica), else `index` itself."""
+        ...
+
     async def wait_for_append(self, index: int, timeout_s: float) -> None: ...
 
     async def index_for_timestamp(self, timestamp_ms: int) -> int: ...
@@ -147,6 +154,9 @@ class LocalReplica:
         """`read_batch` if it needs no wait (`SegmentedLog.read_batch_nowait`),
         else None; the request fast path serves local partitions with it."""
         return self.log.read_batch_nowait(start, max_bytes, max_records)
+
+    def next_readable(self, index: int) -> int:
+        return index
 
     async def wait_for_append(self, index: int, timeout_s: float) -> None:
         await self.log.wait_for_append(index, timeout_s)
@@ -302,16 +312,22 @@ class RaftReplica:
         """Committed records from `start` on, without the protocol's own entries:
         leading ones are skipped, and the batch stops before the next one."""
         end = self.group.committed_end
-        log = self.log
-        while start < end and log.term_of(start) & CONTROL_TERM_BIT:
-            start += 1
+        start = self.next_readable(start)
         if start >= end:
             return RecordBatch(start, (), (), (), b"")
+        log = self.log
         batch = await log.read_batch(start, max_bytes, min(max_records, end - start))
         if max(batch.terms) & CONTROL_TERM_BIT:
             keep = next(k for k, term in enumerate(batch.terms) if term & CONTROL_TERM_BIT)
             batch = batch.head(keep)
         return batch
+
+    def next_readable(self, index: int) -> int:
+        end = self.group.committed_end
+        term_of = self.log.term_of
+        while index < end and term_of(index) & CONTROL_TERM_BIT:
+            index += 1
+        return index
 
     async def wait_for_append(self, index: int, timeout_s: float) -> None:
         await self.group.wait_committed(index + 1, timeout_s)

@@ -235,18 +235,17 @@ def read_split(split: InputPartition) -> Iterator[pa.RecordBatch]:
                     return
                 pending = _fetch(client, split.topic, r.partition, index, r.end)
                 continue
-            if not len(batch):
+            if batch.next_index <= index:
                 raise LaminarSparkError(
                     f"{split.topic}/{r.partition}: no records at index {index} although the "
                     f"read planned up to {r.end} (were they removed meanwhile?)"
                 )
-            nxt = min(index + len(batch), r.end)
-            if nxt < r.end:  # ask for the next answer before converting this one
-                pending = _fetch(client, split.topic, r.partition, nxt, r.end)
-            index = nxt
-            yield reshape(
-                batch.to_arrow(), split.topic, split.shape.kafka, split.shape.topic_column
-            )
+            index = min(batch.next_index, r.end)  # indexes may have gaps: never count
+            if index < r.end:  # ask for the next answer before converting this one
+                pending = _fetch(client, split.topic, r.partition, index, r.end)
+            if len(batch):
+                table = batch.to_arrow(end=r.end)  # records past the split belong to the next
+                yield reshape(table, split.topic, split.shape.kafka, split.shape.topic_column)
             if index >= r.end:
                 return
 

@@ -614,9 +614,13 @@ class ProduceResponse(Message):
 @dataclass(frozen=True, slots=True)
 class FetchResponse(Message):
     """Records from the requested index on (possibly none), with the partition's
-    range at the time of the read.
+    range at the time of the read and `next_index`, where the next fetch starts.
+    Indexes may have gaps (a replicated partition's log also holds Raft's own
+    entries, which reads skip), so `next_index` is the one way forward: after
+    the last record, past any such entries that follow it; for an answer
+    without records, the requested index or past the entries there.
 
-    Header: {lowest_index, highest_index}. Payload: a fetch batch.
+    Header: {lowest_index, highest_index, next_index}. Payload: a fetch batch.
     """
 
     OP: ClassVar[int] = Op.FETCH
@@ -627,12 +631,17 @@ class FetchResponse(Message):
     records: tuple[FetchedRecord, ...]
     lowest_index: int
     highest_index: int
+    next_index: int
 
     def _partition(self) -> int:
         return self.partition_id
 
     def _header(self) -> dict[str, Any]:
-        return {"lowest_index": self.lowest_index, "highest_index": self.highest_index}
+        return {
+            "lowest_index": self.lowest_index,
+            "highest_index": self.highest_index,
+            "next_index": self.next_index,
+        }
 
     def _payload(self) -> list[Buffer]:
         return encode_fetch_batch(self.records)
@@ -645,6 +654,7 @@ class FetchResponse(Message):
             decode_fetch_batch(frame.payload),
             f.uint(h, "lowest_index"),
             f.uint(h, "highest_index"),
+            f.uint(h, "next_index"),
         )
 
 

@@ -308,7 +308,9 @@ class FakeNode:
                     break
                 out.append(FetchedRecord(i, ts, blob))
                 size += len(blob)
-            return FetchResponse(pid, tuple(out), 0, len(log))
+            return FetchResponse(
+                pid, tuple(out), 0, len(log), out[-1].index + 1 if out else request.index
+            )
 
     def metadata(self) -> MetadataResponse:
         shards = tuple(ShardInfo(i, "127.0.0.1", self._ports[i]) for i in range(self.shards))

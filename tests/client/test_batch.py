@@ -38,7 +38,8 @@ def fetch_frame(items: list[tuple], first: int = 0) -> Frame:  # type: ignore[ty
         FetchedRecord(first + i, ts, encode_record(value, key, headers))
         for i, (value, key, headers, ts) in enumerate(items)
     )
-    return FetchResponse(1, batch, first, first + len(batch)).to_frame(9)
+    end = first + len(batch)
+    return FetchResponse(1, batch, first, end, end).to_frame(9)
 
 
 @given(records, st.integers(0, 2**40))
@@ -52,7 +53,7 @@ def test_a_batch_holds_what_fetch_returns(items: list[tuple], first: int) -> Non
     assert [bytes(v) for v in batch.values()] == [r.value for r in expected]
     assert batch.indexes == [r.index for r in expected]
     assert batch.timestamps_ms == [r.timestamp_ms for r in expected]
-    assert batch.next_index == (first + len(items) if items else None)
+    assert batch.next_index == first + len(items)
     assert batch.partition == 3
 
 
@@ -87,7 +88,7 @@ def test_to_arrow_has_the_columns_and_rows() -> None:
 def test_an_empty_answer_is_an_empty_batch() -> None:
     batch = RecordBatch.from_frame(fetch_frame([]), 0)
     assert len(batch) == 0 and list(batch) == [] and batch.values() == []
-    assert batch.next_index is None
+    assert batch.next_index == 0
 
 
 def test_errors_are_typed() -> None:
@@ -156,7 +157,7 @@ def test_the_producer_stamp_is_never_shown_as_a_header(
         for i, (value, key, headers, ts) in enumerate(items)
         for stamp in [ProducerStamp(7, i, 1)]
     )
-    frame = FetchResponse(1, batch, first, first + len(batch)).to_frame(9)
+    frame = FetchResponse(1, batch, first, first + len(batch), first + len(batch)).to_frame(9)
     expected = fetched_records(plain)
     assert fetched_records(frame) == expected
     got = RecordBatch.from_frame(frame, partition=0)

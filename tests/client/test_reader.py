@@ -17,7 +17,7 @@ from .fakenode import FakeNode, Fault
 
 def batch_at(index: int, count: int) -> RecordBatch:
     records = tuple(FetchedRecord(index + i, 7, b"\x00%d" % (index + i)) for i in range(count))
-    frame = FetchResponse(1, records, 0, index + count).to_frame(1)
+    frame = FetchResponse(1, records, 0, index + count, index + count).to_frame(1)
     return RecordBatch.from_frame(frame, 0)
 
 

@@ -32,7 +32,7 @@ records = st.lists(
 
 
 def fetch_frame(batch: list[FetchedRecord]) -> Frame:
-    return FetchResponse(1, tuple(batch), 0, len(batch)).to_frame(9)
+    return FetchResponse(1, tuple(batch), 0, len(batch), len(batch)).to_frame(9)
 
 
 @given(records)

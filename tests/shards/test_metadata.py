@@ -327,7 +327,7 @@ def test_a_snapshot_of_the_most_topics_fits_a_channel_answer() -> None:
         for n in range(MAX_TOPICS_CEILING)
     )
     entry = encode_entry(Snapshot(MAX_TOPICS_CEILING + 1, topics))
-    answer = MetadataTailResponse(0, (FetchedRecord(5, 6, entry),), 5, 6).encode(1)
+    answer = MetadataTailResponse(0, (FetchedRecord(5, 6, entry),), 5, 6, 6).encode(1)
     assert len(answer) < METADATA_FRAME_BYTES_MIN // 2  # with room to spare
 
 

@@ -75,7 +75,7 @@ class CompactedOwner:
             Snapshot(4, (TopicInfo("y", 3, 1, {}),), at=7),
         )
         records = tuple(FetchedRecord(5 + k, 0, encode_entry(e)) for k, e in enumerate(entries))
-        answer = MetadataTailResponse(METADATA_PID, records, 5, 8)
+        answer = MetadataTailResponse(METADATA_PID, records, 5, 8, 8)
         return decode_frame(answer.encode(1))
 
 

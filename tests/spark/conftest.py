@@ -1,26 +1,14 @@
-"""One laminar node and one SparkSession for every Spark test (PLATFORM.md: a
-session costs 5-10 s to start, so it is shared). Skipped without pyspark."""
+"""One laminar node for every Spark test (the SparkSession, `spark`, is
+tests/conftest.py's, shared with the composition matrix)."""
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from laminar.client import Client
 from tests.system.nodes import RunningNode, start_node
-
-NO_PYSPARK = "pyspark is not installed: pip install 'pyspark[sql]==4.3.0'"
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    # PySpark 4.3 warns about pandas 3 whenever an Arrow UDF is planned; not ours.
-    config.addinivalue_line(
-        "filterwarnings", "ignore:PySpark does not yet fully support pandas:FutureWarning"
-    )
 
 
 @pytest.fixture(scope="session")
@@ -33,30 +21,3 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
 def client(node: RunningNode) -> Iterator[Client]:
     with Client(node.bootstrap) as c:
         yield c
-
-
-@pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """local[2] with one task retry (local[N, maxFailures]) so a failed task is
-    run again, as on a cluster; no UI; scratch space in a temp dir."""
-    pytest.importorskip("pyspark", reason=NO_PYSPARK)
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2, 2]")
-        .appName("laminar-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.local.dir", str(tmp_path_factory.mktemp("spark-local")))
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    from laminar.spark import LaminarDataSource
-
-    session.dataSource.register(LaminarDataSource)
-    yield session
-    session.stop()

@@ -28,9 +28,9 @@ from laminar.wire import (
 
 VALID = [
     ProduceRequest.from_values(1, [b"a" * 10, b"b"], keys=[b"k", None]).encode(1),
-    FetchResponse(2, (FetchedRecord(5, 6, encode_record(b"v", b"k", {"h": b"x"})),), 0, 6).encode(
-        2
-    ),
+    FetchResponse(
+        2, (FetchedRecord(5, 6, encode_record(b"v", b"k", {"h": b"x"})),), 0, 6, 6
+    ).encode(2),
     MetadataResponse(
         "n", "127.0.0.1", 7070, "ebpf", (ShardInfo(0, "h", 1),), (TopicInfo("t", 1, 2, {"a": 1}),)
     ).encode(3),

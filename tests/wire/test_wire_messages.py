@@ -116,6 +116,7 @@ RESPONSES: list[st.SearchStrategy[Any]] = [
         st.lists(st.builds(FetchedRecord, u64, u64, blobs), max_size=10).map(tuple),
         u64,
         u64,
+        u64,
     ),
     st.builds(ListOffsetsResponse, u64, u64, u64, u64, st.none() | u64),
     st.builds(
@@ -152,6 +153,7 @@ RESPONSES: list[st.SearchStrategy[Any]] = [
         MetadataTailResponse,
         st.just(0),
         st.lists(st.builds(FetchedRecord, u64, u64, blobs), max_size=3).map(tuple),
+        u64,
         u64,
         u64,
     ),
