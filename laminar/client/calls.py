@@ -142,7 +142,14 @@ def _fetch(
 
     def target(view: ClusterView) -> tuple[Address, Message]:
         route = view.route_read(topic, partition)
-        request = FetchRequest(route.partition_id, index, max_bytes, max_records, max_wait_ms)
+        request = FetchRequest(
+            route.partition_id,
+            index,
+            max_bytes,
+            max_records,
+            max_wait_ms,
+            any_replica=view.hints.read_from_followers,
+        )
         return route.address, request
 
     return Call(
@@ -163,9 +170,10 @@ def list_offsets(
 
     def target(view: ClusterView) -> tuple[Address, Message]:
         route = view.route_read(topic, partition)
-        if node is not None:
-            route = view.route_to(route.partition_id, node)
-        return route.address, ListOffsetsRequest(route.partition_id, timestamp_ms)
+        any_replica = view.hints.read_from_followers
+        if node is not None:  # that replica's own view, whatever its role
+            route, any_replica = view.route_to(route.partition_id, node), True
+        return route.address, ListOffsetsRequest(route.partition_id, timestamp_ms, any_replica)
 
     return Call(
         f"list offsets of {topic}/{partition}",

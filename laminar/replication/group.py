@@ -65,6 +65,11 @@ Apply = Callable[[Sequence[Entry]], None]
 """Committed entries, in order, each once (after the log end moved past them)."""
 
 
+class ReadDropped(Exception):
+    """A `read_index` request this node can no longer confirm: it stopped
+    leading before a majority confirmed the round (the read may go elsewhere)."""
+
+
 class ProposalLost(Exception):
     """The proposal's entries were replaced in this node's log by another
     leader's. Not a proof that they will never commit: a replica that holds
@@ -104,6 +109,8 @@ class RaftGroup:
         self._wake = asyncio.Event()
         self._proposals: list[_Proposal] = []
         self._commit_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._reads: dict[int, asyncio.Future[int]] = {}
+        """`read_index` requests waiting for their heartbeat round, by request id."""
         self._committed_end = storage.log.lowest_index
         """Log indexes below this are committed (raft commit index == this)."""
         self._last_timestamp_ms = 0
@@ -162,6 +169,18 @@ class RaftGroup:
         self._busy = True
         self.kick()
         return first - 1, timestamp_ms, done
+
+    def read_index(self) -> asyncio.Future[int]:
+        """Start a linearizable read (ReadIndex, Raft thesis 6.4): a future of
+        the log end a read must wait for (`wait_committed`), resolved once a
+        majority confirmed this node still led after the call; it fails with
+        `ReadDropped` if leadership is lost first. Raises NotLeader at once on
+        a follower. Reads made together share one heartbeat round."""
+        request_id = self.core.read_index()
+        read: asyncio.Future[int] = self._loop.create_future()
+        self._reads[request_id] = read
+        self.kick()
+        return read
 
     async def wait_committed(self, end: int, timeout_s: float) -> None:
         """Wait until log indexes below `end` are committed, or `timeout_s` pass."""
@@ -246,6 +265,7 @@ class RaftGroup:
         if rd.committed:
             await storage.note_applied(rd.committed)  # a membership change: durable first
             self._committed(rd.committed)
+        self._answer_reads(rd)
         self.core.advance(rd)
         self._note_role()
 
@@ -289,6 +309,16 @@ class RaftGroup:
             else:
                 self._commit_waiters.append((end, waiter))
 
+    def _answer_reads(self, rd: Ready) -> None:
+        for state in rd.read_states:
+            read = self._reads.pop(state.request_id, None)
+            if read is not None and not read.done():
+                read.set_result(state.index)
+        for request_id in rd.dropped_reads:
+            read = self._reads.pop(request_id, None)
+            if read is not None and not read.done():
+                read.set_exception(ReadDropped("leadership was lost before the read was confirmed"))
+
     def _lose_proposals_from(self, index: int) -> None:
         still = []
         for proposal in self._proposals:
@@ -308,6 +338,10 @@ class RaftGroup:
             if not waiter.done():
                 waiter.set_result(None)
         self._commit_waiters = []
+        reads, self._reads = self._reads, {}
+        for read in reads.values():
+            if not read.done():
+                read.set_exception(ReadDropped("the partition's Raft group stopped"))
 
     async def close(self) -> None:
         """Stop driving the core (whoever opened the storage closes it)."""

@@ -259,6 +259,8 @@ class Handlers:
         if req.max_bytes == 0 or req.max_records == 0:
             raise RequestError(ErrorCode.INVALID_REQUEST, "max_bytes and max_records must be >= 1")
         replica = await self._replica_of(pid)
+        if not req.any_replica:
+            await replica.confirm_reads()
         self._check_range(replica, req.index)
         if req.index == replica.highest_index and req.max_wait_ms:
             wait_ms = min(req.max_wait_ms, self.ident.max_wait_ms)
@@ -331,6 +333,8 @@ class Handlers:
         self, req: ListOffsetsRequest, corr: int, ctx: RequestContext
     ) -> list[Buffer]:
         replica = await self._replica_of(req.partition_id)
+        if not req.any_replica:
+            await replica.confirm_reads()
         at = None
         if req.timestamp_ms is not None:
             at = await replica.index_for_timestamp(req.timestamp_ms)

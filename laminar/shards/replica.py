@@ -17,6 +17,13 @@ before), `RaftReplica` is one member of a partition's Raft group, whose log
   records. `next_readable(index)` says where a reader that stopped before
   `index` goes on (past such entries): fetch answers carry it as
   `next_index`, the one way forward for every reader.
+- `confirm_reads()`: before a leader read (the default), this node proves
+  it still leads (ReadIndex: a majority answered a heartbeat round started
+  after the call) and waits until it applied the commit index it had then,
+  so the read holds every record acknowledged before the request arrived,
+  even if a newer leader was elected elsewhere: a deposed leader cannot
+  confirm, and answers NOT_LEADER. Reads that allow any replica skip it and
+  see what this replica has committed, possibly behind.
 - `wait_for_append(index, timeout_s)`: long-polls wait for the commit index.
 - `settle()`: wait until every entry already in the local log is either
   committed or gone, so a scan of committed records can tell whether an
@@ -41,13 +48,15 @@ from typing import Final, Protocol
 from laminar.log import Record, RecordBatch, SegmentedLog
 from laminar.raft import LEADER, NotLeader, ProposalDropped
 from laminar.raft.segmented import CONTROL_TERM_BIT
-from laminar.replication.group import ProposalLost, RaftGroup
+from laminar.replication.group import ProposalLost, RaftGroup, ReadDropped
 from laminar.shards.errors import RequestError
 from laminar.wire import ErrorCode
 
 APPEND_TIMEOUT_S: Final = 10.0
-RECORDS_MAX: Final = 1 << 62
 """How long a replicated append waits for its commit before its outcome is unknown."""
+READ_CONFIRM_TIMEOUT_S: Final = 5.0
+"""How long a leader read waits for a majority to confirm the leadership."""
+RECORDS_MAX: Final = 1 << 62
 
 
 class PartitionReplica(Protocol):
@@ -93,6 +102,8 @@ class PartitionReplica(Protocol):
         """Where a reader goes on from `index`: past the protocol's own
         committed entries there (a Raft replica), else `index` itself."""
         ...
+
+    async def confirm_reads(self) -> None: ...
 
     async def wait_for_append(self, index: int, timeout_s: float) -> None: ...
 
@@ -157,6 +168,9 @@ class LocalReplica:
 
     def next_readable(self, index: int) -> int:
         return index
+
+    async def confirm_reads(self) -> None:
+        return None  # nobody else can lead a partition this node holds alone
 
     async def wait_for_append(self, index: int, timeout_s: float) -> None:
         await self.log.wait_for_append(index, timeout_s)
@@ -321,6 +335,31 @@ class RaftReplica:
             keep = next(k for k, term in enumerate(batch.terms) if term & CONTROL_TERM_BIT)
             batch = batch.head(keep)
         return batch
+
+    async def confirm_reads(self) -> None:
+        """See the module docstring; NOT_LEADER on a follower or a deposed
+        leader, NOT_ENOUGH_REPLICAS when no majority answers in time."""
+        group = self.group
+        if not group.is_leader:
+            self.check_writable()  # raises the refusal a write would get: the same cases
+        self._check_majority_reachable()
+        try:
+            index = await asyncio.wait_for(group.read_index(), READ_CONFIRM_TIMEOUT_S)
+        except (NotLeader, ReadDropped):
+            leader = group.leader
+            raise RequestError(
+                ErrorCode.NOT_LEADER,
+                f"node {group.core.id} stopped leading the partition before it could confirm "
+                "the read" + (f"; node {leader} leads" if leader else ""),
+                leader=leader,
+            ) from None
+        except TimeoutError:
+            raise RequestError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"no majority confirmed node {group.core.id}'s leadership within "
+                f"{READ_CONFIRM_TIMEOUT_S:.0f} s; nothing was read",
+            ) from None
+        await group.wait_committed(index, READ_CONFIRM_TIMEOUT_S)
 
     def next_readable(self, index: int) -> int:
         end = self.group.committed_end

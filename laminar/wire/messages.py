@@ -330,7 +330,13 @@ class FetchRequest(Message):
     when it has any (even past `max_bytes`), else waits up to `max_wait_ms` for
     one to be appended.
 
-    Header: {index, max_bytes, max_records, max_wait_ms}.
+    On a replicated partition only the leader answers, and linearizably: it
+    confirms its leadership with a majority (ReadIndex) after the request
+    arrived, so the answer holds every record acknowledged before it was sent.
+    With `any_replica` a follower answers too, from what it has committed,
+    possibly behind the leader (`read_from="follower"`).
+
+    Header: {index, max_bytes, max_records, max_wait_ms, any_replica?}.
     """
 
     OP: ClassVar[int] = Op.FETCH
@@ -340,17 +346,21 @@ class FetchRequest(Message):
     max_bytes: int = DEFAULT_FETCH_MAX_BYTES
     max_records: int = DEFAULT_FETCH_MAX_RECORDS
     max_wait_ms: int = 0
+    any_replica: bool = False
 
     def _partition(self) -> int:
         return self.partition_id
 
     def _header(self) -> dict[str, Any]:
-        return {
+        header = {
             "index": self.index,
             "max_bytes": self.max_bytes,
             "max_records": self.max_records,
             "max_wait_ms": self.max_wait_ms,
         }
+        if self.any_replica:
+            header["any_replica"] = True
+        return header
 
     @classmethod
     def _decode(cls, frame: Frame) -> Self:
@@ -361,31 +371,41 @@ class FetchRequest(Message):
             f.uint(h, "max_bytes", f.U32),
             f.uint(h, "max_records", f.U32),
             f.uint(h, "max_wait_ms", f.U32),
+            f.flag(h, "any_replica"),
         )
 
 
 @dataclass(frozen=True, slots=True)
 class ListOffsetsRequest(Message):
     """Ask for a partition's index range and, with `timestamp_ms`, the first index
-    appended at or after that time.
+    appended at or after that time. Consistency as for `FetchRequest`: the
+    leader answers linearizably; with `any_replica` any replica answers with
+    its own view (what it committed, its log's end, the leader it knows).
 
-    Header: {timestamp_ms?}.
+    Header: {timestamp_ms?, any_replica?}.
     """
 
     OP: ClassVar[int] = Op.LIST_OFFSETS
 
     partition_id: int
     timestamp_ms: int | None = None
+    any_replica: bool = False
 
     def _partition(self) -> int:
         return self.partition_id
 
     def _header(self) -> dict[str, Any]:
-        return {} if self.timestamp_ms is None else {"timestamp_ms": self.timestamp_ms}
+        header: dict[str, Any] = {}
+        if self.timestamp_ms is not None:
+            header["timestamp_ms"] = self.timestamp_ms
+        if self.any_replica:
+            header["any_replica"] = True
+        return header
 
     @classmethod
     def _decode(cls, frame: Frame) -> Self:
-        return cls(frame.partition_id, f.opt_uint(frame.header, "timestamp_ms"))
+        h = frame.header
+        return cls(frame.partition_id, f.opt_uint(h, "timestamp_ms"), f.flag(h, "any_replica"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -181,7 +181,7 @@ def request(node: RunningNode, pid: int, message: Message, timeout_s: float = 10
 
 
 def offsets(node: RunningNode, pid: int) -> ListOffsetsResponse:
-    answer = request(node, pid, ListOffsetsRequest(pid))
+    answer = request(node, pid, ListOffsetsRequest(pid, any_replica=True))
     if not isinstance(answer, ListOffsetsResponse):
         raise AssertionError(f"list offsets on {node.bootstrap}: {answer}")
     return answer
@@ -194,14 +194,15 @@ def read_replica(node: RunningNode, pid: int) -> list[tuple[int, bytes]]:
     range_ = offsets(node, pid)
     index, end = range_.lowest_index, range_.committed_index
     while index < end:
-        answer = request(node, pid, FetchRequest(pid, index, max_bytes=4 << 20))
+        message = FetchRequest(pid, index, max_bytes=4 << 20, any_replica=True)
+        answer = request(node, pid, message)
         if isinstance(answer, ErrorResponse):
             raise AssertionError(f"fetch from {node.bootstrap}: {answer}")
         assert isinstance(answer, FetchResponse)
-        if not answer.records:
-            break  # only protocol entries were left before `end`
         out += [(r.index, r.blob) for r in answer.records]
-        index = answer.records[-1].index + 1
+        if answer.next_index <= index:
+            break  # removed meanwhile (retention)
+        index = answer.next_index
     return out
 
 
@@ -236,13 +237,14 @@ def read_answers(
     `read_replica` it trusts the node to stop at its commit index."""
     out: list[tuple[tuple[int, bytes], ...]] = []
     while True:
-        answer = request(node, pid, FetchRequest(pid, start, max_bytes=4 << 20))
+        message = FetchRequest(pid, start, max_bytes=4 << 20, any_replica=True)
+        answer = request(node, pid, message)
         if isinstance(answer, ErrorResponse):
             raise AssertionError(f"fetch from {node.bootstrap}: {answer}")
         if not answer.records:
             return out
         out.append(tuple((r.index, decode_record(r.blob)[0]) for r in answer.records))
-        start = answer.records[-1].index + 1
+        start = answer.next_index
 
 
 def committed_values(node: RunningNode, pid: int) -> list[tuple[int, bytes]]:

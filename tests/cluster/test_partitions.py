@@ -21,7 +21,14 @@ import pytest
 
 from laminar.client import Client, RetryPolicy
 from laminar.placement import partition_id
-from laminar.wire import ErrorCode, ErrorResponse, ProduceRequest, ProduceResponse
+from laminar.wire import (
+    ErrorCode,
+    ErrorResponse,
+    FetchRequest,
+    FetchResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
 from tests.cluster.history import Produce, Read, check
 from tests.cluster.netns import TestNetwork, netns_reason
 from tests.cluster.nodes import (
@@ -136,6 +143,38 @@ def test_a_cut_off_leader_steps_down_and_the_majority_carries_on(
         report = check(history, _final(nodes, pid))
     assert report.valid, report.summary()
     assert report.acknowledged == 40
+
+
+def test_a_cut_off_leader_never_answers_a_leader_read_from_its_stale_prefix(
+    cluster: tuple[TestNetwork, Cluster],
+) -> None:
+    """Reads are linearizable by default: the old leader of a partition whose
+    majority has moved on (it may still believe it leads: an idle group's
+    leader runs no check-quorum) refuses a leader read instead of serving what
+    it had; a read that allows any replica gets that, as documented."""
+    net, nodes = cluster
+    with Client(nodes.bootstrap, retry=RetryPolicy(budget_s=40)) as client:
+        topic = client.create_topic("events", partitions=1, replication_factor=3)
+        pid = partition_id(topic.topic_id, 0)
+        leader_of(nodes, pid)
+        before = [client.produce("events", 0, [b"before-%d" % i]) for i in range(4)]
+        old = leader_of(nodes, pid)
+        majority = [name for name in nodes.nodes if name != old]
+        net.split(host_index(old))
+        new = wait_until(
+            lambda: (leader := leader_of(nodes, pid, among=majority)) != old and leader,
+            "the majority electing a new leader",
+        )
+        client.cluster.hints.leaders[pid] = new
+        after = client.produce("events", 0, [b"after"])
+        answer = request(nodes.nodes[old], pid, FetchRequest(pid, before[0]), timeout_s=30)
+        assert isinstance(answer, ErrorResponse), f"{old} answered a leader read: {answer}"
+        assert answer.code in (ErrorCode.NOT_LEADER, ErrorCode.NOT_ENOUGH_REPLICAS), answer
+        stale = request(nodes.nodes[old], pid, FetchRequest(pid, before[0], any_replica=True))
+        assert isinstance(stale, FetchResponse)
+        assert [r.index for r in stale.records] == before  # committed there, behind
+        assert stale.next_index <= after
+        net.heal()
 
 
 def test_nothing_acknowledged_is_lost_while_a_node_loses_packets(

@@ -242,9 +242,8 @@ class Worker:
 
     def _read_replica(self, node: str, partition: int, start: int) -> tuple[tuple[int, bytes], ...]:
         pid = self.pids[partition]
-        answer = request(
-            self.cluster.nodes[node], pid, FetchRequest(pid, start, max_records=50), timeout_s=5
-        )
+        message = FetchRequest(pid, start, max_records=50, any_replica=True)
+        answer = request(self.cluster.nodes[node], pid, message, timeout_s=5)
         if isinstance(answer, ErrorResponse):
             raise AssertionError(str(answer))
         return tuple((r.index, decode_record(r.blob)[0]) for r in answer.records)

@@ -90,8 +90,8 @@ def _partition_parts(cls: type[Any]) -> st.SearchStrategy[Any]:
 
 REQUESTS: list[st.SearchStrategy[Any]] = [
     st.builds(ProduceRequest, u64, st.lists(blobs, max_size=10).map(tuple)),
-    st.builds(FetchRequest, u64, u64, u32, u32, u32),
-    st.builds(ListOffsetsRequest, u64, st.none() | u64),
+    st.builds(FetchRequest, u64, u64, u32, u32, u32, st.booleans()),
+    st.builds(ListOffsetsRequest, u64, st.none() | u64, st.booleans()),
     st.builds(MetadataRequest),
     st.builds(CreateTopicRequest, names, st.integers(0, 2**32), configs),
     st.builds(DeleteTopicRequest, names),
