@@ -109,7 +109,11 @@ def _secret(path: Path) -> Path:
 
 def start(name: str, tmp: Path) -> Topology:
     """Start topology `name` under `tmp` (nodes ready: node.json written)."""
-    common: dict[str, Any] = {"admin_port": 0, "retention_check_interval": 1}
+    common: dict[str, Any] = {
+        "admin_port": 0,
+        "shard_port_base": 0,  # ephemeral: only the node ports are fixed
+        "retention_check_interval": 1,
+    }
     for i in range(1, 5):
         (tmp / f"n{i}").mkdir()
     if name == "single":
@@ -145,6 +149,7 @@ def start(name: str, tmp: Path) -> Topology:
                 port=free_port(),
                 cluster_secret_file=secret,
                 routing="userspace",
+                membership_port=0,
                 join=join,
                 dead_grace=60,
                 **common,
