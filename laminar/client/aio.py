@@ -210,9 +210,7 @@ class AsyncClient:
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int:
         """The first index appended at or after `timestamp_ms`, else the highest."""
         response = await self._call(calls.list_offsets(topic, partition, timestamp_ms))
-        if response.timestamp_index is None:
-            return response.highest_index
-        return response.timestamp_index
+        return calls.timestamp_index_of(response)
 
     # --- topics ----------------------------------------------------------------------
 

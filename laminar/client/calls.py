@@ -188,6 +188,14 @@ def _list_offsets(frame: Frame) -> ListOffsetsResponse:
     return expect(frame, ListOffsetsResponse)
 
 
+def timestamp_index_of(response: ListOffsetsResponse) -> int:
+    """The first index appended at or after the asked time; the readable end
+    (committed, not the log's end) when none was."""
+    if response.timestamp_index is None:
+        return response.committed_index
+    return response.timestamp_index
+
+
 def offsets_of(response: ListOffsetsResponse) -> Offsets:
     """The readable range: committed records only (on a single node, all of them)."""
     return Offsets(response.lowest_index, response.committed_index)

@@ -364,9 +364,7 @@ class Client:
         """The first index appended at or after `timestamp_ms` (ms since the epoch);
         the partition's highest index when none was."""
         response = Pending(self, calls.list_offsets(topic, partition, timestamp_ms)).result()
-        if response.timestamp_index is None:
-            return response.highest_index
-        return response.timestamp_index
+        return calls.timestamp_index_of(response)
 
     # --- atomic writes (laminar.client.writes) ----------------------------------------
 

@@ -6,7 +6,7 @@ import itertools
 from collections import Counter
 from collections.abc import Iterable
 
-from laminar.client import Client
+from laminar.client import Client, Record
 
 _names = itertools.count()
 
@@ -16,18 +16,23 @@ def topic_name(check: str) -> str:
     return f"{check}-{next(_names)}"
 
 
-def read_partition(client: Client, topic: str, partition: int) -> list[tuple[int, bytes]]:
-    """Every record of the partition now, as (index, value), read with
-    `fetch_batch` and its `next_index` (indexes may have gaps)."""
-    out: list[tuple[int, bytes]] = []
+def read_records(client: Client, topic: str, partition: int) -> list[Record]:
+    """Every record of the partition now, read with `fetch_batch` and its
+    `next_index` (indexes may have gaps)."""
+    out: list[Record] = []
     lowest, end = client.offsets(topic, partition)
     index = lowest
     while index < end:
         batch = client.fetch_batch(topic, partition, index)
-        out += [(r.index, r.value) for r in batch]
+        out += batch
         assert batch.next_index > index, f"{topic}/{partition}: no way forward from {index}"
         index = batch.next_index
     return out
+
+
+def read_partition(client: Client, topic: str, partition: int) -> list[tuple[int, bytes]]:
+    """`read_records` as (index, value) pairs."""
+    return [(r.index, r.value) for r in read_records(client, topic, partition)]
 
 
 def check_once(
