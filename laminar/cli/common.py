@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Callable
 from enum import IntEnum
 from typing import Final
 
@@ -68,22 +69,24 @@ class UsageError(CommandError):
         super().__init__(message, Exit.USAGE, "USAGE")
 
 
-def addresses(text: str) -> str:
-    """An argparse type: a `HOST:PORT[,...]` list, checked (kept as text)."""
-    try:
-        parse_addresses(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+def _checked_by(parse: Callable[[str], object], what: str) -> Callable[[str], str]:
+    """An argparse type that checks its text with `parse` (and keeps the text)."""
+
+    def check(text: str) -> str:
+        try:
+            parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    check.__name__ = what
+    return check
 
 
-def address(text: str) -> str:
-    """An argparse type: one `HOST:PORT`, checked (kept as text)."""
-    try:
-        parse_address(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+addresses = _checked_by(parse_addresses, "HOST:PORT[,...]")
+"""An argparse type: a list of `HOST:PORT`."""
+address = _checked_by(parse_address, "HOST:PORT")
+"""An argparse type: one `HOST:PORT`."""
 
 
 def positive_seconds(text: str) -> float:

@@ -32,7 +32,7 @@ from laminar.client.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from laminar.client.partitioner import StickyPartitioner, select
+from laminar.client.partitioner import StickyPartitioner
 from laminar.client.producer import (
     AsyncWindows,
     ProducerSequences,
@@ -169,24 +169,17 @@ class AsyncClient:
     ) -> list[Sent]:
         """Append `values` to `topic`, choosing the partitions as Kafka's
         producer does: see `Client.send`."""
-        if not values:
-            raise ValueError("send needs at least one value")
         try:
             if self._view is None:
                 raise UnknownTopicError(topic)
             partitions = self._view.topic(topic).partitions
         except UnknownTopicError:  # no metadata yet, or the topic is new
             partitions = (await self.refresh_metadata()).topic(topic).partitions
-        groups = sorted(self._partitioner.assign(topic, partitions, keys, len(values)).items())
-        firsts = await asyncio.gather(
-            *(
-                self.produce(topic, partition, *select(rows, values, keys, headers))
-                for partition, rows in groups
-            )
-        )
+        groups = self._partitioner.split(topic, partitions, values, keys, headers)
+        firsts = await asyncio.gather(*(self.produce(topic, p, *records) for p, records in groups))
         return [
-            Sent(partition, first, len(rows))
-            for (partition, rows), first in zip(groups, firsts, strict=True)
+            Sent(p, first, len(records[0]))
+            for (p, records), first in zip(groups, firsts, strict=True)
         ]
 
     async def fetch(

@@ -23,6 +23,9 @@ from collections.abc import Mapping, Sequence
 
 from laminar.client.routing import partition_for_key
 
+Records = tuple[list[bytes], list[bytes | None] | None, list[Mapping[str, bytes] | None] | None]
+"""Values, keys and headers, as `produce` takes them."""
+
 
 class StickyPartitioner:
     """The partition of each record of a batch; thread-safe (one per client)."""
@@ -55,6 +58,30 @@ class StickyPartitioner:
             groups.setdefault(partition, []).append(position)
         return groups
 
+    def split(
+        self,
+        topic: str,
+        partitions: int,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Mapping[str, bytes] | None] | None,
+    ) -> list[tuple[int, Records]]:
+        """The records of one `send`, by partition (in partition order)."""
+        if not values:
+            raise ValueError("send needs at least one value")
+        groups = self.assign(topic, partitions, keys, len(values))
+        return [
+            (
+                partition,
+                (
+                    [values[i] for i in rows],
+                    None if keys is None else [keys[i] for i in rows],
+                    None if headers is None else [headers[i] for i in rows],
+                ),
+            )
+            for partition, rows in sorted(groups.items())
+        ]
+
     def _take(self, topic: str, partitions: int) -> int:
         """This batch's partition for keyless records; the next batch gets the next."""
         with self._lock:
@@ -64,17 +91,3 @@ class StickyPartitioner:
             current %= partitions  # the topic may have fewer partitions now
             self._next[topic] = current + 1
             return current
-
-
-def select(
-    rows: Sequence[int],
-    values: Sequence[bytes],
-    keys: Sequence[bytes | None] | None,
-    headers: Sequence[Mapping[str, bytes] | None] | None,
-) -> tuple[list[bytes], list[bytes | None] | None, list[Mapping[str, bytes] | None] | None]:
-    """The values, keys and headers of the records at positions `rows`."""
-    return (
-        [values[i] for i in rows],
-        None if keys is None else [keys[i] for i in rows],
-        None if headers is None else [headers[i] for i in rows],
-    )

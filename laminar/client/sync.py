@@ -30,7 +30,7 @@ from laminar.client.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from laminar.client.partitioner import StickyPartitioner, select
+from laminar.client.partitioner import StickyPartitioner
 from laminar.client.producer import (
     BlockingWindows,
     ProducerSequences,
@@ -295,18 +295,16 @@ class Client:
         (pipelined, idempotent as `produce`); returns where the records went,
         by partition. If one of them fails its error is raised, and the others
         may have been appended."""
-        if not values:
-            raise ValueError("send needs at least one value")
         try:
             partitions = self.cluster.topic(topic).partitions
         except UnknownTopicError:  # perhaps created since the metadata was fetched
             partitions = self.refresh_metadata_view().topic(topic).partitions
-        groups = self._partitioner.assign(topic, partitions, keys, len(values))
-        sending: list[tuple[int, int, Pending[int]]] = []
-        for partition, rows in sorted(groups.items()):
-            records = select(rows, values, keys, headers)
-            sending.append((partition, len(rows), self.produce_nowait(topic, partition, *records)))
-        return [Sent(partition, pending.result(), count) for partition, count, pending in sending]
+        groups = self._partitioner.split(topic, partitions, values, keys, headers)
+        pending = [self.produce_nowait(topic, p, *records) for p, records in groups]
+        return [
+            Sent(p, waiting.result(), len(records[0]))
+            for (p, records), waiting in zip(groups, pending, strict=True)
+        ]
 
     def fetch(
         self,
