@@ -188,9 +188,15 @@ def produce(client: Client, args: argparse.Namespace) -> int:
             else:
                 sent += client.send(args.topic, batch, keys, hdrs)
     except LaminarError:
-        if sent:
-            say(f"{_summary(args.topic, sent)} before this error:")
+        if sent:  # what was appended before the error (which main reports)
+            _report(args, sent, " before this error:")
         raise
+    _report(args, sent)
+    return 0
+
+
+def _report(args: argparse.Namespace, sent: list[Sent], after: str = "") -> None:
+    """What was produced: JSON on stdout with --json, else a line on stderr."""
     if args.json:
         print_json(
             {
@@ -202,8 +208,7 @@ def produce(client: Client, args: argparse.Namespace) -> int:
     elif not sent:
         say("no records to produce (stdin was empty)")
     else:
-        say(_summary(args.topic, sent))
-    return 0
+        say(_summary(args.topic, sent) + after)
 
 
 @dataclass(frozen=True, slots=True)

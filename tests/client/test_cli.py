@@ -294,6 +294,13 @@ def test_produce_splits_batches_by_bytes_and_refuses_a_line_over_the_limit(
     assert "line 3 is longer than the node accepts" in refused.stderr
     assert "8388608 bytes" in refused.stderr and "--max-frame-bytes" in refused.stderr
     assert not any(r.op == Op.PRODUCE for r in node.received[before:])
+    # With --json: what was appended before the error on stdout, the error on stderr.
+    partly = laminar(node, "produce", "big", "-p", "0", "--batch", "1", "--json", stdin=too_long)
+    assert partly.returncode == 1
+    assert json.loads(partly.stdout)["partitions"] == [
+        {"partition": 0, "records": 1, "first_index": 40, "last_index": 40}
+    ]
+    assert json.loads(partly.stderr)["error"]["code"] == "RECORD_TOO_LARGE"
 
 
 @pytest.mark.parametrize(
