@@ -46,6 +46,7 @@ FOLLOW_RETRY = RetryPolicy(budget_s=2.0)
 """--follow's client gives up on a request soon, so an outage is reported
 within seconds; the follower itself then retries for as long as it takes."""
 RECONNECT_DELAY_MAX_S = 1.0
+"""The longest a follower waits between two tries while the node is away."""
 INT64_MAX = (1 << 63) - 1
 """The largest index or timestamp a flag may name (Kafka's too)."""
 
