@@ -46,7 +46,8 @@ errors:
   {"error": {"code": "UNKNOWN_TOPIC", "exit_code": 1, "message": "...",
   "hint": "..." or null}}, where code is the node's error code (a refusal)
   or one of USAGE, CANNOT_CONNECT, CONNECTION_LOST, REQUEST_TIMEOUT,
-  OUTCOME_UNKNOWN. stdout carries only results.
+  OUTCOME_UNKNOWN, REFUSED (the admin endpoint said no). stdout carries
+  only results.
 """
 
 

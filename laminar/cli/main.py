@@ -164,6 +164,12 @@ class Failure:
     """What to do about it, when there is something to say."""
 
 
+_OWN_CODES = frozenset(
+    {"USAGE", "CANNOT_CONNECT", "CONNECTION_LOST", "REQUEST_TIMEOUT", "OUTCOME_UNKNOWN", "REFUSED"}
+)
+"""The `code`s this command gives errors the node did not name."""
+
+
 def _reported(exc: CommandError) -> Failure:
     return Failure(exc.exit_code, exc.code, exc.message, exc.hint)
 
@@ -199,7 +205,7 @@ def _fail(failure: Failure, as_json: bool, prefix: str = "laminar: ") -> int:
         }
         print(json.dumps(document), file=sys.stderr)
     else:
-        suffix = f" ({failure.code})" if failure.exit_code == Exit.SERVER_ERROR else ""
+        suffix = "" if failure.code in _OWN_CODES else f" ({failure.code})"  # the node's
         hint = f"\n  {failure.hint}" if failure.hint else ""
         print(f"{prefix}{failure.message}{suffix}{hint}", file=sys.stderr)
     return failure.exit_code
