@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
+from collections.abc import Callable
 from enum import IntEnum
 from typing import Final
+
+from laminar.client.routing import parse_address, parse_addresses
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:7070"
 
@@ -36,16 +40,70 @@ exit codes:
   4    a produce or topic change was sent but not answered: it may or may not
        have been applied (read the partition before sending it again)
   130  interrupted (Ctrl-C); `consume --follow` stopped by Ctrl-C exits 0
+
+errors:
+  on stderr, as a message for people; with --json, as one JSON line:
+  {"error": {"code": "UNKNOWN_TOPIC", "exit_code": 1, "message": "...",
+  "hint": "..." or null}}, where code is the node's error code (a refusal)
+  or one of USAGE, CANNOT_CONNECT, CONNECTION_LOST, REQUEST_TIMEOUT,
+  OUTCOME_UNKNOWN, REFUSED (the admin endpoint said no). stdout carries
+  only results.
 """
 
 
-class UsageError(Exception):
+class CommandError(Exception):
+    """A failure a command reports as it is: its message, the exit code, and
+    a name for scripts (the `code` of the --json error)."""
+
+    def __init__(self, message: str, exit_code: Exit, code: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+        self.code = code
+        self.hint = hint
+
+
+class UsageError(CommandError):
     """The command line asks for something impossible; exit 2 with the message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, Exit.USAGE, "USAGE")
+
+
+def _checked_by(parse: Callable[[str], object], what: str) -> Callable[[str], str]:
+    """An argparse type that checks its text with `parse` (and keeps the text)."""
+
+    def check(text: str) -> str:
+        try:
+            parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    check.__name__ = what
+    return check
+
+
+addresses = _checked_by(parse_addresses, "HOST:PORT[,...]")
+"""An argparse type: a list of `HOST:PORT`."""
+address = _checked_by(parse_address, "HOST:PORT")
+"""An argparse type: one `HOST:PORT`."""
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above 0."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text}")
+    return seconds
 
 
 def parser_default_bootstrap() -> str:
     """The bootstrap a command uses when none is given."""
-    return os.environ.get("LAMINAR_BOOTSTRAP", DEFAULT_BOOTSTRAP)
+    return os.environ.get("LAMINAR_BOOTSTRAP") or DEFAULT_BOOTSTRAP
 
 
 def common_parser() -> argparse.ArgumentParser:
@@ -56,6 +114,7 @@ def common_parser() -> argparse.ArgumentParser:
         "-b",
         "--bootstrap",
         metavar="HOST:PORT[,...]",
+        type=addresses,
         default=parser_default_bootstrap(),
         help="the node to talk to, or several nodes of a cluster (any that answers; "
         "default: $LAMINAR_BOOTSTRAP or %(default)s)",
@@ -63,7 +122,7 @@ def common_parser() -> argparse.ArgumentParser:
     group.add_argument("--json", action="store_true", help="print JSON for scripts")
     group.add_argument(
         "--timeout",
-        type=float,
+        type=positive_seconds,
         default=10.0,
         metavar="SECONDS",
         help="give up on an answer after this long (default %(default)s)",

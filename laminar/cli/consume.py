@@ -5,7 +5,9 @@ first record appended at or after T, milliseconds since the Unix epoch). The
 default is the beginning, or the end with --follow (new records only, like
 `tail -f`). Without --follow the command prints what the partitions hold when
 it starts and exits; with --follow it waits for new records until Ctrl-C or
---max records. Without --partition every partition is read.
+--max records, and when the node stops answering (a restart) it says so on
+stderr, keeps trying, and goes on from the next record once the node is back.
+Without --partition every partition is read.
 
 Each value is printed as it is stored, followed by a newline; --json prints
 one object per line with partition, index, timestamp_ms, key, value and
@@ -20,15 +22,34 @@ import bisect
 import itertools
 import json
 import sys
+import time
 from collections.abc import Coroutine
 from typing import Any, BinaryIO
 
 from laminar.cli.common import UsageError
 from laminar.cli.output import put_bytes, say
-from laminar.client import AsyncClient, RecordBatch, TopicInfo, UnknownTopicError
+from laminar.client import (
+    AsyncClient,
+    ConnectionLostError,
+    LaminarError,
+    ProtocolViolationError,
+    RecordBatch,
+    RequestTimeoutError,
+    RetryPolicy,
+    TopicInfo,
+    UnknownTopicError,
+)
+from laminar.client.routing import check_partition
 
 LONG_POLL_MS = 5000
 """How long one fetch waits for new records in --follow mode."""
+FOLLOW_RETRY = RetryPolicy(budget_s=2.0)
+"""--follow's client gives up on a request soon, so an outage is reported
+within seconds; the follower itself then retries for as long as it takes."""
+RECONNECT_DELAY_MAX_S = 1.0
+"""The longest a follower waits between two tries while the node is away."""
+INT64_MAX = (1 << 63) - 1
+"""The largest index or timestamp a flag may name (Kafka's too)."""
 
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -98,25 +119,29 @@ class Printer:
 
 
 async def consume(args: argparse.Namespace) -> int:
-    if args.max is not None and args.max < 0:
-        raise UsageError(f"--max must be at least 0, got {args.max}")
-    if args.index is not None and args.index < 0:
-        raise UsageError(f"--index must be at least 0, got {args.index}")
+    for flag, value in (
+        ("--max", args.max),
+        ("--index", args.index),
+        ("--since-ms", args.since_ms),
+    ):
+        if value is not None and value < 0:
+            raise UsageError(f"{flag} must be at least 0, got {value}")
+        if value is not None and value > INT64_MAX:
+            raise UsageError(f"{flag} must be at most {INT64_MAX}, got {value}")
     printer = Printer(args.json, args.max, sys.stdout.buffer)
-    async with AsyncClient(args.bootstrap, timeout_s=args.timeout) as client:
+    retry = FOLLOW_RETRY if args.follow else None
+    async with AsyncClient(args.bootstrap, timeout_s=args.timeout, retry=retry) as client:
         topic = await _topic(client, args.topic)
         if args.partition is None:
             partitions = list(range(topic.partitions))
-        elif 0 <= args.partition < topic.partitions:
-            partitions = [args.partition]
         else:
-            raise UsageError(
-                f"topic {topic.name} has partitions 0..{topic.partitions - 1}, not {args.partition}"
-            )
+            check_partition(topic, args.partition)
+            partitions = [args.partition]
         starts = await asyncio.gather(*(_start(client, args, p) for p in partitions))
         if args.follow:
+            outage = Outage(args.json)
             followers = [
-                _follow(client, args.topic, p, i, printer)
+                _follow(client, args.topic, p, i, printer, outage)
                 for p, i in zip(partitions, starts, strict=True)
             ]
             await _together(followers, printer)
@@ -164,11 +189,63 @@ async def _read_to(
         index = batch.next_index
 
 
+class Outage:
+    """The node as the followers see it: one notice on stderr when they stop
+    reaching it, one when it answers again (not one per partition)."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.since: float | None = None
+
+    def lost(self, error: LaminarError) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            self._notice("lost", f"lost the node ({error}); reconnecting until it answers")
+
+    def back(self) -> None:
+        if self.since is not None:
+            seconds = time.monotonic() - self.since
+            self.since = None
+            self._notice("reconnected", f"reconnected after {seconds:.1f} s; going on")
+
+    def _notice(self, event: str, message: str) -> None:
+        if self.as_json:
+            say(json.dumps({"notice": event, "message": message}))
+        else:
+            say(f"laminar: {message}")
+
+
+def _transient(error: LaminarError) -> bool:
+    """A failure a restart or a leader change causes, which ends by itself."""
+    if isinstance(error, ConnectionLostError | RequestTimeoutError):
+        return not isinstance(error, ProtocolViolationError)
+    return error.retriable
+
+
 async def _follow(
-    client: AsyncClient, topic: str, partition: int, index: int, printer: Printer
+    client: AsyncClient,
+    topic: str,
+    partition: int,
+    index: int,
+    printer: Printer,
+    outage: Outage,
 ) -> None:
+    """Print the partition's records from `index` on as they come; across an
+    outage, retry the same index until the node answers (nothing skipped,
+    nothing printed twice)."""
+    delay = FOLLOW_RETRY.backoff_first_s
     while not printer.done.is_set():
-        batch = await client.fetch_batch(topic, partition, index, max_wait_ms=LONG_POLL_MS)
+        try:
+            batch = await client.fetch_batch(topic, partition, index, max_wait_ms=LONG_POLL_MS)
+        except LaminarError as exc:
+            if not _transient(exc):
+                raise
+            outage.lost(exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RECONNECT_DELAY_MAX_S)
+            continue
+        delay = FOLLOW_RETRY.backoff_first_s
+        outage.back()
         printer.write(partition, batch)
         index = batch.next_index
 

@@ -2,23 +2,29 @@
 
 This module builds the parser, runs the chosen command with a client, and
 turns every failure into a message that says what to do and an exit code
-scripts can trust (`laminar.cli.common.Exit`). The commands live in their own
-modules: `topics`, `produce`, `consume`, `status`, `weight`.
+scripts can trust (`laminar.cli.common.Exit`); with --json the message is one
+JSON line on stderr. The commands live in their own modules: `topics`,
+`produce`, `consume`, `status`, `weight`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NoReturn
 
 from laminar.cli import consume, produce, status, topics, weight
 from laminar.cli.common import (
     EXIT_CODES_HELP,
+    CommandError,
     Exit,
     UsageError,
+    addresses,
     common_parser,
     parser_default_bootstrap,
 )
@@ -47,9 +53,26 @@ examples:
 """
 
 
+class ParseError(UsageError):
+    """argparse found the command line wrong; `usage` is the parser's usage line."""
+
+    def __init__(self, message: str, prog: str, usage: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+        self.usage = usage
+
+
+class LaminarParser(argparse.ArgumentParser):
+    """argparse's parser, raising `ParseError` instead of printing and exiting,
+    so `main` reports every error the same way (as JSON with --json)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ParseError(message, self.prog, self.format_usage())
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = common_parser()
-    parser = argparse.ArgumentParser(
+    parser = LaminarParser(
         prog="laminar",
         description=(
             "Talk to a laminar node: manage topics, produce and consume records,\n"
@@ -64,8 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--bootstrap",
         dest="global_bootstrap",
         metavar="HOST:PORT[,...]",
+        type=addresses,
         default=None,
         help="as a command's --bootstrap, given before the command",
+    )
+    parser.add_argument(
+        "--json",
+        dest="global_json",
+        action="store_true",
+        help="as a command's --json, given before the command",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     topics.add_parsers(commands, common)
@@ -78,10 +108,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `laminar`; return the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except ParseError as exc:
+        options = argv[: argv.index("--")] if "--" in argv else argv
+        as_json = "--json" in options
+        if not as_json:
+            sys.stderr.write(exc.usage)
+        return _fail(_reported(exc), as_json, prefix=f"{exc.prog}: error: ")
     if args.global_bootstrap and args.bootstrap == parser_default_bootstrap():
         args.bootstrap = args.global_bootstrap  # `laminar -b X topic ...`; a command's own wins
+    args.json = args.json or args.global_json
     try:
         return _run(args)
     except KeyboardInterrupt:
@@ -92,10 +131,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return Exit.OK
-    except UsageError as exc:
-        parser.exit(Exit.USAGE, f"laminar: error: {exc}\n")
+    except CommandError as exc:
+        prefix = "laminar: error: " if isinstance(exc, UsageError) else "laminar: "
+        return _fail(_reported(exc), args.json, prefix=prefix)
     except LaminarError as exc:
-        return _report(exc, args)
+        return _fail(_failure(exc, args), args.json)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -112,37 +152,74 @@ def _run(args: argparse.Namespace) -> int:
         return code
 
 
-def _report(exc: LaminarError, args: argparse.Namespace) -> int:
-    """Print what went wrong and what to do; return the exit code for it."""
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """An error as `main` reports it."""
+
+    exit_code: int
+    code: str
+    """For scripts: the node's error code, or USAGE, CANNOT_CONNECT, ..."""
+    message: str
+    hint: str = ""
+    """What to do about it, when there is something to say."""
+
+
+_OWN_CODES = frozenset(
+    {"USAGE", "CANNOT_CONNECT", "CONNECTION_LOST", "REQUEST_TIMEOUT", "OUTCOME_UNKNOWN", "REFUSED"}
+)
+"""The `code`s this command gives errors the node did not name."""
+
+
+def _reported(exc: CommandError) -> Failure:
+    return Failure(exc.exit_code, exc.code, exc.message, exc.hint)
+
+
+def _failure(exc: LaminarError, args: argparse.Namespace) -> Failure:
+    """What went wrong, its exit code, and what to do."""
+    code = exc.code.name if exc.code is not None else None
     if isinstance(exc, OutcomeUnknownError):
-        _error(str(exc))
-        return Exit.OUTCOME_UNKNOWN
+        return Failure(Exit.OUTCOME_UNKNOWN, "OUTCOME_UNKNOWN", exc.message)
     if isinstance(exc, CannotConnectError):
-        _error(
-            f"{exc}\n  is laminar-node running there? Start one with `make run` "
+        hint = (
+            "is laminar-node running there? Start one with `make run` "
             "(or `laminar-node`), or point --bootstrap HOST:PORT at it"
         )
-        return Exit.CANNOT_CONNECT
+        return Failure(Exit.CANNOT_CONNECT, code or "CANNOT_CONNECT", exc.message, hint)
     if isinstance(exc, ConnectionLostError | RequestTimeoutError):
-        _error(f"{exc}\n  the node stopped answering; check it is healthy with `laminar status`")
-        return Exit.CANNOT_CONNECT
-    _error(f"{exc}{_hint(exc, args)}")
-    return Exit.SERVER_ERROR
+        lost = "REQUEST_TIMEOUT" if isinstance(exc, RequestTimeoutError) else "CONNECTION_LOST"
+        hint = "the node stopped answering; check it is healthy with `laminar status`"
+        return Failure(Exit.CANNOT_CONNECT, lost, exc.message, hint)
+    return Failure(Exit.SERVER_ERROR, code or "REFUSED", exc.message, _hint(exc, args))
+
+
+def _fail(failure: Failure, as_json: bool, prefix: str = "laminar: ") -> int:
+    """Print `failure` on stderr (one JSON line with `as_json`); its exit code."""
+    if as_json:
+        document = {
+            "error": {
+                "code": failure.code,
+                "exit_code": failure.exit_code,
+                "message": failure.message,
+                "hint": failure.hint or None,
+            }
+        }
+        print(json.dumps(document), file=sys.stderr)
+    else:
+        suffix = "" if failure.code in _OWN_CODES else f" ({failure.code})"  # the node's
+        hint = f"\n  {failure.hint}" if failure.hint else ""
+        print(f"{prefix}{failure.message}{suffix}{hint}", file=sys.stderr)
+    return failure.exit_code
 
 
 def _hint(exc: LaminarError, args: argparse.Namespace) -> str:
     topic = getattr(args, "topic", None) or getattr(args, "name", None) or "TOPIC"
     if isinstance(exc, UnknownTopicError):
-        return "\n  see the topics with `laminar topic list`"
+        return "see the topics with `laminar topic list`"
     if isinstance(exc, UnknownPartitionError | OffsetOutOfRangeError):
-        return f"\n  see each partition's index range with `laminar topic describe {topic}`"
+        return f"see each partition's index range with `laminar topic describe {topic}`"
     if isinstance(exc, TopicExistsError):
-        return "\n  add --if-not-exists to accept an existing topic"
+        return "add --if-not-exists to accept an existing topic"
     return ""
-
-
-def _error(message: str) -> None:
-    print(f"laminar: {message}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from laminar.cli.common import address
 from laminar.cli.output import ENTRIES_NOTE, print_json, say, table
 from laminar.client import Client, LaminarError, RetryPolicy, parse_address
 from laminar.client.results import TopicDescription
@@ -53,6 +54,7 @@ def add_admin_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--admin",
         metavar="HOST:PORT",
+        type=address,
         help="the node's admin endpoint (default: the bootstrap host and the admin port "
         "the node's metadata names)",
     )

@@ -15,8 +15,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from laminar.cli.common import Exit
-from laminar.cli.output import print_json, say
+from laminar.cli.common import CommandError, Exit, UsageError
+from laminar.cli.output import print_json
 from laminar.cli.status import add_admin_argument, admin_address
 from laminar.client import Client
 from laminar.client.routing import format_address
@@ -30,9 +30,21 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("weight", type=float, help="the new weight, a number in (0, 1e9]")
+    parser.add_argument("weight", type=_weight, help="the new weight, a number in (0, 1e9]")
     add_admin_argument(parser)
     parser.set_defaults(run=set_weight)
+
+
+def _weight(text: str) -> float:
+    from laminar.swim.codec import WEIGHT_MAX  # here: every other command starts faster
+
+    try:
+        weight = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < weight <= WEIGHT_MAX:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number in (0, {WEIGHT_MAX:g}], got {text}")
+    return weight
 
 
 def set_weight(client: Client, args: argparse.Namespace) -> int:
@@ -47,11 +59,18 @@ def set_weight(client: Client, args: argparse.Namespace) -> int:
         with urllib.request.urlopen(request, timeout=args.timeout) as response:
             answer = json.loads(response.read())
     except urllib.error.HTTPError as exc:
-        say(f"laminar: error: the node refused: {_reason(exc)}")
-        return Exit.USAGE if exc.code == 400 else Exit.SERVER_ERROR
+        if exc.code == 400:  # the weight itself is wrong
+            raise UsageError(f"the node refused: {_reason(exc)}") from exc
+        raise CommandError(
+            f"the node refused: {_reason(exc)}", Exit.SERVER_ERROR, "REFUSED"
+        ) from exc
     except (urllib.error.URLError, OSError) as exc:
-        say(f"laminar: error: cannot reach the admin endpoint {format_address(admin)}: {exc}")
-        return Exit.CANNOT_CONNECT
+        raise CommandError(
+            f"cannot reach the admin endpoint {format_address(admin)}: {exc}",
+            Exit.CANNOT_CONNECT,
+            "CANNOT_CONNECT",
+            "run this on the node's host (its admin endpoint takes changes from loopback only)",
+        ) from exc
     if args.json:
         print_json(answer)
     else:

@@ -56,6 +56,7 @@ from laminar.client.results import (
     PartitionDescription,
     PingResult,
     Record,
+    Sent,
     TopicDescription,
 )
 from laminar.client.retry import RetryPolicy
@@ -96,6 +97,7 @@ __all__ = [
     "RecordTooLargeError",
     "RequestTimeoutError",
     "RetryPolicy",
+    "Sent",
     "ServerError",
     "ServerTimeoutError",
     "ShardInfo",

@@ -32,6 +32,7 @@ from laminar.client.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from laminar.client.partitioner import StickyPartitioner
 from laminar.client.producer import (
     AsyncWindows,
     ProducerSequences,
@@ -44,6 +45,7 @@ from laminar.client.results import (
     Offsets,
     PingResult,
     Record,
+    Sent,
     TopicDescription,
     describe,
     expect,
@@ -94,6 +96,7 @@ class AsyncClient:
         self.idempotent = idempotent
         self._sequences = ProducerSequences()
         self._windows = AsyncWindows()
+        self._partitioner = StickyPartitioner()
         self._hints = RouteHints(read_from_followers=read_from == "follower")
         """Leaders and unreachable nodes learned from answers (kept across refreshes)."""
         self._generation = 0
@@ -118,8 +121,14 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        """Close every connection; the client cannot be used afterwards."""
+        """Close every connection; the client cannot be used afterwards. Connects
+        still under way are cancelled and awaited, so none outlives the client
+        (asyncio.run would report one that fails after its caller gave up)."""
         self._closed = True
+        connecting = list(self._connecting.values())
+        for task in connecting:
+            task.cancel()
+        await asyncio.gather(*connecting, return_exceptions=True)
         conns = list(self._conns.values())
         self._conns.clear()
         for conn in conns:
@@ -150,6 +159,28 @@ class AsyncClient:
             return await self._call(make_call())
         async with self._windows.slot((topic, partition)):  # before the sequence is taken
             return await self._call(make_call())
+
+    async def send(
+        self,
+        topic: str,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[Mapping[str, bytes] | None] | None = None,
+    ) -> list[Sent]:
+        """Append `values` to `topic`, choosing the partitions as Kafka's
+        producer does: see `Client.send`."""
+        try:
+            if self._view is None:
+                raise UnknownTopicError(topic)
+            partitions = self._view.topic(topic).partitions
+        except UnknownTopicError:  # no metadata yet, or the topic is new
+            partitions = (await self.refresh_metadata()).topic(topic).partitions
+        groups = self._partitioner.split(topic, partitions, values, keys, headers)
+        firsts = await asyncio.gather(*(self.produce(topic, p, *records) for p, records in groups))
+        return [
+            Sent(p, first, len(records[0]))
+            for (p, records), first in zip(groups, firsts, strict=True)
+        ]
 
     async def fetch(
         self,

@@ -17,6 +17,9 @@ a request costs no stream buffering. Theory of operation:
   of its correlation id, whatever order they come in.
 - Failure is final: an I/O error or end of stream fails every waiting
   request with `ConnectionLostError` and the client opens a new connection.
+  A failed write first lets the reader take what the node sent before it
+  closed: a node answers a request it refuses unread (a frame over its
+  limit) and then closes, and that answer says more than the broken write.
 - A timed-out or cancelled request is abandoned: its answer, if it comes, is
   dropped. Deadlines are kept by one `Deadlines` per connection with a single
   timer, not a timer per request (a TimerHandle made and cancelled for every
@@ -44,6 +47,9 @@ from laminar.outbox import Outbox
 from laminar.wire import Frame, Message
 
 _READ_BYTES: Final = 256 << 10
+_SALVAGE_S: Final = 1.0
+"""After a failed write, how long the reader may take to drain what the node
+sent before the connection is failed anyway (a dead socket reads at once)."""
 
 
 def _is_ip_literal(host: str) -> bool:
@@ -167,6 +173,8 @@ class AsyncConnection:
         self._outbox = Outbox(self._loop, sock, self._on_write_error)
         self._deadlines = Deadlines(self._loop, self._expire)
         self._error: ConnectionLostError | None = None
+        self._write_error: ConnectionLostError | None = None
+        self._salvage_timer: asyncio.TimerHandle | None = None
         self._reader = self._loop.create_task(self._read_loop())
 
     @classmethod
@@ -216,7 +224,14 @@ class AsyncConnection:
     # --- writing ---------------------------------------------------------------------
 
     def _on_write_error(self, exc: BaseException) -> None:
-        self._fail(self._lost(exc) if isinstance(exc, OSError) else ConnectionLostError(str(exc)))
+        """Let the reader drain the answers already sent, then fail with this."""
+        error = self._lost(exc) if isinstance(exc, OSError) else ConnectionLostError(str(exc))
+        if self._error is not None or self._write_error is not None:
+            return
+        self._write_error = error
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_WR)
+        self._salvage_timer = self._loop.call_later(_SALVAGE_S, self._fail, error)
 
     # --- reading ---------------------------------------------------------------------
 
@@ -237,9 +252,9 @@ class AsyncConnection:
                     if fut is not None and not fut.done():
                         fut.set_result(frame)
         except ConnectionLostError as exc:
-            self._fail(exc)
+            self._fail(self._write_error or exc)
         except OSError as exc:
-            self._fail(self._lost(exc))
+            self._fail(self._write_error or self._lost(exc))
 
     # --- closing ---------------------------------------------------------------------
 
@@ -258,6 +273,8 @@ class AsyncConnection:
         if self._error is not None:
             return
         self._error = error
+        if self._salvage_timer is not None:
+            self._salvage_timer.cancel()
         waiters = list(self._waiters.values())
         self._waiters.clear()
         for fut in waiters:

@@ -141,7 +141,9 @@ class BlockingConnection:
                     self._send_buffers(batch)
                 except OSError as exc:
                     error = self._lost(exc)
-                    self._fail(error)
+                    self._fail(error, salvage=True)
+                    if self._answered(corr):  # refused before it closed (FRAME_TOO_LARGE)
+                        return corr
                     raise error from exc
                 except BaseException:
                     # Interrupted mid-frame (KeyboardInterrupt): the stream is out of step.
@@ -247,9 +249,34 @@ class BlockingConnection:
     def close(self) -> None:
         self._fail(ConnectionLostError(f"connection to {self._name()} was closed by the client"))
 
-    def _fail(self, error: ConnectionLostError) -> None:
+    def _answered(self, corr: int) -> bool:
         with self._cond:
+            return corr in self._done
+
+    def _fail(self, error: ConnectionLostError, *, salvage: bool = False) -> None:
+        """Break the connection for good. With `salvage` (a send failed), first
+        keep the answers the node sent before it closed: a node that refuses a
+        request it cannot read (a frame over its limit) answers, then closes,
+        and the refusal says more than the broken send."""
+        with self._cond:
+            if salvage and self._error is None and not self._reading:
+                self._salvage_locked()
             self._fail_locked(error)
+
+    def _salvage_locked(self) -> None:
+        """File the complete answers already received, without blocking."""
+        while True:
+            try:
+                n = self._sock.recv_into(
+                    self._view, min(_READ_BYTES, self._proto.receive_room), socket.MSG_DONTWAIT
+                )
+                frames = self._proto.receive(self._view[:n]) if n > 0 else []
+            except (OSError, ConnectionLostError):
+                return
+            for frame in frames:
+                self._done[frame.correlation_id] = frame
+            if n <= 0:
+                return
 
     def _fail_locked(self, error: ConnectionLostError) -> None:
         if self._error is None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from laminar.client.batch import RecordBatch
+from laminar.client.errors import RecordTooLargeError
 from laminar.client.results import Offsets, Record, expect, fetched_records
 from laminar.client.routing import Address, ClusterView
 from laminar.placement import partition_id, shard_for
@@ -27,6 +28,7 @@ from laminar.wire import (
     CreateTopicResponse,
     DeleteTopicRequest,
     DeleteTopicResponse,
+    ErrorCode,
     FetchRequest,
     Frame,
     ListOffsetsRequest,
@@ -83,9 +85,12 @@ def produce(
         0, values, keys, headers, producer_id=producer_id, sequence=sequence
     )
     blobs = stamped.blobs
+    frame_bytes = sum(len(b) for b in stamped.encode_buffers(0))
 
     def target(view: ClusterView) -> tuple[Address, Message]:
         route = view.route(topic, partition)
+        if frame_bytes > view.max_frame_bytes:  # the node would refuse it and close
+            raise _too_large(len(blobs), frame_bytes, view.max_frame_bytes)
         return route.address, ProduceRequest(route.partition_id, blobs, producer_id, sequence)
 
     return Call(
@@ -95,6 +100,16 @@ def produce(
         idempotent=producer_id is not None,
         topic=topic,
         failed=failed,
+    )
+
+
+def _too_large(count: int, frame_bytes: int, limit: int) -> RecordTooLargeError:
+    what = "a record" if count == 1 else f"a produce of {count} records"
+    advice = "" if count == 1 else "; send fewer records per produce"
+    return RecordTooLargeError(
+        f"{what} takes {frame_bytes} bytes on the wire, more than the node accepts: "
+        f"requests of at most {limit} bytes (its --max-frame-bytes){advice}",
+        code=ErrorCode.RECORD_TOO_LARGE,
     )
 
 

@@ -138,6 +138,15 @@ class Offsets(NamedTuple):
     highest: int
 
 
+class Sent(NamedTuple):
+    """Where some records of a `send` went: `records` of them in `partition`,
+    the first at `first_index` (the others right after it)."""
+
+    partition: int
+    first_index: int
+    records: int
+
+
 class PingResult(NamedTuple):
     """Which shard served a ping (`shard_id`), which shard's socket received it
     (`received_by`, different when the node forwarded it), and the round trip."""

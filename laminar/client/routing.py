@@ -31,7 +31,14 @@ from laminar.client.errors import (
     UnknownTopicError,
 )
 from laminar.placement import partition_id, replica_nodes, shard_for
-from laminar.wire import ErrorCode, MetadataResponse, NodeInfo, ShardInfo, TopicInfo
+from laminar.wire import (
+    DEFAULT_MAX_FRAME_BYTES,
+    ErrorCode,
+    MetadataResponse,
+    NodeInfo,
+    ShardInfo,
+    TopicInfo,
+)
 
 Address = tuple[str, int]
 """(host, port) of a TCP endpoint."""
@@ -164,6 +171,13 @@ class ClusterView:
     def shard_count(self) -> int:
         return len(self.shard_addresses)
 
+    @property
+    def max_frame_bytes(self) -> int:
+        """The largest request the node accepts (the default limit for a node
+        whose metadata does not say)."""
+        limit = self.metadata.max_frame_bytes
+        return DEFAULT_MAX_FRAME_BYTES if limit is None else limit
+
     def with_topic(self, topic: TopicInfo) -> ClusterView:
         """This view plus a topic just created (no metadata round trip needed)."""
         topics = dict(self.topics)
@@ -188,11 +202,7 @@ class ClusterView:
         """The route of partition `partition` of `topic`; raises the typed error the
         node would answer with for an unknown topic or partition."""
         info = self.topic(topic)
-        if not 0 <= partition < info.partitions:
-            raise UnknownPartitionError(
-                f"topic {topic!r} has partitions 0..{info.partitions - 1}, not {partition}",
-                code=ErrorCode.UNKNOWN_PARTITION,
-            )
+        check_partition(info, partition)
         pid = partition_id(info.topic_id, partition)
         return self.route_pid(pid)
 
@@ -284,6 +294,16 @@ class ClusterView:
         partition id 0, so that a node which routes them by partition id serves
         them without a hop, and any other node serves them anyway."""
         return self.route_pid(0)
+
+
+def check_partition(topic: TopicInfo, partition: int) -> None:
+    """Raise the `UnknownPartitionError` the node would answer with unless
+    `topic` has a partition `partition`."""
+    if not 0 <= partition < topic.partitions:
+        raise UnknownPartitionError(
+            f"topic {topic.name!r} has partitions 0..{topic.partitions - 1}, not {partition}",
+            code=ErrorCode.UNKNOWN_PARTITION,
+        )
 
 
 def _reachable(shard: ShardInfo, node_host: str) -> Address:

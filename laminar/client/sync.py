@@ -30,6 +30,7 @@ from laminar.client.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from laminar.client.partitioner import StickyPartitioner
 from laminar.client.producer import (
     BlockingWindows,
     ProducerSequences,
@@ -41,6 +42,7 @@ from laminar.client.results import (
     Offsets,
     PingResult,
     Record,
+    Sent,
     TopicDescription,
     describe,
     expect,
@@ -201,6 +203,7 @@ class Client:
         self.idempotent = idempotent
         self._sequences = ProducerSequences()
         self._windows = BlockingWindows()
+        self._partitioner = StickyPartitioner()
         self._hints = RouteHints(read_from_followers=read_from == "follower")
         """Leaders and unreachable nodes learned from answers (kept across refreshes)."""
         self._closed = False
@@ -277,6 +280,31 @@ class Client:
         if not is_idempotent(sequences, producer_id, sequence):
             return send()
         return self._windows.send((topic, partition), send)
+
+    def send(
+        self,
+        topic: str,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[Mapping[str, bytes] | None] | None = None,
+    ) -> list[Sent]:
+        """Append `values` to `topic` without naming a partition, as Kafka's
+        producer does (`laminar.client.partitioner`): a record with a key goes
+        to its key's partition; the records without one go together to one
+        partition, and the next call's to the next. One produce per partition
+        (pipelined, idempotent as `produce`); returns where the records went,
+        by partition. If one of them fails its error is raised, and the others
+        may have been appended."""
+        try:
+            partitions = self.cluster.topic(topic).partitions
+        except UnknownTopicError:  # perhaps created since the metadata was fetched
+            partitions = self.refresh_metadata_view().topic(topic).partitions
+        groups = self._partitioner.split(topic, partitions, values, keys, headers)
+        pending = [self.produce_nowait(topic, p, *records) for p, records in groups]
+        return [
+            Sent(p, waiting.result(), len(records[0]))
+            for (p, records), waiting in zip(groups, pending, strict=True)
+        ]
 
     def fetch(
         self,

@@ -253,10 +253,11 @@ class UringLoopCore(TaskQueueLoop):
 
     def _run_once(self) -> None:
         self._iterations += 1
-        scheduled = self._scheduled
         sched = self._sched
-        if scheduled:
-            self._drop_cancelled_timers(scheduled)
+        # After the sweep: it may replace the heap, and a timer popped from the
+        # old one would stay in the new one and run again (a sleep's future set
+        # twice: InvalidStateError).
+        scheduled = self._drop_cancelled_timers(self._scheduled)
         if sched.heap or self._stopping or self._foreign:
             timeout: float | None = 0
         elif scheduled:
@@ -288,7 +289,11 @@ class UringLoopCore(TaskQueueLoop):
         if sched.heap:
             self._run_slice()
 
-    def _drop_cancelled_timers(self, scheduled: list[Any]) -> None:
+    def _drop_cancelled_timers(self, scheduled: list[Any]) -> list[Any]:
+        """Drop cancelled timers (all of them when they are most of the heap, else
+        those at its head); return the heap to use from now on."""
+        if not scheduled:
+            return scheduled
         count = self._timer_cancelled_count
         if (
             len(scheduled) > _MIN_SCHEDULED_TIMER_HANDLES
@@ -303,11 +308,12 @@ class UringLoopCore(TaskQueueLoop):
             heapq.heapify(new)
             self._scheduled = new
             self._timer_cancelled_count = 0
-        else:
-            while scheduled and scheduled[0]._cancelled:
-                self._timer_cancelled_count -= 1
-                handle = heapq.heappop(scheduled)
-                handle._scheduled = False
+            return new
+        while scheduled and scheduled[0]._cancelled:
+            self._timer_cancelled_count -= 1
+            handle = heapq.heappop(scheduled)
+            handle._scheduled = False
+        return scheduled
 
     def _run_slice(self) -> None:
         """Run the callbacks that were ready in the queue with the least vruntime.

@@ -370,6 +370,7 @@ class Handlers:
             ident.admin_port,
             self.replication.nodes() if self.replication is not None else (),
             await self._node_leaders(ctx),
+            ident.max_frame_bytes,
         ).encode_buffers(corr)
 
     async def _node_leaders(self, ctx: RequestContext) -> tuple[tuple[int, str], ...]:

@@ -4,7 +4,10 @@ Spark hands a data source its options as strings in a case-insensitive map;
 this module turns them into frozen dataclasses or raises `LaminarSparkError`
 naming the option. Nothing here touches the network or Spark. Options named
 like Spark's Kafka source are accepted too (second column); any other option
-starting with `kafka.` is ignored with a logged warning.
+starting with `kafka.` is ignored with a logged warning, except those asking
+for TLS or SASL (`kafka.security.protocol` other than PLAINTEXT,
+`kafka.ssl.*`, `kafka.sasl.*`): laminar does not speak either yet, so such a
+query is refused rather than run in plaintext.
 
 Read options (batch and streaming):
   bootstrap             host:port of any laminar node port or shard port, or a
@@ -339,6 +342,7 @@ def _lowered(options: Mapping[str, str], known: frozenset[str]) -> dict[str, str
         if name in known or name in _SPARK_OPTIONS:
             continue
         if name.startswith("kafka."):
+            _refuse_security(name, opts[name])
             logger.warning("option %r is a Kafka client setting; laminar ignores it", name)
             del opts[name]
             continue
@@ -348,6 +352,24 @@ def _lowered(options: Mapping[str, str], known: frozenset[str]) -> dict[str, str
             f"unknown option {name!r}{advice} (laminar options here: {', '.join(sorted(known))})"
         )
     return opts
+
+
+def _refuse_security(name: str, value: str) -> None:
+    """Refuse a Kafka option that asks for TLS or SASL: ignoring it would send
+    the data in plaintext to a user who asked for encryption."""
+    if name == "kafka.security.protocol":
+        if value.strip().upper() == "PLAINTEXT":
+            return
+        asks = f"{name}={value}"
+    elif name.startswith(("kafka.ssl.", "kafka.sasl.")):
+        asks = name
+    else:
+        return
+    raise LaminarSparkError(
+        f"option {asks} asks for TLS or SASL, which laminar does not support yet (client "
+        "security is planned: issue 28); refusing to run in plaintext instead. Remove the "
+        "option to connect without encryption or authentication (on a trusted network only)"
+    )
 
 
 def _bootstrap(opts: dict[str, str]) -> str:

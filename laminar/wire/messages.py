@@ -748,6 +748,9 @@ class MetadataResponse(Message):
     hosts, as that replica knows it (a leader it has not heard of yet is
     missing; clients learn the others from NOT_LEADER answers). Header key
     `leaders`: [[pid, node_id], ...], absent when empty (older nodes).
+    `max_frame_bytes` is the largest request frame the node accepts (its
+    `--max-frame-bytes`), so a client can size its produce batches under it;
+    absent from older nodes.
     """
 
     OP: ClassVar[int] = Op.METADATA
@@ -762,6 +765,7 @@ class MetadataResponse(Message):
     admin_port: int | None = None
     nodes: tuple[NodeInfo, ...] = ()
     leaders: tuple[tuple[int, str], ...] = ()
+    max_frame_bytes: int | None = None
 
     def _header(self) -> dict[str, Any]:
         h: dict[str, Any] = {
@@ -777,6 +781,8 @@ class MetadataResponse(Message):
             h["nodes"] = [n.to_wire() for n in self.nodes]
         if self.leaders:
             h["leaders"] = [list(pair) for pair in self.leaders]
+        if self.max_frame_bytes is not None:
+            h["max_frame_bytes"] = self.max_frame_bytes
         return h
 
     @classmethod
@@ -792,6 +798,7 @@ class MetadataResponse(Message):
             f.opt_uint(h, "admin_port", f.U16),
             f.items(h, "nodes", NodeInfo.from_wire) if "nodes" in h else (),
             _leaders(h.get("leaders", [])),
+            f.opt_uint(h, "max_frame_bytes"),
         )
 
 

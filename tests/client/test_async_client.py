@@ -153,3 +153,24 @@ def test_cannot_connect(run: Runner) -> None:
         await c.close()
 
     run(main())
+
+
+def test_close_leaves_no_connect_running(node: FakeNode, run: Runner) -> None:
+    """A connect whose caller gave up goes on (callers share it); close() must
+    end it, or asyncio.run finds it at exit and, when it fails then, prints
+    "unhandled exception during asyncio.run() shutdown" (seen when `consume
+    --follow` stopped while the node was down)."""
+
+    async def main() -> list[asyncio.Task[object]]:
+        client = AsyncClient(node.bootstrap)
+        caller = asyncio.ensure_future(client.connect())
+        await asyncio.sleep(0)  # the caller has started the shared connect
+        caller.cancel()
+        await client.close()
+        return [
+            t
+            for t in asyncio.all_tasks()
+            if not t.done() and "AsyncClient._open" in repr(t.get_coro())
+        ]
+
+    assert run(main()) == []

@@ -7,12 +7,16 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from laminar.cli.main import main
 from laminar.cli.output import put_bytes, table
 from laminar.cli.status import _ranges, parse_prometheus, shard_loads
+from laminar.client import Client, partition_for_key
 from laminar.wire import ErrorCode, Op, producer_stamp
 
 from .fakenode import FakeNode, Fault
@@ -34,6 +38,31 @@ def laminar(
         timeout=timeout,
         env={**os.environ, "LAMINAR_BOOTSTRAP": ""},
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+Cli = Callable[..., Ran]
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """`laminar` run in this process (no interpreter start: for the many small
+    cases); `laminar(...)` runs it as a subprocess."""
+    monkeypatch.delenv("LAMINAR_BOOTSTRAP", raising=False)
+
+    def run(node: FakeNode | None, *args: str) -> Ran:
+        bootstrap = ["--bootstrap", node.bootstrap] if node is not None else []
+        code = main([*args, *bootstrap])
+        out, err = capsys.readouterr()
+        return Ran(code, out, err)
+
+    return run
 
 
 # --- helpers ------------------------------------------------------------------------
@@ -119,7 +148,8 @@ def test_produce_stdin_and_consume_back(node: FakeNode) -> None:
     assert consumed.stdout.splitlines() == lines
     keyed = laminar(node, "produce", "t", "-k", "user", "-v", "a", "-H", "h=1", "--json")
     summary = json.loads(keyed.stdout)
-    as_json = laminar(node, "consume", "t", "-p", str(summary["partition"]), "--json", "-n", "1")
+    [where] = summary["partitions"]
+    as_json = laminar(node, "consume", "t", "-p", str(where["partition"]), "--json", "-n", "1")
     record = json.loads(as_json.stdout.splitlines()[-1])
     assert (record["key"], record["headers"]) == ("user", {"h": "1"})
     limited = laminar(node, "consume", "t", "--max", "5")
@@ -172,13 +202,105 @@ def test_status_json_names_the_routing_mode(node: FakeNode) -> None:
         (["produce", "t", "-H", "novalue", "-v", "x"], 2, "NAME=VALUE"),
         (["nonsense"], 2, "invalid choice"),
         (["consume", "t", "--index", "-1"], 2, "--index must be at least 0"),
+        # The same bad partition is the same refusal for produce and consume.
+        (["consume", "t", "-p", "9"], 1, "UNKNOWN_PARTITION"),
+        (["consume", "t", "-p", "-1", "--follow"], 1, "UNKNOWN_PARTITION"),
+        # Bad input to each command: a clear message and exit 2, never a traceback.
+        (["produce", "t", "-H", "laminar.producer=x", "-v", "x"], 2, "is reserved"),
+        (["produce", "t", "-v", "x", "--timeout", "0"], 2, "seconds above 0"),
+        (["produce", "t", "-v", "x", "--timeout", "nan"], 2, "seconds above 0"),
+        (["consume", "t", "--since-ms", "-5"], 2, "--since-ms must be at least 0"),
+        (["consume", "t", "--since-ms", "1" + "0" * 30], 2, "--since-ms must be at most"),
+        (["consume", "t", "--index", "9" * 30], 2, "--index must be at most"),
+        (["status", "--bootstrap", "127.0.0.1:99999"], 2, "port must be in 1..65535"),
+        (["-b", "127.0.0.1:0", "topic", "list"], 2, "port must be in 1..65535"),
+        (["status", "--admin", "127.0.0.1:0"], 2, "port must be in 1..65535"),
+        (["weight", "nan"], 2, "must be a number in (0, 1e+09]"),
+        (["weight", "-1"], 2, "must be a number in (0, 1e+09]"),
     ],
 )
-def test_exit_codes(node: FakeNode, args: list[str], code: int, says: str) -> None:
-    assert laminar(node, "topic", "create", "t").returncode == 0
-    result = laminar(node, *args)
+def test_exit_codes(node: FakeNode, cli: Cli, args: list[str], code: int, says: str) -> None:
+    with Client(node.bootstrap) as client:
+        client.create_topic("t")
+    result = cli(node, *args)  # in this process: an exception would fail the test
     assert result.returncode == code, result.stderr
     assert says in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "exit_code"),
+    [
+        (["topic", "create", "--json"], "USAGE", 2),  # argparse's own error
+        (["--json", "topic", "create"], "USAGE", 2),
+        (["produce", "t", "-H", "novalue", "-v", "x", "--json"], "USAGE", 2),
+        (["consume", "missing", "--json"], "UNKNOWN_TOPIC", 1),
+        (["--json", "produce", "t", "-p", "7", "-v", "x"], "UNKNOWN_PARTITION", 1),
+        (["topic", "create", "t", "--json"], "TOPIC_EXISTS", 1),
+        (["status", "--json", "--bootstrap", "UNREACHABLE"], "CANNOT_CONNECT", 3),
+    ],
+)
+def test_json_errors_are_one_json_line_on_stderr(
+    node: FakeNode, cli: Cli, args: list[str], code: str, exit_code: int
+) -> None:
+    with Client(node.bootstrap) as client:
+        client.create_topic("t")
+    with FakeNode() as gone:
+        unreachable = gone.bootstrap
+    args = [unreachable if a == "UNREACHABLE" else a for a in args]
+    result = cli(None if "--bootstrap" in args else node, *args)
+    assert result.returncode == exit_code, result.stderr
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    error = json.loads(line)["error"]
+    assert (error["code"], error["exit_code"]) == (code, exit_code)
+    assert error["message"] and set(error) == {"code", "exit_code", "message", "hint"}
+
+
+def test_produce_without_partition_or_key_spreads_batches(node: FakeNode) -> None:
+    """As Kafka's producer: each batch to one partition, the next to the next."""
+    assert laminar(node, "topic", "create", "s", "-p", "3").returncode == 0
+    lines = [f"line {i}" for i in range(60)]
+    produced = laminar(node, "produce", "s", "--batch", "10", "--json", stdin="\n".join(lines))
+    assert produced.returncode == 0, produced.stderr
+    parts = json.loads(produced.stdout)["partitions"]
+    assert [(p["partition"], p["records"]) for p in parts] == [(0, 20), (1, 20), (2, 20)]
+    with Client(node.bootstrap) as client:
+        stored = {p: [r.value.decode() for r in client.fetch("s", p, 0)] for p in range(3)}
+    assert sorted(v for values in stored.values() for v in values) == sorted(lines)
+    for values in stored.values():  # two whole batches of ten lines in order
+        for batch in (values[:10], values[10:]):
+            first = lines.index(batch[0])
+            assert batch == lines[first : first + 10] and first % 10 == 0
+    keyed = laminar(node, "produce", "s", "-k", "user-1", "--json", stdin="a\nb\nc")
+    [part] = json.loads(keyed.stdout)["partitions"]
+    assert part["partition"] == partition_for_key(b"user-1", 3) and part["records"] == 3
+
+
+def test_produce_splits_batches_by_bytes_and_refuses_a_line_over_the_limit(
+    node: FakeNode,
+) -> None:
+    assert laminar(node, "topic", "create", "big").returncode == 0
+    lines = [f"{i:04d}".ljust(100_000, "x") for i in range(40)]
+    produced = laminar(node, "produce", "big", stdin="\n".join(lines))
+    assert produced.returncode == 0, produced.stderr
+    produces = [r for r in node.received if r.op == Op.PRODUCE]
+    assert len(produces) == 4  # 1 MiB per request, not one 4 MB request of 40 lines
+    consumed = laminar(node, "consume", "big")
+    assert consumed.stdout.splitlines() == lines
+    before = len(node.received)
+    too_long = "a\nb\n" + "c" * (9 << 20)
+    refused = laminar(node, "produce", "big", stdin=too_long)
+    assert refused.returncode == 1, refused.stderr
+    assert "line 3 is longer than the node accepts" in refused.stderr
+    assert "8388608 bytes" in refused.stderr and "--max-frame-bytes" in refused.stderr
+    assert not any(r.op == Op.PRODUCE for r in node.received[before:])
+    # With --json: what was appended before the error on stdout, the error on stderr.
+    partly = laminar(node, "produce", "big", "-p", "0", "--batch", "1", "--json", stdin=too_long)
+    assert partly.returncode == 1
+    assert json.loads(partly.stdout)["partitions"] == [
+        {"partition": 0, "records": 1, "first_index": 40, "last_index": 40}
+    ]
+    assert json.loads(partly.stderr)["error"]["code"] == "RECORD_TOO_LARGE"
 
 
 @pytest.mark.parametrize(
@@ -224,3 +346,4 @@ def test_help_documents_exit_codes() -> None:
     result = laminar(None, "--help")
     assert result.returncode == 0
     assert "exit codes:" in result.stdout and "130" in result.stdout
+    assert '{"error": {"code": "UNKNOWN_TOPIC", "exit_code": 1' in result.stdout

@@ -205,3 +205,43 @@ def test_debug_mode_runs(run: Runner) -> None:
         return await asyncio.create_task(asyncio.sleep(0, 3))
 
     assert run(main()) == 3
+
+
+def test_each_timer_runs_once_when_cancelled_timers_are_swept(run: Runner) -> None:
+    """Many cancelled timers make the loop rebuild its timer heap; timers due in
+    that same iteration must still run exactly once. (The io_uring loop once
+    popped them from the old heap while the new one kept them, so they ran
+    again in the next iteration: a sleep's future set twice, logged as
+    InvalidStateError in `_set_result_unless_cancelled`, seen in a leader's log
+    during partition moves.)"""
+
+    async def main() -> tuple[list[int], list[Any]]:
+        loop: Any = asyncio.get_running_loop()
+        errors: list[Any] = []
+        loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx.get("exception")))
+        ran: list[int] = []
+        # Sleepers in a queue of their own: run in a later slice than the timers
+        # of the default queue, a second run finds their future already done.
+        moves = loop.create_task_queue("moves")
+        sleepers = [loop.create_task(asyncio.sleep(0.001), queue=moves) for _ in range(40)]
+        swept = loop.create_future()
+
+        def schedule() -> None:
+            for i in range(50):
+                loop.call_at(loop.time(), ran.append, i)
+            time.sleep(0.002)  # the sleepers are due too
+            # 150 cancelled timers of 240: the next iteration sweeps them (over
+            # half of more than 100) and runs the due ones.
+            for handle in [loop.call_later(60, ran.append, -1) for _ in range(150)]:
+                handle.cancel()
+            loop.call_soon(swept.set_result, None)
+
+        loop.call_soon(schedule)
+        await swept
+        await asyncio.gather(*sleepers)
+        await asyncio.sleep(0.05)  # anything run twice has run by now
+        return ran, errors
+
+    ran, errors = run(main())
+    assert errors == []
+    assert sorted(ran) == list(range(50))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -80,7 +81,8 @@ def test_kafka_named_read_options(caplog: pytest.LogCaptureFixture) -> None:
             "maxOffsetsPerTrigger": "30",
             "failOnDataLoss": "false",
             "kafkaCompatibleSchema": "TRUE",
-            "kafka.security.protocol": "SSL",
+            "kafka.security.protocol": "PLAINTEXT",
+            "kafka.group.id": "g",
         }
     )
     assert opts.bootstrap == "h1:1,h2:2"
@@ -90,7 +92,7 @@ def test_kafka_named_read_options(caplog: pytest.LogCaptureFixture) -> None:
     assert opts.for_topic("a").ending == {0: 9} and opts.for_topic("b").ending == "latest"
     assert opts.max_records_per_trigger == 30
     assert not opts.fail_on_data_loss and opts.kafka_schema
-    assert "kafka.security.protocol" in caplog.text and "ignores it" in caplog.text
+    assert "kafka.group.id" in caplog.text and "ignores it" in caplog.text
     timed = read_options(
         {"subscribePattern": "ev.*", "startingOffsetsByTimestamp": '{"ev1": {"2": 1000}}'}
     )
@@ -98,6 +100,26 @@ def test_kafka_named_read_options(caplog: pytest.LogCaptureFixture) -> None:
     assert timed.timestamps_for("other") == {}
     assert read_options({"topic": "t", "endingTimestamp": "77"}).ending_timestamp_ms == 77
     assert read_options({"topic": "t", "startingOffsets": "earliest"}).starting == "earliest"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("kafka.security.protocol", "SSL"),
+        ("kafka.security.protocol", "sasl_ssl"),
+        ("kafka.security.protocol", "SASL_PLAINTEXT"),
+        ("kafka.ssl.truststore.location", "/etc/truststore.jks"),
+        ("kafka.sasl.mechanism", "SCRAM-SHA-512"),
+    ],
+)
+@pytest.mark.parametrize("parse", [read_options, write_options])
+def test_tls_and_sasl_options_are_refused_not_ignored(
+    name: str, value: str, parse: Callable[[dict[str, str]], object]
+) -> None:
+    """Until laminar speaks TLS, a query asking for it must fail, not run in
+    plaintext with a warning line."""
+    with pytest.raises(LaminarSparkError, match=r"TLS or SASL.*plaintext"):
+        parse({"topic": "t", name: value})
 
 
 def test_write_options() -> None:

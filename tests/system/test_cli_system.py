@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from laminar.client import Client
+from tests.cluster.nodes import free_port, wait_until
 
 from .nodes import RunningNode
 
 LAMINAR = [sys.executable, "-m", "laminar.cli.main"]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def laminar(node: RunningNode, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -93,3 +105,175 @@ def test_consume_follow_prints_new_records(node: RunningNode) -> None:
     records = [json.loads(line) for line in out.splitlines()]
     assert len(records) == 3
     assert all(r["value"].startswith("v") for r in records)
+
+
+def test_a_pipe_of_large_lines_and_a_value_over_the_limit(node: RunningNode) -> None:
+    """512 lines of 20 KB (10 MiB) go in requests under the node's frame limit,
+    each line once; one 9 MiB value is refused with the limit named, and the
+    node stays healthy (it was reported as "stopped answering", exit 3)."""
+    assert laminar(node, "topic", "create", "big", "--partitions", "2").returncode == 0
+    lines = [f"{i:03d}".ljust(20_000, "x") for i in range(512)]
+    produced = laminar(node, "produce", "big", stdin="\n".join(lines))
+    assert produced.returncode == 0, produced.stderr
+    refused = laminar(node, "produce", "big", stdin="v" * (9 << 20))
+    assert refused.returncode == 1, refused.stderr
+    assert "8388608 bytes" in refused.stderr and "--max-frame-bytes" in refused.stderr
+    consumed = laminar(node, "consume", "big")
+    assert consumed.returncode == 0, consumed.stderr
+    assert sorted(consumed.stdout.splitlines()) == lines  # each once, nothing else
+
+
+class Follower:
+    """`laminar consume TOPIC --follow --from-beginning --json` in a subprocess,
+    its records and notices read as they come."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        flags = ["--follow", "--from-beginning", "--json", "--bootstrap", bootstrap]
+        self.proc = subprocess.Popen(
+            [*LAMINAR, "consume", topic, *flags],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.values: list[str] = []
+        self.notices: list[str] = []
+        self.stderr: list[str] = []
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self._readers = [
+            threading.Thread(target=self._read, args=(self.proc.stdout, self._record)),
+            threading.Thread(target=self._read, args=(self.proc.stderr, self._notice)),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream: IO[str], take: Callable[[str], None]) -> None:
+        for line in stream:
+            take(line)
+
+    def _record(self, line: str) -> None:
+        self.values.append(json.loads(line)["value"])
+
+    def _notice(self, line: str) -> None:
+        self.stderr.append(line)
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            self.notices.append(json.loads(line)["notice"])
+
+    def stop(self) -> int:
+        """Ctrl-C, the way to stop a follower (exit 0)."""
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            code = self.proc.wait(30)
+        finally:
+            self.proc.kill()
+            for reader in self._readers:
+                reader.join(10)
+        return code
+
+
+def check_follow_goes_on_across_an_outage(
+    bootstrap: str, topic: str, outage: Callable[[Follower], None]
+) -> None:
+    """Records produced before and after `outage` (a restart, a leader killed)
+    are each printed once by one `consume --follow`, and every notice that it
+    lost the node is followed by one that it reconnected. `topic` exists."""
+    follower = Follower(bootstrap, topic)
+    try:
+        before = [f"before-{i}" for i in range(20)]
+        with Client(bootstrap) as client:
+            for i in range(0, 20, 5):
+                client.send(topic, [v.encode() for v in before[i : i + 5]])
+        wait_until(lambda: len(follower.values) >= 20, "the records before the outage")
+        outage(follower)
+        after = [f"after-{i}" for i in range(20)]
+        with Client(bootstrap) as client:
+            for i in range(0, 20, 5):
+                client.send(topic, [v.encode() for v in after[i : i + 5]])
+        wait_until(lambda: len(follower.values) >= 40, "the records after the outage")
+    finally:
+        code = follower.stop()
+    assert code == 0, follower.stderr
+    assert Counter(follower.values) == Counter(before + after), follower.stderr
+    assert follower.notices == ["lost", "reconnected"] * (len(follower.notices) // 2)
+
+
+def test_consume_follow_goes_on_across_a_restart(node: RunningNode) -> None:
+    assert laminar(node, "topic", "create", "f", "--partitions", "3").returncode == 0
+    restarted: list[RunningNode] = []
+
+    def restart(follower: Follower) -> None:
+        node.terminate()
+        wait_until(lambda: "lost" in follower.notices, "the follower to notice")
+        restarted.append(node.restart(port=node.port, shard_port_base=0, admin_port=0))
+
+    try:
+        check_follow_goes_on_across_an_outage(node.bootstrap, "f", restart)
+    finally:
+        for again in restarted:
+            again.terminate()
+    assert restarted  # the outage happened
+
+
+def _cluster_ports(count: int) -> list[int]:
+    """Node ports for `make cluster` whose shard (+1) and admin (+2000) ports
+    are free too."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        near = [q for p in ports for q in (p, p + 1, p + 2000)]
+        if port + 2000 < 65536 and not {port, port + 1, port + 2000} & set(near):
+            with contextlib.suppress(OSError):
+                for other in (port + 1, port + 2000):
+                    with socket.socket() as probe:
+                        probe.bind(("127.0.0.1", other))
+                ports.append(port)
+    return ports
+
+
+def test_sigterm_to_make_cluster_stops_every_node(tmp_path: Path) -> None:
+    """`kill -TERM` of `make cluster` (make passes it to scripts/cluster) stops
+    the three nodes; it used to stop only the log prefixers and leave them."""
+    ports = _cluster_ports(3)
+    data = tmp_path / "cluster"
+    env = {
+        **os.environ,
+        "LAMINAR_CLUSTER_PORTS": " ".join(map(str, ports)),
+        "LAMINAR_CLUSTER_DIR": str(data),
+    }
+    make = subprocess.Popen(
+        ["make", "--no-print-directory", "cluster"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # one group to clean up whatever a failure leaves
+    )
+
+    def node_pids() -> list[int] | None:
+        pids = []
+        for node_id in ("n1", "n2", "n3"):
+            try:
+                pids.append(
+                    int(json.loads((data / node_id / "run" / "node.json").read_text())["pid"])
+                )
+            except (OSError, ValueError, KeyError):
+                return None
+        return pids
+
+    try:
+        pids = wait_until(node_pids, "the three nodes to be ready")
+        make.send_signal(signal.SIGTERM)
+        make.wait(60)
+        wait_until(lambda: not any(_alive(pid) for pid in pids), "every node to stop", 30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(make.pid, signal.SIGKILL)
+        make.wait(10)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

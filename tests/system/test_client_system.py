@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from laminar.client import (
     AsyncClient,
     Client,
+    ClusterView,
+    InvalidRequestError,
     OffsetOutOfRangeError,
     OutcomeUnknownError,
+    RecordTooLargeError,
     RetryPolicy,
     TopicExistsError,
     UnknownPartitionError,
@@ -22,7 +27,7 @@ from laminar.placement import partition_id, shard_for
 from laminar.reactor import StockEventLoop, UringEventLoop, uring_unavailable_reason
 from laminar.wire import ErrorCode
 
-from .nodes import RunningNode
+from .nodes import RunningNode, start_node
 
 
 def test_round_trip_across_partitions_and_shards(node: RunningNode) -> None:
@@ -165,3 +170,44 @@ def test_async_client_long_poll_and_concurrency(node: RunningNode, loop: str) ->
 
     with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
         runner.run(main())
+
+
+def _as_an_older_node_says(view: ClusterView) -> ClusterView:
+    """`view` without the node's frame limit, as metadata from an older node
+    comes: the client cannot check a request's size before sending it."""
+    return dataclasses.replace(
+        view, metadata=dataclasses.replace(view.metadata, max_frame_bytes=None)
+    )
+
+
+def test_a_frame_over_the_nodes_limit_is_refused_not_a_lost_connection(tmp_path: Path) -> None:
+    """The node answers FRAME_TOO_LARGE and closes while the client is still
+    sending (7 MiB does not fit the socket buffers): the client must read that
+    answer, not report a broken connection ("the node stopped answering", or
+    outcome unknown for a plain produce)."""
+    limit = 1 << 20
+    record = b"x" * (7 << 20)
+    with start_node(tmp_path, cores=1, max_frame_bytes=limit) as node:
+        for idempotent in (True, False):
+            with Client(node.bootstrap, idempotent=idempotent) as c:
+                assert c.cluster.max_frame_bytes == limit  # the node says its limit
+                c.create_topic(f"t{int(idempotent)}")
+                with pytest.raises(RecordTooLargeError, match=f"at most {limit} bytes"):
+                    c.produce(f"t{int(idempotent)}", 0, [record])  # checked before sending
+                c._view = _as_an_older_node_says(c.cluster)
+                with pytest.raises(InvalidRequestError) as refused:
+                    c.produce(f"t{int(idempotent)}", 0, [record])
+                assert refused.value.code is ErrorCode.FRAME_TOO_LARGE
+
+        async def main() -> None:
+            async with AsyncClient(node.bootstrap) as c:
+                c._view = _as_an_older_node_says(c.cluster or await c.refresh_metadata())
+                with pytest.raises(InvalidRequestError) as refused:
+                    await c.produce("t1", 0, [record])
+                assert refused.value.code is ErrorCode.FRAME_TOO_LARGE
+
+        for loop in LOOPS.values():
+            with asyncio.Runner(loop_factory=loop) as runner:
+                runner.run(main())
+        with Client(node.bootstrap) as c:  # nothing was appended, the node is fine
+            assert c.offsets("t1", 0) == c.offsets("t0", 0) == (0, 0)
