@@ -229,7 +229,7 @@ class RaftGroup:
                     self.kick()
         except Exception:
             logger.exception("raft group of partition %d stopped", self.pid)
-            self._fail_all(RuntimeError("the partition's Raft group stopped"))
+            self._fail_all("the partition's Raft group stopped")
             raise
 
     async def _handle(self, rd: Ready) -> None:
@@ -335,10 +335,12 @@ class RaftGroup:
                 still.append(proposal)
         self._proposals = still
 
-    def _fail_all(self, exc: Exception) -> None:
+    def _fail_all(self, why: str) -> None:
+        """Settle everything pending: the proposals as lost (another replica may
+        still commit them), the commit waiters as woken."""
         for proposal in self._proposals:
             if not proposal.done.done():
-                proposal.done.set_exception(exc)
+                proposal.done.set_exception(ProposalLost(why))
         self._proposals = []
         for _, waiter in self._commit_waiters:
             if not waiter.done():
@@ -349,7 +351,7 @@ class RaftGroup:
         """Stop driving the core (whoever opened the storage closes it)."""
         self.closed = True
         self.kick()
-        self._fail_all(ProposalLost("the partition's Raft group closed"))
+        self._fail_all("the partition's Raft group closed")
 
 
 def _find(entries: Sequence[Entry], index: int) -> Entry | None:

@@ -158,11 +158,15 @@ def _run(
     tmp_path: Path,
     scenario: Callable[[FakeNetwork], Awaitable[None]],
     nodes: tuple[str, ...] = NODES,
+    opened: tuple[str, ...] | None = None,
 ) -> None:
+    """Run `scenario` over a group of `nodes`, of which those in `opened`
+    (default: all) are opened here as plain hosts."""
+
     async def main() -> None:
         net = FakeNetwork()
         try:
-            for node in nodes:
+            for node in nodes if opened is None else opened:
                 await _open(tmp_path, node, net, nodes)
             await scenario(net)
         finally:
@@ -545,3 +549,31 @@ def test_a_cut_off_leaders_pending_proposal_survives_an_install(tmp_path: Path) 
         assert [v for _, _, v in leader_log][-2:] == [b"last", b"healed"]
 
     _run(tmp_path, scenario)
+
+
+def test_a_leader_whose_group_dies_answers_its_pending_batch_outcome_unknown(
+    tmp_path: Path,
+) -> None:
+    """The leader's fsync fails: its Raft group stops (the partition goes
+    offline there) and the batch it was writing, which the followers may
+    still commit, is answered OUTCOME_UNKNOWN, not as a server bug."""
+    disks = {node: SimulatedDisk() for node in NODES}
+
+    async def main() -> None:
+        net = FakeNetwork()
+        for node in NODES:
+            (tmp_path / node).mkdir()  # the Raft state file is written with plain syscalls
+            await _open(tmp_path, node, net, backend=disks[node])
+        try:
+            await _produce(net, b"first")
+            leader = await _until(lambda: _leader(net))
+            disks[leader.core.id].inject(Fault("sync"))
+            with pytest.raises(RequestError) as unknown:
+                await RaftReplica(leader).append_stamped([b"lost-fsync"])
+            assert unknown.value.code is ErrorCode.OUTCOME_UNKNOWN
+            assert net.hosts[leader.core.id]._tasks[PID].done()  # the group did stop
+        finally:
+            for host in net.hosts.values():
+                await host.close()
+
+    asyncio.run(main())
