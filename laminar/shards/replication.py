@@ -19,12 +19,12 @@ node, holds the shard's Raft members of those partitions:
   partition the metadata knows (`adopt_known`) and only while fewer than
   `ADOPTED_MAX` groups opened that way are still waiting for their log to
   name this node a member (a peer cannot make a shard open unbounded groups);
-- a replica its group removed deletes its files, but only once the removal
-  is committed: its own log applied a membership without this node (the
-  leader tells a removed node the commit; `RaftCore`'s departing nodes). It
-  waits `RETIRE_AFTER_S` with nothing more applied first: a learner catching
-  up replays old changes, and one that removed this node before it was added
-  again must not delete the replica being built;
+- a replica its group removed deletes its files (its term and vote with
+  them), but only once the removal is final: a leader told it that its
+  removal is committed and its own log applied it
+  (`RaftCore.removal_confirmed`). What its log applied alone is not enough:
+  a learner catching up replays old changes, and a node removed, added back
+  and promoted that has not heard of it yet must keep its vote;
 - a request for a partition this node holds no replica of gets NOT_LEADER
   naming the partition's first replica, so a client that routed with stale
   metadata learns where to go;
@@ -87,8 +87,6 @@ REPAIR_HINT: Final = (
     "from its peers (README: Repairing a replica)"
 )
 
-RETIRE_AFTER_S: Final = 10.0
-"""How long a removed replica applies nothing more before its files go."""
 ADOPTED_MAX: Final = 64
 """Groups opened on a leader's message whose log does not name this node yet."""
 LEADER_KINDS: Final = frozenset({APPEND, INSTALL, HEARTBEAT})
@@ -149,8 +147,6 @@ class ShardReplication:
         self._adopted: set[int] = set()
         """Groups opened on a leader's message, until their log names this node."""
         self.adoptions_refused = 0
-        self._removed: dict[int, tuple[float, int]] = {}
-        """Groups whose applied membership left this node out: (since, applied then)."""
         self.retired = 0
         self._retirer: asyncio.Task[None] | None = None
         self.placer: Placer | None = None
@@ -167,33 +163,24 @@ class ShardReplication:
         while True:
             await asyncio.sleep(1.0)
             try:
-                await self.retire_removed(time.monotonic())
+                await self.retire_removed()
             except Exception:
                 logger.exception("retiring removed replicas failed")
 
-    async def retire_removed(self, now: float) -> list[int]:
-        """Delete the replicas whose removal this node's log applied (committed)
-        and that applied nothing more for `RETIRE_AFTER_S`; their pids."""
+    async def retire_removed(self) -> list[int]:
+        """Delete the replicas whose removal is final (see the module
+        docstring); their pids."""
         retired = []
         for pid, replica in list(self.replicas.items()):
             if pid == METADATA_PID and self.placer is not None:
                 continue  # every member observes it: a voter that drops out is added back
-            recorded = replica.group.storage.applied_membership()
-            if recorded is None or self.node_id in recorded.members:
-                self._removed.pop(pid, None)
+            if not replica.group.core.removal_confirmed:
                 continue
-            applied = replica.group.core.log.applied
-            since, seen = self._removed.get(pid, (now, applied))
-            if seen != applied:
-                since, seen = now, applied
-            self._removed[pid] = (since, seen)
-            if now - since >= RETIRE_AFTER_S:
-                await self.close_group(pid)
-                await self.partitions.remove_partition(pid)
-                self._removed.pop(pid, None)
-                self.retired += 1
-                retired.append(pid)
-                logger.info("partition %d: removed from its group; its files are deleted", pid)
+            await self.close_group(pid)
+            await self.partitions.remove_partition(pid)
+            self.retired += 1
+            retired.append(pid)
+            logger.info("partition %d: removed from its group; its files are deleted", pid)
         return retired
 
     # -- placement ---------------------------------------------------------------
