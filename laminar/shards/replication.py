@@ -416,11 +416,11 @@ class ShardReplication:
                     replay=replay,
                     election_ticks=ELECTION_TICKS,
                 )
+                core = RaftCore(config, storage, random.Random(self._rng.getrandbits(64)))
             except RaftError as exc:  # its Raft state cannot be read: never guess
                 reason = f"{exc}{REPAIR_HINT.format(directory=log.directory)}"
                 offline = self._went_offline(pid, reason, OFFLINE_RETRY_S)
                 raise self._refusal(offline, voters) from None
-            core = RaftCore(config, storage, random.Random(self._rng.getrandbits(64)))
             group = RaftGroup(pid, core, storage, self.host.send, apply)
             self.host.add(group)
             replica = self._orphans.pop(pid, None)
