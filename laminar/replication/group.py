@@ -241,7 +241,7 @@ class RaftGroup:
         if rd.entries:
             first = rd.entries[0]
             if first.kind == ANCHOR:
-                self._lose_proposals_through(first.index, "the log was replaced by an install")
+                self._lose_pending("the log was replaced by an install", through=first.index)
             elif first.index <= storage.last_index():
                 self._lose_proposals_from(first.index)
             await storage.append(rd.entries)
@@ -268,9 +268,8 @@ class RaftGroup:
         if self._role == LEADER and core.role != LEADER:
             # Nothing will be proposed here in that term again; what is not yet
             # known committed may still be, by the next leader: unknown.
-            self._lose_proposals_through(
-                2**63, f"this node stopped leading in term {self._term}", core.log.committed
-            )
+            why = f"this node stopped leading in term {self._term}"
+            self._lose_pending(why, after=core.log.committed)
         self._role, self._term = core.role, core.term
         logger.debug("partition %d: %s in term %d", self.pid, core.role, core.term)
         if core.role == LEADER:
@@ -312,13 +311,13 @@ class RaftGroup:
             else:
                 self._commit_waiters.append((end, waiter))
 
-    def _lose_proposals_through(self, index: int, why: str, committed: int = 0) -> None:
-        """Settle as lost (outcome unknown) every pending proposal that ends at or
-        before `index` and after `committed` (those up to it are delivered as
-        committed entries and settled by their term)."""
+    def _lose_pending(self, why: str, *, after: int = 0, through: int | None = None) -> None:
+        """Settle as lost (outcome unknown) every pending proposal that ends
+        after `after` (those up to the commit index are delivered as committed
+        entries and settled by their term) and, if given, at or before `through`."""
         still = []
         for proposal in self._proposals:
-            if committed < proposal.last <= index:
+            if after < proposal.last and (through is None or proposal.last <= through):
                 if not proposal.done.done():
                     proposal.done.set_exception(ProposalLost(why))
             else:

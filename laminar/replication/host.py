@@ -93,11 +93,12 @@ class RaftHost:
         task.add_done_callback(functools.partial(self._stopped, group))
 
     def _stopped(self, group: RaftGroup, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or task.exception() is None:
+        failure = None if task.cancelled() else task.exception()
+        if failure is None:
             return
         logger.error("partition %d is offline: its Raft group failed", group.pid)
         if self._on_failed is not None and self.groups.get(group.pid) is group:
-            self._on_failed(group.pid, task.exception() or RuntimeError())
+            self._on_failed(group.pid, failure)
 
     async def remove(self, pid: int) -> None:
         """Stop and close `pid`'s group (its files stay)."""
