@@ -386,42 +386,37 @@ class ShardReplication:
         offline = self.offline.get(pid)
         if offline is not None and (pid in self._reopening or time.monotonic() < offline.retry_at):
             raise self._refusal(offline, voters)
+        args = _OpenArgs(tuple(voters), log_config, apply, replay, tuple(learners))
+        return await self._open_once(pid, args)
+
+    async def _open_once(self, pid: int, args: _OpenArgs) -> RaftReplica:
+        """Open `pid`'s replica, or wait for the opening already under way."""
         task = self._opening.get(pid)
         if task is None:
-            task = asyncio.get_running_loop().create_task(
-                self._open(pid, tuple(voters), tuple(learners), log_config, apply, replay)
-            )
+            task = asyncio.get_running_loop().create_task(self._open(pid, args))
             self._opening[pid] = task
         return await asyncio.shield(task)
 
-    async def _open(
-        self,
-        pid: int,
-        voters: tuple[str, ...],
-        learners: tuple[str, ...],
-        log_config: LogConfig,
-        apply: Apply | None,
-        replay: bool,
-    ) -> RaftReplica:
-        self._opened_with[pid] = _OpenArgs(voters, log_config, apply, replay, learners)
+    async def _open(self, pid: int, args: _OpenArgs) -> RaftReplica:
+        self._opened_with[pid] = args
         try:
-            log = await self.partitions.get(pid, log_config)
+            log = await self.partitions.get(pid, args.log_config)
             try:
                 storage = await SegmentedLogStorage.over(log, stamped=True)
                 config = replica_config(
                     self.node_id,
                     storage,
-                    voters,
-                    learners,
-                    replay=replay,
+                    args.voters,
+                    args.learners,
+                    replay=args.replay,
                     election_ticks=ELECTION_TICKS,
                 )
                 core = RaftCore(config, storage, random.Random(self._rng.getrandbits(64)))
             except RaftError as exc:  # its Raft state cannot be read: never guess
                 reason = f"{exc}{REPAIR_HINT.format(directory=log.directory)}"
                 offline = self._went_offline(pid, reason, OFFLINE_RETRY_S)
-                raise self._refusal(offline, voters) from None
-            group = RaftGroup(pid, core, storage, self.host.send, apply)
+                raise self._refusal(offline, args.voters) from None
+            group = RaftGroup(pid, core, storage, self.host.send, args.apply)
             self.host.add(group)
             replica = self._orphans.pop(pid, None)
             if replica is None:
@@ -484,20 +479,22 @@ class ShardReplication:
 
     async def _reopen(self, pid: int, delay_s: float) -> None:
         """Close the failed group and its log (recovery then reads what the
-        disk really holds), wait, and open the replica again."""
+        disk really holds), wait, and open the replica again, until it opens
+        (waiting twice as long after each failure, up to `OFFLINE_RETRY_S`)
+        or its Raft state turns out damaged (that waits for a repair)."""
         try:
             await self.host.remove(pid)
             await self.partitions.close_partition(pid)
-            await asyncio.sleep(delay_s)
-            del self._reopening[pid]
-            args = self._opened_with[pid]
-            await self.ensure_open(
-                pid, args.voters, args.log_config, args.apply, args.replay, args.learners
-            )
-        except RequestError:
-            pass  # still offline, and recorded so: the next request tries again
-        except Exception:
-            logger.exception("partition %d: reopening its replica failed", pid)
+            while True:
+                await asyncio.sleep(delay_s)
+                try:
+                    await self._open_once(pid, self._opened_with[pid])
+                    return
+                except RequestError:
+                    return  # offline, and recorded so (a damaged state file)
+                except Exception as exc:
+                    delay_s = min(OFFLINE_RETRY_S, 2 * delay_s)
+                    self._went_offline(pid, f"reopening its Raft group failed: {exc}", delay_s)
         finally:
             self._reopening.pop(pid, None)
 
