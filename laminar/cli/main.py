@@ -4,7 +4,7 @@ This module builds the parser, runs the chosen command with a client, and
 turns every failure into a message that says what to do and an exit code
 scripts can trust (`laminar.cli.common.Exit`); with --json the message is one
 JSON line on stderr. The commands live in their own modules: `topics`,
-`produce`, `consume`, `status`, `weight`.
+`produce`, `consume`, `status`, `weight`, `repair`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from laminar.cli import consume, produce, status, topics, weight
+from laminar.cli import consume, produce, repair, status, topics, weight
 from laminar.cli.common import (
     EXIT_CODES_HELP,
     CommandError,
@@ -50,6 +50,7 @@ examples:
   laminar consume events --follow            # new records from every partition
   laminar status --json
   laminar weight 2                           # this node takes more partitions
+  laminar repair data/partitions/1-0         # rebuild a damaged replica (node stopped)
 """
 
 
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_parser(commands, common)
     status.add_parser(commands, common)
     weight.add_parser(commands, common)
+    repair.add_parser(commands, common)
     return parser
 
 

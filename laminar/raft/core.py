@@ -21,16 +21,21 @@ Theory of operation (etcd raft's RawNode contract):
   application has applied them (`advance`); a leader proposes the next only
   after the previous one and its own no-op are applied.
 - A removed follower must learn that its removal committed (its shell then
-  deletes its files, and only then), yet the leader stops replicating to
-  non-members. So the leader keeps each removed node as a *departing* one:
-  tracked like a learner (it gets appends up to the removal, counts for
-  nothing) until `DEPARTING_TOLD` heartbeat rounds carried it a commit index
-  at or past its removal while it answered, or for at most
-  `DEPARTING_HEARTBEATS_MAX` rounds (a dead node never hears). A new leader
-  does not know them, but a removed node that was never told campaigns (its
-  stale membership still names it a voter): a leader that gets a vote
-  request from a non-member takes it as departing from the membership in
-  effect, so it gets the log up to its removal and learns the commit too.
+  deletes its files, hard state included, and only then), yet the leader
+  stops replicating to non-members. So the leader keeps each removed node as
+  a *departing* one: tracked like a learner (it gets the log, counts for
+  nothing); once it holds its removal, every heartbeat tells it so
+  (`removed`, with the removal's index), until it answered `DEPARTING_TOLD`
+  of them, or for at most `DEPARTING_HEARTBEATS_MAX` rounds (a dead node
+  never hears). Only a leader's word makes the removal final on the removed
+  node (`removal_confirmed`): what its own log applied may be old news (a
+  node removed, added back and promoted, that has not heard of the
+  re-addition yet, must keep its vote). A new leader does
+  not know the departing nodes; a removed node that was never told asks: it
+  campaigns if its stale membership still names it a voter, and otherwise
+  (it applied its removal) sends a pre-vote each election timeout to the
+  voters it knows. A leader that gets either from a non-member takes it as
+  departing from the membership in effect, and tells it.
 """
 
 from __future__ import annotations
@@ -109,8 +114,10 @@ class RaftCore(LeaderReplication):
         self._memberships: list[tuple[int, Membership]] = [(self.log.applied, self.membership)]
         self._tracker = ProgressTracker(self.membership.voters, self.membership.learners)
         # Leader: removed nodes still told their removal, by node: [removal
-        # index, heartbeats that carried a commit past it, heartbeats sent].
+        # index, answers to heartbeats that told it, heartbeat rounds].
         self._departing: dict[str, list[int]] = {}
+        self._removal_confirmed = 0
+        """The removal index a leader said is committed (0: none said)."""
         self.learner_budget: ByteBudget | None = None
         """Shared by a shard's groups to rate-limit moves; the shell sets and refills it."""
         self._reads = ReadIndexQueue()
@@ -324,6 +331,18 @@ class RaftCore(LeaderReplication):
         return True
 
     @property
+    def removal_confirmed(self) -> bool:
+        """A leader told this node that its removal is committed, and the
+        membership it applied (that removal or a later change) leaves it out:
+        its replica may go, hard state and all."""
+        removal = self._removal_confirmed
+        return (
+            removal > 0
+            and self.id not in self.membership.members
+            and self._memberships[-1][0] >= removal
+        )
+
+    @property
     def quiesced(self) -> bool:
         """True while the core ignores ticks (see `quiesce`)."""
         return self._quiesced
@@ -520,9 +539,22 @@ class RaftCore(LeaderReplication):
 
     def _tick_election(self) -> None:
         self._election_elapsed += 1
-        if self._election_elapsed >= self._randomized_timeout and self._promotable():
+        if self._election_elapsed < self._randomized_timeout:
+            return
+        if self._promotable():
             self._election_elapsed = 0
             self._hup(transfer=False)
+        elif self.id not in self.membership.members and not self._removal_confirmed:
+            self._election_elapsed = 0
+            self._ask_if_removed()
+
+    def _ask_if_removed(self) -> None:
+        """A node that applied its own removal but was not told it is final:
+        a pre-vote (which changes nothing anywhere) makes the leader among
+        the voters it knows track it as departing, and so tell it."""
+        last, last_term = self.log.last_index(), self.log.last_term()
+        for node in self.membership.voters:
+            self._msgs.append(Message(PRE_VOTE, self.id, node, self.term + 1, last, last_term))
 
     def _tick_leader(self) -> None:
         self._heartbeat_elapsed += 1
@@ -621,6 +653,8 @@ class RaftCore(LeaderReplication):
                 self._handle_append(m)
             elif kind == HEARTBEAT:
                 self.log.commit_to(min(m.commit, self.log.last_index()))
+                if m.removed:
+                    self._removal_confirmed = max(self._removal_confirmed, m.index)
                 self._reply(m, HEARTBEAT_RESP, context=m.context)
             elif kind == INSTALL:
                 self._handle_install(m)
@@ -739,17 +773,12 @@ class RaftCore(LeaderReplication):
         self._tracker.set_members(m.voters, learners, self.log.last_index() + 1)
 
     def _tell_departing(self) -> None:
-        """After a heartbeat round: count the rounds in which a departing node
-        was sent a commit index past its removal and had answered something
-        since the previous round (it is reachable), and stop tracking those
-        told enough (or never reached)."""
+        """After a heartbeat round: stop tracking the departing nodes that
+        answered enough heartbeats telling them their removal (counted as
+        the answers arrive), or that this many rounds never reached."""
         done = []
         for node, told in self._departing.items():
             told[2] += 1
-            progress = self._tracker.progress[node]
-            if progress.sent_commit >= told[0] and progress.recent_active:
-                told[1] += 1
-            progress.recent_active = False  # it counts for no quorum: only for this
             if told[1] >= DEPARTING_TOLD or told[2] >= DEPARTING_HEARTBEATS_MAX:
                 done.append(node)
         if done:

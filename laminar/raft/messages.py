@@ -97,7 +97,9 @@ class Message:
     - vote / pre_vote: `index`, `log_term` = the candidate's last entry;
       `transfer` = campaign of a leader transfer (ignores leases).
     - heartbeat: `commit` = what the follower may commit; `context` = the
-      leader's read-index round, echoed by heartbeat_resp.
+      leader's read-index round, echoed by heartbeat_resp; `removed` = the
+      receiver is no member: its removal at `index` is committed (it may
+      delete its replica).
     - quiesce: `index` = the leader's last index, `commit` its commit.
     """
 
@@ -114,3 +116,4 @@ class Message:
     context: int = 0
     transfer: bool = False
     data: bytes = b""
+    removed: bool = False

@@ -58,6 +58,9 @@ class LeaderReplication:
         elif m.kind == HEARTBEAT_RESP:
             progress.recent_active = True
             progress.paused = False
+            told = self._departing.get(m.src)
+            if told is not None and progress.match >= told[0]:
+                told[1] += 1  # it answered a heartbeat that (most likely) told it
             if progress.state == PROBE:
                 progress.force_send = True
                 self._bcast = True
@@ -138,8 +141,19 @@ class LeaderReplication:
                     progress.force_send = True
                     self._bcast = True
                 sent = min(progress.match, commit)
+                told = self._departing.get(node)
+                removal = told[0] if told is not None and progress.match >= told[0] else 0
                 self._msgs.append(
-                    Message(HEARTBEAT, self.id, node, self.term, commit=sent, context=context)
+                    Message(
+                        HEARTBEAT,
+                        self.id,
+                        node,
+                        self.term,
+                        removal,
+                        commit=sent,
+                        context=context,
+                        removed=removal > 0,
+                    )
                 )
                 progress.sent_commit = sent
         if self._departing:

@@ -59,6 +59,9 @@ from .storage import limit_bytes
 
 STATE_FILE = "raft-state.json"
 CONTROL_TERM_BIT = 1 << 63  # set on the stored term of entries the core made
+REBUILT_VOTE = "-rebuilt"
+"""The vote of a replica rebuilt after its state was lost (`laminar.replication.repair`):
+no node id starts with "-", so it grants no vote in its term."""
 APPEND_CHUNK_BYTES = 1 << 20  # one log append per chunk (the log bounds batch size)
 _FLUSH_ALWAYS = 'Raft needs flush="always" (an acknowledgement promises durability), not {!r}'
 
@@ -172,7 +175,7 @@ class SegmentedLogStorage:
         if log.config.flush != "always":
             raise ValueError(_FLUSH_ALWAYS.format(log.config.flush))
         path = log.directory
-        state = await asyncio.to_thread(_read_state, path)
+        state = await asyncio.to_thread(read_state, path)
         if log.lowest_index < state.anchor_index:
             await log.reset(state.anchor_index)  # an install that a crash interrupted
         storage = cls(log, path, state, cache_bytes, load_bytes, stamped)
@@ -407,7 +410,9 @@ def _chunks(entries: Sequence[Entry], stamped: bool) -> list[tuple[int, int | No
     return out
 
 
-def _read_state(directory: str) -> _State:
+def read_state(directory: str) -> _State:
+    """The Raft state file of the replica at `directory` (a missing one is the
+    state of a new replica); raises RaftError if it is damaged."""
     path = os.path.join(directory, STATE_FILE)
     try:
         with open(path, "rb") as file:

@@ -7,7 +7,7 @@ together, one frame per pair per tick). The payload is msgpack:
     [[pid, kind, src, dst, term, index, log_term, commit, flags, hint, context,
       data, entries], ...]
 
-`kind` is a small int (`KIND_CODES`), `flags` packs reject and transfer, and
+`kind` is a small int (`KIND_CODES`), `flags` packs reject, transfer and removed, and
 `entries` is `[[term, kind, data], ...]` for the entries at `index + 1`,
 `index + 2`, ... (an append's entries are contiguous after `index`, so their
 indexes are not sent). A peer is authenticated before it may send this, but
@@ -32,6 +32,7 @@ ENTRY_KINDS_BY_CODE: Final = {code: kind for kind, code in ENTRY_KIND_CODES.item
 
 _REJECT: Final = 1
 _TRANSFER: Final = 2
+_REMOVED: Final = 4
 _U63: Final = (1 << 63) - 1
 NODE_ID_BYTES_MAX: Final = 64
 MESSAGES_MAX: Final = 65536
@@ -53,7 +54,11 @@ def encode_batch(messages: Iterable[tuple[int, Message]]) -> bytes:
                 raise ValueError(f"entries of a message must follow its index: {e.index}")
             entries.append((e.term, ENTRY_KIND_CODES[e.kind], e.data))
             expected += 1
-        flags = (_REJECT if m.reject else 0) | (_TRANSFER if m.transfer else 0)
+        flags = (
+            (_REJECT if m.reject else 0)
+            | (_TRANSFER if m.transfer else 0)
+            | (_REMOVED if m.removed else 0)
+        )
         rows.append(
             (
                 pid,
@@ -132,6 +137,7 @@ def _decode_row(row: Any) -> tuple[int, Message]:
         commit=_u63(commit, "commit"),
         reject=bool(_u63(flags, "flags") & _REJECT),
         transfer=bool(flags & _TRANSFER),
+        removed=bool(flags & _REMOVED),
         hint=_u63(hint, "hint"),
         context=_u63(context, "context"),
         data=data,

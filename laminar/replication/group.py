@@ -24,7 +24,11 @@ another leader's (ours was overwritten: definitely not appended, since an
 entry never moves to another index). A proposal whose entries are truncated
 away by a new leader fails at once too (`ProposalLost`), but that one is not
 definite: a replica still holding them may be elected later and commit them,
-so the replica seam answers OUTCOME_UNKNOWN for both.
+so the replica seam answers OUTCOME_UNKNOWN for both. Two more events settle
+proposals the same way, at once: this node stops leading (what is not yet
+known committed is left to the next leader), and an install replaces the log
+(the entries up to its anchor are gone from here, so their terms can no longer
+be read: a proposal is only ever judged by the log it was proposed to).
 
 The hard state's commit index is written only together with a term or vote
 change: the paper keeps commitIndex volatile, and a restart that starts from
@@ -47,6 +51,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from laminar.raft import (
+    ANCHOR,
     LEADER,
     Entry,
     Message,
@@ -236,13 +241,14 @@ class RaftGroup:
                 self._wake.clear()
                 while core.has_ready() and not self.closed:
                     await self._handle(core.ready())
+                self._note_role()  # a step-down may need no Ready (check-quorum)
                 if self.storage.wanted is not None:
                     await self.storage.load()
                     core.retry_storage()
                     self.kick()
         except Exception:
             logger.exception("raft group of partition %d stopped", self.pid)
-            self._fail_all(RuntimeError("the partition's Raft group stopped"))
+            self._fail_all("the partition's Raft group stopped")
             raise
 
     async def _handle(self, rd: Ready) -> None:
@@ -252,10 +258,16 @@ class RaftGroup:
             if ahead:
                 self._send(self.pid, ahead)
         if rd.entries:
-            truncated_from = rd.entries[0].index
-            if truncated_from <= storage.last_index():
-                self._lose_proposals_from(truncated_from)
+            first = rd.entries[0]
+            if first.kind == ANCHOR:
+                self._lose_pending("the log was replaced by an install", through=first.index)
+            elif first.index <= storage.last_index():
+                self._lose_proposals_from(first.index)
             await storage.append(rd.entries)
+            if first.kind == ANCHOR and first.index > self._committed_end:
+                # The anchor is committed, and nothing up to it is delivered.
+                self._committed_end = first.index
+                self._wake_commit_waiters()
         if rd.hard_state is not None and rd.must_sync:
             await storage.set_hard_state(rd.hard_state)
         if rd.messages:
@@ -273,6 +285,11 @@ class RaftGroup:
         core = self.core
         if core.role == self._role and core.term == self._term:
             return
+        if self._role == LEADER and core.role != LEADER:
+            # Nothing will be proposed here in that term again; what is not yet
+            # known committed may still be, by the next leader: unknown.
+            why = f"this node stopped leading in term {self._term}"
+            self._lose_pending(why, after=core.log.committed)
         self._role, self._term = core.role, core.term
         logger.debug("partition %d: %s in term %d", self.pid, core.role, core.term)
         if core.role == LEADER:
@@ -294,13 +311,18 @@ class RaftGroup:
                 still.append(proposal)
             elif not proposal.done.done():
                 # The entry now at `last` is committed: ours if it has our term.
+                # Only a pending proposal is looked up, and only in the log it
+                # was proposed to: an install settles those it skipped first.
                 entry = _find(entries, proposal.last)
-                term = entry.term if entry is not None else self.storage.term(proposal.last)
+                term = entry.term if entry is not None else self.core.log.term(proposal.last)
                 if term == proposal.term:
                     proposal.done.set_result(proposal.first - 1)
                 else:
                     proposal.done.set_exception(ProposalLost(f"entry {proposal.last} is another's"))
         self._proposals = still
+        self._wake_commit_waiters()
+
+    def _wake_commit_waiters(self) -> None:
         waiters, self._commit_waiters = self._commit_waiters, []
         for end, waiter in waiters:
             if self._committed_end >= end:
@@ -319,6 +341,19 @@ class RaftGroup:
             if read is not None and not read.done():
                 read.set_exception(ReadDropped("leadership was lost before the read was confirmed"))
 
+    def _lose_pending(self, why: str, *, after: int = 0, through: int | None = None) -> None:
+        """Settle as lost (outcome unknown) every pending proposal that ends
+        after `after` (those up to the commit index are delivered as committed
+        entries and settled by their term) and, if given, at or before `through`."""
+        still = []
+        for proposal in self._proposals:
+            if after < proposal.last and (through is None or proposal.last <= through):
+                if not proposal.done.done():
+                    proposal.done.set_exception(ProposalLost(why))
+            else:
+                still.append(proposal)
+        self._proposals = still
+
     def _lose_proposals_from(self, index: int) -> None:
         still = []
         for proposal in self._proposals:
@@ -329,10 +364,12 @@ class RaftGroup:
                 still.append(proposal)
         self._proposals = still
 
-    def _fail_all(self, exc: Exception) -> None:
+    def _fail_all(self, why: str) -> None:
+        """Settle everything pending: the proposals as lost (another replica may
+        still commit them), the commit waiters as woken."""
         for proposal in self._proposals:
             if not proposal.done.done():
-                proposal.done.set_exception(exc)
+                proposal.done.set_exception(ProposalLost(why))
         self._proposals = []
         for _, waiter in self._commit_waiters:
             if not waiter.done():
@@ -341,13 +378,13 @@ class RaftGroup:
         reads, self._reads = self._reads, {}
         for read in reads.values():
             if not read.done():
-                read.set_exception(ReadDropped("the partition's Raft group stopped"))
+                read.set_exception(ReadDropped(why))
 
     async def close(self) -> None:
         """Stop driving the core (whoever opened the storage closes it)."""
         self.closed = True
         self.kick()
-        self._fail_all(ProposalLost("the partition's Raft group closed"))
+        self._fail_all("the partition's Raft group closed")
 
 
 def _find(entries: Sequence[Entry], index: int) -> Entry | None:

@@ -64,9 +64,12 @@ class RaftHost:
         tick_s: float = TICK_S,
         on_unknown: Callable[[int, Message], None] | None = None,
         move_budget: ByteBudget | None = None,
+        on_failed: Callable[[int, BaseException], None] | None = None,
     ) -> None:
         self.transport = transport
         self._on_unknown = on_unknown
+        self._on_failed = on_failed
+        """Told when a group's Ready loop dies (its storage failed): it is offline."""
         self.move_budget = move_budget
         """Shared by every group's leader for what it sends learners; refilled each tick."""
         self.tick_s = tick_s
@@ -87,7 +90,15 @@ class RaftHost:
         self._idle_ticks[group.pid] = 0
         task = asyncio.get_running_loop().create_task(group.run())
         self._tasks[group.pid] = task
-        task.add_done_callback(functools.partial(_report_stopped, group.pid))
+        task.add_done_callback(functools.partial(self._stopped, group))
+
+    def _stopped(self, group: RaftGroup, task: asyncio.Task[None]) -> None:
+        failure = None if task.cancelled() else task.exception()
+        if failure is None:
+            return
+        logger.error("partition %d is offline: its Raft group failed", group.pid)
+        if self._on_failed is not None and self.groups.get(group.pid) is group:
+            self._on_failed(group.pid, failure)
 
     async def remove(self, pid: int) -> None:
         """Stop and close `pid`'s group (its files stay)."""
@@ -172,8 +183,3 @@ class RaftHost:
             await asyncio.gather(self._ticker, return_exceptions=True)
         for pid in list(self.groups):
             await self.remove(pid)
-
-
-def _report_stopped(pid: int, task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("partition %d is offline: its Raft group failed", pid)

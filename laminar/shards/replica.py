@@ -192,9 +192,14 @@ class RaftReplica:
     """This node's member of a partition's Raft group (see the module docstring)."""
 
     def __init__(self, group: RaftGroup, reachable: Callable[[str], bool] = lambda node: True):
-        self.group = group
         self._reachable = reachable
         """Whether this node heard from a node lately (the peer links' keepalives)."""
+        self.rebind(group)
+
+    def rebind(self, group: RaftGroup) -> None:
+        """Serve from `group` from now on: the group reopened after its loop
+        failed, and whoever holds this replica (the metadata log) keeps it."""
+        self.group = group
         self.log = group.storage.log
         self.directory = self.log.directory
         self._leader_term = _LeaderTerm(-1)

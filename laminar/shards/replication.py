@@ -19,15 +19,23 @@ node, holds the shard's Raft members of those partitions:
   partition the metadata knows (`adopt_known`) and only while fewer than
   `ADOPTED_MAX` groups opened that way are still waiting for their log to
   name this node a member (a peer cannot make a shard open unbounded groups);
-- a replica its group removed deletes its files, but only once the removal
-  is committed: its own log applied a membership without this node (the
-  leader tells a removed node the commit; `RaftCore`'s departing nodes). It
-  waits `RETIRE_AFTER_S` with nothing more applied first: a learner catching
-  up replays old changes, and one that removed this node before it was added
-  again must not delete the replica being built;
+- a replica its group removed deletes its files (its term and vote with
+  them), but only once the removal is final: a leader told it that its
+  removal is committed and its own log applied it
+  (`RaftCore.removal_confirmed`). What its log applied alone is not enough:
+  a learner catching up replays old changes, and a node removed, added back
+  and promoted that has not heard of it yet must keep its vote;
 - a request for a partition this node holds no replica of gets NOT_LEADER
   naming the partition's first replica, so a client that routed with stale
   metadata learns where to go;
+- a replica that cannot run is *offline*, reported once (log, `/health`,
+  `/metrics`, `laminar status`) and never guessed at: one whose Raft state
+  cannot be read (a damaged `raft-state.json`: `laminar repair` rebuilds it
+  from its peers, see the README) is retried no sooner than
+  `OFFLINE_RETRY_S` later; one whose group's Ready loop died (its storage
+  failed) is reopened from disk after `REOPEN_AFTER_S`, doubling while it
+  keeps failing. Meanwhile requests get NOT_LEADER naming the leader its
+  peers' messages named (or another replica), never INTERNAL;
 - peer connections (`laminar.replication.transport`) carry Raft traffic; this
   shard authenticates the ones handed to it by its connections.
 """
@@ -41,12 +49,13 @@ import random
 import socket
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from laminar.cluster.auth import PeerAuth
 from laminar.cluster.members import ClusterView, Member
 from laminar.log import LogConfig
-from laminar.raft import Entry, Message, RaftCore
+from laminar.raft import Entry, Message, RaftCore, RaftError
 from laminar.raft.budget import ByteBudget
 from laminar.raft.messages import APPEND, HEARTBEAT, INSTALL
 from laminar.raft.segmented import SegmentedLogStorage
@@ -57,7 +66,7 @@ from laminar.replication.placer import Placer, ReplicationFactorOf
 from laminar.replication.transport import PeerLinks, PeerSession
 from laminar.shards.errors import RequestError
 from laminar.shards.metadata import METADATA_PID, METADATA_TOPIC_ID
-from laminar.shards.partitions import PartitionManager
+from laminar.shards.partitions import OFFLINE_RETRY_S, OfflinePartition, PartitionManager
 from laminar.shards.replica import RaftReplica
 from laminar.swim import MembershipView
 from laminar.swim.agent import node_address
@@ -71,8 +80,13 @@ timeout is 1-2 s; a transfer the core abandons is left to an election)."""
 METADATA_VOTERS_MAX: Final = 7
 """Every node of a static cluster votes on metadata (gossip clusters: --metadata-voters)."""
 
-RETIRE_AFTER_S: Final = 10.0
-"""How long a removed replica applies nothing more before its files go."""
+REOPEN_AFTER_S: Final = 1.0
+"""How soon a group whose Ready loop failed is reopened (doubling per failure)."""
+REPAIR_HINT: Final = (
+    "; stop this node and run `laminar repair {directory}` to rebuild the replica "
+    "from its peers (README: Repairing a replica)"
+)
+
 ADOPTED_MAX: Final = 64
 """Groups opened on a leader's message whose log does not name this node yet."""
 LEADER_KINDS: Final = frozenset({APPEND, INSTALL, HEARTBEAT})
@@ -113,8 +127,19 @@ class ShardReplication:
         self._own_shard_ports = own_shard_ports
         self.links = PeerLinks(auth, lambda: self.view, max_frame_bytes)
         budget = ByteBudget(max(1, round(move_bytes_per_s * TICK_S))) if move_bytes_per_s else None
-        self.host = RaftHost(self.links, on_unknown=self._adopt, move_budget=budget)
+        self.host = RaftHost(
+            self.links, on_unknown=self._adopt, move_budget=budget, on_failed=self._group_failed
+        )
         self.replicas: dict[int, RaftReplica] = {}
+        self.offline: dict[int, OfflinePartition] = {}
+        """Replicas this shard cannot run now, and why (see the module docstring)."""
+        self._heard_leader: dict[int, tuple[int, str]] = {}
+        """Offline replicas: (term, node) of the newest leader message each got."""
+        self._opened_with: dict[int, _OpenArgs] = {}
+        self._failures: dict[int, int] = {}
+        self._reopening: dict[int, asyncio.Task[None]] = {}
+        self._orphans: dict[int, RaftReplica] = {}
+        """Replicas whose group failed: the reopened group is bound to them again."""
         self._opening: dict[int, asyncio.Task[RaftReplica]] = {}
         self._sessions: set[asyncio.Task[None]] = set()
         self._rng = random.Random()
@@ -122,8 +147,6 @@ class ShardReplication:
         self._adopted: set[int] = set()
         """Groups opened on a leader's message, until their log names this node."""
         self.adoptions_refused = 0
-        self._removed: dict[int, tuple[float, int]] = {}
-        """Groups whose applied membership left this node out: (since, applied then)."""
         self.retired = 0
         self._retirer: asyncio.Task[None] | None = None
         self.placer: Placer | None = None
@@ -140,33 +163,24 @@ class ShardReplication:
         while True:
             await asyncio.sleep(1.0)
             try:
-                await self.retire_removed(time.monotonic())
+                await self.retire_removed()
             except Exception:
                 logger.exception("retiring removed replicas failed")
 
-    async def retire_removed(self, now: float) -> list[int]:
-        """Delete the replicas whose removal this node's log applied (committed)
-        and that applied nothing more for `RETIRE_AFTER_S`; their pids."""
+    async def retire_removed(self) -> list[int]:
+        """Delete the replicas whose removal is final (see the module
+        docstring); their pids."""
         retired = []
         for pid, replica in list(self.replicas.items()):
             if pid == METADATA_PID and self.placer is not None:
                 continue  # every member observes it: a voter that drops out is added back
-            recorded = replica.group.storage.applied_membership()
-            if recorded is None or self.node_id in recorded.members:
-                self._removed.pop(pid, None)
+            if not replica.group.core.removal_confirmed:
                 continue
-            applied = replica.group.core.log.applied
-            since, seen = self._removed.get(pid, (now, applied))
-            if seen != applied:
-                since, seen = now, applied
-            self._removed[pid] = (since, seen)
-            if now - since >= RETIRE_AFTER_S:
-                await self.close_group(pid)
-                await self.partitions.remove_partition(pid)
-                self._removed.pop(pid, None)
-                self.retired += 1
-                retired.append(pid)
-                logger.info("partition %d: removed from its group; its files are deleted", pid)
+            await self.close_group(pid)
+            await self.partitions.remove_partition(pid)
+            self.retired += 1
+            retired.append(pid)
+            logger.info("partition %d: removed from its group; its files are deleted", pid)
         return retired
 
     # -- placement ---------------------------------------------------------------
@@ -197,7 +211,12 @@ class ShardReplication:
         would count itself a voter."""
         if not self.holds(pid, replication_factor):
             return False
-        return self.placer is None or pid in self.replicas or pid in self._opening
+        return (
+            self.placer is None
+            or pid in self.replicas
+            or pid in self._opening
+            or pid in self.offline
+        )
 
     def not_here(self, pid: int, replication_factor: int) -> RequestError:
         """The refusal for a partition this node holds no replica of: a node
@@ -306,6 +325,9 @@ class ShardReplication:
         anchor) gives it the group's real membership."""
         if pid in self._opening:
             return
+        if pid in self.offline:
+            self._note_leader(pid, message)
+            return
         apply: Apply | None = None
         if pid == METADATA_PID and self._metadata_adoption is not None:
             # Any message: a restarted voter's vote may be what the group needs.
@@ -361,41 +383,120 @@ class ShardReplication:
         replica = self.replicas.get(pid)
         if replica is not None:
             return replica
+        offline = self.offline.get(pid)
+        if offline is not None and (pid in self._reopening or time.monotonic() < offline.retry_at):
+            raise self._refusal(offline, voters)
+        args = _OpenArgs(tuple(voters), log_config, apply, replay, tuple(learners))
+        return await self._open_once(pid, args)
+
+    async def _open_once(self, pid: int, args: _OpenArgs) -> RaftReplica:
+        """Open `pid`'s replica, or wait for the opening already under way."""
         task = self._opening.get(pid)
         if task is None:
-            task = asyncio.get_running_loop().create_task(
-                self._open(pid, tuple(voters), tuple(learners), log_config, apply, replay)
-            )
+            task = asyncio.get_running_loop().create_task(self._open(pid, args))
             self._opening[pid] = task
         return await asyncio.shield(task)
 
-    async def _open(
-        self,
-        pid: int,
-        voters: tuple[str, ...],
-        learners: tuple[str, ...],
-        log_config: LogConfig,
-        apply: Apply | None,
-        replay: bool,
-    ) -> RaftReplica:
+    async def _open(self, pid: int, args: _OpenArgs) -> RaftReplica:
+        self._opened_with[pid] = args
         try:
-            log = await self.partitions.get(pid, log_config)
-            storage = await SegmentedLogStorage.over(log, stamped=True)
-            config = replica_config(
-                self.node_id,
-                storage,
-                voters,
-                learners,
-                replay=replay,
-                election_ticks=ELECTION_TICKS,
-            )
-            core = RaftCore(config, storage, random.Random(self._rng.getrandbits(64)))
-            group = RaftGroup(pid, core, storage, self.host.send, apply)
+            log = await self.partitions.get(pid, args.log_config)
+            try:
+                storage = await SegmentedLogStorage.over(log, stamped=True)
+                config = replica_config(
+                    self.node_id,
+                    storage,
+                    args.voters,
+                    args.learners,
+                    replay=args.replay,
+                    election_ticks=ELECTION_TICKS,
+                )
+                core = RaftCore(config, storage, random.Random(self._rng.getrandbits(64)))
+            except RaftError as exc:  # its Raft state cannot be read: never guess
+                reason = f"{exc}{REPAIR_HINT.format(directory=log.directory)}"
+                offline = self._went_offline(pid, reason, OFFLINE_RETRY_S)
+                raise self._refusal(offline, args.voters) from None
+            group = RaftGroup(pid, core, storage, self.host.send, args.apply)
             self.host.add(group)
-            replica = self.replicas[pid] = RaftReplica(group, self._heard_lately)
+            replica = self._orphans.pop(pid, None)
+            if replica is None:
+                replica = RaftReplica(group, self._heard_lately)
+            else:
+                replica.rebind(group)
+            self.replicas[pid] = replica
+            if self.offline.pop(pid, None) is not None:
+                logger.warning("partition %d: this node's replica is back online", pid)
+            self._heard_leader.pop(pid, None)
             return replica
         finally:
             del self._opening[pid]
+
+    # -- offline replicas ----------------------------------------------------------
+
+    def _went_offline(self, pid: int, reason: str, retry_s: float) -> OfflinePartition:
+        """Record that this shard cannot run `pid`'s replica (logged once per reason)."""
+        old = self.offline.get(pid)
+        same = old is not None and old.reason == reason
+        since = old.since if old is not None and same else time.time()
+        offline = OfflinePartition(pid, reason, since, time.monotonic() + retry_s)
+        self.offline[pid] = offline
+        if not same:
+            logger.error("partition %d: this node's replica is offline: %s", pid, reason)
+        return offline
+
+    def _refusal(self, offline: OfflinePartition, voters: Sequence[str]) -> RequestError:
+        """The answer for a request to an offline replica: NOT_LEADER naming the
+        leader its peers' messages named, else another replica; NOT_READY when
+        there is no other replica to try."""
+        heard = self._heard_leader.get(offline.pid)
+        leader = heard[1] if heard else next((n for n in voters if n != self.node_id), None)
+        where = (
+            f"node {self.node_id}'s replica of partition {offline.pid} is offline "
+            f"({offline.reason})"
+        )
+        if leader is None:
+            return RequestError(ErrorCode.NOT_READY, f"{where}; retry later")
+        named = f"node {leader} leads it" if heard else f"try node {leader}"
+        return RequestError(ErrorCode.NOT_LEADER, f"{where}; {named}", leader=leader)
+
+    def _note_leader(self, pid: int, message: Message) -> None:
+        """A leader's message reached an offline replica: who leads, as of which term."""
+        if message.kind in LEADER_KINDS:
+            heard = self._heard_leader.get(pid)
+            if heard is None or message.term >= heard[0]:
+                self._heard_leader[pid] = (message.term, message.src)
+
+    def _group_failed(self, pid: int, exc: BaseException) -> None:
+        """A group's Ready loop died (`RaftHost`): offline until it is reopened."""
+        replica = self.replicas.pop(pid, None)
+        if replica is not None:
+            self._orphans[pid] = replica
+        failures = self._failures[pid] = self._failures.get(pid, 0) + 1
+        delay = min(OFFLINE_RETRY_S, REOPEN_AFTER_S * 2 ** (failures - 1))
+        self._went_offline(pid, f"its Raft group stopped: {exc!r}; reopening it from disk", delay)
+        task = asyncio.get_running_loop().create_task(self._reopen(pid, delay))
+        self._reopening[pid] = task
+
+    async def _reopen(self, pid: int, delay_s: float) -> None:
+        """Close the failed group and its log (recovery then reads what the
+        disk really holds), wait, and open the replica again, until it opens
+        (waiting twice as long after each failure, up to `OFFLINE_RETRY_S`)
+        or its Raft state turns out damaged (that waits for a repair)."""
+        try:
+            await self.host.remove(pid)
+            await self.partitions.close_partition(pid)
+            while True:
+                await asyncio.sleep(delay_s)
+                try:
+                    await self._open_once(pid, self._opened_with[pid])
+                    return
+                except RequestError:
+                    return  # offline, and recorded so (a damaged state file)
+                except Exception as exc:
+                    delay_s = min(OFFLINE_RETRY_S, 2 * delay_s)
+                    self._went_offline(pid, f"reopening its Raft group failed: {exc}", delay_s)
+        finally:
+            self._reopening.pop(pid, None)
 
     def retention_keeps_from(self, pid: int) -> int:
         """The first log index retention must keep of `pid` on this shard: the
@@ -414,10 +515,17 @@ class ShardReplication:
 
     async def close_group(self, pid: int) -> None:
         """Stop `pid`'s group (the partition manager closes and removes its files)."""
+        reopening = self._reopening.pop(pid, None)
+        if reopening is not None:
+            reopening.cancel()
+            await asyncio.gather(reopening, return_exceptions=True)
         task = self._opening.get(pid)
         if task is not None:
             await asyncio.wait([task])
         self.replicas.pop(pid, None)
+        for table in (self.offline, self._heard_leader, self._orphans, self._failures):
+            table.pop(pid, None)
+        self._opened_with.pop(pid, None)
         await self.host.remove(pid)
 
     # -- peers -------------------------------------------------------------------
@@ -470,7 +578,7 @@ class ShardReplication:
             )
 
     async def close(self) -> None:
-        for task in (self._retirer, self._placing):
+        for task in (self._retirer, self._placing, *self._reopening.values()):
             if task is not None:
                 task.cancel()
         for task in list(self._sessions):
@@ -478,6 +586,17 @@ class ShardReplication:
         await self.host.close()
         self.links.close()
         self.replicas.clear()
+
+
+@dataclass(frozen=True)
+class _OpenArgs:
+    """What a replica was opened with (a failed group is reopened the same way)."""
+
+    voters: tuple[str, ...]
+    log_config: LogConfig
+    apply: Apply | None
+    replay: bool
+    learners: tuple[str, ...]
 
 
 def _report_adoption(pid: int, task: asyncio.Task[RaftReplica]) -> None:

@@ -47,6 +47,7 @@ from laminar.shards.control import (
 )
 from laminar.shards.datagram import DatagramServer
 from laminar.shards.dispatch import CHANNEL_FRAME_SLACK, Dispatcher
+from laminar.shards.errors import RequestError
 from laminar.shards.handlers import Handlers, RequestContext, ShardIdentity
 from laminar.shards.listeners import ShardSockets, is_sibling_shard, peer_credentials
 from laminar.shards.metadata import METADATA_PID, Applied
@@ -478,6 +479,8 @@ class Shard:
             if (here or placed) and self.metadata.state.by_id(topic.topic_id):
                 try:
                     await replication.ensure_open(pid, first, config)
+                except RequestError:
+                    pass  # offline: the replication reported why, once
                 except Exception:
                     logger.exception("could not open partition %d's replica", pid)
 
@@ -536,7 +539,11 @@ class Shard:
                 "membership_version": None if self.membership is None else self.membership.version,
                 "partitions_owned": self._owned_partitions,
                 "partitions_open": self.partitions.open_count,
-                "partitions_offline": [o.describe() for o in self.partitions.offline],
+                "partitions_offline": [
+                    o.describe()
+                    for o in self.partitions.offline
+                    + (list(self.replication.offline.values()) if self.replication else [])
+                ],
                 "moves": self.replication.move_stats() if self.replication is not None else None,
                 "metadata_group": (
                     self.replication.group_members(METADATA_PID)

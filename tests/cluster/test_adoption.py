@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -138,13 +137,12 @@ def test_a_learner_opened_on_a_message_catches_up_and_becomes_a_voter(tmp_path: 
 
 
 def test_a_removed_replica_deletes_its_files_only_once_its_removal_is_committed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """n4 (a learner) holds the removal entry while no voter's acknowledgement
     reaches the leader: not committed, its files stay however long it waits.
     Once the voters' answers pass, the removal commits, the leader tells n4,
     and n4 deletes its replica (and then names the voters when asked)."""
-    monkeypatch.setattr(replication_module, "RETIRE_AFTER_S", 0.2)
 
     async def scenario(net: groups.FakeNetwork) -> None:
         await groups._produce(net, b"x")
@@ -160,7 +158,7 @@ def test_a_removed_replica_deletes_its_files_only_once_its_removal_is_committed(
         n4_log = n4.partitions.directory(groups.PID)
         await groups._until(lambda: n4.host.groups[groups.PID].storage.last_index() >= index)
         await asyncio.sleep(1.5)  # the retirer runs every second, too
-        await n4.retire_removed(time.monotonic() + 60)
+        await n4.retire_removed()
         assert os.path.isdir(n4_log) and groups.PID in n4.replicas  # not before
         # The removal commits while n4 hears nothing; the leader still tells it after.
         net.cut.add("n4")
@@ -174,6 +172,44 @@ def test_a_removed_replica_deletes_its_files_only_once_its_removal_is_committed(
         assert n4.partitions.retired(groups.PID)  # a replayed creation will not reopen it
         refusal = n4.not_here(groups.PID, 3)
         assert refusal.code is ErrorCode.NOT_LEADER and refusal.leader in nodes
+
+    groups._run(tmp_path, scenario)
+
+
+def test_a_replica_that_applied_its_removal_keeps_its_vote_until_the_leader_says_so(
+    tmp_path: Path,
+) -> None:
+    """n4 joins, votes, and is removed; its log applies the removal, but no
+    heartbeat telling it the removal is final gets through. Its replica (its
+    term and vote) stays, however long it waits: it used to go after 10 s of
+    quiet, judged on its own log, which is wrong for a node added back and
+    promoted meanwhile, as n4 then is. Removed once more with the leader's
+    word getting through, it deletes its files."""
+    nodes = groups.NODES
+    four = Membership((*nodes, "n4"))
+
+    async def scenario(net: groups.FakeNetwork) -> None:
+        await groups._produce(net, b"x")
+        n4 = _n4(tmp_path, net)
+        await groups._change(net, lambda c: c.add_learner("n4"), Membership(nodes, ("n4",)))
+        await groups._change(net, lambda c: c.promote_learner("n4"), four)
+        await groups._until(lambda: groups.PID in n4.replicas)
+        replica = n4.replicas[groups.PID]
+        directory = n4.partitions.directory(groups.PID)
+        net.lose = lambda src, dst, m: dst == "n4" and m.removed
+        await groups._change(net, lambda c: c.remove_node("n4"), Membership(nodes))
+        await groups._until(lambda: "n4" not in replica.group.core.membership.members)
+        await asyncio.sleep(groups.TICK_S * 30)  # heartbeat rounds, and n4 asks to be told
+        assert await n4.retire_removed() == []
+        assert os.path.isdir(directory) and n4.replicas[groups.PID] is replica
+        await groups._change(net, lambda c: c.add_learner("n4"), Membership(nodes, ("n4",)))
+        await groups._change(net, lambda c: c.promote_learner("n4"), four)
+        await groups._until(lambda: replica.group.core.membership == four)
+        assert await n4.retire_removed() == [] and os.path.isdir(directory)
+        net.lose = lambda src, dst, m: False
+        await groups._change(net, lambda c: c.remove_node("n4"), Membership(nodes))
+        await groups._until(lambda: not os.path.isdir(directory), timeout_s=30)
+        assert n4.retired == 1
 
     groups._run(tmp_path, scenario)
 

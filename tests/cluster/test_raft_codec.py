@@ -42,6 +42,7 @@ def _messages(rng: random.Random) -> list[tuple[int, Message]]:
             rng.randrange(0, 9),
             rng.random() < 0.5,
             rng.randbytes(3),
+            rng.random() < 0.5,
         )
         out.append((rng.randrange(0, 1 << 64), msg))
     return out

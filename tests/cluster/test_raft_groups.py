@@ -147,7 +147,8 @@ async def _records(host: RaftHost) -> list[tuple[int, int, bytes]]:
     group = host.groups[PID]
     log = group.storage.log
     out = []
-    for record in await log.read_range(0, max_bytes=1 << 30, max_records=100_000):
+    records = await log.read_range(log.lowest_index, max_bytes=1 << 30, max_records=100_000)
+    for record in records:
         if record.index < group.committed_end and not record.term >> 63:
             out.append((record.index, record.timestamp_ms, record.value))
     return out
@@ -157,11 +158,15 @@ def _run(
     tmp_path: Path,
     scenario: Callable[[FakeNetwork], Awaitable[None]],
     nodes: tuple[str, ...] = NODES,
+    opened: tuple[str, ...] | None = None,
 ) -> None:
+    """Run `scenario` over a group of `nodes`, of which those in `opened`
+    (default: all) are opened here as plain hosts."""
+
     async def main() -> None:
         net = FakeNetwork()
         try:
-            for node in nodes:
+            for node in nodes if opened is None else opened:
                 await _open(tmp_path, node, net, nodes)
             await scenario(net)
         finally:
@@ -474,5 +479,101 @@ def test_an_entry_is_acknowledged_only_once_durable_on_a_majority(
                     holders[record.value] += 1
             await storage.close()
         assert all(count >= 2 for count in holders.values()), holders
+
+    asyncio.run(main())
+
+
+def test_a_leader_that_steps_down_settles_its_pending_proposals_at_once(tmp_path: Path) -> None:
+    """A cut-off leader takes a proposal, then steps down (check-quorum) while
+    still cut: the proposal is answered lost (outcome unknown) then, not left
+    for the caller's timeout, although its entry is still in the node's log."""
+
+    async def scenario(net: FakeNetwork) -> None:
+        await _produce(net, b"first")
+        old = await _until(lambda: _leader(net))
+        net.cut.add(old.core.id)
+        _, _, pending = old.propose([b"pending"])
+        index = old.core.log.last_index()
+        await _until(lambda: not old.is_leader)
+        await _until(lambda: pending.done(), timeout_s=20 * TICK_S)
+        with pytest.raises(ProposalLost, match="stopped leading"):
+            pending.result()
+        assert old.core.log.last_index() >= index  # not truncated: the step-down settled it
+
+    _run(tmp_path, scenario)
+
+
+def test_a_cut_off_leaders_pending_proposal_survives_an_install(tmp_path: Path) -> None:
+    """The install-after-pending-proposal case: a leader, cut off and frozen
+    (its clock stops, so check-quorum cannot depose it), takes a proposal; the
+    others elect, commit more and retention removes everything it missed.
+    Healed, it learns the new term and installs the new leader's log: its
+    proposal is settled as lost, its Raft group keeps running (it used to die
+    reading the term of an entry below the new first index), and it ends with
+    exactly the leader's records."""
+
+    async def scenario(net: FakeNetwork) -> None:
+        await _produce(net, b"first")
+        old = await _until(lambda: _leader(net))
+        old_node = old.core.id
+        old_host = net.hosts[old_node]
+        assert old_host._ticker is not None
+        old_host._ticker.cancel()  # frozen, as a SIGSTOPped process is
+        net.cut.add(old_node)
+        _, _, pending = old.propose([b"pending"])
+        pending_index = old.core.log.last_index()
+        acked = [await _produce(net, b"after-%d" % n) for n in range(5)]
+        rest = [host.groups[PID] for node, host in net.hosts.items() if node != old_node]
+        end = acked[-1][0] + 1
+        for group in rest:  # retention: seal, then remove all but the last committed
+            await _until(lambda g=group: g.committed_end >= end)
+            await group.storage.log.roll_over()
+        acked.append(await _produce(net, b"last"))
+        for group in rest:
+            await _until(lambda g=group: g.committed_end > acked[-1][0])
+            await group.storage.log.remove_expired(0, None, keep_from=group.committed_end - 1)
+            assert group.storage.first_index() > pending_index + 1
+        net.cut.clear()
+        old_host.start()
+        end = acked[-1][0] + 1
+        await _until(lambda: old.committed_end >= end)  # the install's anchor is committed
+        acked.append(await _produce(net, b"healed"))
+        with pytest.raises(ProposalLost):
+            await asyncio.wait_for(pending, 20)
+        await _until(lambda: old.committed_end > acked[-1][0])
+        assert old_host._tasks[PID].done() is False, "the group's loop died"
+        floor = old.storage.log.lowest_index
+        assert floor > pending_index  # it did install
+        leader_log = await _records(net.hosts[rest[0].core.id])
+        assert await _records(old_host) == [r for r in leader_log if r[0] >= floor]
+        assert [v for _, _, v in leader_log][-2:] == [b"last", b"healed"]
+
+    _run(tmp_path, scenario)
+
+
+def test_a_leader_whose_group_dies_answers_its_pending_batch_outcome_unknown(
+    tmp_path: Path,
+) -> None:
+    """The leader's fsync fails: its Raft group stops (the partition goes
+    offline there) and the batch it was writing, which the followers may
+    still commit, is answered OUTCOME_UNKNOWN, not as a server bug."""
+    disks = {node: SimulatedDisk() for node in NODES}
+
+    async def main() -> None:
+        net = FakeNetwork()
+        for node in NODES:
+            (tmp_path / node).mkdir()  # the Raft state file is written with plain syscalls
+            await _open(tmp_path, node, net, backend=disks[node])
+        try:
+            await _produce(net, b"first")
+            leader = await _until(lambda: _leader(net))
+            disks[leader.core.id].inject(Fault("sync"))
+            with pytest.raises(RequestError) as unknown:
+                await RaftReplica(leader).append_stamped([b"lost-fsync"])
+            assert unknown.value.code is ErrorCode.OUTCOME_UNKNOWN
+            assert net.hosts[leader.core.id]._tasks[PID].done()  # the group did stop
+        finally:
+            for host in net.hosts.values():
+                await host.close()
 
     asyncio.run(main())

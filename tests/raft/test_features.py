@@ -263,6 +263,8 @@ def test_a_removed_follower_learns_that_its_removal_committed() -> None:
     cluster.tick(3)
     removed = cluster.cores["n3"].status()
     assert removed.voters == ("n1", "n2") and removed.applied >= index
+    cluster.tick(1)  # a heartbeat once the leader knows n3 holds its removal
+    assert cluster.cores["n3"].removal_confirmed  # the leader's word: the removal is final
     cluster.tick(DEPARTING_TOLD + 1)
     assert "n3" not in leader.status().progress  # told enough: forgotten
     cluster.tick(50)
@@ -290,6 +292,26 @@ def test_a_removed_follower_learns_its_removal_from_a_leader_that_never_knew_it(
     assert cluster.leader() == new  # it never disturbed the leader
     cluster.tick(DEPARTING_TOLD + 1)
     assert "n4" not in cluster.cores[new].status().progress
+
+
+def test_a_removed_follower_that_applied_its_removal_asks_until_a_leader_confirms_it() -> None:
+    """n4 applies its removal (an append carried the commit) but the leader
+    fails before a heartbeat says the removal is final, and n4 no longer
+    campaigns (it is no voter in what it applied). Its own log is not enough
+    (it may have been added back since), so it asks the voters it knows with
+    a pre-vote; the new leader takes it as departing and tells it."""
+    cluster = Cluster(4)
+    leader = cluster.elect("n1")
+    leader.remove_node("n4")
+    cluster.drain()
+    n4 = cluster.cores["n4"]
+    assert "n4" not in n4.membership.members and not n4.removal_confirmed
+    cluster.crash("n1")
+    new = cluster.wait_for_leader(max_ticks=200)
+    assert "n4" not in cluster.cores[new].status().progress
+    cluster.tick(60)
+    assert n4.removal_confirmed
+    assert cluster.leader() == new  # asking disturbed nobody
 
 
 def test_membership_changes_are_one_step_at_a_time() -> None:

@@ -35,6 +35,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +111,14 @@ class RunningNode:
     @property
     def routing_mode(self) -> str:
         return str(self.info["routing_mode"])
+
+    def admin_get(self, path: str) -> tuple[int, str]:
+        """GET `path` of the admin endpoint: (HTTP status, body), errors included."""
+        try:
+            with urllib.request.urlopen(self.admin_url + path, timeout=10) as reply:
+                return reply.status, reply.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
 
     def node_file(self) -> dict[str, Any] | None:
         """The current contents of node.json (None while it is being written)."""

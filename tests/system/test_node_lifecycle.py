@@ -9,8 +9,6 @@ import signal
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -74,11 +72,7 @@ def test_shards_are_pinned_one_per_core(node: RunningNode) -> None:
 
 
 def _get(node: RunningNode, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(node.admin_url + path, timeout=10) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+    return node.admin_get(path)
 
 
 def test_metrics_count_requests_forwards_and_fsyncs(node: RunningNode) -> None:

@@ -40,6 +40,7 @@ from .checkers.leader_completeness import LeaderCompleteness
 from .checkers.liveness import Liveness
 from .checkers.log_matching import LogMatching
 from .checkers.reads import LinearizableReads
+from .checkers.removal import RemovalFinality
 from .checkers.state_machine_safety import StateMachineSafety
 from .history import History, Violation
 from .network import SimNetwork
@@ -56,6 +57,7 @@ ALL_CHECKERS: tuple[type[Checker], ...] = (
     StateMachineSafety,
     Durability,
     LinearizableReads,
+    RemovalFinality,
     Liveness,
 )
 
@@ -263,10 +265,13 @@ class Simulation:
                 self._start(node)
 
     def _destroy_removed(self) -> None:
+        """A running removed node goes once it takes its removal as final (a
+        leader told it), as a shell deletes its replica; a crashed one at once."""
         members = self._committed_membership().members
         for node in self.nodes.values():
             removed = node.id not in members and node.id not in self.destroyed
-            if removed and self._removal_committed(node.id):
+            final = node.core is None or node.core.removal_confirmed
+            if removed and final and self._removal_committed(node.id):
                 self.destroyed.add(node.id)
                 node.crash()
 
@@ -278,8 +283,8 @@ class Simulation:
 
     def _change_membership(self) -> None:
         """The controller: one step at a time, through the current leader.
-        Removed nodes are destroyed once their removal is committed (as a
-        shell deletes a replica it no longer hosts)."""
+        Removed nodes are destroyed once their removal is committed and final
+        (`_destroy_removed`)."""
         if self._membership_change is not None:
             node_id, incarnation, index = self._membership_change
             node = self.nodes[node_id]
