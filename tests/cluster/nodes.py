@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from laminar.placement import shard_for
 from laminar.wire import (
     NEED_DATA,
+    ErrorCode,
     ErrorResponse,
     FetchRequest,
     FetchResponse,
@@ -189,21 +190,25 @@ def offsets(node: RunningNode, pid: int) -> ListOffsetsResponse:
 
 def read_replica(node: RunningNode, pid: int) -> list[tuple[int, bytes]]:
     """Every committed record `node`'s replica of `pid` still holds (retention
-    may have removed the oldest): (index, blob)."""
-    out: list[tuple[int, bytes]] = []
-    range_ = offsets(node, pid)
-    index, end = range_.lowest_index, range_.committed_index
-    while index < end:
-        message = FetchRequest(pid, index, max_bytes=4 << 20, any_replica=True)
-        answer = request(node, pid, message)
-        if isinstance(answer, ErrorResponse):
-            raise AssertionError(f"fetch from {node.bootstrap}: {answer}")
-        assert isinstance(answer, FetchResponse)
-        out += [(r.index, r.blob) for r in answer.records]
-        if answer.next_index <= index:
-            break  # removed meanwhile (retention)
-        index = answer.next_index
-    return out
+    may have removed the oldest, also while this reads: then it reads again):
+    (index, blob)."""
+    for _ in range(10):
+        out: list[tuple[int, bytes]] = []
+        range_ = offsets(node, pid)
+        index, end = range_.lowest_index, range_.committed_index
+        while index < end:
+            message = FetchRequest(pid, index, max_bytes=4 << 20, any_replica=True)
+            answer = request(node, pid, message)
+            if isinstance(answer, ErrorResponse):
+                if answer.code is ErrorCode.OFFSET_OUT_OF_RANGE:
+                    break  # retention passed this point meanwhile: read again
+                raise AssertionError(f"fetch from {node.bootstrap}: {answer}")
+            assert isinstance(answer, FetchResponse)
+            out += [(r.index, r.blob) for r in answer.records]
+            index = answer.next_index
+        else:
+            return out
+    raise AssertionError(f"{node.bootstrap}: retention kept moving the start of {pid}")
 
 
 def leader_of(cluster: Cluster, pid: int, among: Iterable[str] | None = None) -> str:
