@@ -26,7 +26,6 @@ from laminar.client import calls
 from laminar.client.aio_connection import AsyncConnection
 from laminar.client.batch import RecordBatch
 from laminar.client.errors import (
-    CannotConnectError,
     ConnectionLostError,
     LaminarError,
     UnknownPartitionError,
@@ -48,13 +47,20 @@ from laminar.client.results import (
     describe,
     expect,
 )
-from laminar.client.retry import Backoff, RetryPolicy, final_error
+from laminar.client.retry import (
+    Backoff,
+    RetryPolicy,
+    final_error,
+    may_retry,
+    metadata_unanswered,
+    no_answer,
+)
 from laminar.client.routing import (
     Address,
     ClusterView,
     RouteHints,
-    format_address,
     metadata_candidates,
+    metadata_timeout_s,
     parse_addresses,
 )
 from laminar.memory import tune_allocator
@@ -308,22 +314,23 @@ class AsyncClient:
             return view
 
     async def _fetch_metadata(self) -> ClusterView:
-        candidates = metadata_candidates(self.bootstraps, self._view)
-        error: LaminarError | None = None
-        for address in candidates:
+        """As `Client.refresh_metadata_view`: the first address that answers."""
+        failures: list[tuple[Address, LaminarError]] = []
+        timeout_s = metadata_timeout_s(self.timeout_s, self.connect_timeout_s)
+        for address in metadata_candidates(self.bootstraps, self._view, self._hints):
             try:
                 conn = await self._connection(address)
-                frame = await conn.request(MetadataRequest(), self.timeout_s)
+                frame = await conn.request(MetadataRequest(), timeout_s)
                 return ClusterView.from_metadata(
                     expect(frame, MetadataResponse), address, self._hints
                 )
-            except ConnectionLostError as exc:
-                error = exc
-        assert error is not None
-        if isinstance(error, CannotConnectError) and len(candidates) > 1:
-            tried = ", ".join(format_address(a) for a in candidates)
-            raise CannotConnectError(f"cannot reach the node at any of {tried}") from error
-        raise error
+            except LaminarError as exc:
+                if not may_retry(exc, idempotent=True):
+                    raise
+                if no_answer(exc):
+                    self._note_unreachable(address)
+                failures.append((address, exc))
+        raise metadata_unanswered(failures)
 
     # --- plumbing --------------------------------------------------------------------
 
@@ -345,8 +352,8 @@ class AsyncClient:
                 return call.parse(frame)
             except LaminarError as exc:
                 error = exc
-                if isinstance(exc, ConnectionLostError) and address and self._view is not None:
-                    self._view.unreachable(address)
+                if address is not None and no_answer(exc):
+                    self._note_unreachable(address)
             if self._view is not None:
                 self._view.learn(error)
             final = final_error(error, call.idempotent, call.what)
@@ -390,6 +397,10 @@ class AsyncClient:
                 del self._conns[address]
         with contextlib.suppress(LaminarError):
             await self.refresh_metadata()
+
+    def _note_unreachable(self, address: Address) -> None:
+        """Nobody answers at `address`: route around its node for a while."""
+        self._hints.unreachable(address, self._view.nodes if self._view else {})
 
     def _note_failure(self, call: calls.Call[Any], error: LaminarError) -> None:
         """As `Client._note_failure`."""

@@ -1,4 +1,5 @@
-"""The retry rule: idempotent requests are repeated, others only when refused."""
+"""The retry rule: idempotent requests are repeated, others only when refused;
+a missing answer (a timeout included) counts against the node."""
 
 from __future__ import annotations
 
@@ -15,7 +16,13 @@ from laminar.client import (
     RetryPolicy,
 )
 from laminar.client.errors import server_error
-from laminar.client.retry import Backoff, final_error, may_retry
+from laminar.client.retry import (
+    Backoff,
+    final_error,
+    may_retry,
+    metadata_unanswered,
+    no_answer,
+)
 from laminar.wire import ErrorCode
 
 LOST = ConnectionLostError("reset")
@@ -31,7 +38,8 @@ TIMEOUT = RequestTimeoutError("slow")
         (LOST, True, True),
         (LOST, False, False),
         (ProtocolViolationError("junk"), True, True),
-        (TIMEOUT, True, False),
+        (TIMEOUT, True, True),
+        (TIMEOUT, False, False),
         (server_error(ErrorCode.NOT_OWNER, "moved"), False, True),
         (server_error(ErrorCode.SHUTTING_DOWN, "draining"), False, True),
         (server_error(ErrorCode.STORAGE_ERROR, "disk"), True, True),
@@ -67,6 +75,32 @@ def test_other_errors_are_raised_as_they_are() -> None:
     assert isinstance(err, OffsetOutOfRangeError)
     assert final_error(err, True, "fetch") is err
     assert final_error(NEVER_SENT, False, "produce") is None  # retried: nothing was sent
+
+
+@pytest.mark.parametrize(
+    ("error", "silent"),
+    [
+        (NEVER_SENT, True),
+        (LOST, True),
+        (TIMEOUT, True),
+        (ProtocolViolationError("junk"), True),
+        (server_error(ErrorCode.TOO_MANY_CONNECTIONS, "full"), False),  # it answered that
+        (server_error(ErrorCode.OUTCOME_UNKNOWN, "lost"), False),
+        (server_error(ErrorCode.NOT_LEADER, "not me"), False),
+    ],
+)
+def test_only_a_missing_answer_counts_against_the_node(error: LaminarError, silent: bool) -> None:
+    assert no_answer(error) is silent
+
+
+def test_metadata_unanswered_names_every_address_or_keeps_a_refusal() -> None:
+    a, b = ("10.0.0.1", 7070), ("10.0.0.2", 7070)
+    both = metadata_unanswered([(a, TIMEOUT), (b, NEVER_SENT)])
+    assert isinstance(both, CannotConnectError)
+    assert "10.0.0.1:7070: slow" in str(both) and "10.0.0.2:7070: refused" in str(both)
+    assert metadata_unanswered([(a, TIMEOUT)]) is TIMEOUT
+    loading = server_error(ErrorCode.NOT_READY, "loading")
+    assert metadata_unanswered([(a, loading), (b, TIMEOUT)]) is loading
 
 
 def test_backoff_doubles_up_to_its_cap_and_stops_at_the_budget() -> None:
