@@ -17,7 +17,7 @@ from laminar.client import (
     UnknownTopicError,
 )
 from laminar.placement import partition_id, shard_for
-from laminar.wire import Op, producer_stamp
+from laminar.wire import ErrorCode, Op, producer_stamp
 from tests.cluster.nodes import wait_until
 
 from .conftest import Runner
@@ -177,6 +177,19 @@ def test_a_silent_bootstrap_address_is_passed_over(
                 pass
 
     run(main())
+
+
+def test_a_bootstrap_node_not_ready_yet_is_passed_over(node: FakeNode, run: Runner) -> None:
+    """As `Client`'s: NOT_READY sends the metadata request to the next address."""
+    with FakeNode() as loading:
+        loading.inject(Fault("error", op=Op.METADATA, code=ErrorCode.NOT_READY))
+
+        async def main() -> None:
+            async with AsyncClient(f"{loading.bootstrap},{node.bootstrap}") as c:
+                await c.create_topic("t", partitions=1)
+
+        run(main())
+        assert [r.op for r in loading.received] == [Op.METADATA]
 
 
 def test_long_poll_and_cancellation(node: FakeNode, run: Runner) -> None:

@@ -287,6 +287,16 @@ def test_a_silent_bootstrap_address_is_passed_over(node: FakeNode, silent_addres
     assert "no node answered" in str(info.value)
 
 
+def test_a_bootstrap_node_not_ready_yet_is_passed_over(node: FakeNode) -> None:
+    """A refusal worth retrying (a restarting node's NOT_READY) sends the
+    metadata request to the next address, not back to the caller."""
+    with FakeNode() as loading:
+        loading.inject(Fault("error", op=Op.METADATA, code=ErrorCode.NOT_READY))
+        with Client(f"{loading.bootstrap},{node.bootstrap}") as c:
+            c.create_topic("t", partitions=1)
+        assert [r.op for r in loading.received] == [Op.METADATA]
+
+
 def test_long_poll_returns_when_data_arrives(node: FakeNode) -> None:
     with Client(node.bootstrap) as c, Client(node.bootstrap) as writer:
         c.create_topic("t", partitions=1)
