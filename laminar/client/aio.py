@@ -47,19 +47,11 @@ from laminar.client.results import (
     describe,
     expect,
 )
-from laminar.client.retry import (
-    Backoff,
-    RetryPolicy,
-    final_error,
-    may_retry,
-    metadata_unanswered,
-    no_answer,
-)
+from laminar.client.retry import Backoff, MetadataSearch, RetryPolicy, final_error, no_answer
 from laminar.client.routing import (
     Address,
     ClusterView,
     RouteHints,
-    metadata_candidates,
     metadata_timeout_s,
     parse_addresses,
 )
@@ -315,9 +307,9 @@ class AsyncClient:
 
     async def _fetch_metadata(self) -> ClusterView:
         """As `Client.refresh_metadata_view`: the first address that answers."""
-        failures: list[tuple[Address, LaminarError]] = []
+        search = MetadataSearch(self.bootstraps, self._view, self._hints)
         timeout_s = metadata_timeout_s(self.timeout_s, self.connect_timeout_s)
-        for address in metadata_candidates(self.bootstraps, self._view, self._hints):
+        for address in search.candidates:
             try:
                 conn = await self._connection(address)
                 frame = await conn.request(MetadataRequest(), timeout_s)
@@ -325,12 +317,8 @@ class AsyncClient:
                     expect(frame, MetadataResponse), address, self._hints
                 )
             except LaminarError as exc:
-                if not may_retry(exc, idempotent=True):
-                    raise
-                if no_answer(exc):
-                    self._note_unreachable(address)
-                failures.append((address, exc))
-        raise metadata_unanswered(failures)
+                search.failed(address, exc)
+        raise search.error()
 
     # --- plumbing --------------------------------------------------------------------
 

@@ -14,6 +14,9 @@ in one place for both clients:
   the retry and the metadata refresh before it go to the others. A node that
   stopped, or was cut off by the network, makes its connections silent rather
   than closed; its partitions elect new leaders, which the retries find.
+- Metadata is asked of one address after another (`MetadataSearch`), each
+  allowed `routing.metadata_timeout_s`: after no answer or a refusal worth
+  retrying (a restarting node's `NOT_READY`) the next one is asked.
 - A produce or topic change is sent again only when the node said it did not
   apply it (`NOT_OWNER`, `SHUTTING_DOWN`, `NOT_READY`, `NOT_LEADER`,
   `NOT_ENOUGH_REPLICAS`: it refused before doing anything; a NOT_LEADER answer
@@ -30,7 +33,7 @@ in one place for both clients:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from laminar.client.errors import (
@@ -41,8 +44,14 @@ from laminar.client.errors import (
     RequestTimeoutError,
     ServerError,
 )
-from laminar.client.routing import Address, format_address
-from laminar.wire import ErrorCode
+from laminar.client.routing import (
+    Address,
+    ClusterView,
+    RouteHints,
+    format_address,
+    metadata_candidates,
+)
+from laminar.wire import ErrorCode, NodeInfo
 
 # Codes with which the node refuses a request before applying any of it.
 _REFUSED_UNAPPLIED = frozenset(
@@ -107,20 +116,46 @@ def final_error(exc: LaminarError, idempotent: bool, what: str) -> LaminarError 
     return exc
 
 
-def metadata_unanswered(failures: Sequence[tuple[Address, LaminarError]]) -> LaminarError:
-    """The error when every address asked for metadata failed (`failures`, in
-    the order asked, never empty): a refusal if one answered with one, else
-    `CannotConnectError` naming each address and why (for one address, its
-    own error)."""
-    refusals = [exc for _, exc in failures if not no_answer(exc)]
-    if refusals:
-        return refusals[-1]
-    if len(failures) == 1:
-        return failures[0][1]
-    tried = "; ".join(f"{format_address(address)}: {exc.message}" for address, exc in failures)
-    error = CannotConnectError(f"no node answered for the cluster's metadata ({tried})")
-    error.__cause__ = failures[-1][1]
-    return error
+class MetadataSearch:
+    """Asking for metadata address after address, as both clients refresh:
+    `candidates` in order (`metadata_candidates`), `failed` for each that
+    did not give it, `error` when none did."""
+
+    __slots__ = ("_failures", "_hints", "_nodes", "candidates")
+
+    def __init__(
+        self, bootstraps: tuple[Address, ...], view: ClusterView | None, hints: RouteHints
+    ) -> None:
+        self.candidates = metadata_candidates(bootstraps, view, hints)
+        self._nodes: Mapping[str, NodeInfo] = view.nodes if view is not None else {}
+        self._hints = hints
+        self._failures: list[tuple[Address, LaminarError]] = []
+
+    def failed(self, address: Address, exc: LaminarError) -> None:
+        """`address` did not give metadata: raises `exc` if no other address
+        would do better (a refusal not worth retrying), else notes why, and
+        routes around the node there if it gave no answer."""
+        if not may_retry(exc, idempotent=True):
+            raise exc
+        if no_answer(exc):
+            self._hints.unreachable(address, self._nodes)
+        self._failures.append((address, exc))
+
+    def error(self) -> LaminarError:
+        """The error once every candidate failed: a refusal if one answered
+        with one, else `CannotConnectError` naming each address and why (for
+        a single address, its own error)."""
+        failures = self._failures
+        refusals = [exc for _, exc in failures if not no_answer(exc)]
+        if refusals:
+            return refusals[-1]
+        if len(failures) == 1:
+            return failures[0][1]
+        tried = "; ".join(f"{format_address(address)}: {exc.message}" for address, exc in failures)
+        error = CannotConnectError(f"no node answered for the cluster's metadata ({tried})")
+        if failures:
+            error.__cause__ = failures[-1][1]
+        return error
 
 
 def outcome_unknown(exc: LaminarError, what: str) -> OutcomeUnknownError:

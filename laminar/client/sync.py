@@ -45,19 +45,11 @@ from laminar.client.results import (
     describe,
     expect,
 )
-from laminar.client.retry import (
-    Backoff,
-    RetryPolicy,
-    final_error,
-    may_retry,
-    metadata_unanswered,
-    no_answer,
-)
+from laminar.client.retry import Backoff, MetadataSearch, RetryPolicy, final_error, no_answer
 from laminar.client.routing import (
     Address,
     ClusterView,
     RouteHints,
-    metadata_candidates,
     metadata_timeout_s,
     parse_addresses,
 )
@@ -518,8 +510,8 @@ class Client:
         """Fetch metadata from the first address that answers within
         `connect_timeout_s` (`metadata_candidates`: the bootstrap addresses,
         then every node known)."""
-        failures: list[tuple[Address, LaminarError]] = []
-        for address in metadata_candidates(self.bootstraps, self._view, self._hints):
+        search = MetadataSearch(self.bootstraps, self._view, self._hints)
+        for address in search.candidates:
             try:  # (sent as if not idempotent: a connection the node closed is replaced first)
                 conn, corr = self._send_to(address, MetadataRequest(), idempotent=False)
                 deadline = time.monotonic() + metadata_timeout_s(
@@ -530,16 +522,13 @@ class Client:
                     expect(frame, MetadataResponse), address, self._hints
                 )
             except LaminarError as exc:
-                if not may_retry(exc, idempotent=True):
-                    raise
-                if no_answer(exc):
-                    self._note_unreachable(address)
-                failures.append((address, exc))
+                with self._lock:
+                    search.failed(address, exc)
                 continue
             with self._lock:
                 self._view = view
             return view
-        raise metadata_unanswered(failures)
+        raise search.error()
 
     # --- plumbing (used by Pending) --------------------------------------------------
 

@@ -16,13 +16,8 @@ from laminar.client import (
     RetryPolicy,
 )
 from laminar.client.errors import server_error
-from laminar.client.retry import (
-    Backoff,
-    final_error,
-    may_retry,
-    metadata_unanswered,
-    no_answer,
-)
+from laminar.client.retry import Backoff, MetadataSearch, final_error, may_retry, no_answer
+from laminar.client.routing import RouteHints
 from laminar.wire import ErrorCode
 
 LOST = ConnectionLostError("reset")
@@ -93,14 +88,33 @@ def test_only_a_missing_answer_counts_against_the_node(error: LaminarError, sile
     assert no_answer(error) is silent
 
 
-def test_metadata_unanswered_names_every_address_or_keeps_a_refusal() -> None:
+def _search_failing_with(*failures: tuple[tuple[str, int], LaminarError]) -> MetadataSearch:
+    search = MetadataSearch(tuple(address for address, _ in failures), None, RouteHints())
+    for address, error in failures:
+        search.failed(address, error)
+    return search
+
+
+def test_a_metadata_search_names_every_address_or_keeps_a_refusal() -> None:
     a, b = ("10.0.0.1", 7070), ("10.0.0.2", 7070)
-    both = metadata_unanswered([(a, TIMEOUT), (b, NEVER_SENT)])
+    both = _search_failing_with((a, TIMEOUT), (b, NEVER_SENT)).error()
     assert isinstance(both, CannotConnectError)
     assert "10.0.0.1:7070: slow" in str(both) and "10.0.0.2:7070: refused" in str(both)
-    assert metadata_unanswered([(a, TIMEOUT)]) is TIMEOUT
+    assert _search_failing_with((a, TIMEOUT)).error() is TIMEOUT
     loading = server_error(ErrorCode.NOT_READY, "loading")
-    assert metadata_unanswered([(a, loading), (b, TIMEOUT)]) is loading
+    assert _search_failing_with((a, loading), (b, TIMEOUT)).error() is loading
+    bad = server_error(ErrorCode.INVALID_REQUEST, "no")
+    with pytest.raises(type(bad)):  # no other node would answer better
+        _search_failing_with((a, bad))
+
+
+def test_a_metadata_search_asks_silent_addresses_last() -> None:
+    a, b = ("10.0.0.1", 7070), ("10.0.0.2", 7070)
+    hints = RouteHints()
+    MetadataSearch((a, b), None, hints).failed(a, TIMEOUT)
+    assert MetadataSearch((a, b), None, hints).candidates == [b, a]
+    MetadataSearch((a, b), None, hints).failed(b, server_error(ErrorCode.NOT_READY, "x"))
+    assert MetadataSearch((a, b), None, hints).candidates == [b, a]  # b answered
 
 
 def test_backoff_doubles_up_to_its_cap_and_stops_at_the_budget() -> None:

@@ -85,7 +85,7 @@ def same_client_fails_over(cluster: Cluster, topic: str, silence: Silence) -> fl
         producer.start()
         undo: Callable[[], None] | None = None
         try:
-            wait_until(lambda: len(acks.acked) >= 20, "produces acknowledged before the fault")
+            wait_until(lambda: len(acks.acked) >= 10, "produces acknowledged before the fault")
             undo = silence(leader)
             fault_at = time.monotonic()
             next_ack = wait_until(
@@ -95,7 +95,7 @@ def same_client_fails_over(cluster: Cluster, topic: str, silence: Silence) -> fl
             )
             elapsed = next_ack - fault_at
             count = len(acks.acked)
-            wait_until(lambda: len(acks.acked) >= count + 20, "produces acknowledged after it")
+            wait_until(lambda: len(acks.acked) >= count + 10, "produces acknowledged after it")
         finally:
             stop.set()
             producer.join(60)
