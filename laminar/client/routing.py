@@ -117,8 +117,9 @@ class RouteHints:
     avoided: dict[str, float] = field(default_factory=dict)
     """node id -> monotonic time until which it is not routed to."""
     silent: dict[Address, float] = field(default_factory=dict)
-    """address -> monotonic time until which metadata is asked there last
-    (also before any metadata says which node is there)."""
+    """address -> monotonic time until which metadata is asked there last: it
+    gave no answer (kept by address as well: before any metadata, no node is
+    known to be there)."""
 
     def avoid(self, node_id: str) -> None:
         self.avoided[node_id] = time.monotonic() + AVOID_S
