@@ -26,7 +26,6 @@ from laminar.client import calls
 from laminar.client.aio_connection import AsyncConnection
 from laminar.client.batch import RecordBatch
 from laminar.client.errors import (
-    CannotConnectError,
     ConnectionLostError,
     LaminarError,
     UnknownPartitionError,
@@ -50,13 +49,12 @@ from laminar.client.results import (
     describe,
     expect,
 )
-from laminar.client.retry import Backoff, RetryPolicy, final_error
+from laminar.client.retry import Backoff, MetadataSearch, RetryPolicy, final_error, no_answer
 from laminar.client.routing import (
     Address,
     ClusterView,
     RouteHints,
-    format_address,
-    metadata_candidates,
+    metadata_timeout_s,
     parse_addresses,
 )
 from laminar.memory import tune_allocator
@@ -337,22 +335,19 @@ class AsyncClient:
             return view
 
     async def _fetch_metadata(self) -> ClusterView:
-        candidates = metadata_candidates(self.bootstraps, self._view)
-        error: LaminarError | None = None
-        for address in candidates:
+        """As `Client.refresh_metadata_view`: the first address that answers."""
+        search = MetadataSearch(self.bootstraps, self._view, self._hints)
+        timeout_s = metadata_timeout_s(self.timeout_s, self.connect_timeout_s)
+        for address in search.candidates:
             try:
                 conn = await self._connection(address)
-                frame = await conn.request(MetadataRequest(), self.timeout_s)
+                frame = await conn.request(MetadataRequest(), timeout_s)
                 return ClusterView.from_metadata(
                     expect(frame, MetadataResponse), address, self._hints
                 )
-            except ConnectionLostError as exc:
-                error = exc
-        assert error is not None
-        if isinstance(error, CannotConnectError) and len(candidates) > 1:
-            tried = ", ".join(format_address(a) for a in candidates)
-            raise CannotConnectError(f"cannot reach the node at any of {tried}") from error
-        raise error
+            except LaminarError as exc:
+                search.failed(address, exc)
+        raise search.error()
 
     # --- plumbing --------------------------------------------------------------------
 
@@ -374,8 +369,8 @@ class AsyncClient:
                 return call.parse(frame)
             except LaminarError as exc:
                 error = exc
-                if isinstance(exc, ConnectionLostError) and address and self._view is not None:
-                    self._view.unreachable(address)
+                if address is not None and no_answer(exc):
+                    self._note_unreachable(address)
             if self._view is not None:
                 self._view.learn(error)
             final = final_error(error, call.idempotent, call.what)
@@ -419,6 +414,10 @@ class AsyncClient:
                 del self._conns[address]
         with contextlib.suppress(LaminarError):
             await self.refresh_metadata()
+
+    def _note_unreachable(self, address: Address) -> None:
+        """Nobody answers at `address`: route around its node for a while."""
+        self._hints.unreachable(address, self._view.nodes if self._view else {})
 
     def _note_failure(self, call: calls.Call[Any], error: LaminarError) -> None:
         """As `Client._note_failure`."""

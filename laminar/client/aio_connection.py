@@ -21,7 +21,9 @@ a request costs no stream buffering. Theory of operation:
   closed: a node answers a request it refuses unread (a frame over its
   limit) and then closes, and that answer says more than the broken write.
 - A timed-out or cancelled request is abandoned: its answer, if it comes, is
-  dropped. Deadlines are kept by one `Deadlines` per connection with a single
+  dropped. A request that times out on a connection silent since it was sent
+  closes the connection, failing its other requests as lost
+  (`laminar.client.protocol`). Deadlines are kept by one `Deadlines` per connection with a single
   timer, not a timer per request (a TimerHandle made and cancelled for every
   request was a tenth of the client's time per produce).
 """
@@ -41,7 +43,7 @@ from laminar.client.errors import (
     LaminarError,
     RequestTimeoutError,
 )
-from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES, ClientProtocol
+from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES, ClientProtocol, silent_error
 from laminar.client.routing import Address, format_address
 from laminar.outbox import Outbox
 from laminar.wire import Frame, Message
@@ -212,8 +214,10 @@ class AsyncConnection:
                 self._proto.abandon(corr)
 
     def _expire(self, corr: int, timeout_s: float) -> None:
+        if self._proto.expire(corr):  # silent since it was sent: fail every waiter
+            self._fail(silent_error(format_address(self.address)))
+            return
         fut = self._waiters.pop(corr, None)
-        self._proto.abandon(corr)
         if fut is not None and not fut.done():
             fut.set_exception(
                 RequestTimeoutError(

@@ -20,6 +20,8 @@ The socket stays in blocking mode (one syscall per read or write). Time
 limits come from the kernel: SO_RCVTIMEO ends a read after `_READ_TICK_S` so
 the reader can check its deadline, SO_SNDTIMEO ends a send to a node that
 stopped reading (the connection is then broken: a partial frame was written).
+A connection found silent at a request's deadline is closed
+(`laminar.client.protocol`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from laminar.client.errors import (
     ConnectionLostError,
     RequestTimeoutError,
 )
-from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES, ClientProtocol
+from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES, ClientProtocol, silent_error
 from laminar.client.routing import Address, format_address
 from laminar.wire import Frame, Message
 from laminar.wire.codec import Buffer
@@ -175,7 +177,9 @@ class BlockingConnection:
 
     def wait(self, corr: int, deadline: float | None) -> Frame:
         """The answer to `corr`, reading the socket as needed. `deadline` is a
-        `time.monotonic()` value; past it, `RequestTimeoutError`."""
+        `time.monotonic()` value; past it, `RequestTimeoutError`, or when
+        nothing at all came since `corr` was sent, the connection is closed as
+        silent and every waiter gets its `ConnectionLostError`."""
         cond = self._cond
         while True:
             with cond:
@@ -187,7 +191,10 @@ class BlockingConnection:
                         raise self._error
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
-                        self._proto.abandon(corr)
+                        if self._proto.expire(corr):  # silent since it was sent
+                            silent = silent_error(self._name())
+                            self._fail_locked(silent)
+                            raise silent
                         raise RequestTimeoutError(
                             f"no answer from {self._name()} in time (correlation id {corr})"
                         )

@@ -8,7 +8,20 @@ requests still waiting. The sync and async connections own the socket and
 call it; nothing here blocks or touches a socket.
 
 A frame that answers no request in flight breaks the protocol, except for
-answers to requests the caller gave up on (`abandon`), which are dropped. An
+answers to requests the caller gave up on (`abandon`, `expire`), which are
+dropped.
+
+Silence. A request that runs out of time (`expire`) on a connection that has
+received nothing at all since the request was sent says the peer is silent,
+not slow: a stopped process (whose kernel still accepts connections and
+data) or one cut off by the network. The shells then close the connection and
+fail its other requests as lost, so each of them is retried elsewhere or
+reported as of unknown outcome at once (`laminar.client.retry`) instead of
+waiting out its own deadline on a dead link, and no later request is sent
+into it. Any byte received counts, a part of a large answer too, so a busy
+connection is never taken for a silent one; a long-poll fetch's deadline
+includes its `max_wait`, so a poll the node holds on purpose never expires
+early. An
 error frame whose correlation id is unknown is the node's last word before it
 closes a connection it could not decode: it becomes the `ProtocolViolationError`
 raised for every request still waiting.
@@ -45,14 +58,16 @@ _U32: Final = 1 << 32
 class ClientProtocol:
     """Correlation bookkeeping and frame decoding for one connection."""
 
-    __slots__ = ("_abandoned", "_decoder", "_next", "in_flight")
+    __slots__ = ("_abandoned", "_decoder", "_next", "_received", "in_flight")
 
     def __init__(self, max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES) -> None:
         self._decoder = FrameDecoder(max_frame_bytes)
         self._next = 1
         self._abandoned: set[int] = set()
-        self.in_flight: set[int] = set()
-        """Correlation ids sent and not yet answered."""
+        self._received = 0
+        """How many times bytes arrived (the mark silence is judged by)."""
+        self.in_flight: dict[int, int] = {}
+        """Correlation ids sent and not yet answered -> `_received` when sent."""
 
     @property
     def receive_room(self) -> int:
@@ -68,19 +83,30 @@ class ClientProtocol:
             corr = corr + 1 if corr + 1 < _U32 else 1
         self._next = corr + 1 if corr + 1 < _U32 else 1
         buffers = message.encode_buffers(corr)
-        in_flight.add(corr)
+        in_flight[corr] = self._received
         return corr, buffers
 
     def abandon(self, corr: int) -> None:
         """Stop waiting for `corr`: its answer, if it comes, is dropped."""
-        if corr in self.in_flight:
-            self.in_flight.discard(corr)
+        if self.in_flight.pop(corr, None) is not None:
             self._abandoned.add(corr)
+
+    def expire(self, corr: int) -> bool:
+        """`corr` ran out of time: `abandon` it, and say whether the connection
+        is silent (nothing at all arrived since `corr` was sent; see the module
+        docstring): the caller then closes it with `silent_error`."""
+        sent_at = self.in_flight.pop(corr, None)
+        if sent_at is None:
+            return False
+        self._abandoned.add(corr)
+        return sent_at == self._received
 
     def receive(self, data: Buffer) -> list[Frame]:
         """The answers completed by `data`, in arrival order. Raises
         `ProtocolViolationError` when the stream cannot be trusted any more."""
         decoder = self._decoder
+        if len(data):
+            self._received += 1
         try:
             decoder.feed(data)
             frames: list[Frame] = []
@@ -89,8 +115,7 @@ class ClientProtocol:
                 if frame is NEED_DATA:
                     return frames
                 corr = frame.correlation_id
-                if corr in self.in_flight:
-                    self.in_flight.discard(corr)
+                if self.in_flight.pop(corr, None) is not None:
                     frames.append(frame)
                 elif corr in self._abandoned:
                     self._abandoned.discard(corr)
@@ -100,6 +125,14 @@ class ClientProtocol:
             raise ProtocolViolationError(
                 f"the node sent bytes that do not decode ({exc.message}); connection closed"
             ) from exc
+
+
+def silent_error(peer: str) -> ConnectionLostError:
+    """Why a silent connection (`ClientProtocol.expire`) to `peer` was closed."""
+    return ConnectionLostError(
+        f"no answer from {peer} in time and nothing else from it since the request was "
+        "sent (a stopped node, or one cut off by the network): connection closed"
+    )
 
 
 def _unexpected(frame: Frame) -> ConnectionLostError:

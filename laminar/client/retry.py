@@ -6,8 +6,17 @@ in one place for both clients:
 - A request that was never sent (`CannotConnectError`) may always be sent
   again: nothing can have been applied.
 - An idempotent request (fetch, offsets, metadata, ping, list topics) is sent
-  again after a lost connection or a retriable error code, each time with
-  freshly fetched metadata, until the retry budget is spent.
+  again after a lost connection, a timeout or a retriable error code, each
+  time with freshly fetched metadata, until the retry budget is spent.
+- No answer (`no_answer`: a lost or silent connection, a timeout) counts
+  against the node, not just the request: whatever the request, the client
+  routes around that node for a while (`laminar.client.routing.AVOID_S`), so
+  the retry and the metadata refresh before it go to the others. A node that
+  stopped, or was cut off by the network, makes its connections silent rather
+  than closed; its partitions elect new leaders, which the retries find.
+- Metadata is asked of one address after another (`MetadataSearch`), each
+  allowed `routing.metadata_timeout_s`: after no answer or a refusal worth
+  retrying (a restarting node's `NOT_READY`) the next one is asked.
 - A produce or topic change is sent again only when the node said it did not
   apply it (`NOT_OWNER`, `SHUTTING_DOWN`, `NOT_READY`, `NOT_LEADER`,
   `NOT_ENOUGH_REPLICAS`: it refused before doing anything; a NOT_LEADER answer
@@ -15,8 +24,8 @@ in one place for both clients:
   it refused the connection unread). When
   the node itself lost the answer (`OUTCOME_UNKNOWN`, a shard it handed the
   request to died or timed out) the caller gets an `OutcomeUnknownError`.
-  After a lost connection it is never repeated: the caller gets an
-  `OutcomeUnknownError` and decides (fetch to check, or accept duplicates).
+  After a lost connection or a timeout it is never repeated: the caller gets
+  an `OutcomeUnknownError` and decides (fetch to check, or accept duplicates).
   An idempotent produce (one with a producer id and sequence) is the
   exception: the node appends each sequence once, so it is retried like a fetch.
 """
@@ -24,7 +33,7 @@ in one place for both clients:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from laminar.client.errors import (
@@ -35,7 +44,14 @@ from laminar.client.errors import (
     RequestTimeoutError,
     ServerError,
 )
-from laminar.wire import ErrorCode
+from laminar.client.routing import (
+    Address,
+    ClusterView,
+    RouteHints,
+    format_address,
+    metadata_candidates,
+)
+from laminar.wire import ErrorCode, NodeInfo
 
 # Codes with which the node refuses a request before applying any of it.
 _REFUSED_UNAPPLIED = frozenset(
@@ -73,7 +89,16 @@ def may_retry(exc: LaminarError, idempotent: bool) -> bool:
         return exc.retriable and (idempotent or exc.code in _REFUSED_UNAPPLIED)
     if isinstance(exc, ConnectionLostError):
         return idempotent and not isinstance(exc, OutcomeUnknownError)
+    if isinstance(exc, RequestTimeoutError):
+        return idempotent
     return False
+
+
+def no_answer(exc: LaminarError) -> bool:
+    """Whether `exc` says the node at the request's address gave no answer at
+    all (a refused, lost or silent connection, or a timeout), as opposed to an
+    answer refusing the request: the client then routes around that node."""
+    return isinstance(exc, ConnectionLostError | RequestTimeoutError) and exc.code is None
 
 
 def final_error(exc: LaminarError, idempotent: bool, what: str) -> LaminarError | None:
@@ -89,6 +114,48 @@ def final_error(exc: LaminarError, idempotent: bool, what: str) -> LaminarError 
     ):
         return outcome_unknown(exc, what)
     return exc
+
+
+class MetadataSearch:
+    """Asking for metadata address after address, as both clients refresh:
+    `candidates` in order (`metadata_candidates`), `failed` for each that
+    did not give it, `error` when none did."""
+
+    __slots__ = ("_failures", "_hints", "_nodes", "candidates")
+
+    def __init__(
+        self, bootstraps: tuple[Address, ...], view: ClusterView | None, hints: RouteHints
+    ) -> None:
+        self.candidates = metadata_candidates(bootstraps, view, hints)
+        self._nodes: Mapping[str, NodeInfo] = view.nodes if view is not None else {}
+        self._hints = hints
+        self._failures: list[tuple[Address, LaminarError]] = []
+
+    def failed(self, address: Address, exc: LaminarError) -> None:
+        """`address` did not give metadata: raises `exc` if no other address
+        would do better (a refusal not worth retrying), else notes why, and
+        routes around the node there if it gave no answer."""
+        if not may_retry(exc, idempotent=True):
+            raise exc
+        if no_answer(exc):
+            self._hints.unreachable(address, self._nodes)
+        self._failures.append((address, exc))
+
+    def error(self) -> LaminarError:
+        """The error once every candidate failed: a refusal if one answered
+        with one, else `CannotConnectError` naming each address and why (for
+        a single address, its own error)."""
+        failures = self._failures
+        refusals = [exc for _, exc in failures if not no_answer(exc)]
+        if refusals:
+            return refusals[-1]
+        if len(failures) == 1:
+            return failures[0][1]
+        tried = "; ".join(f"{format_address(address)}: {exc.message}" for address, exc in failures)
+        error = CannotConnectError(f"no node answered for the cluster's metadata ({tried})")
+        if failures:
+            error.__cause__ = failures[-1][1]
+        return error
 
 
 def outcome_unknown(exc: LaminarError, what: str) -> OutcomeUnknownError:

@@ -19,6 +19,7 @@ leaders replace what it held).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import xxhash
@@ -45,7 +46,8 @@ Address = tuple[str, int]
 
 DEFAULT_PORT = 7070
 AVOID_S = 5.0
-"""How long a node that could not be reached is routed around."""
+"""How long a node that gave no answer (`laminar.client.retry.no_answer`) is
+routed around: long enough for its partitions to elect other leaders (1-2 s)."""
 
 # A shard that binds every interface reports a wildcard host; reach it where the
 # node itself was reached instead.
@@ -121,12 +123,36 @@ class RouteHints:
     """partition id -> the node last named its leader."""
     avoided: dict[str, float] = field(default_factory=dict)
     """node id -> monotonic time until which it is not routed to."""
+    silent: dict[Address, float] = field(default_factory=dict)
+    """address -> monotonic time until which metadata is asked there last: it
+    gave no answer (kept by address as well: before any metadata, no node is
+    known to be there)."""
 
     def avoid(self, node_id: str) -> None:
         self.avoided[node_id] = time.monotonic() + AVOID_S
         for pid, leader in list(self.leaders.items()):
             if leader == node_id:
                 del self.leaders[pid]
+
+    def unreachable(self, address: Address, nodes: Mapping[str, NodeInfo]) -> None:
+        """A request to `address` got no answer: route around the node there (of
+        `nodes`, the metadata's) for `AVOID_S`, while its partitions elect
+        other leaders, and ask others for metadata first."""
+        self.silent[address] = time.monotonic() + AVOID_S
+        node_id = _node_at(address, nodes)
+        if node_id is not None:
+            self.avoid(node_id)
+
+    def avoids(self, node_id: str, now: float) -> bool:
+        """Whether `node_id` is being routed around at `now`."""
+        return self.avoided.get(node_id, 0.0) > now
+
+    def avoids_address(self, address: Address, nodes: Mapping[str, NodeInfo], now: float) -> bool:
+        """Whether `address` (or the node there) is being routed around at `now`."""
+        if self.silent.get(address, 0.0) > now:
+            return True
+        node_id = _node_at(address, nodes)
+        return node_id is not None and self.avoids(node_id, now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,9 +249,7 @@ class ClusterView:
         pid = route.partition_id
         leader = self.leader_of(pid)
         now = time.monotonic()
-        followers = [
-            n for n in self.replicas(pid) if n != leader and self.hints.avoided.get(n, 0.0) <= now
-        ]
+        followers = [n for n in self.replicas(pid) if n != leader and not self.hints.avoids(n, now)]
         return self.route_to(pid, followers[pid % len(followers)]) if followers else route
 
     def replicas(self, pid: int) -> list[str]:
@@ -239,25 +263,22 @@ class ClusterView:
 
     def leader_of(self, pid: int) -> str:
         """The node requests for `pid` go to: its known leader (a node a
-        NOT_LEADER answer named, also one placement does not name: a move puts
-        the group on the nodes its committed membership names), else its
-        first replica that was not found unreachable lately."""
+        NOT_LEADER answer or the metadata named, also one placement does not
+        name: a move puts the group on the nodes its committed membership
+        names), else its first replica. Either way not a node that gave no
+        answer lately (`RouteHints.avoided`), unless every replica did: the
+        others still name a stopped leader until they elect another, and the
+        request goes to one of them meanwhile, which redirects it once the new
+        leader is known."""
         replicas = self.replicas(pid)
-        known = self.hints.leaders.get(pid)
-        if known is not None and known in self.nodes:
-            return known
         now = time.monotonic()
-        reachable = [n for n in replicas if self.hints.avoided.get(n, 0.0) <= now]
-        return (reachable or replicas)[0]
-
-    def unreachable(self, address: Address) -> None:
-        """A request to `address` found no node there: route around that node for
-        `AVOID_S` (its partitions elect other leaders meanwhile)."""
-        for node in self.nodes.values():
-            if address == (node.host, node.port) or (
-                address[0] == node.host and address[1] in node.shard_ports
-            ):
-                self.hints.avoid(node.node_id)
+        known = self.hints.leaders.get(pid)
+        if known is not None and known in self.nodes and not self.hints.avoids(known, now):
+            return known
+        reachable = [n for n in replicas if not self.hints.avoids(n, now)]
+        if reachable:
+            return reachable[0]
+        return known if known is not None and known in self.nodes else replicas[0]
 
     def learn(self, error: LaminarError) -> None:
         """Take note of what a failed request taught: a NOT_LEADER answer naming
@@ -311,12 +332,36 @@ def _reachable(shard: ShardInfo, node_host: str) -> Address:
     return (host, shard.port)
 
 
-def metadata_candidates(bootstraps: tuple[Address, ...], view: ClusterView | None) -> list[Address]:
+def _node_at(address: Address, nodes: Mapping[str, NodeInfo]) -> str | None:
+    """The node of `nodes` listening at `address` (its node port or a shard's)."""
+    host, port = address
+    for node in nodes.values():
+        if host == node.host and (port == node.port or port in node.shard_ports):
+            return node.node_id
+    return None
+
+
+def metadata_timeout_s(timeout_s: float, connect_timeout_s: float) -> float:
+    """How long one address may take to answer metadata: a node answers it
+    from memory, so no longer than a connect (a stopped node's kernel accepts
+    connections, and the request, but nothing answers: the next address is
+    asked after this), and never longer than any request."""
+    return min(timeout_s, connect_timeout_s)
+
+
+def metadata_candidates(
+    bootstraps: tuple[Address, ...], view: ClusterView | None, hints: RouteHints
+) -> list[Address]:
     """Where to ask for metadata, in order: the bootstrap addresses, then every
-    node and shard the last metadata named (any of them answers)."""
+    node and shard the last metadata named (any of them answers); those that
+    gave no answer lately (`RouteHints.unreachable`) last, so a stopped node
+    costs a refresh nothing while the others answer."""
     candidates = list(bootstraps)
+    nodes: Mapping[str, NodeInfo] = {}
     if view is not None:
+        nodes = view.nodes
         for address in (*view.node_addresses(), *view.shard_addresses):
             if address not in candidates:
                 candidates.append(address)
-    return candidates
+    now = time.monotonic()
+    return sorted(candidates, key=lambda address: hints.avoids_address(address, nodes, now))

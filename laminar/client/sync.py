@@ -47,13 +47,12 @@ from laminar.client.results import (
     describe,
     expect,
 )
-from laminar.client.retry import Backoff, RetryPolicy, final_error
+from laminar.client.retry import Backoff, MetadataSearch, RetryPolicy, final_error, no_answer
 from laminar.client.routing import (
     Address,
     ClusterView,
     RouteHints,
-    format_address,
-    metadata_candidates,
+    metadata_timeout_s,
     parse_addresses,
 )
 from laminar.memory import tune_allocator
@@ -143,7 +142,7 @@ class Pending(Generic[T]):
                     return self._result
                 except LaminarError as exc:
                     error = exc
-                    if isinstance(exc, ConnectionLostError):
+                    if no_answer(exc):
                         self._client._note_unreachable(self._conn.address)
             if error is None:  # cannot happen: _send sets a connection or an error
                 raise RuntimeError("a Pending request has neither a connection nor an error")
@@ -170,11 +169,15 @@ class Client:
     once, so an unreachable node fails here with `CannotConnectError`.
 
     `timeout_s` bounds the wait for one answer (plus a fetch's `max_wait_ms`);
-    `retry` bounds how long idempotent requests are retried after connection
-    loss or retriable errors. In a cluster, `bootstrap` may list several nodes
-    ("h1:p1,h2:p2": the first that answers gives the metadata); writes go to
-    each partition's leader, reads too unless `read_from="follower"`, which
-    spreads them over followers (each serves what it has committed).
+    past it the node counts as unreachable (`laminar.client.retry`), so it also
+    bounds how long a silent leader (stopped, or cut off by the network) holds
+    up the client. `connect_timeout_s` bounds a connect and, per address, a
+    metadata answer. `retry` bounds how long idempotent requests are retried
+    after connection loss, timeouts or retriable errors. In a cluster,
+    `bootstrap` may list several nodes ("h1:p1,h2:p2": the first that answers
+    gives the metadata); writes go to each partition's leader, reads too
+    unless `read_from="follower"`, which spreads them over followers (each
+    serves what it has committed).
     """
 
     def __init__(
@@ -530,27 +533,28 @@ class Client:
         self.refresh_metadata_view()
 
     def refresh_metadata_view(self) -> ClusterView:
-        """Fetch metadata from the bootstrap address, else from any known shard."""
-        candidates = metadata_candidates(self.bootstraps, self._view)
-        error: LaminarError | None = None
-        for address in candidates:
+        """Fetch metadata from the first address that answers within
+        `connect_timeout_s` (`metadata_candidates`: the bootstrap addresses,
+        then every node known)."""
+        search = MetadataSearch(self.bootstraps, self._view, self._hints)
+        for address in search.candidates:
             try:  # (sent as if not idempotent: a connection the node closed is replaced first)
                 conn, corr = self._send_to(address, MetadataRequest(), idempotent=False)
-                frame = conn.wait(corr, time.monotonic() + self.timeout_s)
+                deadline = time.monotonic() + metadata_timeout_s(
+                    self.timeout_s, self.connect_timeout_s
+                )
+                frame = conn.wait(corr, deadline)
                 view = ClusterView.from_metadata(
                     expect(frame, MetadataResponse), address, self._hints
                 )
-            except ConnectionLostError as exc:
-                error = exc
+            except LaminarError as exc:
+                with self._lock:
+                    search.failed(address, exc)
                 continue
             with self._lock:
                 self._view = view
             return view
-        assert error is not None
-        if isinstance(error, CannotConnectError) and len(candidates) > 1:
-            tried = ", ".join(format_address(a) for a in candidates)
-            raise CannotConnectError(f"cannot reach the node at any of {tried}") from error
-        raise error
+        raise search.error()
 
     # --- plumbing (used by Pending) --------------------------------------------------
 
@@ -576,8 +580,7 @@ class Client:
     def _note_unreachable(self, address: Address) -> None:
         """Nobody answers at `address`: route around its node for a while."""
         with self._lock:
-            if self._view is not None:
-                self._view.unreachable(address)
+            self._hints.unreachable(address, self._view.nodes if self._view else {})
 
     def _connection(self, address: Address, fresh_check: bool) -> BlockingConnection:
         """The live connection to `address`, made if needed. With `fresh_check`,

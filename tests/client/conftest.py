@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
@@ -27,6 +28,16 @@ Runner = Callable[[Coroutine[Any, Any, Any]], Any]
 def node() -> Iterator[FakeNode]:
     with FakeNode(shards=2) as fake:
         yield fake
+
+
+@pytest.fixture
+def silent_address() -> Iterator[str]:
+    """HOST:PORT of a socket that accepts connections and never reads or answers
+    (as a SIGSTOPped node's kernel does)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
 
 
 @pytest.fixture(params=list(LOOPS))

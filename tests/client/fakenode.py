@@ -5,7 +5,9 @@ topics and records in memory, and serves every client op the way the real
 node does. It records which listener received each request, so tests can
 check shard-direct routing, and takes faults on demand: close a connection
 before or after applying a request, answer with an error code, stop and
-restart a shard's listener, or answer pipelined requests in reverse order.
+restart a shard's listener, answer pipelined requests in reverse order, or
+freeze as a SIGSTOPped node does (its kernel still completes connects and
+takes in requests; nothing is read or answered until it thaws).
 It is a test peer, not a model of the node's internals.
 """
 
@@ -94,6 +96,8 @@ class FakeNode:
         self._ports: dict[int, int] = {}
         self._conns: dict[int, set[socket.socket]] = defaultdict(set)
         self._closed = False
+        self._thawed = threading.Event()
+        self._thawed.set()
         for listener in [NODE, *range(shards)]:
             self._listen(listener, 0)
 
@@ -114,8 +118,17 @@ class FakeNode:
 
     def close(self) -> None:
         self._closed = True
+        self._thawed.set()
         for listener in list(self._listeners):
             self.stop(listener)
+
+    def freeze(self) -> None:
+        """Stop accepting, reading and answering, like a SIGSTOPped node."""
+        self._thawed.clear()
+
+    def thaw(self) -> None:
+        """Carry on (SIGCONT): what arrived meanwhile is read and served."""
+        self._thawed.set()
 
     def stop(self, listener: int) -> None:
         """Close a listener and every connection it accepted (a crashed shard)."""
@@ -163,6 +176,7 @@ class FakeNode:
 
     def _accept_loop(self, listener: int, sock: socket.socket) -> None:
         while True:
+            self._thawed.wait()
             try:
                 conn, _ = sock.accept()
             except OSError:
@@ -176,6 +190,7 @@ class FakeNode:
         try:
             while True:
                 data = conn.recv(1 << 16)
+                self._thawed.wait()  # (a read under way when frozen is served after)
                 if not data:
                     return
                 decoder.feed(data)

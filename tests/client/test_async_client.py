@@ -12,12 +12,12 @@ from laminar.client import (
     CannotConnectError,
     OffsetOutOfRangeError,
     OutcomeUnknownError,
-    RequestTimeoutError,
     RetryPolicy,
     UnknownTopicError,
 )
 from laminar.placement import partition_id, shard_for
-from laminar.wire import Op, producer_stamp
+from laminar.wire import ErrorCode, Op, producer_stamp
+from tests.cluster.nodes import wait_until
 
 from .conftest import Runner
 from .fakenode import FakeNode, Fault
@@ -105,17 +105,86 @@ def test_an_idempotent_produce_is_resent_after_a_lost_answer(node: FakeNode, run
 
 
 def test_errors_and_timeouts(node: FakeNode, run: Runner) -> None:
+    """As `Client`'s: a timeout counts as a lost answer, retried when safe."""
+
     async def main() -> None:
         async with AsyncClient(node.bootstrap, timeout_s=0.3) as c:
-            await c.create_topic("t", partitions=1)
+            info = await c.create_topic("t", partitions=1)
             with pytest.raises(OffsetOutOfRangeError):
                 await c.fetch("t", 0, 3)
+            await c.produce("t", 0, [b"a"])
             node.inject(Fault("ignore", op=Op.FETCH))
-            with pytest.raises(RequestTimeoutError):
-                await c.fetch("t", 0, 0)
-            assert await c.produce("t", 0, [b"x"]) == 0  # same connection, still good
+            ignored = asyncio.ensure_future(c.fetch("t", 0, 0))
+            await asyncio.sleep(0.05)
+            assert await c.offsets("t", 0) == (0, 1)  # answered meanwhile: not silent
+            assert [r.value for r in await ignored] == [b"a"]  # timed out, asked again
+            node.inject(Fault("ignore", op=Op.PRODUCE))  # alone on its connection: silent
+            assert await c.produce("t", 0, [b"b"]) == 1
+            assert len(node.records(partition_id(info.topic_id, 0))) == 2
+        async with AsyncClient(node.bootstrap, timeout_s=0.3, idempotent=False) as c:
+            node.inject(Fault("ignore", op=Op.PRODUCE))
+            with pytest.raises(OutcomeUnknownError, match="no answer"):
+                await c.produce("t", 0, [b"x"])
+            assert await c.offsets("t", 0) == (0, 2)  # a new connection (ignored: not applied)
 
     run(main())
+
+
+def test_a_frozen_node_fails_every_request_on_the_connection_at_once(
+    node: FakeNode, run: Runner
+) -> None:
+    """As `Client`'s: the first deadline on a silent connection fails them all."""
+
+    async def main() -> int:
+        async with AsyncClient(node.bootstrap, timeout_s=0.5, idempotent=False) as c:
+            info = await c.create_topic("t", partitions=1)
+            node.freeze()
+            first = asyncio.ensure_future(c.produce("t", 0, [b"first"]))
+            await asyncio.sleep(0.2)
+            second = asyncio.ensure_future(c.produce("t", 0, [b"second"]))
+            for pending in (first, second):
+                with pytest.raises(OutcomeUnknownError, match="nothing else from it"):
+                    await pending  # `second` by `first`'s deadline, not its own
+            node.thaw()
+            pid = partition_id(info.topic_id, 0)
+            await asyncio.to_thread(
+                wait_until, lambda: len(node.records(pid)) == 2, "the thawed node applied both"
+            )
+            return await c.produce("t", 0, [b"after"])  # a new connection
+
+    assert run(main()) == 2
+
+
+def test_a_silent_bootstrap_address_is_passed_over(
+    node: FakeNode, silent_address: str, run: Runner
+) -> None:
+    """As `Client`'s: the next address is asked after `connect_timeout_s`."""
+
+    async def main() -> None:
+        both = f"{silent_address},{node.bootstrap}"
+        start = time.monotonic()
+        async with AsyncClient(both, timeout_s=60, connect_timeout_s=0.3) as c:
+            assert time.monotonic() - start < 30
+            await c.create_topic("t", partitions=1)
+            assert await c.produce("t", 0, [b"x"]) == 0
+        with pytest.raises(CannotConnectError, match=f"{silent_address}: no answer"):
+            async with AsyncClient(f"{silent_address},{silent_address}", connect_timeout_s=0.3):
+                pass
+
+    run(main())
+
+
+def test_a_bootstrap_node_not_ready_yet_is_passed_over(node: FakeNode, run: Runner) -> None:
+    """As `Client`'s: NOT_READY sends the metadata request to the next address."""
+    with FakeNode() as loading:
+        loading.inject(Fault("error", op=Op.METADATA, code=ErrorCode.NOT_READY))
+
+        async def main() -> None:
+            async with AsyncClient(f"{loading.bootstrap},{node.bootstrap}") as c:
+                await c.create_topic("t", partitions=1)
+
+        run(main())
+        assert [r.op for r in loading.received] == [Op.METADATA]
 
 
 def test_long_poll_and_cancellation(node: FakeNode, run: Runner) -> None:

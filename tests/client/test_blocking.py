@@ -121,22 +121,50 @@ def test_a_closed_stream_fails_every_waiter(peer: Callable[[Script], tuple[str, 
 
 
 def test_timeout_abandons_the_request(peer: Callable[[Script], tuple[str, int]]) -> None:
+    """A peer that answers something after a request was sent is slow, not
+    silent: the request times out alone and the connection stays."""
     release = threading.Event()
 
     def script(conn: socket.socket) -> None:
         late, prompt = read_frames(conn, 2)
+        conn.sendall(answer(prompt))
         release.wait(10)
-        conn.sendall(answer(late) + answer(prompt))  # the late answer is dropped
+        conn.sendall(answer(late))  # dropped
+        (again,) = read_frames(conn, 1)
+        conn.sendall(answer(again))
         read_frames(conn, 1)
 
     conn = BlockingConnection(peer(script))
     late, prompt = conn.send(Ping(1)), conn.send(Ping(2))
+    assert conn.wait(prompt, time.monotonic() + 10).partition_id == 2
     with pytest.raises(RequestTimeoutError):
         conn.wait(late, time.monotonic() + 0.3)
-    release.set()
-    assert conn.wait(prompt, time.monotonic() + 10).partition_id == 2
     assert not conn.broken
+    release.set()
+    assert conn.wait(conn.send(Ping(3)), time.monotonic() + 10).partition_id == 3
     conn.close()
+
+
+def test_a_silent_peer_is_closed_at_the_first_deadline(
+    peer: Callable[[Script], tuple[str, int]],
+) -> None:
+    """Nothing at all since a request was sent: at its deadline the connection
+    is closed and every request on it fails as lost at once, whatever its own
+    deadline (a stopped node would otherwise hold each for its full timeout)."""
+    release = threading.Event()
+
+    def script(conn: socket.socket) -> None:
+        read_frames(conn, 2)  # taken in, never answered (a SIGSTOPped node's kernel)
+        release.wait(10)
+
+    conn = BlockingConnection(peer(script))
+    first, second = conn.send(Ping(1)), conn.send(Ping(2))
+    with pytest.raises(ConnectionLostError, match="nothing else from it"):
+        conn.wait(first, time.monotonic() + 0.3)
+    assert conn.broken
+    with pytest.raises(ConnectionLostError, match="nothing else from it"):
+        conn.wait(second, time.monotonic() + 3600)
+    release.set()
 
 
 def test_garbage_from_the_peer_breaks_the_connection(

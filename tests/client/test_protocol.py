@@ -71,3 +71,18 @@ def test_bytes_that_are_not_frames() -> None:
     proto = ClientProtocol()
     with pytest.raises(ProtocolViolationError, match="do not decode"):
         proto.receive(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+
+def test_a_timeout_on_a_connection_silent_since_the_send_says_so() -> None:
+    """Silence is judged per request: anything received after it was sent (an
+    answer to another request, part of a large answer) shows the peer alive."""
+    proto = ClientProtocol()
+    old, _ = proto.request(Ping())
+    proto.receive(pong(old)[:5])  # the start of an answer: the peer is alive
+    late, _ = proto.request(Ping())
+    other, _ = proto.request(Ping())
+    assert proto.expire(old) is False  # bytes came after it was sent
+    assert proto.expire(late) is True  # nothing since: silent
+    assert proto.expire(late) is False  # not in flight any more
+    assert proto.receive(pong(old)[5:] + pong(late)) == []  # both dropped when late
+    assert proto.expire(other) is False  # the late answers came after it was sent

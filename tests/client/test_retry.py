@@ -1,4 +1,5 @@
-"""The retry rule: idempotent requests are repeated, others only when refused."""
+"""The retry rule: idempotent requests are repeated, others only when refused;
+a missing answer (a timeout included) counts against the node."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from laminar.client import (
     RetryPolicy,
 )
 from laminar.client.errors import server_error
-from laminar.client.retry import Backoff, final_error, may_retry
+from laminar.client.retry import Backoff, MetadataSearch, final_error, may_retry, no_answer
+from laminar.client.routing import RouteHints
 from laminar.wire import ErrorCode
 
 LOST = ConnectionLostError("reset")
@@ -31,7 +33,8 @@ TIMEOUT = RequestTimeoutError("slow")
         (LOST, True, True),
         (LOST, False, False),
         (ProtocolViolationError("junk"), True, True),
-        (TIMEOUT, True, False),
+        (TIMEOUT, True, True),
+        (TIMEOUT, False, False),
         (server_error(ErrorCode.NOT_OWNER, "moved"), False, True),
         (server_error(ErrorCode.SHUTTING_DOWN, "draining"), False, True),
         (server_error(ErrorCode.STORAGE_ERROR, "disk"), True, True),
@@ -67,6 +70,51 @@ def test_other_errors_are_raised_as_they_are() -> None:
     assert isinstance(err, OffsetOutOfRangeError)
     assert final_error(err, True, "fetch") is err
     assert final_error(NEVER_SENT, False, "produce") is None  # retried: nothing was sent
+
+
+@pytest.mark.parametrize(
+    ("error", "silent"),
+    [
+        (NEVER_SENT, True),
+        (LOST, True),
+        (TIMEOUT, True),
+        (ProtocolViolationError("junk"), True),
+        (server_error(ErrorCode.TOO_MANY_CONNECTIONS, "full"), False),  # it answered that
+        (server_error(ErrorCode.OUTCOME_UNKNOWN, "lost"), False),
+        (server_error(ErrorCode.NOT_LEADER, "not me"), False),
+    ],
+)
+def test_only_a_missing_answer_counts_against_the_node(error: LaminarError, silent: bool) -> None:
+    assert no_answer(error) is silent
+
+
+def _search_failing_with(*failures: tuple[tuple[str, int], LaminarError]) -> MetadataSearch:
+    search = MetadataSearch(tuple(address for address, _ in failures), None, RouteHints())
+    for address, error in failures:
+        search.failed(address, error)
+    return search
+
+
+def test_a_metadata_search_names_every_address_or_keeps_a_refusal() -> None:
+    a, b = ("10.0.0.1", 7070), ("10.0.0.2", 7070)
+    both = _search_failing_with((a, TIMEOUT), (b, NEVER_SENT)).error()
+    assert isinstance(both, CannotConnectError)
+    assert "10.0.0.1:7070: slow" in str(both) and "10.0.0.2:7070: refused" in str(both)
+    assert _search_failing_with((a, TIMEOUT)).error() is TIMEOUT
+    loading = server_error(ErrorCode.NOT_READY, "loading")
+    assert _search_failing_with((a, loading), (b, TIMEOUT)).error() is loading
+    bad = server_error(ErrorCode.INVALID_REQUEST, "no")
+    with pytest.raises(type(bad)):  # no other node would answer better
+        _search_failing_with((a, bad))
+
+
+def test_a_metadata_search_asks_silent_addresses_last() -> None:
+    a, b = ("10.0.0.1", 7070), ("10.0.0.2", 7070)
+    hints = RouteHints()
+    MetadataSearch((a, b), None, hints).failed(a, TIMEOUT)
+    assert MetadataSearch((a, b), None, hints).candidates == [b, a]
+    MetadataSearch((a, b), None, hints).failed(b, server_error(ErrorCode.NOT_READY, "x"))
+    assert MetadataSearch((a, b), None, hints).candidates == [b, a]  # b answered
 
 
 def test_backoff_doubles_up_to_its_cap_and_stops_at_the_budget() -> None:

@@ -11,7 +11,13 @@ from laminar.client import (
     UnknownTopicError,
     parse_address,
 )
-from laminar.client.routing import ClusterView, format_address, partition_for_key
+from laminar.client.routing import (
+    ClusterView,
+    RouteHints,
+    format_address,
+    metadata_candidates,
+    partition_for_key,
+)
 from laminar.placement import partition_id, shard_for
 from laminar.wire import ErrorCode, MetadataResponse, NodeInfo, ShardInfo, TopicInfo
 
@@ -146,3 +152,38 @@ def test_a_leader_placement_does_not_name_is_followed_after_a_move() -> None:
     assert view.leader_of(pid) == moved
     view.learn(NotEnoughReplicasError("cut off", partition_id=pid))
     assert view.leader_of(pid) == replicas[0]
+
+
+def test_a_silent_leader_is_routed_around_even_when_named() -> None:
+    """A node that gave no answer is skipped while avoided, though the metadata
+    or a NOT_LEADER from a follower still names it (they do until they elect
+    another leader); only if every replica is avoided is it asked again."""
+    view = _cluster_view()
+    pid = partition_id(7, 2)
+    first, second, third = view.replicas(pid)
+    view.learn_leader(pid, first)
+    silent = view.nodes[first]
+    view.hints.unreachable((silent.host, silent.shard_ports[0]), view.nodes)
+    assert view.leader_of(pid) == second
+    view.learn(NotLeaderError("not me", leader=first, partition_id=pid))  # a stale follower
+    assert view.leader_of(pid) == second
+    assert view.route("events", 2).address == (view.nodes[second].host, 7071)
+    view.hints.avoid(second)
+    view.hints.avoid(third)
+    view.learn_leader(pid, first)
+    assert view.leader_of(pid) == first  # everyone avoided: the named leader after all
+    view.hints.avoided.clear()
+    assert view.leader_of(pid) == first  # the avoidance over: back to the named leader
+
+
+def test_metadata_is_asked_of_silent_addresses_last() -> None:
+    bootstraps = (("10.0.0.9", 7070), ("10.0.0.1", 7070), ("10.0.0.2", 7070))
+    hints = RouteHints()
+    assert metadata_candidates(bootstraps, None, hints) == list(bootstraps)
+    hints.unreachable(bootstraps[0], {})  # before any metadata: the address itself
+    assert metadata_candidates(bootstraps, None, hints)[-1] == bootstraps[0]
+    view = _cluster_view()
+    view.hints.unreachable(("10.0.0.1", 7071), view.nodes)  # n1's shard: n1's node port too
+    order = metadata_candidates(bootstraps, view, view.hints)
+    assert order[:4] == [("10.0.0.9", 7070), *((f"10.0.0.{i}", 7070) for i in (2, 3, 4))]
+    assert set(order[4:]) == {("10.0.0.1", 7070), ("10.0.0.1", 7071)}

@@ -12,7 +12,6 @@ from laminar.client import (
     Client,
     OffsetOutOfRangeError,
     OutcomeUnknownError,
-    RequestTimeoutError,
     RetryPolicy,
     TopicExistsError,
     UnknownPartitionError,
@@ -20,6 +19,7 @@ from laminar.client import (
 )
 from laminar.placement import partition_id, shard_for
 from laminar.wire import ErrorCode, Op, producer_stamp
+from tests.cluster.nodes import wait_until
 
 from .fakenode import NODE, FakeNode, Fault
 
@@ -230,16 +230,67 @@ def test_produce_is_retried_when_the_node_refused_it(node: FakeNode) -> None:
             c.produce("t", 0, [b"y"])
 
 
-def test_timeouts(node: FakeNode) -> None:
-    with Client(node.bootstrap, timeout_s=0.3, idempotent=False) as c:
-        c.create_topic("t", partitions=1)
+def test_a_request_that_times_out_is_sent_again_only_if_that_is_safe(node: FakeNode) -> None:
+    """A timeout counts as a lost answer: idempotent requests (a fetch, a
+    default produce) are sent again, a plain produce's outcome is unknown."""
+    with Client(node.bootstrap, timeout_s=0.3) as c:
+        info = c.create_topic("t", partitions=1)
+        c.produce("t", 0, [b"a"])
         node.inject(Fault("ignore", op=Op.FETCH))
-        with pytest.raises(RequestTimeoutError):
-            c.fetch("t", 0, 0)
+        ignored = c.fetch_nowait("t", 0, 0)
+        assert c.offsets("t", 0) == (0, 1)  # answered after the fetch was sent: not silent
+        assert [r.value for r in ignored.result()] == [b"a"]  # timed out, then asked again
+        node.inject(Fault("ignore", op=Op.PRODUCE))  # alone on its connection: silent
+        assert c.produce("t", 0, [b"b"]) == 1
+        assert len(node.records(partition_id(info.topic_id, 0))) == 2  # the ignored one was not
+    with Client(node.bootstrap, timeout_s=0.3, idempotent=False) as c:
         node.inject(Fault("ignore", op=Op.PRODUCE))
         with pytest.raises(OutcomeUnknownError, match="no answer"):
             c.produce("t", 0, [b"x"])
-        assert c.offsets("t", 0) == (0, 0)  # the connection still works (ignored: not applied)
+        assert c.offsets("t", 0) == (0, 2)  # on a new connection (ignored: not applied)
+
+
+def test_a_frozen_node_fails_every_request_on_the_connection_at_once(node: FakeNode) -> None:
+    """A node that stops (SIGSTOP) takes requests in and answers nothing: at the
+    first deadline the connection is closed and the requests behind it fail
+    too, plain produces with an unknown outcome (a thawed node may still apply
+    them: it read them before it stopped answering)."""
+    with Client(node.bootstrap, timeout_s=0.5, idempotent=False) as c:
+        info = c.create_topic("t", partitions=1)
+        node.freeze()
+        first = c.produce_nowait("t", 0, [b"first"])
+        time.sleep(0.2)
+        second = c.produce_nowait("t", 0, [b"second"])
+        for pending in (first, second):
+            with pytest.raises(OutcomeUnknownError, match="nothing else from it"):
+                pending.result()  # `second` by `first`'s deadline, not its own
+        node.thaw()
+        pid = partition_id(info.topic_id, 0)
+        wait_until(lambda: node.records(pid) == [b"\x00first", b"\x00second"], "thawed")
+        assert c.produce("t", 0, [b"after"]) == 2  # a new connection
+
+
+def test_a_silent_bootstrap_address_is_passed_over(node: FakeNode, silent_address: str) -> None:
+    """A listening socket that never answers (a stopped node) first in the list:
+    the client asks the next address after `connect_timeout_s`, not `timeout_s`."""
+    start = time.monotonic()
+    with Client(f"{silent_address},{node.bootstrap}", timeout_s=60, connect_timeout_s=0.3) as c:
+        assert time.monotonic() - start < 30
+        c.create_topic("t", partitions=1)
+        assert c.produce("t", 0, [b"x"]) == 0
+    with pytest.raises(CannotConnectError, match=f"{silent_address}: no answer") as info:
+        Client(f"{silent_address},{silent_address}", connect_timeout_s=0.3)
+    assert "no node answered" in str(info.value)
+
+
+def test_a_bootstrap_node_not_ready_yet_is_passed_over(node: FakeNode) -> None:
+    """A refusal worth retrying (a restarting node's NOT_READY) sends the
+    metadata request to the next address, not back to the caller."""
+    with FakeNode() as loading:
+        loading.inject(Fault("error", op=Op.METADATA, code=ErrorCode.NOT_READY))
+        with Client(f"{loading.bootstrap},{node.bootstrap}") as c:
+            c.create_topic("t", partitions=1)
+        assert [r.op for r in loading.received] == [Op.METADATA]
 
 
 def test_long_poll_returns_when_data_arrives(node: FakeNode) -> None:

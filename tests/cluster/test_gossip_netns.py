@@ -102,7 +102,8 @@ class Producer:
 
     def _run(self, partition: int) -> None:
         epoch = sequence = counter = 0
-        client = self._client()
+        # One client throughout: it must find a cut-off leader's successor itself.
+        client = Client(self.bootstrap, timeout_s=5, retry=RetryPolicy(budget_s=20))
         try:
             while not self.stop.is_set():
                 counter += 1
@@ -116,26 +117,12 @@ class Producer:
                     self.errors[partition] = repr(exc)
                     self.history.append(Produce(partition, value, "info"))
                     epoch, sequence = epoch + 1, 0
-                    # A fresh client: one whose request timed out on a cut-off
-                    # leader keeps sending there (see the report of issue 16's
-                    # netns tests: RequestTimeoutError is neither retried nor
-                    # makes the client look for the new leader).
-                    client.close()
-                    client = self._client()
                     continue
                 sequence += 1
                 self.history.append(Produce(partition, value, "ok", offset))
                 self.stop.wait(PRODUCE_PAUSE_S)
         finally:
             client.close()
-
-    def _client(self) -> Client:
-        """A new client, once some bootstrap node answers (one may be cut off)."""
-        client: Client = wait_until(
-            lambda: Client(self.bootstrap, timeout_s=5, retry=RetryPolicy(budget_s=20)),
-            "a client connected",
-        )
-        return client
 
 
 @dataclass

@@ -6,6 +6,7 @@ elects a new leader and keeps acknowledging writes, the old leader never
 acknowledges one, and once the network heals every replica agrees on the
 committed prefix with every acknowledged record present exactly once. With 20%
 of one node's packets lost while producing, nothing acknowledged is lost either.
+With the leader's cable pulled, the client writing to it finds the new leader.
 
 The kernel here has no `netem`, so these faults are cuts and random loss
 (nftables), never added delay (`tests.cluster.netns`).
@@ -13,9 +14,8 @@ The kernel here has no `netem`, so these faults are cuts and random loss
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
@@ -29,6 +29,7 @@ from laminar.wire import (
     ProduceRequest,
     ProduceResponse,
 )
+from tests.cluster.failover import same_client_fails_over
 from tests.cluster.history import Produce, Read, check
 from tests.cluster.netns import TestNetwork, netns_reason
 from tests.cluster.nodes import (
@@ -77,10 +78,21 @@ class Producer:
         return 1 + max(op.offset or 0 for op in self.history if isinstance(op, Produce))
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[TestNetwork, Cluster]]:
-    with TestNetwork(3) as net, Cluster.start_on(net, tmp_path, 3) as cluster:
+@pytest.fixture(scope="module")
+def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestNetwork, Cluster]]:
+    """One network and cluster for the module; each test makes its own topic."""
+    tmp = tmp_path_factory.mktemp("partitions")
+    with TestNetwork(3) as net, Cluster.start_on(net, tmp, 3) as cluster:
         yield net, cluster
+
+
+@pytest.fixture
+def cluster(network: tuple[TestNetwork, Cluster]) -> Iterator[tuple[TestNetwork, Cluster]]:
+    """The module's cluster, healed after the test whatever it did."""
+    try:
+        yield network
+    finally:
+        network[0].heal()
 
 
 def _final(cluster: Cluster, pid: int) -> dict[str, dict[int, list[tuple[int, bytes]]]]:
@@ -106,10 +118,10 @@ def test_a_cut_off_leader_steps_down_and_the_majority_carries_on(
     net, nodes = cluster
     history: list[Produce | Read] = []
     with Client(nodes.bootstrap, retry=RetryPolicy(budget_s=40)) as client:
-        topic = client.create_topic("events", partitions=1, replication_factor=3)
+        topic = client.create_topic("split", partitions=1, replication_factor=3)
         pid = partition_id(topic.topic_id, 0)
         leader_of(nodes, pid)  # every node knows the topic (see `leader_of`)
-        producer = Producer(client, "events", history)
+        producer = Producer(client, "split", history)
         producer.produce(16)
         old = leader_of(nodes, pid)
         majority = [name for name in nodes.nodes if name != old]
@@ -154,10 +166,10 @@ def test_a_cut_off_leader_never_answers_a_leader_read_from_its_stale_prefix(
     it had; a read that allows any replica gets that, as documented."""
     net, nodes = cluster
     with Client(nodes.bootstrap, retry=RetryPolicy(budget_s=40)) as client:
-        topic = client.create_topic("events", partitions=1, replication_factor=3)
+        topic = client.create_topic("stale", partitions=1, replication_factor=3)
         pid = partition_id(topic.topic_id, 0)
         leader_of(nodes, pid)
-        before = [client.produce("events", 0, [b"before-%d" % i]) for i in range(4)]
+        before = [client.produce("stale", 0, [b"before-%d" % i]) for i in range(4)]
         old = leader_of(nodes, pid)
         majority = [name for name in nodes.nodes if name != old]
         net.split(host_index(old))
@@ -166,7 +178,7 @@ def test_a_cut_off_leader_never_answers_a_leader_read_from_its_stale_prefix(
             "the majority electing a new leader",
         )
         client.cluster.hints.leaders[pid] = new
-        after = client.produce("events", 0, [b"after"])
+        after = client.produce("stale", 0, [b"after"])
         answer = request(nodes.nodes[old], pid, FetchRequest(pid, before[0]), timeout_s=30)
         assert isinstance(answer, ErrorResponse), f"{old} answered a leader read: {answer}"
         assert answer.code in (ErrorCode.NOT_LEADER, ErrorCode.NOT_ENOUGH_REPLICAS), answer
@@ -174,7 +186,6 @@ def test_a_cut_off_leader_never_answers_a_leader_read_from_its_stale_prefix(
         assert isinstance(stale, FetchResponse)
         assert [r.index for r in stale.records] == before  # committed there, behind
         assert stale.next_index <= after
-        net.heal()
 
 
 def test_nothing_acknowledged_is_lost_while_a_node_loses_packets(
@@ -183,10 +194,10 @@ def test_nothing_acknowledged_is_lost_while_a_node_loses_packets(
     net, nodes = cluster
     history: list[Produce | Read] = []
     with Client(nodes.bootstrap, retry=RetryPolicy(budget_s=40)) as client:
-        topic = client.create_topic("events", partitions=1, replication_factor=3)
+        topic = client.create_topic("lossy", partitions=1, replication_factor=3)
         pid = partition_id(topic.topic_id, 0)
         leader_of(nodes, pid)  # every node knows the topic (see `leader_of`)
-        producer = Producer(client, "events", history)
+        producer = Producer(client, "lossy", history)
         producer.produce(8)
         lossy = leader_of(nodes, pid)  # its heartbeats and appends get lost
         net.loss(host_index(lossy), 20)
@@ -198,3 +209,18 @@ def test_nothing_acknowledged_is_lost_while_a_node_loses_packets(
         report = check(history, _final(nodes, pid))
     assert report.valid, report.summary()
     assert report.acknowledged == 32
+
+
+def test_the_same_client_writes_on_past_a_leader_whose_cable_is_pulled(
+    cluster: tuple[TestNetwork, Cluster],
+) -> None:
+    """The old leader, process up, is reached by nobody (its connections go
+    silent): the client writing to it finds the new leader
+    (`tests.cluster.failover`)."""
+    net, nodes = cluster
+
+    def pull_cable(node_id: str) -> Callable[[], None]:
+        net.isolate(host_index(node_id))
+        return net.heal
+
+    same_client_fails_over(nodes, "pulled", pull_cable)
