@@ -29,6 +29,7 @@ from laminar.client.errors import (
     CannotConnectError,
     ConnectionLostError,
     LaminarError,
+    NotReadyError,
     UnknownPartitionError,
     UnknownTopicError,
 )
@@ -302,14 +303,29 @@ class AsyncClient:
         async with self._refresh_lock:
             if self._generation != generation and self._view is not None:
                 return self._view  # fetched while this caller waited for the lock
-            view = await self._fetch_metadata()
+            view = await self._fetch_metadata_retrying()
             self._view = view
             self._generation += 1
             return view
 
+    async def _fetch_metadata_retrying(self) -> ClusterView:
+        """`_fetch_metadata`, again within the retry budget while the nodes
+        that answer are still loading their metadata (NOT_READY)."""
+        backoff: Backoff | None = None
+        while True:
+            try:
+                return await self._fetch_metadata()
+            except NotReadyError:
+                backoff = backoff or Backoff(self.retry)
+                delay = backoff.next_delay()
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
+
     async def _fetch_metadata(self) -> ClusterView:
         candidates = metadata_candidates(self.bootstraps, self._view)
         error: LaminarError | None = None
+        loading: NotReadyError | None = None
         for address in candidates:
             try:
                 conn = await self._connection(address)
@@ -317,8 +333,12 @@ class AsyncClient:
                 return ClusterView.from_metadata(
                     expect(frame, MetadataResponse), address, self._hints
                 )
+            except NotReadyError as exc:
+                loading = exc
             except ConnectionLostError as exc:
                 error = exc
+        if loading is not None:
+            raise loading
         assert error is not None
         if isinstance(error, CannotConnectError) and len(candidates) > 1:
             tried = ", ".join(format_address(a) for a in candidates)

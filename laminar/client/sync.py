@@ -27,6 +27,7 @@ from laminar.client.errors import (
     CannotConnectError,
     ConnectionLostError,
     LaminarError,
+    NotReadyError,
     UnknownPartitionError,
     UnknownTopicError,
 )
@@ -504,22 +505,41 @@ class Client:
         self.refresh_metadata_view()
 
     def refresh_metadata_view(self) -> ClusterView:
-        """Fetch metadata from the bootstrap address, else from any known shard."""
-        candidates = metadata_candidates(self.bootstraps, self._view)
-        error: LaminarError | None = None
-        for address in candidates:
-            try:  # (sent as if not idempotent: a connection the node closed is replaced first)
-                conn, corr = self._send_to(address, MetadataRequest(), idempotent=False)
-                frame = conn.wait(corr, time.monotonic() + self.timeout_s)
-                view = ClusterView.from_metadata(
-                    expect(frame, MetadataResponse), address, self._hints
-                )
-            except ConnectionLostError as exc:
-                error = exc
+        """Fetch metadata from the bootstrap address, else from any known shard;
+        while the nodes that answer are still loading theirs (NOT_READY), again
+        within the retry budget."""
+        backoff: Backoff | None = None
+        while True:
+            try:
+                view = self._fetch_metadata_view()
+            except NotReadyError:
+                backoff = backoff or self._backoff()
+                delay = backoff.next_delay()
+                if delay is None:
+                    raise
+                time.sleep(delay)
                 continue
             with self._lock:
                 self._view = view
             return view
+
+    def _fetch_metadata_view(self) -> ClusterView:
+        candidates = metadata_candidates(self.bootstraps, self._view)
+        error: LaminarError | None = None
+        loading: NotReadyError | None = None
+        for address in candidates:
+            try:  # (sent as if not idempotent: a connection the node closed is replaced first)
+                conn, corr = self._send_to(address, MetadataRequest(), idempotent=False)
+                frame = conn.wait(corr, time.monotonic() + self.timeout_s)
+                return ClusterView.from_metadata(
+                    expect(frame, MetadataResponse), address, self._hints
+                )
+            except NotReadyError as exc:
+                loading = exc
+            except ConnectionLostError as exc:
+                error = exc
+        if loading is not None:
+            raise loading
         assert error is not None
         if isinstance(error, CannotConnectError) and len(candidates) > 1:
             tried = ", ".join(format_address(a) for a in candidates)

@@ -40,6 +40,7 @@ class LeaderReplication:
     _memberships: list[tuple[int, Membership]]
     _bcast: bool
     _transferee: str | None
+    leader_commit: int | None
     _departing: dict[str, list[int]]
     learner_budget: ByteBudget | None
 
@@ -113,6 +114,8 @@ class LeaderReplication:
 
     def _commit_advanced(self) -> None:
         self._bcast = True
+        if self._committed_in_term():
+            self.leader_commit = self.log.committed
         if self._reads.waiting and self._committed_in_term():
             for request_id in self._reads.waiting:
                 self._reads.add(request_id, self.log.committed)
@@ -139,7 +142,9 @@ class LeaderReplication:
                     self._bcast = True
                 sent = min(progress.match, commit)
                 self._msgs.append(
-                    Message(HEARTBEAT, self.id, node, self.term, commit=sent, context=context)
+                    Message(
+                        HEARTBEAT, self.id, node, self.term, commit, commit=sent, context=context
+                    )
                 )
                 progress.sent_commit = sent
         if self._departing:

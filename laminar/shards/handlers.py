@@ -347,6 +347,8 @@ class Handlers:
     async def metadata_request(
         self, req: MetadataRequest, corr: int, ctx: RequestContext
     ) -> list[Buffer]:
+        if not req.layout_only:  # never a topic list it has not finished loading
+            await self.metadata.ready()
         ident = self.ident
         host = ident.host
         if host in _UNSPECIFIED_HOSTS and ctx.local_host:
@@ -358,10 +360,10 @@ class Handlers:
             ident.port,
             ident.routing_mode,
             shards,
-            self.metadata.state.topics(),
+            () if req.layout_only else self.metadata.state.topics(),
             ident.admin_port,
             self.replication.nodes() if self.replication is not None else (),
-            await self._node_leaders(ctx),
+            () if req.layout_only else await self._node_leaders(ctx),
         ).encode_buffers(corr)
 
     async def _node_leaders(self, ctx: RequestContext) -> tuple[tuple[int, str], ...]:
@@ -402,6 +404,7 @@ class Handlers:
     async def list_topics(
         self, req: ListTopicsRequest, corr: int, ctx: RequestContext
     ) -> list[Buffer]:
+        await self.metadata.ready()
         return ListTopicsResponse(self.metadata.state.topics()).encode_buffers(corr)
 
     async def create_topic(

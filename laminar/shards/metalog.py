@@ -27,7 +27,9 @@ Theory of operation (the state machine itself is `metadata.MetadataState`):
   proposes changes (others answer NOT_LEADER naming it), and the owner serves
   its sibling shards committed entries only. Start-up does not wait for a
   quorum: the shard starts, and requests wait for the metadata (NOT_READY) until
-  the member has heard from a leader and applied what it committed.
+  the member has applied the commit index a leader told it since it started
+  (`RaftCore.leader_commit`; its own commit index may predate changes made
+  while it was down).
 - Compaction in a cluster: after a change, the metadata leader proposes a
   snapshot (planned for the index it will take) as an ordinary entry. Every
   node, once its owner shard has *applied* a snapshot at index `s`, drops the
@@ -38,9 +40,9 @@ Theory of operation (the state machine itself is `metadata.MetadataState`):
   restart over a compacted log, an install, a sibling's tail that the owner
   compacted past) are skipped until that snapshot (`MetadataState.resync`).
 - Until a shard has its metadata (the owner's replay, a follower's first
-  catch-up), requests that name a topic wait for it (`ready`, bounded by
-  `READY_WAIT_S`), then get NOT_READY (retriable; nothing applied) rather than
-  a wrong UNKNOWN_TOPIC.
+  catch-up), requests that name a topic, metadata and topic listings wait for
+  it (`ready`, bounded by `READY_WAIT_S`), then get NOT_READY (retriable;
+  nothing applied) rather than a wrong UNKNOWN_TOPIC or a short topic list.
 - Any shard that meets a topic id it has never seen (a request racing a create
   it has not applied yet) first catches up with the owner (`catch_up`) before
   answering UNKNOWN_TOPIC.
@@ -207,11 +209,13 @@ class MetadataService:
             )
         self._log = replica
         group = replica.group
-        # Ready once a leader is known and everything it committed is applied
-        # here, and (over a compacted log) the first snapshot restored the state.
+        # Ready once a leader told this member its commit index (after this
+        # start: a restarted member's own commit may predate changes made while
+        # it was down), everything up to it is applied here, and (over a
+        # compacted log) the first snapshot restored the state.
         while (
-            group.leader is None
-            or self._applied_end < group.committed_end
+            (told := group.core.leader_commit) is None
+            or self._applied_end < max(told, group.committed_end)
             or self.state.awaiting_snapshot
         ):
             self._applied.clear()

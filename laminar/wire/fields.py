@@ -57,6 +57,14 @@ def opt_string(h: dict[str, Any], key: str) -> str | None:
     raise _bad(key, "a string or nil", v)
 
 
+def flag(h: dict[str, Any], key: str) -> bool:
+    """A bool; absent or nil means False."""
+    v = h.get(key)
+    if v is None or type(v) is bool:
+        return bool(v)
+    raise _bad(key, "true, false or nil", v)
+
+
 def binary(h: dict[str, Any], key: str) -> bytes:
     """Raw bytes (msgpack bin)."""
     v = h.get(key, _MISSING)

@@ -392,14 +392,24 @@ class ListOffsetsRequest(Message):
 class MetadataRequest(Message):
     """Ask for the node, its shards and ports, its topics and its routing mode.
 
-    Header: {}.
+    A node answers only once it has loaded its topic metadata (NOT_READY
+    until then), except with `layout_only`: then at once, with no topics and
+    no leaders (a peer opening its Raft links needs only the shard ports, and
+    the metadata group a restarted node loads from needs those links).
+
+    Header: {layout_only?}.
     """
 
     OP: ClassVar[int] = Op.METADATA
 
+    layout_only: bool = False
+
+    def _header(self) -> dict[str, Any]:
+        return {"layout_only": True} if self.layout_only else {}
+
     @classmethod
     def _decode(cls, frame: Frame) -> Self:
-        return cls()
+        return cls(f.flag(frame.header, "layout_only"))
 
 
 @dataclass(frozen=True, slots=True)
