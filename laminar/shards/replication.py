@@ -15,7 +15,8 @@ node, holds the shard's Raft members of those partitions:
   deletes its metadata replica (a voter that drops out observes again);
 - a move adds a replica on a node that may never have held the partition: the
   first authenticated leader message (append, install, heartbeat) for a
-  partition this shard does not hold opens it as a learner, but only for a
+  partition this shard does not hold (no files here: a restarted replica is
+  opened by the shard, not adopted) opens it as a learner, but only for a
   partition the metadata knows (`adopt_known`) and only while fewer than
   `ADOPTED_MAX` groups opened that way are still waiting for their log to
   name this node a member (a peer cannot make a shard open unbounded groups);
@@ -37,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import random
 import socket
 import time
@@ -311,6 +313,12 @@ class ShardReplication:
             # Any message: a restarted voter's vote may be what the group needs.
             log_config, apply = self._metadata_adoption
         elif message.kind not in LEADER_KINDS:
+            return
+        elif os.path.isdir(self.partitions.directory(pid)):
+            # A replica this node holds (its files are here: a restart) is opened
+            # by the shard as the metadata replays it, with the membership its
+            # log recorded or the group's first one; adopted as a learner of
+            # the sender it would never vote again (its log may record nothing).
             return
         elif self._known is None or (known := self._known(pid)) is None:
             self.adoptions_refused += 1
