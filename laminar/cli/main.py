@@ -3,7 +3,7 @@
 This module builds the parser, runs the chosen command with a client, and
 turns every failure into a message that says what to do and an exit code
 scripts can trust (`laminar.cli.common.Exit`). The commands live in their own
-modules: `topics`, `produce`, `consume`, `status`, `weight`.
+modules: `topics`, `produce`, `consume`, `status`, `weight`, `decommission`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from laminar.cli import consume, produce, status, topics, weight
+from laminar.cli import consume, decommission, produce, status, topics, weight
 from laminar.cli.common import (
     EXIT_CODES_HELP,
     Exit,
@@ -44,6 +44,7 @@ examples:
   laminar consume events --follow            # new records from every partition
   laminar status --json
   laminar weight 2                           # this node takes more partitions
+  laminar node decommission n3 --wait 600    # n3's partitions move away; then stop it
 """
 
 
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_parser(commands, common)
     status.add_parser(commands, common)
     weight.add_parser(commands, common)
+    decommission.add_parsers(commands, common)
     return parser
 
 

@@ -232,6 +232,10 @@ class AsyncClient:
             self._view = self._view.with_topic(topic)
         return topic
 
+    async def decommission_node(self, node_id: str, *, cancel: bool = False) -> tuple[str, ...]:
+        """`Client.decommission_node`: a node leaves for good (or stays)."""
+        return await self._call(calls.decommission_node(node_id, cancel))
+
     async def alter_topic(
         self,
         name: str,

@@ -426,6 +426,14 @@ class Client:
                 self._view = self._view.with_topic(topic)
         return topic
 
+    def decommission_node(self, node_id: str, *, cancel: bool = False) -> tuple[str, ...]:
+        """Decide that node `node_id` leaves the cluster for good (a gossip
+        cluster: its replicas move to the others first; `laminar status` shows
+        how many are left), or with `cancel` that it stays. Returns every
+        decommissioned node. Refused (`InvalidRequestError`) on a --peers
+        cluster, for an unknown node, or when too few nodes would remain."""
+        return Pending(self, calls.decommission_node(node_id, cancel)).result()
+
     def alter_topic(
         self,
         name: str,

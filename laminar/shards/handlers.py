@@ -32,7 +32,7 @@ from laminar.shards.metalog import MetadataService
 from laminar.shards.metrics import ShardMetrics
 from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.producers import IdempotentProducers
-from laminar.shards.replica import LocalReplica, PartitionReplica
+from laminar.shards.replica import LocalReplica, PartitionReplica, RaftReplica
 from laminar.shards.replication import ShardReplication
 from laminar.shards.topic_config import log_config
 from laminar.wire import (
@@ -40,6 +40,8 @@ from laminar.wire import (
     AlterTopicResponse,
     CreateTopicRequest,
     CreateTopicResponse,
+    DecommissionNodeRequest,
+    DecommissionNodeResponse,
     DeleteTopicRequest,
     DeleteTopicResponse,
     ErrorCode,
@@ -332,8 +334,20 @@ class Handlers:
             at = await replica.index_for_timestamp(req.timestamp_ms)
         committed = replica.highest_index
         highest = getattr(replica, "log_end", committed)
+        voters: tuple[str, ...] = ()
+        learners: tuple[str, ...] = ()
+        if isinstance(replica, RaftReplica):
+            membership = replica.group.core.membership
+            voters, learners = membership.voters, membership.learners
         return ListOffsetsResponse(
-            req.partition_id, replica.lowest_index, highest, committed, at, replica.leader
+            req.partition_id,
+            replica.lowest_index,
+            highest,
+            committed,
+            at,
+            replica.leader,
+            voters,
+            learners,
         ).encode_buffers(corr)
 
     async def ping(self, req: Ping, corr: int, ctx: RequestContext) -> list[Buffer]:
@@ -364,6 +378,7 @@ class Handlers:
             ident.admin_port,
             self.replication.nodes() if self.replication is not None else (),
             () if req.layout_only else await self._node_leaders(ctx),
+            tuple(sorted(self.metadata.state.decommissioned)),
         ).encode_buffers(corr)
 
     async def _node_leaders(self, ctx: RequestContext) -> tuple[tuple[int, str], ...]:
@@ -426,6 +441,12 @@ class Handlers:
     ) -> list[Buffer]:
         topic = await self.metadata.alter_topic(req.name, req.config, req.remove)
         return AlterTopicResponse(topic).encode_buffers(corr)
+
+    async def decommission_node(
+        self, req: DecommissionNodeRequest, corr: int, ctx: RequestContext
+    ) -> list[Buffer]:
+        decommissioned = await self.metadata.decommission(req.node_id, req.cancel)
+        return DecommissionNodeResponse(tuple(sorted(decommissioned))).encode_buffers(corr)
 
     async def metadata_tail(
         self, req: MetadataTailRequest, corr: int, ctx: RequestContext

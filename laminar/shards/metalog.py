@@ -71,6 +71,7 @@ from laminar.shards.metadata import (
     METADATA_PID,
     AlterTopic,
     Applied,
+    Change,
     CreateTopic,
     DeleteTopic,
     MetadataError,
@@ -404,9 +405,9 @@ class MetadataService:
     ) -> TopicInfo:
         """Create a topic (owner only); raises `MetadataError`. The replication
         factor defaults to 3, or the cluster's size if smaller."""
-        members = () if self._replication is None else self._replication.view.members
-        nodes = max(1, len(members))
-        placed_on = tuple((m.node_id, m.weight) for m in members)
+        placement = {} if self._replication is None else self._replication.placement()
+        nodes = max(1, len(placement))
+        placed_on = tuple(placement.items())
         rf = (
             min(DEFAULT_REPLICATION_FACTOR, nodes)
             if replication_factor is None
@@ -444,9 +445,26 @@ class MetadataService:
         await self._write(plan)
         return before[0]
 
-    async def _write(
-        self, plan: Callable[[], CreateTopic | DeleteTopic | AlterTopic]
-    ) -> CreateTopic | DeleteTopic | AlterTopic:
+    async def decommission(self, node_id: str, cancel: bool) -> frozenset[str]:
+        """Record that `node_id` leaves the cluster for good (`cancel`: that it
+        stays); the decommissioned nodes after it. Only a gossip cluster moves
+        replicas, so only there (raises `MetadataError` saying why not)."""
+        replication = self._replication
+        if replication is None:
+            raise MetadataError(
+                ErrorCode.INVALID_REQUEST, "this node runs alone: it has no cluster to leave"
+            )
+        if replication.placer is None:
+            raise MetadataError(
+                ErrorCode.INVALID_REQUEST,
+                "a --peers cluster cannot decommission a node: its replica sets are fixed by "
+                "the --peers list and never move; a cluster formed with --join moves them",
+            )
+        members, placed = replication.members_known(), replication.placement()
+        await self._write(lambda: self.state.plan_decommission(node_id, cancel, members, placed))
+        return self.state.decommissioned
+
+    async def _write(self, plan: Callable[[], Change]) -> Change:
         """Plan, append and apply one entry, compact if due, then wait until every
         live follower applied it (the barrier a create's acknowledgement promises)."""
         await self.ready()

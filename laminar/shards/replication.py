@@ -48,6 +48,7 @@ from typing import Any, Final
 from laminar.cluster.auth import PeerAuth
 from laminar.cluster.members import ClusterView, Member
 from laminar.log import LogConfig
+from laminar.placement import replica_nodes
 from laminar.raft import Entry, Message, RaftCore
 from laminar.raft.budget import ByteBudget
 from laminar.raft.messages import APPEND, HEARTBEAT, INSTALL
@@ -173,8 +174,23 @@ class ShardReplication:
 
     # -- placement ---------------------------------------------------------------
 
+    def placement(self) -> dict[str, float]:
+        """The nodes placement may put replicas on now, with their weights: the
+        --peers view; in a gossip cluster the controller's placed members
+        (live ones and those stopped within the dead grace, none that is
+        decommissioned), so a topic created while a node restarts is placed
+        as if it had not (else its partitions would move there once it is back)."""
+        if self.placer is not None and (placed := self.placer.placed()) is not None:
+            return placed
+        return self.view.weights()
+
+    def members_known(self) -> frozenset[str]:
+        """Every node membership knows, down ones too (this one at least)."""
+        known = self.placer.members_known() if self.placer is not None else frozenset()
+        return known | set(self.view.node_ids)
+
     def replica_nodes(self, pid: int, replication_factor: int) -> list[str]:
-        return self.view.replicas(pid, replication_factor)
+        return replica_nodes(pid, self.placement(), replication_factor)
 
     def holds(self, pid: int, replication_factor: int) -> bool:
         """True if this node holds a replica of `pid` (on whichever shard): a
@@ -224,12 +240,20 @@ class ShardReplication:
     # -- membership gossip (nodes started with a cluster secret, no --peers) ------
 
     def follow_membership(
-        self, replication_factor_of: ReplicationFactorOf, dead_grace_ms: int
+        self,
+        replication_factor_of: ReplicationFactorOf,
+        dead_grace_ms: int,
+        decommissioned: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         """Take the cluster view from SWIM from now on (`on_membership`), and
-        move the groups this shard leads to their placement targets."""
+        move the groups this shard leads to their placement targets
+        (`decommissioned`: the nodes the metadata says leave for good)."""
         self.placer = Placer(
-            self._cores, replication_factor_of, dead_grace_ms, observed=frozenset({METADATA_PID})
+            self._cores,
+            replication_factor_of,
+            dead_grace_ms,
+            observed=frozenset({METADATA_PID}),
+            decommissioned=decommissioned,
         )
         self._placing = asyncio.get_running_loop().create_task(self.placer.run())
 
@@ -273,6 +297,7 @@ class ShardReplication:
             "sends_deferred": budget.refused if budget is not None else 0,
             "steps_started": placer.state.steps_started if placer is not None else 0,
             "steps_refused": placer.state.steps_refused if placer is not None else 0,
+            "decommissioning": placer.state.decommissioning if placer is not None else {},
             "retired": self.retired,
         }
 

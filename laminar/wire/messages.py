@@ -494,6 +494,31 @@ class AlterTopicRequest(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class DecommissionNodeRequest(Message):
+    """Decide that node `node_id` leaves the cluster for good: its replicas move
+    to the others first (`cancel`: it stays after all). Repeating it is harmless.
+
+    Header: {node_id, cancel?}.
+    """
+
+    OP: ClassVar[int] = Op.DECOMMISSION_NODE
+
+    node_id: str
+    cancel: bool = False
+
+    def _header(self) -> dict[str, Any]:
+        h: dict[str, Any] = {"node_id": self.node_id}
+        if self.cancel:
+            h["cancel"] = True
+        return h
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        h = frame.header
+        return cls(f.string(h, "node_id"), f.flag(h, "cancel"))
+
+
+@dataclass(frozen=True, slots=True)
 class ListTopicsRequest(Message):
     """Ask for every topic. Header: {}."""
 
@@ -666,9 +691,12 @@ class ListOffsetsResponse(Message):
     `timestamp_index`, the first index appended at or after the requested time
     (`highest_index` if none; None when no time was asked for), and the node id
     of the partition's `leader` as this replica knows it (None: unknown, or a
-    single node).
+    single node). A replica of a Raft group also names the group's `voters`
+    and `learners` as it applied them (empty on a single node): a group's
+    real members, which moves make differ from placement's.
 
-    Header: {lowest_index, highest_index, committed_index, timestamp_index?, leader?}.
+    Header: {lowest_index, highest_index, committed_index, timestamp_index?, leader?,
+    voters?, learners?}.
     """
 
     OP: ClassVar[int] = Op.LIST_OFFSETS
@@ -680,6 +708,8 @@ class ListOffsetsResponse(Message):
     committed_index: int
     timestamp_index: int | None = None
     leader: str | None = None
+    voters: tuple[str, ...] = ()
+    learners: tuple[str, ...] = ()
 
     def _partition(self) -> int:
         return self.partition_id
@@ -694,6 +724,10 @@ class ListOffsetsResponse(Message):
             h["timestamp_index"] = self.timestamp_index
         if self.leader is not None:
             h["leader"] = self.leader
+        if self.voters:
+            h["voters"] = list(self.voters)
+        if self.learners:
+            h["learners"] = list(self.learners)
         return h
 
     @classmethod
@@ -706,6 +740,8 @@ class ListOffsetsResponse(Message):
             f.uint(h, "committed_index"),
             f.opt_uint(h, "timestamp_index"),
             f.opt_string(h, "leader"),
+            f.strings(h, "voters"),
+            f.strings(h, "learners"),
         )
 
 
@@ -728,6 +764,9 @@ class MetadataResponse(Message):
     hosts, as that replica knows it (a leader it has not heard of yet is
     missing; clients learn the others from NOT_LEADER answers). Header key
     `leaders`: [[pid, node_id], ...], absent when empty (older nodes).
+    `decommissioned`: nodes the cluster decided leave for good (they hold
+    replicas until those have moved, but placement names them for none);
+    absent when empty.
     """
 
     OP: ClassVar[int] = Op.METADATA
@@ -742,6 +781,7 @@ class MetadataResponse(Message):
     admin_port: int | None = None
     nodes: tuple[NodeInfo, ...] = ()
     leaders: tuple[tuple[int, str], ...] = ()
+    decommissioned: tuple[str, ...] = ()
 
     def _header(self) -> dict[str, Any]:
         h: dict[str, Any] = {
@@ -757,6 +797,8 @@ class MetadataResponse(Message):
             h["nodes"] = [n.to_wire() for n in self.nodes]
         if self.leaders:
             h["leaders"] = [list(pair) for pair in self.leaders]
+        if self.decommissioned:
+            h["decommissioned"] = list(self.decommissioned)
         return h
 
     @classmethod
@@ -772,6 +814,7 @@ class MetadataResponse(Message):
             f.opt_uint(h, "admin_port", f.U16),
             f.items(h, "nodes", NodeInfo.from_wire) if "nodes" in h else (),
             _leaders(h.get("leaders", [])),
+            f.strings(h, "decommissioned"),
         )
 
 
@@ -840,6 +883,23 @@ class AlterTopicResponse(Message):
     @classmethod
     def _decode(cls, frame: Frame) -> Self:
         return cls(TopicInfo.from_wire(f.mapping(frame.header.get("topic"), "'topic'")))
+
+
+@dataclass(frozen=True, slots=True)
+class DecommissionNodeResponse(Message):
+    """Every node decommissioned now. Header: {decommissioned: [node_id, ...]}."""
+
+    OP: ClassVar[int] = Op.DECOMMISSION_NODE
+    FLAGS: ClassVar[int] = _RESPONSE
+
+    decommissioned: tuple[str, ...]
+
+    def _header(self) -> dict[str, Any]:
+        return {"decommissioned": list(self.decommissioned)}
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        return cls(f.strings(frame.header, "decommissioned"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -1002,6 +1062,7 @@ Request = (
     | ListTopicsRequest
     | Ping
     | AlterTopicRequest
+    | DecommissionNodeRequest
     | ForwardRequest
     | MetadataTailRequest
 )
@@ -1015,6 +1076,7 @@ Response = (
     | ListTopicsResponse
     | Pong
     | AlterTopicResponse
+    | DecommissionNodeResponse
     | ForwardResponse
     | MetadataTailResponse
     | ErrorResponse
@@ -1032,6 +1094,7 @@ REQUEST_TYPES: dict[int, type[Request]] = {
         ListTopicsRequest,
         Ping,
         AlterTopicRequest,
+        DecommissionNodeRequest,
         ForwardRequest,
         MetadataTailRequest,
     )
@@ -1048,6 +1111,7 @@ RESPONSE_TYPES: dict[int, type[Response]] = {
         ListTopicsResponse,
         Pong,
         AlterTopicResponse,
+        DecommissionNodeResponse,
         ForwardResponse,
         MetadataTailResponse,
     )
