@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from laminar.client import (
@@ -146,3 +148,15 @@ def test_a_leader_placement_does_not_name_is_followed_after_a_move() -> None:
     assert view.leader_of(pid) == moved
     view.learn(NotEnoughReplicasError("cut off", partition_id=pid))
     assert view.leader_of(pid) == replicas[0]
+
+
+def test_a_decommissioned_node_is_placements_for_no_partition() -> None:
+    """It still runs (and still serves what has not moved yet: NOT_LEADER
+    answers lead there), but the client places nothing on it, as the nodes do."""
+    view = _cluster_view()
+    leaving = replace(view.metadata, decommissioned=(view.replicas(partition_id(7, 0))[0],))
+    after = ClusterView.from_metadata(leaving, ("10.0.0.1", 7070))
+    for p in range(4):
+        replicas = after.replicas(partition_id(7, p))
+        assert len(replicas) == 3 and leaving.decommissioned[0] not in replicas
+    assert leaving.decommissioned[0] in after.nodes
