@@ -44,6 +44,7 @@ from tests.cluster.test_gossip_cluster import (
     gossip_cluster,
     member_states,
     metadata_group,
+    steps_started,
 )
 from tests.system.nodes import RunningNode
 
@@ -126,15 +127,6 @@ class GroupWatcher:
     def finish(self) -> None:
         self.stop.set()
         self.thread.join(30)
-
-
-def steps_started(node: RunningNode) -> float:
-    """Placement steps this node's controllers started since it started."""
-    return sum(
-        v
-        for name, labels, v in parse_prometheus(_get(f"{node.admin_url}/metrics"))
-        if name == "laminar_move_steps_total" and labels["outcome"] == "started"
-    )
 
 
 def hammer_metadata(node: RunningNode, topics: list[str]) -> int:
@@ -291,7 +283,9 @@ def test_a_rolling_restart_of_a_gossip_cluster_keeps_every_place_and_decommissio
         def bootstrap() -> str:
             return ",".join(n.bootstrap for n in nodes.values() if n.alive())
 
-        pids, history = rolling_restart_under_load(nodes, bootstrap, restart, steps_started)
+        pids, history = rolling_restart_under_load(
+            nodes, bootstrap, restart, lambda node: steps_started([node])
+        )
         decommission_under_load(nodes, pids, bootstrap, history)
 
 
