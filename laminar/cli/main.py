@@ -4,7 +4,8 @@ This module builds the parser, runs the chosen command with a client, and
 turns every failure into a message that says what to do and an exit code
 scripts can trust (`laminar.cli.common.Exit`); with --json the message is one
 JSON line on stderr. The commands live in their own modules: `topics`,
-`produce`, `consume`, `status`, `weight`, `repair`.
+`produce`, `consume`, `status`, `weight`, `decommission`,
+`repair`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from laminar.cli import consume, produce, repair, status, topics, weight
+from laminar.cli import consume, decommission, produce, repair, status, topics, weight
 from laminar.cli.common import (
     EXIT_CODES_HELP,
     CommandError,
@@ -50,6 +51,7 @@ examples:
   laminar consume events --follow            # new records from every partition
   laminar status --json
   laminar weight 2                           # this node takes more partitions
+  laminar node decommission n3 --wait 600    # n3's partitions move away; then stop it
   laminar repair data/partitions/1-0         # rebuild a damaged replica (node stopped)
 """
 
@@ -104,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_parser(commands, common)
     status.add_parser(commands, common)
     weight.add_parser(commands, common)
+    decommission.add_parsers(commands, common)
     repair.add_parser(commands, common)
     return parser
 

@@ -12,7 +12,10 @@ gives the kernel's side of routing: what the eBPF steering program did with
 the node port's datagrams, and whether the XDP classifier is attached (or why
 not) with its packet counts per class. Cluster members (id, membership
 address, state, incarnation, weight) come from the admin endpoint's /status,
-as the node's membership agent sees them.
+as the node's membership agent sees them. Decommissioned nodes are listed
+(the cluster keeps the decision, also once a node is gone, so a node started
+again with that id gets no partition) with whether they still run and the
+partitions they still hold (as each partition's leader reports its replicas).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from laminar.cli.common import address
+from laminar.cli.decommission import partitions_held
 from laminar.cli.output import ENTRIES_NOTE, print_json, say, table
 from laminar.client import Client, LaminarError, RetryPolicy, parse_address
 from laminar.client.results import TopicDescription
@@ -289,6 +293,14 @@ def gather(client: Client, admin: Address, timeout_s: float) -> dict[str, Any]:
                 }
             )
     replication = replication_status(client, view, descriptions) if view.nodes else None
+    leaving = [
+        {
+            "node_id": node,
+            "running": node in view.nodes,
+            "partitions_left": len(partitions_held(descriptions, node)),
+        }
+        for node in md.decommissioned
+    ]
     samples = scrape(admin, min(timeout_s, 3.0))
     loads = shard_loads(samples) if samples is not None else {}
     for s in shards:
@@ -312,6 +324,7 @@ def gather(client: Client, admin: Address, timeout_s: float) -> dict[str, Any]:
         "xdp": xdp_state(samples) if samples is not None else None,
         "members": fetch_members(admin, min(timeout_s, 3.0)) if samples is not None else None,
         "cluster": replication,
+        "decommissioning": leaving,
         "admin": {"address": format_address(admin), "reachable": samples is not None},
     }
 
@@ -448,6 +461,14 @@ def status(client: Client, args: argparse.Namespace) -> int:
         say(f"note: {ENTRIES_NOTE}")
     if doc.get("cluster"):
         _print_cluster(doc["cluster"])
+    if doc["decommissioning"]:
+        print()
+        print("decommissioned nodes (their partitions move to the others; stop one at 0)")
+        leaving = [
+            (d["node_id"], "up" if d["running"] else "stopped", d["partitions_left"])
+            for d in doc["decommissioning"]
+        ]
+        print(table(["NODE", "STATE", "PARTITIONS LEFT"], leaving))
     if doc.get("members"):
         print()
         print(f"members ({len(doc['members'])})")

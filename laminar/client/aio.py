@@ -28,6 +28,7 @@ from laminar.client.batch import RecordBatch
 from laminar.client.errors import (
     ConnectionLostError,
     LaminarError,
+    NotReadyError,
     UnknownPartitionError,
     UnknownTopicError,
 )
@@ -258,6 +259,10 @@ class AsyncClient:
             self._view = self._view.with_topic(topic)
         return topic
 
+    async def decommission_node(self, node_id: str, *, cancel: bool = False) -> tuple[str, ...]:
+        """`Client.decommission_node`: a node leaves for good (or stays)."""
+        return await self._call(calls.decommission_node(node_id, cancel))
+
     async def alter_topic(
         self,
         name: str,
@@ -329,10 +334,24 @@ class AsyncClient:
         async with self._refresh_lock:
             if self._generation != generation and self._view is not None:
                 return self._view  # fetched while this caller waited for the lock
-            view = await self._fetch_metadata()
+            view = await self._fetch_metadata_retrying()
             self._view = view
             self._generation += 1
             return view
+
+    async def _fetch_metadata_retrying(self) -> ClusterView:
+        """`_fetch_metadata`, again within the retry budget while the nodes
+        that answer are still loading their metadata (NOT_READY)."""
+        backoff: Backoff | None = None
+        while True:
+            try:
+                return await self._fetch_metadata()
+            except NotReadyError:
+                backoff = backoff or Backoff(self.retry)
+                delay = backoff.next_delay()
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
 
     async def _fetch_metadata(self) -> ClusterView:
         """As `Client.refresh_metadata_view`: the first address that answers."""

@@ -26,6 +26,8 @@ from laminar.wire import (
     AlterTopicResponse,
     CreateTopicRequest,
     CreateTopicResponse,
+    DecommissionNodeRequest,
+    DecommissionNodeResponse,
     DeleteTopicRequest,
     DeleteTopicResponse,
     ErrorCode,
@@ -245,6 +247,21 @@ def alter_topic(name: str, config: dict[str, int | str], remove: Sequence[str]) 
 
 def _altered(frame: Frame) -> TopicInfo:
     return expect(frame, AlterTopicResponse).topic
+
+
+def decommission_node(node_id: str, cancel: bool) -> Call[tuple[str, ...]]:
+    """Record that a node leaves for good (or stays). Repeating it changes
+    nothing, so a lost answer may be asked for again."""
+
+    def target(view: ClusterView) -> tuple[Address, Message]:
+        return view.node_route().address, DecommissionNodeRequest(node_id, cancel)
+
+    what = f"{'cancel the decommission of' if cancel else 'decommission'} node {node_id!r}"
+    return Call(what, target, _decommissioned, idempotent=True)
+
+
+def _decommissioned(frame: Frame) -> tuple[str, ...]:
+    return expect(frame, DecommissionNodeResponse).decommissioned
 
 
 def delete_topic(name: str) -> Call[DeleteTopicResponse]:

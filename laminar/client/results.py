@@ -160,8 +160,10 @@ class PingResult(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class PartitionDescription:
     """One partition of a topic: its id, owner shard and endpoint, and range;
-    in a cluster also its `replicas` (node ids, best first) and `leader` (None:
-    single node, or no leader known right now). `highest` is the committed end."""
+    in a cluster also its `replicas` (node ids: the group's voters as the
+    answering replica applied them, else placement's, best first) and `leader`
+    (None: single node, or no leader known right now). `highest` is the
+    committed end."""
 
     index: int
     partition_id: int
@@ -207,7 +209,7 @@ def describe(
                 offsets.lowest_index,
                 offsets.committed_index,
                 offsets.leader,
-                tuple(view.replicas(pid)) if view.nodes else (),
+                offsets.voters or (tuple(view.replicas(pid)) if view.nodes else ()),
             )
         )
     return TopicDescription(topic, tuple(parts))

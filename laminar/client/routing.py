@@ -253,8 +253,10 @@ class ClusterView:
         return self.route_to(pid, followers[pid % len(followers)]) if followers else route
 
     def replicas(self, pid: int) -> list[str]:
-        """The nodes holding `pid` (the metadata partition: every node), best first."""
-        weights = {n.node_id: n.weight for n in self.nodes.values()}
+        """The nodes placement puts `pid` on (the metadata partition: every
+        node), best first; a decommissioned node is placement's for none."""
+        leaving = self.metadata.decommissioned
+        weights = {n.node_id: n.weight for n in self.nodes.values() if n.node_id not in leaving}
         rf = len(weights)
         if pid:
             topic = next((t for t in self.topics.values() if t.topic_id == pid >> 32), None)

@@ -27,6 +27,7 @@ from laminar.client.errors import (
     CannotConnectError,
     ConnectionLostError,
     LaminarError,
+    NotReadyError,
     UnknownPartitionError,
     UnknownTopicError,
 )
@@ -454,6 +455,14 @@ class Client:
                 self._view = self._view.with_topic(topic)
         return topic
 
+    def decommission_node(self, node_id: str, *, cancel: bool = False) -> tuple[str, ...]:
+        """Decide that node `node_id` leaves the cluster for good (a gossip
+        cluster: its replicas move to the others first; `laminar status` shows
+        how many are left), or with `cancel` that it stays. Returns every
+        decommissioned node. Refused (`InvalidRequestError`) on a --peers
+        cluster, for an unknown node, or when too few nodes would remain."""
+        return Pending(self, calls.decommission_node(node_id, cancel)).result()
+
     def alter_topic(
         self,
         name: str,
@@ -535,7 +544,24 @@ class Client:
     def refresh_metadata_view(self) -> ClusterView:
         """Fetch metadata from the first address that answers within
         `connect_timeout_s` (`metadata_candidates`: the bootstrap addresses,
-        then every node known)."""
+        then every node known); while the nodes that answer are still loading
+        theirs (NOT_READY), again within the retry budget."""
+        backoff: Backoff | None = None
+        while True:
+            try:
+                view = self._fetch_metadata_view()
+            except NotReadyError:
+                backoff = backoff or self._backoff()
+                delay = backoff.next_delay()
+                if delay is None:
+                    raise
+                time.sleep(delay)
+                continue
+            with self._lock:
+                self._view = view
+            return view
+
+    def _fetch_metadata_view(self) -> ClusterView:
         search = MetadataSearch(self.bootstraps, self._view, self._hints)
         for address in search.candidates:
             try:  # (sent as if not idempotent: a connection the node closed is replaced first)
@@ -544,16 +570,12 @@ class Client:
                     self.timeout_s, self.connect_timeout_s
                 )
                 frame = conn.wait(corr, deadline)
-                view = ClusterView.from_metadata(
+                return ClusterView.from_metadata(
                     expect(frame, MetadataResponse), address, self._hints
                 )
             except LaminarError as exc:
                 with self._lock:
                     search.failed(address, exc)
-                continue
-            with self._lock:
-                self._view = view
-            return view
         raise search.error()
 
     # --- plumbing (used by Pending) --------------------------------------------------

@@ -35,10 +35,16 @@ a leader transfer is under way (`change_pending`).
 Who counts as what:
 
 - *live* (for quorum checks): alive or suspect in the view;
-- *placed* (the rendezvous candidates): live members, plus dead members
-  within `dead_grace_ms` of their death, so a node that restarts within the
-  grace period keeps its partitions instead of triggering a full copy. A
-  member that left gracefully loses its place at once.
+- *placed* (the rendezvous candidates): live members, plus members that
+  stopped (dead, or left: SIGTERM announces that) within `dead_grace_ms`, so
+  a node that restarts within the grace period keeps its partitions and
+  catches up instead of triggering a full copy. Restart is not departure:
+  a member leaves for good only when the grace runs out or when the cluster
+  decommissions it (`NodeStatus.decommissioned`, a decision recorded in the
+  metadata log): it is then nobody's target, so its replicas move away
+  first, one safe step at a time, like any other move; while it is live it
+  still counts for quorums and still observes the groups that keep
+  observers.
 
 Moves are rate-limited: a move is in flight while its group has a learner
 (the copying phase); at most `moves_in_flight_max` of them, and at most
@@ -77,18 +83,22 @@ class Action(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class NodeStatus:
     """One member as the controller needs it; `down_since_ms` is when it was
-    first seen dead or left (required for dead members: the grace runs from it)."""
+    first seen dead or left (required for those: the grace runs from it);
+    `decommissioned`: the cluster decided it leaves for good."""
 
     node_id: str
     weight: float = 1.0
     state: MemberState = MemberState.ALIVE
     down_since_ms: int | None = None
+    decommissioned: bool = False
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.weight) and self.weight > 0):
             raise ValueError(f"node {self.node_id!r}: weight must be finite and > 0")
-        if self.state is MemberState.DEAD and self.down_since_ms is None:
-            raise ValueError(f"node {self.node_id!r} is dead: down_since_ms is required")
+        if not self.state.is_live and self.down_since_ms is None:
+            raise ValueError(
+                f"node {self.node_id!r} is {self.state.label}: down_since_ms is required"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,11 +176,13 @@ class Wait:
 
 
 class MemberTable:
-    """Who is live and who is placed at one moment (see the module docstring)."""
+    """Who is live, who is placed and who is leaving at one moment (see the
+    module docstring)."""
 
     def __init__(self, nodes: Iterable[NodeStatus], now_ms: int, dead_grace_ms: int) -> None:
         self.placed: dict[str, float] = {}
         live: set[str] = set()
+        leaving: set[str] = set()
         ends: list[int] = []
         seen: set[str] = set()
         for node in nodes:
@@ -179,14 +191,19 @@ class MemberTable:
             seen.add(node.node_id)
             if node.state.is_live:
                 live.add(node.node_id)
-                self.placed[node.node_id] = node.weight
-            elif node.state is MemberState.DEAD:
+                if node.decommissioned:
+                    leaving.add(node.node_id)
+                else:
+                    self.placed[node.node_id] = node.weight
+            elif not node.decommissioned:  # stopped (dead or left): placed within the grace
                 assert node.down_since_ms is not None  # checked by NodeStatus
                 grace_end = node.down_since_ms + dead_grace_ms
                 if now_ms < grace_end:
                     self.placed[node.node_id] = node.weight
                     ends.append(grace_end)
         self.live = frozenset(live)
+        self.leaving = frozenset(leaving)
+        """Decommissioned members still live: nobody's target, still observers."""
         self.grace_ends_ms = min(ends) if ends else None
 
     def targets(self, pid: int, replication_factor: int) -> tuple[str, ...]:
@@ -210,7 +227,11 @@ def plan(
     additions: list[tuple[GroupStatus, Step]] = []
     for group in groups:
         target = targets[group.pid] = table.targets(group.pid, policy.replication_factor)
-        observers = frozenset(table.placed) - set(target) if policy.observers else frozenset()
+        observers = (
+            (frozenset(table.placed) | table.leaving) - set(target)
+            if policy.observers
+            else frozenset()
+        )
         decision = next_step(group, target, table.live, policy.catch_up_lag_max, observers)
         if isinstance(decision, Wait):
             waiting[group.pid] = decision.reason

@@ -17,8 +17,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from laminar.placement import replica_nodes
-
 NODE_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 """Node ids: short, printable, safe in file names and logs."""
 
@@ -66,12 +64,9 @@ class ClusterView:
                 return member
         return None
 
-    def replicas(self, pid: int, replication_factor: int) -> list[str]:
-        """The node ids holding `pid`'s replicas (weighted rendezvous), best first.
-
-        Fewer than `replication_factor` members: all of them (the caller refuses
-        creating a topic that cannot be placed)."""
-        return replica_nodes(pid, {m.node_id: m.weight for m in self.members}, replication_factor)
+    def weights(self) -> dict[str, float]:
+        """Each member's placement weight (what `laminar.placement.replica_nodes` reads)."""
+        return {m.node_id: m.weight for m in self.members}
 
 
 def _node_id(member: Member) -> str:

@@ -135,6 +135,11 @@ class RaftCore(LeaderReplication):
         self._early: dict[int, Message] = {}
         self.role = FOLLOWER
         self.leader: str | None = None
+        self.leader_commit: int | None = None
+        """The highest commit index a leader has told this replica since it
+        started (a leader's own, once an entry of its term is committed); None
+        until one did. A replica that has applied up to it holds everything the
+        group committed before it started: the readiness of a restarted member."""
         self._election_elapsed = 0
         self._heartbeat_elapsed = 0
         self._randomized_timeout = config.election_ticks
@@ -649,12 +654,13 @@ class RaftCore(LeaderReplication):
             if m.src != self.leader:
                 self._early.clear()
             self.leader = m.src
+            self._learn_leader_commit(m.index if kind == HEARTBEAT else m.commit)
             if kind == APPEND:
                 self._handle_append(m)
             elif kind == HEARTBEAT:
                 self.log.commit_to(min(m.commit, self.log.last_index()))
                 if m.removed:
-                    self._removal_confirmed = max(self._removal_confirmed, m.index)
+                    self._removal_confirmed = max(self._removal_confirmed, m.hint)
                 self._reply(m, HEARTBEAT_RESP, context=m.context)
             elif kind == INSTALL:
                 self._handle_install(m)
@@ -662,6 +668,10 @@ class RaftCore(LeaderReplication):
                 self._handle_quiesce(m)
         elif kind == TIMEOUT_NOW and m.src == self.leader:
             self._hup(transfer=True)
+
+    def _learn_leader_commit(self, commit: int) -> None:
+        if self.leader_commit is None or commit > self.leader_commit:
+            self.leader_commit = commit
 
     def _handle_append(self, m: Message) -> None:
         log = self.log

@@ -78,7 +78,7 @@ MESSAGE_KINDS = frozenset(
 )
 
 # What a shell may coalesce into one message per node pair per tick: these
-# carry only (src, dst, term, commit, context) and are small and frequent.
+# carry only (src, dst, term, index, commit, context) and are small and frequent.
 HEARTBEAT_KINDS = frozenset({HEARTBEAT, HEARTBEAT_RESP})
 
 
@@ -96,10 +96,12 @@ class Message:
       follower's log may match (fast backtracking).
     - vote / pre_vote: `index`, `log_term` = the candidate's last entry;
       `transfer` = campaign of a leader transfer (ignores leases).
-    - heartbeat: `commit` = what the follower may commit; `context` = the
-      leader's read-index round, echoed by heartbeat_resp; `removed` = the
-      receiver is no member: its removal at `index` is committed (it may
-      delete its replica).
+    - heartbeat: `commit` = what the follower may commit (at most its
+      match); `index` = the leader's own commit index (how far the follower
+      must get to hold all that is committed); `context` = the leader's
+      read-index round, echoed by heartbeat_resp; `removed` = the receiver
+      is no member: its removal at `hint` is committed (it may delete its
+      replica).
     - quiesce: `index` = the leader's last index, `commit` its commit.
     """
 

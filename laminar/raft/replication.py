@@ -40,6 +40,7 @@ class LeaderReplication:
     _memberships: list[tuple[int, Membership]]
     _bcast: bool
     _transferee: str | None
+    leader_commit: int | None
     _departing: dict[str, list[int]]
     learner_budget: ByteBudget | None
 
@@ -116,6 +117,8 @@ class LeaderReplication:
 
     def _commit_advanced(self) -> None:
         self._bcast = True
+        if self._committed_in_term():
+            self.leader_commit = self.log.committed
         if self._reads.waiting and self._committed_in_term():
             for request_id in self._reads.waiting:
                 self._reads.add(request_id, self.log.committed)
@@ -149,9 +152,10 @@ class LeaderReplication:
                         self.id,
                         node,
                         self.term,
-                        removal,
+                        commit,
                         commit=sent,
                         context=context,
+                        hint=removal,
                         removed=removal > 0,
                     )
                 )

@@ -2,7 +2,8 @@
 
 Once a second (and when a new membership view arrives) it reads the latest
 SWIM view through `Downtime` (when each member went down: the dead grace
-runs from it), takes the Raft cores this shard leads, and runs one round of
+runs from it) and the nodes the metadata says are decommissioned, takes the
+Raft cores this shard leads, and runs one round of
 `laminar.replication.moves.drive` per replication factor (the policy carries
 one); the groups in `observed` (the metadata group) keep every other member
 as a learner (`PlacementPolicy.observers`). Every decision is the pure
@@ -17,10 +18,10 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
-from laminar.cluster.controller import PlacementPolicy, Step
+from laminar.cluster.controller import MemberTable, NodeStatus, PlacementPolicy, Step
 from laminar.cluster.downtime import Downtime
 from laminar.raft import LEADER, RaftCore
 from laminar.replication.moves import drive
@@ -44,6 +45,9 @@ class PlacerState:
     """Partitions not at their target, and why they wait or what they do now."""
     observing: dict[int, frozenset[str]] = field(default_factory=dict)
     """Observed groups' learners that are there to stay (not moves)."""
+    decommissioning: dict[str, int] = field(default_factory=dict)
+    """Each decommissioned node: the led groups it is still in (as a voter, or
+    a learner that is not an observer): what is left to move off it from here."""
 
 
 class Placer:
@@ -55,11 +59,13 @@ class Placer:
         replication_factor_of: ReplicationFactorOf,
         dead_grace_ms: int,
         observed: frozenset[int] = frozenset(),
+        decommissioned: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         self._cores = cores
         self._rf_of = replication_factor_of
         self._dead_grace_ms = dead_grace_ms
         self._observed = observed
+        self._decommissioned = decommissioned
         self._downtime = Downtime()
         self._view: MembershipView | None = None
         self._wake = asyncio.Event()
@@ -76,16 +82,39 @@ class Placer:
                 await asyncio.wait_for(self._wake.wait(), ROUND_S)
             self._wake.clear()
             try:
-                self.round(time.monotonic_ns() // 1_000_000)
+                self.round(_now_ms())
             except Exception:
                 logger.exception("placement round failed")
 
-    def round(self, now_ms: int) -> list[Step]:
-        """One round over the led groups; the steps started."""
+    def members_known(self) -> frozenset[str]:
+        """Every member of the latest view, down ones too."""
+        view = self._view
+        return frozenset(m.node_id for m in view.members) if view is not None else frozenset()
+
+    def placed(self, now_ms: int | None = None) -> dict[str, float] | None:
+        """The members placement puts replicas on now, with their weights
+        (`MemberTable.placed`); None before the first view."""
+        now = _now_ms() if now_ms is None else now_ms
+        nodes = self._statuses(now)
+        if nodes is None:
+            return None
+        return MemberTable(nodes, now, self._dead_grace_ms).placed
+
+    def _statuses(self, now_ms: int) -> tuple[NodeStatus, ...] | None:
         view = self._view
         if view is None:
+            return None
+        decommissioned = self._decommissioned()
+        return tuple(
+            replace(node, decommissioned=True) if node.node_id in decommissioned else node
+            for node in self._downtime.observe(view, now_ms)
+        )
+
+    def round(self, now_ms: int) -> list[Step]:
+        """One round over the led groups; the steps started."""
+        nodes = self._statuses(now_ms)
+        if nodes is None:
             return []
-        nodes = self._downtime.observe(view, now_ms)
         by_policy: dict[tuple[int, bool], dict[int, RaftCore]] = {}
         for pid, core in self._cores():
             if core.role != LEADER:
@@ -117,4 +146,26 @@ class Placer:
         self.state.steps_started += len(started)
         self.state.moving = moving
         self.state.observing = observing
+        self.state.decommissioning = self._left_to_move(
+            [n.node_id for n in nodes if n.decommissioned], by_policy, observing
+        )
         return started
+
+    @staticmethod
+    def _left_to_move(
+        leaving: list[str],
+        by_policy: dict[tuple[int, bool], dict[int, RaftCore]],
+        observing: dict[int, frozenset[str]],
+    ) -> dict[str, int]:
+        left = dict.fromkeys(leaving, 0)
+        for cores in by_policy.values():
+            for pid, core in cores.items():
+                staying = observing.get(pid, frozenset())
+                for node in core.membership.members:
+                    if node in left and node not in staying:
+                        left[node] += 1
+        return left
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000

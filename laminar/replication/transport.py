@@ -270,7 +270,8 @@ async def _fetch_layout(host: str, port: int) -> tuple[str, list[int]]:
     """(host, shard ports) of the node at host:port, from its metadata."""
     sock = await _connect(host, port)
     try:
-        await asyncio.get_running_loop().sock_sendall(sock, MetadataRequest().encode(1))
+        request = MetadataRequest(layout_only=True).encode(1)
+        await asyncio.get_running_loop().sock_sendall(sock, request)
         frame = await asyncio.wait_for(
             _read_frame(sock, FrameDecoder(16 << 20)), HANDSHAKE_TIMEOUT_S
         )

@@ -52,7 +52,9 @@ RECEIVE_BYTES: Final = 65536
 MAX_IN_FLIGHT: Final = 512
 READ_OPS: Final = frozenset({Op.PING, Op.FETCH, Op.LIST_OFFSETS, Op.METADATA, Op.LIST_TOPICS})
 """What UDP serves by default: nothing that changes state."""
-WRITE_OPS: Final = frozenset({Op.PRODUCE, Op.CREATE_TOPIC, Op.DELETE_TOPIC, Op.ALTER_TOPIC})
+WRITE_OPS: Final = frozenset(
+    {Op.PRODUCE, Op.CREATE_TOPIC, Op.DELETE_TOPIC, Op.ALTER_TOPIC, Op.DECOMMISSION_NODE}
+)
 """Added with `--udp-writes`."""
 
 

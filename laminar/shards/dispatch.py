@@ -96,6 +96,7 @@ class Dispatcher:
             Op.LIST_TOPICS: handlers.list_topics,
             Op.PING: handlers.ping,
             Op.ALTER_TOPIC: handlers.alter_topic,
+            Op.DECOMMISSION_NODE: handlers.decommission_node,
             Op.METADATA_TAIL: handlers.metadata_tail,
         }
 

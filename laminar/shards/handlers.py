@@ -32,7 +32,7 @@ from laminar.shards.metalog import MetadataService
 from laminar.shards.metrics import ShardMetrics
 from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.producers import IdempotentProducers
-from laminar.shards.replica import LocalReplica, PartitionReplica
+from laminar.shards.replica import LocalReplica, PartitionReplica, RaftReplica
 from laminar.shards.replication import ShardReplication
 from laminar.shards.topic_config import log_config
 from laminar.wire import (
@@ -40,6 +40,8 @@ from laminar.wire import (
     AlterTopicResponse,
     CreateTopicRequest,
     CreateTopicResponse,
+    DecommissionNodeRequest,
+    DecommissionNodeResponse,
     DeleteTopicRequest,
     DeleteTopicResponse,
     ErrorCode,
@@ -340,8 +342,20 @@ class Handlers:
             at = await replica.index_for_timestamp(req.timestamp_ms)
         committed = replica.highest_index
         highest = getattr(replica, "log_end", committed)
+        voters: tuple[str, ...] = ()
+        learners: tuple[str, ...] = ()
+        if isinstance(replica, RaftReplica):
+            membership = replica.group.core.membership
+            voters, learners = membership.voters, membership.learners
         return ListOffsetsResponse(
-            req.partition_id, replica.lowest_index, highest, committed, at, replica.leader
+            req.partition_id,
+            replica.lowest_index,
+            highest,
+            committed,
+            at,
+            replica.leader,
+            voters,
+            learners,
         ).encode_buffers(corr)
 
     async def ping(self, req: Ping, corr: int, ctx: RequestContext) -> list[Buffer]:
@@ -355,6 +369,8 @@ class Handlers:
     async def metadata_request(
         self, req: MetadataRequest, corr: int, ctx: RequestContext
     ) -> list[Buffer]:
+        if not req.layout_only:  # never a topic list it has not finished loading
+            await self.metadata.ready()
         ident = self.ident
         host = ident.host
         if host in _UNSPECIFIED_HOSTS and ctx.local_host:
@@ -366,11 +382,12 @@ class Handlers:
             ident.port,
             ident.routing_mode,
             shards,
-            self.metadata.state.topics(),
+            () if req.layout_only else self.metadata.state.topics(),
             ident.admin_port,
             self.replication.nodes() if self.replication is not None else (),
-            await self._node_leaders(ctx),
+            () if req.layout_only else await self._node_leaders(ctx),
             ident.max_frame_bytes,
+            tuple(sorted(self.metadata.state.decommissioned)),
         ).encode_buffers(corr)
 
     async def _node_leaders(self, ctx: RequestContext) -> tuple[tuple[int, str], ...]:
@@ -411,6 +428,7 @@ class Handlers:
     async def list_topics(
         self, req: ListTopicsRequest, corr: int, ctx: RequestContext
     ) -> list[Buffer]:
+        await self.metadata.ready()
         return ListTopicsResponse(self.metadata.state.topics()).encode_buffers(corr)
 
     async def create_topic(
@@ -432,6 +450,12 @@ class Handlers:
     ) -> list[Buffer]:
         topic = await self.metadata.alter_topic(req.name, req.config, req.remove)
         return AlterTopicResponse(topic).encode_buffers(corr)
+
+    async def decommission_node(
+        self, req: DecommissionNodeRequest, corr: int, ctx: RequestContext
+    ) -> list[Buffer]:
+        decommissioned = await self.metadata.decommission(req.node_id, req.cancel)
+        return DecommissionNodeResponse(tuple(sorted(decommissioned))).encode_buffers(corr)
 
     async def metadata_tail(
         self, req: MetadataTailRequest, corr: int, ctx: RequestContext

@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from laminar.shards.config import NodeConfig
 
 BACKLOG = 1024
+EPHEMERAL_PORT_TRIES = 5
+"""Ports the kernel picks for `--port 0` before giving up on one free for UDP too."""
 _UNIX_PATH_MAX = 107
 
 
@@ -239,8 +241,7 @@ def bind_node(config: NodeConfig) -> NodeSockets:
     os.chmod(config.run_dir, 0o700)  # the channel sockets live here: this user only
     bound: list[socket.socket] = []
     shards: list[ShardSockets] = []
-    port = _probe(family, socket.SOCK_STREAM, config.host, config.port, "node port")
-    _probe(family, socket.SOCK_DGRAM, config.host, port, "node UDP port")
+    port = _node_port(family, config.host, config.port)
     try:
         for i in range(config.cores):
             node_tcp = _bind(
@@ -264,6 +265,21 @@ def bind_node(config: NodeConfig) -> NodeSockets:
             sock.close()
         raise
     return NodeSockets(config.host, port, shards)
+
+
+def _node_port(family: socket.AddressFamily, host: str, port: int) -> int:
+    """A node port free for TCP and for UDP. For port 0 the kernel picks a free
+    TCP port, which something else may hold for UDP: then pick again (a few
+    times), rather than fail a start that asked for any port."""
+    for attempt in range(EPHEMERAL_PORT_TRIES):
+        chosen = _probe(family, socket.SOCK_STREAM, host, port, "node port")
+        try:
+            _probe(family, socket.SOCK_DGRAM, host, chosen, "node UDP port")
+            return chosen
+        except StartupError:
+            if port or attempt == EPHEMERAL_PORT_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def bind_admin(config: NodeConfig) -> socket.socket:

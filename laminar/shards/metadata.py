@@ -22,7 +22,10 @@ Rules, and why:
   are; `placed_on`: `[[topic_id, i], ...]` with `placements[i]` a
   `[[node, weight], ...]`: each topic's creation `placed_on`, which gossip
   clusters derive first replicas from, each distinct list stored once).
-  Create entries carry `placed_on` too in a cluster. Unknown ops
+  Create entries carry `placed_on` too in a cluster. `{"op":
+  "decommission", "node", "cancel"?}` records that the cluster decided a node
+  leaves for good (or, cancelled, that it stays); snapshots carry the set as
+  `"decommissioned": [node, ...]` (absent: none). Unknown ops
   from a newer node are skipped (and reported as such), never guessed at.
 - Compaction: a snapshot entry holds the whole state its index implies, and
   applying it replaces the state. The owner appends one, as the first entry of
@@ -52,6 +55,7 @@ Rules, and why:
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -128,6 +132,15 @@ class AlterTopic:
 
 
 @dataclass(frozen=True, slots=True)
+class Decommission:
+    """Node `node_id` leaves the cluster for good: placement moves every replica
+    it holds to the others (`cancel`: it stays a member after all)."""
+
+    node_id: str
+    cancel: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """The whole state after every entry below `at`, the index it was planned
     for (None: an older snapshot, valid wherever it is)."""
@@ -138,6 +151,7 @@ class Snapshot:
     placed_on: tuple[tuple[int, Placement], ...] = ()
     """Each topic's `CreateTopic.placed_on` (those that had one), by topic id:
     compaction must not forget whom a topic's first replicas were placed on."""
+    decommissioned: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +161,12 @@ class UnknownEntry:
     raw: Any
 
 
-Entry = CreateTopic | DeleteTopic | AlterTopic | Snapshot | UnknownEntry
+Entry = CreateTopic | DeleteTopic | AlterTopic | Decommission | Snapshot | UnknownEntry
+Change = CreateTopic | DeleteTopic | AlterTopic | Decommission
+"""What a client's request becomes: one entry the metadata leader plans."""
 
 
-def encode_entry(entry: CreateTopic | DeleteTopic | AlterTopic | Snapshot) -> bytes:
+def encode_entry(entry: Change | Snapshot) -> bytes:
     body: dict[str, Any]
     if isinstance(entry, CreateTopic):
         body = {
@@ -187,6 +203,12 @@ def encode_entry(entry: CreateTopic | DeleteTopic | AlterTopic | Snapshot) -> by
                 for topic_id, members in entry.placed_on
             ]
             body["placements"] = [[list(member) for member in members] for members in distinct]
+        if entry.decommissioned:
+            body["decommissioned"] = list(entry.decommissioned)
+    elif isinstance(entry, Decommission):
+        body = {"op": "decommission", "node": entry.node_id}
+        if entry.cancel:
+            body["cancel"] = True
     else:
         body = {"op": "delete", "name": entry.name, "topic_id": entry.topic_id}
     packed: bytes = msgpack.packb(body, use_bin_type=True)
@@ -232,12 +254,21 @@ def decode_entry(value: bytes) -> Entry:
             if type(placed) is not list or type(placements) is not list:
                 return UnknownEntry(body)
             distinct = [_placement(members) for members in placements]
+            decommissioned = body.get("decommissioned") or []
+            if type(decommissioned) is not list:
+                return UnknownEntry(body)
             return Snapshot(
                 _int(body["next_topic_id"]),
                 tuple(map(_topic, topics)),
                 None if at is None else _int(at),
                 tuple((_int(topic_id), _pick(distinct, i)) for topic_id, i in placed),
+                tuple(map(_str, decommissioned)),
             )
+        if op == "decommission":
+            cancel = body.get("cancel", False)
+            if type(cancel) is not bool:
+                return UnknownEntry(body)
+            return Decommission(_str(body["node"]), cancel)
     except (KeyError, TypeError, ValueError):
         pass
     return UnknownEntry(body)
@@ -335,6 +366,8 @@ class MetadataState:
         self._by_id: dict[int, TopicInfo] = {}
         self._placed_on: dict[int, dict[str, float]] = {}
         self.next_topic_id = FIRST_TOPIC_ID
+        self.decommissioned: frozenset[str] = frozenset()
+        """Nodes the cluster decided leave for good (placement places nothing there)."""
         self.applied_index = 0
         self.snapshot_index: int | None = None
         """Index of the last snapshot entry applied (None: none yet)."""
@@ -418,6 +451,36 @@ class MetadataState:
         merged.update(checked)
         return AlterTopic(name, topic.topic_id, merged)
 
+    def plan_decommission(
+        self, node_id: str, cancel: bool, members: Collection[str], placed: Collection[str]
+    ) -> Decommission:
+        """The entry that decommissions `node_id` (or, `cancel`, keeps it), or
+        `MetadataError` saying why not. `members`: every node membership knows
+        (down ones too); `placed`: those placement may put replicas on now.
+        Refused: a node nobody knows (a typo must not look done), and a
+        decommission that would leave fewer placeable nodes than a topic's
+        replication factor (its partitions would have nowhere to go).
+        Repeating a decision is allowed (a retried request)."""
+        if cancel or node_id in self.decommissioned:
+            return Decommission(node_id, cancel)
+        if node_id not in members:
+            raise MetadataError(
+                ErrorCode.INVALID_REQUEST,
+                f"there is no node {node_id[:64]!r} in the cluster "
+                f"(members: {', '.join(sorted(members)) or 'none'})",
+            )
+        rest = set(placed) - self.decommissioned - {node_id}
+        short = [t for t in self.topics() if t.replication_factor > len(rest)]
+        if short:
+            topic = max(short, key=lambda t: t.replication_factor)
+            raise MetadataError(
+                ErrorCode.INVALID_REQUEST,
+                f"decommissioning {node_id} would leave {len(rest)} node"
+                f"{'s' if len(rest) != 1 else ''} for topic {topic.name!r} (replication "
+                f"factor {topic.replication_factor}); add a node first",
+            )
+        return Decommission(node_id)
+
     def snapshot(self, at: int) -> Snapshot:
         """The entry that holds the whole state as it is now, to be appended at
         index `at` (applied there only: see the module docstring)."""
@@ -425,7 +488,9 @@ class MetadataState:
             (topic_id, tuple(self._placed_on[topic_id].items()))
             for topic_id in sorted(self._placed_on)
         )
-        return Snapshot(self.next_topic_id, self.topics(), at, placed)
+        return Snapshot(
+            self.next_topic_id, self.topics(), at, placed, tuple(sorted(self.decommissioned))
+        )
 
     def needs_snapshot(self) -> bool:
         """True once the entries since the last snapshot outnumber twice the
@@ -504,6 +569,11 @@ class MetadataState:
             )
             self._by_id[topic.topic_id] = self._by_name[topic.name] = topic
             return Applied(index, altered=(topic,))
+        if isinstance(entry, Decommission):
+            if entry.cancel:
+                self.decommissioned -= {entry.node_id}
+            else:
+                self.decommissioned |= {entry.node_id}
         return Applied(index)
 
     def _restore(self, index: int, snap: Snapshot) -> Applied:
@@ -515,6 +585,7 @@ class MetadataState:
             topic_id: dict(members) for topic_id, members in snap.placed_on if topic_id in new
         }
         self.next_topic_id = max(self.next_topic_id, snap.next_topic_id)
+        self.decommissioned = frozenset(snap.decommissioned)
         self.snapshot_index = index
         return Applied(
             index,

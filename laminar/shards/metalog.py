@@ -27,7 +27,9 @@ Theory of operation (the state machine itself is `metadata.MetadataState`):
   proposes changes (others answer NOT_LEADER naming it), and the owner serves
   its sibling shards committed entries only. Start-up does not wait for a
   quorum: the shard starts, and requests wait for the metadata (NOT_READY) until
-  the member has heard from a leader and applied what it committed.
+  the member has applied the commit index a leader told it since it started
+  (`RaftCore.leader_commit`; its own commit index may predate changes made
+  while it was down).
 - Compaction in a cluster: after a change, the metadata leader proposes a
   snapshot (planned for the index it will take) as an ordinary entry. Every
   node, once its owner shard has *applied* a snapshot at index `s`, drops the
@@ -38,9 +40,9 @@ Theory of operation (the state machine itself is `metadata.MetadataState`):
   restart over a compacted log, an install, a sibling's tail that the owner
   compacted past) are skipped until that snapshot (`MetadataState.resync`).
 - Until a shard has its metadata (the owner's replay, a follower's first
-  catch-up), requests that name a topic wait for it (`ready`, bounded by
-  `READY_WAIT_S`), then get NOT_READY (retriable; nothing applied) rather than
-  a wrong UNKNOWN_TOPIC.
+  catch-up), requests that name a topic, metadata and topic listings wait for
+  it (`ready`, bounded by `READY_WAIT_S`), then get NOT_READY (retriable;
+  nothing applied) rather than a wrong UNKNOWN_TOPIC or a short topic list.
 - Any shard that meets a topic id it has never seen (a request racing a create
   it has not applied yet) first catches up with the owner (`catch_up`) before
   answering UNKNOWN_TOPIC.
@@ -69,6 +71,7 @@ from laminar.shards.metadata import (
     METADATA_PID,
     AlterTopic,
     Applied,
+    Change,
     CreateTopic,
     DeleteTopic,
     MetadataError,
@@ -207,11 +210,13 @@ class MetadataService:
             )
         self._log = replica
         group = replica.group
-        # Ready once a leader is known and everything it committed is applied
-        # here, and (over a compacted log) the first snapshot restored the state.
+        # Ready once a leader told this member its commit index (after this
+        # start: a restarted member's own commit may predate changes made while
+        # it was down), everything up to it is applied here, and (over a
+        # compacted log) the first snapshot restored the state.
         while (
-            group.leader is None
-            or self._applied_end < group.committed_end
+            (told := group.core.leader_commit) is None
+            or self._applied_end < max(told, group.committed_end)
             or self.state.awaiting_snapshot
         ):
             self._applied.clear()
@@ -400,9 +405,9 @@ class MetadataService:
     ) -> TopicInfo:
         """Create a topic (owner only); raises `MetadataError`. The replication
         factor defaults to 3, or the cluster's size if smaller."""
-        members = () if self._replication is None else self._replication.view.members
-        nodes = max(1, len(members))
-        placed_on = tuple((m.node_id, m.weight) for m in members)
+        placement = {} if self._replication is None else self._replication.placement()
+        nodes = max(1, len(placement))
+        placed_on = tuple(placement.items())
         rf = (
             min(DEFAULT_REPLICATION_FACTOR, nodes)
             if replication_factor is None
@@ -440,9 +445,26 @@ class MetadataService:
         await self._write(plan)
         return before[0]
 
-    async def _write(
-        self, plan: Callable[[], CreateTopic | DeleteTopic | AlterTopic]
-    ) -> CreateTopic | DeleteTopic | AlterTopic:
+    async def decommission(self, node_id: str, cancel: bool) -> frozenset[str]:
+        """Record that `node_id` leaves the cluster for good (`cancel`: that it
+        stays); the decommissioned nodes after it. Only a gossip cluster moves
+        replicas, so only there (raises `MetadataError` saying why not)."""
+        replication = self._replication
+        if replication is None:
+            raise MetadataError(
+                ErrorCode.INVALID_REQUEST, "this node runs alone: it has no cluster to leave"
+            )
+        if replication.placer is None:
+            raise MetadataError(
+                ErrorCode.INVALID_REQUEST,
+                "a --peers cluster cannot decommission a node: its replica sets are fixed by "
+                "the --peers list and never move; a cluster formed with --join moves them",
+            )
+        members, placed = replication.members_known(), replication.placement()
+        await self._write(lambda: self.state.plan_decommission(node_id, cancel, members, placed))
+        return self.state.decommissioned
+
+    async def _write(self, plan: Callable[[], Change]) -> Change:
         """Plan, append and apply one entry, compact if due, then wait until every
         live follower applied it (the barrier a create's acknowledgement promises)."""
         await self.ready()

@@ -289,3 +289,13 @@ def _moves(w: _Writer, live: list[tuple[int, Mapping[str, Any]]]) -> None:
             for outcome in ("started", "refused"):
                 labels = {"shard": shard_id, "outcome": outcome}
                 w.sample("laminar_move_steps_total", labels, moves[f"steps_{outcome}"])
+    w.family(
+        "laminar_decommission_replicas",
+        "gauge",
+        "For each decommissioned node, the groups this shard leads that it is still in "
+        "(summed over every node: what is left to move off it; 0 everywhere: done).",
+    )
+    for shard_id, stats in live:
+        left = (stats.get("moves") or {}).get("decommissioning", {})
+        for node, count in sorted(left.items()):
+            w.sample("laminar_decommission_replicas", {"shard": shard_id, "node": node}, count)

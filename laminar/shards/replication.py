@@ -15,7 +15,8 @@ node, holds the shard's Raft members of those partitions:
   deletes its metadata replica (a voter that drops out observes again);
 - a move adds a replica on a node that may never have held the partition: the
   first authenticated leader message (append, install, heartbeat) for a
-  partition this shard does not hold opens it as a learner, but only for a
+  partition this shard does not hold (no files here: a restarted replica is
+  opened by the shard, not adopted) opens it as a learner, but only for a
   partition the metadata knows (`adopt_known`) and only while fewer than
   `ADOPTED_MAX` groups opened that way are still waiting for their log to
   name this node a member (a peer cannot make a shard open unbounded groups);
@@ -45,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import random
 import socket
 import time
@@ -55,6 +57,7 @@ from typing import Any, Final
 from laminar.cluster.auth import PeerAuth
 from laminar.cluster.members import ClusterView, Member
 from laminar.log import LogConfig
+from laminar.placement import replica_nodes
 from laminar.raft import Entry, Message, RaftCore, RaftError
 from laminar.raft.budget import ByteBudget
 from laminar.raft.messages import APPEND, HEARTBEAT, INSTALL
@@ -185,8 +188,23 @@ class ShardReplication:
 
     # -- placement ---------------------------------------------------------------
 
+    def placement(self) -> dict[str, float]:
+        """The nodes placement may put replicas on now, with their weights: the
+        --peers view; in a gossip cluster the controller's placed members
+        (live ones and those stopped within the dead grace, none that is
+        decommissioned), so a topic created while a node restarts is placed
+        as if it had not (else its partitions would move there once it is back)."""
+        if self.placer is not None and (placed := self.placer.placed()) is not None:
+            return placed
+        return self.view.weights()
+
+    def members_known(self) -> frozenset[str]:
+        """Every node membership knows, down ones too (this one at least)."""
+        known = self.placer.members_known() if self.placer is not None else frozenset()
+        return known | set(self.view.node_ids)
+
     def replica_nodes(self, pid: int, replication_factor: int) -> list[str]:
-        return self.view.replicas(pid, replication_factor)
+        return replica_nodes(pid, self.placement(), replication_factor)
 
     def holds(self, pid: int, replication_factor: int) -> bool:
         """True if this node holds a replica of `pid` (on whichever shard): a
@@ -241,12 +259,20 @@ class ShardReplication:
     # -- membership gossip (nodes started with a cluster secret, no --peers) ------
 
     def follow_membership(
-        self, replication_factor_of: ReplicationFactorOf, dead_grace_ms: int
+        self,
+        replication_factor_of: ReplicationFactorOf,
+        dead_grace_ms: int,
+        decommissioned: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         """Take the cluster view from SWIM from now on (`on_membership`), and
-        move the groups this shard leads to their placement targets."""
+        move the groups this shard leads to their placement targets
+        (`decommissioned`: the nodes the metadata says leave for good)."""
         self.placer = Placer(
-            self._cores, replication_factor_of, dead_grace_ms, observed=frozenset({METADATA_PID})
+            self._cores,
+            replication_factor_of,
+            dead_grace_ms,
+            observed=frozenset({METADATA_PID}),
+            decommissioned=decommissioned,
         )
         self._placing = asyncio.get_running_loop().create_task(self.placer.run())
 
@@ -290,6 +316,7 @@ class ShardReplication:
             "sends_deferred": budget.refused if budget is not None else 0,
             "steps_started": placer.state.steps_started if placer is not None else 0,
             "steps_refused": placer.state.steps_refused if placer is not None else 0,
+            "decommissioning": placer.state.decommissioning if placer is not None else {},
             "retired": self.retired,
         }
 
@@ -333,6 +360,12 @@ class ShardReplication:
             # Any message: a restarted voter's vote may be what the group needs.
             log_config, apply = self._metadata_adoption
         elif message.kind not in LEADER_KINDS:
+            return
+        elif os.path.isdir(self.partitions.directory(pid)):
+            # A replica this node holds (its files are here: a restart) is opened
+            # by the shard as the metadata replays it, with the membership its
+            # log recorded or the group's first one; adopted as a learner of
+            # the sender it would never vote again (its log may record nothing).
             return
         elif self._known is None or (known := self._known(pid)) is None:
             self.adoptions_refused += 1

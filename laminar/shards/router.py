@@ -10,8 +10,9 @@ Rules, and why:
 - A forwarded frame is never forwarded again: if the receiving shard does not
   own the partition (the two shards disagree on the shard count, a bug), it
   answers NOT_OWNER instead of bouncing the frame around.
-- Topic creation and deletion go to the owner of the metadata partition, the
-  one shard that appends to the metadata log and assigns topic ids.
+- Topic creation, deletion and changes, and node decommissions, go to the
+  owner of the metadata partition, the one shard that appends to the
+  metadata log and assigns topic ids.
 - Metadata and topic listing are answered by whichever shard received them:
   every shard holds the applied metadata (the owner waits for the other shards
   to apply a change before acknowledging it).
@@ -57,7 +58,9 @@ WRITE_OPS: Final = frozenset(
 )
 INTERNAL_WRITE_OPS: Final = frozenset({Op.CHECK_STAGED, Op.PUBLISH_STAGED, Op.DROP_STAGED})
 NODE_OPS: Final = frozenset({Op.METADATA, Op.LIST_TOPICS})
-METADATA_WRITE_OPS: Final = frozenset({Op.CREATE_TOPIC, Op.DELETE_TOPIC, Op.ALTER_TOPIC})
+METADATA_WRITE_OPS: Final = frozenset(
+    {Op.CREATE_TOPIC, Op.DELETE_TOPIC, Op.ALTER_TOPIC, Op.DECOMMISSION_NODE}
+)
 INTERNAL_OPS: Final = frozenset({Op.FORWARD, Op.METADATA_TAIL})
 
 

@@ -320,7 +320,9 @@ class Shard:
         replication.joining = bool(config.join)
         if config.gossiped:
             replication.follow_membership(
-                self._replication_factor, round(config.dead_grace_s * 1000)
+                self._replication_factor,
+                round(config.dead_grace_s * 1000),
+                lambda: self.metadata.state.decommissioned,
             )
         return replication
 

@@ -33,8 +33,10 @@ Theory of operation:
 - Membership (`membership`, when the node has a cluster secret) runs here too,
   so it outlives shard restarts: the SWIM agent joins through `--join`, pushes
   each new view to every shard over its control socket (and the current one to
-  a shard that becomes ready), and on SIGTERM announces the node's leave before
-  the shards drain.
+  a shard that becomes ready), and on SIGTERM announces, once the shards have
+  drained, that the node stopped (SWIM's graceful leave: peers stop probing
+  and routing to it at once; it keeps its place for the dead grace, so a
+  restart catches up instead of being copied).
 """
 
 from __future__ import annotations
@@ -371,14 +373,16 @@ class Supervisor:
         self._log_ready()
         keepers = [loop.create_task(self._keep_running(slot)) for slot in self.slots]
         await self._stop.wait()
-        if self.membership is not None:
-            logger.info("leaving the cluster")
-            await self.membership.leave()
         logger.info("draining: stopping %d shards", len(self.slots))
         self._stopping = True
         for task in keepers:
             task.cancel()
         code = await self._shutdown()
+        if self.membership is not None:
+            # After the drain: while the shards hand their leaderships over,
+            # peers and clients still see this node as a member.
+            logger.info("announcing that this node stopped (it keeps its place)")
+            await self.membership.leave()
         if admin is not None:
             await admin.close()
         logger.info("laminar-node stopped (exit %d)", code)

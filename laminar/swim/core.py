@@ -282,9 +282,12 @@ class Swim:
             self._send_join(now_ms)
 
     def leave(self, now_ms: int) -> None:
-        """Leave for good: announce it by gossip and stop probing. Keep calling
-        `tick` and sending for a second or so (`pending_updates()` falls as the
-        news goes out); pings are still answered meanwhile."""
+        """Stop on purpose: announce it by gossip (shown as `left`) and stop
+        probing. Keep calling `tick` and sending for a second or so
+        (`pending_updates()` falls as the news goes out); pings are still
+        answered meanwhile. What a leave means for the member's place is the
+        user's business (laminar's placement keeps it for a grace period: a
+        leave is a restart until the cluster decides otherwise)."""
         self._advance(now_ms)
         if self._left:
             return

@@ -41,14 +41,6 @@ def opt_uint(h: dict[str, Any], key: str, limit: int = U64) -> int | None:
     raise _bad(key, f"an unsigned int below {limit} or nil", v)
 
 
-def flag(h: dict[str, Any], key: str) -> bool:
-    """A bool; absent means False (a flag a sender sets only when it is on)."""
-    v = h.get(key, False)
-    if type(v) is bool:
-        return v
-    raise _bad(key, "a bool", v)
-
-
 def string(h: dict[str, Any], key: str) -> str:
     """A str."""
     v = h.get(key, _MISSING)
@@ -63,6 +55,14 @@ def opt_string(h: dict[str, Any], key: str) -> str | None:
     if v is None or type(v) is str:
         return v
     raise _bad(key, "a string or nil", v)
+
+
+def flag(h: dict[str, Any], key: str) -> bool:
+    """A bool; absent or nil means False."""
+    v = h.get(key)
+    if v is None or type(v) is bool:
+        return bool(v)
+    raise _bad(key, "true, false or nil", v)
 
 
 def binary(h: dict[str, Any], key: str) -> bytes:

@@ -412,14 +412,24 @@ class ListOffsetsRequest(Message):
 class MetadataRequest(Message):
     """Ask for the node, its shards and ports, its topics and its routing mode.
 
-    Header: {}.
+    A node answers only once it has loaded its topic metadata (NOT_READY
+    until then), except with `layout_only`: then at once, with no topics and
+    no leaders (a peer opening its Raft links needs only the shard ports, and
+    the metadata group a restarted node loads from needs those links).
+
+    Header: {layout_only?}.
     """
 
     OP: ClassVar[int] = Op.METADATA
 
+    layout_only: bool = False
+
+    def _header(self) -> dict[str, Any]:
+        return {"layout_only": True} if self.layout_only else {}
+
     @classmethod
     def _decode(cls, frame: Frame) -> Self:
-        return cls()
+        return cls(f.flag(frame.header, "layout_only"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -501,6 +511,31 @@ class AlterTopicRequest(Message):
     def _decode(cls, frame: Frame) -> Self:
         h = frame.header
         return cls(f.string(h, "name"), f.config(h, "config"), f.strings(h, "remove"))
+
+
+@dataclass(frozen=True, slots=True)
+class DecommissionNodeRequest(Message):
+    """Decide that node `node_id` leaves the cluster for good: its replicas move
+    to the others first (`cancel`: it stays after all). Repeating it is harmless.
+
+    Header: {node_id, cancel?}.
+    """
+
+    OP: ClassVar[int] = Op.DECOMMISSION_NODE
+
+    node_id: str
+    cancel: bool = False
+
+    def _header(self) -> dict[str, Any]:
+        h: dict[str, Any] = {"node_id": self.node_id}
+        if self.cancel:
+            h["cancel"] = True
+        return h
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        h = frame.header
+        return cls(f.string(h, "node_id"), f.flag(h, "cancel"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -686,9 +721,12 @@ class ListOffsetsResponse(Message):
     `timestamp_index`, the first index appended at or after the requested time
     (`highest_index` if none; None when no time was asked for), and the node id
     of the partition's `leader` as this replica knows it (None: unknown, or a
-    single node).
+    single node). A replica of a Raft group also names the group's `voters`
+    and `learners` as it applied them (empty on a single node): a group's
+    real members, which moves make differ from placement's.
 
-    Header: {lowest_index, highest_index, committed_index, timestamp_index?, leader?}.
+    Header: {lowest_index, highest_index, committed_index, timestamp_index?, leader?,
+    voters?, learners?}.
     """
 
     OP: ClassVar[int] = Op.LIST_OFFSETS
@@ -700,6 +738,8 @@ class ListOffsetsResponse(Message):
     committed_index: int
     timestamp_index: int | None = None
     leader: str | None = None
+    voters: tuple[str, ...] = ()
+    learners: tuple[str, ...] = ()
 
     def _partition(self) -> int:
         return self.partition_id
@@ -714,6 +754,10 @@ class ListOffsetsResponse(Message):
             h["timestamp_index"] = self.timestamp_index
         if self.leader is not None:
             h["leader"] = self.leader
+        if self.voters:
+            h["voters"] = list(self.voters)
+        if self.learners:
+            h["learners"] = list(self.learners)
         return h
 
     @classmethod
@@ -726,6 +770,8 @@ class ListOffsetsResponse(Message):
             f.uint(h, "committed_index"),
             f.opt_uint(h, "timestamp_index"),
             f.opt_string(h, "leader"),
+            f.strings(h, "voters"),
+            f.strings(h, "learners"),
         )
 
 
@@ -751,6 +797,9 @@ class MetadataResponse(Message):
     `max_frame_bytes` is the largest request frame the node accepts (its
     `--max-frame-bytes`), so a client can size its produce batches under it;
     absent from older nodes.
+    `decommissioned`: nodes the cluster decided leave for good (they hold
+    replicas until those have moved, but placement names them for none);
+    absent when empty.
     """
 
     OP: ClassVar[int] = Op.METADATA
@@ -766,6 +815,7 @@ class MetadataResponse(Message):
     nodes: tuple[NodeInfo, ...] = ()
     leaders: tuple[tuple[int, str], ...] = ()
     max_frame_bytes: int | None = None
+    decommissioned: tuple[str, ...] = ()
 
     def _header(self) -> dict[str, Any]:
         h: dict[str, Any] = {
@@ -783,6 +833,8 @@ class MetadataResponse(Message):
             h["leaders"] = [list(pair) for pair in self.leaders]
         if self.max_frame_bytes is not None:
             h["max_frame_bytes"] = self.max_frame_bytes
+        if self.decommissioned:
+            h["decommissioned"] = list(self.decommissioned)
         return h
 
     @classmethod
@@ -799,6 +851,7 @@ class MetadataResponse(Message):
             f.items(h, "nodes", NodeInfo.from_wire) if "nodes" in h else (),
             _leaders(h.get("leaders", [])),
             f.opt_uint(h, "max_frame_bytes"),
+            f.strings(h, "decommissioned"),
         )
 
 
@@ -867,6 +920,23 @@ class AlterTopicResponse(Message):
     @classmethod
     def _decode(cls, frame: Frame) -> Self:
         return cls(TopicInfo.from_wire(f.mapping(frame.header.get("topic"), "'topic'")))
+
+
+@dataclass(frozen=True, slots=True)
+class DecommissionNodeResponse(Message):
+    """Every node decommissioned now. Header: {decommissioned: [node_id, ...]}."""
+
+    OP: ClassVar[int] = Op.DECOMMISSION_NODE
+    FLAGS: ClassVar[int] = _RESPONSE
+
+    decommissioned: tuple[str, ...]
+
+    def _header(self) -> dict[str, Any]:
+        return {"decommissioned": list(self.decommissioned)}
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        return cls(f.strings(frame.header, "decommissioned"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -1029,6 +1099,7 @@ Request = (
     | ListTopicsRequest
     | Ping
     | AlterTopicRequest
+    | DecommissionNodeRequest
     | ForwardRequest
     | MetadataTailRequest
 )
@@ -1042,6 +1113,7 @@ Response = (
     | ListTopicsResponse
     | Pong
     | AlterTopicResponse
+    | DecommissionNodeResponse
     | ForwardResponse
     | MetadataTailResponse
     | ErrorResponse
@@ -1059,6 +1131,7 @@ REQUEST_TYPES: dict[int, type[Request]] = {
         ListTopicsRequest,
         Ping,
         AlterTopicRequest,
+        DecommissionNodeRequest,
         ForwardRequest,
         MetadataTailRequest,
     )
@@ -1075,6 +1148,7 @@ RESPONSE_TYPES: dict[int, type[Response]] = {
         ListTopicsResponse,
         Pong,
         AlterTopicResponse,
+        DecommissionNodeResponse,
         ForwardResponse,
         MetadataTailResponse,
     )

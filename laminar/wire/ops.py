@@ -38,6 +38,7 @@ class Op(IntEnum):
     PUBLISH_STAGED = 14
     DROP_STAGED = 15
     ALTER_TOPIC = 16
+    DECOMMISSION_NODE = 17
     FORWARD = 32
     METADATA_TAIL = 33
 

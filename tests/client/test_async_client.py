@@ -10,6 +10,7 @@ import pytest
 from laminar.client import (
     AsyncClient,
     CannotConnectError,
+    NotReadyError,
     OffsetOutOfRangeError,
     OutcomeUnknownError,
     RetryPolicy,
@@ -207,6 +208,21 @@ def test_long_poll_and_cancellation(node: FakeNode, run: Runner) -> None:
                 await stuck
             await w.produce("t", 1, [b"y"])
             assert [r.value for r in await c.fetch("t", 1, 0)] == [b"y"]
+
+    run(main())
+
+
+def test_metadata_from_a_node_still_loading_is_asked_again(node: FakeNode, run: Runner) -> None:
+    async def main() -> None:
+        async with AsyncClient(node.bootstrap) as c:
+            await c.create_topic("t", partitions=1)
+        node.inject(Fault("error", op=Op.METADATA, code=ErrorCode.NOT_READY, times=3))
+        async with AsyncClient(node.bootstrap) as c:
+            assert (await c.describe_topic("t")).topic.name == "t"
+        node.inject(Fault("error", op=Op.METADATA, code=ErrorCode.NOT_READY, times=1000))
+        with pytest.raises(NotReadyError):
+            async with AsyncClient(node.bootstrap, retry=RetryPolicy(budget_s=0.2)) as c:
+                await c.metadata()
 
     run(main())
 

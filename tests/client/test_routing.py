@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from laminar.client import (
@@ -187,3 +189,15 @@ def test_metadata_is_asked_of_silent_addresses_last() -> None:
     order = metadata_candidates(bootstraps, view, view.hints)
     assert order[:4] == [("10.0.0.9", 7070), *((f"10.0.0.{i}", 7070) for i in (2, 3, 4))]
     assert set(order[4:]) == {("10.0.0.1", 7070), ("10.0.0.1", 7071)}
+
+
+def test_a_decommissioned_node_is_placements_for_no_partition() -> None:
+    """It still runs (and still serves what has not moved yet: NOT_LEADER
+    answers lead there), but the client places nothing on it, as the nodes do."""
+    view = _cluster_view()
+    leaving = replace(view.metadata, decommissioned=(view.replicas(partition_id(7, 0))[0],))
+    after = ClusterView.from_metadata(leaving, ("10.0.0.1", 7070))
+    for p in range(4):
+        replicas = after.replicas(partition_id(7, p))
+        assert len(replicas) == 3 and leaving.decommissioned[0] not in replicas
+    assert leaving.decommissioned[0] in after.nodes

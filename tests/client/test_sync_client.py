@@ -10,6 +10,7 @@ import pytest
 from laminar.client import (
     CannotConnectError,
     Client,
+    NotReadyError,
     OffsetOutOfRangeError,
     OutcomeUnknownError,
     RetryPolicy,
@@ -228,6 +229,20 @@ def test_produce_is_retried_when_the_node_refused_it(node: FakeNode) -> None:
         node.inject(Fault("error", op=Op.PRODUCE, code=ErrorCode.STORAGE_ERROR))
         with pytest.raises(Exception, match="STORAGE_ERROR"):
             c.produce("t", 0, [b"y"])
+
+
+def test_metadata_from_a_node_still_loading_is_asked_again(node: FakeNode) -> None:
+    """A node that has not finished loading its metadata answers NOT_READY
+    (a restart): the client asks again within its retry budget, from its
+    first request on, instead of failing or believing a topic unknown."""
+    with Client(node.bootstrap) as c:
+        c.create_topic("t", partitions=1)
+    node.inject(Fault("error", op=Op.METADATA, code=ErrorCode.NOT_READY, times=3))
+    with Client(node.bootstrap) as c:
+        assert c.describe_topic("t").topic.name == "t"
+    node.inject(Fault("error", op=Op.METADATA, code=ErrorCode.NOT_READY, times=1000))
+    with pytest.raises(NotReadyError):
+        Client(node.bootstrap, retry=RetryPolicy(budget_s=0.2))
 
 
 def test_a_request_that_times_out_is_sent_again_only_if_that_is_safe(node: FakeNode) -> None:

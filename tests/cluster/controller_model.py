@@ -13,7 +13,7 @@ is down elects the lowest live voter if its live voters are a majority.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from laminar.cluster.controller import (
     Action,
@@ -139,6 +139,10 @@ class ClusterModel:
 
     def join(self, node: str, weight: float = 1.0) -> None:
         self.nodes[node] = NodeStatus(node, weight)
+
+    def decommission(self, node: str) -> None:
+        """The cluster decides `node` leaves for good (whatever its state now)."""
+        self.nodes[node] = replace(self.nodes[node], decommissioned=True)
 
     def survives_without(self, node: str) -> bool:
         """Every group keeps a live majority of its voters if `node` goes down."""

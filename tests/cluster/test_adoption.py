@@ -70,6 +70,26 @@ def test_a_leaders_message_opens_a_learner_only_for_a_known_partition(tmp_path: 
     asyncio.run(scenario())
 
 
+def test_a_replica_whose_files_are_here_is_never_adopted(tmp_path: Path) -> None:
+    """A restarted voter may hear its leader before the shard reopened its
+    group (the metadata is still replaying): opened as the sender's learner,
+    with nothing in its log to say otherwise, it would never vote again. It
+    waits for the shard to open it instead (Raft resends)."""
+
+    async def scenario() -> None:
+        replication = _replication(tmp_path)
+        pid = min(KNOWN)
+        os.makedirs(replication.partitions.directory(pid))
+        try:
+            replication.host.receive(pid, _from_leader(HEARTBEAT))
+            await _settle(replication)
+            assert replication.replicas == {} and replication.adoptions_refused == 0
+        finally:
+            await replication.close()
+
+    asyncio.run(scenario())
+
+
 def test_groups_opened_on_messages_are_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -170,7 +170,9 @@ BEFORE = {"n1": 1.0, "n2": 1.0, "n3": 2.0, "n4": 1.0, "n5": 0.5, "n6": 1.0}
     [
         ("join", [NodeStatus(n, w) for n, w in {**BEFORE, "n7": 1.0}.items()], "+n7"),
         ("leave", [NodeStatus(n, w) for n, w in BEFORE.items() if n != "n3"]
-         + [NodeStatus("n3", 2.0, MemberState.LEFT, NOW)], "-n3"),
+         + [NodeStatus("n3", 2.0, MemberState.LEFT, NOW - GRACE)], "-n3"),
+        ("decommission", [NodeStatus(n, w, decommissioned=n == "n4") for n, w in BEFORE.items()],
+         "-n4"),
         ("death", [NodeStatus(n, w) for n, w in BEFORE.items() if n != "n2"]
          + [NodeStatus("n2", 1.0, MemberState.DEAD, NOW - GRACE)], "-n2"),
         ("weight up", [NodeStatus(n, 3.0 if n == "n5" else w) for n, w in BEFORE.items()], "+n5"),
@@ -217,7 +219,7 @@ def test_random_joins_leaves_deaths_and_weights_converge_to_rf_at_the_targets(
     fresh = itertools.count(100)
     for _ in range(rng.randint(1, 4)):
         live = sorted(model.live())
-        event = rng.choice(("kill", "leave", "join", "weight", "bounce"))
+        event = rng.choice(("kill", "leave", "join", "weight", "bounce", "decommission"))
         victim = rng.choice(live)
         if event in ("kill", "leave", "bounce") and not model.survives_without(victim):
             event = "join"  # a failure no group could survive is not this test's subject
@@ -225,6 +227,8 @@ def test_random_joins_leaves_deaths_and_weights_converge_to_rf_at_the_targets(
             model.kill(victim)
         elif event == "leave":
             model.leave(victim)
+        elif event == "decommission":
+            model.decommission(victim)
         elif event == "join":
             model.join(f"n{next(fresh)}", rng.choice((0.5, 1.0, 2.0)))
         elif event == "weight":
@@ -263,17 +267,55 @@ def test_a_dead_node_keeps_its_partitions_for_the_grace_period() -> None:
     assert not any("n3" in g.voters for g in model.groups.values())
 
 
-def test_a_node_back_within_the_grace_period_moves_nothing_and_a_left_one_moves_at_once() -> None:
+@pytest.mark.parametrize("stop", ["kill", "leave"])
+def test_a_node_back_within_the_grace_period_moves_nothing(stop: str) -> None:
+    """A restart, whether the node crashed (dead) or was stopped with SIGTERM
+    (left): it keeps its place and nothing is copied."""
     model = ClusterModel(BEFORE, PIDS, UNLIMITED)
-    model.kill("n3")
+    getattr(model, stop)("n3")
+    model.settle()  # n3's groups elect other leaders
     model.now_ms = GRACE - 1
     assert model.round().steps == ()
     model.join("n3", BEFORE["n3"])
     assert model.run() == 0
-    model.leave("n2")
-    assert {s.pid for s in model.plan().steps} == {
-        pid for pid, g in model.groups.items() if "n2" in g.voters
-    }
+
+
+def test_a_decommissioned_node_hands_over_every_replica_at_once() -> None:
+    """No grace: each group it is in moves, one safe step at a time (the model
+    checks every step keeps a live majority), until it holds none; a dead one
+    decommissioned is replaced at once too."""
+    for down in (False, True):
+        model = ClusterModel(BEFORE, PIDS[:300], UNLIMITED)
+        held = {pid for pid, g in model.groups.items() if "n3" in g.voters}
+        if down:
+            model.kill("n3")
+            model.settle()
+        model.decommission("n3")
+        assert {s.pid for s in model.plan().steps} == held
+        model.run()
+        assert model.off_target() == []
+        assert not any("n3" in g.voters | g.learners for g in model.groups.values())
+        assert all(len(g.voters) == 3 for g in model.groups.values())
+
+
+def test_a_decommissioned_node_observes_while_live_and_is_removed_once_stopped() -> None:
+    """The metadata group's policy: a decommissioned node loses its vote but
+    keeps receiving the log while it runs (it still serves what it drains);
+    stopped, its learner goes."""
+    nodes = {n: NodeStatus(n) for n in "abcd"}
+    nodes["a"] = NodeStatus("a", decommissioned=True)
+    policy = PlacementPolicy(3, GRACE, observers=True)
+    voters = ("a", "b", "c")
+    g = GroupModel(0, set(voters), {"d"}, "b", match={n: 100 for n in "abcd"})
+    for _ in range(10):
+        result = plan(nodes.values(), [g.status()], policy, NOW)
+        for step in result.steps:
+            g.apply(step, frozenset("abcd"), result.targets[0], 64)
+        g.settle(frozenset("abcd"))
+    assert (g.voters, g.learners) == (set("bcd"), {"a"})
+    nodes["a"] = NodeStatus("a", state=MemberState.LEFT, down_since_ms=NOW, decommissioned=True)
+    (step,) = plan(nodes.values(), [g.status()], policy, NOW).steps
+    assert short(step) == (Action.REMOVE_NODE, "a")
 
 
 # --- rate limits ------------------------------------------------------------------------
@@ -294,6 +336,7 @@ def test_moves_stay_within_the_limits_while_a_node_is_replaced(
     policy = PlacementPolicy(3, GRACE, moves_max, per_node_max)
     model = ClusterModel(BEFORE, PIDS[:300], policy)
     model.leave("n3")
+    model.decommission("n3")
     model.settle()  # n3's groups elect leaders (a leader change mid-move can pass the limit)
     peak, peak_per_node = 0, 0
     for _ in range(2000):
@@ -312,6 +355,7 @@ def test_under_replicated_partitions_move_before_rebalancing() -> None:
     model = ClusterModel(BEFORE, PIDS[:200], policy)
     model.join("n7")
     model.leave("n1")
+    model.now_ms += GRACE  # stopped for longer than the grace: it loses its place
     result = model.plan()
     (first,) = [s for s in result.steps if s.action is Action.ADD_LEARNER]
     assert "n1" in model.groups[first.pid].voters
@@ -386,8 +430,9 @@ def test_model_check_every_small_group_steps_safely_to_its_target() -> None:
 
 
 def test_bad_input_is_refused_with_a_reason() -> None:
-    with pytest.raises(ValueError, match="down_since_ms is required"):
-        NodeStatus("a", 1.0, MemberState.DEAD)
+    for stopped in (MemberState.DEAD, MemberState.LEFT):
+        with pytest.raises(ValueError, match="down_since_ms is required"):
+            NodeStatus("a", 1.0, stopped)
     with pytest.raises(ValueError, match="finite"):
         NodeStatus("a", float("nan"))
     with pytest.raises(ValueError, match="not a voter"):

@@ -389,16 +389,18 @@ def test_a_node_back_within_the_grace_keeps_its_partitions_and_catches_up(
 
 
 @pytest.mark.skipif(not SOAK, reason="runs in make soak (LAMINAR_SOAK=1)")
-def test_a_graceful_leave_keeps_every_partition_writable(tmp_path: Path) -> None:
-    """SIGTERM: the node hands its leaderships over, announces that it left
-    (no grace), and stops; producers to every partition see no failure while
-    it goes, and every partition is back at three replicas on the others with
-    every acknowledged record."""
+def test_a_decommissioned_node_leaves_with_every_partition_writable(tmp_path: Path) -> None:
+    """`decommission_node`, then SIGTERM once it holds nothing: producers to
+    every partition see no failure while its partitions move and while it
+    goes, and every partition is back at three replicas on the others with
+    every acknowledged record. (SIGTERM alone is a restart: the node would
+    keep its place; tests/cluster/test_rolling_restart.py.)"""
     with gossip_cluster(tmp_path, 4) as (nodes, _start):
         names = set(nodes)
         wait_until(lambda: all(set(member_states(n)) == names for n in nodes.values()), "joined")
         bootstrap = ",".join(n.bootstrap for n in nodes.values())
         acked: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+        live = {n: node for n, node in nodes.items() if n != "n2"}
         with Client(bootstrap, retry=RetryPolicy(budget_s=30)) as client:
             topic = wait_until(
                 lambda: client.create_topic("events", partitions=PARTITIONS, replication_factor=RF),
@@ -415,25 +417,17 @@ def test_a_graceful_leave_keeps_every_partition_writable(tmp_path: Path) -> None
                     acked[p].append(value)
 
             produce_round()
-            leaver = nodes["n2"]
-            stopping = threading.Thread(target=leaver.terminate)
+            assert client.decommission_node("n2") == ("n2",)
+            while any(replica_holders({"n2": nodes["n2"]}, pid) for pid in pids):
+                produce_round()  # raises if a partition stays unwritable past the budget
+            stopping = threading.Thread(target=nodes["n2"].terminate)
             stopping.start()
             while stopping.is_alive():
-                produce_round()  # raises if a partition stays unwritable past the budget
+                produce_round()
             stopping.join()
             for _ in range(5):
                 produce_round()
-        live = {n: node for n, node in nodes.items() if n != "n2"}
         wait_until(
             lambda: all(member_states(n).get("n2") == "left" for n in live.values()), "n2 left"
         )
-
-        def restored() -> bool:
-            for p, pid in enumerate(pids):
-                holders = replica_holders(live, pid)
-                full = [n for n, log in holders.items() if [v for _, v in log] == acked[p]]
-                if len(full) != RF:
-                    return False
-            return True
-
-        wait_until(restored, "every partition back at three replicas", 120)
+        wait_until(lambda: full_holders(live, pids, acked), "every partition on three replicas")

@@ -123,6 +123,12 @@ class Node:
         )
 
 
+def _told(node: Node) -> bool:
+    """`node`'s metadata member heard a leader's commit index since it started."""
+    replica = node.replication.replicas.get(METADATA_PID)
+    return replica is not None and replica.group.core.leader_commit is not None
+
+
 def _leader(nodes: dict[str, Node]) -> Node | None:
     for node in nodes.values():
         up = node.node_id in node.net.hosts and METADATA_PID in node.replication.replicas
@@ -241,8 +247,9 @@ def test_a_node_down_through_a_delete_and_compaction_is_installed_and_deletes_it
     snapshot's difference; the old leader restarts knowing nothing (nobody
     tells it its own entries are committed), so only the reconciliation with the
     snapshot's topics finds the files. Its appends are lost for a while after
-    the restart, so it is ready (a leader heard, its commit applied) before the
-    install reaches it: start-up's reconciliation ran on its stale state."""
+    the restart: it hears the new leader's heartbeats, which tell it how far
+    the group committed, so it does not call itself ready on its stale state
+    (it would answer metadata without the delete) until the install arrives."""
 
     async def scenario(nodes: dict[str, Node]) -> None:
         gone = await _change(nodes, "create", "gone")
@@ -261,10 +268,12 @@ def test_a_node_down_through_a_delete_and_compaction_is_installed_and_deletes_it
             role == "leader"
         )  # heartbeats pass, the probe before the install not
         await down.start()
-        await _until(lambda: down.service.is_ready)
         if role == "leader":
-            assert down.has_files(gone) and not down.topics()
+            await _until(lambda: _told(down))
+            await asyncio.sleep(20 * TICK_S)
+            assert not down.service.is_ready and down.has_files(gone)
             down.net.drop_appends = False
+        await _until(lambda: down.service.is_ready)
         await _settled([down], leader)
         assert down.meta.lowest_index > end_before, "caught up without an install"
         assert not down.has_files(gone), "the deleted topic's files are still there"

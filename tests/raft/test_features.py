@@ -451,6 +451,28 @@ def test_a_restart_redelivers_committed_entries_from_the_first_index() -> None:
     assert [e.index for e in cluster.applied["n3"]] == [3]
 
 
+def test_a_restarted_follower_learns_how_far_the_group_committed_before_it_applies() -> None:
+    """Its own commit index predates what was committed while it was down, so
+    it is no measure of "caught up": the first word from the leader, even a
+    heartbeat that may not raise its commit, tells it the leader's."""
+    cluster = Cluster(3)
+    cluster.elect("n1")
+    cluster.propose("n1", b"a")
+    cluster.crash("n3")
+    for data in (b"b", b"c"):
+        cluster.propose("n1", data)
+    leader = cluster.cores["n1"]
+    n3 = cluster.restart("n3")
+    assert n3.leader_commit is None and leader.leader_commit == leader.log.committed == 4
+    leader.tick()  # a heartbeat: its commit is capped at n3's match (2)
+    cluster.pump("n1")
+    cluster.queue = type(cluster.queue)(m for m in cluster.queue if m.kind == HEARTBEAT)
+    cluster.deliver_queued()
+    assert n3.log.committed == 2 and n3.leader_commit == 4
+    cluster.tick(5)  # the leader resends what n3 missed
+    assert cluster.applied["n3"][-1].index == n3.leader_commit == 4
+
+
 def test_a_restarted_voter_remembers_its_vote() -> None:
     storage = MemoryStorage()
     config = RaftConfig(node_id="n1", voters=("n1", "n2", "n3"), pre_vote=False)
@@ -562,7 +584,9 @@ def test_heartbeats_carry_only_what_a_shell_coalesces() -> None:
     cluster.tick(3)
     beats = [m for m in cluster.sent if m.kind in HEARTBEAT_KINDS]
     assert beats
-    assert all(not m.entries and not m.reject and not m.index for m in beats)
+    assert all(not m.entries and not m.reject and not m.hint and not m.data for m in beats)
+    leader = cluster.cores["n1"]
+    assert all(m.index == leader.log.committed for m in beats if m.kind == HEARTBEAT)
     per_tick = [m for m in beats if m.kind == HEARTBEAT and m.src == "n1"]
     assert len({m.dst for m in per_tick}) == 2
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
+from unittest import mock
 
 import pytest
 
 from laminar.cli.node import build_parser, config_from_args, parse_size
+from laminar.shards import listeners
 from laminar.shards.config import ConfigError, NodeConfig
-from laminar.shards.listeners import channel_address
+from laminar.shards.listeners import StartupError, channel_address
 
 
 def test_defaults_are_the_embedded_single_node_setup() -> None:
@@ -59,3 +62,31 @@ def test_channel_addresses_fall_back_to_the_abstract_namespace() -> None:
     address = channel_address(deep, 1)
     assert address.startswith("\0laminar-") and address.endswith("shard-1")
     assert address == channel_address(deep, 1)
+
+
+def test_port_zero_picks_again_when_the_udp_side_is_taken() -> None:
+    """The kernel picks a free TCP port for --port 0; something may hold the
+    same port for UDP. A node that asked for any port starts anyway; one that
+    named its port is told the port is in use."""
+    held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    held.bind(("127.0.0.1", 0))
+    taken = held.getsockname()[1]
+    picks = iter([taken, 0])
+    real = listeners._probe
+
+    def probe(family: socket.AddressFamily, kind: socket.SocketKind, host: str, port: int,
+              what: str) -> int:  # fmt: skip
+        if kind == socket.SOCK_STREAM and port == 0:
+            port = next(picks)  # the kernel's choice, made to collide once
+            if port == taken:
+                return taken
+        return real(family, kind, host, port, what)
+
+    try:
+        with mock.patch.object(listeners, "_probe", probe):
+            chosen = listeners._node_port(socket.AF_INET, "127.0.0.1", 0)
+            assert chosen not in (0, taken)
+            with pytest.raises(StartupError, match=r"node UDP port .* in use"):
+                listeners._node_port(socket.AF_INET, "127.0.0.1", taken)
+    finally:
+        held.close()

@@ -16,11 +16,19 @@ import pytest
 from laminar.placement import partition_id
 from laminar.shards import metalog
 from laminar.shards.errors import RequestError
-from laminar.shards.handlers import Handlers, ShardIdentity
+from laminar.shards.handlers import Handlers, RequestContext, ShardIdentity
 from laminar.shards.metadata import MetadataError, MetadataState
 from laminar.shards.metrics import ShardMetrics
 from laminar.shards.partitions import LongPolls
-from laminar.wire import ErrorCode
+from laminar.wire import (
+    ErrorCode,
+    ListTopicsRequest,
+    ListTopicsResponse,
+    MetadataRequest,
+    MetadataResponse,
+    decode_frame,
+    decode_response,
+)
 
 IDENT = ShardIdentity("n", 0, 2, "127.0.0.1", 1, (1, 2), None, "userspace", 1 << 20, 1000)
 
@@ -60,6 +68,30 @@ def test_a_request_during_the_replay_waits_for_the_metadata() -> None:
         assert not lookup.done()  # not UNKNOWN_TOPIC: the topic exists in the log
         metadata.finish()
         assert (await lookup).name == "t"
+
+    asyncio.run(main())
+
+
+def test_metadata_and_the_topic_list_wait_for_the_metadata_too() -> None:
+    """A client that bootstraps from a node still loading must not learn an
+    empty topic list (it would call an existing topic unknown, for good)."""
+
+    async def main() -> None:
+        metadata = LoadingMetadata()
+        handler = handlers(metadata)
+        ctx = RequestContext(received_by=0, forwarded=True)
+        answers = [
+            asyncio.ensure_future(handler.metadata_request(MetadataRequest(), 1, ctx)),
+            asyncio.ensure_future(handler.list_topics(ListTopicsRequest(), 2, ctx)),
+        ]
+        await asyncio.sleep(0.05)
+        assert not any(answer.done() for answer in answers)
+        metadata.finish()
+        for answer, kind in zip(answers, (MetadataResponse, ListTopicsResponse), strict=True):
+            frame = b"".join(bytes(b) for b in await answer)
+            decoded = decode_response(decode_frame(frame, len(frame)))
+            assert isinstance(decoded, kind)
+            assert [t.name for t in decoded.topics] == ["t"]
 
     asyncio.run(main())
 

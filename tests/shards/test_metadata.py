@@ -16,6 +16,7 @@ from laminar.shards.metadata import (
     MAX_PARTITIONS,
     AlterTopic,
     CreateTopic,
+    Decommission,
     DeleteTopic,
     MetadataError,
     MetadataState,
@@ -374,3 +375,44 @@ def test_a_snapshot_keeps_whom_each_topic_was_placed_on() -> None:
     for damaged in (-1, 2, "0"):
         body["placed_on"][0][1] = damaged
         assert isinstance(decode_entry(msgpack.packb(body)), UnknownEntry)
+
+
+def test_a_decommission_is_an_entry_and_outlives_compaction() -> None:
+    """The cluster's decision that a node leaves for good is in the metadata
+    log (so it survives a restart of any node), a snapshot keeps it (so it
+    survives compaction), and a cancel undoes it."""
+    owner = MetadataState()
+    owner.apply(0, owner.plan_create("t", 1, None, 2, 4, ()))
+    members = {"n1", "n2", "n3", "n4"}
+    entry = owner.plan_decommission("n4", False, members, members)
+    assert decode_entry(encode_entry(entry)) == entry == Decommission("n4")
+    owner.apply(1, entry)
+    assert owner.decommissioned == {"n4"}
+    behind = MetadataState()
+    behind.resync()
+    behind.apply(2, decode_entry(encode_entry(owner.snapshot(2))))
+    assert behind.decommissioned == {"n4"}
+    cancel = owner.plan_decommission("n4", True, members, members)
+    assert decode_entry(encode_entry(cancel)) == cancel
+    behind.apply(3, cancel)
+    assert behind.decommissioned == frozenset()
+    body = msgpack.unpackb(encode_entry(entry))
+    for damaged in ({"cancel": 1}, {"node": 4}):
+        assert isinstance(decode_entry(msgpack.packb({**body, **damaged})), UnknownEntry)
+
+
+def test_a_decommission_is_refused_for_a_stranger_or_when_too_few_nodes_would_remain() -> None:
+    state = MetadataState()
+    state.apply(0, state.plan_create("three", 1, None, 3, 4, ()))
+    members = {"n1", "n2", "n3", "n4"}
+    with pytest.raises(MetadataError, match="no node 'n9'"):
+        state.plan_decommission("n9", False, members, members)
+    state.apply(1, state.plan_decommission("n4", False, members, members))
+    with pytest.raises(MetadataError, match=r"leave 2 nodes for topic 'three' \(replication"):
+        state.plan_decommission("n3", False, members, members)
+    assert state.plan_decommission("n4", False, members, members) == Decommission("n4")
+    # placement's candidates count, not every member: one dead past its grace does not
+    fresh = MetadataState()
+    fresh.apply(0, fresh.plan_create("three", 1, None, 3, 4, ()))
+    with pytest.raises(MetadataError, match="leave 2 nodes"):
+        fresh.plan_decommission("n1", False, members, {"n1", "n2", "n3"})
