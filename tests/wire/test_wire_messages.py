@@ -143,6 +143,7 @@ RESPONSES: list[st.SearchStrategy[Any]] = [
         st.none() | u16,
         st.just(()),
         st.lists(st.tuples(u64, names), max_size=4).map(tuple),
+        st.none() | u32,
         st.lists(names, max_size=2).map(tuple),
     ),
     st.builds(CreateTopicResponse, topics),
