@@ -27,6 +27,7 @@ from laminar.client import (
     new_write_id,
 )
 from laminar.placement import partition_id
+from laminar.wire.writes import StagedPart
 from tests.cluster.nodes import wait_until
 from tests.delivery import delivery_problems
 
@@ -144,20 +145,21 @@ def check_leader_killed_between_staging_and_commit(
     exactly_once_everywhere(replicas, pids, "staged", expected)
 
 
-def check_leader_killed_during_publish(
+def check_node_killed_during_publish(
     bootstrap: str,
     kill_node: Callable[[str], None],
     heal: Heal,
     replicas: Replicas,
     topic: str,
     published: Callable[[int], int],
+    victim: Callable[[tuple[StagedPart, ...]], str] = lambda parts: parts[0].node,
 ) -> None:
-    """The leader of a written partition, which staged its records, dies while
-    the commit publishes them (`published(pid)`: the partition's highest
-    committed index on any live replica; `kill_node(name)` SIGKILLs a node):
+    """A node dies while a commit publishes (by default the leader of a written
+    partition, where its records were staged; or the commit's coordinator):
     once it is back, every record is there exactly once, on every replica.
-    Publish chunks must be small (the node's --publish-chunk-bytes) so that
-    publishing takes a while."""
+    `published(pid)`: the partition's highest committed index on any live
+    replica; `kill_node(name)` SIGKILLs a node. Publish chunks must be small
+    (the node's --publish-chunk-bytes) so that publishing takes a while."""
     batches, per_batch = 150, 30
     expected = {
         p: values("big", p, batches * per_batch if p == 0 else per_batch, size=200)
@@ -172,7 +174,7 @@ def check_leader_killed_during_publish(
             stager.send(topic, 0, expected[0][i * per_batch : (i + 1) * per_batch])
         stager.send(topic, 1, expected[1])
         parts = stager.finish()
-        victim = parts[0].node  # the leader of partition 0 when its staging began
+        dying = victim(parts)
         outcome: list[object] = []
 
         def commit() -> None:
@@ -187,7 +189,7 @@ def check_leader_killed_during_publish(
         deadline = time.monotonic() + 30
         while (at_kill := published(pids[0]) - before) == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
-        kill_node(victim)
+        kill_node(dying)
         thread.join()
         assert 0 < at_kill < len(expected[0]), f"killed with {at_kill} records published"
         heal()

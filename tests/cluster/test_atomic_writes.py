@@ -5,11 +5,17 @@ leader of a written partition (the node its records were staged on) is
 SIGKILLed between staging and commit (the commit fails naming it, nothing is
 visible, and once it is back the same commit publishes each record once),
 and, on the static cluster, while the commit publishes (small publish chunks
-make that take a while). Every check reads every replica (`tests.cluster.atomic`).
+make that take a while), as is the commit's coordinator (the decisions
+group's leader: the new leader finishes the commit). Every check reads every
+replica (`tests.cluster.atomic`). The nodes' write protocol requests to each
+other travel only over sessions that proved the cluster secret, and such a
+session serves nothing else.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,11 +23,23 @@ from typing import Any
 import pytest
 
 from laminar.client import Client
+from laminar.cluster.auth import PeerAuth
+from laminar.cluster.members import ClusterView, Member
 from laminar.placement import partition_id
+from laminar.replication.calls import PeerCallError, PeerCalls
+from laminar.wire import ErrorCode, ErrorResponse, ProduceRequest, encode_record
+from laminar.wire.writes import CheckStagedRequest, StagedPart
 from tests.cluster import atomic
 from tests.cluster.nodes import Cluster, committed_values, leader_of, offsets, wait_until
-from tests.cluster.test_gossip_cluster import gossip_cluster, member_states, replica_holders
+from tests.cluster.test_gossip_cluster import (
+    gossip_cluster,
+    member_states,
+    replica_holders,
+    shard_stats,
+)
 from tests.system.nodes import RunningNode
+
+SECRET = os.urandom(32).hex().encode()
 
 
 def _pid(bootstrap: str, topic: str, partition: int) -> int:
@@ -55,11 +73,30 @@ class StaticCluster:
     def published(self, pid: int) -> int:
         return max(offsets(node, pid).committed_index for node in self.cluster.live().values())
 
+    def coordinator(self) -> str:
+        """The node leading the write decisions group, once the live nodes agree."""
+
+        def agreed() -> str | None:
+            named = {
+                group["leader"]
+                for node in self.cluster.live().values()
+                for stats in shard_stats(node)
+                if (group := stats["decisions_group"])
+            }
+            named.discard(None)
+            return named.pop() if len(named) == 1 else None
+
+        leader: str = wait_until(agreed, "one leader of the decisions group")
+        return leader
+
 
 @pytest.fixture(scope="module")
 def static(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StaticCluster]:
     tmp = tmp_path_factory.mktemp("atomic-static")
-    with Cluster.start(tmp, 3, publish_chunk_bytes=8192) as cluster:
+    secret = tmp / "secret"
+    secret.write_bytes(SECRET)
+    secret.chmod(0o600)
+    with Cluster.start(tmp, 3, secret=secret, publish_chunk_bytes=8192) as cluster:
         running = StaticCluster(cluster)
         try:
             yield running
@@ -85,7 +122,7 @@ def test_a_staging_node_killed_before_the_commit_fails_it_closed_until_it_is_bac
 def test_a_staging_node_killed_while_publishing_publishes_once_when_back(
     static: StaticCluster,
 ) -> None:
-    atomic.check_leader_killed_during_publish(
+    atomic.check_node_killed_during_publish(
         static.cluster.bootstrap,
         static.kill,
         static.heal,
@@ -93,6 +130,51 @@ def test_a_staging_node_killed_while_publishing_publishes_once_when_back(
         "during",
         static.published,
     )
+
+
+def test_a_coordinator_killed_while_publishing_leaves_the_commit_to_the_next(
+    static: StaticCluster,
+) -> None:
+    atomic.check_node_killed_during_publish(
+        static.cluster.bootstrap,
+        static.kill,
+        static.heal,
+        static.replicas,
+        "coordinator",
+        static.published,
+        victim=lambda parts: static.coordinator(),
+    )
+
+
+def test_peers_must_prove_the_secret_and_may_ask_only_the_write_protocol(
+    static: StaticCluster,
+) -> None:
+    """A write protocol request over a session that proved the cluster secret
+    is served; any other op closes the session; without the secret no session."""
+    cluster = static.cluster
+    with Client(cluster.bootstrap) as client:
+        topic = client.create_topic("peer", partitions=1, replication_factor=3)
+    pid = partition_id(topic.topic_id, 0)
+    wait_until(lambda: len(static.replicas(pid)) == 3, "the topic on every node")
+    members = tuple(Member(name, n.host, n.port) for name, n in cluster.nodes.items())
+    view = ClusterView(1, members)
+    part = StagedPart(pid, 1, 0, 1, 1, 1, "n1")
+
+    async def ask(secret: bytes, message: Any) -> Any:
+        calls = PeerCalls(PeerAuth.from_secret("tester", secret), lambda: view, 1 << 20)
+        try:
+            return await calls.call("n1", message, timeout_s=5)
+        finally:
+            calls.close()
+
+    answer = asyncio.run(ask(SECRET, CheckStagedRequest(pid, 1, (part,))))
+    refusal = ErrorResponse.from_frame(answer)
+    assert refusal.code is ErrorCode.STAGED_DATA_MISSING and "never staged" in refusal.message
+    with pytest.raises(PeerCallError, match="lost the connection"):
+        asyncio.run(ask(SECRET, ProduceRequest(pid, (encode_record(b"sneaked"),))))
+    with pytest.raises(PeerCallError, match="cannot be reached"):
+        asyncio.run(ask(b"another secret, not the cluster's", CheckStagedRequest(pid, 1, (part,))))
+    assert all(log == [] for log in static.replicas(pid).values())
 
 
 class GossipCluster:
