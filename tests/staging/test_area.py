@@ -135,7 +135,8 @@ def test_a_part_that_is_gone_is_refused_with_why_it_went() -> None:
     area = StagingArea(bytes_max=10_000, default_timeout_s=5)
     _stage(area, A, 0, 5, 100, now=0)
     _stage(area, B, 0, 5, 100, now=0)
-    (gone_a, gone_b), _ = area.due(now=7)
+    drops, _ = area.due(now=7)
+    assert {d.key for d in drops} == {A, B}
     expired = area.attempt(PID, A)
     assert expired is not None
     area.drop_attempt(PID, A, area.expired_because(expired, now=7))
