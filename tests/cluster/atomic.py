@@ -195,4 +195,34 @@ def check_node_killed_during_publish(
         heal()
         result = client.commit_write(write_id, parts)
         assert result.records == sum(len(v) for v in expected.values())
+        # Run again under the same commit id with new attempts (a streaming
+        # micro-batch after a driver crash): the decision is remembered by
+        # whoever coordinates now, and nothing is published twice.
+        rerun = client.stager(write_id, task=9)
+        rerun.send(topic, 1, expected[1])
+        again = client.commit_write(write_id, rerun.finish())
+        assert not again.first and again.published == result.published
     exactly_once_everywhere(replicas, pids, "big", expected)
+
+
+def check_leader_killed_between_batches(
+    bootstrap: str, kill_leader: Kill, heal: Heal, replicas: Replicas, topic: str
+) -> None:
+    """The partition's leader dies after an attempt's first batch and is back
+    (a follower now) before its second: the second goes where the first is,
+    and the commit publishes both through the new leader, once."""
+    with Client(bootstrap, retry=RetryPolicy(budget_s=30)) as client:
+        pids = make_topic(client, topic, replicas)
+        expected = {p: values("split", p, 20) for p in range(PARTITIONS)}
+        write = client.begin_write()
+        for p in range(PARTITIONS):
+            write.send(topic, p, expected[p][:10])
+        write._stager.finish()  # the first batches are staged
+        victim = kill_leader(topic, 0)
+        heal()
+        for p in range(PARTITIONS):
+            write.send(topic, p, expected[p][10:])
+        parts = write._stager.finish()
+        assert parts[0].node == victim
+        assert write.commit().records == 20 * PARTITIONS
+    exactly_once_everywhere(replicas, pids, "split", expected)

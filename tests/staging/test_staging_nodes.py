@@ -1,13 +1,19 @@
-"""One partition's parts of a commit staged on two nodes, one of them resuming its publish.
+"""Where staged data lives on a cluster, and what that asks of a publish.
 
-Tasks that staged before and after a leader change leave one commit's parts of
-a partition on two nodes; each publishes its own, one after the other. A
-resumed publish looks for its chunks' stamps from its INTENT's index, which is
-its node's commit index when it began: on a lagging follower that can be
-before where the other node's chunks landed. The stamp's slot keeps the two
-apart; without it the resumed publish would take the other's chunk for its
-own and its records would be lost. Two participants (the two nodes' shells,
-each with its own staging files) share one partition log here.
+- An attempt starts on the partition's leader: a follower that knows the
+  leader refuses an attempt's first batch (NOT_LEADER naming it), so the
+  publish appends in place; the attempt's later batches are taken wherever
+  its first went, whoever leads by then.
+- Tasks that staged before and after a leader change leave one commit's parts
+  of a partition on two nodes; each publishes its own, one after the other.
+  A resumed publish looks for its chunks' stamps from its INTENT's index,
+  which is its node's commit index when it began: on a lagging follower that
+  can be before where the other node's chunks landed. The stamp's slot keeps
+  the two apart; without it the resumed publish would take the other's chunk
+  for its own and its records would be lost.
+
+Participants (the nodes' shells, each with its own staging files) share one
+partition log here; the replica seam says who leads.
 """
 
 from __future__ import annotations
@@ -41,6 +47,16 @@ class LosesItsFirstAppend(LocalReplica):
             self.lost = True
             raise RequestError(ErrorCode.OUTCOME_UNKNOWN, "the answer was lost")
         return await super().append_stamped(blobs)
+
+
+class Led(LocalReplica):
+    """The partition as a replica sees it: `leading` leads (None: no leader known)."""
+
+    leading: str | None = None
+
+    @property
+    def leader(self) -> str | None:
+        return self.leading
 
 
 def _participant(backend: MemoryBackend, node: str, replica: LocalReplica) -> Participant:
@@ -92,3 +108,27 @@ async def _scenario() -> list[bytes]:
 def test_a_resumed_publish_never_takes_another_nodes_chunk_for_its_own() -> None:
     published = asyncio.run(_scenario())
     assert_exactly_once(published, VALUES["n1"] + VALUES["n2"])
+
+
+async def _follower_stages() -> None:
+    backend = MemoryBackend()
+    config = LogConfig(segment_bytes=1 << 20, preallocate_bytes=0)
+    log = await SegmentedLog.open("/mem/partition", config, backend=backend)  # type: ignore[arg-type]
+    replica = Led(log)
+    replica.leading = "n2"
+    node = _participant(backend, "n1", replica)
+    first = StageRequest(PID, 1, 0, 7, 0, (b"\x00a",))
+    try:
+        await node.stage(first)
+        raise AssertionError("a follower took an attempt's first batch")
+    except RequestError as exc:
+        assert exc.code is ErrorCode.NOT_LEADER and exc.leader == "n2"
+    assert node.area.attempt_count == 0
+    replica.leading = None  # an election: staging needs no leader
+    assert await node.stage(first) == (1, False)
+    replica.leading = "n2"  # n2 leads now: the attempt goes on where it started
+    assert await node.stage(StageRequest(PID, 1, 0, 7, 1, (b"\x00b",))) == (1, False)
+
+
+def test_an_attempt_starts_on_the_leader_and_goes_on_where_it_started() -> None:
+    asyncio.run(_follower_stages())
