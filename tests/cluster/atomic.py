@@ -152,10 +152,10 @@ def check_node_killed_during_publish(
     replicas: Replicas,
     topic: str,
     published: Callable[[int], int],
-    victim: Callable[[tuple[StagedPart, ...]], str] = lambda parts: parts[0].node,
+    victim: Callable[[tuple[StagedPart, ...]], str] | None = None,
 ) -> None:
-    """A node dies while a commit publishes (by default the leader of a written
-    partition, where its records were staged; or the commit's coordinator):
+    """A node dies while a commit publishes (`victim(parts)`; by default the
+    leader of a written partition, where its records were staged):
     once it is back, every record is there exactly once, on every replica.
     `published(pid)`: the partition's highest committed index on any live
     replica; `kill_node(name)` SIGKILLs a node. Publish chunks must be small
@@ -174,7 +174,7 @@ def check_node_killed_during_publish(
             stager.send(topic, 0, expected[0][i * per_batch : (i + 1) * per_batch])
         stager.send(topic, 1, expected[1])
         parts = stager.finish()
-        dying = victim(parts)
+        dying = parts[0].node if victim is None else victim(parts)
         outcome: list[object] = []
 
         def commit() -> None:
