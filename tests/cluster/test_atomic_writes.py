@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from laminar.client import Client
+from laminar.client import Client, RetryPolicy
 from laminar.cluster.auth import PeerAuth
 from laminar.cluster.members import ClusterView, Member
 from laminar.placement import partition_id, shard_for
@@ -39,6 +39,7 @@ from tests.cluster.nodes import (
     wait_until,
 )
 from tests.cluster.test_gossip_cluster import (
+    decisions_settled,
     gossip_cluster,
     member_states,
     replica_holders,
@@ -247,7 +248,9 @@ class GossipCluster:
 
 def test_atomic_writes_on_a_joined_cluster(tmp_path: Path) -> None:
     """Four nodes joined through a seed (the decisions group on three of them,
-    so some commits are redirected to its leader), replication factor 3."""
+    so some commits are redirected to its leader), replication factor 3. Two
+    of the decisions group's three voters restarted at once open it again on
+    the survivor's messages (its vote requests), and commits go on."""
     with gossip_cluster(tmp_path, 4, dead_grace=60.0) as (nodes, _start):
         names = set(nodes)
         wait_until(lambda: all(set(member_states(n)) == names for n in nodes.values()), "joined")
@@ -257,3 +260,18 @@ def test_atomic_writes_on_a_joined_cluster(tmp_path: Path) -> None:
         atomic.check_leader_killed_between_staging_and_commit(
             cluster.bootstrap, cluster.kill_leader, cluster.heal, cluster.replicas, "before"
         )
+        wait_until(lambda: decisions_settled(list(nodes.values())), "the decisions group settled")
+        voters = next(
+            g["voters"]
+            for n in nodes.values()
+            for s in shard_stats(n)
+            if (g := s["decisions_group"])
+        )
+        for name in voters[:2]:
+            nodes[name].kill()
+            cluster.killed.append(name)
+        cluster.heal()
+        retry = RetryPolicy(budget_s=30)
+        with Client(cluster.bootstrap, retry=retry) as client, client.begin_write() as write:
+            write.send("every-node", 0, [b"after-0"])
+            assert write.commit().records == 1
