@@ -57,7 +57,7 @@ def test_a_batch_write_publishes_each_row_once_on_every_replica(
 ) -> None:
     pids = _topic(cluster, "spark-batch")
     rows = [(p, f"batch-{p}-{i:04d}") for p in range(PARTITIONS) for i in range(40)]
-    df = spark.createDataFrame(rows, "partition INT, value STRING").repartition(3)
+    df = spark.createDataFrame(rows, "partition INT, value STRING")
     df.write.format("laminar").option("bootstrap", cluster.bootstrap).option(
         "topic", "spark-batch"
     ).mode("append").save()
