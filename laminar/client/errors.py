@@ -126,6 +126,15 @@ class StagedDataMissingError(ServerError):
     code = ErrorCode.STAGED_DATA_MISSING
 
 
+class StagedDataUnreachableError(ServerError):
+    """The node holding staged data a commit names (or a stager's earlier
+    batches) cannot be reached: nothing of the write was published. Staged data
+    is durable: once that node is back, within the staging timeout, the same
+    commit succeeds (retriable)."""
+
+    code = ErrorCode.STAGED_DATA_UNREACHABLE
+
+
 class StageOutOfOrderError(ServerError):
     """A staged batch does not continue its attempt's sequence (a gap, or a batch
     sent again with other records): nothing was staged."""
@@ -228,6 +237,7 @@ _BY_CODE: dict[ErrorCode, type[ServerError]] = {
     ErrorCode.STAGING_FULL: StagingFullError,
     ErrorCode.WRITE_ABORTED: WriteAbortedError,
     ErrorCode.STAGED_DATA_MISSING: StagedDataMissingError,
+    ErrorCode.STAGED_DATA_UNREACHABLE: StagedDataUnreachableError,
     ErrorCode.STAGE_OUT_OF_ORDER: StageOutOfOrderError,
     ErrorCode.WRITE_COMMITTED: WriteCommittedError,
     ErrorCode.COMMIT_PENDING: CommitPendingError,

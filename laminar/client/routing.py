@@ -13,7 +13,9 @@ leaders of the partitions the answering node hosts (`MetadataResponse.leaders`),
 so produces go straight to them; for the others the client starts at the
 first replica and learns the leader from NOT_LEADER answers, which name it
 (`ClusterView.learn`; the cache survives metadata refreshes, and a refresh's
-leaders replace what it held).
+leaders replace what it held). Commit, abort and status requests of atomic
+writes go to the leader of the cluster's decisions group (`DECISIONS_PID`),
+whatever their coordinator bucket.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from laminar.wire import (
     ShardInfo,
     TopicInfo,
 )
+from laminar.wire.writes import DECISION_REPLICAS, DECISIONS_PID, coordinated_by_decisions
 
 Address = tuple[str, int]
 """(host, port) of a TCP endpoint."""
@@ -236,7 +239,14 @@ class ClusterView:
         if not self.nodes:
             shard = shard_for(pid, self.shard_count)
             return Route(pid, shard, self.shard_addresses[shard])
-        return self.route_to(pid, self.leader_of(pid))
+        group = self._group_of(pid)
+        route = self.route_to(group, self.leader_of(group))
+        return route if group == pid else Route(pid, route.shard_id, route.address)
+
+    def _group_of(self, pid: int) -> int:
+        """The Raft group whose leader serves requests for `pid` (the decisions
+        group's for a commit's coordinator id)."""
+        return DECISIONS_PID if self.nodes and coordinated_by_decisions(pid) else pid
 
     def route_read(self, topic: str, partition: int) -> Route:
         """Where reads of a partition go: its leader, or with
@@ -257,8 +267,11 @@ class ClusterView:
         node), best first; a decommissioned node is placement's for none."""
         leaving = self.metadata.decommissioned
         weights = {n.node_id: n.weight for n in self.nodes.values() if n.node_id not in leaving}
+        pid = self._group_of(pid)
         rf = len(weights)
-        if pid:
+        if pid == DECISIONS_PID:
+            rf = DECISION_REPLICAS
+        elif pid:
             topic = next((t for t in self.topics.values() if t.topic_id == pid >> 32), None)
             rf = topic.replication_factor if topic is not None else 1
         return replica_nodes(pid, weights, rf)
@@ -274,7 +287,7 @@ class ClusterView:
         leader is known."""
         replicas = self.replicas(pid)
         now = time.monotonic()
-        known = self.hints.leaders.get(pid)
+        known = self.hints.leaders.get(self._group_of(pid))
         if known is not None and known in self.nodes and not self.hints.avoids(known, now):
             return known
         reachable = [n for n in replicas if not self.hints.avoids(n, now)]
@@ -293,12 +306,12 @@ class ClusterView:
             replicas = self.replicas(pid)
             asked = self.leader_of(pid)
             after = replicas.index(asked) + 1 if asked in replicas else 0
-            self.hints.leaders[pid] = replicas[after % len(replicas)]
+            self.hints.leaders[self._group_of(pid)] = replicas[after % len(replicas)]
 
     def learn_leader(self, pid: int, leader: str | None) -> None:
         """A node named `leader` the leader of `pid`: route its writes there."""
         if leader is not None and leader in self.nodes:
-            self.hints.leaders[pid] = leader
+            self.hints.leaders[self._group_of(pid)] = leader
 
     def route_to(self, pid: int, node_id: str) -> Route:
         """The route of `pid` on node `node_id` (its owning shard, when known)."""

@@ -27,6 +27,12 @@ What is guaranteed (the node's side is `laminar.shards.staging`):
 - Staged data nobody commits is dropped after the node's staging timeout (or
   `timeout_s`, counted from the last batch); a commit after that fails with
   `StagedDataMissingError` and publishes nothing.
+- On a cluster an attempt's records of one partition are staged on one node:
+  the partition's leader when its first batch went out, and there whoever
+  leads later (each part names that node). If that node cannot be reached,
+  staging more to the partition, or committing, fails with
+  `StagedDataUnreachableError` naming it; nothing is published, and a commit
+  succeeds once the node is back (staged data is durable there).
 """
 
 from __future__ import annotations
@@ -37,7 +43,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from laminar.client.calls import Call
-from laminar.client.errors import LaminarError
+from laminar.client.errors import (
+    ConnectionLostError,
+    LaminarError,
+    NotLeaderError,
+    RequestTimeoutError,
+    StagedDataUnreachableError,
+)
 from laminar.client.results import expect
 from laminar.client.routing import Address, ClusterView
 from laminar.wire import Frame, Message, ProduceRequest
@@ -89,19 +101,27 @@ def stage(
     partition: int,
     blobs: tuple[bytes, ...],
     timeout_ms: int,
-) -> Call[int]:
+    node: str | None = None,
+) -> Call[tuple[int, str]]:
     """Stage one batch; idempotent by its sequence, so it is retried like a fetch.
-    The result is the partition id it was staged on."""
+    It goes to `node` when given (where the attempt's earlier batches of the
+    partition are), else to the partition's leader. The result is the
+    partition id and the node it was staged on."""
 
     def target(view: ClusterView) -> tuple[Address, Message]:
         route = view.route(topic, partition)
+        if node and view.nodes:
+            if node not in view.nodes:
+                raise StagedDataUnreachableError(f"node {node} is no longer a member")
+            route = view.route_to(route.partition_id, node)
         request = StageRequest(
             route.partition_id, write_id, task, attempt, sequence, blobs, timeout_ms
         )
         return route.address, request
 
-    def parse(frame: Frame) -> int:
-        return expect(frame, StageResponse).partition_id
+    def parse(frame: Frame) -> tuple[int, str]:
+        answer = expect(frame, StageResponse)
+        return answer.partition_id, answer.node
 
     return Call(
         f"stage of {len(blobs)} records to {topic}/{partition}",
@@ -154,10 +174,14 @@ def write_status(commit_id: int) -> Call[str]:
 
 @dataclass(slots=True)
 class _Partition:
+    where: str
+    """The topic/partition, for messages."""
     sequence: int = 0
     records: int = 0
     partition_id: int = 0
-    in_flight: Pending[int] | None = None
+    node: str | None = None
+    """Where the attempt's batches of this partition are staged (the first answer's)."""
+    in_flight: Pending[tuple[int, str]] | None = None
 
 
 class Stager:
@@ -191,7 +215,7 @@ class Stager:
         if not values:
             raise ValueError("a staged batch needs at least one value")
         blobs = ProduceRequest.from_values(0, values, keys, headers).blobs
-        state = self._partitions.setdefault((topic, partition), _Partition())
+        state = self._partitions.setdefault((topic, partition), _Partition(f"{topic}/{partition}"))
         self._settle(state)
         from laminar.client.sync import Pending
 
@@ -204,6 +228,7 @@ class Stager:
             partition,
             blobs,
             self.timeout_ms,
+            state.node,
         )
         state.in_flight = Pending(self.client, call)
         state.sequence += 1
@@ -227,17 +252,33 @@ class Stager:
             self._settle(state)
         return tuple(
             StagedPart(
-                s.partition_id, self.write_id, self.task, self.attempt, s.sequence, s.records
+                s.partition_id,
+                self.write_id,
+                self.task,
+                self.attempt,
+                s.sequence,
+                s.records,
+                s.node or "",
             )
             for s in self._partitions.values()
             if s.sequence
         )
 
-    @staticmethod
-    def _settle(state: _Partition) -> None:
-        if state.in_flight is not None:
-            pending, state.in_flight = state.in_flight, None
-            state.partition_id = pending.result()
+    def _settle(self, state: _Partition) -> None:
+        if state.in_flight is None:
+            return
+        pending, state.in_flight = state.in_flight, None
+        try:
+            state.partition_id, node = pending.result()
+        except (ConnectionLostError, RequestTimeoutError, NotLeaderError) as exc:
+            if state.node is None:
+                raise
+            raise StagedDataUnreachableError(
+                f"node {state.node}, which holds the batches this attempt staged for "
+                f"{state.where}, cannot take more ({exc}): the attempt cannot go on elsewhere. "
+                "Stage its records again as a new attempt; nothing of this one is published"
+            ) from exc
+        state.node = state.node or node
 
 
 class AtomicWrite:

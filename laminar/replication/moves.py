@@ -44,7 +44,10 @@ def group_status(pid: int, status: Status) -> GroupStatus | None:
         status.learners,
         status.node_id,
         status.last_index,
-        {node: progress.match for node, progress in status.progress.items()},
+        # A member that never acknowledged an append has no match: 0 is where
+        # the tracker starts, not something the node confirmed (it may not have
+        # opened the group yet, and promoting it would make a voter of nothing).
+        {node: progress.match for node, progress in status.progress.items() if progress.match},
         change_pending=status.config_pending or status.transferee is not None,
     )
 

@@ -15,10 +15,13 @@ reconnects with backoff; queued bytes are bounded.
 
 Inbound (`PeerSession`): a shard connection whose first frame is PEER_HELLO is
 handed over by `laminar.shards.connection` to a session that answers the
-handshake and then only reads RAFT_BATCH frames (one way, never answered),
-stepping each message into the shard's host. A peer that fails the handshake
-gets one error frame, a log line, and a closed socket; no other op is
-accepted on a peer connection, and RAFT_BATCH is accepted nowhere else.
+handshake and then reads RAFT_BATCH frames (one way, never answered),
+stepping each message into the shard's host, and the requests of
+`laminar.replication.calls` (only the ops the shard lets peers ask,
+`laminar.shards.router.PEER_OPS`), each answered when served, at most
+`PEER_REQUESTS_IN_FLIGHT` at a time. A peer that fails the handshake gets
+one error frame, a log line, and a closed socket; no other op is accepted on
+a peer connection, and RAFT_BATCH is accepted nowhere else.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import logging
 import socket
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from laminar.cluster.auth import Initiator, PeerAuth, PeerAuthError, Responder
@@ -51,6 +54,7 @@ from laminar.wire import (
     decode_response,
     encode_frame,
 )
+from laminar.wire.codec import Buffer
 
 logger = logging.getLogger("laminar.replication")
 
@@ -62,6 +66,8 @@ QUEUED_BYTES_MAX: Final = 64 << 20
 BATCH_BYTES_MAX: Final = 4 << 20
 """A frame is cut when its messages' payloads pass this."""
 READ_BYTES: Final = 256 << 10
+PEER_REQUESTS_IN_FLIGHT: Final = 64
+"""Requests one peer session serves at once; it reads no more until one is answered."""
 
 # Op codes of node-to-node connections (`laminar.wire.ops` reserves 32-63 for
 # internal ops and 64-95 for Raft). They have no `laminar.wire.Message`
@@ -74,6 +80,8 @@ RAFT_BATCH: Final = 64
 """Raft messages of many groups (`laminar.replication.codec`); one way, never answered."""
 
 Receive = Callable[[int, Message], None]
+ServeRequest = Callable[[Frame, str], Awaitable[list[Buffer]]]
+"""A peer's request frame and its node id -> the answer frame's buffers."""
 
 
 class PeerLinkError(Exception):
@@ -87,7 +95,7 @@ def _size(message: Message) -> int:
 # -- frames on a socket -------------------------------------------------------------
 
 
-async def _read_frame(sock: socket.socket, decoder: FrameDecoder) -> Frame:
+async def read_frame(sock: socket.socket, decoder: FrameDecoder) -> Frame:
     loop = asyncio.get_running_loop()
     while True:
         frame = decoder.next_frame()
@@ -99,14 +107,14 @@ async def _read_frame(sock: socket.socket, decoder: FrameDecoder) -> Frame:
         decoder.feed(data)
 
 
-def _decoder(max_frame_bytes: int) -> FrameDecoder:
+def peer_decoder(max_frame_bytes: int) -> FrameDecoder:
     return FrameDecoder(max_frame_bytes, header_limits=REQUEST_HEADER_LIMITS)
 
 
 # -- outbound -----------------------------------------------------------------------
 
 
-class _ShardConnection:
+class ShardConnection:
     """One authenticated connection to one shard of a remote node."""
 
     def __init__(self, sock: socket.socket, peer_id: str) -> None:
@@ -116,7 +124,7 @@ class _ShardConnection:
     @classmethod
     async def open(
         cls, host: str, port: int, auth: PeerAuth, expected: str, max_frame_bytes: int
-    ) -> _ShardConnection:
+    ) -> ShardConnection:
         sock = await _connect(host, port)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -138,10 +146,10 @@ class _ShardConnection:
 
 async def _initiate(sock: socket.socket, auth: PeerAuth, expected: str, max_frame: int) -> None:
     loop = asyncio.get_running_loop()
-    decoder = _decoder(max_frame)
+    decoder = peer_decoder(max_frame)
     initiator = Initiator(auth)
     await loop.sock_sendall(sock, encode_frame(PEER_HELLO, 1, 0, initiator.hello()))
-    challenge = await _read_frame(sock, decoder)
+    challenge = await read_frame(sock, decoder)
     _raise_refusal(challenge)
     try:
         proof = initiator.on_challenge(challenge.header)
@@ -150,7 +158,7 @@ async def _initiate(sock: socket.socket, auth: PeerAuth, expected: str, max_fram
     if initiator.peer_id != expected:
         raise PeerLinkError(f"expected node {expected!r} there, found {initiator.peer_id!r}")
     await loop.sock_sendall(sock, encode_frame(PEER_PROOF, 2, 0, proof))
-    _raise_refusal(await _read_frame(sock, decoder))
+    _raise_refusal(await read_frame(sock, decoder))
 
 
 def _raise_refusal(frame: Frame) -> None:
@@ -170,7 +178,7 @@ class _NodeLink:
         self.queued_bytes = 0
         self.wake = asyncio.Event()
         self.layout: tuple[str, list[int]] | None = None
-        self.connections: dict[int, _ShardConnection] = {}
+        self.connections: dict[int, ShardConnection] = {}
         self.sent_this_tick = False
         self.failures = 0
         self.task = asyncio.get_running_loop().create_task(self._run())
@@ -208,7 +216,7 @@ class _NodeLink:
         for shard, messages in by_shard.items():
             conn = self.connections.get(shard)
             if conn is None:
-                conn = await _ShardConnection.open(
+                conn = await ShardConnection.open(
                     host, ports[shard], self.links.auth, self.node_id, self.links.max_frame_bytes
                 )
                 self.connections[shard] = conn
@@ -222,7 +230,7 @@ class _NodeLink:
             member = self.links.view().get(self.node_id)
             if member is None:
                 raise PeerLinkError(f"node {self.node_id!r} is not a member")
-            self.layout = await _fetch_layout(member.host, member.port)
+            self.layout = await fetch_layout(member.host, member.port)
         return self.layout
 
     def _broken(self, exc: BaseException) -> None:
@@ -266,14 +274,14 @@ async def _connect(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def _fetch_layout(host: str, port: int) -> tuple[str, list[int]]:
+async def fetch_layout(host: str, port: int) -> tuple[str, list[int]]:
     """(host, shard ports) of the node at host:port, from its metadata."""
     sock = await _connect(host, port)
     try:
         request = MetadataRequest(layout_only=True).encode(1)
         await asyncio.get_running_loop().sock_sendall(sock, request)
         frame = await asyncio.wait_for(
-            _read_frame(sock, FrameDecoder(16 << 20)), HANDSHAKE_TIMEOUT_S
+            read_frame(sock, FrameDecoder(16 << 20)), HANDSHAKE_TIMEOUT_S
         )
     finally:
         sock.close()
@@ -344,18 +352,25 @@ class PeerSession:
         receive: Receive,
         heard: Callable[[str], None],
         max_frame_bytes: int,
+        serve: ServeRequest | None = None,
+        request_ops: frozenset[int] = frozenset(),
     ) -> None:
         self.sock = sock
         self._auth = auth
         self._receive = receive
         self._heard = heard
         self._max_frame_bytes = max_frame_bytes
+        self._serve = serve
+        self._request_ops = request_ops if serve is not None else frozenset()
+        self._in_flight = asyncio.Semaphore(PEER_REQUESTS_IN_FLIGHT)
+        self._answering: set[asyncio.Task[None]] = set()
+        self._send_lock = asyncio.Lock()
         self.peer_id: str | None = None
 
     async def serve(self, hello: Frame) -> None:
         """Answer the handshake that `hello` opened, then read batches until EOF."""
         loop = asyncio.get_running_loop()
-        decoder = _decoder(self._max_frame_bytes)
+        decoder = peer_decoder(self._max_frame_bytes)
         try:
             try:
                 peer = await asyncio.wait_for(self._handshake(hello, decoder), HANDSHAKE_TIMEOUT_S)
@@ -379,7 +394,13 @@ class PeerSession:
                 self.sock, encode_frame(PEER_PROOF, 0, 0, {}, flags=Flags.RESPONSE)
             )
             while True:
-                frame = await _read_frame(self.sock, decoder)
+                frame = await read_frame(self.sock, decoder)
+                if frame.op in self._request_ops and not frame.flags & Flags.RESPONSE:
+                    await self._in_flight.acquire()
+                    task = loop.create_task(self._answer(frame, peer))
+                    self._answering.add(task)
+                    task.add_done_callback(self._answering.discard)
+                    continue
                 if frame.op != RAFT_BATCH:
                     raise PeerAuthError(f"op {frame.op} on a peer connection")
                 self._heard(peer)
@@ -391,7 +412,21 @@ class PeerSession:
             if self.peer_id is not None and not isinstance(exc, ConnectionResetError):
                 logger.warning("peer connection from %s closed: %s", self.peer_id, exc)
         finally:
+            for task in self._answering:
+                task.cancel()
             self.sock.close()
+
+    async def _answer(self, frame: Frame, peer: str) -> None:
+        """Serve one request of the peer and send its answer (any order)."""
+        assert self._serve is not None
+        try:
+            answer = b"".join(await self._serve(frame, peer))
+            async with self._send_lock:
+                await asyncio.get_running_loop().sock_sendall(self.sock, answer)
+        except OSError:
+            pass  # the connection is gone; the reading side ends the session
+        finally:
+            self._in_flight.release()
 
     async def _handshake(self, hello: Frame, decoder: FrameDecoder) -> str:
         responder = Responder(self._auth)
@@ -400,7 +435,7 @@ class PeerSession:
         await loop.sock_sendall(
             self.sock, encode_frame(PEER_HELLO, 0, 0, challenge, flags=Flags.RESPONSE)
         )
-        proof = await _read_frame(self.sock, decoder)
+        proof = await read_frame(self.sock, decoder)
         if proof.op != PEER_PROOF:
             raise PeerAuthError(f"expected the handshake's proof, got op {proof.op}")
         return responder.on_proof(proof.header)

@@ -79,8 +79,10 @@ class Dispatcher:
         channels: Channels,
         metrics: ShardMetrics,
         max_frame_bytes: int,
+        clustered: bool = False,
     ) -> None:
         self.shard_id = shard_id
+        self.clustered = clustered
         self.shard_count = shard_count
         self.handlers = handlers
         self.channels = channels
@@ -117,6 +119,7 @@ class Dispatcher:
                 shard_count=self.shard_count,
                 forwarded=ctx.forwarded,
                 internal=ctx.internal,
+                clustered=self.clustered,
             )
             if decision.action is Action.FORWARD:
                 return await self._forward(decision.target, frame)

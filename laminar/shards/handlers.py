@@ -100,12 +100,14 @@ class RequestContext:
     received_by: int
     """The shard whose socket received it (the origin, for forwarded requests)."""
     internal: bool = False
-    """It arrived on the inter-shard channel."""
+    """It arrived on the inter-shard channel or an authenticated peer session."""
     forwarded: bool = False
     """It was unwrapped from a FORWARD."""
     origin_shard: int | None = None
     local_host: str | None = None
     """The address the client connected to (for metadata on wildcard binds)."""
+    peer: str | None = None
+    """The node that sent it over a peer session (authenticated)."""
 
 
 class Handlers:

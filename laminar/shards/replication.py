@@ -37,8 +37,10 @@ node, holds the shard's Raft members of those partitions:
   failed) is reopened from disk after `REOPEN_AFTER_S`, doubling while it
   keeps failing. Meanwhile requests get NOT_LEADER naming the leader its
   peers' messages named (or another replica), never INTERNAL;
-- peer connections (`laminar.replication.transport`) carry Raft traffic; this
-  shard authenticates the ones handed to it by its connections.
+- peer connections (`laminar.replication.transport`) carry Raft traffic and
+  the write protocol's requests between nodes (`laminar.replication.calls`:
+  `calls` sends them, and a session serves the ops `serve_peers` allows);
+  this shard authenticates the ones handed to it by its connections.
 """
 
 from __future__ import annotations
@@ -62,13 +64,14 @@ from laminar.raft import Entry, Message, RaftCore, RaftError
 from laminar.raft.budget import ByteBudget
 from laminar.raft.messages import APPEND, HEARTBEAT, INSTALL
 from laminar.raft.segmented import SegmentedLogStorage
+from laminar.replication.calls import PeerCalls
 from laminar.replication.group import RaftGroup
 from laminar.replication.host import ELECTION_TICKS, TICK_S, RaftHost
 from laminar.replication.opening import replica_config
 from laminar.replication.placer import Placer, ReplicationFactorOf
-from laminar.replication.transport import PeerLinks, PeerSession
+from laminar.replication.transport import PeerLinks, PeerSession, ServeRequest
 from laminar.shards.errors import RequestError
-from laminar.shards.metadata import METADATA_PID, METADATA_TOPIC_ID
+from laminar.shards.metadata import METADATA_PID
 from laminar.shards.partitions import OFFLINE_RETRY_S, OfflinePartition, PartitionManager
 from laminar.shards.replica import RaftReplica
 from laminar.swim import MembershipView
@@ -129,6 +132,9 @@ class ShardReplication:
         self.max_frame_bytes = max_frame_bytes
         self._own_shard_ports = own_shard_ports
         self.links = PeerLinks(auth, lambda: self.view, max_frame_bytes)
+        self.calls = PeerCalls(auth, lambda: self.view, max_frame_bytes)
+        self._serve_peers: tuple[ServeRequest, frozenset[int]] | None = None
+        self._reopened_by_message: set[int] = set()
         budget = ByteBudget(max(1, round(move_bytes_per_s * TICK_S))) if move_bytes_per_s else None
         self.host = RaftHost(
             self.links, on_unknown=self._adopt, move_budget=budget, on_failed=self._group_failed
@@ -359,13 +365,15 @@ class ShardReplication:
         if pid == METADATA_PID and self._metadata_adoption is not None:
             # Any message: a restarted voter's vote may be what the group needs.
             log_config, apply = self._metadata_adoption
-        elif message.kind not in LEADER_KINDS:
+        elif message.kind not in LEADER_KINDS and not self._held_before(pid):
             return
-        elif os.path.isdir(self.partitions.directory(pid)):
+        elif os.path.isdir(self.partitions.directory(pid)) and not self._held_before(pid):
             # A replica this node holds (its files are here: a restart) is opened
             # by the shard as the metadata replays it, with the membership its
             # log recorded or the group's first one; adopted as a learner of
             # the sender it would never vote again (its log may record nothing).
+            # (Groups reopened by any message are the exception: nothing else
+            # opens them.)
             return
         elif self._known is None or (known := self._known(pid)) is None:
             self.adoptions_refused += 1
@@ -390,6 +398,22 @@ class ShardReplication:
             )
         )
         task.add_done_callback(functools.partial(_report_adoption, pid))
+
+    def reopen_on_any_message(self, pid: int) -> None:
+        """Open `pid`'s group, if its files are here, on any message of a member
+        rather than at start (a joined node's write decisions group: which
+        nodes it started on is in its log, not in the metadata)."""
+        self._reopened_by_message.add(pid)
+
+    def _held_before(self, pid: int) -> bool:
+        """A group `reopen_on_any_message` named whose files are here: any
+        message opens it, since a restarted voter's vote may be what the group
+        needs to elect a leader; its log says what this node is in it."""
+        return (
+            pid in self._reopened_by_message
+            and os.path.isdir(self.partitions.directory(pid))
+            and not self.partitions.retired(pid)
+        )
 
     def _confirmed(self, pid: int) -> bool:
         """The adopted group is gone, or a membership its log applied (or an
@@ -563,11 +587,22 @@ class ShardReplication:
 
     # -- peers -------------------------------------------------------------------
 
+    def serve_peers(self, serve: ServeRequest, ops: frozenset[int]) -> None:
+        """Let authenticated peers ask `ops` (served by `serve`), besides Raft."""
+        self._serve_peers = (serve, ops)
+
     def accept_peer(self, sock: socket.socket, hello: Frame) -> None:
         """Serve a connection whose first frame was PEER_HELLO (handed over by
         `laminar.shards.connection`)."""
+        serve, ops = self._serve_peers or (None, frozenset[int]())
         session = PeerSession(
-            sock, self.auth, self.host.receive, self.links.heard, self.max_frame_bytes
+            sock,
+            self.auth,
+            self.host.receive,
+            self.links.heard,
+            self.max_frame_bytes,
+            serve,
+            ops,
         )
         task = asyncio.get_running_loop().create_task(session.serve(hello))
         self._sessions.add(task)
@@ -589,13 +624,14 @@ class ShardReplication:
         )
 
     def leaders(self) -> tuple[tuple[int, str], ...]:
-        """(partition id, leader node id) of each topic partition this shard
-        hosts a replica of and knows the leader of: the metadata answer's
-        routing hints (the cluster metadata group is no topic's)."""
+        """(partition id, leader node id) of each group this shard hosts a
+        replica of and knows the leader of (topic partitions and the write
+        decisions group, not the metadata group): the metadata answer's
+        routing hints."""
         return tuple(
             (pid, leader)
             for pid, replica in sorted(self.replicas.items())
-            if pid >> 32 != METADATA_TOPIC_ID and (leader := replica.group.leader) is not None
+            if pid != METADATA_PID and (leader := replica.group.leader) is not None
         )
 
     async def hand_over_leaderships(self) -> None:
@@ -618,6 +654,7 @@ class ShardReplication:
             task.cancel()
         await self.host.close()
         self.links.close()
+        self.calls.close()
         self.replicas.clear()
 
 

@@ -22,10 +22,13 @@ Rules, and why:
   sent straight to the metadata owner's channel, so it is served where it
   arrives (a non-owner answers NOT_OWNER).
 - The write protocol's ops are served by the owner of the frame's partition
-  id: staging and the internal check/publish/drop by the partition's owner,
-  commit/abort/status by the owner of the commit's coordinator id. The
-  internal ones (`INTERNAL_WRITE_OPS`) only from another shard or this one:
-  a client that could publish staged data would bypass the commit decision.
+  id: staging and the internal check/publish/drop/append by the partition's
+  owner, commit/abort/status by the owner of the commit's coordinator id (on a
+  clustered node: of `DECISIONS_PID`, whose Raft group decides every commit).
+  The internal ones (`INTERNAL_WRITE_OPS`) only from another shard, this one,
+  or another node over an authenticated peer session (`PEER_OPS` are all a
+  peer session serves): a client that could publish staged data would bypass
+  the commit decision.
 - Everything else (unknown ops, Raft and membership ops that have no server
   yet, response frames) is handled locally, where decoding answers it with the
   right error.
@@ -43,6 +46,7 @@ from typing import Final
 from laminar.placement import shard_for
 from laminar.shards.metadata import METADATA_PID
 from laminar.wire import ErrorCode, Flags, Op
+from laminar.wire.writes import DECISIONS_PID
 
 PARTITION_OPS: Final = frozenset({Op.PRODUCE, Op.FETCH, Op.LIST_OFFSETS, Op.PING})
 WRITE_OPS: Final = frozenset(
@@ -54,9 +58,16 @@ WRITE_OPS: Final = frozenset(
         Op.CHECK_STAGED,
         Op.PUBLISH_STAGED,
         Op.DROP_STAGED,
+        Op.APPEND_STAGED,
     }
 )
-INTERNAL_WRITE_OPS: Final = frozenset({Op.CHECK_STAGED, Op.PUBLISH_STAGED, Op.DROP_STAGED})
+COORDINATOR_OPS: Final = frozenset({Op.COMMIT_WRITE, Op.ABORT_WRITE, Op.WRITE_STATUS})
+INTERNAL_WRITE_OPS: Final = frozenset(
+    {Op.CHECK_STAGED, Op.PUBLISH_STAGED, Op.DROP_STAGED, Op.APPEND_STAGED}
+)
+PEER_OPS: Final = INTERNAL_WRITE_OPS | {Op.WRITE_STATUS}
+"""What another node may ask over an authenticated peer session: the write
+protocol's internal ops, and a commit's state (a staging node's expiry asks)."""
 NODE_OPS: Final = frozenset({Op.METADATA, Op.LIST_TOPICS})
 METADATA_WRITE_OPS: Final = frozenset(
     {Op.CREATE_TOPIC, Op.DELETE_TOPIC, Op.ALTER_TOPIC, Op.DECOMMISSION_NODE}
@@ -84,8 +95,10 @@ class Decision:
 LOCAL: Final = Decision(Action.LOCAL)
 
 
-def owner_of(op: int, partition_id: int, shard_count: int) -> int | None:
+def owner_of(op: int, partition_id: int, shard_count: int, clustered: bool = False) -> int | None:
     """The shard that must serve `op` on `partition_id`; None if any shard may."""
+    if clustered and op in COORDINATOR_OPS:
+        return shard_for(DECISIONS_PID, shard_count)
     if op in PARTITION_OPS or op in WRITE_OPS:
         return shard_for(partition_id, shard_count)
     if op in METADATA_WRITE_OPS:
@@ -102,11 +115,13 @@ def route(
     shard_count: int,
     forwarded: bool = False,
     internal: bool = False,
+    clustered: bool = False,
 ) -> Decision:
     """Decide where a request frame is served.
 
     `forwarded`: the frame came wrapped in a FORWARD from another shard;
-    `internal`: it arrived on the inter-shard channel (not from a client).
+    `internal`: it arrived on the inter-shard channel or a peer session (not
+    from a client); `clustered`: this node is one of a cluster's.
     """
     if flags & (Flags.RESPONSE | Flags.ERROR):
         return LOCAL  # decoding answers "expected a request"
@@ -122,10 +137,10 @@ def route(
         return Decision(
             Action.REJECT,
             code=ErrorCode.INVALID_REQUEST,
-            message=f"op {op} is internal to the node (a coordinator's publish); "
+            message=f"op {op} is internal to the cluster (a coordinator's publish); "
             "clients commit with COMMIT_WRITE",
         )
-    owner = owner_of(op, partition_id, shard_count)
+    owner = owner_of(op, partition_id, shard_count, clustered)
     if owner is None or owner == shard_id:
         return LOCAL
     if forwarded:

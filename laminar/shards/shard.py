@@ -32,7 +32,7 @@ from laminar.cluster.auth import PeerAuth, load_secret
 from laminar.cluster.members import Member, StaticMembership, parse_peers
 from laminar.log import LogConfig
 from laminar.log.storage import StorageBackend, SyscallBackend
-from laminar.placement import replica_nodes, shard_for
+from laminar.placement import U32_MAX, replica_nodes, shard_for
 from laminar.shards.budget import InputBudget
 from laminar.shards.channels import Channels
 from laminar.shards.config import NodeConfig
@@ -56,6 +56,8 @@ from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.replication import ShardReplication
 from laminar.shards.retention import Retention
+from laminar.shards.router import PEER_OPS
+from laminar.shards.staging.decision_logs import decision_log_config
 from laminar.shards.staging.service import WriteService, WriteSettings
 from laminar.shards.topic_config import log_config
 from laminar.swim import MembershipView
@@ -70,6 +72,8 @@ from laminar.wire import (
     TopicInfo,
     decode_frame,
 )
+from laminar.wire.codec import Buffer
+from laminar.wire.writes import DECISION_REPLICAS, DECISIONS_PID
 
 logger = logging.getLogger("laminar.shards")
 
@@ -149,8 +153,25 @@ class Shard:
         return shard_for(pid, self.config.cores) == self.shard_id
 
     def _replicated_owned(self, pid: int) -> LogConfig | None:
-        """A replicated partition of this shard the metadata knows: its log settings."""
-        return self.handlers.replicated_log_config(pid) if self._owns(pid) else None
+        """A replicated partition of this shard the metadata knows (or the write
+        decisions group): its log settings."""
+        if not self._owns(pid):
+            return None
+        if pid == DECISIONS_PID:
+            return decision_log_config()
+        return self.handlers.replicated_log_config(pid)
+
+    def _describe_partition(self, pid: int) -> str:
+        """A partition as error messages name it."""
+        topic = self.metadata.state.by_id(pid >> 32)
+        if topic is None:
+            return f"partition {pid:#x}"
+        return f"partition {pid & U32_MAX} of topic {topic.name!r}"
+
+    async def _serve_peer(self, frame: Frame, peer: str) -> list[Buffer]:
+        """A request another node sent over an authenticated peer session."""
+        ctx = RequestContext(received_by=self.shard_id, internal=True, peer=peer)
+        return await self.dispatcher.dispatch(frame, ctx)
 
     def _spawn(self, coro: Any, queue: str = "requests") -> asyncio.Task[Any]:
         loop = asyncio.get_running_loop()
@@ -229,7 +250,11 @@ class Shard:
             self.channels,
             self.metrics,
             config.max_frame_bytes,
+            clustered=config.clustered,
         )
+        publish_bytes = config.publish_append_bytes
+        if self.replication is not None:  # a chunk may go to the leader in one peer frame
+            publish_bytes = min(publish_bytes, config.max_frame_bytes - CHANNEL_FRAME_SLACK)
         self.writes = WriteService(
             WriteSettings(
                 config.staging_dir,
@@ -237,15 +262,21 @@ class Shard:
                 config.staging_bytes_max,
                 config.staging_timeout_s,
                 round(config.decision_retention_s * 1000),
-                config.publish_append_bytes,
+                publish_bytes,
             ),
             backend,
             self._owns,
             self.handlers.replica_of,
             self.handlers.topic_of,
             self._internal_request,
+            node_id=config.node_id,
+            replication=self.replication,
+            gossiped=config.gossiped,
+            describe=self._describe_partition,
         )
         self.dispatcher.add_handlers(self.writes.table())
+        if self.replication is not None:
+            self.replication.serve_peers(self._serve_peer, PEER_OPS)
         self.retention = Retention(
             self.partitions,
             self.metadata.state.topics,
@@ -332,6 +363,8 @@ class Shard:
         topic's partitions on its replication factor, nothing else."""
         if pid == METADATA_PID:
             return self.config.metadata_voters
+        if pid == DECISIONS_PID:
+            return DECISION_REPLICAS
         topic = self.metadata.state.by_id(pid >> 32)
         replication = self.replication
         if topic is None or replication is None:
@@ -549,6 +582,11 @@ class Shard:
                 "moves": self.replication.move_stats() if self.replication is not None else None,
                 "metadata_group": (
                     self.replication.group_members(METADATA_PID)
+                    if self.replication is not None
+                    else None
+                ),
+                "decisions_group": (
+                    self.replication.group_members(DECISIONS_PID)
                     if self.replication is not None
                     else None
                 ),

@@ -44,7 +44,15 @@ import xxhash
 from pyspark import TaskContext
 from pyspark.sql.datasource import WriterCommitMessage
 
-from laminar.client import Client, LaminarError, Pending, partition_for_key
+from laminar.client import (
+    Client,
+    CommitPendingError,
+    ConnectionLostError,
+    LaminarError,
+    Pending,
+    RequestTimeoutError,
+    partition_for_key,
+)
 from laminar.client.writes import CommitResult
 from laminar.spark.errors import LaminarSparkError, explain
 from laminar.spark.options import WriteOptions
@@ -198,8 +206,7 @@ def commit_tasks(
             result = client.commit_write(commit_id, parts)
         except LaminarError as exc:
             raise LaminarSparkError(
-                f"{what} to {options.topic!r} could not commit: {exc}; nothing of it is visible"
-                + _hint(exc)
+                f"{what} to {options.topic!r} could not commit: {exc}; {_outcome(exc, commit_id)}"
             ) from exc
     if result.first:
         logger.info(
@@ -240,15 +247,15 @@ def abort_tasks(
     logger.warning("laminar write to %s aborted (%s): nothing of it is visible", topic, state)
 
 
-def _hint(exc: LaminarError) -> str:
-    from laminar.client import StagedDataMissingError
-
-    if isinstance(exc, StagedDataMissingError):
+def _outcome(exc: LaminarError, commit_id: int) -> str:
+    """What a failed commit left visible (the node's message says why it failed)."""
+    if isinstance(exc, CommitPendingError):
+        return "it is committed: the node publishes every row once as soon as it can"
+    if isinstance(exc, ConnectionLostError | RequestTimeoutError):
         return (
-            " (staged data expired before the commit: raise the node's --staging-timeout "
-            "or the stagingTimeoutMs option)"
+            f"its outcome is unknown: Client.write_status({commit_id:#x}) says whether it committed"
         )
-    return ""
+    return "nothing of it is visible"
 
 
 class TopicWriter:

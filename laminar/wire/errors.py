@@ -48,6 +48,7 @@ class ErrorCode(IntEnum):
     STAGED_DATA_MISSING = 21
     STAGE_OUT_OF_ORDER = 22
     WRITE_COMMITTED = 23
+    STAGED_DATA_UNREACHABLE = 24
     NOT_OWNER = 30
     STORAGE_ERROR = 31
     SHUTTING_DOWN = 32
@@ -101,6 +102,9 @@ _DEFAULT_MESSAGES: dict[ErrorCode, str] = {
     ),
     ErrorCode.STAGE_OUT_OF_ORDER: "the staged batch does not continue its attempt's sequence",
     ErrorCode.WRITE_COMMITTED: "the write is committed already; it cannot be aborted",
+    ErrorCode.STAGED_DATA_UNREACHABLE: (
+        "the node holding staged data of the write cannot be reached; nothing was published"
+    ),
     ErrorCode.NOT_OWNER: "this shard or node does not own the partition; refresh metadata",
     ErrorCode.STORAGE_ERROR: "the server could not read or write its log",
     ErrorCode.SHUTTING_DOWN: "the server is shutting down; retry elsewhere or later",
@@ -136,6 +140,7 @@ _RETRIABLE = frozenset(
         ErrorCode.TIMEOUT,
         ErrorCode.STORAGE_ERROR,
         ErrorCode.COMMIT_PENDING,
+        ErrorCode.STAGED_DATA_UNREACHABLE,
         ErrorCode.NOT_READY,
         ErrorCode.TOO_MANY_CONNECTIONS,
         ErrorCode.NOT_LEADER,

@@ -29,7 +29,8 @@ class Op(IntEnum):
     DELETE_TOPIC = 6
     LIST_TOPICS = 7
     PING = 8
-    # The atomic write protocol (`laminar.wire.writes`); 13-15 are shard-to-shard only.
+    # The atomic write protocol (`laminar.wire.writes`); 13-15 and 17 are internal
+    # (shard to shard, or node to node over an authenticated peer session).
     STAGE = 9
     COMMIT_WRITE = 10
     ABORT_WRITE = 11
@@ -38,7 +39,8 @@ class Op(IntEnum):
     PUBLISH_STAGED = 14
     DROP_STAGED = 15
     ALTER_TOPIC = 16
-    DECOMMISSION_NODE = 17
+    APPEND_STAGED = 17
+    DECOMMISSION_NODE = 18
     FORWARD = 32
     METADATA_TAIL = 33
 

@@ -5,16 +5,21 @@ The protocol (`laminar.shards.staging` has the rules and the reasons):
 - A writer's task *attempt* stages batches on the shard that owns each target
   partition (`StageRequest`, op 9): durable, invisible to readers, keyed by
   `(write_id, task, attempt)` and numbered per partition 0, 1, 2, ... so a
-  resent batch is recognised.
+  resent batch is recognised. On a cluster the answer names the node that
+  staged it, and the attempt's later batches of that partition go there too.
 - The committer names the winning attempts and what each staged where
-  (`StagedPart`) in one `CommitWriteRequest` (op 10) under a `commit_id`, sent
-  to the *coordinator*: the shard owning `coordinator_pid(commit_id)`. It
-  checks every part on its partition's owner (`CheckStagedRequest`, op 13),
-  writes one durable decision, then publishes each partition
-  (`PublishStagedRequest`, op 14: one append, stamped with `WriteStamp`, so a
-  publish sent again is recognised) and finally drops the staged data
-  (`DropStagedRequest`, op 15). Ops 13-15 are internal: a shard refuses them
-  from a client.
+  (`StagedPart`, with the node holding it) in one `CommitWriteRequest` (op 10)
+  under a `commit_id`, sent to the *coordinator*: the shard owning
+  `coordinator_pid(commit_id)` on one node, the leader of the decisions group
+  (`DECISIONS_PID`) on a cluster. It checks every part where it is staged
+  (`CheckStagedRequest`, op 13), writes one durable decision, then publishes
+  each partition (`PublishStagedRequest`, op 14: one append per chunk, stamped
+  with `WriteStamp`, so a publish sent again is recognised; a staging node
+  that does not lead the partition appends through its leader,
+  `AppendStagedRequest`, op 17) and finally drops the staged data
+  (`DropStagedRequest`, op 15). Ops 13-15 and 17 are internal: a shard
+  refuses them from a client; between nodes they travel only over
+  authenticated peer sessions.
 - `AbortWriteRequest` (op 11) decides "aborted" for good (`final`) or only
   drops the named parts; `WriteStatusRequest` (op 12) reads the decision.
 
@@ -68,31 +73,59 @@ def bucket_of_pid(pid: int) -> int | None:
     return bucket if 0 <= bucket < COORDINATOR_BUCKETS else None
 
 
+DECISIONS_PID: Final = partition_id(0, _COORDINATOR_IDX_BASE + COORDINATOR_BUCKETS)
+"""On a cluster one Raft group, on this reserved partition id, decides every
+commit id whatever its bucket: its leader's shard is the coordinator (a node
+serves commit, abort and status requests on the shard owning this id)."""
+DECISION_REPLICAS: Final = 3
+"""The decisions group's replicas (all the nodes when there are fewer)."""
+
+
+def coordinated_by_decisions(pid: int) -> bool:
+    """Whether a cluster's decisions group answers for partition id `pid` (a
+    coordinator bucket's, or the group's own)."""
+    return pid == DECISIONS_PID or bucket_of_pid(pid) is not None
+
+
 _STAMP = struct.Struct(">QII")
+SLOTS_MAX: Final = 1 << 8
+CHUNKS_MAX: Final = 1 << 24
+"""A stamp's chunk field holds the slot in its top 8 bits and the chunk below."""
 
 
 class WriteStamp(NamedTuple):
     """Chunk `chunk` of `chunks` that publishing `commit_id` appended to a
-    partition; on the first record of the chunk."""
+    partition; on the first record of the chunk. `slot` tells apart the parts
+    of one partition staged on different nodes (published one node after the
+    other, each with its own chunks); 0 when one node staged them all."""
 
     commit_id: int
     chunk: int
     chunks: int
+    slot: int = 0
 
     def encode(self) -> bytes:
-        return _STAMP.pack(self.commit_id, self.chunk, self.chunks)
+        if not (0 <= self.slot < SLOTS_MAX and 0 <= self.chunk < CHUNKS_MAX):
+            raise WireUsageError(f"a write stamp's slot or chunk is out of range: {self}")
+        return _STAMP.pack(self.commit_id, self.slot << 24 | self.chunk, self.chunks)
 
     @classmethod
     def decode(cls, value: bytes) -> WriteStamp | None:
         """The stamp, or None when `value` is not one (a user's own header)."""
         if len(value) != _STAMP.size:
             return None
-        return cls(*_STAMP.unpack(value))
+        commit_id, chunk, chunks = _STAMP.unpack(value)
+        return cls(commit_id, chunk & (CHUNKS_MAX - 1), chunks, chunk >> 24)
+
+
+NODE_BYTES_MAX: Final = 255
 
 
 class StagedPart(NamedTuple):
     """What one task attempt staged on one partition: `batches` batches
-    (sequences 0..batches-1) holding `records` records."""
+    (sequences 0..batches-1) holding `records` records, on node `node` (the
+    node whose answer to the attempt's first batch named it; "" for the node
+    the commit reaches, as before clusters)."""
 
     partition_id: int
     write_id: int
@@ -100,19 +133,22 @@ class StagedPart(NamedTuple):
     attempt: int
     batches: int
     records: int
+    node: str = ""
 
-    def to_wire(self) -> list[int]:
+    def to_wire(self) -> list[int | str]:
         return list(self)
 
     @classmethod
     def from_wire(cls, item: object) -> StagedPart:
+        """A part from a decision or claim entry (six fields without the node)."""
         if (
             type(item) is not list
-            or len(item) != 6
-            or not all(type(v) is int and 0 <= v < f.U64 for v in item)
+            or len(item) not in (6, 7)
+            or not all(type(v) is int and 0 <= v < f.U64 for v in item[:6])
+            or (len(item) == 7 and not _node_ok(item[6]))
         ):
             raise InvalidMessage(
-                "a staged part is [partition_id, write_id, task, attempt, batches, records]"
+                "a staged part is [partition_id, write_id, task, attempt, batches, records, node]"
             )
         part = cls(*item)
         if part.task >= f.U32 or part.batches >= f.U32:
@@ -120,24 +156,45 @@ class StagedPart(NamedTuple):
         return part
 
 
-_PART = struct.Struct(">QQIQIQ")  # partition_id, write_id, task, attempt, batches, records
+def _node_ok(node: object) -> bool:
+    return type(node) is str and len(node.encode()) <= NODE_BYTES_MAX
+
+
+_PART = struct.Struct(">QQIQIQB")
+"""partition_id, write_id, task, attempt, batches, records, the node id's length."""
 
 
 def _parts_payload(parts: tuple[StagedPart, ...]) -> list[Buffer]:
-    """Parts travel in the payload, 40 bytes each: a commit may name thousands,
-    more than a request header may hold (`laminar.wire.codec.REQUEST_HEADER_LIMITS`)."""
-    try:
-        return [b"".join(_PART.pack(*p) for p in parts)]
-    except struct.error as exc:
-        raise WireUsageError(f"a staged part does not fit its fields: {exc}") from None
+    """Parts travel in the payload, 41 bytes each plus the node id: a commit may
+    name thousands, more than a request header may hold
+    (`laminar.wire.codec.REQUEST_HEADER_LIMITS`)."""
+    out = bytearray()
+    for p in parts:
+        node = p.node.encode()
+        try:
+            out += _PART.pack(*p[:6], len(node)) + node
+        except struct.error as exc:
+            raise WireUsageError(f"a staged part does not fit its fields: {exc}") from None
+    return [bytes(out)]
 
 
 def _parts(payload: bytes) -> tuple[StagedPart, ...]:
-    if len(payload) % _PART.size:
-        raise InvalidMessage(
-            f"a payload of staged parts is {_PART.size} bytes each; got {len(payload)} bytes"
-        )
-    return tuple(StagedPart._make(t) for t in _PART.iter_unpack(payload))
+    parts = []
+    pos = 0
+    while pos < len(payload):
+        if pos + _PART.size > len(payload):
+            raise InvalidMessage(f"a payload of staged parts ends inside a part at byte {pos}")
+        *fields, node_len = _PART.unpack_from(payload, pos)
+        pos += _PART.size
+        node = payload[pos : pos + node_len]
+        pos += node_len
+        if len(node) != node_len:
+            raise InvalidMessage("a payload of staged parts ends inside a node id")
+        try:
+            parts.append(StagedPart._make([*fields, node.decode()]))
+        except UnicodeDecodeError:
+            raise InvalidMessage("a staged part's node id is not UTF-8") from None
+    return tuple(parts)
 
 
 class Published(NamedTuple):
@@ -372,7 +429,13 @@ class _PartitionParts(Message):
         parts = _parts(frame.payload)
         if any(p.partition_id != frame.partition_id for p in parts):
             raise InvalidMessage("every part must be of the request's partition")
-        return cls(frame.partition_id, f.uint(frame.header, "commit_id"), parts)
+        h = frame.header
+        return cls(frame.partition_id, f.uint(h, "commit_id"), parts, *cls._more(h))
+
+    @classmethod
+    def _more(cls, h: dict[str, Any]) -> tuple[Any, ...]:
+        """The fields a subclass adds, from the header."""
+        return ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,9 +450,76 @@ class CheckStagedRequest(_PartitionParts):
 @dataclass(frozen=True, slots=True)
 class PublishStagedRequest(_PartitionParts):
     """Internal (op 14): append the named parts' records to the partition, in the
-    order named, once per `commit_id` however often this is sent."""
+    order named, once per `commit_id` however often this is sent. `slot`: which
+    of the nodes holding parts of this partition this is (`WriteStamp.slot`).
+
+    Header: {commit_id, slot}. Payload: parts, as for a commit."""
 
     OP: ClassVar[int] = Op.PUBLISH_STAGED
+
+    slot: int = 0
+
+    def _header(self) -> dict[str, Any]:
+        return {"commit_id": self.commit_id, "slot": self.slot}
+
+    @classmethod
+    def _more(cls, h: dict[str, Any]) -> tuple[Any, ...]:
+        return (f.uint(h, "slot", SLOTS_MAX),)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendStagedRequest(Message):
+    """Internal (op 17), to the partition's leader: append one chunk of a
+    publish (`blobs`, the first stamped with `WriteStamp(commit_id, chunk,
+    chunks, slot)`), sent by the node holding the staged data when it does not
+    lead the partition. With `scan_from` (a publish resumed after its outcome
+    was unknown) the leader first settles its log and looks for the chunk's
+    stamp at or after that index, and appends only if it is not there.
+
+    Header: {commit_id, slot, chunk, chunks, scan_from}. Payload: a produce batch."""
+
+    OP: ClassVar[int] = Op.APPEND_STAGED
+    PAYLOAD: ClassVar[bool] = True
+
+    partition_id: int
+    commit_id: int
+    slot: int
+    chunk: int
+    chunks: int
+    scan_from: int | None
+    blobs: tuple[bytes, ...]
+
+    @property
+    def stamp(self) -> WriteStamp:
+        return WriteStamp(self.commit_id, self.chunk, self.chunks, self.slot)
+
+    def _partition(self) -> int:
+        return self.partition_id
+
+    def _header(self) -> dict[str, Any]:
+        return {
+            "commit_id": self.commit_id,
+            "slot": self.slot,
+            "chunk": self.chunk,
+            "chunks": self.chunks,
+            "scan_from": self.scan_from,
+        }
+
+    def _payload(self) -> list[Buffer]:
+        return encode_produce_batch(self.blobs)
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        h = frame.header
+        return cls(
+            frame.partition_id,
+            f.uint(h, "commit_id"),
+            f.uint(h, "slot", SLOTS_MAX),
+            f.uint(h, "chunk", CHUNKS_MAX),
+            f.uint(h, "chunks", f.U32),
+            f.opt_uint(h, "scan_from"),
+            decode_produce_batch(frame.payload),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,9 +536,10 @@ class DropStagedRequest(_PartitionParts):
 
 @dataclass(frozen=True, slots=True)
 class StageResponse(Message):
-    """The batch is staged durably (`duplicate`: it had been before).
+    """The batch is staged durably on node `node` (`duplicate`: it had been
+    before). The attempt's later batches of this partition go to that node.
 
-    Header: {sequence, count, duplicate}."""
+    Header: {sequence, count, duplicate, node}."""
 
     OP: ClassVar[int] = Op.STAGE
     FLAGS: ClassVar[int] = Flags.RESPONSE
@@ -417,21 +548,31 @@ class StageResponse(Message):
     sequence: int
     count: int
     duplicate: bool = False
+    node: str = ""
 
     def _partition(self) -> int:
         return self.partition_id
 
     def _header(self) -> dict[str, Any]:
-        return {"sequence": self.sequence, "count": self.count, "duplicate": self.duplicate}
+        return {
+            "sequence": self.sequence,
+            "count": self.count,
+            "duplicate": self.duplicate,
+            "node": self.node,
+        }
 
     @classmethod
     def _decode(cls, frame: Frame) -> Self:
         h = frame.header
+        node = f.opt_string(h, "node") or ""
+        if not _node_ok(node):
+            raise InvalidMessage(f"a node id is at most {NODE_BYTES_MAX} bytes")
         return cls(
             frame.partition_id,
             f.uint(h, "sequence", f.U32),
             f.uint(h, "count", f.U32),
             h.get("duplicate") is True,
+            node,
         )
 
 
@@ -538,6 +679,31 @@ class DropStagedResponse(PartitionDoneResponse):
     FLAGS: ClassVar[int] = Flags.RESPONSE
 
 
+@dataclass(frozen=True, slots=True)
+class AppendStagedResponse(Message):
+    """Internal: where the chunk is (`found`: it was in the log already).
+
+    Header: {first_index, found}."""
+
+    OP: ClassVar[int] = Op.APPEND_STAGED
+    FLAGS: ClassVar[int] = Flags.RESPONSE
+
+    partition_id: int
+    first_index: int
+    found: bool
+
+    def _partition(self) -> int:
+        return self.partition_id
+
+    def _header(self) -> dict[str, Any]:
+        return {"first_index": self.first_index, "found": self.found}
+
+    @classmethod
+    def _decode(cls, frame: Frame) -> Self:
+        h = frame.header
+        return cls(frame.partition_id, f.uint(h, "first_index"), h.get("found") is True)
+
+
 WRITE_REQUESTS: Final = (
     StageRequest,
     CommitWriteRequest,
@@ -546,6 +712,7 @@ WRITE_REQUESTS: Final = (
     CheckStagedRequest,
     PublishStagedRequest,
     DropStagedRequest,
+    AppendStagedRequest,
 )
 WRITE_RESPONSES: Final = (
     StageResponse,
@@ -555,6 +722,7 @@ WRITE_RESPONSES: Final = (
     CheckStagedResponse,
     PublishStagedResponse,
     DropStagedResponse,
+    AppendStagedResponse,
 )
 REQUEST_TYPES.update({cls.OP: cls for cls in WRITE_REQUESTS})  # type: ignore[misc]
 RESPONSE_TYPES.update({cls.OP: cls for cls in WRITE_RESPONSES})  # type: ignore[misc]

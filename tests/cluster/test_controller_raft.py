@@ -229,3 +229,20 @@ def test_every_other_member_observes_a_group_kept_on_fewer_voters() -> None:
     parts.run(80)
     settled()
     assert "n6" in parts.memberships()[0][0]
+
+
+def test_a_learner_that_never_answered_is_not_promoted() -> None:
+    """A group grown from one voter: the new node's shell has not opened the
+    group yet (it acknowledged nothing). Its tracker match is 0, which is no
+    match: promoting it would make a voter of nothing and leave the group
+    unable to commit (1 of 2 voters)."""
+    pid = partition_id(1, 0)
+    group = Cluster(ids=("n1",), seed=1)
+    core = group.elect("n1")
+    core.add_learner("n2")  # never opened on n2: nothing reaches it
+    group.tick(20)
+    assert core.membership.learners == ("n2",)
+    nodes = [NodeStatus("n1", 1.0), NodeStatus("n2", 1.0)]
+    plan, refused = drive({pid: core}, nodes, PlacementPolicy(2, GRACE_MS), 0)
+    assert not refused and plan.steps == ()
+    assert "match is not known" in plan.waiting[pid]

@@ -244,6 +244,13 @@ def metadata_group(node: RunningNode) -> dict[str, Any] | None:
     return next((s["metadata_group"] for s in shard_stats(node) if s["metadata_group"]), None)
 
 
+def decisions_settled(nodes: list[RunningNode]) -> bool:
+    """The write decisions group is at its target: three voters and no learner,
+    as each of `nodes` holding a replica of it applied its membership."""
+    groups = [g for n in nodes for s in shard_stats(n) if (g := s["decisions_group"])]
+    return bool(groups) and all(len(g["voters"]) == 3 and not g["learners"] for g in groups)
+
+
 def test_members_beyond_the_metadata_voters_observe_it_and_replace_a_dead_voter(
     tmp_path: Path,
 ) -> None:
@@ -366,7 +373,11 @@ def test_a_node_back_within_the_grace_keeps_its_partitions_and_catches_up(
                 lambda: all(len(metadata_group(n)["voters"]) == 4 for n in nodes.values()),
                 "the metadata group on every node",
             )
-            steps_before = steps_started(others)  # the metadata group's growth
+            wait_until(
+                lambda: decisions_settled(list(nodes.values())),
+                "the write decisions group on its three voters",
+            )
+            steps_before = steps_started(others)  # the metadata and decisions groups' growth
             old.kill()
             wait_until(
                 lambda: all(member_states(n).get(victim) == "dead" for n in others),

@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 
 from laminar.placement import partition_id, shard_for
 from laminar.shards.metadata import METADATA_PID
-from laminar.shards.router import Action, route
+from laminar.shards.router import PEER_OPS, Action, route
 from laminar.wire import ErrorCode, Flags, Op
+from laminar.wire.writes import COORDINATOR_BUCKETS, DECISIONS_PID, bucket_pid
 
 PARTITION_OPS = [Op.PRODUCE, Op.FETCH, Op.LIST_OFFSETS, Op.PING]
 
@@ -78,3 +79,27 @@ def test_unknown_ops_and_responses_are_answered_where_they_arrive() -> None:
 def test_one_shard_serves_everything() -> None:
     for op in [*PARTITION_OPS, Op.CREATE_TOPIC, Op.METADATA]:
         assert route(op, 0, 2**63 + 5, shard_id=0, shard_count=1).action is Action.LOCAL
+
+
+@pytest.mark.parametrize(
+    "op", [Op.CHECK_STAGED, Op.PUBLISH_STAGED, Op.DROP_STAGED, Op.APPEND_STAGED]
+)
+def test_the_write_protocols_internal_ops_are_refused_from_clients(op: Op) -> None:
+    """Check, publish, drop and append-staged would let a client publish staged
+    data (or append anything) without a commit decision."""
+    client = route(op, 0, 5, shard_id=0, shard_count=2)
+    assert client.action is Action.REJECT and client.code is ErrorCode.INVALID_REQUEST
+    assert route(op, 0, 5, shard_id=0, shard_count=2, internal=True).action is not Action.REJECT
+    assert op in PEER_OPS  # and other nodes may ask them, over an authenticated session
+
+
+def test_a_clustered_node_decides_every_commit_on_the_decisions_groups_shard() -> None:
+    decider = shard_for(DECISIONS_PID, 4)
+    for bucket in range(COORDINATOR_BUCKETS):
+        pid = bucket_pid(bucket)
+        for op in (Op.COMMIT_WRITE, Op.ABORT_WRITE, Op.WRITE_STATUS):
+            alone = route(op, 0, pid, shard_id=decider, shard_count=4)
+            clustered = route(op, 0, pid, shard_id=decider, shard_count=4, clustered=True)
+            assert clustered.action is Action.LOCAL
+            if shard_for(pid, 4) != decider:  # one node: the bucket's own shard decides
+                assert alone.action is Action.FORWARD and alone.target == shard_for(pid, 4)

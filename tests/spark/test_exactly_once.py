@@ -245,6 +245,7 @@ def test_a_commit_after_the_staged_rows_expired_fails_clearly(
     write_id = new_write_id()
     message = write_task(target, iter([_rows(list(range(10)))]), write_id, task=0, spark_attempt=0)
     _nothing_staged(node)
-    with pytest.raises(LaminarSparkError, match="staged data expired before the commit"):
+    with pytest.raises(LaminarSparkError, match=r"expired: .* stagingTimeoutMs") as refused:
         commit_tasks(target, write_id, [message], "late write")
+    assert str(refused.value).endswith("nothing of it is visible")
     assert row_ids(client, topic, 1) == []

@@ -127,3 +127,26 @@ def test_an_attempt_being_published_takes_no_more_batches_and_does_not_expire() 
     area.publishing(PID, [_part(A, 1, 1)], True)
     assert area.decide_stage(PID, A, 1, 1, 10).verdict is Verdict.OUT_OF_ORDER
     assert area.due(now=100) == ([], [])
+
+
+def test_a_part_that_is_gone_is_refused_with_why_it_went() -> None:
+    """STAGED_DATA_MISSING names the real cause: an expiry (then, and only then,
+    the staging timeout is the advice), a drop, or nothing ever staged here."""
+    area = StagingArea(bytes_max=10_000, default_timeout_s=5)
+    _stage(area, A, 0, 5, 100, now=0)
+    _stage(area, B, 0, 5, 100, now=0)
+    drops, _ = area.due(now=7)
+    assert {d.key for d in drops} == {A, B}
+    expired = area.attempt(PID, A)
+    assert expired is not None
+    area.drop_attempt(PID, A, area.expired_because(expired, now=7))
+    area.drop_attempt(PID, B, "dropped by an abort")
+    never = AttemptKey(1, 2, 0xC)
+    with pytest.raises(MissingStagedData) as refused:
+        area.check(PID, [_part(A, 1, 5), _part(B, 1, 5), _part(never, 1, 1)])
+    message = str(refused.value)
+    assert "expired: no batch of its write reached this node for 7.0 s" in message
+    assert "its staging timeout of 5.0 s (raise the node's --staging-timeout" in message
+    assert "dropped by an abort" in message
+    assert "task 2 attempt 0xc of write 0x1: nothing staged here: never staged" in message
+    assert message.count("--staging-timeout") == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgpack
+
 from laminar.shards.staging.decisions import (
     Action,
     Decisions,
@@ -77,3 +79,11 @@ def test_the_count_bound_forgets_the_oldest_finished_first() -> None:
         d.apply(aborted_entry(cid, cid))
     d.forget_old(now_ms=10)
     assert [d.state_of(c) for c in range(5)] == [WriteState.UNKNOWN] * 2 + [WriteState.ABORTED] * 3
+
+
+def test_entries_written_before_parts_named_their_node_replay() -> None:
+    """Decision entries of six-field parts (before clusters) are parts held by
+    the node that replays them."""
+    decisions = Decisions(retention_ms=10_000)
+    old = msgpack.packb({"k": "c", "id": 7, "t": 1, "parts": [[5, 1, 0, 9, 2, 20]]})
+    assert decisions.apply(old).parts == (StagedPart(5, 1, 0, 9, 2, 20, ""),)

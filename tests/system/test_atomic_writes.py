@@ -131,6 +131,11 @@ def test_a_commit_must_name_what_was_staged_in_full(client: Client) -> None:
     short = [parts[0]._replace(batches=1, records=4), parts[1]]
     with pytest.raises(StagedDataMissingError, match="2 batches of 8 records staged"):
         client.commit_write(write_id, short)
+    never = [parts[0], parts[1]._replace(attempt=parts[1].attempt + 1)]
+    with pytest.raises(StagedDataMissingError, match="never staged on this node") as refused:
+        client.commit_write(write_id, never)
+    assert f"partition 1 of topic {topic!r}" in str(refused.value)
+    assert "--staging-timeout" not in str(refused.value), "advice only when it expired"
     assert _values(client, topic, 2) == [], "nothing of a refused commit is visible"
     client.commit_write(write_id, parts)
     assert_exactly_once(_values(client, topic, 2), _batch("x", 4) + _batch("y", 4) + _batch("z", 4))
@@ -186,7 +191,7 @@ def test_idle_staged_data_expires_and_a_late_commit_publishes_nothing(
         "the staged data to expire",
         lambda: metric(node, "laminar_staged_expired_total") >= expired_before + 2,
     )
-    with pytest.raises(StagedDataMissingError, match="nothing staged"):
+    with pytest.raises(StagedDataMissingError, match=r"expired: .*--staging-timeout"):
         client.commit_write(write_id, parts)
     assert _values(client, topic, 2) == []
 

@@ -75,18 +75,22 @@ blobs = st.builds(
 )
 topics = st.builds(TopicInfo, names, u32, st.integers(0, 2**32), configs)
 shards = st.builds(ShardInfo, u16, names, u16)
-parts = st.builds(w.StagedPart, u64, u64, u32, u64, u32, u64)
+nodes = st.text(max_size=40).filter(lambda n: len(n.encode()) <= w.NODE_BYTES_MAX)
+parts = st.builds(w.StagedPart, u64, u64, u32, u64, u32, u64, nodes)
 parts_tuple = st.lists(parts, max_size=4).map(tuple)
 states = st.sampled_from(sorted(w.WriteState.ALL))
 
 
-def _partition_parts(cls: type[Any]) -> st.SearchStrategy[Any]:
+def _partition_parts(cls: type[Any], *more: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     """An internal per-partition request whose parts are all of its partition."""
     return st.builds(
-        lambda pid, commit, ps: cls(pid, commit, tuple(p._replace(partition_id=pid) for p in ps)),
+        lambda pid, commit, ps, *rest: cls(
+            pid, commit, tuple(p._replace(partition_id=pid) for p in ps), *rest
+        ),
         u64,
         u64,
         parts_tuple,
+        *more,
     )
 
 
@@ -107,8 +111,18 @@ REQUESTS: list[st.SearchStrategy[Any]] = [
     st.builds(w.AbortWriteRequest, u64, st.booleans(), parts_tuple),
     st.builds(w.WriteStatusRequest, u64),
     _partition_parts(w.CheckStagedRequest),
-    _partition_parts(w.PublishStagedRequest),
+    _partition_parts(w.PublishStagedRequest, st.integers(0, w.SLOTS_MAX - 1)),
     _partition_parts(w.DropStagedRequest),
+    st.builds(
+        w.AppendStagedRequest,
+        u64,
+        u64,
+        st.integers(0, w.SLOTS_MAX - 1),
+        st.integers(0, w.CHUNKS_MAX - 1),
+        u32,
+        st.none() | u64,
+        st.lists(blobs, min_size=1, max_size=5).map(tuple),
+    ),
     st.builds(MetadataTailRequest, u64, u16, u32),
 ]
 RESPONSES: list[st.SearchStrategy[Any]] = [
@@ -153,7 +167,7 @@ RESPONSES: list[st.SearchStrategy[Any]] = [
     st.builds(AlterTopicResponse, topics),
     st.builds(DecommissionNodeResponse, st.lists(names, max_size=3).map(tuple)),
     st.builds(ForwardResponse, u64, st.binary(max_size=100)),
-    st.builds(w.StageResponse, u64, u32, u32, st.booleans()),
+    st.builds(w.StageResponse, u64, u32, u32, st.booleans(), nodes),
     st.builds(
         w.CommitWriteResponse,
         u64,
@@ -165,6 +179,7 @@ RESPONSES: list[st.SearchStrategy[Any]] = [
     st.builds(w.CheckStagedResponse, u64, u64, u64),
     st.builds(w.PublishStagedResponse, u64, u64, u64),
     st.builds(w.DropStagedResponse, u64, u64, u64),
+    st.builds(w.AppendStagedResponse, u64, u64, st.booleans()),
     st.builds(
         MetadataTailResponse,
         st.just(0),

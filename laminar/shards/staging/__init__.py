@@ -34,7 +34,14 @@ The protocol (messages: `laminar.wire.writes`):
    commits expires after --staging-timeout idle seconds (claimed data only
    once its coordinator says the commit is not pending).
 
+On a cluster staged data stays on the node that led the partition when the
+attempt began (the part names it), the coordinator reaches it over an
+authenticated peer session, the decision is a Raft commit of the decisions
+group, and a staging node that no longer leads publishes through the leader
+(docs/architecture.md, "Atomic writes", says why).
+
 Modules: `frames` (file layout), `area` (participant rules) and `decisions`
 (coordinator rules) are the sans-IO cores; `files`, `participant`,
-`coordinator` and `service` are the I/O shells.
+`coordinator`, `decision_logs` (where decisions are kept), `routes` (where
+internal requests go) and `service` are the I/O shells.
 """

@@ -26,7 +26,9 @@ Rules:
    A claimed attempt and a commit record are dropped only after the
    coordinator says the commit is not pending (unknown, aborted or done), and
    only if no new claim arrived while it was asked (a commit sent again may be
-   checking the same parts right then).
+   checking the same parts right then). Why an attempt went (expired,
+   published, dropped by a commit or an abort) is remembered for the last
+   `GONE_REMEMBERED` ones, so a commit that names it later is told the cause.
 5. A publish is planned once: its batches, in the order the commit names them,
    cut into chunks of at most `chunk_bytes` (one log append each). The plan is
    recorded durably (INTENT) before the first append, so after a crash the same
@@ -36,13 +38,16 @@ Rules:
 from __future__ import annotations
 
 import enum
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from laminar.shards.staging.frames import AttemptKey, Intent
 from laminar.wire.writes import Published, StagedPart, WriteState
+
+GONE_REMEMBERED: Final = 4096
+"""Dropped attempts whose reason the area remembers (for error messages)."""
 
 
 class StagedBatch(NamedTuple):
@@ -148,6 +153,8 @@ class StagingArea:
         self._write_active: dict[int, float] = {}
         """When a batch of each write id last arrived."""
         self._write_attempts: Counter[int] = Counter()
+        self._gone: OrderedDict[tuple[int, AttemptKey], str] = OrderedDict()
+        """Why recently dropped attempts went, newest last."""
 
     # -- views ---------------------------------------------------------------------
 
@@ -249,14 +256,18 @@ class StagingArea:
 
     def check(self, pid: int, parts: Sequence[StagedPart]) -> int:
         """The records of `parts` if each is staged in full on `pid`; else raise
-        `MissingStagedData` naming what is missing."""
+        `MissingStagedData` naming what is missing and why, when known."""
         problems = []
         records = 0
         for part in parts:
-            attempt = self._attempts.get((pid, AttemptKey.of(part)))
+            key = AttemptKey.of(part)
+            attempt = self._attempts.get((pid, key))
             who = f"task {part.task} attempt {part.attempt:#x} of write {part.write_id:#x}"
             if attempt is None:
-                problems.append(f"{who}: nothing staged (expired, dropped or never staged)")
+                why = self._gone.get((pid, key)) or (
+                    "nothing staged here: never staged on this node, or dropped before it restarted"
+                )
+                problems.append(f"{who}: {why}")
             elif len(attempt.batches) != part.batches or attempt.records != part.records:
                 problems.append(
                     f"{who}: {len(attempt.batches)} batches of {attempt.records} records "
@@ -265,7 +276,8 @@ class StagingArea:
             else:
                 records += attempt.records
         if problems:
-            raise MissingStagedData(f"partition {pid:#x}: " + "; ".join(problems[:5]))
+            more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+            raise MissingStagedData("; ".join(problems[:5]) + more)
         return records
 
     def claimed(
@@ -359,6 +371,16 @@ class StagingArea:
             asks.append(Ask(record.partition_id, record.commit_id, record.generation))
         return drops, asks
 
+    def expired_because(self, attempt: Attempt, now: float) -> str:
+        """What a commit naming an attempt that expired is told."""
+        return (
+            f"expired: no batch of its write reached this node for "
+            f"{_seconds(self.idle_for(attempt, now))}, past its staging timeout of "
+            f"{_seconds(attempt.timeout_s)} (raise the node's --staging-timeout, or the write's "
+            "timeout_s / the Spark option stagingTimeoutMs, if jobs take longer between "
+            "staging and commit)"
+        )
+
     def idle_for(self, attempt: Attempt, now: float) -> float:
         """Seconds since the attempt, or any attempt of its write, staged here."""
         active = max(attempt.idle_since, self._write_active.get(attempt.key.write_id, 0.0))
@@ -392,9 +414,14 @@ class StagingArea:
 
     # -- dropping ---------------------------------------------------------------------------
 
-    def drop_attempt(self, pid: int, key: AttemptKey) -> Attempt | None:
+    def drop_attempt(self, pid: int, key: AttemptKey, why: str) -> Attempt | None:
+        """Forget an attempt; `why` it went is what a commit naming it is told."""
         attempt = self._attempts.pop((pid, key), None)
         if attempt is not None:
+            self._gone[(pid, key)] = why
+            self._gone.move_to_end((pid, key))
+            if len(self._gone) > GONE_REMEMBERED:
+                self._gone.popitem(last=False)
             self.bytes -= attempt.bytes
             self._write_attempts[key.write_id] -= 1
             if self._write_attempts[key.write_id] <= 0:
@@ -454,6 +481,10 @@ class StagingArea:
 
     def __iter__(self) -> Iterator[Attempt]:
         return iter(list(self._attempts.values()))
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
 
 
 def _cut(

@@ -1,41 +1,44 @@
-"""The coordinator shell: decisions of the commit ids whose bucket this shard owns.
+"""The coordinator shell: decisions of the commit ids this shard decides.
 
-A commit id's bucket (`laminar.wire.writes.coordinator_bucket`) has a decision
-log, `<data-dir>/writes/<bucket>/`, a `SegmentedLog` of msgpack entries
-(`laminar.shards.staging.decisions`) written with fsync. The shard that owns
-the bucket's reserved partition id answers commit, abort and status
-requests for it, and at start-up replays the log and rolls forward every
-commit that was decided but not finished.
+A commit id is decided in a log (`laminar.shards.staging.decision_logs`): on
+one node its bucket's local log, on a cluster the decisions Raft group, whose
+leader's shard is the coordinator. Entries are msgpack
+(`laminar.shards.staging.decisions`); the table of decisions is rebuilt from
+the log at start and whenever the log gets a new leader here, and every
+commit decided but not finished is then rolled forward.
 
 A commit, step by step (each step waits for the one before):
 
-1. check: every partition's owner confirms the parts are staged in full and
-   claims them durably (`CheckStagedRequest`);
-2. decide: the "committed" entry is appended to the decision log (fsync);
-   from here on the commit happens, whatever crashes;
+1. check: every node holding parts (`StagedPart.node`) confirms, per
+   partition, that they are staged in full and claims them durably
+   (`CheckStagedRequest`);
+2. decide: the "committed" entry is appended to the decision log (fsync, or a
+   Raft commit); from here on the commit happens, whatever crashes;
 3. publish: every partition appends its parts once (`PublishStagedRequest`,
-   idempotent by commit id), all partitions at once;
-4. finish: the "done" entry with where the records landed (fsync), then the
-   partitions drop what they staged (in the background).
+   idempotent by commit id), all partitions at once; parts of one partition
+   held by several nodes one node after the other, each in its own slot;
+4. finish: the "done" entry with where the records landed, then the holders
+   drop what they staged (in the background).
 
 A driver that dies anywhere in 1 leaves nothing visible (the claims expire);
-anywhere after 2, the coordinator finishes the commit itself. Requests about
-one commit id run one at a time (a lock per id), so a commit sent again waits
-for the first and is answered with its outcome.
+anywhere after 2, the coordinator finishes the commit itself, and so does a new
+leader of the decisions group if the coordinator's node dies. Requests about
+one commit id run one at a time here (a lock per id), so a commit sent again
+waits for the first and is answered with its outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Final
 
-from laminar.log import LogConfig, SegmentedLog
-from laminar.log.storage import StorageBackend
 from laminar.shards.errors import RequestError
+from laminar.shards.replica import PartitionReplica
+from laminar.shards.staging.decision_logs import DecisionLogs
 from laminar.shards.staging.decisions import (
     Action,
     Decision,
@@ -45,9 +48,9 @@ from laminar.shards.staging.decisions import (
     done_entry,
 )
 from laminar.shards.staging.participant import KeyedLocks, shielded
-from laminar.wire import ErrorCode, ErrorResponse, Flags, Frame, Message
+from laminar.shards.staging.routes import NodeUnreachable, WriteRoutes
+from laminar.wire import ErrorCode
 from laminar.wire.writes import (
-    COORDINATOR_BUCKETS,
     CheckStagedRequest,
     DropStagedRequest,
     Published,
@@ -55,18 +58,17 @@ from laminar.wire.writes import (
     PublishStagedResponse,
     StagedPart,
     WriteState,
-    bucket_pid,
-    coordinator_bucket,
 )
 
 logger = logging.getLogger("laminar.shards")
 
-DECISION_SEGMENT_BYTES: Final = 4 << 20
 RETRY_INTERVAL_S: Final = 2.0
 """How often a commit that could not be finished is tried again."""
+REPLAY_READ_BYTES: Final = 4 << 20
 
-Send = Callable[[Message], Awaitable[Frame]]
-ByPartition = dict[int, tuple[StagedPart, ...]]
+Holding = tuple[str, int]
+"""(node, partition id): where a commit's parts are staged."""
+ByHolding = dict[Holding, tuple[StagedPart, ...]]
 
 
 class CommitPartsError(RequestError):
@@ -80,10 +82,11 @@ def _key(part: StagedPart) -> tuple[int, int, int, int]:
     return part.partition_id, part.write_id, part.task, part.attempt
 
 
-def check_parts(parts: Sequence[StagedPart]) -> ByPartition:
-    """The parts grouped by partition, in the order given; each attempt once."""
+def check_parts(parts: Sequence[StagedPart]) -> ByHolding:
+    """The parts grouped by where they are staged (node, partition), in the
+    order given; each attempt once."""
     seen: set[tuple[int, int, int, int]] = set()
-    by_pid: dict[int, list[StagedPart]] = {}
+    by_holding: dict[Holding, list[StagedPart]] = {}
     for part in parts:
         key = _key(part)
         if key in seen:
@@ -91,31 +94,45 @@ def check_parts(parts: Sequence[StagedPart]) -> ByPartition:
         if part.batches < 1 or part.records < 1:
             raise CommitPartsError(f"the commit names an empty part {tuple(part)}")
         seen.add(key)
-        by_pid.setdefault(part.partition_id, []).append(part)
-    return {pid: tuple(p) for pid, p in by_pid.items()}
+        by_holding.setdefault((part.node, part.partition_id), []).append(part)
+    return {holding: tuple(p) for holding, p in by_holding.items()}
+
+
+def slots(by_holding: ByHolding) -> dict[int, list[tuple[str, tuple[StagedPart, ...]]]]:
+    """Per partition, the nodes holding its parts in the order the commit first
+    names them: the publish order, and each node's `WriteStamp.slot`."""
+    out: dict[int, list[tuple[str, tuple[StagedPart, ...]]]] = {}
+    for (node, pid), parts in by_holding.items():
+        out.setdefault(pid, []).append((node, parts))
+    return out
+
+
+@dataclass(slots=True)
+class _Table:
+    """The decisions of one log, as one leadership of it replayed them."""
+
+    leadership: object
+    decisions: Decisions
 
 
 class Coordinator:
-    """Decides commits of this shard's buckets (see the module docstring)."""
+    """Decides commits in this shard's decision logs (see the module docstring)."""
 
     def __init__(
         self,
-        root: str,
-        backend: StorageBackend,
-        owns: Callable[[int], bool],
-        send: Send,
+        logs: DecisionLogs,
+        routes: WriteRoutes,
         retention_ms: int,
+        describe: Callable[[int], str] = lambda pid: f"partition {pid:#x}",
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
-        self.root = root
-        self._backend = backend
-        self._owns = owns
-        self._send = send
+        self.logs = logs
+        self._routes = routes
         self.retention_ms = retention_ms
+        self._describe = describe
         self._clock_ms = clock_ms
-        self._logs: dict[int, SegmentedLog] = {}
-        self._decisions: dict[int, Decisions] = {}
-        self._opening: dict[int, asyncio.Task[None]] = {}
+        self._tables: dict[int, _Table] = {}
+        self._loading = KeyedLocks()
         self._locks = KeyedLocks()
         self._background: set[asyncio.Task[object]] = set()
         self._retry_after: dict[int, float] = {}
@@ -123,82 +140,87 @@ class Coordinator:
         self.aborts = 0
         self.roll_forwards = 0
 
-    # -- buckets ----------------------------------------------------------------------
-
-    def owned_buckets(self) -> list[int]:
-        return [b for b in range(COORDINATOR_BUCKETS) if self._owns(bucket_pid(b))]
+    # -- decision logs ------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Replay the owned buckets' logs and roll forward unfinished commits."""
-        for bucket in self.owned_buckets():
-            if os.path.isdir(self._directory(bucket)):
-                await self._bucket(bucket)
-        for decisions in self._decisions.values():
-            for decision in decisions.pending():
-                self._spawn(self._roll_forward(decision.commit_id))
+        """Open the decision logs; replay the ones this shard leads and roll
+        forward their unfinished commits."""
+        await self.logs.start()
+        await self._load_led()
 
-    def _directory(self, bucket: int) -> str:
-        return os.path.join(self.root, f"{bucket:02d}")
+    async def _load_led(self) -> None:
+        for key in self.logs.held():
+            try:
+                await self._table(key)
+            except RequestError:
+                continue  # not led here (a follower of the decisions group)
 
-    async def _bucket(self, bucket: int) -> Decisions:
-        decisions = self._decisions.get(bucket)
-        if decisions is not None:
-            return decisions
-        task = self._opening.get(bucket)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._open(bucket))
-            self._opening[bucket] = task
-        await asyncio.shield(task)
-        return self._decisions[bucket]
+    async def _decisions(self, commit_id: int) -> tuple[PartitionReplica, Decisions]:
+        """The log deciding `commit_id` and its decisions; raises NOT_LEADER
+        (naming the leader) unless this shard may decide in it now."""
+        key = self.logs.key_of(commit_id)
+        replica = await self.logs.replica(key)
+        return replica, await self._table(key, replica)
 
-    async def _open(self, bucket: int) -> None:
-        config = LogConfig(
-            segment_bytes=DECISION_SEGMENT_BYTES,
-            preallocate_bytes=0,
-            retention_ms=self.retention_ms,
-        )
-        try:
-            log = await SegmentedLog.open(self._directory(bucket), config, backend=self._backend)
-        finally:
-            del self._opening[bucket]
+    async def _table(self, key: int, replica: PartitionReplica | None = None) -> Decisions:
+        if replica is None:
+            replica = await self.logs.replica(key)
+        replica.check_writable()
+        table = self._tables.get(key)
+        if table is None or table.leadership is not replica.producers_key:
+            async with self._loading.hold(key):
+                table = self._tables.get(key)
+                if table is None or table.leadership is not replica.producers_key:
+                    table = await self._replay(key, replica)
+        return table.decisions
+
+    async def _replay(self, key: int, replica: PartitionReplica) -> _Table:
+        """Rebuild log `key`'s decisions (this shard just got to lead it) and
+        roll forward what was decided but not finished."""
+        leadership = replica.producers_key
         decisions = Decisions(self.retention_ms)
-        index = log.lowest_index
-        while index < log.highest_index:
-            for record in await log.read_range(index, 4 << 20):
+        index = replica.lowest_index
+        while index < replica.highest_index:
+            records = await replica.read_range(index, REPLAY_READ_BYTES)
+            if not records:  # only a replicated log's own entries were left
+                break
+            for record in records:
                 decisions.apply(record.value)
-                index = record.index + 1
+            index = records[-1].index + 1
         decisions.forget_old(self._clock_ms())
-        self._logs[bucket] = log
-        self._decisions[bucket] = decisions
+        table = self._tables[key] = _Table(leadership, decisions)
         if len(decisions):
-            logger.info("coordinator bucket %d: %d decisions replayed", bucket, len(decisions))
+            logger.info("decision log %d: %d decisions replayed", key, len(decisions))
+        for decision in decisions.pending():
+            self._retry_after[decision.commit_id] = time.monotonic() + RETRY_INTERVAL_S
+            self._spawn(self._roll_forward(decision.commit_id))
+        return table
 
     async def _record(self, commit_id: int, entry: bytes) -> Decision:
-        bucket = coordinator_bucket(commit_id)
-        decisions = await self._bucket(bucket)
-        await self._logs[bucket].append([entry])
+        replica, decisions = await self._decisions(commit_id)
+        await replica.append_stamped([entry])
         return decisions.apply(entry)
 
     # -- requests ---------------------------------------------------------------------
 
     async def state(self, commit_id: int) -> str:
-        return (await self._bucket(coordinator_bucket(commit_id))).state_of(commit_id)
+        return (await self._decisions(commit_id))[1].state_of(commit_id)
 
     async def commit(
         self, commit_id: int, parts: tuple[StagedPart, ...]
     ) -> tuple[bool, tuple[Published, ...]]:
         """`(first, published)`: see `CommitWriteRequest`."""
-        by_pid = check_parts(parts)
-        return await shielded(self._commit(commit_id, parts, by_pid))
+        by_holding = check_parts(parts)
+        return await shielded(self._commit(commit_id, parts, by_holding))
 
     async def _commit(
         self,
         commit_id: int,
         parts: tuple[StagedPart, ...],
-        by_pid: ByPartition,
+        by_holding: ByHolding,
     ) -> tuple[bool, tuple[Published, ...]]:
         async with self._locks.hold(commit_id):
-            decisions = await self._bucket(coordinator_bucket(commit_id))
+            _, decisions = await self._decisions(commit_id)
             action = decisions.action_for_commit(commit_id)
             if action is Action.REFUSE:
                 raise RequestError(
@@ -208,10 +230,7 @@ class Coordinator:
                 if not parts:
                     raise CommitPartsError("a commit needs at least one staged part")
                 await asyncio.gather(
-                    *(
-                        self._call(CheckStagedRequest(pid, commit_id, p))
-                        for pid, p in by_pid.items()
-                    )
+                    *(self._check(commit_id, holding, p) for holding, p in by_holding.items())
                 )
                 decision = await self._record(
                     commit_id, committed_entry(commit_id, parts, self._clock_ms())
@@ -230,13 +249,30 @@ class Coordinator:
                 self._spawn(self._drop(commit_id, check_parts(extra)))
             return first, decision.published
 
+    async def _check(self, commit_id: int, holding: Holding, parts: tuple[StagedPart, ...]) -> None:
+        node, pid = holding
+        try:
+            await self._routes.to_node(node, CheckStagedRequest(pid, commit_id, parts))
+        except NodeUnreachable as exc:
+            tasks = ", ".join(str(p.task) for p in parts[:5]) + (", ..." if len(parts) > 5 else "")
+            raise RequestError(
+                ErrorCode.STAGED_DATA_UNREACHABLE,
+                f"write {commit_id:#x}: node {node}, where task(s) {tasks} staged their records "
+                f"for {self._describe(pid)}, cannot be reached ({exc}); nothing was decided or "
+                "published. The staged data is durable there: commit again once the node is "
+                "back (before its staging timeout), or abort",
+            ) from None
+
     async def _finish(self, decision: Decision) -> Decision:
         """Publish every partition's parts, record "done", drop the staged data."""
         commit_id = decision.commit_id
-        by_pid = check_parts(decision.parts)
+        by_holding = check_parts(decision.parts)
         try:
             published = await asyncio.gather(
-                *(self._publish(commit_id, pid, p) for pid, p in by_pid.items())
+                *(
+                    self._publish_partition(commit_id, pid, holders)
+                    for pid, holders in slots(by_holding).items()
+                )
             )
         except Exception as exc:
             self._retry_after[commit_id] = time.monotonic() + RETRY_INTERVAL_S
@@ -252,12 +288,35 @@ class Coordinator:
         done = await self._record(
             commit_id, done_entry(commit_id, tuple(published), self._clock_ms())
         )
-        self._spawn(self._drop(commit_id, by_pid))
+        self._spawn(self._drop(commit_id, by_holding))
         return done
 
-    async def _publish(self, commit_id: int, pid: int, parts: tuple[StagedPart, ...]) -> Published:
+    async def _publish_partition(
+        self, commit_id: int, pid: int, holders: list[tuple[str, tuple[StagedPart, ...]]]
+    ) -> Published:
+        """Publish one partition's parts, holder after holder (each its slot)."""
+        first: int | None = None
+        records = 0
+        for slot, (node, parts) in enumerate(holders):
+            where = await self._publish(commit_id, pid, node, slot, parts)
+            first = where.first_index if first is None else first
+            records += where.records
+        return Published(pid, first or 0, records)
+
+    async def _publish(
+        self, commit_id: int, pid: int, node: str, slot: int, parts: tuple[StagedPart, ...]
+    ) -> Published:
         try:
-            frame = await self._call(PublishStagedRequest(pid, commit_id, parts))
+            frame = await self._routes.to_node(
+                node, PublishStagedRequest(pid, commit_id, parts, slot)
+            )
+        except NodeUnreachable as exc:
+            raise RequestError(
+                ErrorCode.COMMIT_PENDING,
+                f"write {commit_id:#x} is committed; node {node}, which holds its staged "
+                f"records for {self._describe(pid)}, cannot be reached ({exc}): they are "
+                "published once it is back",
+            ) from None
         except RequestError as exc:
             if exc.code in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.UNKNOWN_PARTITION):
                 logger.warning(
@@ -270,21 +329,27 @@ class Coordinator:
         answer = PublishStagedResponse.from_frame(frame)
         return Published(pid, answer.first_index, answer.count)
 
-    async def _drop(self, commit_id: int, by_pid: ByPartition) -> None:
-        for pid, parts in by_pid.items():
+    async def _drop(self, commit_id: int, by_holding: ByHolding) -> None:
+        for (node, pid), parts in by_holding.items():
             try:
-                await self._call(DropStagedRequest(pid, commit_id, parts))
+                await self._routes.to_node(node, DropStagedRequest(pid, commit_id, parts))
             except Exception as exc:  # the partition expires it later
-                logger.info("commit %#x: dropping on partition %#x failed: %s", commit_id, pid, exc)
+                logger.info(
+                    "commit %#x: dropping on %s at node %s failed: %s",
+                    commit_id,
+                    self._describe(pid),
+                    node or "(this one)",
+                    exc,
+                )
 
     async def abort(self, commit_id: int, final: bool, parts: tuple[StagedPart, ...]) -> str:
         """The state after the abort (see `AbortWriteRequest`)."""
-        by_pid = check_parts(parts) if parts else {}
-        return await shielded(self._abort(commit_id, final, by_pid))
+        by_holding = check_parts(parts) if parts else {}
+        return await shielded(self._abort(commit_id, final, by_holding))
 
-    async def _abort(self, commit_id: int, final: bool, by_pid: ByPartition) -> str:
+    async def _abort(self, commit_id: int, final: bool, by_holding: ByHolding) -> str:
         async with self._locks.hold(commit_id):
-            decisions = await self._bucket(coordinator_bucket(commit_id))
+            _, decisions = await self._decisions(commit_id)
             state = decisions.state_of(commit_id)
             if state in (WriteState.COMMITTED, WriteState.DONE):
                 return state
@@ -292,31 +357,42 @@ class Coordinator:
                 await self._record(commit_id, aborted_entry(commit_id, self._clock_ms()))
                 self.aborts += 1
                 state = WriteState.ABORTED
-            if by_pid:
-                self._spawn(self._drop(commit_id, by_pid))
+            if by_holding:
+                self._spawn(self._drop(commit_id, by_holding))
             return state
 
     # -- upkeep -------------------------------------------------------------------------
 
     async def _roll_forward(self, commit_id: int) -> None:
         async with self._locks.hold(commit_id):
-            decision = (await self._bucket(coordinator_bucket(commit_id))).get(commit_id)
-            if decision is None or decision.state != WriteState.COMMITTED:
-                return
-            self.roll_forwards += 1
-            logger.info("rolling forward commit %#x", commit_id)
             try:
+                decision = (await self._decisions(commit_id))[1].get(commit_id)
+                if decision is None or decision.state != WriteState.COMMITTED:
+                    return
+                self.roll_forwards += 1
+                logger.info("rolling forward commit %#x", commit_id)
                 await self._finish(decision)
             except RequestError as exc:
                 logger.warning("commit %#x: roll-forward failed for now: %s", commit_id, exc)
 
     async def maintain(self) -> None:
-        """Periodic: retry unfinished commits, forget old decisions, apply retention
-        (carrying unfinished decisions forward first so retention cannot take them)."""
+        """Periodic: take up logs this shard now leads, retry unfinished
+        commits, forget old decisions, apply retention (carrying unfinished
+        decisions forward first so retention cannot take them)."""
+        await self._load_led()
         now = time.monotonic()
         now_ms = self._clock_ms()
-        for bucket, decisions in list(self._decisions.items()):
-            for decision in decisions.pending():
+        for key in self.logs.held():
+            table = self._tables.get(key)
+            try:
+                replica = await self.logs.replica(key)
+                replica.check_writable()
+            except RequestError:
+                self._tables.pop(key, None)  # followers keep the log; its leader decides
+                continue
+            if table is None or table.leadership is not replica.producers_key:
+                continue
+            for decision in table.decisions.pending():
                 if self._retry_after.get(decision.commit_id, 0.0) <= now:
                     self._retry_after[decision.commit_id] = now + RETRY_INTERVAL_S
                     self._spawn(self._roll_forward(decision.commit_id))
@@ -325,32 +401,21 @@ class Coordinator:
                         decision.commit_id,
                         committed_entry(decision.commit_id, decision.parts, now_ms),
                     )
-            decisions.forget_old(now_ms)
-            await self._logs[bucket].apply_retention(now_ms)
+            table.decisions.forget_old(now_ms)
+        await self.logs.apply_retention(now_ms)
 
     @property
     def pending(self) -> int:
-        return sum(len(d.pending()) for d in self._decisions.values())
+        return sum(len(t.decisions.pending()) for t in self._tables.values())
 
     def _spawn(self, coro: Awaitable[object]) -> None:
         task: asyncio.Task[object] = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _call(self, message: Message) -> Frame:
-        """Send an internal request (served here or by the owning shard); raise
-        the answer's error as a `RequestError`."""
-        frame = await self._send(message)
-        if frame.flags & Flags.ERROR:
-            err = ErrorResponse.from_frame(frame)
-            raise RequestError(err.code, err.message)
-        return frame
-
     async def close(self) -> None:
         for task in list(self._background):
             task.cancel()
         if self._background:
             await asyncio.wait(list(self._background), timeout=5)
-        logs, self._logs = self._logs, {}
-        for log in logs.values():
-            await log.close()
+        await self.logs.close()

@@ -9,16 +9,29 @@ expiring what they claimed.
 Order of durable steps, and why:
 
 - stage: the batch frame is fsync'd (and a new file's directory entry too)
-  before the answer, so an acknowledged batch survives a power cut.
+  before the answer, so an acknowledged batch survives a power cut. An
+  attempt's first batch on a partition is taken only by its leader (a
+  follower answers NOT_LEADER naming it; with no leader known, anyone takes
+  it): its publish then appends in place. Its later batches are taken here
+  whoever leads by then (the client sends them where the first went).
 - check: the claim is recorded in memory first (so expiry keeps the parts from
   then on), then fsync'd, then answered: the coordinator decides only on
   durable claims, so a restarted participant still asks before dropping.
-- publish: INTENT (the partition's next index and the chunk plan) is fsync'd
-  before the first append; each chunk is one log append carrying a
+- publish: INTENT (the partition's committed end here and the chunk plan) is
+  fsync'd before the first append; each chunk is one log append carrying a
   `WriteStamp` on its first record; PUBLISHED is fsync'd after the last. After
-  a crash between the two, the chunks already in the log are found by their
-  stamps (at or after the recorded index) and only the others appended.
-  Staged files of published attempts are then deleted.
+  a crash between the two (or an append whose outcome was lost), the publish
+  resumes: each chunk is looked for by its stamp, at or after the recorded
+  index (then after the chunk before it), and appended only if it is not
+  there. Chunks are appended in order, each once the one before committed, so
+  once one is missing every later one is and the looking stops. Staged files
+  of published attempts are then deleted.
+
+On a cluster the appends go to the partition's leader: here if this node
+leads, else over a peer call (`AppendStagedRequest`, served by the leader's
+`append_staged`, which settles its log before looking for a stamp). The
+INTENT's index, this node's commit index when the publish started, bounds
+every leader's log: an entry proposed later lands at or after it.
 
 Every handler runs in its own task, shielded from its request: a client that
 disconnects cannot cancel a durable step half-way.
@@ -71,11 +84,22 @@ from laminar.shards.staging.frames import (
     scan,
 )
 from laminar.wire import PRODUCER_HEADER, ErrorCode, decode_record, encode_record
-from laminar.wire.writes import WRITE_HEADER, Published, StagedPart, StageRequest, WriteStamp
+from laminar.wire.writes import (
+    WRITE_HEADER,
+    AppendStagedRequest,
+    Published,
+    StagedPart,
+    StageRequest,
+    WriteStamp,
+)
 
 logger = logging.getLogger("laminar.shards")
 
 T = TypeVar("T")
+
+AppendAtLeader = Callable[[AppendStagedRequest, str | None], Awaitable[tuple[int, bool]]]
+"""Send a chunk to the partition's leader (the node last known to lead, if
+any): (its first index, whether it was found in the log already)."""
 
 _DIR_RE: Final = re.compile(r"(\d+)-(\d+)")
 _ATTEMPT_RE: Final = re.compile(r"([0-9a-f]{16})-([0-9a-f]{8})-([0-9a-f]{16})\.stage")
@@ -139,6 +163,10 @@ class Participant:
         ask_coordinator: Callable[[int], Awaitable[str]],
         chunk_bytes: int,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        node_id: str = "",
+        describe: Callable[[int], str] = lambda pid: f"partition {pid:#x}",
+        append_at_leader: AppendAtLeader | None = None,
     ) -> None:
         self.area = area
         self.files = files
@@ -147,6 +175,9 @@ class Participant:
         self._ask = ask_coordinator
         self.chunk_bytes = chunk_bytes
         self._clock = clock
+        self.node_id = node_id
+        self._describe = describe
+        self._append_at_leader = append_at_leader
         self.stats = StagingStats()
         self._locks = KeyedLocks()
         self._asking: set[asyncio.Task[None]] = set()
@@ -185,9 +216,18 @@ class Participant:
         key = AttemptKey(req.write_id, req.task, req.attempt)
         async with self._locks.hold(("attempt", pid, key)):
             new = self.area.attempt(pid, key) is None
+            log = await self._replica_of(pid)
+            if new and log.leader not in (None, self.node_id):
+                # An attempt starts on the partition's leader, where its publish
+                # appends without a hop; later batches follow it wherever it is.
+                raise RequestError(
+                    ErrorCode.NOT_LEADER,
+                    f"node {log.leader} leads the partition; an attempt stages there first",
+                    leader=log.leader,
+                )
             header = attempt_header(pid, key, req.timeout_ms) if new else []
             batch = batch_frame(req.sequence, req.blobs)
-            limit = self._append_bytes(await self._replica_of(pid))
+            limit = self._append_bytes(log)
             if frame_bytes(batch) > limit:
                 raise RequestError(
                     ErrorCode.RECORD_TOO_LARGE,
@@ -229,7 +269,7 @@ class Participant:
             try:
                 records = self.area.check(pid, parts)
             except MissingStagedData as exc:
-                raise RequestError(ErrorCode.STAGED_DATA_MISSING, str(exc)) from None
+                raise self._missing(pid, exc) from None
             new = self.area.commit_record(pid, commit_id) is None
             # In memory first: expiry keeps the parts from now on (conservative).
             self.area.claimed(pid, commit_id, parts, self._clock())
@@ -241,13 +281,22 @@ class Participant:
             )
             return records
 
+    def _missing(self, pid: int, exc: MissingStagedData) -> RequestError:
+        """STAGED_DATA_MISSING saying what is missing, where, and why if known."""
+        where = self._describe(pid) + (f" on node {self.node_id}" if self.node_id else "")
+        return RequestError(ErrorCode.STAGED_DATA_MISSING, f"{where}: {exc}")
+
     # -- publish ----------------------------------------------------------------------------
 
-    async def publish(self, pid: int, commit_id: int, parts: tuple[StagedPart, ...]) -> Published:
+    async def publish(
+        self, pid: int, commit_id: int, parts: tuple[StagedPart, ...], slot: int = 0
+    ) -> Published:
         """Append the parts' records to the partition once (module docstring)."""
-        return await shielded(self._publish(pid, commit_id, parts))
+        return await shielded(self._publish(pid, commit_id, parts, slot))
 
-    async def _publish(self, pid: int, commit_id: int, parts: tuple[StagedPart, ...]) -> Published:
+    async def _publish(
+        self, pid: int, commit_id: int, parts: tuple[StagedPart, ...], slot: int
+    ) -> Published:
         async with self._locks.hold(("commit", pid, commit_id)):
             record = self.area.commit_record(pid, commit_id)
             if record is not None and record.published is not None:
@@ -255,23 +304,25 @@ class Participant:
                 # removal was not durable when the power went): drop them again.
                 published = record.published
             else:
-                published = await self._publish_new(pid, commit_id, parts, record is None)
+                published = await self._publish_new(pid, commit_id, parts, slot, record is None)
         for part in parts:
-            await self._drop_attempt(pid, AttemptKey.of(part))
+            await self._drop_attempt(
+                pid, AttemptKey.of(part), f"published by commit {commit_id:#x}"
+            )
         return published
 
     async def _publish_new(
-        self, pid: int, commit_id: int, parts: tuple[StagedPart, ...], new: bool
+        self, pid: int, commit_id: int, parts: tuple[StagedPart, ...], slot: int, new: bool
     ) -> Published:
         log = await self._replica_of(pid)
         try:
             plan = self.area.plan_publish(pid, commit_id, parts, self._append_bytes(log))
         except MissingStagedData as exc:
             logger.error("commit %#x cannot be published: %s", commit_id, exc)
-            raise RequestError(ErrorCode.STAGED_DATA_MISSING, str(exc)) from None
+            raise self._missing(pid, exc) from None
         self.area.publishing(pid, parts, True)
         try:
-            published = await self._append_chunks(log, pid, commit_id, plan, new=new)
+            published = await self._append_chunks(log, pid, commit_id, slot, plan, new=new)
         finally:
             self.area.publishing(pid, parts, False)
         await self.files.append(
@@ -283,9 +334,17 @@ class Participant:
         return published
 
     async def _append_chunks(
-        self, log: PartitionReplica, pid: int, commit_id: int, plan: PublishPlan, *, new: bool
+        self,
+        log: PartitionReplica,
+        pid: int,
+        commit_id: int,
+        slot: int,
+        plan: PublishPlan,
+        *,
+        new: bool,
     ) -> Published:
         path = self.commit_path(pid, commit_id)
+        scan_from: int | None = None
         if plan.fresh:
             intent = Intent(log.highest_index, plan.intent.chunk_batches)
             header = commit_header(pid, commit_id) if new else []
@@ -293,30 +352,62 @@ class Participant:
                 await self.files.ensure_dir(self.directory(pid))
             await self.files.append(path, [*header, *intent_frame(intent)], create=new)
             self.area.intent_recorded(pid, commit_id, intent, self._clock())
-            present: dict[int, int] = {}
         else:
-            intent = plan.intent
-            await log.settle()  # a chunk proposed before may still commit: know first
-            present = await _find_chunks(log, commit_id, intent.start_index)
+            scan_from = plan.intent.start_index  # chunks may be in the log: look first
             self.stats.publishes_resumed += 1
             logger.info(
-                "commit %#x on partition %#x: resuming a publish (%d of %d chunks found)",
+                "commit %#x on %s: resuming a publish of %d chunks",
                 commit_id,
-                pid,
-                len(present),
+                self._describe(pid),
                 len(plan.chunks),
             )
-        first = log.highest_index
+        first: int | None = None
         chunks = len(plan.chunks)
         for number, chunk in enumerate(plan.chunks):
-            index = present.get(number)
-            if index is None:
-                blobs = await self._chunk_blobs(pid, chunk.batches)
-                blobs[0] = _stamped(blobs[0], WriteStamp(commit_id, number, chunks))
-                index, _ = await log.append_stamped(blobs)
-            if number == 0:
-                first = index
+            blobs = await self._chunk_blobs(pid, chunk.batches)
+            blobs[0] = _stamped(blobs[0], WriteStamp(commit_id, number, chunks, slot))
+            request = AppendStagedRequest(
+                pid, commit_id, slot, number, chunks, scan_from, tuple(blobs)
+            )
+            index, found = await self._append(log, request)
+            scan_from = index + 1 if found else None  # missing: so is every later chunk
+            first = index if first is None else first
+        assert first is not None  # a plan has a chunk
         return Published(pid, first, sum(c.records for c in plan.chunks))
+
+    async def _append(
+        self, log: PartitionReplica, request: AppendStagedRequest
+    ) -> tuple[int, bool]:
+        """Append a chunk here if this node leads the partition (or holds it
+        alone), else through the leader."""
+        leader = log.leader
+        if leader is None or leader == self.node_id:
+            try:
+                return await self.append_staged(request)
+            except RequestError as exc:
+                if exc.code != ErrorCode.NOT_LEADER or self._append_at_leader is None:
+                    raise
+                leader = exc.leader
+        if self._append_at_leader is None:
+            raise RequestError(ErrorCode.NOT_LEADER, f"node {leader} leads the partition")
+        return await self._append_at_leader(request, leader)
+
+    async def append_staged(self, req: AppendStagedRequest) -> tuple[int, bool]:
+        """As the partition's leader: append a publish's chunk unless a stamp
+        shows it is in the log already (looked for only with `scan_from`, after
+        the log settled); (its first index, found)."""
+        return await shielded(self._append_staged(req))
+
+    async def _append_staged(self, req: AppendStagedRequest) -> tuple[int, bool]:
+        log = await self._replica_of(req.partition_id)
+        async with self._locks.hold(("append", req.partition_id, req.commit_id, req.slot)):
+            if req.scan_from is not None:
+                await log.settle()  # a chunk proposed before may still commit: know first
+                index = await _find_chunk(log, req.stamp, req.scan_from)
+                if index is not None:
+                    return index, True
+            index, _ = await log.append_stamped(req.blobs)
+            return index, False
 
     async def _chunk_blobs(
         self, pid: int, batches: tuple[tuple[AttemptKey, StagedBatch], ...]
@@ -354,11 +445,15 @@ class Participant:
             await self._forget_commit(pid, commit_id)
         named = {AttemptKey.of(p) for p in parts}
         writes = {p.write_id for p in parts}
+        why = (
+            f"dropped when commit {commit_id:#x} of its write ended without it (aborted, or "
+            "committed with another attempt of its task)"
+        )
         dropped = 0
         for key in [*named, *(k for w in writes for k in self.area.keys_of_write(pid, w))]:
             attempt = self.area.attempt(pid, key)
             if attempt is not None and attempt.claimed_by in (None, commit_id):
-                dropped += await self._drop_attempt(pid, key)
+                dropped += await self._drop_attempt(pid, key, why)
         self.stats.attempts_dropped += dropped
         return dropped
 
@@ -366,9 +461,9 @@ class Participant:
         if self.area.drop_commit(pid, commit_id) is not None:
             await self.files.remove(self.commit_path(pid, commit_id))
 
-    async def _drop_attempt(self, pid: int, key: AttemptKey) -> int:
+    async def _drop_attempt(self, pid: int, key: AttemptKey, why: str) -> int:
         async with self._locks.hold(("attempt", pid, key)):
-            if self.area.drop_attempt(pid, key) is None:
+            if self.area.drop_attempt(pid, key, why) is None:
                 return 0
             await self.files.remove(self.attempt_path(pid, key))
             return 1
@@ -376,7 +471,7 @@ class Participant:
     async def drop_partition(self, pid: int) -> None:
         """The partition's topic was deleted: its staged data goes with it."""
         for attempt in self.area.attempts_of(pid):
-            await self._drop_attempt(pid, attempt.key)
+            await self._drop_attempt(pid, attempt.key, "dropped with its topic (deleted)")
         for record in self.area.commits_of(pid):
             async with self._locks.hold(("commit", pid, record.commit_id)):
                 await self._forget_commit(pid, record.commit_id)
@@ -400,7 +495,8 @@ class Participant:
                     or self.area.idle_for(attempt, now) < attempt.timeout_s
                 ):
                     continue
-                self.area.drop_attempt(drop.partition_id, drop.key)
+                why = self.area.expired_because(attempt, now)
+                self.area.drop_attempt(drop.partition_id, drop.key, why)
                 await self.files.remove(self.attempt_path(drop.partition_id, drop.key))
                 self.stats.attempts_expired += 1
                 self.stats.bytes_expired += attempt.bytes
@@ -428,9 +524,13 @@ class Participant:
             if keys is None:
                 return
             await self._forget_commit(ask.partition_id, ask.commit_id)
+        why = (
+            f"dropped once commit {ask.commit_id:#x}, which had claimed it, was {state} at its "
+            "coordinator (never decided, aborted, or finished without it)"
+        )
         for key in keys:
             attempt = self.area.attempt(ask.partition_id, key)
-            if attempt is not None and await self._drop_attempt(ask.partition_id, key):
+            if attempt is not None and await self._drop_attempt(ask.partition_id, key, why):
                 self.stats.attempts_expired += 1
                 self.stats.bytes_expired += attempt.bytes
 
@@ -527,10 +627,10 @@ def _stamped(blob: bytes, stamp: WriteStamp) -> bytes:
     return encode_record(value, key, {**(headers or {}), WRITE_HEADER: stamp.encode()})
 
 
-async def _find_chunks(log: PartitionReplica, commit_id: int, start: int) -> dict[int, int]:
-    """The chunks of `commit_id` already in `log` at or after `start`: {chunk: index}."""
-    found: dict[int, int] = {}
+async def _find_chunk(log: PartitionReplica, stamp: WriteStamp, start: int) -> int | None:
+    """The index of the record carrying `stamp` in `log` at or after `start`, if any."""
     name = WRITE_HEADER.encode()
+    wanted = stamp.encode()
     index = max(start, log.lowest_index)
     try:
         while index < log.highest_index:
@@ -539,13 +639,11 @@ async def _find_chunks(log: PartitionReplica, commit_id: int, start: int) -> dic
                 break
             for record in records:
                 blob = record.value
-                if blob[:1] != b"\x00" and name in blob:
+                if blob[:1] != b"\x00" and name in blob and wanted in blob:
                     _, _, headers = decode_record(blob)
-                    raw = None if headers is None else headers.get(WRITE_HEADER)
-                    stamp = None if raw is None else WriteStamp.decode(raw)
-                    if stamp is not None and stamp.commit_id == commit_id:
-                        found[stamp.chunk] = record.index
+                    if headers is not None and headers.get(WRITE_HEADER) == wanted:
+                        return record.index
             index = records[-1].index + 1
     except IndexOutOfRange:
         pass  # retention removed the oldest part meanwhile
-    return found
+    return None

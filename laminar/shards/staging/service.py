@@ -1,11 +1,13 @@
 """The write protocol on one shard: its request handlers, upkeep loop and metrics.
 
 `WriteService` owns this shard's `Participant` (staged data on its
-partitions) and `Coordinator` (decisions of its buckets), serves ops 9-15
-(`laminar.wire.writes`) and runs one upkeep loop (expiry of staged data,
-retries of unfinished commits, decision retention). It sends its internal
-requests through the shard's own dispatcher (`send`), so a partition this
-shard owns is served in place and any other is forwarded to its owner.
+partitions) and `Coordinator` (decisions of its buckets, or of the cluster's
+decisions group), serves ops 9-15 and 17 (`laminar.wire.writes`) and runs one
+upkeep loop (expiry of staged data, retries of unfinished commits, decision
+retention). Its internal requests go through `WriteRoutes`: to this node
+through the shard's own dispatcher (`send`: a partition this shard owns is
+served in place, any other forwarded to its owner), to another node over an
+authenticated peer call.
 """
 
 from __future__ import annotations
@@ -19,17 +21,25 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from laminar.log.storage import StorageBackend
-from laminar.shards.errors import RequestError
 from laminar.shards.replica import PartitionReplica
+from laminar.shards.replication import ShardReplication
 from laminar.shards.staging.area import StagingArea
-from laminar.shards.staging.coordinator import Coordinator, Send
+from laminar.shards.staging.coordinator import Coordinator
+from laminar.shards.staging.decision_logs import (
+    DecisionLogs,
+    LocalDecisionLogs,
+    ReplicatedDecisionLogs,
+)
 from laminar.shards.staging.files import StagingFiles
 from laminar.shards.staging.participant import Participant
-from laminar.wire import ErrorResponse, Flags, Op
+from laminar.shards.staging.routes import Send, WriteRoutes
+from laminar.wire import Op
 from laminar.wire.codec import Buffer
 from laminar.wire.writes import (
     AbortWriteRequest,
     AbortWriteResponse,
+    AppendStagedRequest,
+    AppendStagedResponse,
     CheckStagedRequest,
     CheckStagedResponse,
     CommitWriteRequest,
@@ -62,7 +72,7 @@ class WriteSettings:
 
 
 class WriteService:
-    """Ops 9-15 on this shard (see the module docstring)."""
+    """Ops 9-15 and 17 on this shard (see the module docstring)."""
 
     def __init__(
         self,
@@ -72,10 +82,16 @@ class WriteService:
         replica_of: Callable[[int], Awaitable[PartitionReplica]],
         check_partition: Callable[[int], Awaitable[object]],
         send: Send,
+        *,
+        node_id: str = "",
+        replication: ShardReplication | None = None,
+        gossiped: bool = False,
+        describe: Callable[[int], str] = lambda pid: f"partition {pid:#x}",
     ) -> None:
         self.settings = settings
+        self.node_id = node_id
         self._check_partition = check_partition
-        self._send = send
+        self.routes = WriteRoutes(node_id, send, None if replication is None else replication.calls)
         self.area = StagingArea(settings.staging_bytes_max, settings.staging_timeout_s)
         self.participant = Participant(
             self.area,
@@ -84,14 +100,21 @@ class WriteService:
             replica_of,
             self._ask_coordinator,
             settings.publish_chunk_bytes,
+            node_id=node_id,
+            describe=describe,
+            append_at_leader=None if replication is None else self._append_at_leader,
         )
-        self.coordinator = Coordinator(
-            settings.decisions_dir, backend, owns, send, settings.decision_retention_ms
-        )
+        retention_ms = settings.decision_retention_ms
+        logs: DecisionLogs
+        if replication is None:
+            logs = LocalDecisionLogs(settings.decisions_dir, backend, owns, retention_ms)
+        else:
+            logs = ReplicatedDecisionLogs(replication, owns, retention_ms, gossiped)
+        self.coordinator = Coordinator(logs, self.routes, retention_ms, describe)
         self._upkeep: asyncio.Task[None] | None = None
 
     def table(self) -> dict[int, Callable[[Any, int, Any], Awaitable[list[Buffer]]]]:
-        """The dispatcher's handlers for ops 9-15."""
+        """The dispatcher's handlers for ops 9-15 and 17."""
         return {
             Op.STAGE: self.stage,
             Op.COMMIT_WRITE: self.commit,
@@ -100,6 +123,7 @@ class WriteService:
             Op.CHECK_STAGED: self.check,
             Op.PUBLISH_STAGED: self.publish,
             Op.DROP_STAGED: self.drop,
+            Op.APPEND_STAGED: self.append_staged,
         }
 
     async def start(self) -> None:
@@ -119,20 +143,26 @@ class WriteService:
                 logger.exception("staging upkeep failed; trying again")
 
     async def _ask_coordinator(self, commit_id: int) -> str:
-        frame = await self._send(WriteStatusRequest(commit_id))
-        if frame.flags & Flags.ERROR:
-            err = ErrorResponse.from_frame(frame)
-            raise RequestError(err.code, err.message)
+        """The state of `commit_id` at its coordinator (on a cluster, the
+        decisions group's leader: a follower could answer from behind)."""
+        frame = await self.routes.to_leader(WriteStatusRequest(commit_id))
         return WriteStateResponse.from_frame(frame).state
+
+    async def _append_at_leader(
+        self, request: AppendStagedRequest, leader: str | None
+    ) -> tuple[int, bool]:
+        frame = await self.routes.to_leader(request, leader)
+        answer = AppendStagedResponse.from_frame(frame)
+        return answer.first_index, answer.found
 
     # -- handlers ----------------------------------------------------------------------
 
     async def stage(self, req: StageRequest, corr: int, ctx: object) -> list[Buffer]:
         await self._check_partition(req.partition_id)
         records, duplicate = await self.participant.stage(req)
-        return StageResponse(req.partition_id, req.sequence, records, duplicate).encode_buffers(
-            corr
-        )
+        return StageResponse(
+            req.partition_id, req.sequence, records, duplicate, self.node_id
+        ).encode_buffers(corr)
 
     async def commit(self, req: CommitWriteRequest, corr: int, ctx: object) -> list[Buffer]:
         first, published = await self.coordinator.commit(req.commit_id, req.parts)
@@ -153,10 +183,15 @@ class WriteService:
 
     async def publish(self, req: PublishStagedRequest, corr: int, ctx: object) -> list[Buffer]:
         await self._check_partition(req.partition_id)
-        done = await self.participant.publish(req.partition_id, req.commit_id, req.parts)
+        done = await self.participant.publish(req.partition_id, req.commit_id, req.parts, req.slot)
         return PublishStagedResponse(
             req.partition_id, done.first_index, done.records
         ).encode_buffers(corr)
+
+    async def append_staged(self, req: AppendStagedRequest, corr: int, ctx: object) -> list[Buffer]:
+        await self._check_partition(req.partition_id)
+        first, found = await self.participant.append_staged(req)
+        return AppendStagedResponse(req.partition_id, first, found).encode_buffers(corr)
 
     async def drop(self, req: DropStagedRequest, corr: int, ctx: object) -> list[Buffer]:
         dropped = await self.participant.drop(req.partition_id, req.commit_id, req.parts)

@@ -1,0 +1,172 @@
+"""Requests to other nodes, answered: the write protocol's traffic between nodes.
+
+Raft traffic is one way (`laminar.replication.transport`); the write protocol
+asks and waits (is this staged on your node? publish it; append this chunk,
+you lead the partition; is this commit decided?). `PeerCalls.call` sends such
+a request to the shard of a remote node that owns its partition id, over a
+connection authenticated exactly like a Raft link (`laminar.cluster.auth`:
+the remote node proves it knows the cluster secret before anything is sent),
+and returns the answer frame. The accepting side is `PeerSession`, which
+serves only the ops a shard lets peers ask (`laminar.shards.router.PEER_OPS`).
+
+Requests are pipelined on one connection per remote shard and matched to their
+answers by correlation id. A connection that fails fails every request in
+flight on it; `PeerCallError.sent` then tells the caller the request may have
+been applied (it decides: the write protocol's requests are all safe to send
+again). The next request opens a new connection, after fetching the node's
+shard ports again (it may have restarted on other ports).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Callable
+from typing import Final
+
+from laminar.cluster.auth import PeerAuth
+from laminar.cluster.members import ClusterView
+from laminar.placement import shard_for
+from laminar.replication.transport import (
+    HANDSHAKE_TIMEOUT_S,
+    PeerLinkError,
+    ShardConnection,
+    fetch_layout,
+    read_frame,
+)
+from laminar.wire import Frame, FrameDecoder, Message, ProtocolError, encode_frame
+
+logger = logging.getLogger("laminar.replication")
+
+CALL_TIMEOUT_S: Final = 15.0
+"""How long a request waits for its answer (a Raft append commits within 10 s
+or answers OUTCOME_UNKNOWN; a slower answer counts as lost)."""
+ANSWER_SLACK_BYTES: Final = 64 << 10
+"""Room an answer may take beyond the largest request frame."""
+
+
+class PeerCallError(Exception):
+    """A request to another node got no answer: the node could not be reached
+    (`sent` False: nothing was sent) or the connection failed or timed out
+    with the request in flight (`sent` True: it may have been applied)."""
+
+    def __init__(self, node_id: str, reason: str, *, sent: bool) -> None:
+        super().__init__(f"node {node_id} {reason}")
+        self.node_id = node_id
+        self.sent = sent
+
+
+class _Connection:
+    """One authenticated connection to one shard of a remote node, pipelined."""
+
+    def __init__(self, sock: socket.socket, max_frame_bytes: int) -> None:
+        self.sock = sock
+        self._pending: dict[int, asyncio.Future[Frame]] = {}
+        self._last_id = 0
+        self._send_lock = asyncio.Lock()
+        self.failure: BaseException | None = None
+        decoder = FrameDecoder(max_frame_bytes + ANSWER_SLACK_BYTES)
+        self._reader = asyncio.get_running_loop().create_task(self._read(decoder))
+
+    async def call(self, frame: Frame, timeout_s: float) -> Frame:
+        """Send request `frame` (its correlation id replaced); its answer."""
+        loop = asyncio.get_running_loop()
+        self._last_id = corr = self._last_id % 0xFFFF_FFFF + 1
+        data = encode_frame(
+            frame.op, corr, frame.partition_id, frame.header, frame.payload, flags=frame.flags
+        )
+        answer: asyncio.Future[Frame] = loop.create_future()
+        self._pending[corr] = answer
+        try:
+            async with self._send_lock:
+                await loop.sock_sendall(self.sock, data)
+            return await asyncio.wait_for(answer, timeout_s)
+        finally:
+            self._pending.pop(corr, None)
+
+    async def _read(self, decoder: FrameDecoder) -> None:
+        try:
+            while True:
+                frame = await read_frame(self.sock, decoder)
+                answer = self._pending.pop(frame.correlation_id, None)
+                if answer is not None and not answer.done():
+                    answer.set_result(frame)
+        except (OSError, ProtocolError) as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        self.failure = exc
+        for answer in self._pending.values():
+            if not answer.done():
+                answer.set_exception(ConnectionResetError(f"the connection failed: {exc}"))
+        self._pending.clear()
+        self.sock.close()
+
+    def close(self) -> None:
+        self._reader.cancel()
+        self._fail(ConnectionResetError("closed"))
+
+
+class PeerCalls:
+    """This shard's requests to other nodes (see the module docstring)."""
+
+    def __init__(
+        self, auth: PeerAuth, view: Callable[[], ClusterView], max_frame_bytes: int
+    ) -> None:
+        self.auth = auth
+        self.view = view
+        self.max_frame_bytes = max_frame_bytes
+        self._layouts: dict[str, tuple[str, list[int]]] = {}
+        self._connections: dict[tuple[str, int], _Connection] = {}
+        self._opening: dict[tuple[str, int], asyncio.Lock] = {}
+
+    async def call(
+        self, node_id: str, message: Message, timeout_s: float = CALL_TIMEOUT_S
+    ) -> Frame:
+        """Send `message` to the shard of `node_id` owning its partition id; the
+        answer frame (an error answer too). Raises `PeerCallError`."""
+        frame = message.to_frame(0)
+        try:
+            conn = await self._connection(node_id, frame.partition_id)
+        except (OSError, PeerLinkError, TimeoutError, ProtocolError) as exc:
+            self._layouts.pop(node_id, None)
+            raise PeerCallError(node_id, f"cannot be reached ({exc})", sent=False) from None
+        try:
+            return await conn.call(frame, timeout_s)
+        except TimeoutError:
+            raise PeerCallError(
+                node_id, f"did not answer within {timeout_s:.0f} s", sent=True
+            ) from None
+        except OSError as exc:
+            self._layouts.pop(node_id, None)
+            raise PeerCallError(node_id, f"lost the connection ({exc})", sent=True) from None
+
+    async def _connection(self, node_id: str, pid: int) -> _Connection:
+        layout = self._layouts.get(node_id)
+        if layout is None:
+            member = self.view().get(node_id)
+            if member is None:
+                raise PeerLinkError(f"{node_id!r} is not a member of the cluster")
+            layout = await asyncio.wait_for(
+                fetch_layout(member.host, member.port), HANDSHAKE_TIMEOUT_S
+            )
+            self._layouts[node_id] = layout
+        host, ports = layout
+        key = (node_id, shard_for(pid, len(ports)))
+        lock = self._opening.setdefault(key, asyncio.Lock())
+        async with lock:
+            conn = self._connections.get(key)
+            if conn is None or conn.failure is not None:
+                opened = await ShardConnection.open(
+                    host, ports[key[1]], self.auth, node_id, self.max_frame_bytes
+                )
+                conn = self._connections[key] = _Connection(opened.sock, self.max_frame_bytes)
+            return conn
+
+    def close(self) -> None:
+        for conn in self._connections.values():
+            with contextlib.suppress(Exception):
+                conn.close()
+        self._connections.clear()
