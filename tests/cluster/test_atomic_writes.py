@@ -238,7 +238,12 @@ class GossipCluster:
             name = self.killed.pop()
             seed = next(n for n in self.live().values())
             old = self.nodes[name]
-            changes: dict[str, Any] = {"port": old.port, "join": seed.info["membership_address"]}
+            changes: dict[str, Any] = {
+                "port": old.port,  # the client's bootstrap list names it
+                "shard_port_base": 0,  # else port+1..: maybe taken meanwhile
+                "membership_port": 0,
+                "join": seed.info["membership_address"],
+            }
             self.nodes[name] = old.restart(**changes)
             _caught_up(self.nodes[name], seed)
 
