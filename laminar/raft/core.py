@@ -23,12 +23,14 @@ Theory of operation (etcd raft's RawNode contract):
 - A removed follower must learn that its removal committed (its shell then
   deletes its files, hard state included, and only then), yet the leader
   stops replicating to non-members. So the leader keeps each removed node as
-  a *departing* one: tracked like a learner (it gets the log, counts for
-  nothing); once it holds its removal, every heartbeat tells it so
-  (`removed`, with the removal's index), until it answered `DEPARTING_TOLD`
-  of them, or for at most `DEPARTING_HEARTBEATS_MAX` rounds (a dead node
-  never hears). Only a leader's word makes the removal final on the removed
-  node (`removal_confirmed`): what its own log applied may be old news (a
+  a *departing* one: tracked like a learner (it gets the log up to its
+  removal, counts for nothing); once it holds its removal, it gets nothing
+  more but heartbeats telling it so (`removed`, with the removal's index),
+  until it answered `DEPARTING_TOLD` of them, or for at most
+  `DEPARTING_HEARTBEATS_MAX` rounds (a dead node never hears). A departing
+  node added back starts over as a newcomer: its replica may be gone. Only
+  a leader's word makes the removal final on the removed node
+  (`removal_confirmed`): what its own log applied may be old news (a
   node removed, added back and promoted, that has not heard of the
   re-addition yet, must keep its vote). A new leader does
   not know the departing nodes; a removed node that was never told asks: it
@@ -747,7 +749,11 @@ class RaftCore(LeaderReplication):
             for node in set(self.membership.members) - set(new.members) - {self.id}:
                 departing[node] = [index, 0, 0]
             for node in new.members:
-                departing.pop(node, None)
+                if departing.pop(node, None) is not None:
+                    # Added back while still being told of its removal: its
+                    # shell may have deleted its replica since, so what this
+                    # leader knew of its log is void; it starts as a newcomer.
+                    self._tracker.progress.pop(node, None)
         self.membership = new
         known = set(self._tracker.progress)
         self._track_members()

@@ -59,9 +59,8 @@ class LeaderReplication:
         elif m.kind == HEARTBEAT_RESP:
             progress.recent_active = True
             progress.paused = False
-            told = self._departing.get(m.src)
-            if told is not None and progress.match >= told[0]:
-                told[1] += 1  # it answered a heartbeat that (most likely) told it
+            if self._removal_held(m.src, progress):
+                self._departing[m.src][1] += 1  # it answered a heartbeat that told it
             if progress.state == PROBE:
                 progress.force_send = True
                 self._bcast = True
@@ -144,8 +143,7 @@ class LeaderReplication:
                     progress.force_send = True
                     self._bcast = True
                 sent = min(progress.match, commit)
-                told = self._departing.get(node)
-                removal = told[0] if told is not None and progress.match >= told[0] else 0
+                removal = self._removal_held(node, progress)
                 self._msgs.append(
                     Message(
                         HEARTBEAT,
@@ -168,7 +166,7 @@ class LeaderReplication:
         last = self.log.last_index()
         commit = self.log.committed
         for node, progress in self._tracker.progress.items():
-            if node == self.id:
+            if node == self.id or self._removal_held(node, progress):
                 continue
             force = progress.force_send
             progress.force_send = False
@@ -178,6 +176,15 @@ class LeaderReplication:
                 force = False
             if not sent and progress.can_bump_commit(commit):
                 self._send_append(node, progress, True)
+
+    def _removal_held(self, node: str, progress: Progress) -> int:
+        """The index of `node`'s removal if it is departing and holds it, else 0.
+        Such a node is only told (heartbeats): nothing after its removal is
+        its business, and its shell deletes its replica once told, so an
+        append could only make it open a fresh one (a move's learner, as far
+        as its shell can tell) that nobody feeds."""
+        told = self._departing.get(node)
+        return told[0] if told is not None and progress.match >= told[0] else 0
 
     def _send_append(self, node: str, progress: Progress, force: bool) -> bool:
         log = self.log

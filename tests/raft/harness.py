@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Callable
 
 from laminar.raft import (
     LEADER,
@@ -50,6 +51,8 @@ class Cluster:
         self.read_states: dict[str, list[ReadState]] = {}
         self.dropped_reads: dict[str, list[int]] = {}
         self.cut: set[tuple[str, str]] = set()
+        self.lose: Callable[[Message], bool] = lambda message: False
+        """Messages to lose besides those over cut links."""
         self.queue: deque[Message] = deque()
         self.sent: list[Message] = []  # every message ever sent, for assertions
         for node in self.voters + learners:
@@ -113,9 +116,7 @@ class Cluster:
             while self.queue:
                 message = self.queue.popleft()
                 moved = True
-                core = self.cores.get(message.dst)
-                if core is not None and (message.src, message.dst) not in self.cut:
-                    core.step(message)
+                self._deliver(message)
             if not moved:
                 return
         raise AssertionError("the cluster never went quiet")
@@ -142,10 +143,13 @@ class Cluster:
     def deliver_queued(self) -> None:
         """Deliver what is queued now, once, without handling any Ready."""
         for _ in range(len(self.queue)):
-            message = self.queue.popleft()
-            core = self.cores.get(message.dst)
-            if core is not None and (message.src, message.dst) not in self.cut:
-                core.step(message)
+            self._deliver(self.queue.popleft())
+
+    def _deliver(self, message: Message) -> None:
+        core = self.cores.get(message.dst)
+        cut = (message.src, message.dst) in self.cut
+        if core is not None and not cut and not self.lose(message):
+            core.step(message)
 
     def tick(self, ticks: int = 1, nodes: tuple[str, ...] | None = None) -> None:
         for _ in range(ticks):

@@ -29,7 +29,7 @@ from laminar.raft import (
 )
 from laminar.raft.budget import ByteBudget
 from laminar.raft.core import DEPARTING_TOLD
-from laminar.raft.messages import APPEND, APPEND_RESP, HEARTBEAT, INSTALL, QUIESCE
+from laminar.raft.messages import APPEND, APPEND_RESP, HEARTBEAT, HEARTBEAT_RESP, INSTALL, QUIESCE
 
 from .harness import Cluster
 
@@ -312,6 +312,49 @@ def test_a_removed_follower_that_applied_its_removal_asks_until_a_leader_confirm
     cluster.tick(60)
     assert n4.removal_confirmed
     assert cluster.leader() == new  # asking disturbed nobody
+
+
+def test_a_departing_node_that_holds_its_removal_gets_only_heartbeats_telling_it() -> None:
+    """Its shell deletes its replica on that news, and opens a fresh one on a
+    leader's message that might be a move's: so once it holds its removal,
+    nothing after it goes there, only heartbeats saying the removal is final
+    (here for as long as its answers do not reach the leader)."""
+    cluster = Cluster(4)
+    leader = cluster.elect("n1")
+    # Its answers to heartbeats are lost: the leader keeps telling it.
+    cluster.lose = lambda m: m.src == "n4" and m.kind == HEARTBEAT_RESP
+    index = leader.remove_node("n4")
+    cluster.tick(3)
+    assert cluster.cores["n4"].removal_confirmed
+    sent = len(cluster.sent)
+    cluster.propose("n1", b"after the removal")
+    cluster.tick(3)
+    to_n4 = [m for m in cluster.sent[sent:] if m.dst == "n4"]
+    assert to_n4 and all(m.kind == HEARTBEAT and m.removed and m.hint == index for m in to_n4)
+    assert cluster.data("n2")[-1] == b"after the removal"
+
+
+def test_a_departing_node_added_back_is_sent_the_log_from_scratch() -> None:
+    """n4 is removed and deletes its replica while the leader still tells it
+    (it keeps n4's progress for that); the group adds n4 back before the
+    leader forgot it. What the leader knew of n4's log went with its replica:
+    n4 gets the whole log again, not appends after its old match (which its
+    empty log would refuse for good)."""
+    cluster = Cluster(4)
+    leader = cluster.elect("n1")
+    cluster.propose("n1", b"before")
+    cluster.lose = lambda m: m.src == "n4" and m.kind == HEARTBEAT_RESP
+    leader.remove_node("n4")
+    cluster.tick(3)
+    assert cluster.cores["n4"].removal_confirmed and "n4" in leader.status().progress
+    cluster.crash("n4")
+    del cluster.storages["n4"]  # its shell retired the replica: files and all
+    cluster.lose = lambda m: False
+    cluster.add_node("n4", ("n1",), ("n4",))  # a fresh replica, opened on a message
+    leader.add_learner("n4")
+    cluster.tick(5)
+    assert cluster.data("n4") == [b"before"]
+    assert cluster.cores["n4"].membership == leader.membership
 
 
 def test_membership_changes_are_one_step_at_a_time() -> None:
