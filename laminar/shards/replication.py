@@ -25,7 +25,10 @@ node, holds the shard's Raft members of those partitions:
   removal is committed and its own log applied it
   (`RaftCore.removal_confirmed`). What its log applied alone is not enough:
   a learner catching up replays old changes, and a node removed, added back
-  and promoted that has not heard of it yet must keep its vote;
+  and promoted that has not heard of it yet must keep its vote. The leader
+  goes on telling it a while: such a message (`removed`) never opens a
+  replica again (nor does anything else from that leader, which sends a
+  node holding its removal nothing but that);
 - a request for a partition this node holds no replica of gets NOT_LEADER
   naming the partition's first replica, so a client that routed with stale
   metadata learns where to go;
@@ -360,6 +363,12 @@ class ShardReplication:
             return
         if pid in self.offline:
             self._note_leader(pid, message)
+            return
+        if message.removed and not os.path.isdir(self.partitions.directory(pid)):
+            # The leader telling this node that its removal is final: it was
+            # tracked as departing and retired its replica (the leader tells
+            # it a few more times). No invitation: a learner opened on it
+            # would wait for a log nobody sends it, for good.
             return
         apply: Apply | None = None
         if pid == METADATA_PID and self._metadata_adoption is not None:

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
+import laminar.raft.core as core_module
 import laminar.shards.replication as replication_module
 from laminar.cluster.auth import PeerAuth
 from laminar.cluster.members import ClusterView, Member
 from laminar.log import LogConfig, SyscallBackend
 from laminar.raft import Membership, Message
-from laminar.raft.messages import APPEND, APPEND_RESP, HEARTBEAT, VOTE
+from laminar.raft.messages import APPEND, APPEND_RESP, HEARTBEAT, HEARTBEAT_RESP, VOTE
 from laminar.shards.partitions import PartitionManager
 from laminar.shards.replication import ShardReplication
 from laminar.wire import ErrorCode
@@ -230,6 +231,56 @@ def test_a_replica_that_applied_its_removal_keeps_its_vote_until_the_leader_says
         await groups._change(net, lambda c: c.remove_node("n4"), Membership(nodes))
         await groups._until(lambda: not os.path.isdir(directory), timeout_s=30)
         assert n4.retired == 1
+
+    groups._run(tmp_path, scenario)
+
+
+def test_a_replica_retired_while_its_leader_still_tells_it_stays_retired_until_added_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22's stuck write decisions group: n4 deletes its replica once
+    its removal is final while the leader still tracks it as departing (its
+    answers are lost here, so the leader keeps telling it). Neither those
+    heartbeats nor a record committed meanwhile open a replica again (one
+    used to: a learner of the leader alone, which nobody fed, for good).
+    Added back before the leader forgot it, n4 opens the group again and
+    gets the whole log."""
+    monkeypatch.setattr(core_module, "DEPARTING_HEARTBEATS_MAX", 1_000_000)
+    nodes = groups.NODES
+
+    async def scenario(net: groups.FakeNetwork) -> None:
+        acked = [await groups._produce(net, b"before")]
+        n4 = _n4(tmp_path, net)
+        await groups._change(net, lambda c: c.add_learner("n4"), Membership(nodes, ("n4",)))
+        await groups._until(lambda: groups.PID in n4.replicas)
+        directory = n4.partitions.directory(groups.PID)
+        heard: list[Message] = []
+
+        def lose_n4s_answers(src: str, dst: str, message: Message) -> bool:
+            if dst == "n4":
+                heard.append(message)
+            return src == "n4" and message.kind == HEARTBEAT_RESP
+
+        net.lose = lose_n4s_answers
+        await groups._change(net, lambda c: c.remove_node("n4"), Membership(nodes))
+        await groups._until(lambda: n4.retired == 1)  # its retirer runs every second
+        since = len(heard)
+        acked.append(await groups._produce(net, b"after the removal"))
+        await groups._until(  # still told, of a commit past that record too
+            lambda: any(m.removed and m.index >= acked[-1][0] for m in heard[since:])
+        )
+        await asyncio.sleep(groups.TICK_S * 5)  # what those messages would have opened
+        assert groups.PID not in n4.replicas and not os.path.isdir(directory)
+        assert n4.partitions.retired(groups.PID)
+        leader = await groups._until(lambda: groups._leader(net))
+        assert "n4" in leader.core.status().progress  # departing: not forgotten yet
+        net.lose = lambda src, dst, message: False
+        await groups._change(net, lambda c: c.add_learner("n4"), Membership(nodes, ("n4",)))
+        group = await groups._until(lambda: n4.host.groups.get(groups.PID))
+        await groups._until(lambda: group.committed_end > acked[-1][0])
+        assert group.core.membership == Membership(nodes, ("n4",))
+        values = [value for _, _, value in await groups._records(n4.host)]
+        assert values == [b"before", b"after the removal"]
 
     groups._run(tmp_path, scenario)
 
