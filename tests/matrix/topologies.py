@@ -55,8 +55,9 @@ class Topology:
         """The node leading the partition, once the live nodes agree on one."""
         if not self.clustered:
             return next(iter(self.nodes))
-        with Client(self.bootstrap) as client:
-            pid = partition_id(client.describe_topic(topic).topic.topic_id, partition)
+        with Client(self.bootstrap) as client:  # a node may apply the creation a moment later
+            described = wait_until(lambda: client.describe_topic(topic), f"{topic} known")
+            pid = partition_id(described.topic.topic_id, partition)
 
         def agreed() -> str | None:
             named = set()
