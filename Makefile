@@ -26,7 +26,7 @@ demo-log: setup
 	$(PY) -m laminar.cli.log_demo
 
 test: setup lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 3
 
 lint: setup
 	$(VENV)/bin/ruff check laminar tests benchmarks

@@ -21,6 +21,27 @@ settings.register_profile(
 settings.load_profile("ci")
 
 
+SESSION_GROUPS = ("tests/matrix", "tests/spark")
+"""Test folders whose session-scoped fixtures (the matrix's topologies, the
+SparkSession) all their tests share: each folder runs on one worker."""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `pytest -n N` (`make test`) the tests of one file run on one
+    worker, in order, sharing its module fixtures (a file's cluster), and a
+    folder of `SESSION_GROUPS` on one worker too; files are spread over the
+    workers. (xdist's own `--dist loadgroup` marks are lost on pytest 9.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFileScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            folder = path.rsplit("/", 1)[0]
+            return folder if folder in SESSION_GROUPS else path
+
+    return ByFileScheduling(config, log)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # PySpark 4.3 warns about pandas 3 whenever an Arrow UDF is planned; not ours.
     config.addinivalue_line(
