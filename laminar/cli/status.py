@@ -38,6 +38,9 @@ from laminar.client.routing import Address, ClusterView, format_address
 from laminar.wire import ListOffsetsResponse
 
 ADMIN_PORT_OFFSET = 2000
+STATUS_RETRY_BUDGET_S = 2.0
+"""How long `status` retries a request (a shard restarting) before it reports
+what did not answer."""
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -51,7 +54,9 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_admin_argument(parser)
-    parser.set_defaults(run=status)
+    # A report of what is now: a partition that cannot answer (offline) is
+    # reported as such after a short retry, not waited on for the usual budget.
+    parser.set_defaults(run=status, retry_budget_s=STATUS_RETRY_BUDGET_S)
 
 
 def add_admin_argument(parser: argparse.ArgumentParser) -> None:
