@@ -26,7 +26,7 @@ demo-log: setup
 	$(PY) -m laminar.cli.log_demo
 
 test: setup lint
-	$(PY) -m pytest -q -n 3
+	$(PY) -m pytest -q -n 4
 
 lint: setup
 	$(VENV)/bin/ruff check laminar tests benchmarks
@@ -37,7 +37,8 @@ lint: setup
 soak: setup
 	$(PY) -m tests.raft.sim.soak --seeds 10000 --processes 2
 	$(PY) -m tests.raft.sim.mutations 300
-	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/swim/test_soak.py
+	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/swim/test_soak.py tests/swim/test_sim.py
+	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/spark/test_driver_crash.py
 	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/cluster/test_gossip_cluster.py
 	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/cluster/test_gossip_netns.py
 	LAMINAR_MODEL_EXAMPLES=4000 LAMINAR_CRASH_ROUNDS=60 $(PY) -m pytest -q -p no:cacheprovider tests/log/test_log_model.py tests/log/test_crash.py

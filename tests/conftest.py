@@ -26,6 +26,7 @@ SESSION_GROUPS = ("tests/matrix", "tests/spark")
 SparkSession) all their tests share: each folder runs on one worker."""
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, when it is there
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under `pytest -n N` (`make test`) the tests of one file run on one
     worker, in order, sharing its module fixtures (a file's cluster), and a

@@ -256,7 +256,15 @@ class ShardReplication:
             leader = core.leader if core.leader in nodes else nodes[0]
         else:
             nodes = self.replica_nodes(pid, replication_factor)
-            leader = next((n for n in nodes if n != self.node_id), nodes[0])
+            # The replica after this node's in placement's order: nodes that all
+            # say so send a client round every replica, never back and forth.
+            after = nodes.index(self.node_id) + 1 if self.node_id in nodes else 0
+            leader = nodes[after % len(nodes)]
+            if self._reopen_held(pid, leader):
+                return RequestError(
+                    ErrorCode.NOT_READY,
+                    f"node {self.node_id} is reopening its replica of partition {pid}; retry",
+                )
         return RequestError(
             ErrorCode.NOT_LEADER,
             f"node {self.node_id} holds no replica of partition {pid}; nodes {nodes} do",
@@ -339,6 +347,7 @@ class ShardReplication:
             "voters": list(core.membership.voters),
             "learners": list(core.membership.learners),
             "leader": core.leader,
+            "quiesced": core.quiesced,
         }
 
     def _cores(self) -> list[tuple[int, RaftCore]]:
@@ -389,17 +398,24 @@ class ShardReplication:
             return
         else:
             log_config = known
+        self._open_as_learner(pid, message.src, log_config, apply)
+
+    def _open_as_learner(
+        self, pid: int, voter: str, log_config: LogConfig, apply: Apply | None = None
+    ) -> None:
+        """Open `pid`'s group with `voter` as its only voter and this node a
+        learner, until its log (or an install's anchor) says otherwise."""
         self._adopted = {p for p in self._adopted if not self._confirmed(p)}
         if len(self._adopted) >= ADOPTED_MAX:
             self.adoptions_refused += 1
             return
         self._adopted.add(pid)
         self.partitions.unretire(pid)
-        logger.info("partition %d: opening a replica for leader %s", pid, message.src)
+        logger.info("partition %d: opening a replica for leader %s", pid, voter)
         task = asyncio.get_running_loop().create_task(
             self.ensure_open(
                 pid,
-                (message.src,),
+                (voter,),
                 log_config,
                 apply,
                 replay=apply is not None,
@@ -413,6 +429,21 @@ class ShardReplication:
         rather than at start (a joined node's write decisions group: which
         nodes it started on is in its log, not in the metadata)."""
         self._reopened_by_message.add(pid)
+
+    def _reopen_held(self, pid: int, voter: str) -> bool:
+        """A request reached a group `reopen_on_any_message` named, whose files
+        are here, before any message of a member did (its leader may be
+        quiesced, and sends nothing until a follower's election timeout): open
+        it now, as a message would. Whether it is opening."""
+        if pid in self._opening:
+            return True
+        if not self._held_before(pid) or self._known is None:
+            return False
+        log_config = self._known(pid)
+        if log_config is None:
+            return False
+        self._open_as_learner(pid, voter, log_config)
+        return pid in self._adopted
 
     def _held_before(self, pid: int) -> bool:
         """A group `reopen_on_any_message` named whose files are here: any

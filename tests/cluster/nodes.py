@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -46,18 +47,27 @@ TIMEOUT_S = 60.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port free for TCP and UDP on `host` right now."""
-    for _ in range(100):
-        with socket.socket() as tcp:
-            tcp.bind((host, 0))
-            port = tcp.getsockname()[1]
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-                try:
-                    udp.bind((host, port))
-                except OSError:
-                    continue
-            return int(port)
+    """A port free for TCP and UDP on `host` right now, below the kernel's
+    ephemeral range: a port chosen now and bound later (a node started after
+    others) is never handed meanwhile to another process's ephemeral socket
+    (every shard, admin and client port of the tests' nodes is one)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_low = int(f.read().split()[0])
+    for _ in range(1000):
+        port = _PORTS.randrange(FIXED_PORTS_LOW, ephemeral_low)
+        try:
+            with socket.socket() as tcp, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                tcp.bind((host, port))
+                udp.bind((host, port))
+        except OSError:
+            continue
+        return port
     raise RuntimeError("no free port")
+
+
+FIXED_PORTS_LOW = 10_000
+"""Where `free_port` starts looking."""
+_PORTS = random.SystemRandom()  # not the global generator: tests seed it, alike in every worker
 
 
 def host_index(node_id: str) -> int:

@@ -266,17 +266,29 @@ def test_atomic_writes_on_a_joined_cluster(tmp_path: Path) -> None:
             cluster.bootstrap, cluster.kill_leader, cluster.heal, cluster.replicas, "before"
         )
         wait_until(lambda: decisions_settled(list(nodes.values())), "the decisions group settled")
-        voters = next(
-            g["voters"]
-            for n in nodes.values()
-            for s in shard_stats(n)
-            if (g := s["decisions_group"])
+        # Its leader quiesced: it sends nothing, so the restarted voters hear of
+        # the group first from a request, which must open it too.
+        group = wait_until(
+            lambda: next(
+                (
+                    g
+                    for n in nodes.values()
+                    for s in shard_stats(n)
+                    if (g := s["decisions_group"]) and g["leader"] and g["quiesced"]
+                ),
+                None,
+            ),
+            "the decisions group's leader quiesced",
         )
-        for name in voters[:2]:
+        restarted = [name for name in group["voters"] if name != group["leader"]]
+        for name in restarted:
             nodes[name].kill()
             cluster.killed.append(name)
         cluster.heal()
         retry = RetryPolicy(budget_s=30)
-        with Client(cluster.bootstrap, retry=retry) as client, client.begin_write() as write:
+        with (
+            Client(nodes[restarted[0]].bootstrap, retry=retry) as client,
+            client.begin_write() as write,
+        ):
             write.send("every-node", 0, [b"after-0"])
             assert write.commit().records == 1

@@ -72,8 +72,10 @@ def test_a_frozen_leaders_pending_produce_survives_an_install(cluster: Cluster) 
     others = [name for name in cluster.nodes if name != old]
     wait_committed(cluster, pid, offsets(cluster.nodes[old], pid).highest_index)
     leader = cluster.nodes[old]
+    # Killed, not stopped: a stopped follower would read the leader's append of
+    # the pending produce from its socket once continued, and commit it.
     for name in others:
-        _signal(cluster.nodes[name], signal.SIGSTOP)
+        cluster.nodes[name].kill()
     answers: list[object] = []
     produce = ProduceRequest.from_values(pid, [b"pending"])
     sender = threading.Thread(target=lambda: answers.append(request(leader, pid, produce, 90)))
@@ -87,7 +89,7 @@ def test_a_frozen_leaders_pending_produce_survives_an_install(cluster: Cluster) 
     finally:
         _signal(leader, signal.SIGSTOP)  # before check-quorum deposes it
         for name in others:
-            _signal(cluster.nodes[name], signal.SIGCONT)
+            cluster.restart(name)
     try:
         new = wait_until(
             lambda: (named := leader_of(cluster, pid, others)) in others and named,
