@@ -160,7 +160,7 @@ def check_node_killed_during_publish(
     `published(pid)`: the partition's highest committed index on any live
     replica; `kill_node(name)` SIGKILLs a node. Publish chunks must be small
     (the node's --publish-chunk-bytes) so that publishing takes a while."""
-    batches, per_batch = 150, 30
+    batches, per_batch = 400, 15  # a chunk each: publishing outlasts a poll under load
     expected = {
         p: values("big", p, batches * per_batch if p == 0 else per_batch, size=200)
         for p in range(PARTITIONS)
@@ -191,8 +191,8 @@ def check_node_killed_during_publish(
             time.sleep(0.01)
         kill_node(dying)
         thread.join()
+        heal()  # first: the tests after this one share the cluster
         assert 0 < at_kill < len(expected[0]), f"killed with {at_kill} records published"
-        heal()
         result = client.commit_write(write_id, parts)
         assert result.records == sum(len(v) for v in expected.values())
         # Run again under the same commit id with new attempts (a streaming

@@ -123,7 +123,7 @@ def static(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StaticCluster]:
     secret = tmp / "secret"
     secret.write_bytes(SECRET)
     secret.chmod(0o600)
-    with Cluster.start(tmp, 3, secret=secret, publish_chunk_bytes=8192) as cluster:
+    with Cluster.start(tmp, 3, secret=secret, publish_chunk_bytes=4096) as cluster:
         running = StaticCluster(cluster)
         try:
             yield running
