@@ -20,8 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from laminar.client import Client
-from laminar.client.sync import Pending
+from laminar.client import Client, Produced
 from tests.system.nodes import start_node
 
 
@@ -39,7 +38,7 @@ def cpu_s(pids: list[int]) -> float:
 def run(client: Client, records: int, window: int) -> float:
     """Records/s of `records` single-record produces with `window` in flight."""
     start = time.perf_counter()
-    pending: deque[Pending[int]] = deque()
+    pending: deque[Produced] = deque()
     for i in range(records):
         pending.append(client.produce_nowait("t", 0, [b"%08d" % i + b"x" * 92]))
         if len(pending) >= window:

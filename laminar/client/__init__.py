@@ -51,6 +51,7 @@ from laminar.client.errors import (
     WriteAbortedError,
     WriteCommittedError,
 )
+from laminar.client.producer import Produced
 from laminar.client.reader import PartitionReader
 from laminar.client.results import (
     Offsets,
@@ -92,6 +93,7 @@ __all__ = [
     "PartitionReader",
     "Pending",
     "PingResult",
+    "Produced",
     "ProtocolViolationError",
     "Record",
     "RecordBatch",

@@ -34,7 +34,7 @@ from laminar.client.errors import (
 )
 from laminar.client.partitioner import StickyPartitioner
 from laminar.client.producer import (
-    AsyncWindows,
+    AsyncProducer,
     ProducerSequences,
     is_idempotent,
     produce_call,
@@ -94,7 +94,7 @@ class AsyncClient:
         self._view: ClusterView | None = None
         self.idempotent = idempotent
         self._sequences = ProducerSequences()
-        self._windows = AsyncWindows()
+        self._producer = AsyncProducer(self._produce_batch)
         self._partitioner = StickyPartitioner()
         self._hints = RouteHints(read_from_followers=read_from == "follower")
         """Leaders and unreachable nodes learned from answers (kept across refreshes)."""
@@ -124,6 +124,7 @@ class AsyncClient:
         still under way are cancelled and awaited, so none outlives the client
         (asyncio.run would report one that fails after its caller gave up)."""
         self._closed = True
+        await self._producer.close()
         connecting = list(self._connecting.values())
         for task in connecting:
             task.cancel()
@@ -151,13 +152,28 @@ class AsyncClient:
         once sent (a lost answer raises `OutcomeUnknownError`): see
         `Client.produce`, also for `producer_id` and `sequence`."""
         sequences = self._sequences if self.idempotent else None
-        make_call = functools.partial(
-            produce_call, sequences, topic, partition, values, keys, headers, producer_id, sequence
+        if not is_idempotent(sequences, producer_id, sequence) or producer_id is not None:
+            # Plain, or under the caller's own producer: sent as it is, unmerged.
+            call = calls.produce(topic, partition, values, keys, headers, producer_id, sequence)
+            if producer_id is None:
+                return await self._call(call)
+            alone = functools.partial(self._call, call)
+            return await self._producer.produce((topic, partition), values, alone=alone)
+        return await self._producer.produce((topic, partition), values, keys, headers)
+
+    async def _produce_batch(
+        self,
+        key: tuple[str, int],
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Mapping[str, bytes] | None] | None,
+    ) -> int:
+        """One batch under the client's own producer of partition `key`; the
+        sequence is taken now, as it leaves (`laminar.client.producer`)."""
+        topic, partition = key
+        return await self._call(
+            produce_call(self._sequences, topic, partition, values, keys, headers, None, None)
         )
-        if not is_idempotent(sequences, producer_id, sequence):
-            return await self._call(make_call())
-        async with self._windows.slot((topic, partition)):  # before the sequence is taken
-            return await self._call(make_call())
 
     async def send(
         self,

@@ -19,6 +19,17 @@ complete lets any number be appended after it, and its resend then finds the
 node has forgotten it (DUPLICATE_SEQUENCE). Kafka bounds the same thing with
 `max.in.flight.requests.per.connection` <= 5 against the broker's 5.
 
+Batching by itself. The window limits batches, not records: produce calls
+to a partition that arrive while its window is full wait in a `BatchQueue`,
+merged in call order into batches of at most `BATCH_MAX_RECORDS` records and
+`BATCH_MAX_BYTES` bytes (a call is never split: its records stay together
+and share one outcome), and each batch leaves as soon as the window has room
+for it, as Kafka's RecordAccumulator does. No timer: a produce that finds
+room and nobody queued ahead of it leaves at once, alone. Each caller gets
+the index of its own first record (the batch's first index plus the records
+queued ahead of its own in that batch); if the batch fails, every call in it
+fails with that error.
+
 A produce that fails for good leaves a hole in the numbers, which the node
 would refuse every later batch for. The partition then starts over under a
 new producer id, whose first batch starts at 0 as the node requires;
@@ -29,18 +40,28 @@ out of order, with nothing appended, and fail too.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import secrets
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Protocol, TypeVar
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Final, Generic, Protocol, TypeVar
 
 from laminar.client import calls
 from laminar.wire import PRODUCER_WINDOW
 
 Key = tuple[str, int]
 """(topic, partition)."""
+
+BATCH_MAX_RECORDS: Final = 4096
+"""The most records produce calls merged into one batch carry."""
+BATCH_MAX_BYTES: Final = 1 << 20
+"""The most value, key and header bytes merged into one batch (a call larger
+than that goes alone)."""
+RECORD_OVERHEAD_BYTES: Final = 32
+"""What a record costs in a batch besides its bytes, as the bound counts it."""
+
+Headers = Mapping[str, bytes] | None
 
 
 class ProducerSequences:
@@ -138,41 +159,224 @@ class SequenceWindow:
             self._oldest += 1
 
 
-class AsyncWindows:
-    """The asyncio client's window per partition: a produce waits for room."""
+T = TypeVar("T")
 
-    def __init__(self, limit: int = PRODUCER_WINDOW) -> None:
+
+def record_bytes(
+    values: Sequence[bytes],
+    keys: Sequence[bytes | None] | None,
+    headers: Sequence[Headers] | None,
+) -> int:
+    """The size of records as the batch bound counts it."""
+    size = sum(len(v) for v in values) + RECORD_OVERHEAD_BYTES * len(values)
+    if keys is not None:
+        size += sum(len(k) for k in keys if k is not None)
+    if headers is not None:
+        size += sum(len(n) + len(v) for h in headers if h for n, v in h.items())
+    return size
+
+
+class QueuedBatch(Generic[T]):
+    """Records of produce calls merged in call order, waiting to be sent;
+    `outcome` is what the client's shell waits on (a future, for asyncio)."""
+
+    __slots__ = ("alone", "headers", "keys", "outcome", "size", "values")
+
+    def __init__(self, outcome: T, alone: object = None) -> None:
+        self.outcome = outcome
+        self.alone = alone
+        """Set for a call that goes alone (nothing joins it): how the shell sends it."""
+        self.values: list[bytes] = []
+        self.keys: list[bytes | None] | None = None
+        self.headers: list[Headers] | None = None
+        self.size = 0
+
+    def add(
+        self,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Headers] | None,
+        size: int,
+    ) -> int:
+        """Append a call's records; the position of its first in the batch."""
+        position = len(self.values)
+        if keys is not None and self.keys is None:
+            self.keys = [None] * position
+        if self.keys is not None:
+            self.keys.extend(keys if keys is not None else [None] * len(values))
+        if headers is not None and self.headers is None:
+            self.headers = [None] * position
+        if self.headers is not None:
+            self.headers.extend(headers if headers is not None else [None] * len(values))
+        self.values.extend(values)
+        self.size += size
+        return position
+
+
+class BatchQueue(Generic[T]):
+    """A partition's produce calls waiting for room in its window, merged into
+    `QueuedBatch`es in call order (see the module docstring). I/O-free: the
+    shell makes each batch's `outcome` with `new_outcome` and sends the
+    batches `take` gives it."""
+
+    def __init__(
+        self,
+        new_outcome: Callable[[], T],
+        max_records: int = BATCH_MAX_RECORDS,
+        max_bytes: int = BATCH_MAX_BYTES,
+    ) -> None:
+        self._new_outcome = new_outcome
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self._batches: deque[QueuedBatch[T]] = deque()
+
+    def __len__(self) -> int:
+        """The batches waiting."""
+        return len(self._batches)
+
+    def add(
+        self,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[Headers] | None = None,
+        alone: object = None,
+    ) -> tuple[QueuedBatch[T], int]:
+        """Queue a call's records behind those already waiting: (the batch they
+        joined, the position of the first of them in it). With `alone` (kept
+        as the batch's `alone`) the call gets a batch nothing else joins."""
+        size = record_bytes(values, keys, headers)
+        last = self._batches[-1] if self._batches else None
+        if alone is not None:
+            last = QueuedBatch(self._new_outcome(), alone)
+            self._batches.append(last)
+        elif (
+            last is None
+            or last.alone is not None
+            or len(last.values) + len(values) > self.max_records
+            or last.size + size > self.max_bytes
+        ):
+            last = QueuedBatch(self._new_outcome())
+            self._batches.append(last)
+        return last, last.add(values, keys, headers, size)
+
+    def take(self) -> QueuedBatch[T]:
+        """The oldest batch, to be sent now (nothing joins it any more)."""
+        return self._batches.popleft()
+
+
+SendBatch = Callable[
+    [Key, Sequence[bytes], Sequence[bytes | None] | None, Sequence[Headers] | None],
+    Awaitable[int],
+]
+"""Sends one batch under the client's own producer: the index of its first record."""
+
+SendAlone = Callable[[], Awaitable[int]]
+"""Sends one call under a producer its caller named (never merged)."""
+
+
+class _AsyncPartition:
+    __slots__ = ("queue", "window")
+
+    def __init__(self, limit: int) -> None:
+        self.window = SequenceWindow(limit)
+        self.queue: BatchQueue[asyncio.Future[int]] = BatchQueue(
+            asyncio.get_running_loop().create_future
+        )
+
+
+class AsyncProducer:
+    """The asyncio client's idempotent produce: a partition's window, and the
+    calls waiting for it merged into batches (see the module docstring)."""
+
+    def __init__(self, send: SendBatch, limit: int = PRODUCER_WINDOW) -> None:
+        self._send = send
         self.limit = limit
-        self._windows: dict[Key, SequenceWindow] = {}
-        self._waiters: dict[Key, list[asyncio.Future[None]]] = {}
+        self._partitions: dict[Key, _AsyncPartition] = {}
+        self._sending: set[asyncio.Task[None]] = set()
+        self._closed = False
 
-    @contextlib.asynccontextmanager
-    async def slot(self, key: Key) -> AsyncIterator[None]:
-        """Hold a place in `key`'s window from before the batch's sequence is
-        assigned until its final answer."""
-        window = self._windows.get(key)
-        if window is None:
-            window = self._windows[key] = SequenceWindow(self.limit)
-        while not window.has_room:
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.setdefault(key, []).append(waiter)
+    async def produce(
+        self,
+        key: Key,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[Headers] | None = None,
+        alone: SendAlone | None = None,
+    ) -> int:
+        """Append a call's records (sent at once if there is room and nothing is
+        queued, else merged into the next batch, unless it must go `alone`):
+        the index of its first."""
+        part = self._partitions.get(key)
+        if part is None:
+            part = self._partitions[key] = _AsyncPartition(self.limit)
+        if part.window.has_room and not part.queue:
+            position = part.window.sent()
             try:
-                await waiter
+                return await (alone() if alone else self._send(key, values, keys, headers))
             finally:
-                if not waiter.done():
-                    waiter.cancel()
-        position = window.sent()
+                self._answered(key, part, position)
+        batch, offset = part.queue.add(values, keys, headers, alone)
+        # Shielded: a caller that gives up leaves the batch to the others in it.
+        return await asyncio.shield(batch.outcome) + offset
+
+    async def close(self) -> None:
+        """Stop sending queued batches (their callers get `CancelledError`)."""
+        self._closed = True
+        for part in self._partitions.values():
+            while part.queue:
+                part.queue.take().outcome.cancel()
+        sending = list(self._sending)
+        for task in sending:
+            task.cancel()
+        await asyncio.gather(*sending, return_exceptions=True)
+
+    def queued(self, key: Key) -> int:
+        """The batches of `key` waiting for room in its window."""
+        part = self._partitions.get(key)
+        return len(part.queue) if part is not None else 0
+
+    def _answered(self, key: Key, part: _AsyncPartition, position: int) -> None:
+        """A batch got its final answer: send what waits, while there is room."""
+        part.window.answered(position)
+        while part.window.has_room and part.queue and not self._closed:
+            batch = part.queue.take()
+            task = asyncio.get_running_loop().create_task(
+                self._send_queued(key, part, batch, part.window.sent())
+            )
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+    async def _send_queued(
+        self,
+        key: Key,
+        part: _AsyncPartition,
+        batch: QueuedBatch[asyncio.Future[int]],
+        position: int,
+    ) -> None:
+        outcome = batch.outcome
+        alone: SendAlone | None = batch.alone  # type: ignore[assignment]
         try:
-            yield
+            if alone is not None:
+                first = await alone()
+            else:
+                first = await self._send(key, batch.values, batch.keys, batch.headers)
+        except asyncio.CancelledError:
+            outcome.cancel()
+            raise
+        except Exception as exc:  # every call in the batch gets it
+            if not outcome.done():
+                outcome.set_exception(exc)
+                outcome.exception()  # retrieved here: its callers may all have gone
+        else:
+            if not outcome.done():
+                outcome.set_result(first)
         finally:
-            window.answered(position)
-            for waiter in self._waiters.pop(key, ()):  # each looks again
-                if not waiter.done():
-                    waiter.set_result(None)
+            self._answered(key, part, position)
 
 
-class Settleable(Protocol):
-    """A sent produce as `BlockingWindows` sees it (the blocking client's `Pending`)."""
+class Produced(Protocol):
+    """A produce the blocking client sent (its `Pending`, or a call's share of
+    a merged batch): `result()` is the index of the call's first record."""
 
     @property
     def done(self) -> bool:
@@ -181,49 +385,137 @@ class Settleable(Protocol):
     def settle(self) -> None:
         """Wait for the final answer (kept for `result()`), raising nothing."""
 
+    def result(self) -> int:
+        """The index of the call's first record, or the produce's error."""
 
-S = TypeVar("S", bound=Settleable)
+
+SendNow = Callable[
+    [Key, Sequence[bytes], Sequence[bytes | None] | None, Sequence[Headers] | None], Produced
+]
+"""Sends one batch under the client's own producer of a partition now (never
+raises: a failure is the `Produced`'s to report)."""
 
 
-class BlockingWindows:
-    """The blocking client's window per partition. Its callers may never wait
-    for a pending produce (or wait in another order), so a produce without
-    room settles the oldest unanswered one itself; its outcome is kept for
-    its own `result()`. Thread-safe: a partition's window is held while a
-    batch gets its sequence and is sent, so threads keep sequence order."""
+class _Share:
+    """A call's records in a merged batch: the batch's answer, moved to them."""
 
-    def __init__(self, limit: int = PRODUCER_WINDOW) -> None:
+    __slots__ = ("_batch", "_offset")
+
+    def __init__(self, batch: Produced, offset: int) -> None:
+        self._batch, self._offset = batch, offset
+
+    @property
+    def done(self) -> bool:
+        return self._batch.done
+
+    def settle(self) -> None:
+        self._batch.settle()
+
+    def result(self) -> int:
+        return self._batch.result() + self._offset
+
+
+class _Slot:
+    """Where a queued batch's `Produced` goes once a thread sends it."""
+
+    __slots__ = ("sent",)
+
+    def __init__(self) -> None:
+        self.sent: Produced | None = None
+
+
+class BlockingProducer:
+    """The blocking client's idempotent produce: a partition's window, and the
+    calls of other threads arriving while it is full merged into batches.
+
+    A produce returns once its records are sent (alone, or in a batch another
+    thread sent): its callers may never wait for a pending produce (or wait in
+    another order), so a produce without room settles the oldest unanswered
+    one itself, its outcome kept for its own `result()`; while it waits,
+    without the partition's lock, other threads' calls queue and merge.
+    Batches are sent under the lock, in queue order, so sequences keep it."""
+
+    def __init__(self, send: SendNow, limit: int = PRODUCER_WINDOW) -> None:
+        self._send = send
         self.limit = limit
         self._lock = threading.Lock()
-        self._windows: dict[Key, _BlockingWindow] = {}
+        self._partitions: dict[Key, _BlockingPartition] = {}
 
-    def send(self, key: Key, send: Callable[[], S]) -> S:
-        """`send()` (assigns the sequence and sends) once `key`'s window has room."""
+    def produce(
+        self,
+        key: Key,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[Headers] | None = None,
+        alone: Callable[[], Produced] | None = None,
+    ) -> Produced:
+        """Send a call's records once `key`'s window has room (see the class);
+        one that must go `alone` (under its caller's producer) is not merged."""
         with self._lock:
-            state = self._windows.get(key)
-            if state is None:
-                state = self._windows[key] = _BlockingWindow(self.limit)
-        with state.lock:
-            window = state.window
-            while (oldest := window.oldest) is not None and (
-                not window.has_room or state.pending[oldest].done
-            ):
-                state.pending.pop(oldest).settle()  # at once when done
-                window.answered(oldest)
-            position = window.sent()
-            try:
-                pending = send()
-            except BaseException:
-                window.answered(position)
-                raise
-            state.pending[position] = pending
-            return pending
+            part = self._partitions.get(key)
+            if part is None:
+                part = self._partitions[key] = _BlockingPartition(self.limit)
+        with part.ready:
+            part.answer_done()
+            if part.window.has_room and not part.queue:
+                return part.send(alone or functools.partial(self._send, key, values, keys, headers))
+            batch, offset = part.queue.add(values, keys, headers, alone)
+            slot = batch.outcome
+            while slot.sent is None:
+                part.answer_done()
+                if part.window.has_room:  # send what waits, in order, ours included
+                    queued = part.queue.take()
+                    queued.outcome.sent = part.send(
+                        queued.alone  # type: ignore[arg-type]
+                        or functools.partial(
+                            self._send, key, queued.values, queued.keys, queued.headers
+                        )
+                    )
+                    part.ready.notify_all()
+                elif part.settling:
+                    part.ready.wait()  # another thread waits for the oldest answer
+                else:
+                    part.settle_oldest()
+            return slot.sent if offset == 0 else _Share(slot.sent, offset)
 
 
-class _BlockingWindow:
-    __slots__ = ("lock", "pending", "window")
+class _BlockingPartition:
+    __slots__ = ("pending", "queue", "ready", "settling", "window")
 
     def __init__(self, limit: int) -> None:
-        self.lock = threading.Lock()
+        self.ready = threading.Condition()
         self.window = SequenceWindow(limit)
-        self.pending: dict[int, Settleable] = {}
+        self.queue: BatchQueue[_Slot] = BatchQueue(_Slot)
+        self.pending: dict[int, Produced] = {}
+        self.settling = False
+
+    def send(self, send: Callable[[], Produced]) -> Produced:
+        """Send a batch (holding `ready`): it takes the window's next place."""
+        position = self.window.sent()
+        try:
+            sent = send()
+        except BaseException:
+            self.window.answered(position)
+            raise
+        self.pending[position] = sent
+        return sent
+
+    def answer_done(self) -> None:
+        """Free the places of the oldest batches already answered (holding `ready`)."""
+        while (oldest := self.window.oldest) is not None and self.pending[oldest].done:
+            del self.pending[oldest]
+            self.window.answered(oldest)
+
+    def settle_oldest(self) -> None:
+        """Wait for the oldest batch's answer, letting other threads queue meanwhile."""
+        oldest = self.window.oldest
+        assert oldest is not None  # no room: something is outstanding
+        pending = self.pending[oldest]
+        self.settling = True
+        self.ready.release()
+        try:
+            pending.settle()
+        finally:
+            self.ready.acquire()
+            self.settling = False
+            self.ready.notify_all()

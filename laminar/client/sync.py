@@ -15,6 +15,7 @@ threads: their requests are pipelined on the same connections.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -33,7 +34,8 @@ from laminar.client.errors import (
 )
 from laminar.client.partitioner import StickyPartitioner
 from laminar.client.producer import (
-    BlockingWindows,
+    BlockingProducer,
+    Produced,
     ProducerSequences,
     is_idempotent,
     produce_call,
@@ -206,7 +208,7 @@ class Client:
         self._view: ClusterView | None = None
         self.idempotent = idempotent
         self._sequences = ProducerSequences()
-        self._windows = BlockingWindows()
+        self._producer = BlockingProducer(self._produce_batch)
         self._partitioner = StickyPartitioner()
         self._hints = RouteHints(read_from_followers=read_from == "follower")
         """Leaders and unreachable nodes learned from answers (kept across refreshes)."""
@@ -271,19 +273,31 @@ class Client:
         *,
         producer_id: int | None = None,
         sequence: int | None = None,
-    ) -> Pending[int]:
-        """`produce`, sent now; `.result()` is the first index."""
+    ) -> Produced:
+        """`produce`, sent now (once its partition's window has room); `.result()`
+        is the index of its first record."""
         sequences = self._sequences if self.idempotent else None
+        if not is_idempotent(sequences, producer_id, sequence) or producer_id is not None:
+            # Plain, or under the caller's own producer: sent as it is, unmerged.
+            call = calls.produce(topic, partition, values, keys, headers, producer_id, sequence)
+            if producer_id is None:
+                return Pending(self, call)
+            alone = functools.partial(Pending, self, call)
+            return self._producer.produce((topic, partition), values, alone=alone)
+        return self._producer.produce((topic, partition), values, keys, headers)
 
-        def send() -> Pending[int]:
-            call = produce_call(
-                sequences, topic, partition, values, keys, headers, producer_id, sequence
-            )
-            return Pending(self, call)
-
-        if not is_idempotent(sequences, producer_id, sequence):
-            return send()
-        return self._windows.send((topic, partition), send)
+    def _produce_batch(
+        self,
+        key: tuple[str, int],
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Mapping[str, bytes] | None] | None,
+    ) -> Pending[int]:
+        """One batch under the client's own producer of partition `key`, sent now
+        (its sequence taken as it leaves: `laminar.client.producer`)."""
+        topic, partition = key
+        call = produce_call(self._sequences, topic, partition, values, keys, headers, None, None)
+        return Pending(self, call)
 
     def send(
         self,

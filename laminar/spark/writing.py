@@ -49,7 +49,7 @@ from laminar.client import (
     CommitPendingError,
     ConnectionLostError,
     LaminarError,
-    Pending,
+    Produced,
     RequestTimeoutError,
     partition_for_key,
 )
@@ -134,7 +134,7 @@ class _Producer:
 
     def __init__(self, client: Client) -> None:
         self.client = client
-        self._in_flight: dict[int, Pending[int]] = {}
+        self._in_flight: dict[int, Produced] = {}
 
     def send_nowait(
         self,

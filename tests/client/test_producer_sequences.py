@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
+from collections.abc import Sequence
 
 import pytest
 
+from laminar.client.errors import ServerError
 from laminar.client.producer import (
-    AsyncWindows,
-    BlockingWindows,
+    RECORD_OVERHEAD_BYTES,
+    AsyncProducer,
+    BatchQueue,
+    BlockingProducer,
+    Key,
     ProducerSequences,
     SequenceWindow,
 )
 from laminar.shards.idempotence import BATCHES_MAX
-from laminar.wire import PRODUCER_WINDOW
+from laminar.wire import PRODUCER_WINDOW, ErrorCode
 
 
 def test_each_partition_numbers_its_records_under_its_own_producer() -> None:
@@ -57,50 +64,192 @@ def test_the_window_is_the_nodes_memory() -> None:
     assert SequenceWindow().limit == PRODUCER_WINDOW == BATCHES_MAX
 
 
-class _Pending:
-    def __init__(self, log: list[str], name: str) -> None:
-        self.log, self.name, self.done = log, name, False
+class _Sent:
+    """A fake sent batch for `BlockingProducer`: appended at once, answered
+    (`done`) when settled, and settling waits for `release`."""
+
+    def __init__(self, log: list[str], first: int, name: str, release: threading.Event) -> None:
+        self.log, self.first, self.name, self.release = log, first, name, release
+        self.done = False
 
     def settle(self) -> None:
-        self.log.append(f"settle {self.name}")
+        self.release.wait(10)
+        if not self.done:
+            self.log.append(f"settle {self.name}")
         self.done = True
+
+    def result(self) -> int:
+        self.settle()
+        return self.first
+
+
+class _BlockingNode:
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.records: list[bytes] = []
+        self.release = threading.Event()
+
+    def send(self, key: Key, values: Sequence[bytes], keys: object, headers: object) -> _Sent:
+        name = b"+".join(values).decode()
+        self.log.append(f"send {name}")
+        first = len(self.records)
+        self.records.extend(values)
+        return _Sent(self.log, first, name, self.release)
 
 
 def test_a_blocking_produce_without_room_settles_the_oldest_first() -> None:
-    windows = BlockingWindows(2)
-    log: list[str] = []
-
-    def send(name: str) -> _Pending:
-        log.append(f"send {name}")
-        return _Pending(log, name)
-
-    a = windows.send(("t", 0), lambda: send("a"))
-    windows.send(("t", 0), lambda: send("b"))
-    windows.send(("t", 1), lambda: send("other"))  # its own window
-    windows.send(("t", 0), lambda: send("c"))
-    assert log == ["send a", "send b", "send other", "settle a", "send c"]
+    node = _BlockingNode()
+    node.release.set()
+    producer = BlockingProducer(node.send, limit=2)
+    a = producer.produce(("t", 0), [b"a"])
+    producer.produce(("t", 0), [b"b"])
+    producer.produce(("t", 1), [b"other"])  # its own window
+    producer.produce(("t", 0), [b"c"])
+    assert node.log == ["send a", "send b", "send other", "settle a", "send c"]
     assert a.done
 
 
-def test_an_async_produce_waits_for_the_oldest_answer() -> None:
-    async def main() -> list[str]:
-        windows = AsyncWindows(2)
-        log: list[str] = []
-        answers = {name: asyncio.Event() for name in "abc"}
+def test_blocking_calls_of_other_threads_merge_while_one_waits_for_room() -> None:
+    node = _BlockingNode()
+    producer = BlockingProducer(node.send, limit=1)
+    key = ("t", 0)
+    first = producer.produce(key, [b"a"])
+    results: dict[bytes, int] = {}
 
-        async def produce(name: str) -> None:
-            async with windows.slot(("t", 0)):
-                log.append(f"send {name}")
-                await answers[name].wait()
-                log.append(f"answer {name}")
+    def produce(value: bytes) -> None:
+        results[value] = producer.produce(key, [value]).result()
 
-        tasks = [asyncio.create_task(produce(n)) for n in "abc"]
-        await asyncio.sleep(0.01)
-        answers["b"].set()  # not the oldest: c still waits
-        await asyncio.sleep(0.01)
-        answers["c"].set()
-        answers["a"].set()
-        await asyncio.gather(*tasks)
-        return log
+    threads = [threading.Thread(target=produce, args=(v,)) for v in (b"b", b"c", b"d")]
+    for started, thread in enumerate(threads, 1):  # b waits for a's answer; c, d queue
+        thread.start()
+        deadline = time.monotonic() + 10
+        while _waiting(producer, key) < started:
+            assert time.monotonic() < deadline, "the call never queued"
+            time.sleep(0.001)
+    node.release.set()
+    for thread in threads:
+        thread.join(10)
+    assert node.log == ["send a", "settle a", "send b+c+d", "settle b+c+d"]
+    assert first.result() == 0
+    assert {v: node.records[i] for v, i in results.items()} == {v: v for v in results}
 
-    assert asyncio.run(main()) == ["send a", "send b", "answer b", "answer a", "send c", "answer c"]
+
+def _waiting(producer: BlockingProducer, key: Key) -> int:
+    """The records queued for `key`, not yet sent."""
+    part = producer._partitions.get(key)
+    return sum(len(b.values) for b in part.queue._batches) if part else 0
+
+
+def test_queued_calls_merge_in_call_order_within_the_bounds() -> None:
+    queue: BatchQueue[list[int]] = BatchQueue(list, max_records=4, max_bytes=1000)
+    a, at_a = queue.add([b"a1", b"a2"])
+    b, at_b = queue.add([b"b1"], keys=[b"kb"], headers=[{"h": b"v"}])
+    c, at_c = queue.add([b"c1", b"c2"])  # 5 records: a new batch
+    d, at_d = queue.add([b"x" * (1000 - RECORD_OVERHEAD_BYTES)])  # too big to join c
+    e, _ = queue.add([b"e"], alone="mine")  # nothing joins it
+    f, at_f = queue.add([b"f"])
+    assert (a, at_a, at_b) == (b, 0, 2) and (c, at_c) != (a, 0)
+    assert a.values == [b"a1", b"a2", b"b1"]
+    assert a.keys == [None, None, b"kb"] and a.headers == [None, None, {"h": b"v"}]
+    assert c.keys is None and c.values == [b"c1", b"c2"]
+    assert d is not c and at_d == 0 and e.alone == "mine" and f is not e and at_f == 0
+    assert len(queue) == 5
+    assert [queue.take() for _ in range(5)] == [a, c, d, e, f]
+
+
+class _Node:
+    """A fake partition for `AsyncProducer`: appends each batch it is sent,
+    answering when the test says so."""
+
+    def __init__(self) -> None:
+        self.log: list[bytes] = []
+        self.sent: list[list[bytes]] = []
+        self.answers: list[asyncio.Future[None]] = []
+        self.fail: set[int] = set()
+
+    async def send(self, key: Key, values: Sequence[bytes], keys: object, headers: object) -> int:
+        number = len(self.sent)
+        self.sent.append(list(values))
+        answer = asyncio.get_running_loop().create_future()
+        self.answers.append(answer)
+        await answer
+        if number in self.fail:
+            raise ServerError("refused", code=ErrorCode.STORAGE_ERROR)
+        first = len(self.log)
+        self.log.extend(values)
+        return first
+
+    async def answer(self, number: int) -> None:
+        while len(self.answers) <= number:
+            await asyncio.sleep(0)
+        self.answers[number].set_result(None)
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+
+def test_calls_waiting_for_the_window_leave_merged_and_each_gets_its_own_index() -> None:
+    async def main() -> None:
+        node = _Node()
+        producer = AsyncProducer(node.send, limit=2)
+        calls = [
+            asyncio.create_task(producer.produce(("t", 0), [f"r{i}".encode()])) for i in range(7)
+        ]
+        await asyncio.sleep(0)
+        assert node.sent == [[b"r0"], [b"r1"]]  # alone, at once: room in the window
+        await node.answer(1)  # not the oldest: nothing leaves
+        assert len(node.sent) == 2
+        await node.answer(0)  # room for one batch: everything waiting, merged
+        assert node.sent[2] == [b"r2", b"r3", b"r4", b"r5", b"r6"]
+        await node.answer(2)
+        firsts = await asyncio.gather(*calls)
+        assert [node.log[i] for i in firsts] == [f"r{i}".encode() for i in range(7)]
+
+    asyncio.run(main())
+
+
+def test_a_failed_batch_fails_every_call_in_it_and_a_caller_gone_leaves_it_to_the_others() -> None:
+    async def main() -> None:
+        node = _Node()
+        node.fail.add(1)
+        producer = AsyncProducer(node.send, limit=1)
+        first = asyncio.create_task(producer.produce(("t", 0), [b"a"]))
+        await asyncio.sleep(0)
+        waiting = [asyncio.create_task(producer.produce(("t", 0), [v])) for v in (b"b", b"c")]
+        gone = asyncio.create_task(producer.produce(("t", 0), [b"d"]))
+        await asyncio.sleep(0)
+        gone.cancel()
+        await node.answer(0)
+        assert node.sent[1] == [b"b", b"c", b"d"]  # the caller that left is still in it
+        await node.answer(1)
+        for task in waiting:
+            with pytest.raises(ServerError, match="refused"):
+                await task
+        assert await first == 0
+        later = asyncio.create_task(producer.produce(("t", 0), [b"e"]))
+        await node.answer(2)
+        assert await later == 1 and node.log == [b"a", b"e"]
+
+    asyncio.run(main())
+
+
+def test_a_call_under_its_callers_producer_goes_alone_in_its_turn() -> None:
+    async def main() -> None:
+        node = _Node()
+        producer = AsyncProducer(node.send, limit=1)
+        order: list[str] = []
+
+        async def own() -> int:
+            order.append("own")
+            return 99
+
+        first = asyncio.create_task(producer.produce(("t", 0), [b"a"]))
+        await asyncio.sleep(0)
+        mine = asyncio.create_task(producer.produce(("t", 0), [b"m"], alone=own))
+        after = asyncio.create_task(producer.produce(("t", 0), [b"b"]))
+        await asyncio.sleep(0)
+        await node.answer(0)
+        assert await mine == 99 and order == ["own"]
+        await node.answer(1)
+        assert node.sent == [[b"a"], [b"b"]] and await first == 0 and await after == 1
+
+    asyncio.run(main())

@@ -138,4 +138,4 @@ async def _produce_later(client: AsyncClient, topic: str) -> list[int]:
 
 def _waits_for_room(client: AsyncClient, topic: str) -> bool:
     """Whether a produce to the partition waits for its window."""
-    return any(not w.done() for w in client._windows._waiters.get((topic, 0), []))
+    return client._producer.queued((topic, 0)) > 0

@@ -26,6 +26,10 @@ ACKS_EACH_SIDE = 30
 """Acknowledged produces each producer must have before the kill and after it."""
 
 
+ASYNC_IN_FLIGHT = 32
+"""The asyncio producer's calls in flight: four times the idempotent window."""
+
+
 @dataclass
 class Outcomes:
     """What one producer was told about each value it sent."""
@@ -70,11 +74,21 @@ class Producer(threading.Thread):
             self.error = exc
 
     async def _run_async(self) -> None:
+        """`ASYNC_IN_FLIGHT` produce calls at a time, so the idempotent ones
+        wait for the window and leave merged into batches (each call's index
+        is its own record's)."""
         async with AsyncClient(self.bootstrap, idempotent=self.idempotent) as client:
             loop = asyncio.get_running_loop()
+            in_flight: dict[asyncio.Task[int], bytes] = {}
             for value in self._values():
-                task = loop.create_task(client.produce(self.topic, 0, [value]))
-                await asyncio.wait([task])
+                in_flight[loop.create_task(client.produce(self.topic, 0, [value]))] = value
+                if len(in_flight) >= ASYNC_IN_FLIGHT:
+                    done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        self.outcomes.record(in_flight.pop(task), task.result)
+            if in_flight:
+                await asyncio.wait(in_flight)
+            for task, value in in_flight.items():
                 self.outcomes.record(value, task.result)
 
     def _values(self) -> Iterator[bytes]:

@@ -36,6 +36,7 @@ MAX_REPLICAS = 5
 KNOWN_TARGETS = (
     "laminar",
     "laminar:interval",
+    "laminar:plain",
     "laminar-r1",
     "laminar-r3",
     "nats-jetstream",

@@ -38,7 +38,9 @@ from laminar.bench.targets.base import (
 from laminar.client import AsyncClient, LaminarError, PartitionReader, TopicExistsError
 
 KIND = "laminar"
-VARIANTS = ("always", "interval")
+VARIANTS = ("always", "interval", "plain")
+"""`--flush always`, `--flush interval`, and `--flush always` with plain
+(not idempotent) produce: `AsyncClient(idempotent=False)`."""
 _FETCH_MAX_BYTES = 8 << 20
 CLUSTER_CORES_PER_NODE = 1
 """A cluster node's shards: one partition lives on one shard of each node, and
@@ -92,7 +94,8 @@ class LaminarTarget:
     """The `AsyncClient` side."""
 
     def __init__(self, endpoint: Endpoint) -> None:
-        self._client = AsyncClient(endpoint.address)
+        idempotent = endpoint.options.get("idempotent", "1") == "1"
+        self._client = AsyncClient(endpoint.address, idempotent=idempotent)
         self._replicas = int(endpoint.options.get("replication_factor", "1"))
 
     async def connect(self) -> None:
@@ -156,8 +159,9 @@ class LaminarSystem(System):
         if variant not in VARIANTS:
             raise SystemUnavailable(f"laminar has variants {', '.join(VARIANTS)}, not {variant!r}")
         self.variant = variant
+        self.flush = "always" if variant == "plain" else variant
         self.replicas = replicas or 1
-        if self.replicas > 1 and variant != "always":
+        if self.replicas > 1 and self.flush != "always":
             raise SystemUnavailable(
                 "a replicated laminar partition requires --flush always (an acknowledgement "
                 "of a Raft entry promises durability on a majority)"
@@ -172,15 +176,18 @@ class LaminarSystem(System):
         self._cluster: LaminarCluster | None = None
 
     def start(self, workdir: Path) -> Endpoint:
-        options = {"replication_factor": str(self.replicas)}
+        options = {
+            "replication_factor": str(self.replicas),
+            "idempotent": "0" if self.variant == "plain" else "1",
+        }
         if self.bootstrap is not None:
             return Endpoint(KIND, self.bootstrap, options)
         if self.replicas > 1:
             self._cluster = LaminarCluster(
-                workdir, self.replicas, self.cores, flush=self.variant, runtime=self.runtime
+                workdir, self.replicas, self.cores, flush=self.flush, runtime=self.runtime
             )
             return Endpoint(KIND, self._cluster.start(), options)
-        self._node = LaminarNode(workdir, self.cores, flush=self.variant, runtime=self.runtime)
+        self._node = LaminarNode(workdir, self.cores, flush=self.flush, runtime=self.runtime)
         return Endpoint(KIND, self._node.start(), options)
 
     def stop(self) -> None:
@@ -192,14 +199,16 @@ class LaminarSystem(System):
     def durability(self) -> Durability:
         if self.bootstrap is not None:
             return Durability(
-                self.variant == "always",
+                self.flush == "always",
                 "as the external node was started",
                 f"--bootstrap {self.bootstrap}: the harness did not start this node and "
                 "cannot see its --flush policy; results assume the policy named by the "
                 "target variant",
-                {"flush": f"{self.variant} (assumed)"},
+                {"flush": f"{self.flush} (assumed)"},
             )
-        settings = {"flush": self.variant, "cores": str(self.cores), "runtime": self.runtime}
+        settings = {"flush": self.flush, "cores": str(self.cores), "runtime": self.runtime}
+        if self.variant == "plain":
+            settings["produce"] = "plain (idempotent=False)"
         if self.replicas > 1:
             settings.update(nodes=str(self.replicas), replication_factor=str(self.replicas))
             return Durability(
@@ -211,7 +220,7 @@ class LaminarSystem(System):
                 "(a replicated partition requires --flush always)",
                 settings,
             )
-        if self.variant == "always":
+        if self.flush == "always":
             return Durability(
                 True,
                 "ack after fsync",
