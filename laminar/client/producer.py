@@ -275,10 +275,13 @@ SendAlone = Callable[[], Awaitable[int]]
 
 
 class _AsyncPartition:
-    __slots__ = ("queue", "window")
+    __slots__ = ("queue", "starting", "window")
 
     def __init__(self, limit: int) -> None:
         self.window = SequenceWindow(limit)
+        self.starting = 0
+        """Batches taken from the queue whose task has not taken a sequence yet:
+        a call that finds room waits behind them (sequences in call order)."""
         self.queue: BatchQueue[asyncio.Future[int]] = BatchQueue(
             asyncio.get_running_loop().create_future
         )
@@ -292,7 +295,8 @@ class AsyncProducer:
         self._send = send
         self.limit = limit
         self._partitions: dict[Key, _AsyncPartition] = {}
-        self._sending: set[asyncio.Task[None]] = set()
+        self._sending: dict[asyncio.Task[None], asyncio.Future[int]] = {}
+        """Queued batches being sent, and their outcomes."""
         self._closed = False
 
     async def produce(
@@ -309,13 +313,14 @@ class AsyncProducer:
         part = self._partitions.get(key)
         if part is None:
             part = self._partitions[key] = _AsyncPartition(self.limit)
-        if part.window.has_room and not part.queue:
+        if part.window.has_room and not part.queue and not part.starting:
             position = part.window.sent()
             try:
                 return await (alone() if alone else self._send(key, values, keys, headers))
             finally:
                 self._answered(key, part, position)
         batch, offset = part.queue.add(values, keys, headers, alone)
+        self._pump(key, part)  # room, behind batches still starting: goes after them
         # Shielded: a caller that gives up leaves the batch to the others in it.
         return await asyncio.shield(batch.outcome) + offset
 
@@ -325,10 +330,11 @@ class AsyncProducer:
         for part in self._partitions.values():
             while part.queue:
                 part.queue.take().outcome.cancel()
-        sending = list(self._sending)
-        for task in sending:
+        sending = list(self._sending.items())
+        for task, outcome in sending:
             task.cancel()
-        await asyncio.gather(*sending, return_exceptions=True)
+            outcome.cancel()  # a task cancelled before it ran never settles it
+        await asyncio.gather(*(task for task, _ in sending), return_exceptions=True)
 
     def queued(self, key: Key) -> int:
         """The batches of `key` waiting for room in its window."""
@@ -336,15 +342,21 @@ class AsyncProducer:
         return len(part.queue) if part is not None else 0
 
     def _answered(self, key: Key, part: _AsyncPartition, position: int) -> None:
-        """A batch got its final answer: send what waits, while there is room."""
+        """A batch got its final answer: send what waits."""
         part.window.answered(position)
+        self._pump(key, part)
+
+    def _pump(self, key: Key, part: _AsyncPartition) -> None:
+        """Send queued batches while there is room, each from a task of its own
+        (tasks run in the order they are made: sequences follow the queue)."""
         while part.window.has_room and part.queue and not self._closed:
             batch = part.queue.take()
+            part.starting += 1
             task = asyncio.get_running_loop().create_task(
                 self._send_queued(key, part, batch, part.window.sent())
             )
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
+            self._sending[task] = batch.outcome
+            task.add_done_callback(self._sending.pop)
 
     async def _send_queued(
         self,
@@ -355,6 +367,7 @@ class AsyncProducer:
     ) -> None:
         outcome = batch.outcome
         alone: SendAlone | None = batch.alone  # type: ignore[assignment]
+        part.starting -= 1  # the send below takes its sequence before it yields
         try:
             if alone is not None:
                 first = await alone()

@@ -166,12 +166,16 @@ class _Node:
         self.sent: list[list[bytes]] = []
         self.answers: list[asyncio.Future[None]] = []
         self.fail: set[int] = set()
+        self.auto = False
+        """Answer every batch sent from now on at once."""
 
     async def send(self, key: Key, values: Sequence[bytes], keys: object, headers: object) -> int:
         number = len(self.sent)
         self.sent.append(list(values))
         answer = asyncio.get_running_loop().create_future()
         self.answers.append(answer)
+        if self.auto:
+            answer.set_result(None)
         await answer
         if number in self.fail:
             raise ServerError("refused", code=ErrorCode.STORAGE_ERROR)
@@ -203,6 +207,29 @@ def test_calls_waiting_for_the_window_leave_merged_and_each_gets_its_own_index()
         await node.answer(2)
         firsts = await asyncio.gather(*calls)
         assert [node.log[i] for i in firsts] == [f"r{i}".encode() for i in range(7)]
+
+    asyncio.run(main())
+
+
+def test_a_call_finding_room_goes_behind_a_queued_batch_not_yet_started() -> None:
+    """Sequences follow call order: a batch taken from the queue takes its
+    sequence in its own task, a moment later; a call made meanwhile that finds
+    room must not overtake it."""
+
+    async def main() -> None:
+        node = _Node()
+        producer = AsyncProducer(node.send, limit=3)
+        early = [asyncio.create_task(producer.produce(("t", 0), [b"r%d" % i])) for i in range(5)]
+        await asyncio.sleep(0)
+        assert node.sent == [[b"r0"], [b"r1"], [b"r2"]]  # r3 and r4 queued
+        node.answers[0].set_result(None)
+        node.answers[1].set_result(None)
+        node.auto = True
+        await asyncio.sleep(0)  # r0's answer takes r3+r4 from the queue; r1's leaves room
+        await producer.produce(("t", 0), [b"r5"])  # made here, before that batch's task ran
+        node.answers[2].set_result(None)
+        await asyncio.gather(*early)
+        assert node.sent == [[b"r0"], [b"r1"], [b"r2"], [b"r3", b"r4"], [b"r5"]]
 
     asyncio.run(main())
 
