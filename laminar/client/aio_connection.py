@@ -43,13 +43,20 @@ from laminar.client.errors import (
     LaminarError,
     RequestTimeoutError,
 )
-from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES, ClientProtocol, silent_error
+from laminar.client.protocol import (
+    CLIENT_MAX_FRAME_BYTES,
+    ClientProtocol,
+    Liveness,
+    silent_error,
+)
 from laminar.client.routing import Address, format_address
 from laminar.outbox import Outbox
 from laminar.wire import Frame, Message
 
 _READ_BYTES: Final = 256 << 10
 _SALVAGE_S: Final = 1.0
+_WATCH_S: Final = 0.25
+"""How often a connection with requests in flight asks its `Liveness`."""
 """After a failed write, how long the reader may take to drain what the node
 sent before the connection is failed anyway (a dead socket reads at once)."""
 
@@ -177,6 +184,8 @@ class AsyncConnection:
         self._error: ConnectionLostError | None = None
         self._write_error: ConnectionLostError | None = None
         self._salvage_timer: asyncio.TimerHandle | None = None
+        self._liveness = Liveness()
+        self._watch: asyncio.TimerHandle | None = None
         self._reader = self._loop.create_task(self._read_loop())
 
     @classmethod
@@ -205,6 +214,8 @@ class AsyncConnection:
         self._waiters[corr] = fut
         self._outbox.send(buffers)
         self._deadlines.add(corr, timeout_s)
+        if self._watch is None:
+            self._watch = self._loop.call_later(_WATCH_S, self._check_liveness)
         try:
             return await fut
         finally:
@@ -224,6 +235,20 @@ class AsyncConnection:
                     f"no answer from {format_address(self.address)} within {timeout_s:g} s"
                 )
             )
+
+    def _check_liveness(self) -> None:
+        """Every `_WATCH_S` while requests are in flight (`Liveness`)."""
+        self._watch = None
+        if self._error is not None:
+            return
+        verdict = self._liveness.check(self._loop.time(), self._proto)
+        if verdict == Liveness.SILENT:
+            self._fail(silent_error(format_address(self.address)))
+            return
+        if verdict == Liveness.PROBE:
+            self._outbox.send(self._proto.probe())
+        if self._proto.in_flight:
+            self._watch = self._loop.call_later(_WATCH_S, self._check_liveness)
 
     # --- writing ---------------------------------------------------------------------
 
@@ -288,6 +313,9 @@ class AsyncConnection:
             self._reader.cancel()
         self._outbox.abort()
         self._deadlines.close()
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         # The reader's recv may still be in the kernel (io_uring): shut the socket
         # down now, close it once the reader has let go of it.
         with contextlib.suppress(OSError):

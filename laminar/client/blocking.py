@@ -38,7 +38,12 @@ from laminar.client.errors import (
     ConnectionLostError,
     RequestTimeoutError,
 )
-from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES, ClientProtocol, silent_error
+from laminar.client.protocol import (
+    CLIENT_MAX_FRAME_BYTES,
+    ClientProtocol,
+    Liveness,
+    silent_error,
+)
 from laminar.client.routing import Address, format_address
 from laminar.wire import Frame, Message
 from laminar.wire.codec import Buffer
@@ -80,6 +85,7 @@ class BlockingConnection:
         self.address = address
         self._sock = connect(address, connect_timeout_s)
         self._proto = ClientProtocol(max_frame_bytes)
+        self._liveness = Liveness()
         self._send_lock = threading.Lock()
         self._out: list[Buffer] = []
         """Frames queued for the next write (guarded by `_cond`)."""
@@ -156,6 +162,14 @@ class BlockingConnection:
                 raise error or ConnectionLostError(f"send to {self._name()} failed")
         return corr
 
+    def _send_probe(self) -> None:
+        """Ask the node for any answer at all (`Liveness`); a failed write is
+        the reader's to find."""
+        with self._cond:
+            buffers = self._proto.probe()
+        with self._send_lock, contextlib.suppress(OSError):
+            self._send_buffers(buffers)
+
     def _send_buffers(self, buffers: list[Buffer]) -> None:
         sock = self._sock
         while buffers:
@@ -182,6 +196,7 @@ class BlockingConnection:
         silent and every waiter gets its `ConnectionLostError`."""
         cond = self._cond
         while True:
+            probe = False
             with cond:
                 while True:
                     frame = self._done.pop(corr, None)
@@ -189,6 +204,12 @@ class BlockingConnection:
                         return frame
                     if self._error is not None:
                         raise self._error
+                    verdict = self._liveness.check(time.monotonic(), self._proto)
+                    if verdict == Liveness.SILENT:
+                        silent = silent_error(self._name())
+                        self._fail_locked(silent)
+                        raise silent
+                    probe = verdict == Liveness.PROBE
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         if self._proto.expire(corr):  # silent since it was sent
@@ -201,7 +222,9 @@ class BlockingConnection:
                     if not self._reading:
                         self._reading = True
                         break
-                    cond.wait(remaining)
+                    cond.wait(remaining if remaining is None else min(remaining, _READ_TICK_S))
+            if probe:
+                self._send_probe()
             mine = self._read_once(corr)
             if mine is not None:
                 return mine

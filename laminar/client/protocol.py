@@ -21,7 +21,12 @@ waiting out its own deadline on a dead link, and no later request is sent
 into it. Any byte received counts, a part of a large answer too, so a busy
 connection is never taken for a silent one; a long-poll fetch's deadline
 includes its `max_wait`, so a poll the node holds on purpose never expires
-early. An
+early. A request's deadline is long (`timeout_s`, 30 s by default), so the
+shells do not wait for it to find silence: `Liveness` watches each
+connection with requests in flight, sends a ping once it has heard nothing
+for `PROBE_AFTER_S`, and calls it silent when the ping is not answered
+within as long again (any byte counts: a node busy with a slow request
+answers the ping). An
 error frame whose correlation id is unknown is the node's last word before it
 closes a connection it could not decode: it becomes the `ProtocolViolationError`
 raised for every request still waiting.
@@ -45,9 +50,16 @@ from laminar.wire import (
     Frame,
     FrameDecoder,
     Message,
+    Ping,
     ProtocolError,
 )
 from laminar.wire.codec import Buffer
+
+PROBE_AFTER_S: Final = 1.0
+"""How long a connection with requests in flight may hear nothing before it is
+probed, and the probe go unanswered before the connection is silent: half
+of Raft's longest election timeout each, so a client leaves a silent leader
+about when the others have elected a new one."""
 
 # Fetch answers hold at least one record even past max_bytes, so the client
 # accepts much larger frames than the node's default request limit.
@@ -70,6 +82,11 @@ class ClientProtocol:
         """Correlation ids sent and not yet answered -> `_received` when sent."""
 
     @property
+    def received(self) -> int:
+        """How many times bytes arrived so far (`Liveness` compares marks)."""
+        return self._received
+
+    @property
     def receive_room(self) -> int:
         """Read at most this many bytes before the next `receive`."""
         return self._decoder.room
@@ -85,6 +102,13 @@ class ClientProtocol:
         buffers = message.encode_buffers(corr)
         in_flight[corr] = self._received
         return corr, buffers
+
+    def probe(self) -> list[Buffer]:
+        """A ping to send (`Liveness`); its answer is dropped, but counts as
+        bytes received like any other."""
+        corr, buffers = self.request(Ping(0))
+        self.abandon(corr)
+        return buffers
 
     def abandon(self, corr: int) -> None:
         """Stop waiting for `corr`: its answer, if it comes, is dropped."""
@@ -125,6 +149,42 @@ class ClientProtocol:
             raise ProtocolViolationError(
                 f"the node sent bytes that do not decode ({exc.message}); connection closed"
             ) from exc
+
+
+class Liveness:
+    """Whether a connection with requests in flight still answers (see the
+    module docstring). Sans-IO: the shells call `check` every so often with
+    their clock and act on its verdict."""
+
+    OK: Final = 0
+    PROBE: Final = 1
+    """Send `ClientProtocol.probe()` now."""
+    SILENT: Final = 2
+    """Close the connection with `silent_error`."""
+
+    __slots__ = ("_mark", "_probed_at", "_quiet_since", "probe_after_s")
+
+    def __init__(self, probe_after_s: float = PROBE_AFTER_S) -> None:
+        self.probe_after_s = probe_after_s
+        self._mark = -1
+        self._quiet_since: float | None = None
+        self._probed_at: float | None = None
+
+    def check(self, now: float, proto: ClientProtocol) -> int:
+        """The verdict at `now` (seconds, any monotonic clock)."""
+        if not proto.in_flight:
+            self._quiet_since = self._probed_at = None
+            return self.OK
+        if proto.received != self._mark or self._quiet_since is None:
+            self._mark = proto.received
+            self._quiet_since, self._probed_at = now, None
+            return self.OK
+        if self._probed_at is None:
+            if now - self._quiet_since < self.probe_after_s:
+                return self.OK
+            self._probed_at = now
+            return self.PROBE
+        return self.SILENT if now - self._probed_at >= self.probe_after_s else self.OK
 
 
 def silent_error(peer: str) -> ConnectionLostError:

@@ -16,6 +16,7 @@ from laminar.client import (
     RetryPolicy,
     UnknownTopicError,
 )
+from laminar.client.protocol import PROBE_AFTER_S
 from laminar.placement import partition_id, shard_for
 from laminar.wire import ErrorCode, Op, producer_stamp
 from tests.cluster.nodes import wait_until
@@ -154,6 +155,39 @@ def test_a_frozen_node_fails_every_request_on_the_connection_at_once(
             return await c.produce("t", 0, [b"after"])  # a new connection
 
     assert run(main()) == 2
+
+
+def test_a_frozen_node_is_found_silent_by_a_probe_long_before_the_deadline(
+    node: FakeNode, run: Runner
+) -> None:
+    """As `Client`'s: with the default `timeout_s`, a ping finds the silence."""
+
+    async def main() -> float:
+        async with AsyncClient(node.bootstrap, idempotent=False) as c:
+            await c.create_topic("t", partitions=1)
+            node.freeze()
+            start = time.monotonic()
+            with pytest.raises(OutcomeUnknownError, match="nothing else from it"):
+                await c.produce("t", 0, [b"frozen"])
+            node.thaw()
+            return (time.monotonic() - start) / c.timeout_s
+
+    assert run(main()) < 1 / 3
+
+
+def test_a_slow_answer_on_a_live_connection_is_not_silence(node: FakeNode, run: Runner) -> None:
+    """As `Client`'s: the probe is answered, the held request runs to its deadline."""
+
+    async def main() -> None:
+        async with AsyncClient(node.bootstrap, timeout_s=3 * PROBE_AFTER_S, idempotent=False) as c:
+            await c.create_topic("t", partitions=1)
+            node.inject(Fault("ignore", op=Op.PRODUCE))
+            with pytest.raises(OutcomeUnknownError) as lost:
+                await c.produce("t", 0, [b"held"])
+            assert "nothing else from it" not in str(lost.value)
+            assert await c.produce("t", 0, [b"next"]) >= 0
+
+    run(main())
 
 
 def test_a_silent_bootstrap_address_is_passed_over(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from laminar.client import CannotConnectError, ProtocolViolationError, UnknownTopicError
-from laminar.client.protocol import ClientProtocol
+from laminar.client.protocol import ClientProtocol, Liveness
 from laminar.wire import ErrorCode, ErrorResponse, Op, Ping, Pong
 
 
@@ -86,3 +86,26 @@ def test_a_timeout_on_a_connection_silent_since_the_send_says_so() -> None:
     assert proto.expire(late) is False  # not in flight any more
     assert proto.receive(pong(old)[5:] + pong(late)) == []  # both dropped when late
     assert proto.expire(other) is False  # the late answers came after it was sent
+
+
+def test_liveness_probes_a_quiet_connection_then_calls_it_silent() -> None:
+    proto = ClientProtocol()
+    liveness = Liveness(probe_after_s=1.0)
+    assert liveness.check(0.0, proto) == Liveness.OK  # nothing in flight: nothing to judge
+    proto.request(Ping(0))
+    assert [liveness.check(t, proto) for t in (10.0, 10.9)] == [Liveness.OK, Liveness.OK]
+    assert liveness.check(11.0, proto) == Liveness.PROBE
+    assert liveness.check(11.5, proto) == Liveness.OK  # the probe's answer may still come
+    assert liveness.check(12.0, proto) == Liveness.SILENT
+
+
+def test_liveness_takes_any_byte_as_an_answer_and_starts_over() -> None:
+    proto = ClientProtocol()
+    liveness = Liveness(probe_after_s=1.0)
+    corr, _ = proto.request(Ping(0))
+    liveness.check(0.0, proto)
+    assert liveness.check(1.0, proto) == Liveness.PROBE
+    proto.probe()
+    proto.receive(pong(corr)[:5])  # part of an answer: bytes all the same
+    assert liveness.check(1.9, proto) == Liveness.OK
+    assert liveness.check(2.9, proto) == Liveness.PROBE  # quiet again since 1.9

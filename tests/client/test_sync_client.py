@@ -18,6 +18,7 @@ from laminar.client import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from laminar.client.protocol import PROBE_AFTER_S
 from laminar.placement import partition_id, shard_for
 from laminar.wire import ErrorCode, Op, producer_stamp
 from tests.cluster.nodes import wait_until
@@ -283,6 +284,34 @@ def test_a_frozen_node_fails_every_request_on_the_connection_at_once(node: FakeN
         pid = partition_id(info.topic_id, 0)
         wait_until(lambda: node.records(pid) == [b"\x00first", b"\x00second"], "thawed")
         assert c.produce("t", 0, [b"after"]) == 2  # a new connection
+
+
+def test_a_frozen_node_is_found_silent_by_a_probe_long_before_the_deadline(
+    node: FakeNode,
+) -> None:
+    """With the default `timeout_s` (30 s): a connection quiet for
+    `PROBE_AFTER_S` with a request in flight is pinged, and closed as silent
+    when the ping goes unanswered as long again."""
+    with Client(node.bootstrap, idempotent=False) as c:
+        c.create_topic("t", partitions=1)
+        node.freeze()
+        start = time.monotonic()
+        with pytest.raises(OutcomeUnknownError, match="nothing else from it"):
+            c.produce("t", 0, [b"frozen"])
+        assert time.monotonic() - start < c.timeout_s / 3
+        node.thaw()
+
+
+def test_a_slow_answer_on_a_live_connection_is_not_silence(node: FakeNode) -> None:
+    """The node answers the probe while it holds a request: that request runs
+    to its own deadline, and the connection stays."""
+    with Client(node.bootstrap, timeout_s=3 * PROBE_AFTER_S, idempotent=False) as c:
+        c.create_topic("t", partitions=1)
+        node.inject(Fault("ignore", op=Op.PRODUCE))
+        with pytest.raises(OutcomeUnknownError) as lost:
+            c.produce("t", 0, [b"held"])
+        assert "nothing else from it" not in str(lost.value)
+        assert c.produce("t", 0, [b"next"]) >= 0
 
 
 def test_a_silent_bootstrap_address_is_passed_over(node: FakeNode, silent_address: str) -> None:
