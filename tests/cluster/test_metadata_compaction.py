@@ -28,6 +28,7 @@ from laminar.log.storage import SyscallBackend
 from laminar.placement import partition_id
 from laminar.replication.host import RaftHost
 from laminar.shards.channels import Channels
+from laminar.shards.errors import RequestError
 from laminar.shards.metadata import METADATA_PID, Applied, MetadataError
 from laminar.shards.metalog import MetadataService
 from laminar.shards.partitions import LongPolls, PartitionManager
@@ -138,17 +139,32 @@ def _leader(nodes: dict[str, Node]) -> Node | None:
 
 
 async def _change(nodes: dict[str, Node], op: str, name: str) -> TopicInfo:
-    """Create or delete a topic through whoever leads the metadata group."""
+    """Create or delete a topic through whoever leads the metadata group. A
+    write whose outcome is unknown (leadership changed under it: a loaded
+    machine) is made again, and found done if it was."""
+    done: TopicInfo | None = None
+    unknown = False
     while True:
         leader = await _until(lambda: _leader(nodes))
         try:
             if op == "create":
                 return await leader.service.create_topic(name, PARTITIONS, {}, 1)
+            done = leader.service.state.by_name(name) or done
             return await leader.service.delete_topic(name)
+        except RequestError as exc:
+            if exc.code is not ErrorCode.OUTCOME_UNKNOWN:
+                raise
+            unknown = True
         except MetadataError as exc:
+            if unknown and done is not None and exc.code is ErrorCode.UNKNOWN_TOPIC:
+                return done  # the delete whose outcome was unknown went through
+            if unknown and op == "create" and exc.code is ErrorCode.TOPIC_EXISTS:
+                created = leader.service.state.by_name(name)
+                if created is not None:
+                    return created  # the create whose outcome was unknown did
             if exc.code not in (ErrorCode.NOT_LEADER, ErrorCode.NOT_READY):
                 raise
-            await asyncio.sleep(TICK_S)
+        await asyncio.sleep(TICK_S)
 
 
 async def _churn(nodes: dict[str, Node], prefix: str, count: int) -> list[TopicInfo]:
