@@ -55,10 +55,10 @@ from laminar.wire import Frame, Message
 
 _READ_BYTES: Final = 256 << 10
 _SALVAGE_S: Final = 1.0
-_WATCH_S: Final = 0.25
-"""How often a connection with requests in flight asks its `Liveness`."""
 """After a failed write, how long the reader may take to drain what the node
 sent before the connection is failed anyway (a dead socket reads at once)."""
+_WATCH_S: Final = 0.25
+"""How often a connection with requests in flight asks its `Liveness`."""
 
 
 def _is_ip_literal(host: str) -> bool:
