@@ -148,8 +148,7 @@ def _run(args: argparse.Namespace) -> int:
     if run_async is not None:
         code: int = asyncio.run(run_async(args))
         return code
-    budget_s = getattr(args, "retry_budget_s", RetryPolicy().budget_s)  # `status`: short
-    retry = RetryPolicy(budget_s=min(args.timeout, budget_s))
+    retry = RetryPolicy(budget_s=min(args.timeout, RetryPolicy().budget_s))
     idempotent = getattr(args, "idempotent", True)  # `produce --no-idempotence`
     with Client(
         args.bootstrap, timeout_s=args.timeout, retry=retry, idempotent=idempotent

@@ -38,9 +38,6 @@ from laminar.client.routing import Address, ClusterView, format_address
 from laminar.wire import ListOffsetsResponse
 
 ADMIN_PORT_OFFSET = 2000
-STATUS_RETRY_BUDGET_S = 2.0
-"""How long `status` retries a request (a shard restarting) before it reports
-what did not answer."""
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -54,9 +51,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_admin_argument(parser)
-    # A report of what is now: a partition that cannot answer (offline) is
-    # reported as such after a short retry, not waited on for the usual budget.
-    parser.set_defaults(run=status, retry_budget_s=STATUS_RETRY_BUDGET_S)
+    parser.set_defaults(run=status)
 
 
 def add_admin_argument(parser: argparse.ArgumentParser) -> None:
@@ -217,18 +212,17 @@ def moving_partitions(samples: list[Sample]) -> list[dict[str, Any]]:
 
 
 def describe_what_answers(client: Client, names: list[str]) -> tuple[list[Any], list[str]]:
-    """`describe_topics`, skipping topics that cannot be described now (a
-    partition offline): (descriptions, the names skipped)."""
-    try:
-        return client.describe_topics(names), []
-    except LaminarError:
-        described, skipped = [], []
-        for name in names:
-            try:
-                described += client.describe_topics([name])
-            except LaminarError:
-                skipped.append(name)
-        return described, skipped
+    """`describe_topic` of each topic, skipping those that cannot be described
+    now (a partition offline), each after the client's retries: (descriptions,
+    the names skipped). One topic at a time, so a topic that does not answer
+    costs one retry budget, not one per pass."""
+    described, skipped = [], []
+    for name in names:
+        try:
+            described += client.describe_topics([name])
+        except LaminarError:
+            skipped.append(name)
+    return described, skipped
 
 
 def scrape(address: Address, timeout_s: float) -> list[Sample] | None:

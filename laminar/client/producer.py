@@ -49,6 +49,7 @@ from typing import Final, Generic, Protocol, TypeVar
 
 from laminar.client import calls
 from laminar.wire import PRODUCER_WINDOW
+from laminar.wire.records import check_records
 
 Key = tuple[str, int]
 """(topic, partition)."""
@@ -310,6 +311,8 @@ class AsyncProducer:
         """Append a call's records (sent at once if there is room and nothing is
         queued, else merged into the next batch, unless it must go `alone`):
         the index of its first."""
+        if alone is None:
+            check_records(values, keys, headers)  # one call's mistake is its own
         part = self._partitions.get(key)
         if part is None:
             part = self._partitions[key] = _AsyncPartition(self.limit)
@@ -464,6 +467,8 @@ class BlockingProducer:
     ) -> Produced:
         """Send a call's records once `key`'s window has room (see the class);
         one that must go `alone` (under its caller's producer) is not merged."""
+        if alone is None:
+            check_records(values, keys, headers)  # one call's mistake is its own
         with self._lock:
             part = self._partitions.get(key)
             if part is None:

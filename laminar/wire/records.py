@@ -323,6 +323,39 @@ def decode_produce_batch(
     return tuple(blobs)
 
 
+def check_records(
+    values: Sequence[Buffer],
+    keys: Sequence[bytes | None] | None = None,
+    headers: Sequence[Mapping[str, bytes] | None] | None = None,
+) -> None:
+    """Refuse (`WireUsageError`) what a produce could not carry, before it is
+    merged with other calls' records (`laminar.client.producer`): there, one
+    call's mistake would fail the others' too."""
+    if not values:
+        raise WireUsageError("produce needs at least one value")
+    if keys is not None and len(keys) != len(values):
+        raise WireUsageError(f"{len(keys)} keys for {len(values)} values")
+    if headers is not None and len(headers) != len(values):
+        raise WireUsageError(f"{len(headers)} header maps for {len(values)} values")
+    for value in values:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise WireUsageError(f"record values are bytes, not {type(value).__name__}")
+    for key in keys or ():
+        if key is not None and not isinstance(key, bytes | bytearray):
+            raise WireUsageError(f"record keys are bytes or None, not {type(key).__name__}")
+    for names in headers or ():
+        for name, hv in (names or {}).items():
+            if type(name) is not str or not isinstance(hv, bytes | bytearray):
+                raise WireUsageError(
+                    f"record headers map str to bytes; got {name!r}: {type(hv).__name__}"
+                )
+            if name == PRODUCER_HEADER:
+                raise WireUsageError(
+                    f"the record header {PRODUCER_HEADER!r} is reserved for the client's "
+                    "idempotent produce"
+                )
+
+
 def _refuse_stamp(blob: bytes, allowed: bool) -> None:
     if not allowed and producer_stamp(blob) is not None:
         raise InvalidMessage(

@@ -21,6 +21,8 @@ from laminar.client.producer import (
 )
 from laminar.shards.idempotence import BATCHES_MAX
 from laminar.wire import PRODUCER_WINDOW, ErrorCode
+from laminar.wire.errors import WireUsageError
+from laminar.wire.records import PRODUCER_HEADER
 
 
 def test_each_partition_numbers_its_records_under_its_own_producer() -> None:
@@ -255,6 +257,28 @@ def test_a_failed_batch_fails_every_call_in_it_and_a_caller_gone_leaves_it_to_th
         later = asyncio.create_task(producer.produce(("t", 0), [b"e"]))
         await node.answer(2)
         assert await later == 1 and node.log == [b"a", b"e"]
+
+    asyncio.run(main())
+
+
+def test_a_call_that_cannot_be_sent_fails_alone_before_it_is_merged() -> None:
+    async def main() -> None:
+        node = _Node()
+        producer = AsyncProducer(node.send, limit=1)
+        first = asyncio.create_task(producer.produce(("t", 0), [b"a"]))
+        await asyncio.sleep(0)
+        fine = asyncio.create_task(producer.produce(("t", 0), [b"b"]))
+        for bad in (
+            producer.produce(("t", 0), [b"c"], headers=[{PRODUCER_HEADER: b"x"}]),
+            producer.produce(("t", 0), ["text"]),  # type: ignore[list-item]
+            producer.produce(("t", 0), [b"d", b"e"], keys=[b"k"]),
+            producer.produce(("t", 0), []),
+        ):
+            with pytest.raises(WireUsageError):
+                await bad
+        await node.answer(0)
+        await node.answer(1)
+        assert (await first, await fine) == (0, 1) and node.sent == [[b"a"], [b"b"]]
 
     asyncio.run(main())
 
