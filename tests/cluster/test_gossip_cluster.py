@@ -36,7 +36,7 @@ from laminar.placement import partition_id, replica_nodes
 from laminar.wire.records import decode_record
 from tests.cluster.history import Produce, check
 from tests.cluster.netns import TestNetwork
-from tests.cluster.nodes import host_index, read_replica, wait_until
+from tests.cluster.nodes import free_port, host_index, read_replica, wait_until
 from tests.system.bpf_env import BPF_REASON
 from tests.system.nodes import RunningNode, start_node
 
@@ -109,7 +109,16 @@ def gossip_cluster(
 
         def start(name: str, join: str | None, key: Path = secret) -> RunningNode:
             (tmp_path / name).mkdir()
-            where: dict[str, Any] = {}
+            # A fixed node port below the ephemeral range: tests restart nodes on
+            # it, and a kernel-chosen one could meanwhile go to another socket
+            # (tests/cluster/nodes.free_port); shard and admin ports ephemeral
+            # (by default they follow the node port, the admin one into that range).
+            where: dict[str, Any] = {
+                "port": free_port(),
+                "shard_port_base": 0,
+                "admin_port": 0,
+            }
+            where = {k: v for k, v in where.items() if k not in flags}
             if net is not None:
                 host = host_index(name)
                 address = net.address(host)  # the admin endpoint too: the test reads it
