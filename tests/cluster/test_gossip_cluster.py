@@ -395,9 +395,9 @@ def test_a_node_back_within_the_grace_keeps_its_partitions_and_catches_up(
             produce(client, 1)  # acknowledged by the two replicas left of each partition
         if routing == "ebpf":  # one port: the kernel splits the traffic
             assert old.info["membership_address"] == old.bootstrap
-        # New ports (fixed ones could be taken meanwhile): the new address is
+        # A new node port (and ephemeral shard ports): the new address is
         # gossiped with the new incarnation, and the replicas follow it.
-        nodes[victim] = old.restart()
+        nodes[victim] = old.restart(port=free_port())
         wait_until(
             lambda: all(member_states(n).get(victim) == "alive" for n in nodes.values()),
             f"{victim} alive again",
