@@ -4,7 +4,10 @@ The node announces the new weight by gossip (a new incarnation, so it beats
 the old news); every partition leader's placement controller then moves the
 partitions whose top replicas changed, one safe step at a time (`laminar
 status` shows them moving). The node's admin endpoint takes the change from
-this host only (`POST /weight`), so run this on the node's machine.
+this host only: a write needs the node's admin token, which the node writes
+at each start to an owner-only file in its data dir (`/status` names the
+file; `--admin-token-file` to say where), so run this on the node's machine,
+as the node's user (or root).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from laminar.cli.common import CommandError, Exit, UsageError
 from laminar.cli.output import print_json
 from laminar.cli.status import add_admin_argument, admin_address
 from laminar.client import Client
-from laminar.client.routing import format_address
+from laminar.client.routing import Address, format_address
 
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -32,6 +35,11 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("weight", type=_weight, help="the new weight, a number in (0, 1e9]")
     add_admin_argument(parser)
+    parser.add_argument(
+        "--admin-token-file",
+        metavar="PATH",
+        help="the node's admin token (default: the file the node's /status names)",
+    )
     parser.set_defaults(run=set_weight)
 
 
@@ -49,11 +57,12 @@ def _weight(text: str) -> float:
 
 def set_weight(client: Client, args: argparse.Namespace) -> int:
     admin = admin_address(client, args.admin)
+    token = _admin_token(args.admin_token_file or _token_file(admin, args.timeout))
     request = urllib.request.Request(
         f"http://{format_address(admin)}/weight",
         data=repr(args.weight).encode(),
         method="POST",
-        headers={"Content-Type": "text/plain"},
+        headers={"Content-Type": "text/plain", "Authorization": f"Bearer {token}"},
     )
     try:
         with urllib.request.urlopen(request, timeout=args.timeout) as response:
@@ -80,6 +89,42 @@ def set_weight(client: Client, args: argparse.Namespace) -> int:
             "(see `laminar status`)"
         )
     return Exit.OK
+
+
+def _token_file(admin: Address, timeout_s: float) -> str:
+    """Where the node keeps its admin token, as its /status says."""
+    try:
+        with urllib.request.urlopen(
+            f"http://{format_address(admin)}/status", timeout=timeout_s
+        ) as r:
+            path = json.loads(r.read()).get("admin_token_file")
+    except (urllib.error.URLError, OSError, ValueError, AttributeError) as exc:
+        raise CommandError(
+            f"cannot read the admin endpoint {format_address(admin)}/status: {exc}",
+            Exit.CANNOT_CONNECT,
+            "CANNOT_CONNECT",
+        ) from exc
+    if not isinstance(path, str):
+        raise CommandError(
+            "the node does not name its admin token file (an older node?)",
+            Exit.SERVER_ERROR,
+            "REFUSED",
+            "give it with --admin-token-file",
+        )
+    return path
+
+
+def _admin_token(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read(256).strip()
+    except OSError as exc:
+        raise CommandError(
+            f"cannot read the node's admin token {path}: {exc.strerror or exc}",
+            Exit.USAGE,
+            "NO_ADMIN_TOKEN",
+            "run this as the node's user (or root), on the node's host",
+        ) from exc
 
 
 def _reason(exc: urllib.error.HTTPError) -> str:

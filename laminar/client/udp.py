@@ -19,6 +19,9 @@ owns its partition. Rules this client keeps:
   the node finds too big (or whose answer would be) comes back as USE_TCP:
   both raise `InvalidRequestError` with `.code` USE_TCP. Use `Client` (TCP)
   for those.
+- The node answers no more than 3 times a request's size (so a forged
+  request cannot be amplified against a victim): every request is padded
+  (a `pad` header field) to a third of `max_answer_bytes`.
 - Answers are matched by correlation id; duplicates and late answers to
   requests already resolved are dropped.
 
@@ -36,7 +39,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from laminar.client.errors import (
     InvalidRequestError,
@@ -47,10 +50,12 @@ from laminar.client.errors import (
 )
 from laminar.client.routing import parse_address
 from laminar.wire import (
+    UDP_AMPLIFICATION_MAX,
     ErrorCode,
     ErrorResponse,
     FetchRequest,
     FetchResponse,
+    Frame,
     Message,
     Op,
     Ping,
@@ -61,14 +66,33 @@ from laminar.wire import (
     Response,
     decode_frame,
     decode_response,
+    encode_frame,
 )
 
 UDP_PAYLOAD_BYTES_MAX: Final = 65507
+UDP_ANSWER_BYTES: Final = 1472
+"""The node's default `--udp-max-bytes`: the largest answer it sends."""
 RECEIVE_BUFFER_BYTES: Final = 1 << 20
 FETCH_OVERHEAD_BYTES: Final = 256
 """Room a fetch answer needs beyond its records' bytes (prefix, header, record table)."""
 _T = TypeVar("_T")
 _REPEATABLE: Final = frozenset({Op.PING, Op.FETCH, Op.LIST_OFFSETS, Op.METADATA, Op.LIST_TOPICS})
+
+
+def padded(frame: Frame, size: int) -> bytes:
+    """`frame` encoded, with a `pad` header field (which no op reads) that brings
+    it to `size` bytes when it is shorter."""
+
+    def encode(header: dict[str, Any]) -> bytes:
+        op, corr, pid = frame.op, frame.correlation_id, frame.partition_id
+        return encode_frame(op, corr, pid, header, frame.payload, flags=frame.flags)
+
+    data = encode(frame.header)
+    short = size - len(data)
+    if short <= 0:
+        return data
+    overshoot = len(encode({**frame.header, "pad": bytes(short)})) - size
+    return encode({**frame.header, "pad": bytes(max(0, short - overshoot))})
 
 
 @dataclass(slots=True)
@@ -90,11 +114,13 @@ class UdpClient:
         timeout_s: float = 1.0,
         retries: int = 3,
         max_datagram_bytes: int = UDP_PAYLOAD_BYTES_MAX,
+        max_answer_bytes: int = UDP_ANSWER_BYTES,
     ) -> None:
         host, port = parse_address(address) if isinstance(address, str) else address
         self.timeout_s = timeout_s
         self.retries = retries
         self.max_datagram_bytes = max_datagram_bytes
+        self._pad_to = min(max_datagram_bytes, -(-max_answer_bytes // UDP_AMPLIFICATION_MAX))
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_DGRAM)
         # Room for a window of answers even when each costs a page (generic XDP).
@@ -157,7 +183,7 @@ class UdpClient:
         return [r for r in results if r is not None]
 
     def _encode(self, request: Message) -> bytes | LaminarError:
-        data = request.encode(next(self._ids) & 0xFFFF_FFFF)
+        data = padded(request.to_frame(next(self._ids) & 0xFFFF_FFFF), self._pad_to)
         if len(data) > self.max_datagram_bytes:
             return InvalidRequestError(
                 f"the request ({len(data)} bytes) does not fit a datagram "

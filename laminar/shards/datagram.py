@@ -15,7 +15,14 @@ from the receiving socket. Rules:
   with `--udp-writes`. A request datagram larger than `udp_max_bytes`, or an
   answer that would be, gets USE_TCP too (a fetch should ask for `max_bytes`
   that fit). The default, 1472, keeps datagrams within an Ethernet MTU
-  (unfragmented) and caps what a forged request can reflect to one frame.
+  (unfragmented).
+- No answer is more than `UDP_AMPLIFICATION_MAX` (3) times its request
+  datagram, or `UDP_SMALL_ANSWER_BYTES` (100) if that is more, so a forged request reflects
+  at most that to its victim (a 25-byte fetch once drew 1,472 bytes: 59x).
+  A client that wants a larger answer pads its request with a `pad` header
+  field, which every op ignores (`laminar.client.udp` does, as QUIC clients
+  pad their first packets); the datagram stays one frame, which the steering
+  programs check. An answer over the ratio becomes a short USE_TCP.
 - A datagram never waits on purpose: a fetch that asks to long-poll gets
   USE_TCP. So a bounded number of datagrams in service at once (`MAX_IN_FLIGHT`)
   are all being worked on; past that, the socket buffer queues them and the
@@ -36,9 +43,12 @@ from laminar.wire import (
     MAGIC,
     PREFIX_BYTES,
     REQUEST_HEADER_LIMITS,
+    UDP_AMPLIFICATION_MAX,
+    UDP_SMALL_ANSWER_BYTES,
     BadMagic,
     ErrorCode,
     ErrorResponse,
+    Frame,
     Op,
     ProtocolError,
     decode_frame,
@@ -109,6 +119,7 @@ class DatagramServer:
         if len(data) > self._udp_max_bytes:
             await self._refuse_oversized(data, address)
             return
+        answer_max = max(UDP_AMPLIFICATION_MAX * len(data), UDP_SMALL_ANSWER_BYTES)
         try:
             frame = decode_frame(data, self._max_frame_bytes, REQUEST_HEADER_LIMITS)
         except BadMagic:
@@ -116,16 +127,16 @@ class DatagramServer:
             return
         except ProtocolError as exc:
             self._metrics.protocol_errors += 1
-            if exc.correlation_id is None:
+            reply = b"".join(ErrorResponse.from_error(exc).encode_buffers(exc.correlation_id or 0))
+            if exc.correlation_id is None or len(reply) > answer_max:
                 self._metrics.datagrams_dropped += 1
                 return
-            reply = b"".join(ErrorResponse.from_error(exc).encode_buffers(exc.correlation_id))
             await self._send(reply, address)
             return
         refusal = self._refusal(frame.op, frame.header)
         if refusal is not None:
             use_tcp = self._use_tcp(frame.op, frame.correlation_id, frame.partition_id, refusal)
-            await self._send(use_tcp, address)
+            await self._send(self._bounded(use_tcp, answer_max, frame), address)
             return
         reply = b"".join(await self._dispatcher.dispatch(frame, self._ctx))
         if len(reply) > self._udp_max_bytes:
@@ -136,16 +147,14 @@ class DatagramServer:
                 f"the answer ({len(reply)} bytes) does not fit a datagram "
                 f"({self._udp_max_bytes} bytes here); use TCP or ask for less",
             )
+        reply = self._bounded(reply, answer_max, frame)
         await self._send(reply, address)
 
     def _refusal(self, op: int, header: dict[str, Any]) -> str | None:
         """Why a well-formed request is not served over UDP, or None."""
         if op not in self._ops:
             if op in WRITE_OPS:
-                return (
-                    f"op {op} changes state and a datagram's source can be forged: it is "
-                    "served over TCP only (or over UDP when the node runs with --udp-writes)"
-                )
+                return "a datagram's source can be forged: writes need TCP (or --udp-writes)"
             return f"op {op} is not served over UDP; send it over TCP"
         if op == Op.FETCH and header.get("max_wait_ms"):
             return "a fetch that long-polls holds the request while it waits: long-poll over TCP"
@@ -162,6 +171,15 @@ class DatagramServer:
             f"({self._udp_max_bytes} bytes here); send it over TCP"
         )
         await self._send(self._use_tcp(op, corr, pid, message), address)
+
+    def _bounded(self, reply: bytes, answer_max: int, frame: Frame) -> bytes:
+        """`reply`, or a short USE_TCP when it is over the amplification bound."""
+        if len(reply) <= answer_max:
+            return reply
+        self._metrics.error("udp_amplification")
+        return self._use_tcp(
+            frame.op, frame.correlation_id, frame.partition_id, "pad the request or use TCP"
+        )
 
     def _use_tcp(self, op: int, corr: int, pid: int, message: str) -> bytes:
         self._metrics.error("use_tcp")

@@ -56,7 +56,13 @@ import time
 import uuid
 from typing import Any, Final
 
-from laminar.shards.admin import AdminRefusal, AdminServer, AdminSource
+from laminar.shards.admin import (
+    TOKEN_FILE,
+    AdminRefusal,
+    AdminServer,
+    AdminSource,
+    create_token_file,
+)
 from laminar.shards.config import NodeConfig
 from laminar.shards.control import (
     CONTROL_MAX_FRAME_BYTES,
@@ -237,7 +243,10 @@ class Supervisor:
         )
 
     def _prepare_data_dir(self) -> None:
+        """The data dir, owner-only: records are readable by the node's user alone
+        (the umask covers every file and directory the node makes from here on)."""
         config = self.config
+        os.umask(0o077)
         try:
             os.makedirs(config.run_dir, exist_ok=True)
             os.makedirs(config.partitions_dir, exist_ok=True)
@@ -250,6 +259,10 @@ class Supervisor:
                 f"data dir {config.data_dir} is not usable: {exc.strerror or exc}; "
                 "choose a writable directory with --data-dir"
             ) from None
+        try:
+            os.chmod(config.data_dir, 0o700)  # a dir made by an older version, or by hand
+        except OSError as exc:
+            logger.warning("cannot make the data dir %s owner-only: %s", config.data_dir, exc)
         lock_path = os.path.join(config.run_dir, "lock")
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
@@ -364,7 +377,8 @@ class Supervisor:
             return 1
         admin = None
         if self.admin_sock is not None:
-            admin = AdminServer(self.admin_sock, self._admin_source())
+            token = create_token_file(self.config.run_dir)
+            admin = AdminServer(self.admin_sock, self._admin_source(), token)
             await admin.start()
         if self.membership is not None:
             self.membership.start(self._publish_view)
@@ -588,6 +602,7 @@ class Supervisor:
             "routing_detail": self.steering.detail,
             "shard_pids": [slot.pid for slot in self.slots],
             "data_dir": self.config.data_dir,
+            "admin_token_file": os.path.join(self.config.run_dir, TOKEN_FILE),
             "membership_address": self.membership.address if self.membership else None,
         }
 

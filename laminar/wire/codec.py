@@ -93,6 +93,11 @@ _HEADER_LEN = struct.Struct(">I")
 HEADER_OFFSET: Final = _HEAD.size  # 24
 MIN_FRAME_BYTES: Final = HEADER_OFFSET + 1  # an empty msgpack map is one byte
 DEFAULT_MAX_FRAME_BYTES: Final = 8 << 20
+UDP_AMPLIFICATION_MAX: Final = 3
+"""No answer datagram exceeds this many times its request datagram (or
+`UDP_SMALL_ANSWER_BYTES`): a client pads a request (a `pad` header field,
+which no op reads) to make room for a larger answer."""
+UDP_SMALL_ANSWER_BYTES: Final = 100
 SMALL_HEADER_BYTES: Final = 256
 """Headers up to this size skip the container checks: they hold at most this many objects."""
 
