@@ -36,7 +36,6 @@ import json
 import os
 import random
 import socket
-import struct
 import sys
 import tempfile
 import threading
