@@ -36,6 +36,7 @@ from laminar.wire.records import (
     PRODUCER_HEADER,
     FetchedRecord,
     ProducerStamp,
+    check_parallel,
     decode_fetch_batch,
     decode_produce_batch,
     decode_record,
@@ -273,10 +274,7 @@ class ProduceRequest(Message):
     ) -> ProduceRequest:
         """Encode records from parallel lists of values, keys and headers; with
         `producer_id` and `sequence`, stamp the first record for idempotence."""
-        if keys is not None and len(keys) != len(values):
-            raise WireUsageError(f"{len(keys)} keys for {len(values)} values")
-        if headers is not None and len(headers) != len(values):
-            raise WireUsageError(f"{len(headers)} header maps for {len(values)} values")
+        check_parallel(values, keys, headers)
         if keys is None and headers is None:
             blobs = [b"\x00" + v for v in values]
         else:

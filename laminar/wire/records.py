@@ -63,11 +63,7 @@ def encode_record(
         attrs |= HAS_KEY
         parts += (_U32.pack(len(key)), key)
     if headers:
-        for name, hv in headers.items():
-            if type(name) is not str or not isinstance(hv, bytes | bytearray):
-                raise WireUsageError(
-                    f"record headers map str to bytes; got {name!r}: {type(hv).__name__}"
-                )
+        check_header_types(headers)
         packed = msgpack.packb(dict(headers), use_bin_type=True)
         attrs |= HAS_HEADERS
         parts += (_U32.pack(len(packed)), packed)
@@ -323,6 +319,26 @@ def decode_produce_batch(
     return tuple(blobs)
 
 
+def check_header_types(headers: Mapping[str, bytes]) -> None:
+    for name, hv in headers.items():
+        if type(name) is not str or not isinstance(hv, bytes | bytearray):
+            raise WireUsageError(
+                f"record headers map str to bytes; got {name!r}: {type(hv).__name__}"
+            )
+
+
+def check_parallel(
+    values: Sequence[object],
+    keys: Sequence[bytes | None] | None,
+    headers: Sequence[Mapping[str, bytes] | None] | None,
+) -> None:
+    """Keys and header maps, when given, one per value."""
+    if keys is not None and len(keys) != len(values):
+        raise WireUsageError(f"{len(keys)} keys for {len(values)} values")
+    if headers is not None and len(headers) != len(values):
+        raise WireUsageError(f"{len(headers)} header maps for {len(values)} values")
+
+
 def check_records(
     values: Sequence[Buffer],
     keys: Sequence[bytes | None] | None = None,
@@ -333,10 +349,7 @@ def check_records(
     call's mistake would fail the others' too."""
     if not values:
         raise WireUsageError("produce needs at least one value")
-    if keys is not None and len(keys) != len(values):
-        raise WireUsageError(f"{len(keys)} keys for {len(values)} values")
-    if headers is not None and len(headers) != len(values):
-        raise WireUsageError(f"{len(headers)} header maps for {len(values)} values")
+    check_parallel(values, keys, headers)
     for value in values:
         if not isinstance(value, bytes | bytearray | memoryview):
             raise WireUsageError(f"record values are bytes, not {type(value).__name__}")
@@ -344,11 +357,8 @@ def check_records(
         if key is not None and not isinstance(key, bytes | bytearray):
             raise WireUsageError(f"record keys are bytes or None, not {type(key).__name__}")
     for names in headers or ():
-        for name, hv in (names or {}).items():
-            if type(name) is not str or not isinstance(hv, bytes | bytearray):
-                raise WireUsageError(
-                    f"record headers map str to bytes; got {name!r}: {type(hv).__name__}"
-                )
+        check_header_types(names or {})
+        for name in names or ():
             if name == PRODUCER_HEADER:
                 raise WireUsageError(
                     f"the record header {PRODUCER_HEADER!r} is reserved for the client's "
