@@ -587,6 +587,12 @@ class RaftCore(LeaderReplication):
     def _hup(self, *, transfer: bool) -> None:
         if self.role == LEADER or not self._promotable():
             return
+        if self.leader_commit is not None and self.log.last_index() < self.leader_commit:
+            # It lacks entries the group committed, so it cannot be a rightful
+            # leader; and while catching up it may be on an old membership
+            # (a replica added back, replaying the days it was the only voter)
+            # that would let it win alone and overwrite them.
+            return
         if self.config.pre_vote and not transfer:
             self._campaign(PRE_VOTE, transfer=False)
         else:

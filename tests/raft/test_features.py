@@ -357,6 +357,51 @@ def test_a_departing_node_added_back_is_sent_the_log_from_scratch() -> None:
     assert cluster.cores["n4"].membership == leader.membership
 
 
+def test_a_replica_added_back_fresh_never_elects_itself_on_a_membership_it_replays() -> None:
+    """The group began as n1 alone, grew to n1-n3 and moved off n1; n1 is
+    added back with an empty log. Catching up, n1 applies the first entries,
+    whose membership has n1 as the only voter. If the leader dies then, n1
+    must not win an election alone on that old membership: it would lead
+    without the group's committed entries and overwrite them on n2 and n3."""
+    cluster = Cluster(1, max_append_bytes=1)  # an entry per append: n1 can stop anywhere
+    leader = cluster.elect("n1")
+    for node in ("n2", "n3"):
+        cluster.add_node(node, leader.status().voters, (node,))
+        leader.add_learner(node)
+        cluster.tick(2)
+        leader.promote_learner(node)
+        cluster.tick(2)
+    cluster.propose("n1", b"committed by n1-n3")
+    leader.transfer_leadership("n2")
+    cluster.tick(3)
+    leader = cluster.cores["n2"]
+    assert leader.role == LEADER
+    leader.remove_node("n1")
+    cluster.tick(3)
+    cluster.propose("n2", b"committed by n2 and n3")
+    cluster.crash("n1")
+    del cluster.storages["n1"]
+    first_growth = 2  # n1 alone, then n1 with the learner n2: still n1 the only voter
+    cluster.lose = lambda m: (
+        m.dst == "n1"
+        and m.kind == APPEND
+        and m.index + len(m.entries) > first_growth
+        and bool(m.entries)
+    )
+    cluster.add_node("n1", leader.status().voters, ("n1",))
+    leader.add_learner("n1")
+    cluster.tick(3)
+    n1 = cluster.cores["n1"]
+    assert n1.log.applied == first_growth and n1.status().voters == ("n1",)
+    assert n1.leader_commit is not None and n1.leader_commit > first_growth
+    cluster.crash("n2")
+    cluster.crash("n3")
+    sent = len(cluster.sent)
+    cluster.tick(50)
+    assert n1.role != LEADER
+    assert not [m for m in cluster.sent[sent:] if m.src == "n1" and m.kind == APPEND]
+
+
 def test_membership_changes_are_one_step_at_a_time() -> None:
     cluster = Cluster(3)
     leader = cluster.elect("n1")
