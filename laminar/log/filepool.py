@@ -63,13 +63,14 @@ class FilePool:
         return PooledBackend(inner, self)
 
     def stats(self) -> dict[str, int]:
+        """Figures for /metrics."""
         return {
-            "open_files": len(self._open),
-            "open_files_max": self.open_files_max,
-            "open_files_peak": self.open_files_peak,
-            "reopens": self.reopens,
-            "evictions": self.evictions,
-            "eviction_syncs": self.eviction_syncs,
+            "segment_files_open": len(self._open),
+            "segment_files_open_max": self.open_files_max,
+            "segment_files_open_peak": self.open_files_peak,
+            "segment_file_reopens": self.reopens,
+            "segment_file_evictions": self.evictions,
+            "segment_file_eviction_syncs": self.eviction_syncs,
         }
 
     async def make_room(self) -> None:

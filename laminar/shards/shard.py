@@ -31,6 +31,7 @@ from typing import Any, Final
 from laminar.cluster.auth import PeerAuth, load_secret
 from laminar.cluster.members import Member, StaticMembership, parse_peers
 from laminar.log import LogConfig
+from laminar.log.filepool import FilePool
 from laminar.log.storage import StorageBackend, SyscallBackend
 from laminar.placement import U32_MAX, replica_nodes, shard_for
 from laminar.shards.budget import InputBudget
@@ -204,7 +205,10 @@ class Shard:
             loop.add_signal_handler(sig, self.request_drain)
 
         config = self.config
-        backend = TimedBackend(_storage_backend(self.runtime), self.metrics.fsync)
+        self.files = FilePool(config.open_files_per_shard)
+        backend = self.files.backend(
+            TimedBackend(_storage_backend(self.runtime), self.metrics.fsync)
+        )
         self.partitions = PartitionManager(
             config.partitions_dir,
             config.log_config(pipelined=self.runtime == "uring"),
@@ -229,7 +233,7 @@ class Shard:
             self._on_metadata_applied,
             config.cores,
             self.polls,
-            config.max_topics,
+            config.topic_limits,
             self.replication,
         )
         self.handlers = Handlers(
@@ -574,6 +578,7 @@ class Shard:
                 "membership_version": None if self.membership is None else self.membership.version,
                 "partitions_owned": self._owned_partitions,
                 "partitions_open": self.partitions.open_count,
+                **self.files.stats(),
                 "partitions_offline": [
                     o.describe()
                     for o in self.partitions.offline

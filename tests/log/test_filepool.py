@@ -24,9 +24,7 @@ def values(log_no: int, round_no: int) -> list[bytes]:
 
 
 async def open_logs(backend: StorageBackend, count: int, config: LogConfig) -> list[SegmentedLog]:
-    return [
-        await SegmentedLog.open(f"{ROOT}/1-{n}", config, backend=backend) for n in range(count)
-    ]
+    return [await SegmentedLog.open(f"{ROOT}/1-{n}", config, backend=backend) for n in range(count)]
 
 
 async def read_all(log: SegmentedLog) -> list[bytes]:
@@ -97,7 +95,7 @@ def test_a_failed_sync_before_closing_fails_the_owners_next_durable_write() -> N
         first = await SegmentedLog.open(f"{ROOT}/1-0", config, backend=backend)
         await first.append([b"a"])
         await first.truncate(1)  # leaves the index with a change no sync covered yet
-        store = first._segments[-1].store  # noqa: SLF001 (the pooled file itself)
+        store = first._segments[-1].store
         await store.truncate(store.size)  # an unsynced change on the store too
         disk.inject(Fault("sync", path_contains="1-0/", times=None))
         second = await SegmentedLog.open(f"{ROOT}/1-1", config, backend=backend)
