@@ -21,7 +21,10 @@ Rules (each one is what keeps the log's durability story unchanged):
   raises the error, so a failed fsync is never swallowed by the pool.
 - Room is made before a file is opened, so the count of open files exceeds
   the budget only while more files than that are pinned at once (operations
-  in flight, which the node bounds by its connection and input limits).
+  in flight, which the node bounds by its connection and input limits); once
+  they finish, the pool trims itself back in the background. A hard bound
+  would make an operation wait for a descriptor while holding one (a flush
+  writes its two files at once), which can deadlock.
 - A read that would need to reopen a file cannot be served without waiting:
   `read_at_nowait` answers None (always correct) and `read_at` reopens.
 """
@@ -53,6 +56,7 @@ class FilePool:
         self.eviction_syncs = 0
         """Evictions that had to fdatasync first (the file had unsynced writes)."""
         self.open_files_peak = 0
+        self._trimming: asyncio.Task[None] | None = None
 
     @property
     def open_files(self) -> int:
@@ -75,13 +79,28 @@ class FilePool:
 
     async def make_room(self) -> None:
         """Close idle files, least recently used first, until one more fits."""
+        await self._shrink_to(self.open_files_max - 1)
+
+    async def _shrink_to(self, count: int) -> None:
         for _ in range(len(self._open)):  # each try closes one or finds it busy
-            if len(self._open) < self.open_files_max:
+            if len(self._open) <= count:
                 return
             victim = next((f for f in self._open if f.evictable), None)
             if victim is None:
                 return  # everything is in use: over budget until some finishes
             await victim.evict()
+
+    def released(self) -> None:
+        """An operation finished: if a burst took the pool over budget, trim it
+        back in the background."""
+        if len(self._open) > self.open_files_max and self._trimming is None:
+            self._trimming = asyncio.get_running_loop().create_task(self._trim())
+
+    async def _trim(self) -> None:
+        try:
+            await self._shrink_to(self.open_files_max)
+        finally:
+            self._trimming = None
 
     def added(self, file: PooledFile) -> None:
         self._open[file] = None
@@ -185,6 +204,7 @@ class PooledFile:
     def _done(self, file: Storage) -> None:
         self._users -= 1
         self._size = file.size
+        self._pool.released()
 
     async def evict(self) -> None:
         """Close the descriptor (the pool needs room); sync first if dirty."""
