@@ -9,6 +9,12 @@ to be ready, the first produce after it, and the pinger at rest again. Peak
 descriptors (every process of the node, from /proc) and RSS are sampled all
 along. Prints one JSON object.
 
+    .venv/bin/python benchmarks/partitions_bench.py --cluster 3 --partitions 12000
+
+instead creates one topic of 12,000 partitions on a static cluster of three
+nodes (one shard each, every partition a Raft group of three) and reports the
+first node's ping p99 at rest, during the create and while the groups settle.
+
 The pinger is a process of its own (a client in this one would share its GIL
 with the producer): it pings the node port every 5 ms and reports each
 latency with its time, so each phase takes the pings that fell inside it.
@@ -41,7 +47,7 @@ PING_INTERVAL_S = 0.005
 
 
 def pinger(bootstrap: str) -> None:
-    """Ping until stdin closes; then print `time latency_ms` lines."""
+    """Ping until stdin closes; then print `time latency_ms` lines (-1: no answer)."""
     done = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
     samples: list[tuple[float, float]] = []
@@ -59,10 +65,10 @@ def pinger(bootstrap: str) -> None:
 
 
 class Sampler:
-    """Peak descriptors and RSS over every process of the node, sampled."""
+    """Peak descriptors and RSS over every process of the nodes, sampled."""
 
     def __init__(self) -> None:
-        self.node: RunningNode | None = None
+        self.nodes: list[RunningNode] = []
         self.fds_peak = 0
         self.rss_peak_mib = 0.0
         self._stop = threading.Event()
@@ -70,11 +76,9 @@ class Sampler:
         self._thread.start()
 
     def now(self) -> tuple[int, float]:
-        node = self.node
-        if node is None or not node.alive():
-            return 0, 0.0
         fds, rss_kib = 0, 0
-        for pid in [node.pid, *node.shard_pids()]:
+        pids = [p for n in self.nodes if n.alive() for p in (n.pid, *n.shard_pids())]
+        for pid in pids:
             try:
                 fds += len(os.listdir(f"/proc/{pid}/fd"))
                 with open(f"/proc/{pid}/status") as status:
@@ -186,6 +190,44 @@ def first_produces(client: Client, topics: list[str], partitions: int, count: in
     return out
 
 
+def cluster(args: argparse.Namespace) -> dict[str, Any]:
+    """One create of `--partitions` partitions on a static cluster of
+    `--cluster` nodes (one shard each): ping p99 on the first node at rest,
+    during the create and while the new groups settle."""
+    from tests.cluster.nodes import Cluster
+
+    out: dict[str, Any] = {"cluster_nodes": args.cluster, "partitions": args.partitions}
+    phases: dict[str, tuple[float, float]] = {}
+    sampler = Sampler()
+    root = Path(args.data_dir or tempfile.mkdtemp(prefix="partitions-bench-cluster-"))
+    flags = {"max_topic_partitions": args.partitions}
+    try:
+        with Cluster.start(root, args.cluster, cores=1, **flags) as nodes:
+            sampler.nodes = list(nodes.nodes.values())
+            first = sampler.nodes[0]
+            with pinging(first.bootstrap, phases, out), Client(nodes.bootstrap) as client:
+                timed(phases, "at_rest", lambda: rest(args.rest_s))
+                out["fds_at_rest"] = sampler.now()[0]
+                out["create_s"] = round(
+                    timed(
+                        phases,
+                        "during_create",
+                        lambda: client.create_topic("wide", args.partitions),
+                    ),
+                    2,
+                )
+                timed(phases, "settling", lambda: rest(args.settle_s))
+                out["fds_after_settling"], out["rss_after_settling_mib"] = sampler.now()
+                start = time.perf_counter()
+                client.produce("wide", args.partitions - 1, [b"last"])
+                out["produce_to_last_partition_ms"] = round((time.perf_counter() - start) * 1000, 1)
+            out["fds_peak"] = sampler.fds_peak
+            out["rss_peak_mib"] = round(sampler.rss_peak_mib, 1)
+    finally:
+        sampler.stop()
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pinger", help=argparse.SUPPRESS)
@@ -196,9 +238,22 @@ def main() -> int:
     parser.add_argument("--rest-s", type=float, default=5.0)
     parser.add_argument("--first-produces", type=int, default=200)
     parser.add_argument("--data-dir", default=None, help="default: a temporary directory")
+    parser.add_argument(
+        "--cluster",
+        type=int,
+        default=0,
+        metavar="NODES",
+        help="instead: one create of --partitions on a static cluster of NODES nodes",
+    )
+    parser.add_argument(
+        "--settle-s", type=float, default=30.0, help="cluster: pings after the create"
+    )
     args = parser.parse_args()
     if args.pinger:
         pinger(args.pinger)
+        return 0
+    if args.cluster:
+        print(json.dumps(cluster(args), indent=1))
         return 0
 
     topics = [f"t{n}" for n in range(args.topics)]
@@ -209,7 +264,7 @@ def main() -> int:
     phases: dict[str, tuple[float, float]] = {}
     sampler = Sampler()
     node = start_node(root, cores=args.cores, **flags)
-    sampler.node = node
+    sampler.nodes = [node]
     try:
         with pinging(node.bootstrap, phases, out), Client(node.bootstrap) as client:
             timed(phases, "at_rest", lambda: rest(args.rest_s))
@@ -251,10 +306,10 @@ def main() -> int:
         start = time.monotonic()
         node.terminate()
         out["stop_s"] = round(time.monotonic() - start, 2)
-        sampler.node = None
+        sampler.nodes = []
         start = time.monotonic()
         node = node.restart()
-        sampler.node = node
+        sampler.nodes = [node]
         out["restart_ready_s"] = round(time.monotonic() - start, 2)
         with Client(node.bootstrap) as client:
             start = time.perf_counter()

@@ -82,6 +82,10 @@ DRAIN_TIMEOUT_S: Final = 10.0
 PEER_DRAIN_TIMEOUT_S: Final = 3.0
 SWEEP_INTERVAL_S: Final = 1.0
 QUEUE_SHARES: Final = {"requests": 1000, "flush": 800, "background": 100}
+OPEN_CHUNK: Final = 64
+"""A topic's groups open this many at a time (`_open_replicas`)..."""
+ACTIVE_GROUPS_OPENING_MAX: Final = 512
+"""...and the next chunk waits while this many groups are still active."""
 
 
 def _describe_peer(sock: socket.socket) -> str:
@@ -506,7 +510,11 @@ class Shard:
             return
         config = log_config(self.partitions.config, topic.config)
         placed_on = self.metadata.state.placed_on(topic.topic_id)
-        for pid in self._owned_pids(topic):
+        for n, pid in enumerate(self._owned_pids(topic)):
+            if n % OPEN_CHUNK == 0:
+                # Back-pressure: new groups tick and campaign until they settle,
+                # so open them a chunk at a time, never far ahead of that.
+                await replication.host.wait_active_below(ACTIVE_GROUPS_OPENING_MAX)
             # Every node derives the same first replicas from the creation entry.
             first = (
                 replica_nodes(pid, placed_on, rf)
