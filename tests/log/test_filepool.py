@@ -61,6 +61,27 @@ def test_many_logs_stay_within_the_budget_and_read_and_append_after_reopening() 
     asyncio.run(main())
 
 
+def test_files_in_use_are_never_closed_under_concurrent_appends() -> None:
+    """Twenty logs append at once over a budget of four files: the pool must
+    wait for no one and close nothing an operation is using (the disk yields
+    on every operation, so operations interleave)."""
+
+    async def main() -> None:
+        disk = SimulatedDisk(yield_every_op=True)
+        pool = FilePool(4)
+        config = LogConfig(flush="always", max_flushes_in_flight=4)
+        logs = await open_logs(pool.backend(disk), 20, config)
+        for round_no in range(3):
+            await asyncio.gather(*(log.append(values(n, round_no)) for n, log in enumerate(logs)))
+        assert disk.misuse == []
+        for n, log in enumerate(logs):
+            assert await read_all(log) == [v for r in range(3) for v in values(n, r)]
+            await log.close()
+        assert pool.open_files == 0
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize("flush", ["interval", "never"])
 def test_the_pool_syncs_a_file_before_it_closes_it(flush: str) -> None:
     """Under the relaxed policies files hold unsynced writes: the pool must
