@@ -117,6 +117,9 @@ _SCALARS: tuple[tuple[str, str, str, str], ...] = (
      "Idle segment files the pool closed to stay within its budget."),
     ("segment_file_eviction_syncs", "laminar_segment_file_eviction_syncs_total", "counter",
      "Evictions that synced the file first (it held unsynced writes)."),
+    ("raft_groups", "laminar_raft_groups", "gauge", "Raft groups this shard runs a member of."),
+    ("raft_groups_active", "laminar_raft_groups_active", "gauge",
+     "Raft groups ticked each tick (not quiesced): new or busy ones."),
     ("metadata_applied_index", "laminar_metadata_applied_index", "gauge",
      "Entries of the metadata log applied by this shard."),
     # Atomic writes (laminar.shards.staging).

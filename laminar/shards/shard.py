@@ -593,6 +593,10 @@ class Shard:
                     + (list(self.replication.offline.values()) if self.replication else [])
                 ],
                 "moves": self.replication.move_stats() if self.replication is not None else None,
+                "raft_groups": len(self.replication.host.groups) if self.replication else 0,
+                "raft_groups_active": (
+                    self.replication.host.active_groups() if self.replication else 0
+                ),
                 "metadata_group": (
                     self.replication.group_members(METADATA_PID)
                     if self.replication is not None
