@@ -134,6 +134,7 @@ class PooledFile:
         "_closed",
         "_deferred",
         "_file",
+        "_idle",
         "_path",
         "_pool",
         "_reopening",
@@ -154,6 +155,7 @@ class PooledFile:
         self._synced_writes = 0  # changes an fdatasync has covered
         self._reopening: asyncio.Future[None] | None = None
         self._deferred: OSError | None = None  # an eviction's failed sync, for the owner
+        self._idle: asyncio.Future[None] | None = None  # a close waiting for operations
         self._closed = False
         pool.added(self)
 
@@ -204,6 +206,9 @@ class PooledFile:
     def _done(self, file: Storage) -> None:
         self._users -= 1
         self._size = file.size
+        if not self._users and self._idle is not None:
+            self._idle.set_result(None)
+            self._idle = None
         self._pool.released()
 
     async def evict(self) -> None:
@@ -296,6 +301,9 @@ class PooledFile:
 
     async def close(self) -> None:
         self._closed = True
+        while self._users:  # the pool's own sync before an eviction, most likely
+            self._idle = asyncio.get_running_loop().create_future()
+            await self._idle
         file, self._file = self._file, None
         if file is not None:
             self._pool.removed(self)

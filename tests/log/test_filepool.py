@@ -115,9 +115,8 @@ def test_a_failed_sync_before_closing_fails_the_owners_next_durable_write() -> N
         backend = pool.backend(disk)
         first = await SegmentedLog.open(f"{ROOT}/1-0", config, backend=backend)
         await first.append([b"a"])
-        await first.truncate(1)  # leaves the index with a change no sync covered yet
-        store = first._segments[-1].store
-        await store.truncate(store.size)  # an unsynced change on the store too
+        store = first._segments[-1].store  # the pooled file itself
+        await store.truncate(store.size)  # a change no sync covered yet
         disk.inject(Fault("sync", path_contains="1-0/", times=None))
         second = await SegmentedLog.open(f"{ROOT}/1-1", config, backend=backend)
         await second.append([b"b"])
@@ -125,6 +124,40 @@ def test_a_failed_sync_before_closing_fails_the_owners_next_durable_write() -> N
         with pytest.raises(LogFailed):
             await first.append([b"c"])
         await first.close()
+        await second.close()
+
+    asyncio.run(main())
+
+
+def test_a_log_closing_while_the_pool_syncs_its_file_waits_for_the_sync() -> None:
+    """The pool's sync before an eviction is an operation the log does not know
+    of: closing the file under it would hand the descriptor (or its number,
+    reused) to a sync that has not run yet."""
+
+    async def main() -> None:
+        disk = SimulatedDisk()
+        pool = FilePool(2)
+        config = LogConfig(flush="always", preallocate_bytes=0)
+        backend = pool.backend(disk)
+        first = await SegmentedLog.open(f"{ROOT}/1-0", config, backend=backend)
+        await first.append([b"a"])
+        index = first._segments[-1].index  # the pooled file itself
+        await index.truncate(index.size)  # a change no sync covered yet
+        gate = asyncio.Event()
+        disk.inject(Fault("sync", error=0, path_contains="1-0/", gate=gate, times=None))
+        opening = asyncio.create_task(SegmentedLog.open(f"{ROOT}/1-1", config, backend=backend))
+        for _ in range(100):
+            if pool.eviction_syncs:  # the pool is syncing 1-0's index to close it
+                break
+            await asyncio.sleep(0)
+        assert pool.eviction_syncs
+        closing = asyncio.create_task(first.close())
+        for _ in range(10):
+            await asyncio.sleep(0)
+        gate.set()
+        second = await opening
+        await closing
+        assert disk.misuse == []
         await second.close()
 
     asyncio.run(main())
