@@ -24,6 +24,7 @@ from laminar.shards.config import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_INPUT_BYTES,
+    DEFAULT_MAX_TOPIC_PARTITIONS,
     DEFAULT_MAX_TOPICS,
     DEFAULT_MAX_WAIT_MS,
     DEFAULT_PORT,
@@ -38,6 +39,8 @@ from laminar.shards.config import (
     XDP_MODES,
     ConfigError,
     NodeConfig,
+    default_max_partitions,
+    default_open_files_max,
 )
 from laminar.wire import DEFAULT_MAX_FRAME_BYTES
 
@@ -205,6 +208,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-topics", type=int, default=DEFAULT_MAX_TOPICS, help="topics the node holds at most"
     )
     p.add_argument(
+        "--max-partitions",
+        type=int,
+        default=default_max_partitions(),
+        help="partition replicas the node holds at most; a topic create past it is refused "
+        "(the default is 2.5 per descriptor of the fd limit)",
+    )
+    p.add_argument(
+        "--max-topic-partitions",
+        type=int,
+        default=DEFAULT_MAX_TOPIC_PARTITIONS,
+        help="partitions one topic may have",
+    )
+    p.add_argument(
+        "--max-open-files",
+        type=int,
+        default=default_open_files_max(),
+        help="segment files the node keeps open at once, split over its shards; idle ones "
+        "are closed and reopened on use (the default is a quarter of the fd limit)",
+    )
+    p.add_argument(
         "--node-id",
         default="",
         help="this node's id (kept in DATA_DIR/node_id; required with --peers, and must "
@@ -300,6 +323,9 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         max_input_bytes=args.max_input_bytes,
         max_wait_ms=args.max_wait_ms,
         max_topics=args.max_topics,
+        max_partitions=args.max_partitions,
+        max_topic_partitions=args.max_topic_partitions,
+        open_files_max=args.max_open_files,
         retention_check_interval_s=args.retention_check_interval,
         admin_host=args.admin_host,
         udp_writes=args.udp_writes,

@@ -24,7 +24,8 @@ does ("fsyncgate"), in its worst case: none of the unsynced data reaches the
 disk, and the pages are marked clean, so a later fsync does not retry them while
 reads from the cache still show them until `drop_cache`. Operations on a
 handle the process itself closed are recorded in `misuse` (with a real file
-descriptor they could hit another file that reused the number).
+descriptor they could hit another file that reused the number), and files
+closed with unsynced changes in `closed_unsynced`.
 
 Every fsync (with `yield_every_op`, every operation) yields to the event loop
 once before it takes effect, so concurrent flushes interleave, and every
@@ -218,6 +219,9 @@ class SimulatedDisk:
         self.journal: list[JournalEntry] = []
         self.faults: list[Fault] = []
         self.misuse: list[str] = []
+        self.closed_unsynced: list[str] = []
+        """Files closed while holding changes no fsync covered (the log does so
+        on purpose only when closing or removing; a file pool never may)."""
         # Which operations yield to the event loop before they take effect (fsyncs
         # always do, as a real device would; all of them for more interleavings).
         self.yield_every_op = yield_every_op
@@ -540,6 +544,8 @@ class SimulatedFile:
 
     async def close(self) -> None:
         if self._node is not None:
+            if self._node.dirty and self._generation == self._disk._generation:
+                self._disk.closed_unsynced.append(self._path)
             self._node = None
             self._disk.journal.append(JournalEntry("close", self._path))
 

@@ -106,6 +106,32 @@ class StorageBackend(Protocol):
         ...
 
 
+class WrappedBackend:
+    """A backend that adds to another's files (subclasses override `open`) and
+    passes every directory operation through unchanged."""
+
+    def __init__(self, inner: StorageBackend) -> None:
+        self._inner = inner
+
+    async def open(self, path: str, *, create: bool) -> Storage:
+        return await self._inner.open(path, create=create)
+
+    async def remove(self, path: str) -> None:
+        await self._inner.remove(path)
+
+    async def rename(self, source: str, target: str) -> None:
+        await self._inner.rename(source, target)
+
+    async def list_dir(self, path: str) -> list[str]:
+        return await self._inner.list_dir(path)
+
+    async def make_dir(self, path: str) -> list[str]:
+        return await self._inner.make_dir(path)
+
+    async def sync_dir(self, path: str) -> None:
+        await self._inner.sync_dir(path)
+
+
 # --------------------------------------------------------------------------
 # Plain syscalls
 

@@ -143,6 +143,22 @@ class RaftHost:
 
     # -- the clock --------------------------------------------------------------
 
+    def active_groups(self) -> int:
+        """Groups ticked each tick (not quiesced): what new groups cost until
+        they have elected a leader and gone quiet."""
+        return sum(not group.core.quiesced for group in self.groups.values())
+
+    async def wait_active_below(self, limit: int) -> None:
+        """Back-pressure for whoever opens many groups at once (a topic create):
+        yield to the loop, then wait until fewer than `limit` groups are
+        active, or three election timeouts pass (a group whose peers have not
+        opened their replicas yet cannot elect; it must not hold up the rest)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 3 * ELECTION_TICKS * self.tick_s
+        await asyncio.sleep(0)
+        while self.active_groups() >= limit and loop.time() < deadline:
+            await asyncio.sleep(self.tick_s)
+
     def start(self) -> None:
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
 

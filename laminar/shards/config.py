@@ -20,12 +20,14 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import resource
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Literal
 
 from laminar.cluster.members import check_node_id, parse_peers
 from laminar.log import LogConfig
 from laminar.log.config import FLUSH_POLICIES, FlushPolicy
+from laminar.shards.metadata import MAX_PARTITIONS, TopicLimits
 from laminar.wire import DEFAULT_MAX_FRAME_BYTES, MIN_FRAME_BYTES
 
 DEFAULT_PORT: Final = 7070
@@ -53,10 +55,35 @@ DEFAULT_MAX_INPUT_BYTES: Final = 256 << 20
 DEFAULT_FRAME_TIMEOUT_S: Final = 30.0
 DEFAULT_MAX_WAIT_MS: Final = 60_000
 DEFAULT_MAX_TOPICS: Final = 10_000
+DEFAULT_MAX_TOPIC_PARTITIONS: Final = 16_384
 MAX_TOPICS_CEILING: Final = 20_000
 """Every topic is in every metadata answer and in one metadata snapshot entry
 (up to ~400 bytes a topic): this keeps both a few MiB."""
 DEFAULT_RETENTION_CHECK_INTERVAL_S: Final = 60.0
+OPEN_FILES_PER_SHARD_MIN: Final = 8
+"""A shard's file pool must hold a segment's two files, plus room for rollovers."""
+
+
+def _fd_limit() -> int:
+    """The hard descriptor limit every shard raises itself to (`shard_main`)."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return 1 << 20 if hard == resource.RLIM_INFINITY else hard
+
+
+def default_open_files_max() -> int:
+    """A quarter of the fd limit (capped at 10,000) for segment files, node-wide:
+    the rest stays for connections, channels and the runtime."""
+    return max(64, min(10_000, _fd_limit() // 4))
+
+
+def default_max_partitions() -> int:
+    """Two and a half partitions per descriptor of the fd limit (capped at 100,000):
+    with the file pool an idle partition holds no descriptor, only memory
+    (about 10 KiB open), so the fd limit no longer bounds partitions; 50,000
+    at the usual limit of 20,000."""
+    return max(100, min(100_000, _fd_limit() * 5 // 2))
+
+
 RUNTIMES: Final = ("auto", "uring", "asyncio")
 DEFAULT_STAGING_BYTES_MAX: Final = 1 << 30
 DEFAULT_STAGING_TIMEOUT_S: Final = 600.0
@@ -122,6 +149,13 @@ class NodeConfig:
     """The longest a fetch long-polls, whatever it asks for."""
     max_topics: int = DEFAULT_MAX_TOPICS
     """Topics the node holds at most (each is in every metadata answer)."""
+    max_partitions: int = field(default_factory=default_max_partitions)
+    """Partition replicas the node holds at most; a create past it is refused."""
+    max_topic_partitions: int = DEFAULT_MAX_TOPIC_PARTITIONS
+    """Partitions one topic may have."""
+    open_files_max: int = field(default_factory=default_open_files_max)
+    """Segment files the node keeps open at once, split evenly over its shards
+    (`laminar.log.filepool`): idle ones are closed and reopened on use."""
     retention_check_interval_s: float = DEFAULT_RETENTION_CHECK_INTERVAL_S
     """How often each shard applies its topics' retention (`laminar.shards.retention`)."""
     admin_host: str = DEFAULT_HOST
@@ -222,10 +256,18 @@ class NodeConfig:
             ("max_input_bytes", 1 << 20),
             ("max_wait_ms", 0),
             ("max_topics", 1),
+            ("max_partitions", 1),
+            ("max_topic_partitions", 1),
+            ("open_files_max", OPEN_FILES_PER_SHARD_MIN * self.cores),
         ):
             value = getattr(self, name)
             if value < low:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least {low}, got {value}")
+        if self.max_topic_partitions > MAX_PARTITIONS:
+            raise ConfigError(
+                f"--max-topic-partitions must be at most {MAX_PARTITIONS}, "
+                f"got {self.max_topic_partitions}"
+            )
         if self.max_input_bytes < 2 * self.max_frame_bytes:
             raise ConfigError(
                 f"--max-input-bytes ({self.max_input_bytes}) must hold two frames of "
@@ -307,6 +349,15 @@ class NodeConfig:
             preallocate_bytes=min(4 << 20, self.segment_bytes),
             max_flushes_in_flight=4 if pipelined else 2,
         )
+
+    @property
+    def topic_limits(self) -> TopicLimits:
+        return TopicLimits(self.max_topics, self.max_partitions, self.max_topic_partitions)
+
+    @property
+    def open_files_per_shard(self) -> int:
+        """Each shard's share of `open_files_max`."""
+        return self.open_files_max // self.cores
 
     @property
     def run_dir(self) -> str:

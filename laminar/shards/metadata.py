@@ -50,6 +50,14 @@ Rules, and why:
 - Bounds: topic configs take only the keys of `topic_config` (typed), and the
   owner refuses a create past `max_topics`: every metadata answer lists every
   topic, so this is what keeps the answer (and a client's bootstrap) small.
+  It also refuses a topic of more than `max_topic_partitions` partitions, and
+  one that would take the partition replicas past `max_partitions` per node
+  (`TopicLimits`). The owner is where placement is decided, so the check runs
+  once, before any entry is written: a refused create leaves nothing behind.
+  In a cluster the replicas are counted over all nodes against
+  `max_partitions` times the placeable nodes (every node is expected to run
+  with the same limit; placement spreads replicas by weight, so a node's own
+  share is not checked exactly).
 """
 
 from __future__ import annotations
@@ -357,11 +365,24 @@ class Applied:
     snapshot: Snapshot | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class TopicLimits:
+    """What the owner lets topic creates add up to (`--max-topics`,
+    `--max-partitions`, `--max-topic-partitions`)."""
+
+    max_topics: int = 10_000
+    max_partitions: int = 50_000
+    """Partition replicas one node holds at most."""
+    max_topic_partitions: int = MAX_PARTITIONS
+    """Partitions one topic has at most (at most `MAX_PARTITIONS`)."""
+
+
 class MetadataState:
     """Topics as of `applied_index` (exclusive: entries below it are applied)."""
 
-    def __init__(self, max_topics: int = 10_000) -> None:
-        self.max_topics = max_topics
+    def __init__(self, max_topics: int = 10_000, limits: TopicLimits | None = None) -> None:
+        self.limits = limits or TopicLimits(max_topics=max_topics)
+        self.max_topics = self.limits.max_topics
         self._by_name: dict[str, TopicInfo] = {}
         self._by_id: dict[int, TopicInfo] = {}
         self._placed_on: dict[int, dict[str, float]] = {}
@@ -420,6 +441,12 @@ class MetadataState:
                 ErrorCode.INVALID_REQUEST,
                 f"a topic needs 1 to {MAX_PARTITIONS} partitions, got {partitions}",
             )
+        if partitions > self.limits.max_topic_partitions:
+            raise MetadataError(
+                ErrorCode.INVALID_REQUEST,
+                f"a topic has at most {self.limits.max_topic_partitions} partitions here "
+                f"(--max-topic-partitions), got {partitions}",
+            )
         checked = _checked_config(config or {})
         if name in self._by_name:
             raise MetadataError(ErrorCode.TOPIC_EXISTS, f"topic {name!r} already exists")
@@ -429,11 +456,25 @@ class MetadataState:
                 f"the node holds its limit of {self.max_topics} topics (--max-topics); "
                 "delete one first",
             )
+        self._check_partition_room(partitions * replication_factor, nodes)
         if self.next_topic_id > MAX_TOPIC_ID:
             raise MetadataError(ErrorCode.INTERNAL, "every topic id has been used")
         return CreateTopic(
             name, self.next_topic_id, partitions, dict(checked), replication_factor, placed_on
         )
+
+    def _check_partition_room(self, replicas: int, nodes: int) -> None:
+        """Refuse a create whose `replicas` would take the node(s) past `max_partitions`."""
+        held = sum(t.partitions * t.replication_factor for t in self._by_id.values())
+        room = self.limits.max_partitions * nodes
+        if held + replicas > room:
+            where = "the node holds" if nodes == 1 else f"the {nodes} nodes hold"
+            raise MetadataError(
+                ErrorCode.INVALID_REQUEST,
+                f"{where} {held} partition replicas and may hold {room} "
+                f"(--max-partitions {self.limits.max_partitions} per node); "
+                f"this topic needs {replicas} more: use fewer partitions or delete a topic",
+            )
 
     def plan_alter(
         self, name: str, config: dict[str, int | str], remove: tuple[str, ...] = ()

@@ -76,6 +76,7 @@ from laminar.shards.metadata import (
     DeleteTopic,
     MetadataError,
     MetadataState,
+    TopicLimits,
     encode_entry,
 )
 from laminar.shards.partitions import LongPolls, PartitionManager
@@ -127,14 +128,14 @@ class MetadataService:
         on_applied: OnApplied,
         shard_count: int,
         polls: LongPolls,
-        max_topics: int = 10_000,
+        limits: TopicLimits | None = None,
         replication: ShardReplication | None = None,
     ) -> None:
         self.shard_id = shard_id
         self._replication = replication
         self.owner = owner
         self.is_owner = shard_id == owner
-        self.state = MetadataState(max_topics)
+        self.state = MetadataState(limits=limits)
         self._shard_count = shard_count
         self._partitions = partitions
         self._polls = polls

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Final
 
-from laminar.log.storage import Buffer, Storage, StorageBackend
+from laminar.log.storage import Buffer, Storage, StorageBackend, WrappedBackend
 
 _BUCKETS_PER_OCTAVE: Final = 4
 _MIN_S: Final = 1e-6
@@ -183,27 +183,12 @@ class TimedStorage:
         await self._inner.close()
 
 
-class TimedBackend:
+class TimedBackend(WrappedBackend):
     """A `StorageBackend` that hands out `TimedStorage` files."""
 
     def __init__(self, inner: StorageBackend, summary: LatencySummary) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._summary = summary
 
     async def open(self, path: str, *, create: bool) -> Storage:
         return TimedStorage(await self._inner.open(path, create=create), self._summary)
-
-    async def remove(self, path: str) -> None:
-        await self._inner.remove(path)
-
-    async def rename(self, source: str, target: str) -> None:
-        await self._inner.rename(source, target)
-
-    async def list_dir(self, path: str) -> list[str]:
-        return await self._inner.list_dir(path)
-
-    async def make_dir(self, path: str) -> list[str]:
-        return await self._inner.make_dir(path)
-
-    async def sync_dir(self, path: str) -> None:
-        await self._inner.sync_dir(path)

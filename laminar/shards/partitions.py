@@ -4,8 +4,10 @@ Each partition replica lives in `<data-dir>/partitions/<topic_id>-<partition_idx
 (DESIGN.md, Storage) and is written by exactly one shard, its placement owner.
 
 Logs open on first use, not at start-up: a node with thousands of partitions
-starts at once and holds descriptors only for partitions in use, and a crashed
-shard recovers each log (torn-tail scan) when it is next touched. Opening runs
+starts at once, and a crashed shard recovers each log (torn-tail scan) when it
+is next touched. An open log stays open (its recovered state in memory), but
+its files come from the shard's `FilePool` (the backend handed in), which
+closes idle ones: descriptors follow the partitions in use, not those opened. Opening runs
 in its own task, shared by every request that needs the log meanwhile, so
 requests waiting for the same partition resume in arrival order (pipelined
 produces keep their order) and a cancelled request never abandons an open

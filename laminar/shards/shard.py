@@ -31,6 +31,7 @@ from typing import Any, Final
 from laminar.cluster.auth import PeerAuth, load_secret
 from laminar.cluster.members import Member, StaticMembership, parse_peers
 from laminar.log import LogConfig
+from laminar.log.filepool import FilePool
 from laminar.log.storage import StorageBackend, SyscallBackend
 from laminar.placement import U32_MAX, replica_nodes, shard_for
 from laminar.shards.budget import InputBudget
@@ -81,6 +82,10 @@ DRAIN_TIMEOUT_S: Final = 10.0
 PEER_DRAIN_TIMEOUT_S: Final = 3.0
 SWEEP_INTERVAL_S: Final = 1.0
 QUEUE_SHARES: Final = {"requests": 1000, "flush": 800, "background": 100}
+OPEN_CHUNK: Final = 64
+"""A topic's groups open this many at a time (`_open_replicas`)..."""
+ACTIVE_GROUPS_OPENING_MAX: Final = 512
+"""...and the next chunk waits while this many groups are still active."""
 
 
 def _describe_peer(sock: socket.socket) -> str:
@@ -204,7 +209,10 @@ class Shard:
             loop.add_signal_handler(sig, self.request_drain)
 
         config = self.config
-        backend = TimedBackend(_storage_backend(self.runtime), self.metrics.fsync)
+        self.files = FilePool(config.open_files_per_shard)
+        backend = self.files.backend(
+            TimedBackend(_storage_backend(self.runtime), self.metrics.fsync)
+        )
         self.partitions = PartitionManager(
             config.partitions_dir,
             config.log_config(pipelined=self.runtime == "uring"),
@@ -229,7 +237,7 @@ class Shard:
             self._on_metadata_applied,
             config.cores,
             self.polls,
-            config.max_topics,
+            config.topic_limits,
             self.replication,
         )
         self.handlers = Handlers(
@@ -502,7 +510,11 @@ class Shard:
             return
         config = log_config(self.partitions.config, topic.config)
         placed_on = self.metadata.state.placed_on(topic.topic_id)
-        for pid in self._owned_pids(topic):
+        for n, pid in enumerate(self._owned_pids(topic)):
+            if n % OPEN_CHUNK == 0:
+                # Back-pressure: new groups tick and campaign until they settle,
+                # so open them a chunk at a time, never far ahead of that.
+                await replication.host.wait_active_below(ACTIVE_GROUPS_OPENING_MAX)
             # Every node derives the same first replicas from the creation entry.
             first = (
                 replica_nodes(pid, placed_on, rf)
@@ -574,12 +586,17 @@ class Shard:
                 "membership_version": None if self.membership is None else self.membership.version,
                 "partitions_owned": self._owned_partitions,
                 "partitions_open": self.partitions.open_count,
+                **self.files.stats(),
                 "partitions_offline": [
                     o.describe()
                     for o in self.partitions.offline
                     + (list(self.replication.offline.values()) if self.replication else [])
                 ],
                 "moves": self.replication.move_stats() if self.replication is not None else None,
+                "raft_groups": len(self.replication.host.groups) if self.replication else 0,
+                "raft_groups_active": (
+                    self.replication.host.active_groups() if self.replication else 0
+                ),
                 "metadata_group": (
                     self.replication.group_members(METADATA_PID)
                     if self.replication is not None

@@ -21,6 +21,7 @@ from laminar.shards.metadata import (
     MetadataError,
     MetadataState,
     Snapshot,
+    TopicLimits,
     UnknownEntry,
     decode_entry,
     encode_entry,
@@ -416,3 +417,31 @@ def test_a_decommission_is_refused_for_a_stranger_or_when_too_few_nodes_would_re
     fresh.apply(0, fresh.plan_create("three", 1, None, 3, 4, ()))
     with pytest.raises(MetadataError, match="leave 2 nodes"):
         fresh.plan_decommission("n1", False, members, {"n1", "n2", "n3"})
+
+
+def test_partitions_are_bounded_per_topic_and_per_node() -> None:
+    """Finding 3 (issue 24): a create may not take the node past its partition
+    cap, nor a topic past the per-topic maximum; a refused create adds nothing."""
+    state = MetadataState(limits=TopicLimits(max_partitions=100, max_topic_partitions=60))
+    with pytest.raises(MetadataError) as caught:
+        state.plan_create("wide", 61)
+    assert caught.value.code is ErrorCode.INVALID_REQUEST
+    assert "at most 60 partitions" in caught.value.message
+    state.apply(0, state.plan_create("a", 60))
+    with pytest.raises(MetadataError) as caught:
+        state.plan_create("b", 41)
+    assert "holds 60 partition replicas and may hold 100" in caught.value.message
+    assert state.by_name("b") is None and state.next_topic_id == 2  # nothing half-made
+    state.apply(1, state.plan_create("b", 40))  # exactly up to the cap
+    state.apply(2, state.plan_delete("a"))
+    assert state.plan_create("c", 60).partitions == 60  # a delete makes room
+
+
+def test_a_cluster_counts_replicas_against_every_node_s_cap() -> None:
+    state = MetadataState(limits=TopicLimits(max_partitions=100))
+    placed = (("n1", 1.0), ("n2", 1.0), ("n3", 1.0))
+    state.apply(0, state.plan_create("a", 90, None, 3, 3, placed))  # 270 of 300
+    with pytest.raises(MetadataError) as caught:
+        state.plan_create("b", 11, None, 3, 3, placed)
+    assert "the 3 nodes hold 270 partition replicas and may hold 300" in caught.value.message
+    assert state.plan_create("b", 10, None, 3, 3, placed).partitions == 10
