@@ -40,6 +40,7 @@ carry node ids and empty MACs, and `PeerAuth.required` is False.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import os
@@ -91,6 +92,15 @@ def load_secret(path: str) -> bytes:
             f"{SECRET_BYTES_MIN} (e.g. `head -c 32 /dev/urandom | base64 > {path}`)"
         )
     return secret
+
+
+def write_secret(path: str | os.PathLike[str]) -> None:
+    """Make a fresh owner-only cluster secret file at `path` (test and benchmark
+    clusters; an operator may use `head -c 32 /dev/urandom | base64`)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        os.fchmod(fd, 0o600)
+        f.write(base64.b64encode(secrets.token_bytes(32)) + b"\n")
 
 
 def _check_secret_file(path: str, info: os.stat_result) -> None:
@@ -167,7 +177,7 @@ def _nonce_field(message: Any, name: str) -> bytes:
 def _check_mac(expected: bytes, message: Any, name: str, peer: str) -> None:
     got: bytes = _field(message, name, bytes, MAC_BYTES)
     if not hmac.compare_digest(expected, got):
-        raise PeerAuthError(f"the peer failed to prove it is node {peer!r} (no or another secret)")
+        raise PeerAuthError(f"the peer failed to prove it is node {peer!r} (it has no or another cluster secret)")
 
 
 class Initiator:

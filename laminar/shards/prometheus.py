@@ -179,6 +179,7 @@ def render(
             "node_id": node.get("node_id", ""),
             "runtime": node.get("runtime", ""),
             "routing_mode": node.get("routing_mode", ""),
+            "peer_auth": node.get("peer_auth", ""),
         },
         1,
     )

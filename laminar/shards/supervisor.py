@@ -354,6 +354,11 @@ class Supervisor:
             self.steering.detail,
             self.config.data_dir,
         )
+        if self.config.peer_auth == "insecure":
+            logger.warning(
+                "--insecure-peers: peer connections are NOT authenticated; any process on "
+                "this host can claim to be a peer and rewrite or erase the cluster's logs"
+            )
         for slot in self.slots:
             await self._spawn(slot)
         failure = await self._await_start()
@@ -589,6 +594,7 @@ class Supervisor:
             "shard_pids": [slot.pid for slot in self.slots],
             "data_dir": self.config.data_dir,
             "membership_address": self.membership.address if self.membership else None,
+            "peer_auth": self.config.peer_auth,
         }
 
     def _write_node_file(self) -> None:
