@@ -177,7 +177,9 @@ def _nonce_field(message: Any, name: str) -> bytes:
 def _check_mac(expected: bytes, message: Any, name: str, peer: str) -> None:
     got: bytes = _field(message, name, bytes, MAC_BYTES)
     if not hmac.compare_digest(expected, got):
-        raise PeerAuthError(f"the peer failed to prove it is node {peer!r} (it has no or another cluster secret)")
+        raise PeerAuthError(
+            f"the peer failed to prove it is node {peer!r} (it has no or another cluster secret)"
+        )
 
 
 class Initiator:
