@@ -580,6 +580,9 @@ class Shard:
                     + (list(self.replication.offline.values()) if self.replication else [])
                 ],
                 "moves": self.replication.move_stats() if self.replication is not None else None,
+                "peer_refused": (
+                    dict(self.replication.refusals.counts) if self.replication is not None else {}
+                ),
                 "metadata_group": (
                     self.replication.group_members(METADATA_PID)
                     if self.replication is not None
