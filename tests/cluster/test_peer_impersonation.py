@@ -39,7 +39,8 @@ VOTERS = ("n1", "n2", "n3")
 
 
 def _read(sock: socket.socket) -> Frame | None:
-    """The next frame, or None once the node closed the connection."""
+    """The next frame, or None once the node closed (or reset) the connection;
+    raises TimeoutError when the node neither answers nor closes."""
     decoder = peer_decoder(1 << 20)
     while True:
         frame = decoder.next_frame()
@@ -47,7 +48,7 @@ def _read(sock: socket.socket) -> Frame | None:
             return frame
         try:
             data = sock.recv(1 << 16)
-        except OSError:
+        except ConnectionError:
             return None
         if not data:
             return None
