@@ -40,22 +40,28 @@ Theory of operation (etcd raft's RawNode contract):
   departing from the membership in effect, and tells it.
 - Implausible messages are refused, never acted on, and reported in
   `Ready.anomalies` (peers authenticate, but a peer holding the cluster
-  secret, or a buggy one, must not be able to erase a group): with pre-vote
-  (without it a partitioned node inflates its own term, and the group must
-  follow), a term more than `term_jump_max` past this replica's, plus two per
-  voter per election timeout since it last saw its term current (a message
-  of its leader; as leader, any of its term). With pre-vote a term rises only
-  in an election a majority agreed to, which happens elsewhere only while
-  this replica hears no current leader, and no faster than one per voter per
-  election timeout (two: clocks differ), so a replica back from a partition
-  or a restart still catches up, while a live or quiesced group allows only
-  `term_jump_max`. Also refused: a leader's message in a
-  term whose leader this replica already knows to be another node (Election
-  Safety: one leader per term); an install whose anchor term is past the
-  message's term or before the term of this replica's last committed entry
-  (a leader's log holds that entry). Refusing a message never endangers
-  safety, only delays liveness. An install that discards committed entries
-  (legitimate when the leader's retention removed them) is reported too.
+  secret, or a buggy one, must not erase a group with one message). With
+  pre-vote, a leader's message (also a transfer's campaign, or an answer to
+  a request this role did not send) whose term is more than `term_jump_max`
+  past this replica's, plus two per voter per election timeout since it last
+  saw its term current (a message of its leader; as leader, any of its
+  term): with pre-vote a term rises only in an election a majority agreed
+  to, which runs elsewhere only while this replica hears no current leader,
+  and no faster than about one per voter per election timeout (two: clocks
+  differ), so a replica back from a partition or a restart catches up, while
+  a live or quiesced group allows only `term_jump_max`. Campaigns and the
+  answers to this role's own requests may carry any term (`_may_raise_term`):
+  that is how a group follows a term that legitimately moved far (a replica
+  rebuilt by `laminar repair` starts 2**32 terms up), they cannot rewrite a
+  log, and a campaign is ignored while a live leader is heard. Without
+  pre-vote a partitioned node inflates its own term and the group must
+  follow, so the rule is off. Also refused: a leader's message in a term
+  whose leader this replica knows to be another node (Election Safety); an
+  install whose anchor term is past the message's term or before the term of
+  this replica's last committed entry (a leader's log holds that entry).
+  Refusing a message never endangers safety (it is as if it was lost), only
+  delays liveness. An install that discards committed entries (legitimate
+  when the leader's retention removed them) is reported too.
 """
 
 from __future__ import annotations
@@ -113,6 +119,13 @@ EARLY_APPENDS_MAX = 64
 
 # Messages only a leader sends: receiving one at a higher term names the leader.
 _FROM_LEADER = frozenset({APPEND, HEARTBEAT, INSTALL, QUIESCE})
+# Answers, by the roles that send the requests they answer.
+_ANSWERED_BY: dict[str, tuple[str, ...]] = {
+    APPEND_RESP: (LEADER,),
+    HEARTBEAT_RESP: (LEADER,),
+    VOTE_RESP: (CANDIDATE,),
+    PRE_VOTE_RESP: (PRE_CANDIDATE,),
+}
 DEPARTING_TOLD: Final = 3
 DEPARTING_HEARTBEATS_MAX: Final = 100
 
@@ -223,9 +236,21 @@ class RaftCore(LeaderReplication):
         else:
             self._step_role(m)
 
+    def _may_raise_term(self, m: Message) -> bool:
+        """Whether `m` may carry any newer term: a campaign (not a transfer's,
+        which is one past its leader's term) or the answer to a request this
+        role sends. That is how a group follows a term it legitimately moved
+        far (a repaired replica, `laminar repair`, starts 2**32 terms up; its
+        answer makes the leader step down, and the others learn the term from
+        the campaign or from the answers to their own pre-votes); it cannot
+        rewrite a log, and a vote is ignored while a live leader is heard."""
+        if m.kind in (VOTE, PRE_VOTE):
+            return not m.transfer
+        return self.role in _ANSWERED_BY.get(m.kind, ())
+
     def _implausible(self, m: Message) -> str | None:
         """Why no correct member sends `m` now (see the module docstring), or None."""
-        if m.term > self.term and self.config.pre_vote:
+        if m.term > self.term and self.config.pre_vote and not self._may_raise_term(m):
             allowed = self.config.term_jump_max + 2 * len(self.membership.voters) * (
                 self._term_ticks // self.config.election_ticks
             )

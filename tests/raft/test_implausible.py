@@ -4,7 +4,7 @@ legitimate large jumps (a replica back from a partition) still get through."""
 
 from __future__ import annotations
 
-from laminar.raft import FOLLOWER, LEADER, Membership
+from laminar.raft import FOLLOWER, LEADER, HardState, Membership
 from laminar.raft.messages import APPEND, HEARTBEAT, INSTALL, Entry, Message
 
 from .harness import Cluster
@@ -96,27 +96,27 @@ def test_an_install_that_discards_committed_entries_is_reported() -> None:
     assert cluster.log_of("n3") == cluster.log_of("n1")
 
 
-def test_a_replica_back_from_a_partition_accepts_a_large_jump_once_it_is_plausible() -> None:
-    """While cut off, n3 heard no leader: the allowance grows with the time
+def test_a_learner_back_from_a_partition_accepts_a_large_jump_once_it_is_plausible() -> None:
+    """While cut off, learner n4 heard no leader (and a learner never campaigns,
+    so only leader messages reach it): the allowance grows with the time
     that took, so it follows the group's far newer term after a while."""
-    cluster = _committed_cluster(3, term_jump_max=2)
-    cluster.isolate("n3")
-    for i in range(6):  # six elections n3 never hears of
+    cluster = Cluster(3, learners=("n4",), term_jump_max=2)
+    cluster.elect("n1")
+    cluster.propose("n1", b"before")
+    cluster.isolate("n4")
+    for i in range(6):  # six elections n4 never hears of
         cluster.cores[cluster.wait_for_leader()].transfer_leadership("n2" if i % 2 == 0 else "n1")
         cluster.drain()
     leader = cluster.cores[cluster.wait_for_leader()]
-    assert leader.term - cluster.cores["n3"].term > 2
+    assert leader.term - cluster.cores["n4"].term > 2
     cluster.heal()
-    cluster.cores["n3"].step(
-        Message(HEARTBEAT, leader.id, "n3", leader.term, commit=0, index=leader.log.committed)
-    )
-    cluster.drain()
-    assert cluster.anomalies["n3"] and cluster.anomalies["n3"][0].refused
+    cluster.tick(1)
+    assert cluster.anomalies["n4"] and cluster.anomalies["n4"][0].refused
     cluster.tick(40)  # a few election timeouts: the jump becomes plausible
-    n3 = cluster.cores["n3"]
-    assert n3.role == FOLLOWER and n3.term == leader.term and n3.leader == leader.id
+    n4 = cluster.cores["n4"]
+    assert n4.role == FOLLOWER and n4.term == leader.term and n4.leader == leader.id
     cluster.propose(leader.id, b"after the partition")
-    assert cluster.data("n3")[-1] == b"after the partition"
+    assert cluster.data("n4")[-1] == b"after the partition"
 
 
 def test_a_live_follower_allows_only_term_jump_max() -> None:
@@ -128,3 +128,19 @@ def test_a_live_follower_allows_only_term_jump_max() -> None:
     core.step(Message(HEARTBEAT, "n1", "n2", core.term + 5))  # within the bound: believed
     cluster.drain()
     assert [a.message.term for a in cluster.anomalies["n2"]] == [core.term + 1]
+
+
+def test_a_repaired_replica_far_ahead_is_followed() -> None:
+    """`laminar repair` starts a rebuilt replica 2**32 terms up: its answer makes
+    the leader step down and the group elects in a term past it (campaigns and
+    answers to one's own requests may carry any term)."""
+    cluster = _committed_cluster(3)
+    cluster.crash("n3")
+    repaired = cluster.cores["n1"].term + (1 << 32)
+    cluster.storages["n3"].set_hard_state(HardState(repaired, None, 0))
+    cluster.restart("n3")
+    cluster.tick(60)
+    leader = cluster.cores[cluster.wait_for_leader()]
+    assert leader.term > repaired
+    cluster.propose(leader.id, b"after the repair")
+    assert all(cluster.data(n)[-1] == b"after the repair" for n in ("n1", "n2", "n3"))
