@@ -267,12 +267,12 @@ class Supervisor:
             os.unlink(os.path.join(config.run_dir, NODE_FILE))
 
     def _warn_unauthenticated_peers(self) -> None:
-        """Peers without a secret are allowed on loopback only (NodeConfig checks)."""
-        config = self.config
-        if config.clustered and not config.cluster_secret_file:
+        """Peers without a secret run only with --insecure-peers, on loopback
+        (NodeConfig checks), and never quietly."""
+        if self.config.peer_auth == "insecure":
             logger.warning(
-                "no --cluster-secret-file: node-to-node connections are not authenticated "
-                "(allowed because every node is on loopback)"
+                "--insecure-peers: peer connections are NOT authenticated; any process on "
+                "this host can claim to be a peer and rewrite or erase the cluster's logs"
             )
 
     def _node_id(self) -> str:
@@ -354,11 +354,6 @@ class Supervisor:
             self.steering.detail,
             self.config.data_dir,
         )
-        if self.config.peer_auth == "insecure":
-            logger.warning(
-                "--insecure-peers: peer connections are NOT authenticated; any process on "
-                "this host can claim to be a peer and rewrite or erase the cluster's logs"
-            )
         for slot in self.slots:
             await self._spawn(slot)
         failure = await self._await_start()
