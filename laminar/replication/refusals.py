@@ -23,6 +23,8 @@ LOG_EVERY: Final = 1000
 
 IMPERSONATION: Final = "impersonation"
 """A message on a session with node X that names another node as its sender."""
+HANDSHAKE: Final = "handshake"
+"""A peer handshake that failed (no or another secret, or a proof for another id)."""
 RAFT_IMPLAUSIBLE: Final = "raft_implausible"
 """A Raft message the core refused (`laminar.raft.Anomaly`)."""
 RAFT_DISCARDED_COMMITTED: Final = "raft_install_discarded_committed"
@@ -41,6 +43,10 @@ class PeerRefusals:
         n = self.counts[reason]
         if n <= LOGGED_FIRST or n % LOG_EVERY == 0:
             logger.warning("%s (%s: %d so far)", text, reason, n)
+
+    def count(self, reason: str) -> None:
+        """Count one `reason` whose log line the caller writes itself."""
+        self.counts[reason] += 1
 
     def raft(self, pid: int, anomaly: Anomaly) -> None:
         """A Raft group's `Ready.anomalies`, one at a time."""

@@ -40,7 +40,7 @@ from laminar.cluster.members import ClusterView
 from laminar.placement import shard_for
 from laminar.raft import Message
 from laminar.replication.codec import RaftCodecError, decode_batch, encode_batch
-from laminar.replication.refusals import IMPERSONATION, PeerRefusals
+from laminar.replication.refusals import HANDSHAKE, IMPERSONATION, PeerRefusals
 from laminar.wire import (
     NEED_DATA,
     REQUEST_HEADER_LIMITS,
@@ -378,6 +378,7 @@ class PeerSession:
             try:
                 peer = await asyncio.wait_for(self._handshake(hello, decoder), HANDSHAKE_TIMEOUT_S)
             except (PeerAuthError, TimeoutError) as exc:
+                self._refusals.count(HANDSHAKE)
                 logger.warning("refused a peer connection: %s", exc)
                 refusal = ErrorResponse.for_code(hello.op, ErrorCode.INVALID_REQUEST, str(exc))
                 with contextlib.suppress(OSError):

@@ -141,6 +141,7 @@ def test_a_local_process_cannot_impersonate_a_peer_or_erase_a_partition(tmp_path
                 lambda v=victim: "refused a peer connection" in cluster.nodes[v].log_text(),
                 f"{victim} logging the refused handshake",
             )
+            assert _refused(cluster.nodes[victim], "handshake") >= 1
 
         secret = Path(cluster.flags["cluster_secret_file"]).read_bytes().strip()
         for victim, claimed in claims.items():
