@@ -203,10 +203,11 @@ class RaftCore(LeaderReplication):
             raise ValueError(f"unknown message kind {m.kind!r}")
         if self._quiesced and m.kind != QUIESCE:
             self.wake()
-        why = self._implausible(m)
-        if why is not None:
-            self._anomalies.append(Anomaly(m, why))
-            return
+        if m.term > self.term or m.kind == INSTALL or m.src != self.leader:  # else plausible
+            why = self._implausible(m)
+            if why is not None:
+                self._anomalies.append(Anomaly(m, why))
+                return
         if m.kind in (VOTE, PRE_VOTE) and self.role == LEADER:
             self._tell_if_removed(m.src)
         if m.term > self.term:
