@@ -245,7 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="file with the cluster secret (chmod 600, at least 16 bytes, the same on every "
         "node): authenticates every node-to-node connection and membership datagram; "
-        "turns membership on; required with --peers unless every node is on loopback",
+        "turns membership on; required with --peers and --join",
+    )
+    p.add_argument(
+        "--insecure-peers",
+        action="store_true",
+        help="let a --peers node run without --cluster-secret-file, on loopback only: any "
+        "local process can then claim to be a peer and rewrite or erase the cluster's logs "
+        "(logged as a warning, shown in laminar status); for throwaway experiments",
     )
     p.add_argument(
         "--join",
@@ -335,6 +342,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         cluster_secret_file=(
             os.path.abspath(args.cluster_secret_file) if args.cluster_secret_file else ""
         ),
+        insecure_peers=args.insecure_peers,
         join=tuple(a.strip() for a in args.join.split(",") if a.strip()),
         weight=args.weight,
         membership_port=args.membership_port,

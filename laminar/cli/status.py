@@ -155,6 +155,14 @@ def steering_counts(samples: list[Sample]) -> dict[str, int] | None:
     return counts
 
 
+def peer_auth(samples: list[Sample]) -> str | None:
+    """How the node's peers authenticate ("node-keys", "insecure", "" alone)."""
+    for name, labels, _value in samples:
+        if name == "laminar_node_info":
+            return labels.get("peer_auth", "")
+    return None
+
+
 def xdp_state(samples: list[Sample]) -> dict[str, Any] | None:
     """Whether the XDP classifier is attached (or why not), and its packet counts
     summed over CPUs; None when the node does not report XDP at all."""
@@ -321,6 +329,7 @@ def gather(client: Client, admin: Address, timeout_s: float) -> dict[str, Any]:
         "partitions_moving": moving_partitions(samples) if samples is not None else [],
         "steering": steering_counts(samples) if samples is not None else None,
         "xdp": xdp_state(samples) if samples is not None else None,
+        "peer_auth": peer_auth(samples) if samples is not None else None,
         "members": fetch_members(admin, min(timeout_s, 3.0)) if samples is not None else None,
         "cluster": replication,
         "decommissioning": leaving,
@@ -545,8 +554,14 @@ def _print_cluster(cluster: dict[str, Any]) -> None:
 
 
 def _kernel_lines(doc: dict[str, Any]) -> list[str]:
-    """The steering program's and the XDP classifier's lines of the human view."""
+    """The peer-authentication warning, the steering program's and the XDP
+    classifier's lines of the human view."""
     lines = []
+    if doc.get("peer_auth") == "insecure":
+        lines.append(
+            "WARNING   peers are not authenticated (--insecure-peers): any local process "
+            "can claim to be a peer"
+        )
     steering = doc.get("steering")
     if steering:
         lines.append(

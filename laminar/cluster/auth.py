@@ -1,4 +1,4 @@
-"""Peer authentication: a node proves it knows the cluster secret, with no I/O here.
+"""Peer authentication: a node proves who it is, with no I/O here.
 
 Every node-to-node connection (Raft, metadata, membership) starts with a
 mutual HMAC-SHA256 challenge-response before any other frame is accepted:
@@ -7,24 +7,40 @@ mutual HMAC-SHA256 challenge-response before any other frame is accepted:
     responder -> initiator   challenge {node_id, nonce_r, mac_r}
     initiator -> responder   proof     {mac_i}
 
-`mac_x = HMAC(key, "laminar-peer-v1" | role_x | id_i | id_r | nonce_i | nonce_r)`
-with `key = HMAC(secret, "laminar cluster key v1")`. Both nonces are 32 fresh
-random bytes, so a recorded handshake cannot be replayed; the role is inside
-the MAC, so a responder's answer cannot be reflected back as a proof; the
-responder proves itself first, so an initiator never sends a MAC to a node that
-does not know the secret. Comparisons are constant-time.
+Each side proves with its own *node key*, bound to its node id:
 
-What this does not do: it authenticates the two ends once, when the connection
-opens. It neither encrypts nor protects the frames that follow against an
-on-path attacker who can rewrite TCP; that is what TLS (planned) is for. The
-README's security section says so.
+    cluster_key = HMAC(secret, "laminar cluster key v1")
+    key_n       = HMAC(cluster_key, "laminar node key v1" | n)
+    mac_x       = HMAC(key_x, "laminar-peer-v2" | role_x | id_i | id_r | nonce_i | nonce_r)
 
-Without a secret (allowed only when every peer is on loopback) the same three
-messages carry node ids and empty MACs, and `PeerAuth.required` is False.
+so a proof made for node `n` authenticates `n` and nothing else, and the
+session's peer id is the id whose key made the proof. Both nonces are 32
+fresh random bytes, so a recorded handshake cannot be replayed; the role is
+inside the MAC, so a responder's answer cannot be reflected back as a proof;
+the responder proves itself first, so an initiator never sends a MAC to a
+node that does not know the secret. Comparisons are constant-time.
+
+What derived keys do not do: every node holds the cluster secret (it must
+check every other node's proof), so a holder of the secret can still derive
+any node's key and claim any id. They make the identity part of the
+credential, so the TLS work (per-node certificates, mutual TLS) replaces
+`PeerAuth.key_of` (derive the claimed node's key) with "verify the
+certificate naming that node" and keeps everything above it: the
+handshake's result is an authenticated node id, and every message on the
+session must name that id as its sender (`laminar.replication.transport`).
+
+What this does not do either: it authenticates the two ends once, when the
+connection opens. It neither encrypts nor protects the frames that follow
+against an on-path attacker who can rewrite TCP; that is what TLS is for.
+The README's security section says so.
+
+Without a secret (`--insecure-peers`, loopback only) the same three messages
+carry node ids and empty MACs, and `PeerAuth.required` is False.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import os
@@ -34,7 +50,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-PROTOCOL: Final = b"laminar-peer-v1"
+PROTOCOL: Final = b"laminar-peer-v2"
+NODE_KEY_LABEL: Final = b"laminar node key v1"
 NONCE_BYTES: Final = 32
 MAC_BYTES: Final = 32
 SECRET_BYTES_MIN: Final = 16
@@ -52,18 +69,20 @@ class SecretFileError(Exception):
 
 def load_secret(path: str) -> bytes:
     """The secret in `path`: at least 16 bytes once surrounding whitespace is
-    stripped, and not readable by group or others (refused, as ssh does)."""
+    stripped, in a regular file owned by this user (or root) and not
+    accessible by group or others (refused, as ssh does). The file is opened
+    once, without following a symlink, and checked through that descriptor,
+    so it cannot be swapped between the check and the read."""
     try:
-        info = os.stat(path)
-        with open(path, "rb") as f:
-            data = f.read(SECRET_FILE_BYTES_MAX + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
         raise SecretFileError(f"cannot read the cluster secret file {path}: {exc}") from None
-    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise SecretFileError(
-            f"the cluster secret file {path} is accessible by group or others "
-            f"(mode {stat.filemode(info.st_mode)}); run: chmod 600 {path}"
-        )
+    with os.fdopen(fd, "rb") as f:
+        _check_secret_file(path, os.fstat(fd))
+        try:
+            data = f.read(SECRET_FILE_BYTES_MAX + 1)
+        except OSError as exc:
+            raise SecretFileError(f"cannot read the cluster secret file {path}: {exc}") from None
     if len(data) > SECRET_FILE_BYTES_MAX:
         raise SecretFileError(f"the cluster secret file {path} is over {SECRET_FILE_BYTES_MAX} B")
     secret = data.strip()
@@ -75,12 +94,37 @@ def load_secret(path: str) -> bytes:
     return secret
 
 
+def write_secret(path: str | os.PathLike[str]) -> None:
+    """Make a fresh owner-only cluster secret file at `path` (test and benchmark
+    clusters; an operator may use `head -c 32 /dev/urandom | base64`)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        os.fchmod(fd, 0o600)
+        f.write(base64.b64encode(secrets.token_bytes(32)) + b"\n")
+
+
+def _check_secret_file(path: str, info: os.stat_result) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        raise SecretFileError(f"the cluster secret file {path} is not a regular file")
+    if info.st_uid not in (os.geteuid(), 0):
+        raise SecretFileError(
+            f"the cluster secret file {path} belongs to uid {info.st_uid}, not to this "
+            f"user (uid {os.geteuid()}) or root; run: chown {os.geteuid()} {path}"
+        )
+    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise SecretFileError(
+            f"the cluster secret file {path} is accessible by group or others "
+            f"(mode {stat.filemode(info.st_mode)}); run: chmod 600 {path}"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class PeerAuth:
     """This node's identity and the cluster key (None: no secret configured)."""
 
     node_id: str
     key: bytes | None
+    """The cluster key: derives every node's key (see the module docstring)."""
 
     @classmethod
     def from_secret(cls, node_id: str, secret: bytes | None) -> PeerAuth:
@@ -92,11 +136,19 @@ class PeerAuth:
     def required(self) -> bool:
         return self.key is not None
 
-    def mac(self, role: bytes, initiator: str, responder: str, nonces: bytes) -> bytes:
+    def key_of(self, node_id: str) -> bytes:
+        """Node `node_id`'s key (the one seam per-node certificates replace)."""
+        if self.key is None:
+            raise ValueError("no cluster secret: there are no node keys")
+        label = NODE_KEY_LABEL + b"|" + node_id.encode()
+        return hmac.new(self.key, label, hashlib.sha256).digest()
+
+    def mac(self, prover: str, role: bytes, initiator: str, responder: str, nonces: bytes) -> bytes:
+        """The MAC node `prover` makes (or must have made) in that role."""
         if self.key is None:
             return b""
         transcript = b"|".join((PROTOCOL, role, initiator.encode(), responder.encode(), nonces))
-        return hmac.new(self.key, transcript, hashlib.sha256).digest()
+        return hmac.new(self.key_of(prover), transcript, hashlib.sha256).digest()
 
 
 Nonce = Callable[[], bytes]
@@ -125,7 +177,9 @@ def _nonce_field(message: Any, name: str) -> bytes:
 def _check_mac(expected: bytes, message: Any, name: str, peer: str) -> None:
     got: bytes = _field(message, name, bytes, MAC_BYTES)
     if not hmac.compare_digest(expected, got):
-        raise PeerAuthError(f"node {peer!r} does not know the cluster secret")
+        raise PeerAuthError(
+            f"the peer failed to prove it is node {peer!r} (it has no or another cluster secret)"
+        )
 
 
 class Initiator:
@@ -144,9 +198,9 @@ class Initiator:
         peer: str = _field(message, "node_id", str, NODE_ID_BYTES_MAX)
         nonces = self._nonce_i + _nonce_field(message, "nonce")
         me = self._auth.node_id
-        _check_mac(self._auth.mac(b"responder", me, peer, nonces), message, "mac", peer)
+        _check_mac(self._auth.mac(peer, b"responder", me, peer, nonces), message, "mac", peer)
         self.peer_id = peer
-        return {"mac": self._auth.mac(b"initiator", me, peer, nonces)}
+        return {"mac": self._auth.mac(me, b"initiator", me, peer, nonces)}
 
 
 class Responder:
@@ -166,13 +220,14 @@ class Responder:
         return {
             "node_id": me,
             "nonce": self._nonce_r,
-            "mac": self._auth.mac(b"responder", peer, me, self._nonces),
+            "mac": self._auth.mac(me, b"responder", peer, me, self._nonces),
         }
 
     def on_proof(self, message: Any) -> str:
         """The authenticated peer's node id. Raises `PeerAuthError`."""
         if self._peer is None:
             raise PeerAuthError("a proof arrived before the hello")
-        expected = self._auth.mac(b"initiator", self._peer, self._auth.node_id, self._nonces)
+        auth = self._auth
+        expected = auth.mac(self._peer, b"initiator", self._peer, auth.node_id, self._nonces)
         _check_mac(expected, message, "mac", self._peer)
         return self._peer

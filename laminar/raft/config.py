@@ -87,6 +87,12 @@ class RaftConfig:
     max_inflight: int = 256  # append messages in flight per follower in replicate state
     max_committed_bytes: int = 64 << 20  # payload bytes of `Ready.committed` per Ready
     max_uncommitted_bytes: int = 256 << 20  # a leader refuses proposals beyond this
+    term_jump_max: int = 100
+    """With pre-vote: how far past this replica's term a message's term may be
+    and still be believed at once; the allowance grows by two terms per voter
+    each election timeout in which it heard no current leader (elections
+    cannot go faster), so a replica back from a partition or restart catches
+    up, later (`RaftCore`'s module docstring)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.node_id, str) or not self.node_id:
@@ -103,6 +109,8 @@ class RaftConfig:
                 raise ValueError(f"{name} must be >= 1")
         if self.max_uncommitted_bytes < 1:
             raise ValueError("max_uncommitted_bytes must be >= 1")
+        if self.term_jump_max < 1:
+            raise ValueError("term_jump_max must be >= 1")
 
     @property
     def membership(self) -> Membership:

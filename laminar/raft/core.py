@@ -38,6 +38,30 @@ Theory of operation (etcd raft's RawNode contract):
   (it applied its removal) sends a pre-vote each election timeout to the
   voters it knows. A leader that gets either from a non-member takes it as
   departing from the membership in effect, and tells it.
+- Implausible messages are refused, never acted on, and reported in
+  `Ready.anomalies` (peers authenticate, but a peer holding the cluster
+  secret, or a buggy one, must not erase a group with one message). With
+  pre-vote, a leader's message (also a transfer's campaign, or an answer to
+  a request this role did not send) whose term is more than `term_jump_max`
+  past this replica's, plus two per voter per election timeout since it last
+  saw its term current (a message of its leader; as leader, any of its
+  term): with pre-vote a term rises only in an election a majority agreed
+  to, which runs elsewhere only while this replica hears no current leader,
+  and no faster than about one per voter per election timeout (two: clocks
+  differ), so a replica back from a partition or a restart catches up, while
+  a live or quiesced group allows only `term_jump_max`. Campaigns and the
+  answers to this role's own requests may carry any term (`_may_raise_term`):
+  that is how a group follows a term that legitimately moved far (a replica
+  rebuilt by `laminar repair` starts 2**32 terms up), they cannot rewrite a
+  log, and a campaign is ignored while a live leader is heard. Without
+  pre-vote a partitioned node inflates its own term and the group must
+  follow, so the rule is off. Also refused: a leader's message in a term
+  whose leader this replica knows to be another node (Election Safety); an
+  install whose anchor term is past the message's term or before the term of
+  this replica's last committed entry (a leader's log holds that entry).
+  Refusing a message never endangers safety (it is as if it was lost), only
+  delays liveness. An install that discards committed entries (legitimate
+  when the leader's retention removed them) is reported too.
 """
 
 from __future__ import annotations
@@ -73,6 +97,7 @@ from .messages import (
     TIMEOUT_NOW,
     VOTE,
     VOTE_RESP,
+    Anomaly,
     Entry,
     HardState,
     Message,
@@ -94,6 +119,13 @@ EARLY_APPENDS_MAX = 64
 
 # Messages only a leader sends: receiving one at a higher term names the leader.
 _FROM_LEADER = frozenset({APPEND, HEARTBEAT, INSTALL, QUIESCE})
+# Answers, by the roles that send the requests they answer.
+_ANSWERED_BY: dict[str, tuple[str, ...]] = {
+    APPEND_RESP: (LEADER,),
+    HEARTBEAT_RESP: (LEADER,),
+    VOTE_RESP: (CANDIDATE,),
+    PRE_VOTE_RESP: (PRE_CANDIDATE,),
+}
 DEPARTING_TOLD: Final = 3
 DEPARTING_HEARTBEATS_MAX: Final = 100
 
@@ -145,6 +177,11 @@ class RaftCore(LeaderReplication):
         self._election_elapsed = 0
         self._heartbeat_elapsed = 0
         self._randomized_timeout = config.election_ticks
+        self._term_ticks = 0
+        """Ticks (not quiesced) since this replica last saw that its term is
+        current: a message of its leader, or as leader one of its term.
+        Elections may have run elsewhere only meanwhile: how far a term may jump."""
+        self._anomalies: list[Anomaly] = []
         self._step_role: Callable[[Message], None] = self._step_follower
         self._tick_role: Callable[[], None] = self._tick_election
         self._become_follower(self.term, None)
@@ -155,6 +192,7 @@ class RaftCore(LeaderReplication):
         """One logical clock tick. A quiesced core ignores ticks."""
         self._apply_blocked = False
         if not self._quiesced:
+            self._term_ticks += 1
             self._tick_role()
 
     def step(self, m: Message) -> None:
@@ -165,6 +203,11 @@ class RaftCore(LeaderReplication):
             raise ValueError(f"unknown message kind {m.kind!r}")
         if self._quiesced and m.kind != QUIESCE:
             self.wake()
+        if m.term > self.term or m.kind == INSTALL or m.src != self.leader:  # else plausible
+            why = self._implausible(m)
+            if why is not None:
+                self._anomalies.append(Anomaly(m, why))
+                return
         if m.kind in (VOTE, PRE_VOTE) and self.role == LEADER:
             self._tell_if_removed(m.src)
         if m.term > self.term:
@@ -187,10 +230,51 @@ class RaftCore(LeaderReplication):
             elif m.kind == PRE_VOTE:
                 self._reply(m, PRE_VOTE_RESP, reject=True)
             return
+        if m.term == self.term and (m.kind in _FROM_LEADER or self.role == LEADER):
+            self._term_ticks = 0
         if m.kind in (VOTE, PRE_VOTE):
             self._handle_vote(m)
         else:
             self._step_role(m)
+
+    def _may_raise_term(self, m: Message) -> bool:
+        """Whether `m` may carry any newer term: a campaign (not a transfer's,
+        which is one past its leader's term) or the answer to a request this
+        role sends. That is how a group follows a term it legitimately moved
+        far (a repaired replica, `laminar repair`, starts 2**32 terms up; its
+        answer makes the leader step down, and the others learn the term from
+        the campaign or from the answers to their own pre-votes); it cannot
+        rewrite a log, and a vote is ignored while a live leader is heard."""
+        if m.kind in (VOTE, PRE_VOTE):
+            return not m.transfer
+        return self.role in _ANSWERED_BY.get(m.kind, ())
+
+    def _implausible(self, m: Message) -> str | None:
+        """Why no correct member sends `m` now (see the module docstring), or None."""
+        if m.term > self.term and self.config.pre_vote and not self._may_raise_term(m):
+            allowed = self.config.term_jump_max + 2 * len(self.membership.voters) * (
+                self._term_ticks // self.config.election_ticks
+            )
+            if m.term - self.term > allowed:
+                return (
+                    f"term {m.term} is {m.term - self.term} past this replica's term "
+                    f"{self.term}; at most {allowed} is plausible now"
+                )
+        elif (
+            m.term == self.term
+            and m.kind in _FROM_LEADER
+            and self.leader is not None
+            and m.src != self.leader
+        ):
+            return f"node {self.leader} leads term {m.term}, not {m.src}"
+        if m.kind == INSTALL and m.term >= self.term and m.index >= self.log.committed:
+            committed_term = self.log.term(self.log.committed) or 0
+            if not committed_term <= m.log_term <= m.term:
+                return (
+                    f"the anchor's term {m.log_term} is not between this replica's committed "
+                    f"term {committed_term} and the message's term {m.term}"
+                )
+        return None
 
     def propose(self, data: bytes) -> int:
         """Append `data` as a new entry; returns its index. Leader only."""
@@ -374,6 +458,7 @@ class RaftCore(LeaderReplication):
             self._msgs
             or self._read_states
             or self._dropped_reads
+            or self._anomalies
             or (self.role == LEADER and (self._bcast or self._reads.round_wanted()))
             or self.log.has_unstable()
             or self._hard_state() != self._persisted
@@ -409,11 +494,13 @@ class RaftCore(LeaderReplication):
             committed=tuple(committed),
             read_states=tuple(self._read_states),
             dropped_reads=tuple(self._dropped_reads),
+            anomalies=tuple(self._anomalies),
             must_sync=bool(entries) or state.term != persisted.term or state.vote != persisted.vote,
         )
         self._msgs = []
         self._read_states = []
         self._dropped_reads = []
+        self._anomalies = []
         self._outstanding = rd
         return rd
 
@@ -720,6 +807,15 @@ class RaftCore(LeaderReplication):
                 membership = Membership.decode(m.data)
             except ValueError:
                 return  # malformed
+            if log.committed >= log.first_index():
+                self._anomalies.append(
+                    Anomaly(
+                        m,
+                        f"the install from {m.src} (anchor {anchor}) discards committed "
+                        f"entries {log.first_index()}..{log.committed}",
+                        refused=False,
+                    )
+                )
             log.install(Entry(anchor, m.log_term, m.data, ANCHOR), m.entries)
             last_new = anchor + len(m.entries)
             log.commit_to(min(m.commit, last_new))

@@ -40,6 +40,18 @@ class HardState(NamedTuple):
     commit: int = 0
 
 
+class Anomaly(NamedTuple):
+    """A message no correct member sends, which this replica refused
+    (`refused`), or one it acted on though it discarded committed entries
+    (an install past a replica's committed prefix: legitimate only when the
+    leader's retention removed those records). The shell logs and counts
+    each; nothing else depends on them."""
+
+    message: Message
+    reason: str
+    refused: bool = True
+
+
 class ReadState(NamedTuple):
     """A confirmed `read_index()`: once the application has applied `index`, a
     read answered from its state is linearizable."""

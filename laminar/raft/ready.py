@@ -12,6 +12,7 @@ from .messages import (
     INSTALL,
     QUIESCE,
     TIMEOUT_NOW,
+    Anomaly,
     Entry,
     HardState,
     Message,
@@ -70,6 +71,11 @@ class Ready:
     dropped_reads: tuple[int, ...] = ()
     """`read_index()` requests that will never be confirmed (leadership was
     lost): fail them so the client retries at the new leader."""
+
+    anomalies: tuple[Anomaly, ...] = ()
+    """Messages refused as implausible (a term far ahead, a second leader in a
+    term, an impossible install) or installs that discarded committed entries:
+    log and count each (see `Anomaly`)."""
 
     must_sync: bool = False
     """True if `entries` or `hard_state` must be made durable (fsync) before

@@ -53,6 +53,7 @@ from typing import Final
 from laminar.raft import (
     ANCHOR,
     LEADER,
+    Anomaly,
     Entry,
     Message,
     NotLeader,
@@ -68,6 +69,8 @@ Send = Callable[[int, Sequence[Message]], None]
 """(partition id, messages) -> queued for the network; never blocks, may drop."""
 Apply = Callable[[Sequence[Entry]], None]
 """Committed entries, in order, each once (after the log end moved past them)."""
+Report = Callable[[int, Anomaly], None]
+"""(partition id, a message the core refused or found suspicious) -> logged and counted."""
 
 
 class ReadDropped(Exception):
@@ -104,12 +107,14 @@ class RaftGroup:
         storage: SegmentedLogStorage,
         send: Send,
         apply: Apply | None = None,
+        report: Report | None = None,
     ) -> None:
         self.pid = pid
         self.core = core
         self.storage = storage
         self._send = send
         self._apply = apply
+        self._report = report
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._proposals: list[_Proposal] = []
@@ -278,6 +283,9 @@ class RaftGroup:
             await storage.note_applied(rd.committed)  # a membership change: durable first
             self._committed(rd.committed)
         self._answer_reads(rd)
+        if self._report is not None:
+            for anomaly in rd.anomalies:
+                self._report(self.pid, anomaly)
         self.core.advance(rd)
         self._note_role()
 

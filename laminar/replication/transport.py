@@ -40,6 +40,7 @@ from laminar.cluster.members import ClusterView
 from laminar.placement import shard_for
 from laminar.raft import Message
 from laminar.replication.codec import RaftCodecError, decode_batch, encode_batch
+from laminar.replication.refusals import HANDSHAKE, IMPERSONATION, PeerRefusals
 from laminar.wire import (
     NEED_DATA,
     REQUEST_HEADER_LIMITS,
@@ -354,8 +355,10 @@ class PeerSession:
         max_frame_bytes: int,
         serve: ServeRequest | None = None,
         request_ops: frozenset[int] = frozenset(),
+        refusals: PeerRefusals | None = None,
     ) -> None:
         self.sock = sock
+        self._refusals = refusals or PeerRefusals()
         self._auth = auth
         self._receive = receive
         self._heard = heard
@@ -375,6 +378,7 @@ class PeerSession:
             try:
                 peer = await asyncio.wait_for(self._handshake(hello, decoder), HANDSHAKE_TIMEOUT_S)
             except (PeerAuthError, TimeoutError) as exc:
+                self._refusals.count(HANDSHAKE)
                 logger.warning("refused a peer connection: %s", exc)
                 refusal = ErrorResponse.for_code(hello.op, ErrorCode.INVALID_REQUEST, str(exc))
                 with contextlib.suppress(OSError):
@@ -404,9 +408,16 @@ class PeerSession:
                 if frame.op != RAFT_BATCH:
                     raise PeerAuthError(f"op {frame.op} on a peer connection")
                 self._heard(peer)
-                for pid, message in decode_batch(frame.payload, self._max_frame_bytes):
-                    if message.src != peer:
-                        raise PeerAuthError(f"node {peer!r} sent a message as {message.src!r}")
+                batch = decode_batch(frame.payload, self._max_frame_bytes)
+                forged = next((m.src for _, m in batch if m.src != peer), None)
+                if forged is not None:  # a peer may only speak for itself: none of it is taken
+                    self._refusals.note(
+                        IMPERSONATION,
+                        f"closed the session of node {peer!r}: it sent raft messages "
+                        f"as node {forged!r}",
+                    )
+                    return
+                for pid, message in batch:
                     self._receive(pid, message)
         except (OSError, ProtocolError, RaftCodecError, PeerAuthError) as exc:
             if self.peer_id is not None and not isinstance(exc, ConnectionResetError):

@@ -174,7 +174,10 @@ class NodeConfig:
     cluster_secret_file: str = ""
     """The file holding the cluster secret that authenticates node-to-node connections
     and membership traffic (`laminar.shards.membership`); empty: membership is off,
-    and peers (loopback only) are not authenticated."""
+    and a node with --peers needs `insecure_peers`."""
+    insecure_peers: bool = False
+    """Let a --peers node run without a secret (loopback only): any local process
+    can then claim any node id, so it is logged as a warning and shown in status."""
     membership_port: int | None = None
     """Membership's own UDP port; None: the node port when eBPF steering carries
     membership there, else node port + 1000 (ephemeral with port 0)."""
@@ -307,12 +310,29 @@ class NodeConfig:
                 "replication acknowledges a write once a majority has it on disk: "
                 "a node with --peers needs --flush always"
             )
+        if self.cluster_secret_file:
+            return
         exposed = [a for a in (self.host, *(p.host for p in peers)) if not _is_loopback(a)]
-        if exposed and not self.cluster_secret_file:
+        if exposed:
             raise ConfigError(
                 f"{exposed[0]} is not a loopback address: node-to-node traffic there must be "
                 "authenticated; give every node the same --cluster-secret-file"
             )
+        if not self.insecure_peers:
+            raise ConfigError(
+                "a node with --peers needs --cluster-secret-file (the same on every node; "
+                "make one with `head -c 32 /dev/urandom | base64 > FILE; chmod 600 FILE`): "
+                "without it any local process can claim to be a peer and rewrite the "
+                "cluster's logs. --insecure-peers runs without one (loopback only)"
+            )
+
+    @property
+    def peer_auth(self) -> str:
+        """How peers authenticate: "node-keys", "insecure" (--insecure-peers) or
+        "" (a single node)."""
+        if self.cluster_secret_file:
+            return "node-keys"
+        return "insecure" if self.peers.strip() else ""
 
     @property
     def clustered(self) -> bool:

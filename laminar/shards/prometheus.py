@@ -194,6 +194,7 @@ def render(
             "node_id": node.get("node_id", ""),
             "runtime": node.get("runtime", ""),
             "routing_mode": node.get("routing_mode", ""),
+            "peer_auth": node.get("peer_auth", ""),
         },
         1,
     )
@@ -216,6 +217,14 @@ def render(
     for shard_id, stats in live:
         for code, n in sorted(stats.get("errors", {}).items()):
             w.sample("laminar_request_errors_total", {"shard": shard_id, "code": code}, n)
+    w.family(
+        "laminar_peer_refused_total",
+        "counter",
+        "What peers sent that no correct node sends, by reason (laminar.replication.refusals).",
+    )
+    for shard_id, stats in live:
+        for reason, n in sorted(stats.get("peer_refused", {}).items()):
+            w.sample("laminar_peer_refused_total", {"shard": shard_id, "reason": reason}, n)
     w.family("laminar_request_latency_seconds", "summary", "Time to serve a request, by op.")
     for shard_id, stats in live:
         for op, snap in sorted(stats.get("latency", {}).items()):

@@ -72,6 +72,7 @@ from laminar.replication.group import RaftGroup
 from laminar.replication.host import ELECTION_TICKS, TICK_S, RaftHost
 from laminar.replication.opening import replica_config
 from laminar.replication.placer import Placer, ReplicationFactorOf
+from laminar.replication.refusals import PeerRefusals
 from laminar.replication.transport import PeerLinks, PeerSession, ServeRequest
 from laminar.shards.errors import RequestError
 from laminar.shards.metadata import METADATA_PID
@@ -134,6 +135,8 @@ class ShardReplication:
         self.partitions = partitions
         self.max_frame_bytes = max_frame_bytes
         self._own_shard_ports = own_shard_ports
+        self.refusals = PeerRefusals()
+        """What peers sent that no correct node sends: counted, logged at a bounded rate."""
         self.links = PeerLinks(auth, lambda: self.view, max_frame_bytes)
         self.calls = PeerCalls(auth, lambda: self.view, max_frame_bytes)
         self._serve_peers: tuple[ServeRequest, frozenset[int]] | None = None
@@ -513,7 +516,7 @@ class ShardReplication:
                 reason = f"{exc}{REPAIR_HINT.format(directory=log.directory)}"
                 offline = self._went_offline(pid, reason, OFFLINE_RETRY_S)
                 raise self._refusal(offline, args.voters) from None
-            group = RaftGroup(pid, core, storage, self.host.send, args.apply)
+            group = RaftGroup(pid, core, storage, self.host.send, args.apply, self.refusals.raft)
             self.host.add(group)
             replica = self._orphans.pop(pid, None)
             if replica is None:
@@ -643,6 +646,7 @@ class ShardReplication:
             self.max_frame_bytes,
             serve,
             ops,
+            self.refusals,
         )
         task = asyncio.get_running_loop().create_task(session.serve(hello))
         self._sessions.add(task)

@@ -597,6 +597,9 @@ class Shard:
                 "raft_groups_active": (
                     self.replication.host.active_groups() if self.replication else 0
                 ),
+                "peer_refused": (
+                    dict(self.replication.refusals.counts) if self.replication is not None else {}
+                ),
                 "metadata_group": (
                     self.replication.group_members(METADATA_PID)
                     if self.replication is not None

@@ -280,12 +280,12 @@ class Supervisor:
             os.unlink(os.path.join(config.run_dir, NODE_FILE))
 
     def _warn_unauthenticated_peers(self) -> None:
-        """Peers without a secret are allowed on loopback only (NodeConfig checks)."""
-        config = self.config
-        if config.clustered and not config.cluster_secret_file:
+        """Peers without a secret run only with --insecure-peers, on loopback
+        (NodeConfig checks), and never quietly."""
+        if self.config.peer_auth == "insecure":
             logger.warning(
-                "no --cluster-secret-file: node-to-node connections are not authenticated "
-                "(allowed because every node is on loopback)"
+                "--insecure-peers: peer connections are NOT authenticated; any process on "
+                "this host can claim to be a peer and rewrite or erase the cluster's logs"
             )
 
     def _node_id(self) -> str:
@@ -604,6 +604,7 @@ class Supervisor:
             "data_dir": self.config.data_dir,
             "admin_token_file": os.path.join(self.config.run_dir, TOKEN_FILE),
             "membership_address": self.membership.address if self.membership else None,
+            "peer_auth": self.config.peer_auth,
         }
 
     def _write_node_file(self) -> None:

@@ -119,6 +119,8 @@ class SwimStats:
     dropped_full_table: int = 0
     dropped_relays: int = 0
     push_pulls: int = 0
+    foreign_acks: int = 0
+    """Acks and nacks ignored: from a member that was neither probed nor asked to help."""
 
 
 @dataclass(slots=True)
@@ -128,13 +130,16 @@ class _Probe:
     seq: int
     timeout_at_ms: int
     end_ms: int
-    helpers: int = 0
-    nacks: int = 0
+    helpers: frozenset[str] = frozenset()
+    """The members asked to probe indirectly: their acks and nacks count too."""
+    nacked: set[str] = field(default_factory=set)
     indirect_sent: bool = False
 
 
 @dataclass(slots=True)
 class _Relay:
+    target: str
+    """The member pinged for the requester: only its ack is relayed."""
     origin_seq: int
     origin_address: str
     nack_at_ms: int
@@ -329,7 +334,10 @@ class Swim:
         elif isinstance(message, Nack):
             probe = self._probe
             if probe is not None and message.seq == probe.seq:
-                probe.nacks += 1
+                if message.source in probe.helpers:
+                    probe.nacked.add(message.source)
+                else:
+                    self.stats.foreign_acks += 1
         elif isinstance(message, PushPull):
             self._on_push_pull(message, now_ms)
 
@@ -398,7 +406,7 @@ class Swim:
             self.config.indirect_checks,
             lambda r: self._is_other_alive(r) and r.node_id != probe.target,
         )
-        probe.helpers = len(helpers)
+        probe.helpers = frozenset(h.node_id for h in helpers)
         self.stats.indirect_probes += 1
         request = PingReq(
             probe.seq, target.node_id, target.address, self._me.node_id, self._me.address
@@ -407,21 +415,33 @@ class Swim:
             self._send(helper.address, request)
 
     def _on_ack(self, ack: Ack) -> None:
+        """An ack ends the probe it answers only if it comes from the member
+        probed, or relayed by a helper asked to probe it; a relay forwards only
+        its target's ack. Anything else is ignored and counted: a member must
+        not vouch for another it was not asked about."""
         probe = self._probe
         if probe is not None and ack.seq == probe.seq:
+            if ack.source != probe.target and ack.source not in probe.helpers:
+                self.stats.foreign_acks += 1
+                return
             self._probe = None
             self._awareness.apply(-1)
             return
-        relay = self._relays.pop(ack.seq, None)
-        if relay is not None:
-            self._send(relay.origin_address, Ack(relay.origin_seq, self._me.node_id))
+        relay = self._relays.get(ack.seq)
+        if relay is None:
+            return
+        if ack.source != relay.target:
+            self.stats.foreign_acks += 1
+            return
+        del self._relays[ack.seq]
+        self._send(relay.origin_address, Ack(relay.origin_seq, self._me.node_id))
 
     def _probe_failed(self, probe: _Probe, now_ms: int) -> None:
         self._probe = None
         self.stats.probes_failed += 1
         # Lifeguard: helpers that did not nack are a sign that we, not the target,
         # are in trouble; without helpers any failure counts against us.
-        missed = probe.helpers - probe.nacks if probe.helpers else 1
+        missed = len(probe.helpers) - len(probe.nacked) if probe.helpers else 1
         self._awareness.apply(max(missed, 0))
         record = self._table.get(probe.target)
         if record is not None and record.state.is_live:
@@ -441,6 +461,7 @@ class Swim:
         seq = self._next_seq()
         cfg = self.config
         self._relays[seq] = _Relay(
+            request.target,
             request.seq,
             request.source_address,
             nack_at_ms=now_ms + cfg.nack_timeout_ms,

@@ -15,7 +15,7 @@ import pytest
 
 from laminar.cli.main import main
 from laminar.cli.output import put_bytes, table
-from laminar.cli.status import _ranges, parse_prometheus, shard_loads
+from laminar.cli.status import _kernel_lines, _ranges, parse_prometheus, peer_auth, shard_loads
 from laminar.client import Client, partition_for_key
 from laminar.wire import ErrorCode, Op, producer_stamp
 
@@ -103,6 +103,13 @@ garbage line
     assert (loads[0].requests, loads[0].core) == (15, 0)
     assert (loads[1].requests, loads[1].bytes_in, loads[1].core) == (7, 1024, 1)
     assert (loads[1].up, loads[1].restarts) == (False, 2)
+
+
+def test_status_warns_when_peers_are_not_authenticated() -> None:
+    samples = parse_prometheus('laminar_node_info{node_id="n1",peer_auth="insecure"} 1\n')
+    assert peer_auth(samples) == "insecure"
+    assert any("not authenticated" in line for line in _kernel_lines({"peer_auth": "insecure"}))
+    assert _kernel_lines({"peer_auth": "node-keys"}) == []
 
 
 def test_put_bytes_keeps_every_byte() -> None:

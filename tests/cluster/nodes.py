@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from laminar.cluster.auth import write_secret
 from laminar.placement import shard_for
 from laminar.wire import (
     NEED_DATA,
@@ -101,8 +102,10 @@ class Cluster:
         **flags: Any,
     ) -> Iterator[Cluster]:
         ids = [f"n{i}" for i in range(1, count + 1)]
-        if secret is not None:
-            flags["cluster_secret_file"] = secret
+        if secret is None:  # a cluster never runs without peer authentication
+            secret = tmp / "cluster-secret"
+            write_secret(secret)
+        flags["cluster_secret_file"] = secret
         ports = {node_id: free_port() for node_id in ids}
         cluster = cls(tmp, ports, flags, cores, host, prefix)
         try:
@@ -118,12 +121,7 @@ class Cluster:
     def start_on(
         cls, net: TestNetwork, tmp: Path, count: int = 3, **flags: Any
     ) -> contextlib.AbstractContextManager[Cluster]:
-        """`start` with node n{i+1} on host i of `net` (its address, its namespace),
-        sharing a cluster secret (required off loopback) unless one is given."""
-        if "secret" not in flags:
-            flags["secret"] = tmp / "cluster-secret"
-            flags["secret"].write_bytes(os.urandom(32).hex().encode())
-            os.chmod(flags["secret"], 0o600)
+        """`start` with node n{i+1} on host i of `net` (its address, its namespace)."""
         return cls.start(
             tmp,
             count,

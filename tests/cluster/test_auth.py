@@ -1,7 +1,10 @@
-"""Peer authentication: both sides prove the secret; nothing replayed or reflected passes."""
+"""Peer authentication: each side proves its own node id; nothing replayed, reflected
+or made for another node passes; the secret file is checked through its descriptor."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import random
 from pathlib import Path
@@ -9,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from laminar.cluster.auth import (
+    PROTOCOL,
     Initiator,
     PeerAuth,
     PeerAuthError,
@@ -41,7 +45,7 @@ def test_an_initiator_without_the_secret_is_refused() -> None:
     with pytest.raises(PeerAuthError, match="n2"):  # it cannot even check the responder
         initiator.on_challenge(responder.on_hello(initiator.hello()))
     forged = {"mac": bytes(32)}
-    with pytest.raises(PeerAuthError, match="does not know the cluster secret"):
+    with pytest.raises(PeerAuthError, match="failed to prove it is node 'n1'"):
         responder.on_proof(forged)
 
 
@@ -124,3 +128,70 @@ def test_the_secret_file_must_be_private_and_long_enough(tmp_path: Path) -> None
         load_secret(str(path))
     with pytest.raises(SecretFileError, match="cannot read"):
         load_secret(str(tmp_path / "missing"))
+
+
+def test_each_node_proves_with_its_own_key() -> None:
+    auth = PeerAuth.from_secret("n1", SECRET)
+    assert len({auth.key_of("n1"), auth.key_of("n2"), auth.key_of("n11")}) == 3
+    assert PeerAuth.from_secret("n9", SECRET).key_of("n2") == auth.key_of("n2")
+
+
+def _mac(key: bytes, role: bytes, initiator: str, responder: str, nonces: bytes) -> bytes:
+    transcript = b"|".join((PROTOCOL, role, initiator.encode(), responder.encode(), nonces))
+    return hmac.new(key, transcript, hashlib.sha256).digest()
+
+
+def test_a_node_key_cannot_prove_another_node_id() -> None:
+    """Node n1's credential (its key) does not open a session as n3: the proof
+    must be made with the key of the id the hello claims."""
+    n1_key = PeerAuth.from_secret("n1", SECRET).key_of("n1")
+    nonce_i = bytes(range(32))
+    responder = Responder(PeerAuth.from_secret("n2", SECRET))
+    challenge = responder.on_hello({"node_id": "n3", "nonce": nonce_i})
+    nonces = nonce_i + challenge["nonce"]
+    with pytest.raises(PeerAuthError, match="failed to prove it is node 'n3'"):
+        responder.on_proof({"mac": _mac(n1_key, b"initiator", "n3", "n2", nonces)})
+
+
+def test_a_responder_cannot_answer_for_another_node() -> None:
+    """A responder that proves with its own key but claims another id is refused
+    before the initiator proves anything."""
+    initiator = Initiator(PeerAuth.from_secret("n1", SECRET))
+    hello = initiator.hello()
+    n2_key = PeerAuth.from_secret("n2", SECRET).key_of("n2")
+    nonce_r = bytes(32)
+    mac = _mac(n2_key, b"responder", "n1", "n3", hello["nonce"] + nonce_r)
+    with pytest.raises(PeerAuthError, match="n3"):
+        initiator.on_challenge({"node_id": "n3", "nonce": nonce_r, "mac": mac})
+
+
+def _secret_file(tmp_path: Path) -> Path:
+    path = tmp_path / "secret"
+    path.write_bytes(SECRET)
+    os.chmod(path, 0o600)
+    return path
+
+
+def test_a_symlinked_secret_file_is_refused(tmp_path: Path) -> None:
+    """Opened with O_NOFOLLOW: a link cannot redirect the read after a check."""
+    link = tmp_path / "link"
+    link.symlink_to(_secret_file(tmp_path))
+    with pytest.raises(SecretFileError, match="cannot read"):
+        load_secret(str(link))
+
+
+def test_a_secret_file_of_another_user_is_refused(tmp_path: Path) -> None:
+    path = _secret_file(tmp_path)
+    other = os.geteuid() + 4242
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a file to another user")
+    os.chown(path, other, -1)
+    with pytest.raises(SecretFileError, match=f"belongs to uid {other}"):
+        load_secret(str(path))
+
+
+def test_a_secret_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    with pytest.raises(SecretFileError, match="not a regular file"):
+        load_secret(str(fifo))

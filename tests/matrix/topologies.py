@@ -20,13 +20,13 @@ grace, so a gossip cluster moves nothing.
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from laminar.client import Client
+from laminar.cluster.auth import write_secret
 from laminar.placement import partition_id
 from tests.cluster.nodes import free_port, offsets, wait_until
 from tests.system.nodes import RunningNode, start_node
@@ -103,8 +103,7 @@ class Topology:
 
 
 def _secret(path: Path) -> Path:
-    path.write_bytes(os.urandom(32).hex().encode())
-    path.chmod(0o600)
+    write_secret(path)
     return path
 
 
@@ -123,6 +122,7 @@ def start(name: str, tmp: Path) -> Topology:
     if name == "static3":
         ids = ("n1", "n2", "n3")
         ports = {n: free_port() for n in ids}
+        secret = _secret(tmp / "secret")
         nodes = {}
         for n in ids:
             peers = ",".join(f"{o}=127.0.0.1:{p}" for o, p in ports.items() if o != n)
@@ -133,6 +133,7 @@ def start(name: str, tmp: Path) -> Topology:
                 node_id=n,
                 port=ports[n],
                 peers=peers,
+                cluster_secret_file=secret,
                 **common,
             )
         return Topology(name, 3, nodes)

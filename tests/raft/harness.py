@@ -12,6 +12,7 @@ from collections.abc import Callable
 from laminar.raft import (
     LEADER,
     NORMAL,
+    Anomaly,
     Entry,
     MemoryStorage,
     Message,
@@ -50,6 +51,7 @@ class Cluster:
         self.applied: dict[str, list[Entry]] = {}
         self.read_states: dict[str, list[ReadState]] = {}
         self.dropped_reads: dict[str, list[int]] = {}
+        self.anomalies: dict[str, list[Anomaly]] = {}
         self.cut: set[tuple[str, str]] = set()
         self.lose: Callable[[Message], bool] = lambda message: False
         """Messages to lose besides those over cut links."""
@@ -76,6 +78,7 @@ class Cluster:
         self.applied[node] = []
         self.read_states.setdefault(node, [])
         self.dropped_reads.setdefault(node, [])
+        self.anomalies.setdefault(node, [])
         return core
 
     def crash(self, node: str) -> None:
@@ -132,6 +135,7 @@ class Cluster:
         self.applied[node].extend(rd.committed)
         self.read_states[node].extend(rd.read_states)
         self.dropped_reads[node].extend(rd.dropped_reads)
+        self.anomalies[node].extend(rd.anomalies)
         core.advance(rd)
 
     def pump(self, node: str) -> None:

@@ -20,7 +20,7 @@ CATCHING_SEEDS = {
     "a restart takes its whole persisted log as committed": (4, 2),
     "commit the leader's commit index past the appended entries": (1,),
     "answer reads without a heartbeat quorum": (113, 229, 284),
-    "acknowledge an append before persisting it": (128,),
+    "acknowledge an append before persisting it": (179,),
     "grant a vote before persisting it": (24,),
     "never resend a lost append": (0, 1),
 }

@@ -43,6 +43,23 @@ def test_bad_settings_say_what_is_allowed() -> None:
         NodeConfig(cores=1, data_dir="/tmp/x", segment_bytes=10)
 
 
+def test_a_cluster_never_runs_without_peer_authentication() -> None:
+    """--peers without a secret is refused unless --insecure-peers, which is
+    loopback only and reported; with a secret peers prove their node keys."""
+    peers = ["--node-id", "n1", "--peers", "n2=127.0.0.1:7170"]
+    parse = build_parser().parse_args
+    with pytest.raises(ConfigError, match="needs --cluster-secret-file"):
+        config_from_args(parse(peers))
+    insecure = config_from_args(parse([*peers, "--insecure-peers"]))
+    assert insecure.peer_auth == "insecure"
+    with pytest.raises(ConfigError, match="not a loopback address"):
+        config_from_args(parse([*peers, "--insecure-peers", "--host", "10.0.0.1"]))
+    secured = config_from_args(parse([*peers, "--cluster-secret-file", "/s"]))
+    assert secured.peer_auth == "node-keys"
+    assert config_from_args(parse([])).peer_auth == ""
+    assert "--insecure-peers" in build_parser().format_help()
+
+
 def test_config_travels_to_shards_as_json() -> None:
     config = NodeConfig(cores=1, data_dir="/d", flush="never", extra={"steering": {"mode": "x"}})
     assert NodeConfig.from_json(config.to_json()) == config

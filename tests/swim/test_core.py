@@ -109,6 +109,38 @@ def test_a_helper_that_hears_nothing_sends_a_nack() -> None:
     assert [o.packet.message.seq for o in nacks] == [77]
 
 
+def test_an_ack_from_a_member_other_than_the_one_probed_is_ignored() -> None:
+    """Issue 24 (finding 7): c must not vouch for the target a probes; only the
+    target's own ack (or one relayed by a helper a asked) ends the probe."""
+    g = Group(["a", "b", "c", "d"])
+    t, target = first_probe(g, "a")
+    (ping,) = g.take(of_kind(Ping))
+    other = next(n for n in "bcd" if n != target)
+    a = g.cores["a"]
+    a.step(Packet(Ack(ping.packet.message.seq, other)), t + 1)
+    a.step(Packet(Nack(ping.packet.message.seq, other)), t + 2)
+    assert a.stats.foreign_acks == 2
+    g.tick("a", t + 500)  # still unanswered: a asks helpers
+    assert g.take(of_kind(PingReq))
+    a.step(Packet(Ack(ping.packet.message.seq, target)), t + 600)
+    g.tick("a", t + 1000)
+    assert a.stats.probes_failed == 0 and a.stats.foreign_acks == 2
+
+
+def test_a_helper_relays_only_the_ack_of_the_member_it_pinged() -> None:
+    g = Group(["a", "b", "c", "d"])
+    b = g.cores["b"]
+    b.step(Packet(PingReq(77, "c", addr("c"), "a", addr("a"))), 0)
+    g.collect("b")
+    (ping,) = g.take(of_kind(Ping, to="c"))
+    b.step(Packet(Ack(ping.packet.message.seq, "d")), 1)
+    g.collect("b")
+    assert not g.take(of_kind(Ack, to="a")) and b.stats.foreign_acks == 1
+    b.step(Packet(Ack(ping.packet.message.seq, "c")), 2)
+    g.collect("b")
+    assert [o.packet.message.seq for o in g.take(of_kind(Ack, to="a"))] == [77]
+
+
 def test_no_ack_at_all_makes_the_target_suspect_and_the_suspicion_spreads() -> None:
     g = Group(["a", "b", "c", "d"])
     g.run(20_000, down={"d"})

@@ -17,6 +17,7 @@ from typing import Final
 
 from laminar.bench.servers.laminar_node import LaminarNode
 from laminar.bench.servers.ports import free_port
+from laminar.cluster.auth import write_secret
 
 MAX_NODES: Final = 5
 HOST: Final = "127.0.0.1"
@@ -47,13 +48,22 @@ class LaminarCluster:
     ) -> None:
         ids = node_ids(count)
         self.ports = {node_id: free_port(HOST) for node_id in ids}
+        secret = workdir / "cluster.secret"  # peers always authenticate each other
+        write_secret(secret)
         self.nodes = {
             node_id: LaminarNode(
                 workdir,
                 cores_per_node,
                 flush,
                 runtime,
-                ("--node-id", node_id, "--peers", peers_arg(self.ports, node_id)),
+                (
+                    "--node-id",
+                    node_id,
+                    "--peers",
+                    peers_arg(self.ports, node_id),
+                    "--cluster-secret-file",
+                    str(secret),
+                ),
                 port=self.ports[node_id],
                 name=node_id,
             )

@@ -74,6 +74,7 @@ class SimNode:
             applied=applied if use_applied else None,
             max_inflight=params.max_inflight,
             max_append_bytes=params.max_append_bytes,
+            term_jump_max=params.term_jump_max,
         )
         self.core = RaftCore(config, self.storage, random.Random(rng.random()))
         self.incarnation += 1

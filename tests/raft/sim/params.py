@@ -32,6 +32,7 @@ class Params:
     max_append_bytes: int
     safety_steps: int
     liveness_steps: int
+    term_jump_max: int  # how far a term may jump at once (small: the refusal runs often)
 
     @classmethod
     def draw(cls, rng: random.Random, safety_steps: int = 500) -> Params:
@@ -69,4 +70,5 @@ class Params:
             max_append_bytes=rng.choice((2, 16)) if tiny_messages else 1 << 20,
             safety_steps=safety_steps,
             liveness_steps=60 * election,
+            term_jump_max=rng.choice((1, 2, 100)),
         )
