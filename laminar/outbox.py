@@ -18,7 +18,10 @@ interleave their bytes. An `Outbox` serialises them and coalesces them:
 
 `pending_bytes` is what has not reached the socket yet, queued or unsent:
 readers stop taking new requests when it grows past their bound (a client that
-sends but never reads cannot make the node buffer without limit).
+sends but never reads cannot make the node buffer without limit). `on_written`
+hears of every byte that leaves the queue (to the kernel, or dropped when the
+connection fails or is aborted), so an owner that charged queued bytes to a
+budget releases exactly what it charged.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ class Outbox:
         "_flush_handle",
         "_loop",
         "_on_error",
+        "_on_written",
         "_queue",
         "_sock",
         "_task",
@@ -84,10 +88,12 @@ class Outbox:
         loop: asyncio.AbstractEventLoop,
         sock: socket.socket,
         on_error: Callable[[BaseException], None] | None = None,
+        on_written: Callable[[int], None] | None = None,
     ) -> None:
         self._loop = loop
         self._sock = sock
         self._on_error = on_error
+        self._on_written = on_written
         self._queue: list[Buffer] = []
         self._flush_handle: asyncio.Handle | None = None
         self._task: asyncio.Task[None] | None = None
@@ -125,12 +131,12 @@ class Outbox:
             self._fail(exc)
             return
         if sent == self.pending_bytes:
-            self.pending_bytes = 0
+            self._left(sent)
             self._wake()
             return
         rest = _unsent(queue, sent)
         self._queue.insert(0, rest)  # nothing can have been queued meanwhile
-        self.pending_bytes = len(rest)
+        self._left(sent)
         self._task = self._loop.create_task(self._write())
 
     async def _write(self) -> None:
@@ -139,10 +145,10 @@ class Outbox:
                 chunk, self._queue = self._queue, []
                 data = chunk[0] if len(chunk) == 1 else b"".join(chunk)
                 await self._loop.sock_sendall(self._sock, data)
-                self.pending_bytes -= len(data)
+                self._left(len(data))
         except asyncio.CancelledError:
             self._queue.clear()
-            self.pending_bytes = 0
+            self._left(self.pending_bytes)
             raise
         except OSError as exc:
             self._fail(exc)
@@ -154,10 +160,16 @@ class Outbox:
         if self._error is None:
             self._error = exc
             self._queue.clear()
-            self.pending_bytes = 0
+            self._left(self.pending_bytes)
             if self._on_error is not None:
                 self._on_error(exc)
         self._wake()
+
+    def _left(self, n: int) -> None:
+        """`n` bytes left the queue (written, or dropped)."""
+        self.pending_bytes -= n
+        if n and self._on_written is not None:
+            self._on_written(n)
 
     def _wake(self) -> None:
         waiter, self._drained = self._drained, None
@@ -179,5 +191,5 @@ class Outbox:
         if self._task is not None:
             self._task.cancel()
         self._queue.clear()
-        self.pending_bytes = 0
+        self._left(self.pending_bytes)
         self._wake()

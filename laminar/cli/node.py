@@ -22,6 +22,7 @@ from laminar.shards.config import (
     DEFAULT_FRAME_TIMEOUT_S,
     DEFAULT_HOST,
     DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_FIRST_REQUEST_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_INPUT_BYTES,
     DEFAULT_MAX_TOPICS,
@@ -151,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=DEFAULT_IDLE_TIMEOUT_S,
         help="seconds before an idle (or stalled mid-frame) connection is closed",
+    )
+    p.add_argument(
+        "--first-request-timeout",
+        type=float,
+        default=DEFAULT_FIRST_REQUEST_TIMEOUT_S,
+        help="seconds before an idle connection that has not sent one whole request is closed",
     )
     p.add_argument(
         "--staging-bytes-max",
@@ -291,6 +298,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         segment_bytes=args.segment_bytes,
         max_frame_bytes=args.max_frame_bytes,
         idle_timeout_s=args.idle_timeout,
+        first_request_timeout_s=args.first_request_timeout,
         staging_bytes_max=args.staging_bytes_max,
         staging_timeout_s=args.staging_timeout,
         decision_retention_s=args.decision_retention,

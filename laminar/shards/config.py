@@ -34,6 +34,7 @@ DEFAULT_DATA_DIR: Final = "laminar-data"
 ADMIN_PORT_OFFSET: Final = 2000
 DEFAULT_SEGMENT_BYTES: Final = 64 << 20
 DEFAULT_IDLE_TIMEOUT_S: Final = 300.0
+DEFAULT_FIRST_REQUEST_TIMEOUT_S: Final = 10.0
 ROUTING_MODES: Final = ("auto", "ebpf", "cbpf", "userspace")
 """`--routing` choices (`laminar.xdp.routing.REQUESTED_MODES`, kept here so the
 config does not import the BPF layer)."""
@@ -101,6 +102,9 @@ class NodeConfig:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     """A connection with no request in flight and no complete frame for this long is closed."""
+    first_request_timeout_s: float = DEFAULT_FIRST_REQUEST_TIMEOUT_S
+    """The idle timeout of a connection that has not sent one whole request yet:
+    idle connections cannot hold the connection cap for `idle_timeout_s`."""
     staging_bytes_max: int = DEFAULT_STAGING_BYTES_MAX
     """Bytes of staged (uncommitted) atomic writes one shard holds at most."""
     staging_timeout_s: float = DEFAULT_STAGING_TIMEOUT_S
@@ -191,6 +195,10 @@ class NodeConfig:
             raise ConfigError(f"--max-frame-bytes must be at least {MIN_FRAME_BYTES}")
         if not self.idle_timeout_s > 0:
             raise ConfigError(f"--idle-timeout must be positive, got {self.idle_timeout_s}")
+        if not self.first_request_timeout_s > 0:
+            raise ConfigError(
+                f"--first-request-timeout must be positive, got {self.first_request_timeout_s}"
+            )
         if self.staging_bytes_max < 1 << 16:
             raise ConfigError(
                 f"--staging-bytes-max must be at least 64KiB, got {self.staging_bytes_max}"

@@ -133,7 +133,9 @@ class Handlers:
         self.replication = replication
         self.producers = IdempotentProducers()
         # A fetch response must fit a frame: bound the bytes and the per-record table.
-        self._fetch_bytes_max = max(1, ident.max_frame_bytes // 2)
+        self.fetch_bytes_max = max(1, ident.max_frame_bytes // 2)
+        """The most record bytes a fetch answer carries (past one record); what a
+        connection reserves for a fetch in flight (`laminar.shards.budget`)."""
         self._fetch_records_max = max(1, ident.max_frame_bytes // 64)
 
     # -- partition resolution --------------------------------------------------
@@ -292,7 +294,7 @@ class Handlers:
     def _fetch_limits(self, req: FetchRequest) -> tuple[int, int]:
         """A fetch response must fit a frame: the request's limits, capped."""
         return (
-            min(req.max_bytes, self._fetch_bytes_max),
+            min(req.max_bytes, self.fetch_bytes_max),
             min(req.max_records, self._fetch_records_max),
         )
 

@@ -90,11 +90,15 @@ _SCALARS: tuple[tuple[str, str, str, str], ...] = (
     ("retention_bytes_deleted", "laminar_retention_deleted_bytes_total", "counter",
      "Record bytes removed by retention."),
     ("input_bytes", "laminar_input_bytes", "gauge",
-     "Request bytes the shard holds now (buffered or in flight), against its budget."),
+     "Bytes clients make the shard hold now (requests buffered or in flight, answers "
+     "reserved or queued), against its budget."),
     ("input_bytes_peak", "laminar_input_bytes_peak", "gauge",
-     "The most request bytes the shard has held at once since it started."),
+     "The most bytes clients made the shard hold at once since it started."),
     ("input_bytes_limit", "laminar_input_bytes_limit", "gauge",
-     "The shard's budget for request bytes buffered or in flight (--max-input-bytes)."),
+     "The shard's budget for request and answer bytes it holds (--max-input-bytes)."),
+    ("answer_bytes", "laminar_answer_bytes", "gauge",
+     "Answer bytes reserved (fetches in flight) or queued and not yet written, part of "
+     "input_bytes."),
     ("protocol_errors", "laminar_protocol_errors_total", "counter",
      "Connections or datagrams dropped for undecodable framing."),
     ("datagrams_in", "laminar_datagrams_received_total", "counter", "UDP datagrams received."),

@@ -32,6 +32,7 @@ from laminar.cluster.auth import PeerAuth, load_secret
 from laminar.cluster.members import Member, StaticMembership, parse_peers
 from laminar.log import LogConfig
 from laminar.log.storage import StorageBackend, SyscallBackend
+from laminar.memory import trim_heap
 from laminar.placement import U32_MAX, replica_nodes, shard_for
 from laminar.shards.budget import InputBudget
 from laminar.shards.channels import Channels
@@ -80,6 +81,8 @@ logger = logging.getLogger("laminar.shards")
 DRAIN_TIMEOUT_S: Final = 10.0
 PEER_DRAIN_TIMEOUT_S: Final = 3.0
 SWEEP_INTERVAL_S: Final = 1.0
+TRIM_AFTER_BYTES: Final = 16 << 20
+"""A burst of held bytes past which the heap is trimmed once they are released."""
 QUEUE_SHARES: Final = {"requests": 1000, "flush": 800, "background": 100}
 
 
@@ -450,22 +453,38 @@ class Shard:
         self._internal_tasks.pop(task, None)
 
     async def _sweep_idle(self) -> None:
-        """Close client connections idle too long, or too slow to finish a frame."""
-        timeout = self.config.idle_timeout_s
-        frame_timeout = self.config.frame_timeout_s
-        interval = min(SWEEP_INTERVAL_S, timeout / 4, frame_timeout / 4)
+        """Close client connections idle too long (a connection that never sent a
+        whole request: sooner), or too slow to finish a frame; give the heap back
+        after a burst."""
+        config = self.config
+        timeout, first_timeout = config.idle_timeout_s, config.first_request_timeout_s
+        frame_timeout = config.frame_timeout_s
+        interval = min(SWEEP_INTERVAL_S, first_timeout / 4, timeout / 4, frame_timeout / 4)
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
             for conn in list(self.connections):
                 if conn.internal or conn.closed:
                     continue
+                idle = conn.idle_for(now)
                 if conn.partial_since is not None and now - conn.partial_since > frame_timeout:
                     self.metrics.connections_closed_slow += 1
                     conn.stop()
-                elif conn.idle_for(now) > timeout:
+                elif idle > timeout or (not conn.requests_started and idle > first_timeout):
                     self.metrics.connections_closed_idle += 1
                     conn.stop()
+            self._trim_after_burst()
+
+    def _trim_after_burst(self) -> None:
+        """Once what clients made the shard hold has come down from a high mark,
+        give the freed heap back (`laminar.memory.trim_heap`): glibc keeps it."""
+        budget = self.budget
+        if (
+            budget.recent_peak_bytes >= TRIM_AFTER_BYTES
+            and budget.used <= budget.recent_peak_bytes // 4
+        ):
+            budget.recent_peak_bytes = budget.used
+            trim_heap()
 
     # -- metadata changes ------------------------------------------------------
 
@@ -595,6 +614,7 @@ class Shard:
                 "input_bytes": self.budget.used,
                 "input_bytes_peak": self.budget.peak_bytes,
                 "input_bytes_limit": self.budget.limit_bytes,
+                "answer_bytes": sum(c.answer_bytes for c in self.connections),
                 "client_connections": self._client_connections,
                 "topics": len(self.metadata.state.topics()),
                 "uptime_s": time.time() - self._started_at,
