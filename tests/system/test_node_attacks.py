@@ -50,7 +50,7 @@ PING_S = 2.0
 RSS_GROWTH_MAX = 40 << 20
 """What an attack may add to the shard's RSS at its peak (they added 100-640 MiB)."""
 INPUT_BUDGET = 32 << 20
-KEPT_MAX = 24 << 20
+KEPT_MAX = 32 << 20
 """What an attack's burst may leave in the shard's RSS once it is over."""
 FRAME_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 48
