@@ -37,8 +37,9 @@ Rules, and why:
   still answered before the socket is closed.
 - A connection whose first frame is PEER_HELLO is another node opening a Raft
   link: it is handed, socket and all, to `on_peer` (the shard's replication,
-  which authenticates it) and leaves this class, releasing what it charged. Without `on_peer` (a single
-  node) the frame is served like any other: an unknown op.
+  which authenticates it) and leaves this class, releasing what it charged.
+  Without `on_peer` (a single node) the frame is served like any other: an
+  unknown op.
 """
 
 from __future__ import annotations
@@ -247,9 +248,10 @@ class Connection:
         while True:
             frame = self._next
             if frame is None:
-                frame = decoder.next_frame()
-                if frame is NEED_DATA:
+                decoded = decoder.next_frame()
+                if decoded is NEED_DATA:
                     return started
+                frame = decoded
                 self._frames += 1
                 if frame.op == PEER_HELLO and self._frames == 1 and self._on_peer is not None:
                     if decoder.buffered_bytes:

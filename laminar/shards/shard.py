@@ -32,8 +32,11 @@ from laminar.cluster.auth import PeerAuth, load_secret
 from laminar.cluster.members import Member, StaticMembership, parse_peers
 from laminar.log import LogConfig
 from laminar.log.storage import StorageBackend, SyscallBackend
+from laminar.lograte import RateLimitedLog
 from laminar.memory import trim_heap
 from laminar.placement import U32_MAX, replica_nodes, shard_for
+from laminar.replication.transport import HANDSHAKE_FRAME_BYTES
+from laminar.replication.transport import READ_BYTES as TRANSPORT_READ_BYTES
 from laminar.shards.budget import InputBudget
 from laminar.shards.channels import Channels
 from laminar.shards.config import NodeConfig
@@ -77,10 +80,17 @@ from laminar.wire.codec import Buffer
 from laminar.wire.writes import DECISION_REPLICAS, DECISIONS_PID
 
 logger = logging.getLogger("laminar.shards")
+_refusals = RateLimitedLog(logger)
+"""Lines an outsider can provoke (failed accepts, refused peers): rate-limited."""
 
 DRAIN_TIMEOUT_S: Final = 10.0
 PEER_DRAIN_TIMEOUT_S: Final = 3.0
 SWEEP_INTERVAL_S: Final = 1.0
+HANDSHAKES_MAX: Final = 16
+"""Peer handshakes under way at once on one shard; more are closed unanswered
+(a node opens one connection per remote shard, retried with backoff)."""
+HANDSHAKE_BYTES: Final = HANDSHAKE_FRAME_BYTES + TRANSPORT_READ_BYTES
+"""What a handshake may make the shard hold: one header-sized frame and a read."""
 TRIM_AFTER_BYTES: Final = 16 << 20
 """A burst of held bytes past which the heap is trimmed once they are released."""
 QUEUE_SHARES: Final = {"requests": 1000, "flush": 800, "background": 100}
@@ -142,6 +152,7 @@ class Shard:
         self.budget = InputBudget(config.max_input_bytes)
         self.connections: set[Connection] = set()
         self._client_connections = 0
+        self._handshakes = 0
         self._serving: set[asyncio.Task[None]] = set()
         self._internal_tasks: dict[asyncio.Task[None], bool] = {}
         self._listeners: list[asyncio.Task[None]] = []
@@ -387,13 +398,14 @@ class Shard:
             try:
                 sock, _ = await loop.sock_accept(listener)
             except OSError as exc:
-                logger.warning("shard %d: accept failed: %s", self.shard_id, exc)
+                _refusals.warning("accept", "shard %d: accept failed: %s", self.shard_id, exc)
                 await asyncio.sleep(0.1)  # EMFILE and friends: let connections close
                 continue
             sock.setblocking(False)
             if internal and not is_sibling_shard(sock):
                 self.metrics.channel_refused += 1
-                logger.warning(
+                _refusals.warning(
+                    "channel",
                     "shard %d: refused a channel connection from a non-shard peer %s",
                     self.shard_id,
                     _describe_peer(sock),
@@ -415,7 +427,7 @@ class Shard:
             max_frame = self.config.max_frame_bytes + (CHANNEL_FRAME_SLACK if internal else 0)
             on_peer = None
             if not internal and self.replication is not None:
-                on_peer = self.replication.accept_peer
+                on_peer = self._accept_peer
             conn = Connection(
                 sock,
                 self.dispatcher,
@@ -436,8 +448,33 @@ class Shard:
 
     def _closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
-        if not conn.internal:
+        if not conn.internal and not conn.handed_over:  # a handshake counts until it ends
             self._client_connections -= 1
+
+    def _accept_peer(self, sock: socket.socket, hello: Frame) -> None:
+        """A client connection that opened with PEER_HELLO: hand it to the
+        replication, still counted as a client connection and charged to the
+        budget until its handshake ends, and at most `HANDSHAKES_MAX` at once."""
+        assert self.replication is not None
+        if self._handshakes >= HANDSHAKES_MAX:
+            self.metrics.handshakes_refused += 1
+            self._client_connections -= 1
+            _refusals.warning(
+                "handshakes",
+                "shard %d: refused a peer handshake: %d under way",
+                self.shard_id,
+                self._handshakes,
+            )
+            sock.close()
+            return
+        self._handshakes += 1
+        self.budget.charge(HANDSHAKE_BYTES)
+        self.replication.accept_peer(sock, hello, self._handshake_done)
+
+    def _handshake_done(self) -> None:
+        self._handshakes -= 1
+        self._client_connections -= 1
+        self.budget.release(HANDSHAKE_BYTES)
 
     def _refuse(self, sock: socket.socket) -> None:
         """Tell a client over the connection cap so, before reading anything (its
@@ -616,6 +653,7 @@ class Shard:
                 "input_bytes_limit": self.budget.limit_bytes,
                 "answer_bytes": sum(c.answer_bytes for c in self.connections),
                 "client_connections": self._client_connections,
+                "handshakes": self._handshakes,
                 "topics": len(self.metadata.state.topics()),
                 "uptime_s": time.time() - self._started_at,
                 "task_queues": self._queue_stats(),

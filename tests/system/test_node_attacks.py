@@ -27,13 +27,16 @@ from typing import Any
 import msgpack
 import pytest
 
+from laminar import lograte
 from laminar.placement import partition_id, shard_for
+from laminar.replication.transport import PEER_HELLO, PEER_PROOF
 from laminar.wire import (
     MAGIC,
     VERSION,
     ErrorCode,
     ErrorResponse,
     FetchRequest,
+    Flags,
     FetchResponse,
     Op,
     Ping,
@@ -41,6 +44,7 @@ from laminar.wire import (
     ProduceRequest,
     decode_frame,
     decode_response,
+    encode_frame,
 )
 from tests.system.nodes import RunningNode, start_node
 from tests.system.wireclient import NodeClient, ServerError, WireConnection
@@ -57,6 +61,7 @@ MAX_CONNECTIONS = 48
 MAX_WAIT_MS = 4000
 MAX_TOPICS = 3
 TOPIC = "target"
+HELLO = {"node_id": "intruder", "nonce": b"n" * 32}
 
 
 @pytest.fixture(scope="module")
@@ -430,3 +435,68 @@ def test_unread_fetch_answers_are_bounded_by_the_budget(node: RunningNode) -> No
     # the rest is the store's and the allocator's working set.
     kept = rss_settles_below(shard_pid, watch.baseline + KEPT_MAX) - watch.baseline
     assert kept < KEPT_MAX, f"the shard kept {kept >> 20} MiB after the sockets closed"
+
+
+@pytest.fixture(scope="module")
+def peer_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
+    """A node with a cluster secret (so it accepts peers), as the finding ran it."""
+    tmp: Path = tmp_path_factory.mktemp("peer-attacks")
+    secret = tmp / "cluster.secret"
+    secret.write_bytes(b"s" * 32)
+    secret.chmod(0o600)
+    with start_node(
+        tmp,
+        cores=2,
+        cluster_secret_file=secret,
+        max_connections=16,
+        max_input_bytes=64 << 20,
+        frame_timeout=FRAME_TIMEOUT_S,
+    ) as running:
+        with NodeClient(running.host, running.port) as client:
+            client.create_topic(TOPIC, 4)
+        yield running
+
+
+def test_unauthenticated_peer_handshakes_are_capped_and_quiet(peer_node: RunningNode) -> None:
+    """40 PEER_HELLO sessions, each sending an 8 MiB proof frame, added 343 MiB to
+    a shard with --max-connections 16 --max-input-bytes 64MiB, one WARNING line
+    each. A handshake now counts as a connection, reads header-sized frames
+    only, and its refusals are logged at a bounded rate."""
+    node = peer_node
+    port = node.shard_ports[0]
+    proof = encode_frame(PEER_PROOF, 2, 0, {"mac": b"m" * 32}, b"p" * ((8 << 20) - 4096))
+    lines_before = node.log_text().count("handshake")
+    with Watch(node):
+        conns = [WireConnection(node.host, port) for _ in range(40)]
+        try:
+            for conn in conns:
+                send_quietly(conn.sock, encode_frame(PEER_HELLO, 1, 0, HELLO))
+            challenged = []
+            for conn in conns:
+                try:
+                    frame = conn.read_frame()
+                except (ConnectionResetError, BrokenPipeError):
+                    continue
+                if frame is not None and frame.op == PEER_HELLO:
+                    assert not frame.flags & Flags.ERROR, decode_response(frame)
+                    challenged.append(conn)
+                elif frame is not None:  # over the connection cap, handshakes included
+                    answer = decode_response(frame)
+                    assert isinstance(answer, ErrorResponse), answer
+                    assert answer.code is ErrorCode.TOO_MANY_CONNECTIONS
+            stats = shard_stats(node)
+            assert len(challenged) == stats["handshakes"] <= 16
+            assert stats["client_connections"] <= 16  # the pinger's connection and handshakes
+            for conn in challenged:
+                send_quietly(conn.sock, proof)
+            for conn in conns:
+                assert conn.closed_by_peer(), "a bad proof did not end its session"
+        finally:
+            for conn in conns:
+                conn.close()
+    deadline = time.monotonic() + 10
+    while shard_stats(node)["handshakes"] or shard_stats(node)["client_connections"]:
+        assert time.monotonic() < deadline, "ended handshakes are still counted"
+        time.sleep(0.1)
+    lines = node.log_text().count("handshake") - lines_before
+    assert lines <= 2 * (lograte.DEFAULT_LINES + 1), f"{lines} lines about handshakes"
