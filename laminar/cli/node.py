@@ -24,6 +24,7 @@ from laminar.shards.config import (
     DEFAULT_HOST,
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
     DEFAULT_MAX_INPUT_BYTES,
     DEFAULT_MAX_TOPICS,
     DEFAULT_MAX_WAIT_MS,
@@ -197,6 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="client connections per shard (more are refused with TOO_MANY_CONNECTIONS)",
     )
     p.add_argument(
+        "--max-connections-per-address",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+        help="client connections per shard from one address, loopback included (more are "
+        "refused with TOO_MANY_CONNECTIONS)",
+    )
+    p.add_argument(
         "--max-input-bytes",
         type=parse_size,
         default=DEFAULT_MAX_INPUT_BYTES,
@@ -305,6 +313,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         publish_chunk_bytes=args.publish_chunk_bytes,
         frame_timeout_s=args.frame_timeout,
         max_connections=args.max_connections,
+        max_connections_per_address=args.max_connections_per_address,
         max_input_bytes=args.max_input_bytes,
         max_wait_ms=args.max_wait_ms,
         max_topics=args.max_topics,

@@ -50,6 +50,10 @@ UDP_MTU_PAYLOAD_BYTES: Final = 1472
 `udp_max_bytes`, so an answer is one unfragmented datagram and a forged request
 cannot draw more than that."""
 DEFAULT_MAX_CONNECTIONS: Final = 1024
+DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: Final = 512
+"""Half a shard's default cap: one address (loopback included) cannot take them
+all, and the tests and benchmarks, which open at most a few hundred
+connections per shard from 127.0.0.1, stay under it."""
 DEFAULT_MAX_INPUT_BYTES: Final = 256 << 20
 DEFAULT_FRAME_TIMEOUT_S: Final = 30.0
 DEFAULT_MAX_WAIT_MS: Final = 60_000
@@ -119,6 +123,9 @@ class NodeConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     """Client connections per shard; past it a new connection is told
     TOO_MANY_CONNECTIONS and closed before anything is read."""
+    max_connections_per_address: int = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS
+    """Client connections per shard from one peer address (loopback included);
+    past it a new one is refused like one past `max_connections`."""
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
     """Per shard: request bytes buffered or in flight over all connections
     (`laminar.shards.budget`)."""
@@ -227,6 +234,7 @@ class NodeConfig:
             )
         for name, low in (
             ("max_connections", 1),
+            ("max_connections_per_address", 1),
             ("max_input_bytes", 1 << 20),
             ("max_wait_ms", 0),
             ("max_topics", 1),

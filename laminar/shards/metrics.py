@@ -92,6 +92,7 @@ class ShardMetrics:
         self.connections_closed_idle = 0
         self.connections_closed_slow = 0
         self.connections_refused = 0
+        self.connections_refused_address = 0
         self.channel_refused = 0
         self.handshakes_refused = 0
         self.retention_segments_deleted = 0
@@ -129,6 +130,7 @@ class ShardMetrics:
             "connections_closed_idle": self.connections_closed_idle,
             "connections_closed_slow": self.connections_closed_slow,
             "connections_refused": self.connections_refused,
+            "connections_refused_address": self.connections_refused_address,
             "channel_refused": self.channel_refused,
             "handshakes_refused": self.handshakes_refused,
             "retention_segments_deleted": self.retention_segments_deleted,

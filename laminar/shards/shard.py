@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
 import socket
 import time
+from collections import Counter
 from typing import Any, Final
 
 from laminar.cluster.auth import PeerAuth, load_secret
@@ -153,6 +155,9 @@ class Shard:
         self.connections: set[Connection] = set()
         self._client_connections = 0
         self._handshakes = 0
+        self._per_address: Counter[str] = Counter()
+        """Client connections (handshakes included) per peer address."""
+        self._address_of: dict[Connection, str] = {}
         self._serving: set[asyncio.Task[None]] = set()
         self._internal_tasks: dict[asyncio.Task[None], bool] = {}
         self._listeners: list[asyncio.Task[None]] = []
@@ -396,7 +401,7 @@ class Shard:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                sock, _ = await loop.sock_accept(listener)
+                sock, address = await loop.sock_accept(listener)
             except OSError as exc:
                 _refusals.warning("accept", "shard %d: accept failed: %s", self.shard_id, exc)
                 await asyncio.sleep(0.1)  # EMFILE and friends: let connections close
@@ -412,7 +417,12 @@ class Shard:
                 )
                 sock.close()
                 continue
+            host = "" if internal else str(address[0])
             if not internal and self._client_connections >= self.config.max_connections:
+                self._refuse(sock)
+                continue
+            if not internal and self._per_address[host] >= self.config.max_connections_per_address:
+                self.metrics.connections_refused_address += 1
                 self._refuse(sock)
                 continue
             local_host = None
@@ -427,7 +437,7 @@ class Shard:
             max_frame = self.config.max_frame_bytes + (CHANNEL_FRAME_SLACK if internal else 0)
             on_peer = None
             if not internal and self.replication is not None:
-                on_peer = self._accept_peer
+                on_peer = functools.partial(self._accept_peer, host)
             conn = Connection(
                 sock,
                 self.dispatcher,
@@ -441,6 +451,8 @@ class Shard:
             self.connections.add(conn)
             if not internal:
                 self._client_connections += 1
+                self._per_address[host] += 1
+                self._address_of[conn] = host
             task = self._spawn(conn.serve())
             self._serving.add(task)
             self._internal_tasks[task] = internal
@@ -448,17 +460,24 @@ class Shard:
 
     def _closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
-        if not conn.internal and not conn.handed_over:  # a handshake counts until it ends
-            self._client_connections -= 1
+        host = self._address_of.pop(conn, None)
+        if host is not None and not conn.handed_over:  # a handshake counts until it ends
+            self._client_gone(host)
 
-    def _accept_peer(self, sock: socket.socket, hello: Frame) -> None:
+    def _client_gone(self, host: str) -> None:
+        self._client_connections -= 1
+        self._per_address[host] -= 1
+        if not self._per_address[host]:
+            del self._per_address[host]
+
+    def _accept_peer(self, host: str, sock: socket.socket, hello: Frame) -> None:
         """A client connection that opened with PEER_HELLO: hand it to the
         replication, still counted as a client connection and charged to the
         budget until its handshake ends, and at most `HANDSHAKES_MAX` at once."""
         assert self.replication is not None
         if self._handshakes >= HANDSHAKES_MAX:
             self.metrics.handshakes_refused += 1
-            self._client_connections -= 1
+            self._client_gone(host)
             _refusals.warning(
                 "handshakes",
                 "shard %d: refused a peer handshake: %d under way",
@@ -469,11 +488,11 @@ class Shard:
             return
         self._handshakes += 1
         self.budget.charge(HANDSHAKE_BYTES)
-        self.replication.accept_peer(sock, hello, self._handshake_done)
+        self.replication.accept_peer(sock, hello, functools.partial(self._handshake_done, host))
 
-    def _handshake_done(self) -> None:
+    def _handshake_done(self, host: str) -> None:
         self._handshakes -= 1
-        self._client_connections -= 1
+        self._client_gone(host)
         self.budget.release(HANDSHAKE_BYTES)
 
     def _refuse(self, sock: socket.socket) -> None:

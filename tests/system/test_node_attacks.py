@@ -36,8 +36,8 @@ from laminar.wire import (
     ErrorCode,
     ErrorResponse,
     FetchRequest,
-    Flags,
     FetchResponse,
+    Flags,
     Op,
     Ping,
     Pong,
@@ -58,6 +58,9 @@ KEPT_MAX = 32 << 20
 """What an attack's burst may leave in the shard's RSS once it is over."""
 FRAME_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 48
+MAX_PER_ADDRESS = 44
+"""Room for the 40 connections and the pinger of the half-frame test."""
+FIRST_REQUEST_TIMEOUT_S = 3.0
 MAX_WAIT_MS = 4000
 MAX_TOPICS = 3
 TOPIC = "target"
@@ -73,6 +76,8 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
         max_input_bytes=INPUT_BUDGET,
         frame_timeout=FRAME_TIMEOUT_S,
         max_connections=MAX_CONNECTIONS,
+        max_connections_per_address=MAX_PER_ADDRESS,
+        first_request_timeout=FIRST_REQUEST_TIMEOUT_S,
         max_wait_ms=MAX_WAIT_MS,
         max_topics=MAX_TOPICS,
         idle_timeout=120,
@@ -435,6 +440,39 @@ def test_unread_fetch_answers_are_bounded_by_the_budget(node: RunningNode) -> No
     # the rest is the store's and the allocator's working set.
     kept = rss_settles_below(shard_pid, watch.baseline + KEPT_MAX) - watch.baseline
     assert kept < KEPT_MAX, f"the shard kept {kept >> 20} MiB after the sockets closed"
+
+
+def test_idle_connections_from_one_address_cannot_lock_others_out(node: RunningNode) -> None:
+    """2,098 idle connections opened in 1.1 s held the connection cap for the
+    300 s idle timeout. One address now holds at most --max-connections-per-address
+    of a shard's connections, and one that never sends a whole request is closed
+    after --first-request-timeout."""
+    port, pid = target(node)
+    held: list[socket.socket] = []
+    try:
+        for _ in range(400):
+            with contextlib.suppress(OSError):
+                held.append(socket.create_connection((node.host, port), timeout=2))
+        other = socket.socket()
+        other.bind(("127.0.0.2", 0))
+        other.settimeout(10)
+        other.connect((node.host, port))
+        with WireConnection.adopt(other) as conn:  # another address is still served
+            assert isinstance(conn.call(Ping(pid)), Pong)
+        start = time.monotonic()
+        accepted = 0
+        for sock in held:  # the refused get TOO_MANY_CONNECTIONS, the rest are closed idle
+            sock.settimeout(max(0.1, start + FIRST_REQUEST_TIMEOUT_S + 5 - time.monotonic()))
+            data = b""
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := sock.recv(4096):
+                    data += chunk
+            accepted += not data
+        assert accepted <= MAX_PER_ADDRESS
+        assert time.monotonic() - start < FIRST_REQUEST_TIMEOUT_S + 5
+    finally:
+        for sock in held:
+            sock.close()
 
 
 @pytest.fixture(scope="module")
