@@ -208,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-input-bytes",
         type=parse_size,
         default=DEFAULT_MAX_INPUT_BYTES,
-        help="per shard: request bytes buffered or in flight over all connections",
+        help="per shard: bytes held for clients (requests buffered or in flight, answers "
+        "reserved or queued) over all connections",
     )
     p.add_argument(
         "--max-wait-ms",

@@ -127,8 +127,8 @@ class NodeConfig:
     """Client connections per shard from one peer address (loopback included);
     past it a new one is refused like one past `max_connections`."""
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
-    """Per shard: request bytes buffered or in flight over all connections
-    (`laminar.shards.budget`)."""
+    """Per shard: bytes held for clients over all connections, requests buffered
+    or in flight and answers reserved or queued (`laminar.shards.budget`)."""
     max_wait_ms: int = DEFAULT_MAX_WAIT_MS
     """The longest a fetch long-polls, whatever it asks for."""
     max_topics: int = DEFAULT_MAX_TOPICS
