@@ -34,16 +34,24 @@ acknowledgement, offsets) or bounded by the node's own state (a metadata
 answer lists at most `--max-topics` topics): they reserve nothing and are
 charged as they are queued.
 
-The rules a connection follows (`laminar.shards.connection`): it reads only
-while the shard is under budget, except that a connection holding nothing
-may always read one chunk; it starts a buffered frame only while under its
-own bounds (requests in flight, answer bytes) and, over budget, only when it
-has nothing in flight or queued, and a fetch only when its reserve fits. So
-a ping on a fresh connection is served while the budget is spent, and the
-overshoot is bounded by `max_connections x (one read + one small answer)`. A
-connection that stalls holding part of a frame is closed by the frame
-deadline (`--frame-timeout`), which frees what it held; one that does not
-read its answers holds at most its answer bound until the idle timeout.
+The rules a connection follows (`laminar.shards.connection`):
+
+- It reads only while the shard is under budget, except that a connection
+  holding nothing may always read one chunk, and one whose buffered input is
+  below its fair share (`limit_bytes / holders`, the connections holding
+  input) may read on. So partial frames on many connections cannot starve
+  another client's frame of a fair share's size (36 partial 8 MiB produces
+  held a 2 MB produce for 28 s, until the frame deadline).
+- It starts a buffered frame only while under its own bounds (requests in
+  flight, answer bytes) and, over budget, only when it has nothing in flight
+  or queued; a fetch only when its reserve fits.
+
+So a ping on a fresh connection is served while the budget is spent, and the
+overshoot is bounded by the limit again (the fair shares sum to it) plus
+`max_connections x (one read + one small answer)`. A connection that stalls
+holding part of a frame is closed by the frame deadline (`--frame-timeout`),
+which frees what it held; one that does not read its answers holds at most
+its answer bound until the idle timeout.
 """
 
 from __future__ import annotations
@@ -78,7 +86,7 @@ def answer_reserve_bytes(frame: Frame, fetch_bytes_max: int) -> int:
 class InputBudget:
     """One shard's input bytes: `used` against `limit_bytes` (see the module docstring)."""
 
-    __slots__ = ("_waiters", "limit_bytes", "peak_bytes", "recent_peak_bytes", "used")
+    __slots__ = ("_waiters", "holders", "limit_bytes", "peak_bytes", "recent_peak_bytes", "used")
 
     def __init__(self, limit_bytes: int) -> None:
         if limit_bytes < 1:
@@ -86,6 +94,8 @@ class InputBudget:
         self.limit_bytes = limit_bytes
         self.used = 0
         self.peak_bytes = 0
+        self.holders = 0
+        """Connections holding input (buffered bytes): the fair share's divisor."""
         self.recent_peak_bytes = 0
         """The most charged since its owner last reset it (the heap trim's cue)."""
         self._waiters: list[asyncio.Future[None]] = []

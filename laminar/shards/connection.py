@@ -134,6 +134,8 @@ class Connection:
         self._next: Frame | None = None
         """A decoded frame waiting for room to start (its bytes still count as input)."""
         self._next_bytes = 0
+        self._holding = False
+        """Whether this connection holds input and is counted in `InputBudget.holders`."""
         self._resume: asyncio.Future[None] | None = None
         self._idle_waiter: asyncio.Future[None] | None = None
         self.last_frame_at = time.monotonic()
@@ -228,7 +230,9 @@ class Connection:
                 self.partial_since = None
             elif started or self.partial_since is None:
                 self.partial_since = now
-            if self._next is not None or (budget.exhausted and self._held):
+            if self._next is not None or (
+                budget.exhausted and self._held and not self._below_share()
+            ):
                 await self._wait_resume()
                 continue
             data = await loop.sock_recv(sock, min(READ_BYTES, decoder.room))
@@ -239,10 +243,30 @@ class Connection:
             decoder.feed(data)
             budget.charge(received)
             self._held += received
+            if not self._holding:
+                self._holding = True
+                budget.holders += 1
+
+    def _below_share(self) -> bool:
+        """Whether this connection's input is below its fair share of the budget:
+        over budget, it may still read (so one client's partial frames cannot
+        starve another's; `laminar.shards.budget`)."""
+        budget = self._budget
+        return self._decoder.buffered_bytes < budget.limit_bytes // max(1, budget.holders)
+
+    def _not_holding(self) -> None:
+        if self._holding and not self._decoder.buffered_bytes and self._next is None:
+            self._holding = False
+            self._budget.holders -= 1
 
     def _take_frames(self) -> bool:
         """Start the complete frames buffered, while the bounds allow; True if any
         started. One that may not start yet is kept in `_next`."""
+        started = self._take_buffered()
+        self._not_holding()
+        return started
+
+    def _take_buffered(self) -> bool:
         decoder = self._decoder
         started = False
         while True:
@@ -390,6 +414,7 @@ class Connection:
         self._release(self._decoder.buffered_bytes + self._next_bytes)
         self._next, self._next_bytes = None, 0
         self._decoder.discard()  # the connection may live on in a reference cycle
+        self._not_holding()
         self._outbox.abort()
         for task in list(self._tasks):
             task.cancel()

@@ -30,6 +30,7 @@ import pytest
 from laminar import lograte
 from laminar.placement import partition_id, shard_for
 from laminar.replication.transport import PEER_HELLO, PEER_PROOF
+from laminar.wire.records import decode_record
 from laminar.wire import (
     MAGIC,
     VERSION,
@@ -473,6 +474,55 @@ def test_idle_connections_from_one_address_cannot_lock_others_out(node: RunningN
     finally:
         for sock in held:
             sock.close()
+
+
+@pytest.fixture(scope="module")
+def slow_deadline_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
+    """A node whose frame deadline (30 s, the default) does not end an attack
+    before a test has seen whether others are served meanwhile."""
+    tmp: Path = tmp_path_factory.mktemp("fair-share")
+    with start_node(tmp, cores=2, max_input_bytes=INPUT_BUDGET, max_connections=64) as running:
+        with NodeClient(running.host, running.port) as client:
+            client.create_topic(TOPIC, 4)
+        yield running
+
+
+def test_partial_frames_on_many_connections_cannot_starve_another_client(
+    slow_deadline_node: RunningNode,
+) -> None:
+    """Partial 8 MiB produces on 36 connections made a legitimate 2 MB produce
+    wait 28.2 s (for the frame deadline to cut them) instead of 7.6 ms: the
+    budget was spent and the legitimate connection, holding part of its frame,
+    stopped reading. Over budget a connection now reads on while it holds less
+    than its fair share, so a frame of a share's size gets through."""
+    node = slow_deadline_node
+    port, pid = target(node)
+    frame = ProduceRequest.from_values(pid, [b"h" * (7 << 20)]).encode(1)
+    records = [b"legit-%d" % n + b"." * 1000 for n in range(INPUT_BUDGET // 64 // 1024)]
+    conns: list[socket.socket] = []
+    with Watch(node, rss_growth_max=4 * INPUT_BUDGET):
+        try:
+            for _ in range(36):
+                sock = socket.create_connection((node.host, port))
+                sock.settimeout(0.05)
+                conns.append(sock)
+                with contextlib.suppress(TimeoutError):  # the shard stopped reading
+                    sock.sendall(frame[:-1])
+            deadline = time.monotonic() + 10
+            while shard_stats(node)["input_bytes"] < INPUT_BUDGET:
+                assert time.monotonic() < deadline, "the partial frames never spent the budget"
+                time.sleep(0.1)
+            with WireConnection(node.host, port, timeout=15) as conn:
+                answer = conn.call(ProduceRequest.from_values(pid, records))
+            assert answer.count == len(records)
+            assert shard_stats(node)["connections_closed_slow"] == 0  # served beside them
+        finally:
+            for sock in conns:
+                sock.close()
+    with WireConnection(node.host, port, timeout=15) as conn:  # every record, once
+        got = conn.call(FetchRequest(pid, answer.first_index, max_bytes=4 << 20))
+        values = [decode_record(r.blob)[0] for r in got.records[: len(records)]]
+        assert values == records
 
 
 @pytest.fixture(scope="module")
