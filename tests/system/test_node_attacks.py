@@ -30,7 +30,6 @@ import pytest
 from laminar import lograte
 from laminar.placement import partition_id, shard_for
 from laminar.replication.transport import PEER_HELLO, PEER_PROOF
-from laminar.wire.records import decode_record
 from laminar.wire import (
     MAGIC,
     VERSION,
@@ -47,6 +46,7 @@ from laminar.wire import (
     decode_response,
     encode_frame,
 )
+from laminar.wire.records import decode_record
 from tests.system.nodes import RunningNode, start_node
 from tests.system.wireclient import NodeClient, ServerError, WireConnection
 
