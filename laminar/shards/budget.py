@@ -38,17 +38,25 @@ The rules a connection follows (`laminar.shards.connection`):
 
 - It reads only while the shard is under budget, except that a connection
   holding nothing may always read one chunk, and one whose buffered input is
-  below its fair share (`limit_bytes / holders`, the connections holding
-  input) may read on. So partial frames on many connections cannot starve
-  another client's frame of a fair share's size (36 partial 8 MiB produces
-  held a 2 MB produce for 28 s, until the frame deadline).
+  below its fair share (`fair_share_bytes`: the limit over the connections
+  holding input, at least `SHARE_DIVISOR_MIN` of them) may read on while the
+  shard holds less than `OVERDRAFT` times its limit. So partial frames on many
+  connections cannot starve another client's frame of a fair share's size
+  (36 partial 8 MiB produces held a 2 MB produce for 28 s, until the frame
+  deadline). The shares are computed as connections come, so early ones may
+  have read larger shares: hence the overdraft's hard ceiling, and the
+  shedding: while a connection under its share waits for budget ("starved"),
+  the shard's sweeper closes connections holding more than a share of
+  partial input, largest first, until the shard is under budget
+  (`Shard._shed_for_starved`). Once contended, a connection holds at most a
+  fair share of partial input for longer than a sweep.
 - It starts a buffered frame only while under its own bounds (requests in
   flight, answer bytes) and, over budget, only when it has nothing in flight
   or queued; a fetch only when its reserve fits.
 
 So a ping on a fresh connection is served while the budget is spent, and the
-overshoot is bounded by the limit again (the fair shares sum to it) plus
-`max_connections x (one read + one small answer)`. A connection that stalls
+overshoot is bounded by the overdraft plus `max_connections x (one read +
+one small answer)`. A connection that stalls
 holding part of a frame is closed by the frame deadline (`--frame-timeout`),
 which frees what it held; one that does not read its answers holds at most
 its answer bound until the idle timeout.
@@ -83,6 +91,12 @@ def answer_reserve_bytes(frame: Frame, fetch_bytes_max: int) -> int:
     return fetch_bytes_max
 
 
+SHARE_DIVISOR_MIN: Final = 8
+"""A fair share is at most this fraction of the limit, however few connections hold input."""
+OVERDRAFT: Final = 2
+"""Fair-share reads over budget stop once the shard holds this many times its limit."""
+
+
 class InputBudget:
     """One shard's input bytes: `used` against `limit_bytes` (see the module docstring)."""
 
@@ -103,6 +117,15 @@ class InputBudget:
     @property
     def exhausted(self) -> bool:
         return self.used >= self.limit_bytes
+
+    @property
+    def fair_share_bytes(self) -> int:
+        """What one connection's input may reach over budget (module docstring)."""
+        return self.limit_bytes // max(SHARE_DIVISOR_MIN, self.holders)
+
+    @property
+    def overdraft_bytes(self) -> int:
+        return OVERDRAFT * self.limit_bytes
 
     def fits(self, n: int, own_bytes: int = 0) -> bool:
         """Whether `n` more bytes fit, not counting `own_bytes` the asker holds."""

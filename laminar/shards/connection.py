@@ -134,6 +134,9 @@ class Connection:
         self._next: Frame | None = None
         """A decoded frame waiting for room to start (its bytes still count as input)."""
         self._next_bytes = 0
+        self.starved = False
+        """Waiting for budget while holding less than its fair share: the shard
+        then sheds connections holding more (`Shard._shed_for_starved`)."""
         self._holding = False
         """Whether this connection holds input and is counted in `InputBudget.holders`."""
         self._resume: asyncio.Future[None] | None = None
@@ -233,7 +236,10 @@ class Connection:
             if self._next is not None or (
                 budget.exhausted and self._held and not self._below_share()
             ):
+                # Starved: held back while under its share (others took more).
+                self.starved = self._next is None and self.input_bytes < budget.fair_share_bytes
                 await self._wait_resume()
+                self.starved = False
                 continue
             data = await loop.sock_recv(sock, min(READ_BYTES, decoder.room))
             if not data:
@@ -247,12 +253,20 @@ class Connection:
                 self._holding = True
                 budget.holders += 1
 
+    @property
+    def input_bytes(self) -> int:
+        """Input received and not started yet (a partial frame, or frames waiting)."""
+        return self._decoder.buffered_bytes + self._next_bytes
+
     def _below_share(self) -> bool:
-        """Whether this connection's input is below its fair share of the budget:
-        over budget, it may still read (so one client's partial frames cannot
-        starve another's; `laminar.shards.budget`)."""
+        """Whether this connection's input is below its fair share of the budget
+        and the shard below its overdraft: over budget, it may still read (so one
+        client's partial frames cannot starve another's; `laminar.shards.budget`)."""
         budget = self._budget
-        return self._decoder.buffered_bytes < budget.limit_bytes // max(1, budget.holders)
+        return (
+            budget.used < budget.overdraft_bytes
+            and self._decoder.buffered_bytes < budget.fair_share_bytes
+        )
 
     def _not_holding(self) -> None:
         if self._holding and not self._decoder.buffered_bytes and self._next is None:

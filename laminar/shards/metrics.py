@@ -91,6 +91,7 @@ class ShardMetrics:
         self.connections_open = 0
         self.connections_closed_idle = 0
         self.connections_closed_slow = 0
+        self.connections_shed = 0
         self.connections_refused = 0
         self.connections_refused_address = 0
         self.channel_refused = 0
@@ -129,6 +130,7 @@ class ShardMetrics:
             "connections_open": self.connections_open,
             "connections_closed_idle": self.connections_closed_idle,
             "connections_closed_slow": self.connections_closed_slow,
+            "connections_shed": self.connections_shed,
             "connections_refused": self.connections_refused,
             "connections_refused_address": self.connections_refused_address,
             "channel_refused": self.channel_refused,

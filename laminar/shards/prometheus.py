@@ -80,6 +80,9 @@ _SCALARS: tuple[tuple[str, str, str, str], ...] = (
      "Connections closed for being idle (or stalled mid-frame) past the idle timeout."),
     ("connections_closed_slow", "laminar_connections_closed_slow_total", "counter",
      "Connections closed for taking longer than the frame timeout to send one frame."),
+    ("connections_shed", "laminar_connections_shed_total", "counter",
+     "Connections closed holding more than a fair share of the input budget while "
+     "another waited for its share."),
     ("connections_refused", "laminar_connections_refused_total", "counter",
      "Client connections refused at the per-shard connection cap or per-address limit."),
     ("connections_refused_address", "laminar_connections_refused_address_total", "counter",

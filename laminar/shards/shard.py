@@ -529,7 +529,26 @@ class Shard:
                 elif idle > timeout or (not conn.requests_started and idle > first_timeout):
                     self.metrics.connections_closed_idle += 1
                     conn.stop()
+            self._shed_for_starved()
             self._trim_after_burst()
+
+    def _shed_for_starved(self) -> None:
+        """While a client under its fair share waits for budget, close the client
+        connections holding more than a share of partial input, largest first,
+        until the shard is under budget (`laminar.shards.budget`)."""
+        budget = self.budget
+        clients = [c for c in self.connections if not c.internal and not c.closed]
+        if not budget.exhausted or not any(c.starved for c in clients):
+            return
+        share = budget.fair_share_bytes
+        over = sorted((c for c in clients if c.input_bytes > share), key=lambda c: -c.input_bytes)
+        held = budget.used
+        for conn in over:
+            if held < budget.limit_bytes:
+                break
+            held -= conn.input_bytes
+            self.metrics.connections_shed += 1
+            conn.stop()
 
     def _trim_after_burst(self) -> None:
         """Once what clients made the shard hold has come down from a high mark,
