@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import signal
@@ -155,6 +156,7 @@ class Shard:
         self.connections: set[Connection] = set()
         self._client_connections = 0
         self._handshakes = 0
+        self._client_ids = itertools.count()
         self._per_address: Counter[str] = Counter()
         """Client connections (handshakes included) per peer address."""
         self._address_of: dict[Connection, str] = {}
@@ -432,7 +434,10 @@ class Shard:
                 with contextlib.suppress(OSError):
                     local_host = sock.getsockname()[0]
             ctx = RequestContext(
-                received_by=self.shard_id, internal=internal, local_host=local_host
+                received_by=self.shard_id,
+                internal=internal,
+                local_host=local_host,
+                client=None if internal else (self.shard_id << 48) | next(self._client_ids),
             )
             max_frame = self.config.max_frame_bytes + (CHANNEL_FRAME_SLACK if internal else 0)
             on_peer = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import socket
 import struct
 import threading
@@ -474,6 +475,46 @@ def test_idle_connections_from_one_address_cannot_lock_others_out(node: RunningN
     finally:
         for sock in held:
             sock.close()
+
+
+def test_churning_producer_ids_evicts_only_the_churners_own(node: RunningNode) -> None:
+    """4,200 one-record produces with random producer ids (0.18 s) evicted a real
+    idempotent producer from its partition's table, whose next batch was then
+    refused OUT_OF_ORDER_SEQUENCE. A connection's producers are bounded now
+    (`PRODUCERS_PER_OWNER_MAX`): a churner evicts only its own."""
+    port, pid = target(node)
+    real = random.getrandbits(63)
+    with (
+        WireConnection(node.host, port, timeout=30) as producer,
+        WireConnection(node.host, port, timeout=30) as churner,
+    ):
+        first = producer.call(
+            ProduceRequest.from_values(pid, [b"real-0"], producer_id=real, sequence=0)
+        )
+        churn = b"".join(
+            ProduceRequest.from_values(
+                pid, [b"c"], producer_id=random.getrandbits(63), sequence=0
+            ).encode(corr)
+            for corr in range(4200)
+        )
+        churner.send_raw(churn)
+        for _ in range(4200):
+            answer = churner.read_response()
+            assert not isinstance(answer, ErrorResponse), answer
+        second = producer.call(
+            ProduceRequest.from_values(pid, [b"real-1"], producer_id=real, sequence=1)
+        )
+        again = producer.call(  # a resend of the first batch is still known, too
+            ProduceRequest.from_values(pid, [b"real-0"], producer_id=real, sequence=0)
+        )
+    assert again.first_index == first.first_index
+    with WireConnection(node.host, port, timeout=30) as conn:  # each record once
+        got = conn.call(FetchRequest(pid, first.first_index, max_records=10_000))
+    mine = [r for r in got.records if decode_record(r.blob)[0].startswith(b"real-")]
+    assert [(r.index, decode_record(r.blob)[0]) for r in mine] == [
+        (first.first_index, b"real-0"),
+        (second.first_index, b"real-1"),
+    ]
 
 
 @pytest.fixture(scope="module")
