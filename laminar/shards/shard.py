@@ -157,6 +157,7 @@ class Shard:
         self._client_connections = 0
         self._handshakes = 0
         self._client_ids = itertools.count()
+        self._trim_armed = False
         self._per_address: Counter[str] = Counter()
         """Client connections (handshakes included) per peer address."""
         self._address_of: dict[Connection, str] = {}
@@ -556,13 +557,20 @@ class Shard:
             conn.stop()
 
     def _trim_after_burst(self) -> None:
-        """Once what clients made the shard hold has come down from a high mark,
-        give the freed heap back (`laminar.memory.trim_heap`): glibc keeps it."""
+        """Once what clients made the shard hold has come down from a high mark
+        and stayed down for a sweep (the objects of closing connections are
+        freed a few loop iterations after their bytes are released), give the
+        freed heap back (`laminar.memory.trim_heap`): glibc keeps it."""
         budget = self.budget
-        if (
+        if not (
             budget.recent_peak_bytes >= TRIM_AFTER_BYTES
             and budget.used <= budget.recent_peak_bytes // 4
         ):
+            self._trim_armed = False
+        elif not self._trim_armed:
+            self._trim_armed = True
+        else:
+            self._trim_armed = False
             budget.recent_peak_bytes = budget.used
             trim_heap()
 
