@@ -46,10 +46,11 @@ The rules a connection follows (`laminar.shards.connection`):
   deadline). The shares are computed as connections come, so early ones may
   have read larger shares: hence the overdraft's hard ceiling, and the
   shedding: while a connection under its share waits for budget ("starved"),
-  the shard's sweeper closes connections holding more than a share of
-  partial input, largest first, until the shard is under budget
-  (`Shard._shed_for_starved`). Once contended, a connection holds at most a
-  fair share of partial input for longer than a sweep.
+  the shard closes connections holding more than a share of partial input
+  begun over 0.2 s ago (`SHED_GRACE_S`), largest first, until it is under budget
+  (`Shard._shed_for_starved`, run as soon as a connection starves). Once
+  contended, a connection holds more than a fair share of partial input for
+  0.2 s at most.
 - It starts a buffered frame only while under its own bounds (requests in
   flight, answer bytes) and, over budget, only when it has nothing in flight
   or queued; a fetch only when its reserve fits.
@@ -65,6 +66,7 @@ its answer bound until the idle timeout.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Final
 
 from laminar.wire import Frame, Op
@@ -100,7 +102,15 @@ OVERDRAFT: Final = 2
 class InputBudget:
     """One shard's input bytes: `used` against `limit_bytes` (see the module docstring)."""
 
-    __slots__ = ("_waiters", "holders", "limit_bytes", "peak_bytes", "recent_peak_bytes", "used")
+    __slots__ = (
+        "_waiters",
+        "holders",
+        "limit_bytes",
+        "on_starved",
+        "peak_bytes",
+        "recent_peak_bytes",
+        "used",
+    )
 
     def __init__(self, limit_bytes: int) -> None:
         if limit_bytes < 1:
@@ -108,6 +118,9 @@ class InputBudget:
         self.limit_bytes = limit_bytes
         self.used = 0
         self.peak_bytes = 0
+        self.on_starved: Callable[[], None] | None = None
+        """Called when a connection under its fair share starts waiting for budget
+        (the shard sheds connections holding more)."""
         self.holders = 0
         """Connections holding input (buffered bytes): the fair share's divisor."""
         self.recent_peak_bytes = 0

@@ -238,6 +238,8 @@ class Connection:
             ):
                 # Starved: held back while under its share (others took more).
                 self.starved = self._next is None and self.input_bytes < budget.fair_share_bytes
+                if self.starved and budget.on_starved is not None:
+                    budget.on_starved()
                 await self._wait_resume()
                 self.starved = False
                 continue

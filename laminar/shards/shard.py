@@ -94,6 +94,8 @@ HANDSHAKES_MAX: Final = 16
 (a node opens one connection per remote shard, retried with backoff)."""
 HANDSHAKE_BYTES: Final = HANDSHAKE_FRAME_BYTES + TRANSPORT_READ_BYTES
 """What a handshake may make the shard hold: one header-sized frame and a read."""
+SHED_GRACE_S: Final = 0.2
+"""A partial frame younger than this is not shed for a starved connection."""
 TRIM_AFTER_BYTES: Final = 16 << 20
 """A burst of held bytes past which the heap is trimmed once they are released."""
 QUEUE_SHARES: Final = {"requests": 1000, "flush": 800, "background": 100}
@@ -158,6 +160,8 @@ class Shard:
         self._handshakes = 0
         self._client_ids = itertools.count()
         self._trim_armed = False
+        self._shed_handle: asyncio.Handle | None = None
+        self.budget.on_starved = self._starved
         self._per_address: Counter[str] = Counter()
         """Client connections (handshakes included) per peer address."""
         self._address_of: dict[Connection, str] = {}
@@ -538,23 +542,37 @@ class Shard:
             self._shed_for_starved()
             self._trim_after_burst()
 
+    def _starved(self) -> None:
+        """A connection under its fair share waits for budget: shed soon (once)."""
+        if self._shed_handle is None:
+            self._shed_handle = asyncio.get_running_loop().call_soon(self._shed_for_starved)
+
     def _shed_for_starved(self) -> None:
         """While a client under its fair share waits for budget, close the client
-        connections holding more than a share of partial input, largest first,
-        until the shard is under budget (`laminar.shards.budget`)."""
+        connections holding more than a share of partial input begun over
+        `SHED_GRACE_S` ago (a fast sender finishes its frame first), largest
+        first, until the shard is under budget (`laminar.shards.budget`)."""
+        self._shed_handle = None
         budget = self.budget
         clients = [c for c in self.connections if not c.internal and not c.closed]
         if not budget.exhausted or not any(c.starved for c in clients):
             return
         share = budget.fair_share_bytes
         over = sorted((c for c in clients if c.input_bytes > share), key=lambda c: -c.input_bytes)
+        now = time.monotonic()
         held = budget.used
         for conn in over:
             if held < budget.limit_bytes:
-                break
+                return
+            since = conn.partial_since
+            if since is None or now - since < SHED_GRACE_S:
+                continue
             held -= conn.input_bytes
             self.metrics.connections_shed += 1
             conn.stop()
+        if held >= budget.limit_bytes and over:  # some were within their grace
+            loop = asyncio.get_running_loop()
+            self._shed_handle = loop.call_later(SHED_GRACE_S, self._shed_for_starved)
 
     def _trim_after_burst(self) -> None:
         """Once what clients made the shard hold has come down from a high mark
