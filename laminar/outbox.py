@@ -13,12 +13,17 @@ interleave their bytes. An `Outbox` serialises them and coalesces them:
   next iteration, never on a timer.
 - The flush hands the buffers to the kernel directly (a fetch's record blobs
   are never joined into one copy). Whatever does not fit, and everything
-  queued behind it, is written by one writer task, which joins what piled up
-  meanwhile into one send.
+  queued behind it, is written by one writer task, which joins small
+  buffers that piled up meanwhile into sends of up to `JOIN_BYTES` and sends
+  large ones as they are: a client that does not read its answers must not
+  make the node hold them twice (a joined copy beside its parts).
 
 `pending_bytes` is what has not reached the socket yet, queued or unsent:
 readers stop taking new requests when it grows past their bound (a client that
-sends but never reads cannot make the node buffer without limit).
+sends but never reads cannot make the node buffer without limit). `on_written`
+hears of every byte that leaves the queue (to the kernel, or dropped when the
+connection fails or is aborted), so an owner that charged queued bytes to a
+budget releases exactly what it charged.
 """
 
 from __future__ import annotations
@@ -31,10 +36,13 @@ from typing import Final
 from laminar.wire.codec import Buffer
 
 _IOV_MAX: Final = 1024
+JOIN_BYTES: Final = 64 << 10
+"""Buffers smaller than this are joined for the writer task's sends; larger ones
+go as they are (no copy)."""
 
 
-def _unsent(buffers: Sequence[Buffer], sent: int) -> bytes:
-    """The bytes of `buffers` after the first `sent`, as one object."""
+def _unsent(buffers: Sequence[Buffer], sent: int) -> list[Buffer]:
+    """The buffers after the first `sent` bytes of `buffers` (views, no copy)."""
     rest: list[Buffer] = []
     for buf in buffers:
         if sent >= len(buf):
@@ -42,7 +50,30 @@ def _unsent(buffers: Sequence[Buffer], sent: int) -> bytes:
             continue
         rest.append(memoryview(buf)[sent:] if sent else buf)
         sent = 0
-    return b"".join(rest)
+    return rest
+
+
+def _sends(buffers: Sequence[Buffer]) -> list[Buffer]:
+    """`buffers` as the writer task sends them: runs of small ones joined (up to
+    `JOIN_BYTES` a send), large ones alone."""
+    sends: list[Buffer] = []
+    run: list[Buffer] = []
+    size = 0
+    for buf in buffers:
+        if len(buf) >= JOIN_BYTES:
+            if run:
+                sends.append(b"".join(run))
+                run, size = [], 0
+            sends.append(buf)
+            continue
+        run.append(buf)
+        size += len(buf)
+        if size >= JOIN_BYTES:
+            sends.append(b"".join(run))
+            run, size = [], 0
+    if run:
+        sends.append(b"".join(run))
+    return sends
 
 
 def send_gathered(sock: socket.socket, buffers: Sequence[Buffer]) -> int:
@@ -73,6 +104,7 @@ class Outbox:
         "_flush_handle",
         "_loop",
         "_on_error",
+        "_on_written",
         "_queue",
         "_sock",
         "_task",
@@ -84,10 +116,12 @@ class Outbox:
         loop: asyncio.AbstractEventLoop,
         sock: socket.socket,
         on_error: Callable[[BaseException], None] | None = None,
+        on_written: Callable[[int], None] | None = None,
     ) -> None:
         self._loop = loop
         self._sock = sock
         self._on_error = on_error
+        self._on_written = on_written
         self._queue: list[Buffer] = []
         self._flush_handle: asyncio.Handle | None = None
         self._task: asyncio.Task[None] | None = None
@@ -125,24 +159,27 @@ class Outbox:
             self._fail(exc)
             return
         if sent == self.pending_bytes:
-            self.pending_bytes = 0
+            self._left(sent)
             self._wake()
             return
-        rest = _unsent(queue, sent)
-        self._queue.insert(0, rest)  # nothing can have been queued meanwhile
-        self.pending_bytes = len(rest)
+        self._queue = _unsent(queue, sent)  # nothing can have been queued meanwhile
+        self._left(sent)
         self._task = self._loop.create_task(self._write())
 
     async def _write(self) -> None:
         try:
             while self._queue:
-                chunk, self._queue = self._queue, []
-                data = chunk[0] if len(chunk) == 1 else b"".join(chunk)
-                await self._loop.sock_sendall(self._sock, data)
-                self.pending_bytes -= len(data)
+                sends = _sends(self._queue)
+                self._queue = []
+                sends.reverse()  # popped from the end: a sent buffer is let go at once
+                while sends:
+                    data = sends.pop()
+                    await self._loop.sock_sendall(self._sock, data)
+                    self._left(len(data))
+                    del data
         except asyncio.CancelledError:
             self._queue.clear()
-            self.pending_bytes = 0
+            self._left(self.pending_bytes)
             raise
         except OSError as exc:
             self._fail(exc)
@@ -154,10 +191,16 @@ class Outbox:
         if self._error is None:
             self._error = exc
             self._queue.clear()
-            self.pending_bytes = 0
+            self._left(self.pending_bytes)
             if self._on_error is not None:
                 self._on_error(exc)
         self._wake()
+
+    def _left(self, n: int) -> None:
+        """`n` bytes left the queue (written, or dropped)."""
+        self.pending_bytes -= n
+        if n and self._on_written is not None:
+            self._on_written(n)
 
     def _wake(self) -> None:
         waiter, self._drained = self._drained, None
@@ -179,5 +222,5 @@ class Outbox:
         if self._task is not None:
             self._task.cancel()
         self._queue.clear()
-        self.pending_bytes = 0
+        self._left(self.pending_bytes)
         self._wake()

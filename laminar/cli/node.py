@@ -19,10 +19,12 @@ from laminar.log.config import FLUSH_POLICIES
 from laminar.shards.config import (
     DEFAULT_DATA_DIR,
     DEFAULT_DECISION_RETENTION_S,
+    DEFAULT_FIRST_REQUEST_TIMEOUT_S,
     DEFAULT_FRAME_TIMEOUT_S,
     DEFAULT_HOST,
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
     DEFAULT_MAX_INPUT_BYTES,
     DEFAULT_MAX_TOPIC_PARTITIONS,
     DEFAULT_MAX_TOPICS,
@@ -156,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds before an idle (or stalled mid-frame) connection is closed",
     )
     p.add_argument(
+        "--first-request-timeout",
+        type=float,
+        default=DEFAULT_FIRST_REQUEST_TIMEOUT_S,
+        help="seconds before an idle connection that has not sent one whole request is closed",
+    )
+    p.add_argument(
         "--staging-bytes-max",
         type=parse_size,
         default=DEFAULT_STAGING_BYTES_MAX,
@@ -193,10 +201,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="client connections per shard (more are refused with TOO_MANY_CONNECTIONS)",
     )
     p.add_argument(
+        "--max-connections-per-address",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+        help="client connections per shard from one address, loopback included (more are "
+        "refused with TOO_MANY_CONNECTIONS)",
+    )
+    p.add_argument(
         "--max-input-bytes",
         type=parse_size,
         default=DEFAULT_MAX_INPUT_BYTES,
-        help="per shard: request bytes buffered or in flight over all connections",
+        help="per shard: bytes held for clients (requests buffered or in flight, answers "
+        "reserved or queued) over all connections",
     )
     p.add_argument(
         "--max-wait-ms",
@@ -321,12 +337,14 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         segment_bytes=args.segment_bytes,
         max_frame_bytes=args.max_frame_bytes,
         idle_timeout_s=args.idle_timeout,
+        first_request_timeout_s=args.first_request_timeout,
         staging_bytes_max=args.staging_bytes_max,
         staging_timeout_s=args.staging_timeout,
         decision_retention_s=args.decision_retention,
         publish_chunk_bytes=args.publish_chunk_bytes,
         frame_timeout_s=args.frame_timeout,
         max_connections=args.max_connections,
+        max_connections_per_address=args.max_connections_per_address,
         max_input_bytes=args.max_input_bytes,
         max_wait_ms=args.max_wait_ms,
         max_topics=args.max_topics,

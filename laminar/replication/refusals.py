@@ -4,8 +4,7 @@ A peer that sends what no correct node sends (a message naming another node
 as its sender, a Raft message the core finds implausible) is refused, and
 that must be visible: a WARNING line and a counter in /metrics
 (`laminar_peer_refused_total{reason}`). The same peer may repeat it every
-tick, so each reason logs its first `LOGGED_FIRST` occurrences and then one
-line per `LOG_EVERY`, saying how many there were.
+tick, so the lines of each reason go through a `RateLimitedLog`.
 """
 
 from __future__ import annotations
@@ -14,12 +13,10 @@ import logging
 from collections import Counter
 from typing import Final
 
+from laminar.lograte import RateLimitedLog
 from laminar.raft import Anomaly
 
 logger = logging.getLogger("laminar.replication")
-
-LOGGED_FIRST: Final = 10
-LOG_EVERY: Final = 1000
 
 IMPERSONATION: Final = "impersonation"
 """A message on a session with node X that names another node as its sender."""
@@ -36,17 +33,12 @@ class PeerRefusals:
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
+        self._log = RateLimitedLog(logger)
 
     def note(self, reason: str, text: str) -> None:
         """Count one `reason`; log `text` unless the log is rate-limited now."""
         self.counts[reason] += 1
-        n = self.counts[reason]
-        if n <= LOGGED_FIRST or n % LOG_EVERY == 0:
-            logger.warning("%s (%s: %d so far)", text, reason, n)
-
-    def count(self, reason: str) -> None:
-        """Count one `reason` whose log line the caller writes itself."""
-        self.counts[reason] += 1
+        self._log.warning(reason, "%s (%s: %d so far)", text, reason, self.counts[reason])
 
     def raft(self, pid: int, anomaly: Anomaly) -> None:
         """A Raft group's `Ready.anomalies`, one at a time."""

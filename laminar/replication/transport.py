@@ -15,7 +15,11 @@ reconnects with backoff; queued bytes are bounded.
 
 Inbound (`PeerSession`): a shard connection whose first frame is PEER_HELLO is
 handed over by `laminar.shards.connection` to a session that answers the
-handshake and then reads RAFT_BATCH frames (one way, never answered),
+handshake (reading frames of a header's size at most until the peer is
+authenticated, so an unauthenticated peer cannot make the shard buffer a
+large frame; its refusals logged at a bounded rate, `laminar.lograte`; the
+shard counts the session against its caps until `on_handshake_done`) and then
+reads RAFT_BATCH frames (one way, never answered),
 stepping each message into the shard's host, and the requests of
 `laminar.replication.calls` (only the ops the shard lets peers ask,
 `laminar.shards.router.PEER_OPS`), each answered when served, at most
@@ -55,9 +59,10 @@ from laminar.wire import (
     decode_response,
     encode_frame,
 )
-from laminar.wire.codec import Buffer
+from laminar.wire.codec import HEADER_OFFSET, Buffer
 
 logger = logging.getLogger("laminar.replication")
+"""Handshake failures are caused by whoever connects: their lines are rate-limited."""
 
 CONNECT_TIMEOUT_S: Final = 2.0
 HANDSHAKE_TIMEOUT_S: Final = 5.0
@@ -68,6 +73,9 @@ BATCH_BYTES_MAX: Final = 4 << 20
 """A frame is cut when its messages' payloads pass this."""
 READ_BYTES: Final = 256 << 10
 PEER_REQUESTS_IN_FLIGHT: Final = 64
+HANDSHAKE_FRAME_BYTES: Final = HEADER_OFFSET + REQUEST_HEADER_LIMITS.max_header_bytes
+"""The largest frame read before the peer is authenticated (hello and proof carry
+a header only)."""
 """Requests one peer session serves at once; it reads no more until one is answered."""
 
 # Op codes of node-to-node connections (`laminar.wire.ops` reserves 32-63 for
@@ -356,9 +364,11 @@ class PeerSession:
         serve: ServeRequest | None = None,
         request_ops: frozenset[int] = frozenset(),
         refusals: PeerRefusals | None = None,
+        on_handshake_done: Callable[[], None] | None = None,
     ) -> None:
         self.sock = sock
         self._refusals = refusals or PeerRefusals()
+        self._on_handshake_done = on_handshake_done
         self._auth = auth
         self._receive = receive
         self._heard = heard
@@ -373,13 +383,11 @@ class PeerSession:
     async def serve(self, hello: Frame) -> None:
         """Answer the handshake that `hello` opened, then read batches until EOF."""
         loop = asyncio.get_running_loop()
-        decoder = peer_decoder(self._max_frame_bytes)
         try:
             try:
-                peer = await asyncio.wait_for(self._handshake(hello, decoder), HANDSHAKE_TIMEOUT_S)
+                peer = await asyncio.wait_for(self._handshake(hello), HANDSHAKE_TIMEOUT_S)
             except (PeerAuthError, TimeoutError) as exc:
-                self._refusals.count(HANDSHAKE)
-                logger.warning("refused a peer connection: %s", exc)
+                self._refusals.note(HANDSHAKE, f"refused a peer connection: {exc}")
                 refusal = ErrorResponse.for_code(hello.op, ErrorCode.INVALID_REQUEST, str(exc))
                 with contextlib.suppress(OSError):
                     await loop.sock_sendall(self.sock, refusal.encode(0))
@@ -387,13 +395,18 @@ class PeerSession:
             except (OSError, ProtocolError) as exc:
                 # The initiator checks our proof first: one with another secret hangs up.
                 who = hello.header.get("node_id")
-                logger.warning(
-                    "peer %r gave up the handshake (%s): does it have another cluster secret?",
-                    who if isinstance(who, str) else "?",
-                    exc,
+                name = who if isinstance(who, str) else "?"
+                self._refusals.note(
+                    HANDSHAKE,
+                    f"peer {name!r} gave up the handshake ({exc}): "
+                    "does it have another cluster secret?",
                 )
                 return
+            finally:
+                if self._on_handshake_done is not None:
+                    self._on_handshake_done()
             self.peer_id = peer
+            decoder = peer_decoder(self._max_frame_bytes)
             await loop.sock_sendall(
                 self.sock, encode_frame(PEER_PROOF, 0, 0, {}, flags=Flags.RESPONSE)
             )
@@ -439,7 +452,9 @@ class PeerSession:
         finally:
             self._in_flight.release()
 
-    async def _handshake(self, hello: Frame, decoder: FrameDecoder) -> str:
+    async def _handshake(self, hello: Frame) -> str:
+        """Answer `hello`, read the proof (a header-sized frame at most) and check it."""
+        decoder = FrameDecoder(HANDSHAKE_FRAME_BYTES, header_limits=REQUEST_HEADER_LIMITS)
         responder = Responder(self._auth)
         challenge = responder.on_hello(hello.header)
         loop = asyncio.get_running_loop()
@@ -449,4 +464,6 @@ class PeerSession:
         proof = await read_frame(self.sock, decoder)
         if proof.op != PEER_PROOF:
             raise PeerAuthError(f"expected the handshake's proof, got op {proof.op}")
+        if decoder.buffered_bytes:
+            raise PeerAuthError("a peer sent more than its proof before it was answered")
         return responder.on_proof(proof.header)

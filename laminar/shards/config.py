@@ -36,6 +36,7 @@ DEFAULT_DATA_DIR: Final = "laminar-data"
 ADMIN_PORT_OFFSET: Final = 2000
 DEFAULT_SEGMENT_BYTES: Final = 64 << 20
 DEFAULT_IDLE_TIMEOUT_S: Final = 300.0
+DEFAULT_FIRST_REQUEST_TIMEOUT_S: Final = 10.0
 ROUTING_MODES: Final = ("auto", "ebpf", "cbpf", "userspace")
 """`--routing` choices (`laminar.xdp.routing.REQUESTED_MODES`, kept here so the
 config does not import the BPF layer)."""
@@ -51,6 +52,10 @@ UDP_MTU_PAYLOAD_BYTES: Final = 1472
 `udp_max_bytes`, so an answer is one unfragmented datagram and a forged request
 cannot draw more than that."""
 DEFAULT_MAX_CONNECTIONS: Final = 1024
+DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: Final = 512
+"""Half a shard's default cap: one address (loopback included) cannot take them
+all, and the tests and benchmarks, which open at most a few hundred
+connections per shard from 127.0.0.1, stay under it."""
 DEFAULT_MAX_INPUT_BYTES: Final = 256 << 20
 DEFAULT_FRAME_TIMEOUT_S: Final = 30.0
 DEFAULT_MAX_WAIT_MS: Final = 60_000
@@ -128,6 +133,9 @@ class NodeConfig:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     """A connection with no request in flight and no complete frame for this long is closed."""
+    first_request_timeout_s: float = DEFAULT_FIRST_REQUEST_TIMEOUT_S
+    """The idle timeout of a connection that has not sent one whole request yet:
+    idle connections cannot hold the connection cap for `idle_timeout_s`."""
     staging_bytes_max: int = DEFAULT_STAGING_BYTES_MAX
     """Bytes of staged (uncommitted) atomic writes one shard holds at most."""
     staging_timeout_s: float = DEFAULT_STAGING_TIMEOUT_S
@@ -142,9 +150,12 @@ class NodeConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     """Client connections per shard; past it a new connection is told
     TOO_MANY_CONNECTIONS and closed before anything is read."""
+    max_connections_per_address: int = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS
+    """Client connections per shard from one peer address (loopback included);
+    past it a new one is refused like one past `max_connections`."""
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
-    """Per shard: request bytes buffered or in flight over all connections
-    (`laminar.shards.budget`)."""
+    """Per shard: bytes held for clients over all connections, requests buffered
+    or in flight and answers reserved or queued (`laminar.shards.budget`)."""
     max_wait_ms: int = DEFAULT_MAX_WAIT_MS
     """The longest a fetch long-polls, whatever it asks for."""
     max_topics: int = DEFAULT_MAX_TOPICS
@@ -228,6 +239,10 @@ class NodeConfig:
             raise ConfigError(f"--max-frame-bytes must be at least {MIN_FRAME_BYTES}")
         if not self.idle_timeout_s > 0:
             raise ConfigError(f"--idle-timeout must be positive, got {self.idle_timeout_s}")
+        if not self.first_request_timeout_s > 0:
+            raise ConfigError(
+                f"--first-request-timeout must be positive, got {self.first_request_timeout_s}"
+            )
         if self.staging_bytes_max < 1 << 16:
             raise ConfigError(
                 f"--staging-bytes-max must be at least 64KiB, got {self.staging_bytes_max}"
@@ -256,6 +271,7 @@ class NodeConfig:
             )
         for name, low in (
             ("max_connections", 1),
+            ("max_connections_per_address", 1),
             ("max_input_bytes", 1 << 20),
             ("max_wait_ms", 0),
             ("max_topics", 1),

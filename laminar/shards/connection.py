@@ -12,12 +12,16 @@ Rules, and why:
 - Responses leave through an `Outbox`: all those completed in one loop
   iteration go out in one gathering write.
 - Resources are bounded: at most `MAX_IN_FLIGHT` requests per connection and
-  `MAX_PENDING_OUT_BYTES` of unsent responses; past either, the connection stops
-  reading until it drains (TCP then pushes back on the client). The frame
-  decoder bounds buffered bytes to twice the frame limit, headers by
-  `REQUEST_HEADER_LIMITS`, and frames of ops without a payload to a header's
-  room. Input held (buffered or in flight) is charged to the shard's
-  `InputBudget`: over budget, a connection that holds anything stops reading.
+  `MAX_ANSWER_BYTES` of answers reserved (fetches in flight) or queued and not
+  yet taken by the kernel. The bounds are checked before every frame is
+  started, not only before a read: past either, the connection starts no
+  more frames (complete ones stay in its buffer) and reads nothing (TCP then
+  pushes back on the client) until a request finishes or answers drain. The
+  frame decoder bounds buffered bytes to twice the frame limit, headers by
+  `REQUEST_HEADER_LIMITS`, and frames of ops without a payload (PEER_HELLO
+  included) to a header's room. Everything held (buffered input, requests in
+  flight with their answer reserve, queued answers) is charged to the
+  shard's `InputBudget`, under the rules of `laminar.shards.budget`.
 - Fatal framing errors (bad magic, wrong version, oversized or malformed frame):
   the stream is out of step, so the connection gets one error response (none for
   bad magic: that peer does not speak laminar) and is closed. Errors inside a
@@ -33,8 +37,9 @@ Rules, and why:
   still answered before the socket is closed.
 - A connection whose first frame is PEER_HELLO is another node opening a Raft
   link: it is handed, socket and all, to `on_peer` (the shard's replication,
-  which authenticates it) and leaves this class. Without `on_peer` (a single
-  node) the frame is served like any other: an unknown op.
+  which authenticates it) and leaves this class, releasing what it charged.
+  Without `on_peer` (a single node) the frame is served like any other: an
+  unknown op.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from typing import Final
 
 from laminar.outbox import Outbox
 from laminar.replication.transport import PEER_HELLO
-from laminar.shards.budget import InputBudget
+from laminar.shards.budget import InputBudget, answer_reserve_bytes
 from laminar.shards.dispatch import Dispatcher
 from laminar.shards.fastpath import RequestFastPath
 from laminar.shards.handlers import RequestContext
@@ -64,20 +69,26 @@ from laminar.wire import (
     ProtocolError,
     request_frame_limits,
 )
-from laminar.wire.codec import Buffer
+from laminar.wire.codec import HEADER_OFFSET, Buffer
 
 logger = logging.getLogger("laminar.shards")
 
 OnPeer = Callable[[socket.socket, Frame], None]
 
 MAX_IN_FLIGHT: Final = 256
-MAX_PENDING_OUT_BYTES: Final = 16 << 20
+MAX_ANSWER_BYTES: Final = 16 << 20
+"""Answer bytes one connection may have reserved or queued before it starts no
+more frames (one answer may pass it: a connection with nothing queued may
+always start one)."""
 READ_BYTES: Final = 256 << 10
 
 
 @functools.lru_cache(maxsize=4)
 def _frame_limits(max_frame_bytes: int) -> list[int]:
-    return request_frame_limits(max_frame_bytes, REQUEST_HEADER_LIMITS.max_header_bytes)
+    header_bytes = REQUEST_HEADER_LIMITS.max_header_bytes
+    limits = request_frame_limits(max_frame_bytes, header_bytes)
+    limits[PEER_HELLO] = min(max_frame_bytes, HEADER_OFFSET + header_bytes)  # no payload
+    return limits
 
 
 class Connection:
@@ -106,16 +117,28 @@ class Connection:
             header_limits=REQUEST_HEADER_LIMITS,
         )
         self._budget = budget
+        self._fetch_bytes_max = dispatcher.handlers.fetch_bytes_max
         self._held = 0
-        """Bytes charged to the budget: buffered input plus requests in flight."""
-        self._outbox = Outbox(self._loop, sock, self._on_write_error)
+        """Bytes charged to the budget: buffered input, requests in flight (with
+        their answer reserve) and queued answers."""
+        self._answer_bytes = 0
+        """Answers reserved (fetches in flight) or queued and not yet written."""
+        self._outbox = Outbox(self._loop, sock, self._on_write_error, self._answer_written)
         self._on_close = on_close
         self._reader: asyncio.Task[None] | None = None
-        self._tasks: dict[asyncio.Task[None], int] = {}
-        """Requests in flight as tasks, and what each is charged."""
+        self._tasks: dict[asyncio.Task[None], tuple[int, int]] = {}
+        """Requests in flight as tasks: what each is charged, and its answer reserve."""
         self._fast: RequestFastPath | None = None
         self._fast_in_flight = 0
         """Requests taken by the fast path and not answered yet."""
+        self._next: Frame | None = None
+        """A decoded frame waiting for room to start (its bytes still count as input)."""
+        self._next_bytes = 0
+        self.starved = False
+        """Waiting for budget while holding less than its fair share: the shard
+        then sheds connections holding more (`Shard._shed_for_starved`)."""
+        self._holding = False
+        """Whether this connection holds input and is counted in `InputBudget.holders`."""
         self._resume: asyncio.Future[None] | None = None
         self._idle_waiter: asyncio.Future[None] | None = None
         self.last_frame_at = time.monotonic()
@@ -132,6 +155,21 @@ class Connection:
     @property
     def in_flight(self) -> int:
         return len(self._tasks) + self._fast_in_flight
+
+    @property
+    def answer_bytes(self) -> int:
+        """Answer bytes reserved (fetches in flight) or queued and not yet written."""
+        return self._answer_bytes
+
+    @property
+    def requests_started(self) -> int:
+        """Complete frames taken so far (0: the client has sent no whole request yet)."""
+        return self._frames
+
+    @property
+    def handed_over(self) -> bool:
+        """Whether this connection went to the replication as a peer's."""
+        return self._handed_over
 
     def idle_for(self, now: float) -> float:
         """Seconds without a complete frame while nothing is in flight (0 if busy)."""
@@ -183,104 +221,182 @@ class Connection:
         sock = self.sock
         decoder = self._decoder
         metrics = self._metrics
-        outbox = self._outbox
         budget = self._budget
         while not self._stopping:
-            if (
-                self.in_flight >= MAX_IN_FLIGHT
-                or outbox.pending_bytes > MAX_PENDING_OUT_BYTES
-                or (budget.used >= budget.limit_bytes and self._held)
+            now = time.monotonic()
+            started = self._take_frames()
+            if self._peer_hello is not None:
+                return
+            if started:
+                self.last_frame_at = now
+            if self._next is None and not decoder.buffered_bytes:
+                self.partial_since = None
+            elif started or self.partial_since is None:
+                self.partial_since = now
+            if self._next is not None or (
+                budget.exhausted and self._held and not self._below_share()
             ):
+                # Starved: held back while under its share (others took more).
+                self.starved = self._next is None and self.input_bytes < budget.fair_share_bytes
+                if self.starved and budget.on_starved is not None:
+                    budget.on_starved()
                 await self._wait_resume()
+                self.starved = False
                 continue
             data = await loop.sock_recv(sock, min(READ_BYTES, decoder.room))
             if not data:
                 return
-            now = time.monotonic()
             received = len(data)
             metrics.bytes_in += received
             decoder.feed(data)
             budget.charge(received)
             self._held += received
-            started = False
-            while True:
-                frame = decoder.next_frame()
-                if frame is NEED_DATA:
-                    break
-                started = True
+            if not self._holding:
+                self._holding = True
+                budget.holders += 1
+
+    @property
+    def input_bytes(self) -> int:
+        """Input received and not started yet (a partial frame, or frames waiting)."""
+        return self._decoder.buffered_bytes + self._next_bytes
+
+    def _below_share(self) -> bool:
+        """Whether this connection's input is below its fair share of the budget
+        and the shard below its overdraft: over budget, it may still read (so one
+        client's partial frames cannot starve another's; `laminar.shards.budget`)."""
+        budget = self._budget
+        return (
+            budget.used < budget.overdraft_bytes
+            and self._decoder.buffered_bytes < budget.fair_share_bytes
+        )
+
+    def _not_holding(self) -> None:
+        if self._holding and not self._decoder.buffered_bytes and self._next is None:
+            self._holding = False
+            self._budget.holders -= 1
+
+    def _take_frames(self) -> bool:
+        """Start the complete frames buffered, while the bounds allow; True if any
+        started. One that may not start yet is kept in `_next`."""
+        started = self._take_buffered()
+        self._not_holding()
+        return started
+
+    def _take_buffered(self) -> bool:
+        decoder = self._decoder
+        started = False
+        while True:
+            frame = self._next
+            if frame is None:
+                decoded = decoder.next_frame()
+                if decoded is NEED_DATA:
+                    return started
+                frame = decoded
                 self._frames += 1
                 if frame.op == PEER_HELLO and self._frames == 1 and self._on_peer is not None:
                     if decoder.buffered_bytes:
                         raise ProtocolError("a peer's hello must come alone (await the challenge)")
                     self._peer_hello = frame
-                    return
-                self._start(frame, decoder.last_frame_bytes)
-            if started:
-                self.last_frame_at = now
-            if not decoder.buffered_bytes:
-                self.partial_since = None
-            elif started or self.partial_since is None:
-                self.partial_since = now
+                    self._release(decoder.last_frame_bytes)  # the session charges its own
+                    return started
+                self._next, self._next_bytes = frame, decoder.last_frame_bytes
+            reserve = answer_reserve_bytes(frame, self._fetch_bytes_max)
+            if not self._may_start(reserve):
+                return started
+            frame_bytes = self._next_bytes
+            self._next, self._next_bytes = None, 0
+            self._start(frame, frame_bytes, reserve)
+            started = True
 
-    def _start(self, frame: Frame, frame_bytes: int) -> None:
-        cost = self._budget.admit(frame_bytes, len(frame.payload))
+    def _may_start(self, reserve: int) -> bool:
+        """Whether a frame whose answer reserves `reserve` bytes may start now
+        (the rules of `laminar.shards.budget`)."""
+        busy = self.in_flight or self._answer_bytes
+        if self.in_flight >= MAX_IN_FLIGHT or (busy and self._answer_bytes >= MAX_ANSWER_BYTES):
+            return False
+        budget = self._budget
+        if reserve:
+            own_input = self._decoder.buffered_bytes + self._next_bytes
+            return budget.fits(reserve, own_input)
+        return not (busy and budget.exhausted)
+
+    def _start(self, frame: Frame, frame_bytes: int, reserve: int) -> None:
+        budget = self._budget
+        cost = budget.admit(frame_bytes, len(frame.payload)) + reserve
+        budget.charge(reserve)
         self._held += cost - frame_bytes  # the frame's own bytes were charged when received
+        self._answer_bytes += reserve
         fast = self._fast
         if fast is not None:
             self._fast_in_flight += 1  # before: a fetch is answered inside try_serve
-            if fast.try_serve(frame, self._ctx, functools.partial(self._answer_fast, cost)):
+            answer = functools.partial(self._answer_fast, cost, reserve)
+            if fast.try_serve(frame, self._ctx, answer):
                 return
             self._fast_in_flight -= 1
         task = self._loop.create_task(self._serve_one(frame))
-        self._tasks[task] = cost
+        self._tasks[task] = (cost, reserve)
         task.add_done_callback(self._task_done)
 
     def _release(self, cost: int) -> None:
         self._held -= cost
         self._budget.release(cost)
 
-    def _answer_fast(self, cost: int, response: list[Buffer]) -> None:
+    def _send(self, response: list[Buffer]) -> None:
+        """Queue an answer, charged until the kernel takes it (`_answer_written`)."""
+        size = self._outbox.send(response)
+        self._metrics.bytes_out += size
+        if not self._outbox.failed:
+            self._budget.charge(size)
+            self._held += size
+            self._answer_bytes += size
+
+    def _answer_written(self, n: int) -> None:
+        self._answer_bytes -= n
+        self._release(n)
+        self._wake()
+
+    def _answer_fast(self, cost: int, reserve: int, response: list[Buffer]) -> None:
         """A fast-path request is done (a produce durable or failed, a fetch
         read): answer it, unless the connection is gone (a produce's records stay
         appended, as with a task)."""
         self._fast_in_flight -= 1
-        self._release(cost)
         if not self.closed:
-            self._metrics.bytes_out += self._outbox.send(response)
+            self._send(response)
+        self._answer_bytes -= reserve
+        self._release(cost)
         self._request_finished()
 
     async def _serve_one(self, frame: Frame) -> None:
         response = await self._dispatcher.dispatch(frame, self._ctx)
-        self._metrics.bytes_out += self._outbox.send(response)
+        self._send(response)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._release(self._tasks.pop(task, 0))
+        cost, reserve = self._tasks.pop(task, (0, 0))
+        self._answer_bytes -= reserve
+        self._release(cost)
         if not task.cancelled() and task.exception() is not None:
             logger.error("request task failed", exc_info=task.exception())
         self._request_finished()
 
     def _request_finished(self) -> None:
         self.last_frame_at = time.monotonic()
-        waiter = self._resume
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._wake()
         if not self.in_flight and self._idle_waiter is not None and not self._idle_waiter.done():
             self._idle_waiter.set_result(None)
 
+    def _wake(self) -> None:
+        waiter = self._resume
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
     async def _wait_resume(self) -> None:
-        """Wait for a request to finish, the outbox to drain or the shard's budget
+        """Wait for a request to finish, answers to drain or the shard's budget
         to free up. The frame deadline runs on: a shard out of budget sheds the
         partial frames it holds rather than wait for them."""
-        self._resume = self._loop.create_future()
-        waiter = self._resume
-        if self._budget.exhausted:
+        self._resume = waiter = self._loop.create_future()
+        if self._budget.used:
             self._budget.wake_when_available(waiter)
-        if self._outbox.pending_bytes > MAX_PENDING_OUT_BYTES:
-            drained = self._loop.create_task(self._outbox.drained())
-            await asyncio.wait([waiter, drained], return_when=asyncio.FIRST_COMPLETED)
-            drained.cancel()
-        else:
-            await waiter
+        await waiter
         self._resume = None
 
     async def _finish_in_flight(self) -> None:
@@ -309,11 +425,12 @@ class Connection:
         if self.closed:
             return
         self.closed = True
-        # Requests in flight release their own charges when they end.
-        buffered = self._decoder.buffered_bytes
-        self._held -= buffered
-        self._budget.release(buffered)
+        # Requests in flight release their own charges when they end, queued
+        # answers when the outbox drops them.
+        self._release(self._decoder.buffered_bytes + self._next_bytes)
+        self._next, self._next_bytes = None, 0
         self._decoder.discard()  # the connection may live on in a reference cycle
+        self._not_holding()
         self._outbox.abort()
         for task in list(self._tasks):
             task.cancel()

@@ -122,7 +122,7 @@ class Dispatcher:
                 clustered=self.clustered,
             )
             if decision.action is Action.FORWARD:
-                return await self._forward(decision.target, frame)
+                return await self._forward(decision.target, frame, ctx.client)
             if decision.action is Action.REJECT:
                 return self._error(frame, decision.code, decision.message)
             if frame.op == Op.FORWARD:
@@ -158,10 +158,11 @@ class Dispatcher:
             frame.correlation_id
         )
 
-    async def _forward(self, target: int, frame: Frame) -> list[Buffer]:
-        """Serve `frame` on shard `target` and return its response frame."""
+    async def _forward(self, target: int, frame: Frame, client: int | None) -> list[Buffer]:
+        """Serve `frame` (of connection `client`) on shard `target` and return
+        its response frame."""
         self.metrics.forwarded_out += 1
-        wrapped = ForwardRequest(frame.partition_id, self.shard_id, frame.encode())
+        wrapped = ForwardRequest(frame.partition_id, self.shard_id, frame.encode(), client)
         try:
             response = await self.channels.to(target).request(
                 wrapped, FORWARD_TIMEOUT_S + _max_wait_s(frame, self.handlers.ident.max_wait_ms)
@@ -196,6 +197,7 @@ class Dispatcher:
             internal=True,
             forwarded=True,
             origin_shard=forward.origin_shard,
+            client=forward.client,
         )
         response = b"".join(await self.dispatch(inner, ctx))
         return ForwardResponse(frame.partition_id, response).encode_buffers(frame.correlation_id)

@@ -80,7 +80,7 @@ class RequestFastPath:
         start = time.perf_counter()
         try:
             request = ProduceRequest.from_frame(frame)
-            staged = self._handlers.stage_produce(request)
+            staged = self._handlers.stage_produce(request, ctx.client)
         except Exception:
             return False  # the general path answers it with the same error
         if staged is None:

@@ -108,6 +108,9 @@ class RequestContext:
     """The address the client connected to (for metadata on wildcard binds)."""
     peer: str | None = None
     """The node that sent it over a peer session (authenticated)."""
+    client: int | None = None
+    """The client connection it came from (unique per node; carried by a
+    FORWARD): owns the idempotent producers it introduces."""
 
 
 class Handlers:
@@ -133,7 +136,9 @@ class Handlers:
         self.replication = replication
         self.producers = IdempotentProducers()
         # A fetch response must fit a frame: bound the bytes and the per-record table.
-        self._fetch_bytes_max = max(1, ident.max_frame_bytes // 2)
+        self.fetch_bytes_max = max(1, ident.max_frame_bytes // 2)
+        """The most record bytes a fetch answer carries (past one record); what a
+        connection reserves for a fetch in flight (`laminar.shards.budget`)."""
         self._fetch_records_max = max(1, ident.max_frame_bytes // 64)
 
     # -- partition resolution --------------------------------------------------
@@ -202,7 +207,7 @@ class Handlers:
             raise RequestError(ErrorCode.INVALID_REQUEST, "a produce request needs a record")
         replica = await self._replica_of(req.partition_id)
         if req.producer_id is not None:  # idempotent: deduplicated by laminar.shards.producers
-            first, timestamp_ms, appended = await self.producers.append(replica, req)
+            first, timestamp_ms, appended = await self.producers.append(replica, req, ctx.client)
             self.metrics.records_in += appended
             return ProduceResponse(
                 req.partition_id, first, len(req.blobs), timestamp_ms
@@ -213,7 +218,9 @@ class Handlers:
             req.partition_id, first, len(req.blobs), timestamp_ms
         ).encode_buffers(corr)
 
-    def stage_produce(self, req: ProduceRequest) -> tuple[int, int, asyncio.Future[None]] | None:
+    def stage_produce(
+        self, req: ProduceRequest, client: int | None = None
+    ) -> tuple[int, int, asyncio.Future[None]] | None:
         """`produce` up to the wait for its flush, when nothing before that has to
         wait: a plain produce to a known partition whose log is open, staged now
         (`SegmentedLog.stage_nowait`). Returns (first index, timestamp_ms, the
@@ -228,7 +235,7 @@ class Handlers:
         if log is None:
             return None
         if req.producer_id is not None:
-            return self.producers.stage_nowait(log, req)
+            return self.producers.stage_nowait(log, req, client)
         return log.stage_nowait(req.blobs)
 
     def _open_local_log(self, pid: int) -> SegmentedLog | None:
@@ -292,7 +299,7 @@ class Handlers:
     def _fetch_limits(self, req: FetchRequest) -> tuple[int, int]:
         """A fetch response must fit a frame: the request's limits, capped."""
         return (
-            min(req.max_bytes, self._fetch_bytes_max),
+            min(req.max_bytes, self.fetch_bytes_max),
             min(req.max_records, self._fetch_records_max),
         )
 

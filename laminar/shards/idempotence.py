@@ -47,8 +47,16 @@ produce: it reads the tail of its log newest first and hands the stamps to
 sequence, exactly as before the restart.
 
 Limits (the guarantee holds while a producer is remembered):
-- The table keeps `PRODUCERS_MAX` producers per partition, the least recently
-  active forgotten first, and `BATCHES_MAX` batches per producer for exact
+- The table keeps `PRODUCERS_MAX` producers per partition and
+  `PRODUCERS_PER_OWNER_MAX` per owner (the client connection that introduced
+  the producer): an owner at its bound that introduces another forgets its
+  own least recently active producer, and a full table forgets the least
+  recently active producer of the owner with the most. So a client that
+  churns producer ids (4,200 one-record produces with random ids evicted a
+  real producer from the whole table) evicts only its own, never another
+  connection's producer, unless that connection holds as many. Producers
+  rebuilt from the log after a restart have no owner until their next batch
+  names one. `BATCHES_MAX` batches are kept per producer for exact
   duplicate answers. The clients never run further ahead than that
   (`PRODUCER_WINDOW` batches from the oldest unanswered one), so their own
   resends always get the original index; only a batch sent again after it
@@ -77,6 +85,8 @@ from laminar.wire import PRODUCER_WINDOW, ProducerStamp
 
 PRODUCERS_MAX: Final = 4096
 """Producers remembered per partition; the least recently active go first."""
+PRODUCERS_PER_OWNER_MAX: Final = 256
+"""Producers one owner (client connection) may have in one partition's table."""
 BATCHES_MAX: Final = PRODUCER_WINDOW
 """Appended batches remembered per producer, for exact duplicate answers: as
 many as a client may have outstanding on a partition (`PRODUCER_WINDOW`,
@@ -126,13 +136,19 @@ class Decision:
     reason: str = ""
 
 
+Owner = int | None
+"""Who introduced a producer: a client connection's id; None when unknown
+(rebuilt from the log)."""
+
+
 class _Producer:
     """What the table holds for one producer."""
 
-    __slots__ = ("batches", "next_sequence")
+    __slots__ = ("batches", "next_sequence", "owner")
 
-    def __init__(self, next_sequence: int, batches_max: int) -> None:
+    def __init__(self, next_sequence: int, batches_max: int, owner: Owner = None) -> None:
         self.next_sequence = next_sequence
+        self.owner = owner
         self.batches: deque[AppendedBatch] = deque(maxlen=batches_max)
 
 
@@ -140,13 +156,20 @@ class ProducerTable:
     """The producers of one partition and the batches they appended (see the
     module docstring). Not thread-safe; one table per open partition log."""
 
-    def __init__(self, producers_max: int = PRODUCERS_MAX, batches_max: int = BATCHES_MAX) -> None:
-        if producers_max < 1 or batches_max < 1:
-            raise ValueError("producers_max and batches_max must be >= 1")
+    def __init__(
+        self,
+        producers_max: int = PRODUCERS_MAX,
+        batches_max: int = BATCHES_MAX,
+        per_owner_max: int = PRODUCERS_PER_OWNER_MAX,
+    ) -> None:
+        if producers_max < 1 or batches_max < 1 or per_owner_max < 1:
+            raise ValueError("producers_max, batches_max and per_owner_max must be >= 1")
         self.producers_max = producers_max
         self.batches_max = batches_max
-        # Least recently active first: eviction pops from the front.
+        self.per_owner_max = per_owner_max
+        # Least recently active first, in all and per owner: eviction pops from the front.
         self._producers: OrderedDict[int, _Producer] = OrderedDict()
+        self._owned: dict[Owner, OrderedDict[int, None]] = {}
         self.evicted = 0
         """Producers forgotten to stay within `producers_max` (a statistic)."""
 
@@ -183,7 +206,7 @@ class ProducerTable:
                 f"forgotten), so its first batch must start at sequence 0, not {first_sequence}; "
                 "an earlier batch may still be on its way, or start over under a new producer id",
             )
-        self._producers.move_to_end(producer_id)
+        self._touch(producer_id, state)
         expected = state.next_sequence
         if first_sequence == expected:
             return Decision(Verdict.APPEND, expected)
@@ -217,27 +240,51 @@ class ProducerTable:
             "(nothing was appended now); their index is no longer remembered",
         )
 
-    def appended(self, producer_id: int, batch: AppendedBatch) -> None:
-        """Record a batch `decide` said to APPEND, once it is durable."""
+    def appended(self, producer_id: int, batch: AppendedBatch, owner: Owner = None) -> None:
+        """Record a batch `decide` said to APPEND, once it is durable; `owner`
+        (the connection that sent it) owns a producer it introduces, or one
+        rebuilt from the log."""
         state = self._producers.get(producer_id)
         if state is None:
-            state = self._admit(producer_id, batch.first_sequence)
+            state = self._admit(producer_id, batch.first_sequence, owner)
         elif batch.first_sequence != state.next_sequence:
             raise ValueError(
                 f"batch at sequence {batch.first_sequence} recorded for producer "
                 f"{producer_id:#x}, which expects {state.next_sequence}: decide() first"
             )
+        if state.owner is None and owner is not None:
+            self._disown(producer_id, state)
+            state.owner = owner
+            self._owned.setdefault(owner, OrderedDict())[producer_id] = None
         state.batches.append(batch)
         state.next_sequence = batch.end_sequence
-        self._producers.move_to_end(producer_id)
+        self._touch(producer_id, state)
 
-    def _admit(self, producer_id: int, next_sequence: int) -> _Producer:
+    def _touch(self, producer_id: int, state: _Producer) -> None:
+        self._producers.move_to_end(producer_id)
+        self._owned[state.owner].move_to_end(producer_id)
+
+    def _admit(self, producer_id: int, next_sequence: int, owner: Owner) -> _Producer:
+        mine = self._owned.get(owner)
+        if owner is not None and mine is not None and len(mine) >= self.per_owner_max:
+            self._evict(next(iter(mine)))
         while len(self._producers) >= self.producers_max:
-            self._producers.popitem(last=False)
-            self.evicted += 1
-        state = _Producer(next_sequence, self.batches_max)
+            heaviest = max(self._owned.values(), key=len)
+            self._evict(next(iter(heaviest)))
+        state = _Producer(next_sequence, self.batches_max, owner)
         self._producers[producer_id] = state
+        self._owned.setdefault(owner, OrderedDict())[producer_id] = None
         return state
+
+    def _evict(self, producer_id: int) -> None:
+        self._disown(producer_id, self._producers.pop(producer_id))
+        self.evicted += 1
+
+    def _disown(self, producer_id: int, state: _Producer) -> None:
+        mine = self._owned[state.owner]
+        del mine[producer_id]
+        if not mine:
+            del self._owned[state.owner]
 
     @classmethod
     def restored(
@@ -245,6 +292,7 @@ class ProducerTable:
         newest_first: Iterable[tuple[ProducerStamp, int, int]],
         producers_max: int = PRODUCERS_MAX,
         batches_max: int = BATCHES_MAX,
+        per_owner_max: int = PRODUCERS_PER_OWNER_MAX,
     ) -> ProducerTable:
         """A table rebuilt from the stamps found in a log, newest first, each with
         the index and time of the record that carried it.
@@ -263,9 +311,10 @@ class ProducerTable:
                     found[stamp.producer_id] = [batch]
             elif len(known) < batches_max and batch.end_sequence <= known[-1].first_sequence:
                 known.append(batch)
-        table = cls(producers_max, batches_max)
+        table = cls(producers_max, batches_max, per_owner_max)
         for producer_id, batches in reversed(found.items()):
             state = _Producer(batches[0].end_sequence, batches_max)
             state.batches.extend(reversed(batches))
             table._producers[producer_id] = state
+            table._owned.setdefault(None, OrderedDict())[producer_id] = None
         return table

@@ -91,8 +91,11 @@ class ShardMetrics:
         self.connections_open = 0
         self.connections_closed_idle = 0
         self.connections_closed_slow = 0
+        self.connections_shed = 0
         self.connections_refused = 0
+        self.connections_refused_address = 0
         self.channel_refused = 0
+        self.handshakes_refused = 0
         self.retention_segments_deleted = 0
         self.retention_bytes_deleted = 0
         self.protocol_errors = 0
@@ -127,8 +130,11 @@ class ShardMetrics:
             "connections_open": self.connections_open,
             "connections_closed_idle": self.connections_closed_idle,
             "connections_closed_slow": self.connections_closed_slow,
+            "connections_shed": self.connections_shed,
             "connections_refused": self.connections_refused,
+            "connections_refused_address": self.connections_refused_address,
             "channel_refused": self.channel_refused,
+            "handshakes_refused": self.handshakes_refused,
             "retention_segments_deleted": self.retention_segments_deleted,
             "retention_bytes_deleted": self.retention_bytes_deleted,
             "protocol_errors": self.protocol_errors,

@@ -58,6 +58,7 @@ from laminar.shards.idempotence import (
     SCAN_BYTES_MAX,
     AppendedBatch,
     Decision,
+    Owner,
     ProducerTable,
     Verdict,
 )
@@ -85,10 +86,13 @@ class IdempotentProducers:
             weakref.WeakKeyDictionary()
         )
 
-    async def append(self, log: PartitionReplica, req: ProduceRequest) -> tuple[int, int, int]:
+    async def append(
+        self, log: PartitionReplica, req: ProduceRequest, owner: Owner = None
+    ) -> tuple[int, int, int]:
         """Serve an idempotent produce on `log`: `(first_index, timestamp_ms,
         records appended now)`, the latter 0 for a duplicate. Raises
-        `RequestError` for a bad stamp, a gap, or a forgotten duplicate."""
+        `RequestError` for a bad stamp, a gap, or a forgotten duplicate.
+        `owner`: the client connection (`ProducerTable`'s per-owner bound)."""
         producer_id, sequence = req.producer_id, req.sequence
         if producer_id is None or sequence is None:
             raise ValueError("not an idempotent produce")
@@ -112,7 +116,7 @@ class IdempotentProducers:
             try:
                 if ahead is not None:
                     await asyncio.wait([ahead])
-                outcome = await self._decide_and_place(log, req, part, producer_id, sequence, count)
+                outcome = await self._decide_and_place(log, req, part, owner)
             except _Gap as gap:
                 outcome = gap
             finally:
@@ -133,13 +137,13 @@ class IdempotentProducers:
         log: PartitionReplica,
         req: ProduceRequest,
         part: _Partition,
-        producer_id: int,
-        sequence: int,
-        count: int,
+        owner: Owner,
     ) -> asyncio.Task[tuple[int, int]] | tuple[int, int, int]:
         """The placed batch's append (APPEND), or a duplicate's answer; raises
         the refusals. Batches in flight count as appended for what comes next:
         the next one must continue after the last of them."""
+        producer_id, sequence, count = req.producer_id, req.sequence, len(req.blobs)
+        assert producer_id is not None and sequence is not None
         while True:
             flights = part.in_flight.get(producer_id)
             if not flights:  # this producer places nothing while it holds the turn
@@ -159,7 +163,7 @@ class IdempotentProducers:
             # Sent again while (part of) it may be in flight: decide once they land.
             await asyncio.wait([flight.task for flight in flights])
         if decision.verdict is Verdict.APPEND:
-            task, placed = self._place(log, req.blobs, part, producer_id, sequence, count)
+            task, placed = self._place(log, req.blobs, part, (producer_id, sequence, count), owner)
             if not placed:  # placed inside the append: keep the turn until it is done
                 await asyncio.wait([task])
             return task
@@ -177,7 +181,7 @@ class IdempotentProducers:
         raise RequestError(code, decision.reason)
 
     def stage_nowait(
-        self, log: SegmentedLog, req: ProduceRequest
+        self, log: SegmentedLog, req: ProduceRequest, owner: Owner = None
     ) -> tuple[int, int, asyncio.Future[None]] | None:
         """`append` for a partition of this node alone, without a wait: the
         batch staged now (`SegmentedLog.stage_nowait`) when its producer's
@@ -206,7 +210,7 @@ class IdempotentProducers:
         if staged is None:
             return None
         first, timestamp_ms, done = staged
-        part.track(producer_id, sequence, count, done, (first, timestamp_ms))
+        part.track((producer_id, sequence, count), owner, done, (first, timestamp_ms))
         return staged
 
     def _place(
@@ -214,9 +218,8 @@ class IdempotentProducers:
         log: PartitionReplica,
         blobs: tuple[bytes, ...],
         part: _Partition,
-        producer_id: int,
-        sequence: int,
-        count: int,
+        batch: tuple[int, int, int],
+        owner: Owner,
     ) -> tuple[asyncio.Task[tuple[int, int]], bool]:
         """Append in the log's order now if the log can place it without a wait
         (a refusal raises, nothing appended), else in a plain append: the task
@@ -227,7 +230,7 @@ class IdempotentProducers:
         task = loop.create_task(
             _awaited(placed if placed is not None else log.append_stamped(blobs))
         )
-        part.track(producer_id, sequence, count, task, None)
+        part.track(batch, owner, task, None)
         return task, placed is not None
 
 
@@ -279,6 +282,8 @@ class _InFlight(NamedTuple):
     """Done once the batch is durable (committed) or failed."""
     placed_at: tuple[int, int] | None
     """(first index, timestamp_ms) when known at placing; else the task's result."""
+    owner: Owner
+    """The client connection that sent it."""
 
     @property
     def end_sequence(self) -> int:
@@ -308,16 +313,17 @@ class _Partition:
 
     def track(
         self,
-        producer_id: int,
-        sequence: int,
-        count: int,
+        batch: tuple[int, int, int],
+        owner: Owner,
         landing: asyncio.Future[Any],
         placed_at: tuple[int, int] | None,
     ) -> None:
-        """A batch placed in the log: in flight until `landing` is done, then
-        recorded (`finish`) at `placed_at` (first index, timestamp_ms), or
-        where `landing`'s result says when that is not known yet."""
-        flight = _InFlight(sequence, count, landing, placed_at)
+        """A batch (producer id, first sequence, count) of `owner` placed in the
+        log: in flight until `landing` is done, then recorded (`finish`) at
+        `placed_at` (first index, timestamp_ms), or where `landing`'s result
+        says when that is not known yet."""
+        producer_id, sequence, count = batch
+        flight = _InFlight(sequence, count, landing, placed_at, owner)
         self.in_flight.setdefault(producer_id, deque()).append(flight)
         landing.add_done_callback(functools.partial(self.finish, producer_id))
         for waiter in self._placed.pop(producer_id, ()):
@@ -390,7 +396,7 @@ class _Partition:
         first, timestamp_ms = task.result() if flight.placed_at is None else flight.placed_at
         batch = AppendedBatch(flight.first_sequence, flight.records, first, timestamp_ms)
         try:
-            self._table.appended(producer_id, batch)
+            self._table.appended(producer_id, batch, flight.owner)
         except ValueError:  # the log, not the table, is the truth
             self._table = self._loading = None
 

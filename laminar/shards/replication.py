@@ -634,9 +634,12 @@ class ShardReplication:
         """Let authenticated peers ask `ops` (served by `serve`), besides Raft."""
         self._serve_peers = (serve, ops)
 
-    def accept_peer(self, sock: socket.socket, hello: Frame) -> None:
+    def accept_peer(
+        self, sock: socket.socket, hello: Frame, on_handshake_done: Callable[[], None]
+    ) -> None:
         """Serve a connection whose first frame was PEER_HELLO (handed over by
-        `laminar.shards.connection`)."""
+        `laminar.shards.connection`); `on_handshake_done` once the handshake
+        ended, either way (the shard counts it against its caps until then)."""
         serve, ops = self._serve_peers or (None, frozenset[int]())
         session = PeerSession(
             sock,
@@ -647,6 +650,7 @@ class ShardReplication:
             serve,
             ops,
             self.refusals,
+            on_handshake_done,
         )
         task = asyncio.get_running_loop().create_task(session.serve(hello))
         self._sessions.add(task)

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import itertools
 import logging
 import os
 import signal
 import socket
 import time
+from collections import Counter
 from typing import Any, Final
 
 from laminar.cluster.auth import PeerAuth, load_secret
@@ -33,7 +36,11 @@ from laminar.cluster.members import Member, StaticMembership, parse_peers
 from laminar.log import LogConfig
 from laminar.log.filepool import FilePool
 from laminar.log.storage import StorageBackend, SyscallBackend
+from laminar.lograte import RateLimitedLog
+from laminar.memory import trim_heap
 from laminar.placement import U32_MAX, replica_nodes, shard_for
+from laminar.replication.transport import HANDSHAKE_FRAME_BYTES
+from laminar.replication.transport import READ_BYTES as TRANSPORT_READ_BYTES
 from laminar.shards.budget import InputBudget
 from laminar.shards.channels import Channels
 from laminar.shards.config import NodeConfig
@@ -77,10 +84,21 @@ from laminar.wire.codec import Buffer
 from laminar.wire.writes import DECISION_REPLICAS, DECISIONS_PID
 
 logger = logging.getLogger("laminar.shards")
+_refusals = RateLimitedLog(logger)
+"""Lines an outsider can provoke (failed accepts, refused peers): rate-limited."""
 
 DRAIN_TIMEOUT_S: Final = 10.0
 PEER_DRAIN_TIMEOUT_S: Final = 3.0
 SWEEP_INTERVAL_S: Final = 1.0
+HANDSHAKES_MAX: Final = 16
+"""Peer handshakes under way at once on one shard; more are closed unanswered
+(a node opens one connection per remote shard, retried with backoff)."""
+HANDSHAKE_BYTES: Final = HANDSHAKE_FRAME_BYTES + TRANSPORT_READ_BYTES
+"""What a handshake may make the shard hold: one header-sized frame and a read."""
+SHED_GRACE_S: Final = 0.2
+"""A partial frame younger than this is not shed for a starved connection."""
+TRIM_AFTER_BYTES: Final = 16 << 20
+"""A burst of held bytes past which the heap is trimmed once they are released."""
 QUEUE_SHARES: Final = {"requests": 1000, "flush": 800, "background": 100}
 OPEN_CHUNK: Final = 64
 """A topic's groups open this many at a time (`_open_replicas`)..."""
@@ -144,6 +162,14 @@ class Shard:
         self.budget = InputBudget(config.max_input_bytes)
         self.connections: set[Connection] = set()
         self._client_connections = 0
+        self._handshakes = 0
+        self._client_ids = itertools.count()
+        self._trim_armed = False
+        self._shed_handle: asyncio.Handle | None = None
+        self.budget.on_starved = self._starved
+        self._per_address: Counter[str] = Counter()
+        """Client connections (handshakes included) per peer address."""
+        self._address_of: dict[Connection, str] = {}
         self._serving: set[asyncio.Task[None]] = set()
         self._internal_tasks: dict[asyncio.Task[None], bool] = {}
         self._listeners: list[asyncio.Task[None]] = []
@@ -390,22 +416,28 @@ class Shard:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                sock, _ = await loop.sock_accept(listener)
+                sock, address = await loop.sock_accept(listener)
             except OSError as exc:
-                logger.warning("shard %d: accept failed: %s", self.shard_id, exc)
+                _refusals.warning("accept", "shard %d: accept failed: %s", self.shard_id, exc)
                 await asyncio.sleep(0.1)  # EMFILE and friends: let connections close
                 continue
             sock.setblocking(False)
             if internal and not is_sibling_shard(sock):
                 self.metrics.channel_refused += 1
-                logger.warning(
+                _refusals.warning(
+                    "channel",
                     "shard %d: refused a channel connection from a non-shard peer %s",
                     self.shard_id,
                     _describe_peer(sock),
                 )
                 sock.close()
                 continue
+            host = "" if internal else str(address[0])
             if not internal and self._client_connections >= self.config.max_connections:
+                self._refuse(sock)
+                continue
+            if not internal and self._per_address[host] >= self.config.max_connections_per_address:
+                self.metrics.connections_refused_address += 1
                 self._refuse(sock)
                 continue
             local_host = None
@@ -415,12 +447,15 @@ class Shard:
                 with contextlib.suppress(OSError):
                     local_host = sock.getsockname()[0]
             ctx = RequestContext(
-                received_by=self.shard_id, internal=internal, local_host=local_host
+                received_by=self.shard_id,
+                internal=internal,
+                local_host=local_host,
+                client=None if internal else (self.shard_id << 48) | next(self._client_ids),
             )
             max_frame = self.config.max_frame_bytes + (CHANNEL_FRAME_SLACK if internal else 0)
             on_peer = None
             if not internal and self.replication is not None:
-                on_peer = self.replication.accept_peer
+                on_peer = functools.partial(self._accept_peer, host)
             conn = Connection(
                 sock,
                 self.dispatcher,
@@ -434,6 +469,8 @@ class Shard:
             self.connections.add(conn)
             if not internal:
                 self._client_connections += 1
+                self._per_address[host] += 1
+                self._address_of[conn] = host
             task = self._spawn(conn.serve())
             self._serving.add(task)
             self._internal_tasks[task] = internal
@@ -441,8 +478,40 @@ class Shard:
 
     def _closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
-        if not conn.internal:
-            self._client_connections -= 1
+        host = self._address_of.pop(conn, None)
+        if host is not None and not conn.handed_over:  # a handshake counts until it ends
+            self._client_gone(host)
+
+    def _client_gone(self, host: str) -> None:
+        self._client_connections -= 1
+        self._per_address[host] -= 1
+        if not self._per_address[host]:
+            del self._per_address[host]
+
+    def _accept_peer(self, host: str, sock: socket.socket, hello: Frame) -> None:
+        """A client connection that opened with PEER_HELLO: hand it to the
+        replication, still counted as a client connection and charged to the
+        budget until its handshake ends, and at most `HANDSHAKES_MAX` at once."""
+        assert self.replication is not None
+        if self._handshakes >= HANDSHAKES_MAX:
+            self.metrics.handshakes_refused += 1
+            self._client_gone(host)
+            _refusals.warning(
+                "handshakes",
+                "shard %d: refused a peer handshake: %d under way",
+                self.shard_id,
+                self._handshakes,
+            )
+            sock.close()
+            return
+        self._handshakes += 1
+        self.budget.charge(HANDSHAKE_BYTES)
+        self.replication.accept_peer(sock, hello, functools.partial(self._handshake_done, host))
+
+    def _handshake_done(self, host: str) -> None:
+        self._handshakes -= 1
+        self._client_gone(host)
+        self.budget.release(HANDSHAKE_BYTES)
 
     def _refuse(self, sock: socket.socket) -> None:
         """Tell a client over the connection cap so, before reading anything (its
@@ -458,22 +527,78 @@ class Shard:
         self._internal_tasks.pop(task, None)
 
     async def _sweep_idle(self) -> None:
-        """Close client connections idle too long, or too slow to finish a frame."""
-        timeout = self.config.idle_timeout_s
-        frame_timeout = self.config.frame_timeout_s
-        interval = min(SWEEP_INTERVAL_S, timeout / 4, frame_timeout / 4)
+        """Close client connections idle too long (a connection that never sent a
+        whole request: sooner), or too slow to finish a frame; give the heap back
+        after a burst."""
+        config = self.config
+        timeout, first_timeout = config.idle_timeout_s, config.first_request_timeout_s
+        frame_timeout = config.frame_timeout_s
+        interval = min(SWEEP_INTERVAL_S, first_timeout / 4, timeout / 4, frame_timeout / 4)
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
             for conn in list(self.connections):
                 if conn.internal or conn.closed:
                     continue
+                idle = conn.idle_for(now)
                 if conn.partial_since is not None and now - conn.partial_since > frame_timeout:
                     self.metrics.connections_closed_slow += 1
                     conn.stop()
-                elif conn.idle_for(now) > timeout:
+                elif idle > timeout or (not conn.requests_started and idle > first_timeout):
                     self.metrics.connections_closed_idle += 1
                     conn.stop()
+            self._shed_for_starved()
+            self._trim_after_burst()
+
+    def _starved(self) -> None:
+        """A connection under its fair share waits for budget: shed soon (once)."""
+        if self._shed_handle is None:
+            self._shed_handle = asyncio.get_running_loop().call_soon(self._shed_for_starved)
+
+    def _shed_for_starved(self) -> None:
+        """While a client under its fair share waits for budget, close the client
+        connections holding more than a share of partial input begun over
+        `SHED_GRACE_S` ago (a fast sender finishes its frame first), largest
+        first, until the shard is under budget (`laminar.shards.budget`)."""
+        self._shed_handle = None
+        budget = self.budget
+        clients = [c for c in self.connections if not c.internal and not c.closed]
+        if not budget.exhausted or not any(c.starved for c in clients):
+            return
+        share = budget.fair_share_bytes
+        over = sorted((c for c in clients if c.input_bytes > share), key=lambda c: -c.input_bytes)
+        now = time.monotonic()
+        held = budget.used
+        for conn in over:
+            if held < budget.limit_bytes:
+                return
+            since = conn.partial_since
+            if since is None or now - since < SHED_GRACE_S:
+                continue
+            held -= conn.input_bytes
+            self.metrics.connections_shed += 1
+            conn.stop()
+        if held >= budget.limit_bytes and over:  # some were within their grace
+            loop = asyncio.get_running_loop()
+            self._shed_handle = loop.call_later(SHED_GRACE_S, self._shed_for_starved)
+
+    def _trim_after_burst(self) -> None:
+        """Once what clients made the shard hold has come down from a high mark
+        and stayed down for a sweep (the objects of closing connections are
+        freed a few loop iterations after their bytes are released), give the
+        freed heap back (`laminar.memory.trim_heap`): glibc keeps it."""
+        budget = self.budget
+        if not (
+            budget.recent_peak_bytes >= TRIM_AFTER_BYTES
+            and budget.used <= budget.recent_peak_bytes // 4
+        ):
+            self._trim_armed = False
+        elif not self._trim_armed:
+            self._trim_armed = True
+        else:
+            self._trim_armed = False
+            budget.recent_peak_bytes = budget.used
+            trim_heap()
 
     # -- metadata changes ------------------------------------------------------
 
@@ -615,7 +740,9 @@ class Shard:
                 "input_bytes": self.budget.used,
                 "input_bytes_peak": self.budget.peak_bytes,
                 "input_bytes_limit": self.budget.limit_bytes,
+                "answer_bytes": sum(c.answer_bytes for c in self.connections),
                 "client_connections": self._client_connections,
+                "handshakes": self._handshakes,
                 "topics": len(self.metadata.state.topics()),
                 "uptime_s": time.time() - self._started_at,
                 "task_queues": self._queue_stats(),

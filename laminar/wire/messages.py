@@ -574,7 +574,9 @@ class ForwardRequest(Message):
     `frame` is the client's frame, byte for byte; the owner answers with a
     `ForwardResponse` holding the response frame, which the origin sends back.
 
-    Header: {origin_shard}. Payload: the client's frame.
+    Header: {origin_shard, client?} (client: the id of the client connection
+    the frame came on, which owns the idempotent producers it introduces).
+    Payload: the client's frame.
     """
 
     OP: ClassVar[int] = Op.FORWARD
@@ -583,19 +585,29 @@ class ForwardRequest(Message):
     partition_id: int
     origin_shard: int
     frame: bytes
+    client: int | None = None
 
     def _partition(self) -> int:
         return self.partition_id
 
     def _header(self) -> dict[str, Any]:
-        return {"origin_shard": self.origin_shard}
+        header: dict[str, Any] = {"origin_shard": self.origin_shard}
+        if self.client is not None:
+            header["client"] = self.client
+        return header
 
     def _payload(self) -> list[Buffer]:
         return [self.frame]
 
     @classmethod
     def _decode(cls, frame: Frame) -> Self:
-        return cls(frame.partition_id, f.uint(frame.header, "origin_shard", f.U16), frame.payload)
+        h = frame.header
+        return cls(
+            frame.partition_id,
+            f.uint(h, "origin_shard", f.U16),
+            frame.payload,
+            f.opt_uint(h, "client"),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,6 +94,40 @@ def test_the_least_recently_active_producer_is_forgotten_first() -> None:
     assert table.evicted == 1
 
 
+def _owned(table: ProducerTable, owner: int, producer: int, index: int) -> None:
+    assert table.decide(producer, 0, 1).verdict is Verdict.APPEND
+    table.appended(producer, AppendedBatch(0, 1, index, 1000 + index), owner)
+
+
+def test_a_client_churning_producer_ids_evicts_only_its_own() -> None:
+    """4,200 one-record produces with random ids from one connection evicted a
+    real producer of another connection, whose next batch was then refused."""
+    table = ProducerTable(producers_max=64, per_owner_max=8)
+    _owned(table, owner=1, producer=7, index=0)  # the real producer, idle from now on
+    for n in range(4200):
+        _owned(table, owner=2, producer=1000 + n, index=1 + n)
+    assert 7 in table and table.decide(7, 1, 1).verdict is Verdict.APPEND
+    assert len(table) == 1 + 8  # the churner holds its bound, its newest ids
+    assert 1000 + 4199 in table and 1000 + 4191 not in table
+
+
+def test_a_full_table_forgets_the_owner_with_the_most_first() -> None:
+    table = ProducerTable(producers_max=6, per_owner_max=4)
+    _owned(table, owner=1, producer=1, index=0)  # the least recently active of all
+    for n, owner in enumerate((2, 2, 2, 3, 3)):
+        _owned(table, owner=owner, producer=10 + n, index=1 + n)
+    _owned(table, owner=4, producer=99, index=9)
+    assert 1 in table and 10 not in table  # owner 2's oldest went, not owner 1's only
+    assert table.evicted == 1
+
+
+def test_a_producer_rebuilt_from_the_log_is_owned_by_the_connection_that_continues_it() -> None:
+    table = ProducerTable.restored([(ProducerStamp(5, 0, 1), 0, 0)], per_owner_max=1)
+    table.appended(5, AppendedBatch(1, 1, 1, 1), owner=3)
+    _owned(table, owner=3, producer=6, index=2)  # owner 3 is at its bound: its own goes
+    assert 5 not in table and 6 in table
+
+
 def test_restored_takes_the_newest_stamp_of_each_producer() -> None:
     newest_first = [
         (ProducerStamp(1, 6, 2), 40, 4),

@@ -14,6 +14,8 @@ deadline and a small connection cap, so the bounds are reached quickly.
 from __future__ import annotations
 
 import contextlib
+import json
+import random
 import socket
 import struct
 import threading
@@ -21,11 +23,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import msgpack
 import pytest
 
+from laminar import lograte
 from laminar.placement import partition_id, shard_for
+from laminar.replication.transport import PEER_HELLO, PEER_PROOF
 from laminar.wire import (
     MAGIC,
     VERSION,
@@ -33,13 +38,16 @@ from laminar.wire import (
     ErrorResponse,
     FetchRequest,
     FetchResponse,
+    Flags,
     Op,
     Ping,
     Pong,
     ProduceRequest,
     decode_frame,
     decode_response,
+    encode_frame,
 )
+from laminar.wire.records import decode_record
 from tests.system.nodes import RunningNode, start_node
 from tests.system.wireclient import NodeClient, ServerError, WireConnection
 
@@ -48,11 +56,24 @@ PING_S = 2.0
 RSS_GROWTH_MAX = 40 << 20
 """What an attack may add to the shard's RSS at its peak (they added 100-640 MiB)."""
 INPUT_BUDGET = 32 << 20
+ANSWERS_RSS_MAX = INPUT_BUDGET + (64 << 20)
+"""The issue's target for answers a client does not read (they took 1.2 GiB):
+the budget, plus room for the copies in flight (the outbox joins an unsent
+tail before it frees its parts) and the heap they fragment (the allocator is
+tuned to keep freed buffers, `laminar.memory`)."""
+KEPT_MAX = INPUT_BUDGET + (16 << 20)
+"""What an attack's burst may leave in the shard's RSS once it is over (it kept
+957 MiB): what the budget let it hold, as heap the allocator cannot give back
+(fragmented by objects still alive), once the freed pages are trimmed."""
 FRAME_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 48
+MAX_PER_ADDRESS = 44
+"""Room for the 40 connections and the pinger of the half-frame test."""
+FIRST_REQUEST_TIMEOUT_S = 3.0
 MAX_WAIT_MS = 4000
 MAX_TOPICS = 3
 TOPIC = "target"
+HELLO = {"node_id": "intruder", "nonce": b"n" * 32}
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +85,8 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
         max_input_bytes=INPUT_BUDGET,
         frame_timeout=FRAME_TIMEOUT_S,
         max_connections=MAX_CONNECTIONS,
+        max_connections_per_address=MAX_PER_ADDRESS,
+        first_request_timeout=FIRST_REQUEST_TIMEOUT_S,
         max_wait_ms=MAX_WAIT_MS,
         max_topics=MAX_TOPICS,
         idle_timeout=120,
@@ -368,3 +391,290 @@ def test_topics_past_the_cap_are_refused(node: RunningNode) -> None:
                 client.delete_topic(name)
         client.create_topic("one-too-many", 1)  # room again
         client.delete_topic("one-too-many")
+
+
+def shard_stats(node: RunningNode, shard_id: int = 0) -> dict[str, Any]:
+    status, body = node.admin_get("/status")
+    assert status == 200, body
+    shards = json.loads(body)["shards"]
+    stats: dict[str, Any] = next(s for s in shards if s["shard_id"] == shard_id)["stats"]
+    return stats
+
+
+def rss_settles_below(pid: int, bound: int, timeout_s: float = 10.0) -> int:
+    """Wait until the shard's RSS is below `bound`; return it (the last sample if never)."""
+    deadline = time.monotonic() + timeout_s
+    while (rss := rss_bytes(pid)) >= bound and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return rss
+
+
+def test_unread_fetch_answers_are_bounded_by_the_budget(node: RunningNode) -> None:
+    """3 connections x 150 pipelined fetches whose answers were never read (34 KB
+    sent) added 588 MiB to a shard, and it kept them after the sockets closed:
+    the frame loop started every buffered frame and answers counted nowhere.
+    Now a connection stops taking frames once its reserved and queued answers
+    reach their bound, and answers are charged to the shard's budget."""
+    port, pid = target(node)
+    with WireConnection(node.host, port, timeout=30) as conn:
+        first = conn.call(FetchRequest(pid, 0, max_bytes=1)).highest_index
+        for _ in range(2):
+            conn.call(ProduceRequest.from_values(pid, [b"a" * 1024] * 1024))
+    fetches = b"".join(
+        FetchRequest(pid, first, max_bytes=4 << 20).encode(corr) for corr in range(150)
+    )
+    shard_pid = node.shard_pids()[0]
+    held_before = shard_stats(node)["input_bytes"]  # the other shard's metadata tail
+    with Watch(node, rss_growth_max=ANSWERS_RSS_MAX) as watch:
+        socks = []
+        try:
+            for _ in range(3):
+                sock = socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.connect((node.host, port))
+                sock.sendall(fetches)
+                socks.append(sock)
+            deadline = time.monotonic() + 10
+            while shard_stats(node)["answer_bytes"] < INPUT_BUDGET // 2:
+                assert time.monotonic() < deadline, "the answers never reached the budget"
+                time.sleep(0.1)
+        finally:
+            for sock in socks:
+                sock.close()
+    deadline = time.monotonic() + 10
+    while (held := shard_stats(node)["input_bytes"]) != held_before:
+        assert time.monotonic() < deadline, f"{held - held_before} bytes still charged"
+        time.sleep(0.1)
+    # What glibc keeps is given back once the burst is over (it kept 957 MiB);
+    # the rest is the store's and the allocator's working set.
+    kept = rss_settles_below(shard_pid, watch.baseline + KEPT_MAX) - watch.baseline
+    assert kept < KEPT_MAX, f"the shard kept {kept >> 20} MiB after the sockets closed"
+
+
+def test_idle_connections_from_one_address_cannot_lock_others_out(node: RunningNode) -> None:
+    """2,098 idle connections opened in 1.1 s held the connection cap for the
+    300 s idle timeout. One address now holds at most --max-connections-per-address
+    of a shard's connections, and one that never sends a whole request is closed
+    after --first-request-timeout."""
+    port, pid = target(node)
+    held: list[socket.socket] = []
+    try:
+        for _ in range(400):
+            with contextlib.suppress(OSError):
+                held.append(socket.create_connection((node.host, port), timeout=2))
+        other = socket.socket()
+        other.bind(("127.0.0.2", 0))
+        other.settimeout(10)
+        other.connect((node.host, port))
+        with WireConnection.adopt(other) as conn:  # another address is still served
+            assert isinstance(conn.call(Ping(pid)), Pong)
+        start = time.monotonic()
+        accepted = 0
+        for sock in held:  # the refused get TOO_MANY_CONNECTIONS, the rest are closed idle
+            sock.settimeout(max(0.1, start + FIRST_REQUEST_TIMEOUT_S + 5 - time.monotonic()))
+            data = b""
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := sock.recv(4096):
+                    data += chunk
+            accepted += not data
+        assert accepted <= MAX_PER_ADDRESS
+        assert time.monotonic() - start < FIRST_REQUEST_TIMEOUT_S + 5
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_parked_long_polls_cannot_queue_answers_past_the_budget(node: RunningNode) -> None:
+    """Long-polls answer together when records arrive: 3 connections x 150 of
+    them at the end of a partition, never read, would each queue the new
+    records (2 MiB) at once. A fetch reserves its answer before it starts, so
+    only as many start as the budget holds; the others wait in the buffer."""
+    port, pid = target(node)
+    with WireConnection(node.host, port, timeout=30) as conn:
+        end = conn.call(FetchRequest(pid, 0, max_bytes=1)).highest_index
+    polls = b"".join(
+        FetchRequest(pid, end, max_bytes=4 << 20, max_wait_ms=MAX_WAIT_MS).encode(corr)
+        for corr in range(150)
+    )
+    received = shard_stats(node)["bytes_in"]
+    with Watch(node, rss_growth_max=ANSWERS_RSS_MAX):
+        socks = []
+        try:
+            for _ in range(3):
+                sock = socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.connect((node.host, port))
+                sock.sendall(polls)
+                socks.append(sock)
+            deadline = time.monotonic() + 10
+            while shard_stats(node)["bytes_in"] < received + 3 * len(polls):
+                assert time.monotonic() < deadline, "the long-polls never arrived"
+                time.sleep(0.1)
+            served = shard_stats(node)["records_out"]
+            with WireConnection(node.host, port, timeout=30) as conn:
+                for _ in range(2):
+                    conn.call(ProduceRequest.from_values(pid, [b"p" * 1024] * 1024))
+            deadline = time.monotonic() + MAX_WAIT_MS / 1000 + 5
+            while shard_stats(node)["records_out"] < served + 4 * 2048:  # polls answered
+                assert time.monotonic() < deadline, "the long-polls were not answered"
+                time.sleep(0.1)
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+def test_churning_producer_ids_evicts_only_the_churners_own(node: RunningNode) -> None:
+    """4,200 one-record produces with random producer ids (0.18 s) evicted a real
+    idempotent producer from its partition's table, whose next batch was then
+    refused OUT_OF_ORDER_SEQUENCE. A connection's producers are bounded now
+    (`PRODUCERS_PER_OWNER_MAX`): a churner evicts only its own."""
+    port, pid = target(node)
+    real = random.getrandbits(63)
+    with (
+        WireConnection(node.host, port, timeout=30) as producer,
+        WireConnection(node.host, port, timeout=30) as churner,
+    ):
+        first = producer.call(
+            ProduceRequest.from_values(pid, [b"real-0"], producer_id=real, sequence=0)
+        )
+        churn = b"".join(
+            ProduceRequest.from_values(
+                pid, [b"c"], producer_id=random.getrandbits(63), sequence=0
+            ).encode(corr)
+            for corr in range(4200)
+        )
+        churner.send_raw(churn)
+        for _ in range(4200):
+            answer = churner.read_response()
+            assert not isinstance(answer, ErrorResponse), answer
+        second = producer.call(
+            ProduceRequest.from_values(pid, [b"real-1"], producer_id=real, sequence=1)
+        )
+        again = producer.call(  # a resend of the first batch is still known, too
+            ProduceRequest.from_values(pid, [b"real-0"], producer_id=real, sequence=0)
+        )
+    assert again.first_index == first.first_index
+    with WireConnection(node.host, port, timeout=30) as conn:  # each record once
+        got = conn.call(FetchRequest(pid, first.first_index, max_records=10_000))
+    mine = [r for r in got.records if decode_record(r.blob)[0].startswith(b"real-")]
+    assert [(r.index, decode_record(r.blob)[0]) for r in mine] == [
+        (first.first_index, b"real-0"),
+        (second.first_index, b"real-1"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def slow_deadline_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
+    """A node whose frame deadline (30 s, the default) does not end an attack
+    before a test has seen whether others are served meanwhile."""
+    tmp: Path = tmp_path_factory.mktemp("fair-share")
+    with start_node(tmp, cores=2, max_input_bytes=INPUT_BUDGET, max_connections=64) as running:
+        with NodeClient(running.host, running.port) as client:
+            client.create_topic(TOPIC, 4)
+        yield running
+
+
+def test_partial_frames_on_many_connections_cannot_starve_another_client(
+    slow_deadline_node: RunningNode,
+) -> None:
+    """Partial 8 MiB produces on 36 connections made a legitimate 2 MB produce
+    wait 28.2 s (for the frame deadline to cut them) instead of 7.6 ms: the
+    budget was spent and the legitimate connection, holding part of its frame,
+    stopped reading. Over budget a connection now reads on while it holds less
+    than its fair share, so a frame of a share's size gets through."""
+    node = slow_deadline_node
+    port, pid = target(node)
+    frame = ProduceRequest.from_values(pid, [b"h" * (7 << 20)]).encode(1)
+    records = [b"legit-%d" % n + b"." * 1000 for n in range(INPUT_BUDGET // 64 // 1024)]
+    conns: list[socket.socket] = []
+    before = shard_stats(node)
+    with Watch(node, rss_growth_max=4 * INPUT_BUDGET):
+        try:
+            for _ in range(36):
+                sock = socket.create_connection((node.host, port))
+                sock.settimeout(0.05)
+                conns.append(sock)
+                with contextlib.suppress(TimeoutError):  # the shard stopped reading
+                    sock.sendall(frame[:-1])
+            deadline = time.monotonic() + 10
+            while shard_stats(node)["input_bytes"] < INPUT_BUDGET:
+                assert time.monotonic() < deadline, "the partial frames never spent the budget"
+                time.sleep(0.1)
+            with WireConnection(node.host, port, timeout=15) as conn:
+                answer = conn.call(ProduceRequest.from_values(pid, records))
+            assert answer.count == len(records)
+            after = shard_stats(node)  # served beside them, not once they were cut off
+            for closed in ("connections_closed_slow", "connections_closed_idle"):
+                assert after[closed] == before[closed], closed
+        finally:
+            for sock in conns:
+                sock.close()
+    with WireConnection(node.host, port, timeout=15) as conn:  # every record, once
+        got = conn.call(FetchRequest(pid, answer.first_index, max_bytes=4 << 20))
+        values = [decode_record(r.blob)[0] for r in got.records[: len(records)]]
+        assert values == records
+
+
+@pytest.fixture(scope="module")
+def peer_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
+    """A node with a cluster secret (so it accepts peers), as the finding ran it."""
+    tmp: Path = tmp_path_factory.mktemp("peer-attacks")
+    secret = tmp / "cluster.secret"
+    secret.write_bytes(b"s" * 32)
+    secret.chmod(0o600)
+    with start_node(
+        tmp,
+        cores=2,
+        cluster_secret_file=secret,
+        max_connections=16,
+        max_input_bytes=64 << 20,
+        frame_timeout=FRAME_TIMEOUT_S,
+    ) as running:
+        with NodeClient(running.host, running.port) as client:
+            client.create_topic(TOPIC, 4)
+        yield running
+
+
+def test_unauthenticated_peer_handshakes_are_capped_and_quiet(peer_node: RunningNode) -> None:
+    """40 PEER_HELLO sessions, each sending an 8 MiB proof frame, added 343 MiB to
+    a shard with --max-connections 16 --max-input-bytes 64MiB, one WARNING line
+    each. A handshake now counts as a connection, reads header-sized frames
+    only, and its refusals are logged at a bounded rate."""
+    node = peer_node
+    port = node.shard_ports[0]
+    proof = encode_frame(PEER_PROOF, 2, 0, {"mac": b"m" * 32}, b"p" * ((8 << 20) - 4096))
+    lines_before = node.log_text().count("handshake")
+    with Watch(node):
+        conns = [WireConnection(node.host, port) for _ in range(40)]
+        try:
+            for conn in conns:
+                send_quietly(conn.sock, encode_frame(PEER_HELLO, 1, 0, HELLO))
+            challenged = []
+            for conn in conns:
+                try:
+                    frame = conn.read_frame()
+                except (ConnectionResetError, BrokenPipeError):
+                    continue
+                if frame is not None and frame.op == PEER_HELLO:
+                    assert not frame.flags & Flags.ERROR, decode_response(frame)
+                    challenged.append(conn)
+                elif frame is not None:  # over the connection cap, handshakes included
+                    answer = decode_response(frame)
+                    assert isinstance(answer, ErrorResponse), answer
+                    assert answer.code is ErrorCode.TOO_MANY_CONNECTIONS
+            stats = shard_stats(node)
+            assert len(challenged) == stats["handshakes"] <= 16
+            assert stats["client_connections"] <= 16  # the pinger's connection and handshakes
+            for conn in challenged:
+                send_quietly(conn.sock, proof)
+            for conn in conns:
+                assert conn.closed_by_peer(), "a bad proof did not end its session"
+        finally:
+            for conn in conns:
+                conn.close()
+    deadline = time.monotonic() + 10
+    while shard_stats(node)["handshakes"] or shard_stats(node)["client_connections"]:
+        assert time.monotonic() < deadline, "ended handshakes are still counted"
+        time.sleep(0.1)
+    lines = node.log_text().count("handshake") - lines_before
+    assert lines <= 2 * (lograte.DEFAULT_LINES + 1), f"{lines} lines about handshakes"

@@ -55,10 +55,20 @@ class WireConnection:
     """One blocking connection to a node or shard port."""
 
     def __init__(self, host: str, port: int, timeout: float = 15.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self._adopt(socket.create_connection((host, port), timeout=timeout))
+
+    def _adopt(self, sock: socket.socket) -> None:
+        self.sock = sock
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._decoder = FrameDecoder(64 << 20)
         self._ids = itertools.count(1)
+
+    @classmethod
+    def adopt(cls, sock: socket.socket) -> WireConnection:
+        """A connection over a socket already connected (from a chosen source address)."""
+        conn = cls.__new__(cls)
+        conn._adopt(sock)
+        return conn
 
     def send(self, message: Message, correlation_id: int | None = None) -> int:
         corr = next(self._ids) if correlation_id is None else correlation_id
