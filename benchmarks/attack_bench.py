@@ -17,7 +17,7 @@ Attacks (numbers as in the issue):
 1. `unread-fetches`: 3 connections x 150 FETCH frames of a 4 MiB answer
    each, in one write per connection, answers never read;
 4. `peer-hellos`: 40 connections each open a peer handshake without the
-   secret and send an 8 MiB frame after the hello;
+   secret and answer the challenge with an 8 MiB proof frame;
 6. `idle-flood`: as many idle connections as the node accepts (up to 3,000);
    `partial-produces`: 40 connections each send 7 of the 8 MiB of a produce
    frame, then stall; `producer-churn`: 4,200 one-record produces under
@@ -47,7 +47,7 @@ from typing import Any
 
 from laminar.bench.servers.laminar_node import LaminarNode
 from laminar.placement import partition_id, shard_for
-from laminar.replication.transport import PEER_HELLO
+from laminar.replication.transport import PEER_HELLO, PEER_PROOF
 from laminar.wire import (
     NEED_DATA,
     CreateTopicRequest,
@@ -213,15 +213,14 @@ def unread_fetches(t: Target, stop: threading.Event, notes: dict[str, Any]) -> N
 
 def peer_hellos(t: Target, stop: threading.Event, notes: dict[str, Any]) -> None:
     hello = encode_frame(PEER_HELLO, 1, 0, {"node_id": "intruder", "nonce": os.urandom(32)})
-    proof = encode_frame(PEER_HELLO, 2, 0, {"mac": os.urandom((8 << 20) - 64)})
-    socks = []
-    for _ in range(40):
-        sock = _connect(t)
-        if sock is None:
-            continue
-        socks.append(sock)
+    proof = encode_frame(PEER_PROOF, 2, 0, {"mac": os.urandom(32)}, os.urandom((8 << 20) - 4096))
+    socks = [s for s in (_connect(t) for _ in range(40)) if s is not None]
+    for sock in socks:
         with contextlib.suppress(OSError):
             sock.sendall(hello)
+    for sock in socks:
+        with contextlib.suppress(OSError):
+            sock.recv(4096)  # the challenge (or a refusal)
             sock.sendall(proof)
     notes["handshakes_opened"] = len(socks)
     stop.wait()
