@@ -22,7 +22,8 @@ Attacks (numbers as in the issue):
    `partial-produces`: 40 connections each send 7 of the 8 MiB of a produce
    frame, then stall; `producer-churn`: 4,200 one-record produces under
    random producer ids, to the legitimate producer's partition;
-7. `udp-reflection`: minimal forged UDP requests: bytes answered per byte sent.
+7. `udp-reflection`: forged UDP fetches (of a record whose answer fits a
+   datagram) and metadata requests: bytes answered per byte sent.
 
 Targets: RSS growth <= the input budget + 64 MiB; the legitimate p99 under
 attack <= 5x unattacked; nothing refused that was the client's own doing; 0 lost.
@@ -33,15 +34,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import os
 import random
 import socket
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
+from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,8 @@ INPUT_BUDGET = 256 << 20
 """The node's default `--max-input-bytes`."""
 TOPIC = "target"
 SAMPLE_S = 0.05
+LEGIT_ADDRESS = "127.0.0.2"
+"""The legitimate client's source address: the attacker is another host (127.0.0.1)."""
 
 
 def rss_bytes(pid: int) -> int:
@@ -96,6 +100,8 @@ class Target:
     """A partition shard 0 owns."""
     shard_pid: int
     node_port: int
+    small_pid: int
+    """A partition holding one record whose fetch answer fits a datagram."""
 
 
 @dataclass
@@ -142,7 +148,7 @@ class Legit:
         t = self.target
         start = time.monotonic()
         try:
-            with socket.create_connection((t.host, t.port), timeout=30) as sock:
+            with socket.create_connection((t.host, t.port), 30, (LEGIT_ADDRESS, 0)) as sock:
                 answer = call(sock, Ping(t.pid))
                 if isinstance(answer, ErrorResponse):
                     window.refused.append(f"ping: {answer.code.name}")
@@ -190,7 +196,7 @@ class Legit:
 # -- the attacks ------------------------------------------------------------------------
 
 
-Attack = Callable[[Target, threading.Event, dict[str, Any]], None]
+Attack = Callable[[Target, Event, MutableMapping[str, Any]], None]
 
 
 def _connect(t: Target, port: int | None = None) -> socket.socket | None:
@@ -200,7 +206,7 @@ def _connect(t: Target, port: int | None = None) -> socket.socket | None:
         return None
 
 
-def unread_fetches(t: Target, stop: threading.Event, notes: dict[str, Any]) -> None:
+def unread_fetches(t: Target, stop: Event, notes: MutableMapping[str, Any]) -> None:
     socks = [s for s in (_connect(t) for _ in range(3)) if s is not None]
     frames = b"".join(FetchRequest(t.pid, 0, max_bytes=4 << 20).encode(i) for i in range(150))
     for sock in socks:
@@ -211,7 +217,7 @@ def unread_fetches(t: Target, stop: threading.Event, notes: dict[str, Any]) -> N
         sock.close()
 
 
-def peer_hellos(t: Target, stop: threading.Event, notes: dict[str, Any]) -> None:
+def peer_hellos(t: Target, stop: Event, notes: MutableMapping[str, Any]) -> None:
     hello = encode_frame(PEER_HELLO, 1, 0, {"node_id": "intruder", "nonce": os.urandom(32)})
     proof = encode_frame(PEER_PROOF, 2, 0, {"mac": os.urandom(32)}, os.urandom((8 << 20) - 4096))
     socks = [s for s in (_connect(t) for _ in range(40)) if s is not None]
@@ -228,7 +234,7 @@ def peer_hellos(t: Target, stop: threading.Event, notes: dict[str, Any]) -> None
         sock.close()
 
 
-def idle_flood(t: Target, stop: threading.Event, notes: dict[str, Any]) -> None:
+def idle_flood(t: Target, stop: Event, notes: MutableMapping[str, Any]) -> None:
     socks = []
     for _ in range(3000):
         sock = _connect(t)
@@ -241,24 +247,35 @@ def idle_flood(t: Target, stop: threading.Event, notes: dict[str, Any]) -> None:
         sock.close()
 
 
-def partial_produces(t: Target, stop: threading.Event, notes: dict[str, Any]) -> None:
+def partial_produces(t: Target, stop: Event, notes: MutableMapping[str, Any]) -> None:
     frame = ProduceRequest.from_values(t.pid, [b"x" * ((8 << 20) - 4096)]).encode(1)
-    socks = []
-    for _ in range(40):
-        sock = _connect(t)
-        if sock is None:
-            continue
-        sock.setblocking(False)
-        with contextlib.suppress(OSError):
-            sock.send(frame[: 7 << 20])
-        socks.append(sock)
+    socks = [s for s in (_connect(t) for _ in range(40)) if s is not None]
+    pending = {sock: memoryview(frame)[: 7 << 20] for sock in socks}
+    sent = 0
+    last_progress = time.monotonic()
+    while pending and time.monotonic() - last_progress < 2.0:  # until the node stops reading
+        for sock, rest in list(pending.items()):
+            try:
+                n = sock.send(rest, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                continue
+            except OSError:
+                del pending[sock]
+                continue
+            sent += n
+            last_progress = time.monotonic()
+            pending[sock] = rest[n:]
+            if n == len(rest):
+                del pending[sock]
+        time.sleep(0.005)
     notes["partial_frames"] = len(socks)
+    notes["partial_mib_sent"] = sent >> 20
     stop.wait()
     for sock in socks:
         sock.close()
 
 
-def producer_churn(t: Target, stop: threading.Event, notes: dict[str, Any]) -> None:
+def producer_churn(t: Target, stop: Event, notes: MutableMapping[str, Any]) -> None:
     rng = random.Random(7)
     sock = _connect(t)
     if sock is None:
@@ -279,11 +296,11 @@ def producer_churn(t: Target, stop: threading.Event, notes: dict[str, Any]) -> N
     stop.wait()
 
 
-def udp_reflection(t: Target, stop: threading.Event, notes: dict[str, Any]) -> None:
+def udp_reflection(t: Target, stop: Event, notes: MutableMapping[str, Any]) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.settimeout(1)
         sent = received = 0
-        requests = [FetchRequest(t.pid, 0, max_bytes=1 << 20), MetadataRequest(), Ping(t.pid)]
+        requests = [FetchRequest(t.small_pid, 0, max_bytes=1400), MetadataRequest()]
         for i in range(300):
             data = requests[i % len(requests)].encode(i)
             sock.sendto(data, (t.host, t.node_port))
@@ -318,15 +335,32 @@ def prepare(node: LaminarNode) -> Target:
         for p in range(4)
         if shard_for(partition_id(topic_id, p), len(shard_ports)) == 0
     )
+    small = next(partition_id(topic_id, p) for p in range(4) if partition_id(topic_id, p) != pid)
     shard_pid = int(node.info["shard_pids"][0])
-    t = Target(host, int(shard_ports[0]), pid, shard_pid, node_port)
+    t = Target(host, int(shard_ports[0]), pid, shard_pid, node_port, small)
     with socket.create_connection((host, t.port), timeout=30) as sock:
         call(sock, ProduceRequest.from_values(pid, [os.urandom(16 << 10)] * 64))  # to fetch
+    with socket.create_connection((host, node_port), timeout=30) as sock:
+        call(sock, ProduceRequest.from_values(small, [os.urandom(1300)]))
     return t
+
+
+def settle(t: Target, timeout_s: float = 60.0) -> None:
+    """Wait until the attacker's address is served again (its connections are gone)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with (
+            contextlib.suppress(OSError, ConnectionError),
+            socket.create_connection((t.host, t.port), timeout=5) as sock,
+        ):
+            if not isinstance(call(sock, Ping(t.pid)), ErrorResponse):
+                return
+        time.sleep(0.1)
 
 
 def run(seconds: float, only: list[str]) -> list[dict[str, Any]]:
     rows = []
+    context = multiprocessing.get_context("fork")  # the attacker has a GIL of its own
     with tempfile.TemporaryDirectory() as tmp:
         secret = Path(tmp) / "secret"
         secret.write_bytes(os.urandom(32).hex().encode())
@@ -338,13 +372,14 @@ def run(seconds: float, only: list[str]) -> list[dict[str, Any]]:
             legit = Legit(target)
             for name in only:
                 calm = legit.window(seconds)
-                stop, notes = threading.Event(), {}
-                attacker = threading.Thread(target=ATTACKS[name], args=(target, stop, notes))
+                stop, notes = context.Event(), context.Manager().dict()
+                attacker = context.Process(target=ATTACKS[name], args=(target, stop, notes))
                 attacker.start()
                 attacked = legit.window(seconds)
                 stop.set()
                 attacker.join(60)
-                rows.append(_row(name, calm, attacked, notes))
+                settle(target)
+                rows.append(_row(name, calm, attacked, dict(notes)))
                 print(_format(rows[-1]), file=sys.stderr, flush=True)
             lost = legit.lost()
         finally:

@@ -40,7 +40,7 @@ The rules a connection follows (`laminar.shards.connection`):
   holding nothing may always read one chunk, and one whose buffered input is
   below its fair share (`fair_share_bytes`: the limit over the connections
   holding input, at least `SHARE_DIVISOR_MIN` of them) may read on while the
-  shard holds less than `OVERDRAFT` times its limit. So partial frames on many
+  shard holds less than its overdraft (the limit plus an eighth, at most 32 MiB). So partial frames on many
   connections cannot starve another client's frame of a fair share's size
   (36 partial 8 MiB produces held a 2 MB produce for 28 s, until the frame
   deadline). The shares are computed as connections come, so early ones may
@@ -95,8 +95,12 @@ def answer_reserve_bytes(frame: Frame, fetch_bytes_max: int) -> int:
 
 SHARE_DIVISOR_MIN: Final = 8
 """A fair share is at most this fraction of the limit, however few connections hold input."""
-OVERDRAFT: Final = 2
-"""Fair-share reads over budget stop once the shard holds this many times its limit."""
+OVERDRAFT_FRACTION: Final = 8
+OVERDRAFT_BYTES_MAX: Final = 32 << 20
+"""Fair-share reads over budget stop once the shard holds its limit plus an eighth
+of it, at most 32 MiB: what an attack can add beyond the budget stays small (the
+issue's target: RSS within the budget + 64 MiB), and a starved connection is
+served by shedding the largest holders, not by an ever larger overdraft."""
 
 
 class InputBudget:
@@ -138,7 +142,7 @@ class InputBudget:
 
     @property
     def overdraft_bytes(self) -> int:
-        return OVERDRAFT * self.limit_bytes
+        return self.limit_bytes + min(self.limit_bytes // OVERDRAFT_FRACTION, OVERDRAFT_BYTES_MAX)
 
     def fits(self, n: int, own_bytes: int = 0) -> bool:
         """Whether `n` more bytes fit, not counting `own_bytes` the asker holds."""
