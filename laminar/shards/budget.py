@@ -40,8 +40,8 @@ The rules a connection follows (`laminar.shards.connection`):
   holding nothing may always read one chunk, and one whose buffered input is
   below its fair share (`fair_share_bytes`: the limit over the connections
   holding input, at least `SHARE_DIVISOR_MIN` of them) may read on while the
-  shard holds less than its overdraft (the limit plus an eighth, at most 32 MiB). So partial frames on many
-  connections cannot starve another client's frame of a fair share's size
+  shard holds less than its overdraft (the limit plus an eighth, at most
+  32 MiB). So partial frames on many connections cannot starve another client's frame of a fair share's size
   (36 partial 8 MiB produces held a 2 MB produce for 28 s, until the frame
   deadline). The shares are computed as connections come, so early ones may
   have read larger shares: hence the overdraft's hard ceiling, and the

@@ -22,13 +22,16 @@ failed fsync left in the page cache). A partition that cannot be opened (damage
 recovery refuses to repair, an unreadable disk), or that failed
 `MAX_REOPENS` times within `REOPEN_WINDOW_S`, is taken offline: requests are
 refused with the reason, `/health` and `laminar status` list it, and it is
-tried again no sooner than `OFFLINE_RETRY_S` later.
+tried again no sooner than `OFFLINE_RETRY_S` later. A log that failed because
+the disk is full does not count: that is not damage, and the records already
+durable must stay readable however often writers retry.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -40,9 +43,11 @@ from typing import Any, Final, Protocol
 
 from laminar.log import LogConfig, LogError, SegmentedLog
 from laminar.log.storage import StorageBackend
+from laminar.lograte import RateLimitedLog
 from laminar.placement import partition_id, split_partition_id
 
 logger = logging.getLogger("laminar.shards")
+_lines = RateLimitedLog(logger)
 
 _DIR_RE = re.compile(r"(\d+)-(\d+)")
 
@@ -92,6 +97,17 @@ class _Reopens:
     def note(self, now: float) -> int:
         self.times = [t for t in self.times if now - t < REOPEN_WINDOW_S] + [now]
         return len(self.times)
+
+
+def _out_of_space(failure: BaseException | None) -> bool:
+    """Whether a log failed because its disk (or quota) is full."""
+    seen = 0
+    while failure is not None and seen < 8:
+        if isinstance(failure, OSError) and failure.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        failure = failure.__cause__ or failure.__context__
+        seen += 1
+    return False
 
 
 class PartitionManager:
@@ -194,6 +210,12 @@ class PartitionManager:
             await failed.close()
         except Exception as exc:  # the files stay as they are; recovery judges them
             logger.error("closing failed partition %s: %s", directory, exc)
+        if _out_of_space(failed.failure):
+            # Not damage: what is durable is intact, and reads must go on.
+            _lines.warning(
+                "disk full", "partition %s: disk full (%s); reopened", directory, failed.failure
+            )
+            return
         failures = self._reopens.setdefault(pid, _Reopens()).note(self.clock())
         if failures > MAX_REOPENS:
             raise LogError(
