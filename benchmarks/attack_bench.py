@@ -47,6 +47,8 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from laminar.bench.servers.laminar_node import LaminarNode
 from laminar.placement import partition_id, shard_for
 from laminar.replication.transport import PEER_HELLO, PEER_PROOF
@@ -73,11 +75,10 @@ LEGIT_ADDRESS = "127.0.0.2"
 
 
 def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    try:
+        return int(psutil.Process(pid).memory_info().rss)
+    except psutil.Error:
+        return 0
 
 
 def call(sock: socket.socket, message: Message, corr: int = 1) -> Any:
@@ -206,15 +207,20 @@ def _connect(t: Target, port: int | None = None) -> socket.socket | None:
         return None
 
 
+def _hold(socks: list[socket.socket], stop: Event) -> None:
+    """Keep the attack's connections open until the window ends."""
+    stop.wait()
+    for sock in socks:
+        sock.close()
+
+
 def unread_fetches(t: Target, stop: Event, notes: MutableMapping[str, Any]) -> None:
     socks = [s for s in (_connect(t) for _ in range(3)) if s is not None]
     frames = b"".join(FetchRequest(t.pid, 0, max_bytes=4 << 20).encode(i) for i in range(150))
     for sock in socks:
         with contextlib.suppress(OSError):
             sock.sendall(frames)
-    stop.wait()
-    for sock in socks:
-        sock.close()
+    _hold(socks, stop)
 
 
 def peer_hellos(t: Target, stop: Event, notes: MutableMapping[str, Any]) -> None:
@@ -229,9 +235,7 @@ def peer_hellos(t: Target, stop: Event, notes: MutableMapping[str, Any]) -> None
             sock.recv(4096)  # the challenge (or a refusal)
             sock.sendall(proof)
     notes["handshakes_opened"] = len(socks)
-    stop.wait()
-    for sock in socks:
-        sock.close()
+    _hold(socks, stop)
 
 
 def idle_flood(t: Target, stop: Event, notes: MutableMapping[str, Any]) -> None:
@@ -242,9 +246,7 @@ def idle_flood(t: Target, stop: Event, notes: MutableMapping[str, Any]) -> None:
             break
         socks.append(sock)
     notes["idle_connections"] = len(socks)
-    stop.wait()
-    for sock in socks:
-        sock.close()
+    _hold(socks, stop)
 
 
 def partial_produces(t: Target, stop: Event, notes: MutableMapping[str, Any]) -> None:
@@ -270,9 +272,7 @@ def partial_produces(t: Target, stop: Event, notes: MutableMapping[str, Any]) ->
         time.sleep(0.005)
     notes["partial_frames"] = len(socks)
     notes["partial_mib_sent"] = sent >> 20
-    stop.wait()
-    for sock in socks:
-        sock.close()
+    _hold(socks, stop)
 
 
 def producer_churn(t: Target, stop: Event, notes: MutableMapping[str, Any]) -> None:

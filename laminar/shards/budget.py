@@ -40,17 +40,17 @@ The rules a connection follows (`laminar.shards.connection`):
   holding nothing may always read one chunk, and one whose buffered input is
   below its fair share (`fair_share_bytes`: the limit over the connections
   holding input, at least `SHARE_DIVISOR_MIN` of them) may read on while the
-  shard holds less than its overdraft (the limit plus an eighth, at most
-  32 MiB). So partial frames on many connections cannot starve another client's frame of a fair share's size
-  (36 partial 8 MiB produces held a 2 MB produce for 28 s, until the frame
-  deadline). The shares are computed as connections come, so early ones may
-  have read larger shares: hence the overdraft's hard ceiling, and the
-  shedding: while a connection under its share waits for budget ("starved"),
-  the shard closes connections holding more than a share of partial input
-  begun over 0.2 s ago (`SHED_GRACE_S`), largest first, until it is under budget
-  (`Shard._shed_for_starved`, run as soon as a connection starves). Once
-  contended, a connection holds more than a fair share of partial input for
-  0.2 s at most.
+  shard holds less than its overdraft (the limit plus an eighth, at most 32
+  MiB). So partial frames on many connections cannot starve another client's
+  frame of a fair share's size (36 partial 8 MiB produces held a 2 MB produce
+  for 28 s, until the frame deadline). The shares are computed as connections
+  come, so early ones may have read larger shares: hence the overdraft's hard
+  ceiling, and the shedding: while a connection under its share waits for
+  budget ("starved"), the shard closes connections holding more than a share
+  of partial input begun over 0.2 s ago (`SHED_GRACE_S`), largest first, until
+  it is under budget (`Shard._shed_for_starved`, run as soon as a connection
+  starves). Once contended, a connection holds more than a fair share of
+  partial input for 0.2 s at most.
 - It starts a buffered frame only while under its own bounds (requests in
   flight, answer bytes) and, over budget, only when it has nothing in flight
   or queued; a fetch only when its reserve fits.

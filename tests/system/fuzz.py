@@ -35,6 +35,7 @@ from pathlib import Path
 from types import TracebackType
 
 import msgpack
+import psutil
 
 from laminar.placement import partition_id, shard_for
 from laminar.wire import (
@@ -76,11 +77,7 @@ NODE_FLAGS = {
 
 
 def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
+    return int(psutil.Process(pid).memory_info().rss)
 
 
 # -- what is sent ---------------------------------------------------------------------
@@ -210,7 +207,7 @@ class Guard:
     def _sample(self) -> None:
         while not self._stop.wait(0.02):
             for pid in self._pids:
-                with contextlib.suppress(OSError, AssertionError):
+                with contextlib.suppress(psutil.Error):
                     self.peaks[pid] = max(self.peaks[pid], rss_bytes(pid))
 
     def _work(self) -> None:

@@ -203,6 +203,17 @@ def answer_then_close(conn: WireConnection) -> ErrorResponse | None:
     return answer
 
 
+def send_unread(socks: list[socket.socket], host: str, port: int, data: bytes) -> None:
+    """`data` down 3 new connections (added to `socks`) that will read nothing:
+    a tiny receive buffer, so their answers pile up on the node."""
+    for _ in range(3):
+        sock = socket.socket()
+        socks.append(sock)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((host, port))
+        sock.sendall(data)
+
+
 def send_quietly(sock: socket.socket, data: bytes) -> None:
     """Send, unless the node refuses (and closes) before the whole frame is sent."""
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -428,14 +439,9 @@ def test_unread_fetch_answers_are_bounded_by_the_budget(node: RunningNode) -> No
     shard_pid = node.shard_pids()[0]
     held_before = shard_stats(node)["input_bytes"]  # the other shard's metadata tail
     with Watch(node, rss_growth_max=ANSWERS_RSS_MAX) as watch:
-        socks = []
+        socks: list[socket.socket] = []
         try:
-            for _ in range(3):
-                sock = socket.socket()
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-                sock.connect((node.host, port))
-                sock.sendall(fetches)
-                socks.append(sock)
+            send_unread(socks, node.host, port, fetches)
             deadline = time.monotonic() + 10
             while shard_stats(node)["answer_bytes"] < INPUT_BUDGET // 2:
                 assert time.monotonic() < deadline, "the answers never reached the budget"
@@ -500,14 +506,9 @@ def test_parked_long_polls_cannot_queue_answers_past_the_budget(node: RunningNod
     )
     received = shard_stats(node)["bytes_in"]
     with Watch(node, rss_growth_max=ANSWERS_RSS_MAX):
-        socks = []
+        socks: list[socket.socket] = []
         try:
-            for _ in range(3):
-                sock = socket.socket()
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-                sock.connect((node.host, port))
-                sock.sendall(polls)
-                socks.append(sock)
+            send_unread(socks, node.host, port, polls)
             deadline = time.monotonic() + 10
             while shard_stats(node)["bytes_in"] < received + 3 * len(polls):
                 assert time.monotonic() < deadline, "the long-polls never arrived"
