@@ -69,7 +69,7 @@ def test_a_partition_that_keeps_failing_goes_offline_and_comes_back_later() -> N
         disk = SimulatedDisk()
         partitions, clock = manager(disk)
         await (await partitions.get(PID)).append([b"acknowledged"])
-        fault = disk.inject(Fault("write", errno.ENOSPC, ".store", times=None))
+        fault = disk.inject(Fault("write", errno.EIO, ".store", times=None))
         for _ in range(MAX_REOPENS + 1):
             log = await partitions.get(PID)
             with pytest.raises(LogFailed):
@@ -82,7 +82,7 @@ def test_a_partition_that_keeps_failing_goes_offline_and_comes_back_later() -> N
         with pytest.raises(PartitionOffline):
             await partitions.get(PID)  # refused at once, the disk left alone
         assert len(disk.journal) == operations
-        disk.faults.remove(fault)  # space freed
+        disk.faults.remove(fault)  # the disk replaced
         clock.now += OFFLINE_RETRY_S
         log = await partitions.get(PID)
         assert partitions.offline == []
@@ -111,6 +111,29 @@ def test_a_partition_recovery_refuses_to_repair_is_offline_with_the_reason() -> 
         clock.now += OFFLINE_RETRY_S  # still damaged: offline again, with the reason
         with pytest.raises(PartitionOffline, match="header is lost or damaged"):
             await partitions.get(PID)
+        await partitions.close_all()
+
+    asyncio.run(main())
+
+
+def test_a_full_disk_never_takes_the_durable_records_offline() -> None:
+    """Writers retrying against a full disk fail every time; that is not damage,
+    so the partition is reopened each time and its records stay readable."""
+
+    async def main() -> None:
+        disk = SimulatedDisk()
+        partitions, _ = manager(disk)
+        await (await partitions.get(PID)).append([b"acknowledged"])
+        fault = disk.inject(Fault("write", errno.ENOSPC, ".store", times=None))
+        for _ in range(3 * MAX_REOPENS):
+            log = await partitions.get(PID)
+            with pytest.raises(LogFailed):
+                await log.append([b"will not fit"])
+            assert await read_all(partitions) == [b"acknowledged"]
+        assert partitions.offline == []
+        disk.faults.remove(fault)  # space freed
+        await (await partitions.get(PID)).append([b"fits again"])
+        assert await read_all(partitions) == [b"acknowledged", b"fits again"]
         await partitions.close_all()
 
     asyncio.run(main())
