@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from itertools import accumulate, repeat
 from typing import NamedTuple
 
-from . import _verify  # the C loop (verify_build.py)
+from ._verify import ffi as _ffi  # the C loop (verify_build.py)
+from ._verify import lib as _lib
 from .errors import RecordCorrupted
 from .index import (
     DURABLE,
@@ -458,12 +459,12 @@ def verified_count(
     """How many records from the first are intact in `payload` (`_Columns.verified`)."""
     with memoryview(payload) as view:
         return int(
-            _verify.lib.laminar_verify(
-                _verify.ffi.from_buffer(view),
+            _lib.laminar_verify(
+                _ffi.from_buffer(view),
                 len(view),
-                _verify.ffi.from_buffer("uint64_t[]", positions),
-                _verify.ffi.from_buffer("uint32_t[]", lengths),
-                _verify.ffi.from_buffer("uint64_t[]", checksums),
+                _ffi.from_buffer("uint64_t[]", positions),
+                _ffi.from_buffer("uint32_t[]", lengths),
+                _ffi.from_buffer("uint64_t[]", checksums),
                 len(lengths),
             )
         )
