@@ -18,6 +18,7 @@ import contextlib
 import os
 import random
 import socket
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from laminar.cluster.auth import write_secret
 from laminar.placement import shard_for
+from laminar.shards.membership import MEMBERSHIP_PORT_OFFSET
 from laminar.wire import (
     NEED_DATA,
     ErrorCode,
@@ -51,19 +53,46 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A port free for TCP and UDP on `host` right now, below the kernel's
     ephemeral range: a port chosen now and bound later (a node started after
     others) is never handed meanwhile to another process's ephemeral socket
-    (every shard, admin and client port of the tests' nodes is one)."""
+    (every shard, admin and client port of the tests' nodes is one). The port
+    and the membership port a node derives from it are reserved for the whole
+    test run across xdist workers (`_reserve`), so two workers never pick
+    ports that meet, however long a cluster takes to start."""
     with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
         ephemeral_low = int(f.read().split()[0])
     for _ in range(1000):
-        port = _PORTS.randrange(FIXED_PORTS_LOW, ephemeral_low)
+        port = _PORTS.randrange(FIXED_PORTS_LOW, ephemeral_low - MEMBERSHIP_PORT_OFFSET)
+        ports = (port, port + MEMBERSHIP_PORT_OFFSET)
         try:
-            with socket.socket() as tcp, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-                tcp.bind((host, port))
-                udp.bind((host, port))
+            for candidate in ports:
+                with (
+                    socket.socket() as tcp,
+                    socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp,
+                ):
+                    tcp.bind((host, candidate))
+                    udp.bind((host, candidate))
         except OSError:
             continue
-        return port
+        if _reserve(ports):
+            return port
     raise RuntimeError("no free port")
+
+
+def _reserve(ports: tuple[int, ...]) -> bool:
+    """Claim `ports` for this test run (one file each, made exclusively in a
+    directory named after the run, which every xdist worker shares)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
+    directory = Path(tempfile.gettempdir()) / f"laminar-test-ports-{run}"
+    directory.mkdir(exist_ok=True)
+    claimed = []
+    for port in ports:
+        try:
+            os.close(os.open(directory / str(port), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            for mine in claimed:
+                (directory / str(mine)).unlink()
+            return False
+        claimed.append(port)
+    return True
 
 
 FIXED_PORTS_LOW = 10_000
