@@ -151,6 +151,7 @@ class NodeMembership:
                     ({"event": "suspicion_raised"}, core.suspicions_raised),
                     ({"event": "refuted"}, core.refutations),
                     ({"event": "declared_dead"}, core.deaths_declared),
+                    ({"event": "foreign_ack_ignored"}, core.foreign_acks),
                 ],
             ),
         ]

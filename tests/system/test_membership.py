@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -137,6 +138,10 @@ def test_five_nodes_join_through_one_seed_and_see_a_killed_node_die(
         )
         print(f"n4 declared dead by all survivors {took:.1f} s after SIGKILL ({routing})")
         assert all(states(n)["n1"] == "alive" for n in nodes)
+        code, text = nodes[0].admin_get("/metrics")
+        events = dict(re.findall(r'laminar_membership_events_total\{event="(\w+)"\} (\S+)', text))
+        assert code == 200
+        assert "foreign_ack_ignored" in events and float(events["probe_failed"]) >= 1
 
         leaver = nodes.pop()
         assert leaver.terminate() == 0
