@@ -141,6 +141,19 @@ def rest(seconds: float) -> None:
     time.sleep(seconds)  # the phase *is* a stretch of time at rest
 
 
+def rest_then_create(
+    phases: dict[str, tuple[float, float]],
+    out: dict[str, Any],
+    sampler: Sampler,
+    rest_s: float,
+    create: Callable[[], Any],
+) -> None:
+    """The first two phases of both modes: at rest, then the topics' creation."""
+    timed(phases, "at_rest", lambda: rest(rest_s))
+    out["fds_at_rest"] = sampler.now()[0]
+    out["create_s"] = round(timed(phases, "during_create", create), 2)
+
+
 def value(topic: str, partition: int) -> bytes:
     return f"{topic}/{partition}".encode()
 
@@ -230,15 +243,12 @@ def cluster(args: argparse.Namespace) -> dict[str, Any]:
             sampler.nodes = list(nodes.nodes.values())
             first = sampler.nodes[0]
             with pinging(first.bootstrap, phases, out), Client(nodes.bootstrap) as client:
-                timed(phases, "at_rest", lambda: rest(args.rest_s))
-                out["fds_at_rest"] = sampler.now()[0]
-                out["create_s"] = round(
-                    timed(
-                        phases,
-                        "during_create",
-                        lambda: client.create_topic("wide", args.partitions),
-                    ),
-                    2,
+                rest_then_create(
+                    phases,
+                    out,
+                    sampler,
+                    args.rest_s,
+                    lambda: client.create_topic("wide", args.partitions),
                 )
                 groups: list[tuple[float, int, int]] = []
                 out["settle_s"] = round(
@@ -303,15 +313,12 @@ def main() -> int:
     sampler.nodes = [node]
     try:
         with pinging(node.bootstrap, phases, out), Client(node.bootstrap) as client:
-            timed(phases, "at_rest", lambda: rest(args.rest_s))
-            out["fds_at_rest"] = sampler.now()[0]
-            out["create_s"] = round(
-                timed(
-                    phases,
-                    "during_create",
-                    lambda: [client.create_topic(t, args.partitions) for t in topics],
-                ),
-                2,
+            rest_then_create(
+                phases,
+                out,
+                sampler,
+                args.rest_s,
+                lambda: [client.create_topic(t, args.partitions) for t in topics],
             )
             out["produce_all_s"] = round(
                 timed(

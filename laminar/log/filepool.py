@@ -32,9 +32,10 @@ Rules (each one is what keeps the log's durability story unchanged):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from .storage import Buffer, Storage, StorageBackend, WrappedBackend
 
@@ -203,6 +204,15 @@ class PooledFile:
             self._reopening = None
             waiters.set_result(None)  # waiters look again (and retry a failed reopen)
 
+    @contextlib.asynccontextmanager
+    async def _pinned(self) -> AsyncIterator[Storage]:
+        """The open file for one operation (`_use`, then `_done`)."""
+        file = await self._use()
+        try:
+            yield file
+        finally:
+            self._done(file)
+
     def _done(self, file: Storage) -> None:
         self._users -= 1
         self._size = file.size
@@ -240,11 +250,8 @@ class PooledFile:
     # -- Storage ---------------------------------------------------------------
 
     async def read_at(self, length: int, offset: int) -> bytes:
-        file = await self._use()
-        try:
+        async with self._pinned() as file:
             return await file.read_at(length, offset)
-        finally:
-            self._done(file)
 
     def read_at_nowait(self, length: int, offset: int) -> Buffer | None:
         file = self._file
@@ -254,50 +261,35 @@ class PooledFile:
         return file.read_at_nowait(length, offset)
 
     async def writev(self, buffers: Sequence[Buffer], offset: int, *, sync: bool) -> None:
-        file = await self._use()
-        self._writes += 1
-        covered = self._writes
-        try:
+        async with self._pinned() as file:
+            self._writes += 1
+            covered = self._writes
             if sync:
                 self._raise_deferred()
             await file.writev(buffers, offset, sync=sync)
             if sync:
                 self._synced_writes = max(self._synced_writes, covered)
-        finally:
-            self._done(file)
 
     async def sync(self) -> None:
-        file = await self._use()
-        covered = self._writes
-        try:
+        async with self._pinned() as file:
+            covered = self._writes
             self._raise_deferred()
             await file.sync()
             self._synced_writes = max(self._synced_writes, covered)
-        finally:
-            self._done(file)
 
     async def truncate(self, size: int) -> None:
-        file = await self._use()
-        self._writes += 1
-        try:
+        async with self._pinned() as file:
+            self._writes += 1
             await file.truncate(size)
-        finally:
-            self._done(file)
 
     async def allocate(self, size: int) -> None:
-        file = await self._use()
-        self._writes += 1
-        try:
+        async with self._pinned() as file:
+            self._writes += 1
             await file.allocate(size)
-        finally:
-            self._done(file)
 
     async def drop_cache(self) -> None:
-        file = await self._use()
-        try:
+        async with self._pinned() as file:
             await file.drop_cache()
-        finally:
-            self._done(file)
 
     async def close(self) -> None:
         self._closed = True

@@ -32,6 +32,18 @@ async def read_all(log: SegmentedLog) -> list[bytes]:
     return [r.value for r in got]
 
 
+async def first_of_two(
+    config: LogConfig,
+) -> tuple[SimulatedDisk, FilePool, StorageBackend, SegmentedLog]:
+    """A pool of two files on a simulated disk, and log 1-0 holding b"a"."""
+    disk = SimulatedDisk()
+    pool = FilePool(2)
+    backend = pool.backend(disk)
+    first = await SegmentedLog.open(f"{ROOT}/1-0", config, backend=backend)
+    await first.append([b"a"])
+    return disk, pool, backend, first
+
+
 def test_many_logs_stay_within_the_budget_and_read_and_append_after_reopening() -> None:
     async def main() -> None:
         disk = SimulatedDisk()
@@ -109,12 +121,8 @@ def test_a_failed_sync_before_closing_fails_the_owners_next_durable_write() -> N
     alone, or the log would acknowledge records the disk lost."""
 
     async def main() -> None:
-        disk = SimulatedDisk()
-        pool = FilePool(2)
         config = LogConfig(flush="always", preallocate_bytes=0)
-        backend = pool.backend(disk)
-        first = await SegmentedLog.open(f"{ROOT}/1-0", config, backend=backend)
-        await first.append([b"a"])
+        disk, _, backend, first = await first_of_two(config)
         store = first._segments[-1].store  # the pooled file itself
         await store.truncate(store.size)  # a change no sync covered yet
         disk.inject(Fault("sync", path_contains="1-0/", times=None))
@@ -135,12 +143,8 @@ def test_a_log_closing_while_the_pool_syncs_its_file_waits_for_the_sync() -> Non
     reused) to a sync that has not run yet."""
 
     async def main() -> None:
-        disk = SimulatedDisk()
-        pool = FilePool(2)
         config = LogConfig(flush="always", preallocate_bytes=0)
-        backend = pool.backend(disk)
-        first = await SegmentedLog.open(f"{ROOT}/1-0", config, backend=backend)
-        await first.append([b"a"])
+        disk, pool, backend, first = await first_of_two(config)
         index = first._segments[-1].index  # the pooled file itself
         await index.truncate(index.size)  # a change no sync covered yet
         gate = asyncio.Event()
@@ -241,12 +245,8 @@ def test_real_descriptors_stay_within_the_budget(tmp_path: object) -> None:
 
 def test_a_file_removed_while_closed_fails_its_log_loudly() -> None:
     async def main() -> None:
-        disk = SimulatedDisk()
-        pool = FilePool(2)
-        backend = pool.backend(disk)
         config = LogConfig(flush="always")
-        first = await SegmentedLog.open(f"{ROOT}/1-0", config, backend=backend)
-        await first.append([b"a"])
+        disk, _, backend, first = await first_of_two(config)
         second = await SegmentedLog.open(f"{ROOT}/1-1", config, backend=backend)
         await second.append([b"b"])
         await disk.remove(f"{ROOT}/1-0/{0:020d}.store")

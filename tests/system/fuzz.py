@@ -35,7 +35,6 @@ from pathlib import Path
 from types import TracebackType
 
 import msgpack
-import psutil
 
 from laminar.placement import partition_id, shard_for
 from laminar.wire import (
@@ -57,7 +56,7 @@ from laminar.wire.writes import (
     StageRequest,
     WriteStatusRequest,
 )
-from tests.system.nodes import RunningNode, start_node
+from tests.system.nodes import RunningNode, rss_bytes, start_node
 from tests.system.wireclient import NodeClient, ServerError
 
 KNOWN_TOPIC = "known"
@@ -74,10 +73,6 @@ NODE_FLAGS = {
     "idle_timeout": 5,
     "max_topics": 16,
 }
-
-
-def rss_bytes(pid: int) -> int:
-    return int(psutil.Process(pid).memory_info().rss)
 
 
 # -- what is sent ---------------------------------------------------------------------
@@ -207,7 +202,7 @@ class Guard:
     def _sample(self) -> None:
         while not self._stop.wait(0.02):
             for pid in self._pids:
-                with contextlib.suppress(psutil.Error):
+                with contextlib.suppress(OSError, AssertionError):  # a shard restarting
                     self.peaks[pid] = max(self.peaks[pid], rss_bytes(pid))
 
     def _work(self) -> None:

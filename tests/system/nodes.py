@@ -279,6 +279,15 @@ def _start(
     raise NodeStartError(f"laminar-node was not ready in {START_TIMEOUT_S:.0f} s:\n{node._tail()}")
 
 
+def rss_bytes(pid: int) -> int:
+    """A process's resident set size (from /proc)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
 def start_node(
     tmp_path: Path,
     cores: int = 2,

@@ -49,7 +49,7 @@ from laminar.wire import (
     encode_frame,
 )
 from laminar.wire.records import decode_record
-from tests.system.nodes import RunningNode, start_node
+from tests.system.nodes import RunningNode, rss_bytes, start_node
 from tests.system.wireclient import NodeClient, ServerError, WireConnection
 
 PING_S = 2.0
@@ -106,14 +106,6 @@ def target(node: RunningNode) -> tuple[int, int]:
         partition_id(topic_id, p) for p in range(4) if shard_for(partition_id(topic_id, p), 2) == 0
     )
     return node.shard_ports[0], pid
-
-
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 class Watch:
@@ -212,6 +204,19 @@ def send_unread(socks: list[socket.socket], host: str, port: int, data: bytes) -
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.connect((host, port))
         sock.sendall(data)
+
+
+def send_partial(
+    conns: list[socket.socket], host: str, port: int, frame: bytes, count: int
+) -> None:
+    """All of `frame` but its last byte down `count` new connections (added to
+    `conns`), each giving up when the shard stops reading."""
+    for _ in range(count):
+        sock = socket.create_connection((host, port))
+        sock.settimeout(0.05)
+        conns.append(sock)
+        with contextlib.suppress(TimeoutError):  # the shard stopped reading
+            sock.sendall(frame[:-1])
 
 
 def send_quietly(sock: socket.socket, data: bytes) -> None:
@@ -334,12 +339,7 @@ def test_half_frames_on_many_connections_are_bounded_and_cut_off(node: RunningNo
     # few times the live bytes; unbounded, these 40 frames took 280 MiB of them.
     with Watch(node, rss_growth_max=4 * INPUT_BUDGET):
         try:
-            for _ in range(40):
-                sock = socket.create_connection((node.host, port))
-                sock.settimeout(0.05)
-                conns.append(sock)
-                with contextlib.suppress(TimeoutError):  # the shard stopped reading
-                    sock.sendall(frame[:-1])
+            send_partial(conns, node.host, port, frame, 40)
             deadline = time.monotonic() + FRAME_TIMEOUT_S + 8
             for sock in conns:  # every stalled frame is cut off by the deadline
                 sock.settimeout(max(0.1, deadline - time.monotonic()))
@@ -595,12 +595,7 @@ def test_partial_frames_on_many_connections_cannot_starve_another_client(
     before = shard_stats(node)
     with Watch(node, rss_growth_max=4 * INPUT_BUDGET):
         try:
-            for _ in range(36):
-                sock = socket.create_connection((node.host, port))
-                sock.settimeout(0.05)
-                conns.append(sock)
-                with contextlib.suppress(TimeoutError):  # the shard stopped reading
-                    sock.sendall(frame[:-1])
+            send_partial(conns, node.host, port, frame, 36)
             deadline = time.monotonic() + 10
             while shard_stats(node)["input_bytes"] < INPUT_BUDGET:
                 assert time.monotonic() < deadline, "the partial frames never spent the budget"
