@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s node %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    from laminar.shards.supervisor import Supervisor
+    from laminar.node.supervisor import Supervisor
 
     return Supervisor(config).run()
 

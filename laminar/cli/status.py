@@ -108,7 +108,7 @@ class ShardLoad:
 
 def shard_loads(samples: list[Sample]) -> dict[int, ShardLoad]:
     """Per-shard figures from the node's /metrics samples labelled `shard="i"`
-    (`laminar.shards.prometheus` names them): up, restarts, requests by any op,
+    (`laminar.node.prometheus` names them): up, restarts, requests by any op,
     bytes received and sent, requests forwarded to their owner, and the core
     the shard is pinned to when the node reports it (a `laminar_shard_core`
     gauge, or a `core` label)."""

@@ -13,7 +13,7 @@ A distributed job (what the Spark sink does) splits the roles:
     client.commit_write(write_id, all_winning_parts)              # the driver, once
     client.abort_write(write_id)                                  # or this, if the job failed
 
-What is guaranteed (the node's side is `laminar.shards.staging`):
+What is guaranteed (the node's side is `laminar.writes`):
 
 - Staged records are durable once `send` (or `finish`) returned and are
   invisible to every reader until a commit publishes them.

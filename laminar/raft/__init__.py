@@ -16,8 +16,9 @@ Modules: `messages` (Entry, HardState, Message), `ready` (Ready, Status),
 `log` (the core's view of its log), `progress` (per-follower flow control and
 quorums), `readindex` (linearizable reads), `core` (roles, elections, the
 follower side, membership, transfer, quiescence), `replication` (the leader's
-side: appends, installs, commitment, heartbeats), `segmented` (the storage
-adapter over `laminar.log.SegmentedLog`). See docs/architecture.md.
+side: appends, installs, commitment, heartbeats). Nothing here does I/O or
+imports outside this package: the storage adapter over the segmented log is
+the shell's (`laminar.replication.raft_storage`). See docs/architecture.md.
 """
 
 from .config import Membership, RaftConfig
@@ -43,7 +44,6 @@ from .messages import (
     ReadState,
 )
 from .ready import FollowerProgress, Ready, Status
-from .segmented import SegmentedLogStorage
 from .storage import MemoryStorage, RaftStorage
 
 __all__ = [
@@ -74,6 +74,5 @@ __all__ = [
     "ReadState",
     "Ready",
     "ReadyOutstanding",
-    "SegmentedLogStorage",
     "Status",
 ]

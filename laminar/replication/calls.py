@@ -4,7 +4,7 @@ Raft traffic is one way (`laminar.replication.transport`); the write protocol
 asks and waits (is this staged on your node? publish it; append this chunk,
 you lead the partition; is this commit decided?). `PeerCalls.call` sends such
 a request to the shard of a remote node that owns its partition id, over a
-connection authenticated exactly like a Raft link (`laminar.cluster.auth`:
+connection authenticated exactly like a Raft link (`laminar.replication.auth`:
 the remote node proves it knows the cluster secret before anything is sent),
 and returns the answer frame. The accepting side is `PeerSession`, which
 serves only the ops a shard lets peers ask (`laminar.shards.router.PEER_OPS`).
@@ -26,9 +26,9 @@ import socket
 from collections.abc import Callable
 from typing import Final
 
-from laminar.cluster.auth import PeerAuth
-from laminar.cluster.members import ClusterView
 from laminar.placement import shard_for
+from laminar.replication.auth import PeerAuth
+from laminar.replication.members import ClusterView
 from laminar.replication.transport import (
     HANDSHAKE_TIMEOUT_S,
     PeerLinkError,

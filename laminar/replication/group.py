@@ -60,7 +60,7 @@ from laminar.raft import (
     RaftCore,
     Ready,
 )
-from laminar.raft.segmented import SegmentedLogStorage
+from laminar.replication.raft_storage import SegmentedLogStorage
 
 logger = logging.getLogger("laminar.replication")
 

@@ -1,6 +1,6 @@
 """Between the placement controller and a partition's Raft core.
 
-The controller (`laminar.cluster.controller`) reads groups as `GroupStatus`
+The controller (`laminar.replication.controller`) reads groups as `GroupStatus`
 values and answers with `Step`s; a Raft core reports `Status` and takes
 membership changes through its methods. These two functions translate, so the
 shell that runs the controller holds no logic of its own. Only a leader's
@@ -12,15 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from laminar.cluster.controller import (
-    Action,
-    GroupStatus,
-    NodeStatus,
-    PlacementPolicy,
-    Plan,
-    Step,
-    plan,
-)
 from laminar.raft import (
     LEADER,
     ConfigChangeRefused,
@@ -28,6 +19,15 @@ from laminar.raft import (
     ProposalDropped,
     RaftCore,
     Status,
+)
+from laminar.replication.controller import (
+    Action,
+    GroupStatus,
+    NodeStatus,
+    PlacementPolicy,
+    Plan,
+    Step,
+    plan,
 )
 
 Refusal = ConfigChangeRefused | NotLeader | ProposalDropped

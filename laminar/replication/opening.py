@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from laminar.raft import RaftConfig
-from laminar.raft.segmented import SegmentedLogStorage
+from laminar.replication.raft_storage import SegmentedLogStorage
 
 
 def replica_config(

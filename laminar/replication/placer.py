@@ -7,7 +7,7 @@ Raft cores this shard leads, and runs one round of
 `laminar.replication.moves.drive` per replication factor (the policy carries
 one); the groups in `observed` (the metadata group) keep every other member
 as a learner (`PlacementPolicy.observers`). Every decision is the pure
-controller's (`laminar.cluster.controller`); this only feeds it and keeps
+controller's (`laminar.replication.controller`); this only feeds it and keeps
 what it said for `/status` and `/metrics`.
 """
 
@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from laminar.cluster.controller import MemberTable, NodeStatus, PlacementPolicy, Step
-from laminar.cluster.downtime import Downtime
 from laminar.raft import LEADER, RaftCore
+from laminar.replication.controller import MemberTable, NodeStatus, PlacementPolicy, Step
+from laminar.replication.downtime import Downtime
 from laminar.replication.moves import drive
 from laminar.swim import MembershipView
 

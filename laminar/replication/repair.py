@@ -35,7 +35,12 @@ from typing import Final
 
 from laminar.log import LogConfig, LogError, SegmentedLog, SyscallBackend
 from laminar.raft import HardState, RaftError
-from laminar.raft.segmented import CONTROL_TERM_BIT, REBUILT_VOTE, SegmentedLogStorage, read_state
+from laminar.replication.raft_storage import (
+    CONTROL_TERM_BIT,
+    REBUILT_VOTE,
+    SegmentedLogStorage,
+    read_state,
+)
 
 TERM_MARGIN: Final = 1 << 32
 """How far above its log's last term a rebuilt replica starts (see the module docstring)."""

@@ -7,7 +7,7 @@ partition on that node: `shard_for(pid, its core count)`), so the heartbeats
 of every group two shards share travel as one frame per tick. A link learns
 the remote node's shards from its metadata (one METADATA request to its node
 port), opens a TCP connection to each shard it needs and authenticates it
-(`laminar.cluster.auth`: hello, challenge, proof) before the first batch.
+(`laminar.replication.auth`: hello, challenge, proof) before the first batch.
 When nothing went to a node during a tick, a keepalive (an empty batch) goes
 instead, so the receiving host knows the node is alive even when every group
 is quiesced. A link that fails drops what was queued (Raft resends) and
@@ -39,11 +39,11 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from laminar.cluster.auth import Initiator, PeerAuth, PeerAuthError, Responder
-from laminar.cluster.members import ClusterView
 from laminar.placement import shard_for
 from laminar.raft import Message
+from laminar.replication.auth import Initiator, PeerAuth, PeerAuthError, Responder
 from laminar.replication.codec import RaftCodecError, decode_batch, encode_batch
+from laminar.replication.members import ClusterView
 from laminar.replication.refusals import HANDSHAKE, IMPERSONATION, PeerRefusals
 from laminar.wire import (
     NEED_DATA,

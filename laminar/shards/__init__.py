@@ -1,16 +1,11 @@
-"""The node: a supervisor and one pinned shard process per core.
+"""A shard: one pinned process serving the partitions placement gives it.
 
-`laminar-node --cores N` runs `supervisor.Supervisor`, which binds the node's
-sockets, starts N `shard_main` processes and keeps them running. Each shard
-(`shard.Shard`) owns the partitions placement gives it and serves them on its
-own port and on the shared node port. Modules, each with one job:
+`laminar.node` starts one per core (`shard_main`); each (`shard.Shard`) owns
+its partitions and serves them on its own port and on the shared node port.
+Modules, each with one job:
 
-- `config`: `NodeConfig`, the settings every process shares;
-- `listeners`: binding the node's sockets (supervisor side);
-- `steering`: the node port's UDP steering through `laminar.xdp` (ebpf, cbpf
-  or userspace) and `xdp_attach`: the XDP classifier on the node's interface;
-- `supervisor`, `control`, `admin`, `prometheus`: the supervisor, its control
-  channel to each shard, the admin HTTP endpoint and its metrics text;
+- `config`: `NodeConfig`, the settings every process shares; `sockets`: the
+  sockets the supervisor hands a shard; `control`: the supervisor's channel;
 - `shard_main`, `shard`: a shard process and its lifecycle (start, drain);
 - `connection`, `datagram`: serving TCP connections (their answers leave through
   `laminar.outbox`, coalesced per loop iteration) and UDP datagrams;
@@ -20,7 +15,11 @@ own port and on the shared node port. Modules, each with one job:
 - `channels`: pipelined inter-shard connections (forwarding, metadata tail);
 - `metadata` (pure), `metalog`: cluster metadata as a log, compacted by
   snapshots; `topic_config` (pure): the topic config keys and their meaning;
+- `replication`: the shard's Raft groups (`laminar.replication` does the work);
+- `producers`, `idempotence` (pure): idempotent producers' sequences;
 - `partitions`: the shard's partition logs; `retention`: topic retention on a timer;
 - `budget`: the bytes of client input a shard holds, against one bound;
 - `metrics`: counters, latency summaries, fsync timing.
+
+Atomic writes are `laminar.writes`; the node process is `laminar.node`.
 """

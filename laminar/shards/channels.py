@@ -25,7 +25,7 @@ import logging
 import socket
 
 from laminar.outbox import Outbox
-from laminar.shards.listeners import channel_address
+from laminar.shards.sockets import channel_address
 from laminar.wire import NEED_DATA, Frame, FrameDecoder, Message, ProtocolError
 
 logger = logging.getLogger("laminar.shards")

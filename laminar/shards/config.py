@@ -24,9 +24,9 @@ import resource
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Literal
 
-from laminar.cluster.members import check_node_id, parse_peers
 from laminar.log import LogConfig
 from laminar.log.config import FLUSH_POLICIES, FlushPolicy
+from laminar.replication.members import check_node_id, parse_peers
 from laminar.shards.metadata import MAX_PARTITIONS, TopicLimits
 from laminar.wire import DEFAULT_MAX_FRAME_BYTES, MIN_FRAME_BYTES
 
@@ -177,14 +177,14 @@ class NodeConfig:
     """Stable identity of the node, kept in `<data-dir>/node_id`; filled in by the supervisor."""
     peers: str = ""
     """The other nodes of a static cluster, `ID=HOST:PORT[@WEIGHT],...` (their node
-    ports); empty: a single node. `laminar.cluster.members.parse_peers` reads it."""
+    ports); empty: a single node. `laminar.replication.members.parse_peers` reads it."""
     join: tuple[str, ...] = ()
     """Membership addresses (HOST:PORT) of members to join through; needs a secret."""
     weight: float = 1.0
     """This node's capacity weight in replica placement, gossiped to every member."""
     cluster_secret_file: str = ""
     """The file holding the cluster secret that authenticates node-to-node connections
-    and membership traffic (`laminar.shards.membership`); empty: membership is off,
+    and membership traffic (`laminar.node.membership`); empty: membership is off,
     and a node with --peers needs `insecure_peers`."""
     insecure_peers: bool = False
     """Let a --peers node run without a secret (loopback only): any local process
@@ -411,7 +411,7 @@ class NodeConfig:
 
     @property
     def staging_dir(self) -> str:
-        """Staged data of atomic writes, per partition (`laminar.shards.staging`)."""
+        """Staged data of atomic writes, per partition (`laminar.writes`)."""
         return os.path.join(self.data_dir, "staging")
 
     @property

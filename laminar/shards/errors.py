@@ -20,20 +20,7 @@ from laminar.log import (
 from laminar.shards.channels import ChannelError
 from laminar.shards.metadata import MetadataError
 from laminar.shards.partitions import PartitionOffline
-from laminar.wire import ErrorCode, ProtocolError
-
-
-class RequestError(Exception):
-    """A request cannot be served; answer with `code` and `message` (and, for
-    NOT_LEADER, the node id of the `leader` when known)."""
-
-    def __init__(
-        self, code: ErrorCode, message: str | None = None, *, leader: str | None = None
-    ) -> None:
-        super().__init__(message or code.default_message)
-        self.code = code
-        self.message = message or code.default_message
-        self.leader = leader
+from laminar.wire import ErrorCode, ProtocolError, RequestError
 
 
 def error_for(exc: BaseException) -> tuple[ErrorCode, str, bool]:

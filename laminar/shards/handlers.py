@@ -6,7 +6,7 @@ response frame's buffers. It raises to refuse (`RequestError`,
 `MetadataError`, log errors); the dispatcher turns that into an error
 response. Handlers never touch sockets.
 
-Partitions are reached through the replica seam (`laminar.shards.replica`):
+Partitions are reached through the replica seam (`laminar.replication.replica`):
 a single node's log, or this node's member of the partition's Raft group.
 Produce stores each record blob of the request as one log record, unchanged, so
 a fetch returns the stored blobs as they are; a batch is one `append`, so it is
@@ -25,14 +25,13 @@ from typing import Final
 
 from laminar.log import LogClosed, LogConfig, RecordBatch, SegmentedLog
 from laminar.placement import U32_MAX
+from laminar.replication.replica import LocalReplica, PartitionReplica, RaftReplica
 from laminar.shards.channels import ChannelError, Channels
-from laminar.shards.errors import RequestError
 from laminar.shards.metadata import METADATA_TOPIC_ID
 from laminar.shards.metalog import MetadataService
 from laminar.shards.metrics import ShardMetrics
 from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.producers import IdempotentProducers
-from laminar.shards.replica import LocalReplica, PartitionReplica, RaftReplica
 from laminar.shards.replication import ShardReplication
 from laminar.shards.topic_config import log_config
 from laminar.wire import (
@@ -68,6 +67,7 @@ from laminar.wire import (
     encode_frame_buffers,
 )
 from laminar.wire.codec import Buffer
+from laminar.wire.errors import RequestError
 from laminar.wire.records import encode_fetch_columns
 
 _UNSPECIFIED_HOSTS: Final = frozenset({"0.0.0.0", "::", ""})
@@ -196,7 +196,7 @@ class Handlers:
             log = await self.partitions.get(pid, config)
         return LocalReplica(log)
 
-    # The write protocol (`laminar.shards.staging`) resolves partitions the same way.
+    # The write protocol (`laminar.writes`) resolves partitions the same way.
     topic_of = _topic_of
     replica_of = _replica_of
 

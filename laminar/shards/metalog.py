@@ -65,8 +65,8 @@ from laminar.log import LogConfig, SegmentedLog
 from laminar.raft import NORMAL
 from laminar.raft import Entry as RaftEntry
 from laminar.replication.group import TIMESTAMP
+from laminar.replication.replica import LocalReplica, PartitionReplica, RaftReplica
 from laminar.shards.channels import ChannelError, Channels
-from laminar.shards.errors import RequestError
 from laminar.shards.metadata import (
     METADATA_PID,
     AlterTopic,
@@ -80,7 +80,6 @@ from laminar.shards.metadata import (
     encode_entry,
 )
 from laminar.shards.partitions import LongPolls, PartitionManager
-from laminar.shards.replica import LocalReplica, PartitionReplica, RaftReplica
 from laminar.shards.replication import ShardReplication
 from laminar.wire import (
     ErrorCode,
@@ -91,6 +90,7 @@ from laminar.wire import (
     TopicInfo,
     decode_response,
 )
+from laminar.wire.errors import RequestError
 
 logger = logging.getLogger("laminar.shards")
 

@@ -2,7 +2,7 @@
 
 Each shard counts for itself (no shared memory, no locks) and hands a plain
 snapshot (`ShardMetrics.snapshot()`, msgpack-able) to the supervisor over the
-control channel when /metrics is scraped; `laminar.shards.prometheus` renders
+control channel when /metrics is scraped; `laminar.node.prometheus` renders
 the snapshots. Latencies go into `LatencySummary`, a fixed log-scale histogram
 (four buckets per power of two, 1 us to ~1 h): constant memory, O(1) record,
 quantiles within ~10% of the true value, which is what an operator needs.

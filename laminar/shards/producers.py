@@ -53,7 +53,7 @@ from collections.abc import Awaitable
 from typing import Any, Final, NamedTuple
 
 from laminar.log import IndexOutOfRange, SegmentedLog
-from laminar.shards.errors import RequestError
+from laminar.replication.replica import PartitionReplica
 from laminar.shards.idempotence import (
     SCAN_BYTES_MAX,
     AppendedBatch,
@@ -62,8 +62,8 @@ from laminar.shards.idempotence import (
     ProducerTable,
     Verdict,
 )
-from laminar.shards.replica import PartitionReplica
 from laminar.wire import PRODUCER_HEADER, ErrorCode, ProduceRequest, ProducerStamp, ProtocolError
+from laminar.wire.errors import RequestError
 from laminar.wire.records import HAS_HEADERS, producer_stamp
 
 logger = logging.getLogger("laminar.shards")

@@ -59,28 +59,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from laminar.cluster.auth import PeerAuth
-from laminar.cluster.members import ClusterView, Member
 from laminar.log import LogConfig
 from laminar.placement import replica_nodes
 from laminar.raft import Entry, Message, RaftCore, RaftError
 from laminar.raft.budget import ByteBudget
 from laminar.raft.messages import APPEND, HEARTBEAT, INSTALL
-from laminar.raft.segmented import SegmentedLogStorage
+from laminar.replication.auth import PeerAuth
 from laminar.replication.calls import PeerCalls
 from laminar.replication.group import RaftGroup
 from laminar.replication.host import ELECTION_TICKS, TICK_S, RaftHost
+from laminar.replication.members import ClusterView, Member
 from laminar.replication.opening import replica_config
 from laminar.replication.placer import Placer, ReplicationFactorOf
+from laminar.replication.raft_storage import SegmentedLogStorage
 from laminar.replication.refusals import PeerRefusals
+from laminar.replication.replica import RaftReplica
 from laminar.replication.transport import PeerLinks, PeerSession, ServeRequest
-from laminar.shards.errors import RequestError
 from laminar.shards.metadata import METADATA_PID
 from laminar.shards.partitions import OFFLINE_RETRY_S, OfflinePartition, PartitionManager
-from laminar.shards.replica import RaftReplica
 from laminar.swim import MembershipView
 from laminar.swim.agent import node_address
 from laminar.wire import ErrorCode, Frame, NodeInfo
+from laminar.wire.errors import RequestError
 
 logger = logging.getLogger("laminar.replication")
 

@@ -31,14 +31,14 @@ import time
 from collections import Counter
 from typing import Any, Final
 
-from laminar.cluster.auth import PeerAuth, load_secret
-from laminar.cluster.members import Member, StaticMembership, parse_peers
 from laminar.log import LogConfig
 from laminar.log.filepool import FilePool
 from laminar.log.storage import StorageBackend, SyscallBackend
 from laminar.lograte import RateLimitedLog
 from laminar.memory import trim_heap
 from laminar.placement import U32_MAX, replica_nodes, shard_for
+from laminar.replication.auth import PeerAuth, load_secret
+from laminar.replication.members import Member, StaticMembership, parse_peers
 from laminar.replication.transport import HANDSHAKE_FRAME_BYTES
 from laminar.replication.transport import READ_BYTES as TRANSPORT_READ_BYTES
 from laminar.shards.budget import InputBudget
@@ -55,9 +55,7 @@ from laminar.shards.control import (
 )
 from laminar.shards.datagram import DatagramServer
 from laminar.shards.dispatch import CHANNEL_FRAME_SLACK, Dispatcher
-from laminar.shards.errors import RequestError
 from laminar.shards.handlers import Handlers, RequestContext, ShardIdentity
-from laminar.shards.listeners import ShardSockets, is_sibling_shard, peer_credentials
 from laminar.shards.metadata import METADATA_PID, Applied
 from laminar.shards.metalog import METADATA_FRAME_BYTES_MIN, MetadataService
 from laminar.shards.metrics import ShardMetrics, TimedBackend
@@ -65,8 +63,7 @@ from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.replication import ShardReplication
 from laminar.shards.retention import Retention
 from laminar.shards.router import PEER_OPS
-from laminar.shards.staging.decision_logs import decision_log_config
-from laminar.shards.staging.service import WriteService, WriteSettings
+from laminar.shards.sockets import ShardSockets, is_sibling_shard, peer_credentials
 from laminar.shards.topic_config import log_config
 from laminar.swim import MembershipView
 from laminar.wire import (
@@ -81,7 +78,10 @@ from laminar.wire import (
     decode_frame,
 )
 from laminar.wire.codec import Buffer
+from laminar.wire.errors import RequestError
 from laminar.wire.writes import DECISION_REPLICAS, DECISIONS_PID
+from laminar.writes.decision_logs import decision_log_config
+from laminar.writes.service import WriteService, WriteSettings
 
 logger = logging.getLogger("laminar.shards")
 _refusals = RateLimitedLog(logger)

@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import sys
+from typing import Any
 
 EXIT_STARTUP_FAILED = 3
 _PR_SET_PDEATHSIG = 1
@@ -77,9 +78,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from laminar.reactor import run
     from laminar.shards.config import NodeConfig
-    from laminar.shards.listeners import ShardSockets
     from laminar.shards.shard import Shard
-    from laminar.shards.steering import shard_setup
+    from laminar.shards.sockets import ShardSockets
 
     config = NodeConfig.from_json(args.config)
     logging.basicConfig(
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         sockets = ShardSockets.from_fds(json.loads(args.fds))
         control = socket.socket(fileno=args.control_fd)
         control.setblocking(False)
-        routing_mode = shard_setup(config.extra.get("steering", {}))
+        routing_mode = _routing_mode(config.extra.get("steering", {}))
         shard = Shard(
             config,
             args.shard_id,
@@ -108,6 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         log.error("shard %d cannot start: %s", args.shard_id, exc)
         return EXIT_STARTUP_FAILED
     return run(shard.run(), runtime=args.runtime)
+
+
+def _routing_mode(settings: dict[str, Any]) -> str:
+    """The node port's steering mode the supervisor chose (its settings)."""
+    mode = settings.get("mode", "userspace")
+    return mode if isinstance(mode, str) else "userspace"
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ timestampType (1: append time), headers ARRAY<STRUCT<key, value>>):
 
 The headers `laminar.producer` (idempotent producers,
 `laminar.shards.idempotence`) and `laminar.write` (atomic writes,
-`laminar.shards.staging`) that laminar puts on the first record of a batch
+`laminar.writes`) that laminar puts on the first record of a batch
 belong to the system and are not shown. A write takes `value` (BINARY or
 STRING, required) and optionally `key` (BINARY or STRING), `headers`
 (MAP<STRING,BINARY or STRING>) and `partition` (an integer type); other

@@ -14,6 +14,10 @@ message. On this side errors split the way h11 splits them:
 - `WireUsageError`: *this* side asked for something the protocol cannot
   express (a correlation id over 32 bits, feeding a full receive buffer). It
   is a bug in the caller, never the peer's fault.
+- `RequestError`: a well-formed request that *this* side cannot serve (no such
+  topic, not the leader, ...): answered with its code, the connection goes on.
+  Every server-side layer raises it (the shard's handlers, replicas, atomic
+  writes), which is why it lives here, below all of them.
 """
 
 from __future__ import annotations
@@ -233,3 +237,16 @@ class CorruptRecord(ProtocolError):
 
     code = ErrorCode.CORRUPT_RECORD
     fatal = False
+
+
+class RequestError(Exception):
+    """A request cannot be served; answer with `code` and `message` (and, for
+    NOT_LEADER, the node id of the `leader` when known)."""
+
+    def __init__(
+        self, code: ErrorCode, message: str | None = None, *, leader: str | None = None
+    ) -> None:
+        super().__init__(message or code.default_message)
+        self.code = code
+        self.message = message or code.default_message
+        self.leader = leader

@@ -1,6 +1,6 @@
 """Messages of the atomic write protocol: stage, commit, abort, status (ops 9-15).
 
-The protocol (`laminar.shards.staging` has the rules and the reasons):
+The protocol (`laminar.writes` has the rules and the reasons):
 
 - A writer's task *attempt* stages batches on the shard that owns each target
   partition (`StageRequest`, op 9): durable, invisible to readers, keyed by

@@ -56,8 +56,8 @@ them unchanged in the child.
 In the node
 -----------
 
-`laminar.shards.steering.prepare_steering` does the supervisor side for
-`laminar-node` (`--routing`, `--xdp`) and `laminar.shards.xdp_attach` owns
+`laminar.node.steering.prepare_steering` does the supervisor side for
+`laminar-node` (`--routing`, `--xdp`) and `laminar.node.xdp_attach` owns
 the classifier; shards adopt the socket passed to them. `laminar.client.udp`
 is a small client for the node port's UDP path.
 

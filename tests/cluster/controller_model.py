@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from laminar.cluster.controller import (
+from laminar.raft.config import Membership
+from laminar.replication.controller import (
     Action,
     GroupStatus,
     MemberTable,
@@ -25,7 +26,6 @@ from laminar.cluster.controller import (
     Step,
     plan,
 )
-from laminar.raft.config import Membership
 from laminar.swim.messages import MemberState
 
 

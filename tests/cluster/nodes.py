@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from laminar.cluster.auth import write_secret
+from laminar.node.membership import MEMBERSHIP_PORT_OFFSET
 from laminar.placement import shard_for
-from laminar.shards.membership import MEMBERSHIP_PORT_OFFSET
+from laminar.replication.auth import write_secret
 from laminar.wire import (
     NEED_DATA,
     ErrorCode,

@@ -16,11 +16,11 @@ import pytest
 
 import laminar.raft.core as core_module
 import laminar.shards.replication as replication_module
-from laminar.cluster.auth import PeerAuth
-from laminar.cluster.members import ClusterView, Member
 from laminar.log import LogConfig, SyscallBackend
 from laminar.raft import Membership, Message
 from laminar.raft.messages import APPEND, APPEND_RESP, HEARTBEAT, HEARTBEAT_RESP, VOTE
+from laminar.replication.auth import PeerAuth
+from laminar.replication.members import ClusterView, Member
 from laminar.shards.partitions import PartitionManager
 from laminar.shards.replication import ShardReplication
 from laminar.wire import ErrorCode

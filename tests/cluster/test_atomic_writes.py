@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from laminar.client import Client, RetryPolicy
-from laminar.cluster.auth import PeerAuth
-from laminar.cluster.members import ClusterView, Member
 from laminar.placement import partition_id, shard_for
+from laminar.replication.auth import PeerAuth
 from laminar.replication.calls import PeerCallError, PeerCalls
+from laminar.replication.members import ClusterView, Member
 from laminar.wire import ErrorCode, ErrorResponse, MetadataRequest, ProduceRequest, encode_record
 from laminar.wire.writes import CheckStagedRequest, StagedPart
 from tests.cluster import atomic

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from laminar.cluster.auth import (
+from laminar.replication.auth import (
     PROTOCOL,
     Initiator,
     PeerAuth,

@@ -9,7 +9,8 @@ from collections import Counter
 
 import pytest
 
-from laminar.cluster.controller import (
+from laminar.placement import partition_id
+from laminar.replication.controller import (
     Action,
     GroupStatus,
     MemberTable,
@@ -20,7 +21,6 @@ from laminar.cluster.controller import (
     next_step,
     plan,
 )
-from laminar.placement import partition_id
 from laminar.swim.messages import MemberState
 
 from .controller_model import ClusterModel, GroupModel

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from laminar.cluster.controller import Action, NodeStatus, PlacementPolicy
 from laminar.placement import partition_id, replica_nodes
 from laminar.raft import NotLeader, ProposalDropped
+from laminar.replication.controller import Action, NodeStatus, PlacementPolicy
 from laminar.replication.moves import drive
 from laminar.swim.messages import MemberState
 from tests.raft.harness import Cluster

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from laminar.cluster.controller import NodeStatus
-from laminar.cluster.downtime import Downtime, static_statuses
-from laminar.cluster.members import ClusterView, Member
+from laminar.replication.controller import NodeStatus
+from laminar.replication.downtime import Downtime, static_statuses
+from laminar.replication.members import ClusterView, Member
 from laminar.swim.messages import Member as SwimMember
 from laminar.swim.messages import MemberState
 from laminar.swim.view import MembershipView

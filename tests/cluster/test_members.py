@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from laminar.cluster.members import (
+from laminar.placement import partition_id, replica_nodes
+from laminar.replication.members import (
     ClusterView,
     Member,
     MembershipError,
@@ -12,7 +13,6 @@ from laminar.cluster.members import (
     parse_address,
     parse_peers,
 )
-from laminar.placement import partition_id, replica_nodes
 
 
 def test_peers_parse_with_ipv6_and_weights() -> None:

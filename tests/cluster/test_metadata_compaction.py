@@ -21,20 +21,20 @@ import pytest
 
 import laminar.shards.metadata as metadata_module
 import laminar.shards.metalog as metalog_module
-from laminar.cluster.auth import PeerAuth
-from laminar.cluster.members import ClusterView, Member
 from laminar.log import LogConfig
 from laminar.log.storage import SyscallBackend
 from laminar.placement import partition_id
+from laminar.replication.auth import PeerAuth
 from laminar.replication.host import RaftHost
+from laminar.replication.members import ClusterView, Member
+from laminar.replication.replica import RaftReplica
 from laminar.shards.channels import Channels
-from laminar.shards.errors import RequestError
 from laminar.shards.metadata import METADATA_PID, Applied, MetadataError
 from laminar.shards.metalog import MetadataService
 from laminar.shards.partitions import LongPolls, PartitionManager
-from laminar.shards.replica import RaftReplica
 from laminar.shards.replication import ShardReplication
 from laminar.wire import ErrorCode, TopicInfo
+from laminar.wire.errors import RequestError
 from tests.cluster.test_raft_groups import FakeNetwork, _until
 
 NODES = ("n1", "n2", "n3")

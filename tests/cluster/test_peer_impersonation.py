@@ -22,10 +22,10 @@ import socket
 from pathlib import Path
 
 from laminar.client import Client
-from laminar.cluster.auth import Initiator, PeerAuth
 from laminar.placement import partition_id, shard_for
 from laminar.raft import Membership, Message
 from laminar.raft.messages import HEARTBEAT, INSTALL
+from laminar.replication.auth import Initiator, PeerAuth
 from laminar.replication.codec import encode_batch
 from laminar.replication.transport import PEER_HELLO, PEER_PROOF, RAFT_BATCH, peer_decoder
 from laminar.wire import NEED_DATA, Frame, encode_frame

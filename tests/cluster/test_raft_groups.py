@@ -19,19 +19,19 @@ from typing import Any
 
 import pytest
 
-import laminar.shards.replica as replica_module
+import laminar.replication.replica as replica_module
 from laminar.log import Fault, LogConfig, SimulatedDisk
 from laminar.log.simdisk import KeepOrLose
 from laminar.raft import LEADER, ConfigChangeRefused, Membership, Message, NotLeader, RaftCore
 from laminar.raft.messages import APPEND
-from laminar.raft.segmented import SegmentedLogStorage
 from laminar.replication.group import ProposalLost, RaftGroup
 from laminar.replication.host import RaftHost
 from laminar.replication.opening import replica_config
-from laminar.shards.errors import RequestError
+from laminar.replication.raft_storage import SegmentedLogStorage
+from laminar.replication.replica import RaftReplica
 from laminar.shards.producers import IdempotentProducers
-from laminar.shards.replica import RaftReplica
 from laminar.wire import ErrorCode, ProduceRequest
+from laminar.wire.errors import RequestError
 
 PID = 7
 NODES = ("n1", "n2", "n3")

@@ -27,7 +27,7 @@ import pytest
 
 from laminar.client import Client, RetryPolicy
 from laminar.placement import partition_id
-from laminar.raft.segmented import STATE_FILE
+from laminar.replication.raft_storage import STATE_FILE
 from laminar.wire import ErrorCode, ErrorResponse, FetchRequest, ProduceRequest
 from tests.cluster.nodes import (
     Cluster,

@@ -20,19 +20,19 @@ import pytest
 
 import laminar.shards.replication as replication_module
 from laminar.cli.main import main as laminar
-from laminar.cluster.auth import PeerAuth
-from laminar.cluster.members import ClusterView, Member
 from laminar.log import Fault, LogConfig, SimulatedDisk, SyscallBackend
 from laminar.log.storage import StorageBackend
 from laminar.raft import Message, RaftCore
 from laminar.raft.messages import VOTE, VOTE_RESP
-from laminar.raft.segmented import STATE_FILE, SegmentedLogStorage
+from laminar.replication.auth import PeerAuth
+from laminar.replication.members import ClusterView, Member
 from laminar.replication.opening import replica_config
+from laminar.replication.raft_storage import STATE_FILE, SegmentedLogStorage
 from laminar.replication.repair import TERM_MARGIN
-from laminar.shards.errors import RequestError
 from laminar.shards.partitions import PartitionManager
 from laminar.shards.replication import ShardReplication
 from laminar.wire import ErrorCode
+from laminar.wire.errors import RequestError
 from tests.cluster import test_raft_groups as groups
 
 CONFIG = LogConfig(segment_bytes=1 << 20, preallocate_bytes=0, flush="always")

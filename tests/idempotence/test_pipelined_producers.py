@@ -21,10 +21,10 @@ import pytest
 from laminar.log import LogConfig, Record, SegmentedLog
 from laminar.log.simdisk import Fault, SimulatedDisk
 from laminar.log.storage import SyscallBackend
-from laminar.shards.errors import RequestError
+from laminar.replication.replica import LocalReplica
 from laminar.shards.producers import IdempotentProducers
-from laminar.shards.replica import LocalReplica
 from laminar.wire import ErrorCode, ProduceRequest
+from laminar.wire.errors import RequestError
 
 PRODUCER = 0x51
 

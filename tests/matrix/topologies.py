@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from laminar.client import Client
-from laminar.cluster.auth import write_secret
 from laminar.placement import partition_id
+from laminar.replication.auth import write_secret
 from tests.cluster.nodes import free_port, offsets, wait_until
 from tests.system.nodes import RunningNode, start_node
 

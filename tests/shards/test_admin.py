@@ -1,4 +1,4 @@
-"""The admin endpoint's HTTP side (`laminar.shards.admin`), on a real socket:
+"""The admin endpoint's HTTP side (`laminar.node.admin`), on a real socket:
 what POST /weight accepts and refuses, and who may ask at all (the token, no
 Origin, a local Host). The pages' content is the supervisor's."""
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from laminar.shards.admin import AdminRefusal, AdminServer, AdminSource, create_token_file
+from laminar.node.admin import AdminRefusal, AdminServer, AdminSource, create_token_file
 
 TOKEN = "t0k3n" * 8
 

@@ -10,9 +10,10 @@ from unittest import mock
 import pytest
 
 from laminar.cli.node import build_parser, config_from_args, parse_size
-from laminar.shards import listeners
+from laminar.node import listeners
+from laminar.node.listeners import StartupError
 from laminar.shards.config import ConfigError, NodeConfig
-from laminar.shards.listeners import StartupError, channel_address
+from laminar.shards.sockets import channel_address
 
 
 def test_defaults_are_the_embedded_single_node_setup() -> None:

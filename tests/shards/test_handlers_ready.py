@@ -15,7 +15,6 @@ import pytest
 
 from laminar.placement import partition_id
 from laminar.shards import metalog
-from laminar.shards.errors import RequestError
 from laminar.shards.handlers import Handlers, RequestContext, ShardIdentity
 from laminar.shards.metadata import MetadataError, MetadataState
 from laminar.shards.metrics import ShardMetrics
@@ -29,6 +28,7 @@ from laminar.wire import (
     decode_frame,
     decode_response,
 )
+from laminar.wire.errors import RequestError
 
 IDENT = ShardIdentity("n", 0, 2, "127.0.0.1", 1, (1, 2), None, "userspace", 1 << 20, 1000)
 

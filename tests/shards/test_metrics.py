@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 from laminar.cli.status import moving_partitions, parse_prometheus
+from laminar.node.prometheus import ShardSample, render
 from laminar.shards.metrics import LatencySummary, ShardMetrics
-from laminar.shards.prometheus import ShardSample, render
 
 
 def test_quantiles_are_within_a_bucket_of_the_truth() -> None:

@@ -17,7 +17,7 @@ from typing import Final
 
 from laminar.bench.servers.laminar_node import LaminarNode
 from laminar.bench.servers.ports import free_port
-from laminar.cluster.auth import write_secret
+from laminar.replication.auth import write_secret
 
 MAX_NODES: Final = 5
 HOST: Final = "127.0.0.1"

@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from laminar.replication.calls import PeerCallError, PeerCalls
-from laminar.shards.errors import RequestError
 from laminar.wire import ErrorCode, ErrorResponse, Frame, Message
+from laminar.wire.errors import RequestError
 
 LEADER_WAIT_S: Final = 10.0
 """How long `to_leader` looks for a leader (an election takes 1-2 s)."""

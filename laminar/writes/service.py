@@ -21,18 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from laminar.log.storage import StorageBackend
-from laminar.shards.replica import PartitionReplica
-from laminar.shards.replication import ShardReplication
-from laminar.shards.staging.area import StagingArea
-from laminar.shards.staging.coordinator import Coordinator
-from laminar.shards.staging.decision_logs import (
-    DecisionLogs,
-    LocalDecisionLogs,
-    ReplicatedDecisionLogs,
-)
-from laminar.shards.staging.files import StagingFiles
-from laminar.shards.staging.participant import Participant
-from laminar.shards.staging.routes import Send, WriteRoutes
+from laminar.replication.replica import PartitionReplica
 from laminar.wire import Op
 from laminar.wire.codec import Buffer
 from laminar.wire.writes import (
@@ -53,6 +42,17 @@ from laminar.wire.writes import (
     WriteStateResponse,
     WriteStatusRequest,
 )
+from laminar.writes.area import StagingArea
+from laminar.writes.coordinator import Coordinator
+from laminar.writes.decision_logs import (
+    DecisionLogs,
+    LocalDecisionLogs,
+    ReplicatedDecisionLogs,
+    ShardGroups,
+)
+from laminar.writes.files import StagingFiles
+from laminar.writes.participant import Participant
+from laminar.writes.routes import Send, WriteRoutes
 
 logger = logging.getLogger("laminar.shards")
 
@@ -84,7 +84,7 @@ class WriteService:
         send: Send,
         *,
         node_id: str = "",
-        replication: ShardReplication | None = None,
+        replication: ShardGroups | None = None,
         gossiped: bool = False,
         describe: Callable[[int], str] = lambda pid: f"partition {pid:#x}",
     ) -> None:
@@ -206,7 +206,7 @@ class WriteService:
                 await self.participant.drop_partition(pid)
 
     def stats(self) -> dict[str, float]:
-        """Counters and gauges for /metrics (`laminar.shards.prometheus`)."""
+        """Counters and gauges for /metrics (`laminar.node.prometheus`)."""
         s = self.participant.stats
         c = self.coordinator
         return {

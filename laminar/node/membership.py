@@ -38,10 +38,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from laminar.cluster.auth import SecretFileError, load_secret
+from laminar.node.listeners import StartupError
+from laminar.node.prometheus import render_family
+from laminar.replication.auth import SecretFileError, load_secret
 from laminar.shards.config import NodeConfig
-from laminar.shards.listeners import StartupError
-from laminar.shards.prometheus import render_family
 from laminar.swim import MembershipView, Swim
 from laminar.swim.agent import MembershipAgent, format_address, member_address, monotonic_ms
 from laminar.swim.auth import PacketSealer
@@ -53,7 +53,7 @@ MEMBERSHIP_PORT_OFFSET = 1000
 
 
 def read_cluster_secret(path: str) -> bytes:
-    """The secret in `path` (`laminar.cluster.auth.load_secret`: private to its
+    """The secret in `path` (`laminar.replication.auth.load_secret`: private to its
     owner, at least 16 bytes); `StartupError` saying why not."""
     try:
         return load_secret(path)

@@ -1,6 +1,6 @@
 """A coordinator bucket's decisions: one entry per commit id, replayed on restart. No I/O.
 
-The shell (`laminar.shards.staging.coordinator`) appends every entry to the
+The shell (`laminar.writes.coordinator`) appends every entry to the
 bucket's decision log (fsync) before `apply`ing it, so this table is always
 what the disk says. Entries, as msgpack maps:
 

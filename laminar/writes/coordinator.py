@@ -1,9 +1,9 @@
 """The coordinator shell: decisions of the commit ids this shard decides.
 
-A commit id is decided in a log (`laminar.shards.staging.decision_logs`): on
+A commit id is decided in a log (`laminar.writes.decision_logs`): on
 one node its bucket's local log, on a cluster the decisions Raft group, whose
 leader's shard is the coordinator. Entries are msgpack
-(`laminar.shards.staging.decisions`); the table of decisions is rebuilt from
+(`laminar.writes.decisions`); the table of decisions is rebuilt from
 the log at start and whenever the log gets a new leader here, and every
 commit decided but not finished is then rolled forward.
 
@@ -36,20 +36,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from laminar.shards.errors import RequestError
-from laminar.shards.replica import PartitionReplica
-from laminar.shards.staging.decision_logs import DecisionLogs
-from laminar.shards.staging.decisions import (
-    Action,
-    Decision,
-    Decisions,
-    aborted_entry,
-    committed_entry,
-    done_entry,
-)
-from laminar.shards.staging.participant import KeyedLocks, shielded
-from laminar.shards.staging.routes import NodeUnreachable, WriteRoutes
+from laminar.replication.replica import PartitionReplica
 from laminar.wire import ErrorCode
+from laminar.wire.errors import RequestError
 from laminar.wire.writes import (
     CheckStagedRequest,
     DropStagedRequest,
@@ -59,6 +48,17 @@ from laminar.wire.writes import (
     StagedPart,
     WriteState,
 )
+from laminar.writes.decision_logs import DecisionLogs
+from laminar.writes.decisions import (
+    Action,
+    Decision,
+    Decisions,
+    aborted_entry,
+    committed_entry,
+    done_entry,
+)
+from laminar.writes.participant import KeyedLocks, shielded
+from laminar.writes.routes import NodeUnreachable, WriteRoutes
 
 logger = logging.getLogger("laminar.shards")
 

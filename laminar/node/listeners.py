@@ -8,132 +8,31 @@ sockets back, so connections that arrive meanwhile wait in the backlog instead
 of being refused, and a steering program (laminar.xdp) that indexes the node
 port's sockets keeps its map valid.
 
-Per shard `i` (`ShardSockets`):
-
-- `node_tcp`: the node port, SO_REUSEPORT, shared by all shards (any shard may
-  accept; requests for other shards' partitions are forwarded).
-- `shard_tcp`: shard i's own port, for clients that route themselves.
-- `node_udp`: the node port over UDP, SO_REUSEPORT (small requests; where the
-  kernel steering of laminar.xdp applies). Its group is made by the steering
-  (`steering.prepare_steering`, through `laminar.xdp.ReuseportSteering`), not
-  here: classic BPF indexes the group's sockets by bind order, so one
-  component must bind all of them. This module only checks that the UDP port
-  is free.
-- `channel`: a Unix stream socket other shards connect to
-  (`channel_address(run_dir, i)`), carrying forwarded requests and the
-  metadata tail. What arrives there is trusted as internal, so the run
-  directory is private (0700) and a shard serves a channel connection only
-  from a sibling: a process of the same user whose parent is this node's
-  supervisor (`is_sibling_shard`, by SO_PEERCRED). That also covers the
-  abstract-namespace address used for long paths, which any local user
-  could otherwise connect to.
-
-File descriptors keep their numbers in the child (`pass_fds`), so a shard is
-told them as `ShardSockets.fds()` and rebuilds its sockets with `from_fds`.
+What each shard is handed is `laminar.shards.sockets.ShardSockets`; the
+node port's UDP group is made by the steering (`steering.prepare_steering`,
+through `laminar.xdp.ReuseportSteering`), not here: classic BPF indexes the
+group's sockets by bind order, so one component must bind all of them. This
+module only checks that the UDP port is free.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import socket
-import struct
 from dataclasses import dataclass
 
 from laminar.shards.config import NodeConfig
+from laminar.shards.sockets import ShardSockets, channel_address
 
 BACKLOG = 1024
 EPHEMERAL_PORT_TRIES = 5
 """Ports the kernel picks for `--port 0` before giving up on one free for UDP too."""
-_UNIX_PATH_MAX = 107
 
 
 class StartupError(Exception):
     """A fatal start-up problem, described in one line for the operator."""
-
-
-_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-
-
-def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
-    """(pid, uid, gid) of the process at the other end of a Unix socket."""
-    pid, uid, gid = _PEERCRED.unpack(
-        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
-    )
-    return pid, uid, gid
-
-
-def is_sibling_shard(sock: socket.socket) -> bool:
-    """Whether the peer of a channel connection is another shard of this node:
-    the same user, and a child of this shard's own parent (the supervisor)."""
-    try:
-        pid, uid, _ = peer_credentials(sock)
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    # Fields after the parenthesised command name: state, ppid, ...
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return uid == os.geteuid() and len(fields) > 1 and int(fields[1]) == os.getppid()
-
-
-def channel_address(run_dir: str, shard_id: int) -> str:
-    """The Unix socket address of shard `shard_id`'s channel listener.
-
-    `<run_dir>/shard-<i>.sock` when the path fits in a sockaddr_un, else an
-    abstract-namespace name derived from the run directory (deep test paths).
-    """
-    path = os.path.join(run_dir, f"shard-{shard_id}.sock")
-    if len(path.encode()) <= _UNIX_PATH_MAX:
-        return path
-    digest = hashlib.sha1(os.path.abspath(run_dir).encode()).hexdigest()[:16]
-    return f"\0laminar-{digest}-shard-{shard_id}"
-
-
-@dataclass(slots=True)
-class ShardSockets:
-    """The listening sockets one shard serves on (`node_udp`: None when the
-    steering gives this shard no UDP socket)."""
-
-    node_tcp: socket.socket
-    shard_tcp: socket.socket
-    channel: socket.socket
-    node_udp: socket.socket | None = None
-
-    def all(self) -> list[socket.socket]:
-        socks = [self.node_tcp, self.shard_tcp, self.channel]
-        return socks if self.node_udp is None else [*socks, self.node_udp]
-
-    def fds(self) -> dict[str, int]:
-        """The supervisor-bound descriptors (the UDP one comes from the steering)."""
-        return {
-            "node_tcp": self.node_tcp.fileno(),
-            "shard_tcp": self.shard_tcp.fileno(),
-            "channel": self.channel.fileno(),
-        }
-
-    @classmethod
-    def from_fds(cls, fds: dict[str, int | None]) -> ShardSockets:
-        """Adopt inherited descriptors (in the shard process), non-blocking."""
-
-        def adopt(name: str) -> socket.socket | None:
-            fd = fds.get(name)
-            if fd is None:
-                return None
-            sock = socket.socket(fileno=fd)
-            sock.setblocking(False)
-            return sock
-
-        node_tcp, shard_tcp, channel = adopt("node_tcp"), adopt("shard_tcp"), adopt("channel")
-        if node_tcp is None or shard_tcp is None or channel is None:
-            raise ValueError(f"a shard needs node_tcp, shard_tcp and channel fds, got {fds}")
-        return cls(node_tcp, shard_tcp, channel, adopt("node_udp"))
-
-    def close(self) -> None:
-        for sock in self.all():
-            sock.close()
 
 
 @dataclass(slots=True)

@@ -11,8 +11,8 @@ one grace period and never moves anything early.
 
 from __future__ import annotations
 
-from laminar.cluster.controller import NodeStatus
-from laminar.cluster.members import ClusterView
+from laminar.replication.controller import NodeStatus
+from laminar.replication.members import ClusterView
 from laminar.swim.view import MembershipView
 
 

@@ -56,13 +56,17 @@ import time
 import uuid
 from typing import Any, Final
 
-from laminar.shards.admin import (
+from laminar.node.admin import (
     TOKEN_FILE,
     AdminRefusal,
     AdminServer,
     AdminSource,
     create_token_file,
 )
+from laminar.node.listeners import NodeSockets, StartupError, bind_admin, bind_node
+from laminar.node.membership import NodeMembership, prepare_membership
+from laminar.node.prometheus import ShardSample, render
+from laminar.node.steering import Steering, prepare_steering
 from laminar.shards.config import NodeConfig
 from laminar.shards.control import (
     CONTROL_MAX_FRAME_BYTES,
@@ -71,10 +75,6 @@ from laminar.shards.control import (
     stats_request,
     view_frame,
 )
-from laminar.shards.listeners import NodeSockets, StartupError, bind_admin, bind_node
-from laminar.shards.membership import NodeMembership, prepare_membership
-from laminar.shards.prometheus import ShardSample, render
-from laminar.shards.steering import Steering, prepare_steering
 from laminar.swim import MembershipView, SwimUsageError
 from laminar.wire import NEED_DATA, FrameDecoder, ProtocolError
 

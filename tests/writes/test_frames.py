@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from laminar.shards.staging import frames as fr
 from laminar.wire.writes import StagedPart
+from laminar.writes import frames as fr
 
 KEY = fr.AttemptKey(7, 3, 0xABC)
 

@@ -5,7 +5,7 @@ file created for the first time is made durable in its directory too
 (`sync_dir`) before anything in it is acknowledged: a staged batch whose file
 name a power cut could take back was never durable. Each file has one
 writer at a time (the participant holds a lock per attempt and per commit),
-so a crash can only tear its tail (`laminar.shards.staging.frames.scan`).
+so a crash can only tear its tail (`laminar.writes.frames.scan`).
 
 Open files are bounded (`open_max`): the least recently used file that no
 operation is using is closed, and opened again when next needed.

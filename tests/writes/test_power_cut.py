@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 
 from laminar.log import LogConfig, MemoryBackend, SegmentedLog
-from laminar.shards.replica import LocalReplica
-from laminar.shards.staging.area import StagingArea
-from laminar.shards.staging.files import StagingFiles
-from laminar.shards.staging.frames import AttemptKey, read_batch_blobs
-from laminar.shards.staging.participant import Participant
+from laminar.replication.replica import LocalReplica
 from laminar.wire import decode_record
 from laminar.wire.writes import WRITE_HEADER, StagedPart, StageRequest, WriteStamp, WriteState
+from laminar.writes.area import StagingArea
+from laminar.writes.files import StagingFiles
+from laminar.writes.frames import AttemptKey, read_batch_blobs
+from laminar.writes.participant import Participant
 
 PID = (3 << 32) | 1
 LOG_DIR = "/mem/partitions/3-1"

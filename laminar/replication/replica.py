@@ -47,10 +47,10 @@ from typing import Final, Protocol
 
 from laminar.log import Record, RecordBatch, SegmentedLog
 from laminar.raft import LEADER, NotLeader, ProposalDropped
-from laminar.raft.segmented import CONTROL_TERM_BIT
 from laminar.replication.group import ProposalLost, RaftGroup, ReadDropped
-from laminar.shards.errors import RequestError
+from laminar.replication.raft_storage import CONTROL_TERM_BIT
 from laminar.wire import ErrorCode
+from laminar.wire.errors import RequestError
 
 APPEND_TIMEOUT_S: Final = 10.0
 """How long a replicated append waits for its commit before its outcome is unknown."""

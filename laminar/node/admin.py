@@ -5,7 +5,7 @@ Routes (GET, and one POST):
 - `/health`: 200 with JSON `{"status": "ok", ...}` when every shard is up and
   ready and every partition can be served, else 503 with `"status":
   "degraded"`, which shards are down and which partitions are offline (and why).
-- `/metrics`: Prometheus text (`laminar.shards.prometheus`), gathered from the
+- `/metrics`: Prometheus text (`laminar.node.prometheus`), gathered from the
   shards over their control channels at scrape time.
 - `/status`: JSON: the node (ports, runtime, routing mode) and per-shard stats,
   for `laminar status` and people.
@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from laminar.shards.prometheus import CONTENT_TYPE
+from laminar.node.prometheus import CONTENT_TYPE
 
 logger = logging.getLogger("laminar.admin")
 

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from laminar.shards.prometheus import render_family
+from laminar.node.prometheus import render_family
 from laminar.xdp import BpfUnavailable, XdpAttachError, XdpClassifier, XdpCounters
 from laminar.xdp.iface import interface_of
 

@@ -22,13 +22,13 @@ import asyncio
 from collections.abc import Sequence
 
 from laminar.log import LogConfig, MemoryBackend, SegmentedLog
-from laminar.shards.errors import RequestError
-from laminar.shards.replica import LocalReplica
-from laminar.shards.staging.area import StagingArea
-from laminar.shards.staging.files import StagingFiles
-from laminar.shards.staging.participant import Participant
+from laminar.replication.replica import LocalReplica
 from laminar.wire import ErrorCode, decode_record
+from laminar.wire.errors import RequestError
 from laminar.wire.writes import StagedPart, StageRequest, WriteState
+from laminar.writes.area import StagingArea
+from laminar.writes.files import StagingFiles
+from laminar.writes.participant import Participant
 from tests.delivery import assert_exactly_once
 
 PID = (5 << 32) | 0

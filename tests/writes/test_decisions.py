@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import msgpack
 
-from laminar.shards.staging.decisions import (
+from laminar.wire.writes import Published, StagedPart, WriteState
+from laminar.writes.decisions import (
     Action,
     Decisions,
     aborted_entry,
     committed_entry,
     done_entry,
 )
-from laminar.wire.writes import Published, StagedPart, WriteState
 
 PARTS = (StagedPart(5, 1, 0, 9, 2, 20),)
 PUB = (Published(5, 100, 20),)

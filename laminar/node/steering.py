@@ -47,10 +47,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from laminar.node.listeners import NodeSockets, StartupError
+from laminar.node.prometheus import render_family
+from laminar.node.xdp_attach import NodeXdp, attach_classifier
 from laminar.shards.config import NodeConfig
-from laminar.shards.listeners import NodeSockets, StartupError
-from laminar.shards.prometheus import render_family
-from laminar.shards.xdp_attach import NodeXdp, attach_classifier
 from laminar.xdp import ReuseportSteering, RoutingUnavailable, SteerCounters, SteeringUsageError
 
 
@@ -84,7 +84,7 @@ class Steering:
     extra: dict[str, Any] = field(default_factory=dict)
     bind_membership: Callable[[], socket.socket | None] = _no_socket
     """A node-port socket the kernel steers membership datagrams to, or None when
-    this mode cannot (`laminar.shards.membership`)."""
+    this mode cannot (`laminar.node.membership`)."""
 
 
 def prepare_steering(config: NodeConfig, sockets: NodeSockets) -> Steering:
@@ -162,9 +162,3 @@ def _steer_samples(counters: SteerCounters) -> Iterator[tuple[dict[str, object],
             yield {"outcome": "malformed", "reason": outcome}, value
         else:
             yield {"outcome": outcome}, value
-
-
-def shard_setup(settings: dict[str, Any]) -> str:
-    """Shard side: adopt the supervisor's steering settings; return the mode."""
-    mode = settings.get("mode", "userspace")
-    return mode if isinstance(mode, str) else "userspace"

@@ -24,9 +24,8 @@ from laminar.raft import (
     RaftConfig,
     RaftCore,
     RaftError,
-    SegmentedLogStorage,
 )
-from laminar.raft.segmented import STATE_FILE
+from laminar.replication.raft_storage import STATE_FILE, SegmentedLogStorage
 
 CONFIG_SMALL = LogConfig(segment_bytes=4096)
 

@@ -1,6 +1,6 @@
 """Where coordinators keep their decisions: a log per bucket on one node, a Raft group on a cluster.
 
-A coordinator (`laminar.shards.staging.coordinator`) decides in a
+A coordinator (`laminar.writes.coordinator`) decides in a
 `PartitionReplica`: an append returns once it is durable (one node: fsync'd)
 or committed (Raft: on a majority, each replica durable), and reads see only
 that. The coordinator rebuilds its table of decisions from the log whenever
@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Protocol
 
 from laminar.log import LogConfig, SegmentedLog
 from laminar.log.storage import StorageBackend
-from laminar.shards.replica import LocalReplica, PartitionReplica
-from laminar.shards.replication import ShardReplication
+from laminar.replication.calls import PeerCalls
+from laminar.replication.replica import LocalReplica, PartitionReplica
+from laminar.wire import RequestError
 from laminar.wire.writes import (
     COORDINATOR_BUCKETS,
     DECISION_REPLICAS,
@@ -139,12 +140,37 @@ class LocalDecisionLogs:
             await log.close()
 
 
+class ShardGroups(Protocol):
+    """What atomic writes need of the shard's Raft groups (the shard's
+    `ShardReplication` is one): written here, so this package stays below the
+    shard that composes it."""
+
+    node_id: str
+    joining: bool
+    calls: PeerCalls
+
+    @property
+    def replicas(self) -> Mapping[int, PartitionReplica]: ...
+
+    def replica_nodes(self, pid: int, replication_factor: int) -> list[str]: ...
+
+    def not_here(self, pid: int, replication_factor: int) -> RequestError: ...
+
+    def reopen_on_any_message(self, pid: int) -> None: ...
+
+    async def ensure_open(
+        self, pid: int, voters: Sequence[str], log_config: LogConfig
+    ) -> PartitionReplica: ...
+
+    def retention_keeps_from(self, pid: int) -> int: ...
+
+
 class ReplicatedDecisionLogs:
     """A cluster's decisions group, if this shard owns its id (module docstring)."""
 
     def __init__(
         self,
-        replication: ShardReplication,
+        replication: ShardGroups,
         owns: Callable[[int], bool],
         retention_ms: int,
         gossiped: bool,

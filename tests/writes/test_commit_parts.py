@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from laminar.shards.staging.coordinator import CommitPartsError, check_parts, slots
 from laminar.wire.writes import StagedPart, WriteStamp
+from laminar.writes.coordinator import CommitPartsError, check_parts, slots
 
 
 def _part(pid: int, task: int, node: str) -> StagedPart:

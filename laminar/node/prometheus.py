@@ -135,7 +135,7 @@ _SCALARS: tuple[tuple[str, str, str, str], ...] = (
      "Raft groups ticked each tick (not quiesced): new or busy ones."),
     ("metadata_applied_index", "laminar_metadata_applied_index", "gauge",
      "Entries of the metadata log applied by this shard."),
-    # Atomic writes (laminar.shards.staging).
+    # Atomic writes (laminar.writes).
     ("staged_bytes", "laminar_staged_bytes", "gauge",
      "Bytes of staged, uncommitted atomic writes on this shard."),
     ("staged_bytes_max", "laminar_staged_bytes_max", "gauge",

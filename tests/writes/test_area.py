@@ -1,10 +1,11 @@
-"""The participant's rules (`laminar.shards.staging.area`), driven directly."""
+"""The participant's rules (`laminar.writes.area`), driven directly."""
 
 from __future__ import annotations
 
 import pytest
 
-from laminar.shards.staging.area import (
+from laminar.wire.writes import StagedPart, WriteState
+from laminar.writes.area import (
     Ask,
     Drop,
     MissingStagedData,
@@ -12,8 +13,7 @@ from laminar.shards.staging.area import (
     StagingArea,
     Verdict,
 )
-from laminar.shards.staging.frames import AttemptKey
-from laminar.wire.writes import StagedPart, WriteState
+from laminar.writes.frames import AttemptKey
 
 PID = 77
 A = AttemptKey(1, 0, 0xA)

@@ -1,6 +1,6 @@
 """A shard's staging area: what is staged on its partitions, and the rules. No I/O.
 
-The shell (`laminar.shards.staging.participant`) asks this core before every
+The shell (`laminar.writes.participant`) asks this core before every
 step and tells it after every durable one; the core never runs ahead of the
 disk. Time arrives as an argument (`now`, seconds on any monotonic clock).
 
@@ -43,8 +43,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
-from laminar.shards.staging.frames import AttemptKey, Intent
 from laminar.wire.writes import Published, StagedPart, WriteState
+from laminar.writes.frames import AttemptKey, Intent
 
 GONE_REMEMBERED: Final = 4096
 """Dropped attempts whose reason the area remembers (for error messages)."""

@@ -9,7 +9,7 @@ damage only the tail: `scan` returns every frame up to the first one that does
 not check out, and where the valid part ends (the shell truncates the rest,
 which no one was told was durable).
 
-Two kinds of file (`laminar.shards.staging` says why):
+Two kinds of file (`laminar.writes` says why):
 
 - an *attempt file* per (partition, write id, task, attempt): an ATTEMPT
   header, then one BATCH frame per staged batch (its sequence, its record

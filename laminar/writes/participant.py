@@ -1,6 +1,6 @@
 """The participant shell: staging, claims, publishes and expiry on one shard's partitions.
 
-The rules are in `laminar.shards.staging.area`; this module does their I/O:
+The rules are in `laminar.writes.area`; this module does their I/O:
 files under `<data-dir>/staging/<topic_id>-<partition>/` (one per attempt,
 `<write>-<task>-<attempt>.stage`, and one per commit id, `<commit>.commit`),
 appends to the partition logs, and asking coordinators about commits before
@@ -51,9 +51,18 @@ from typing import Any, Final, TypeVar
 
 from laminar.log import IndexOutOfRange
 from laminar.placement import partition_id, split_partition_id
-from laminar.shards.errors import RequestError
-from laminar.shards.replica import PartitionReplica
-from laminar.shards.staging.area import (
+from laminar.replication.replica import PartitionReplica
+from laminar.wire import PRODUCER_HEADER, ErrorCode, decode_record, encode_record
+from laminar.wire.errors import RequestError
+from laminar.wire.writes import (
+    WRITE_HEADER,
+    AppendStagedRequest,
+    Published,
+    StagedPart,
+    StageRequest,
+    WriteStamp,
+)
+from laminar.writes.area import (
     Ask,
     MissingStagedData,
     PublishPlan,
@@ -61,8 +70,8 @@ from laminar.shards.staging.area import (
     StagingArea,
     Verdict,
 )
-from laminar.shards.staging.files import StagingFiles
-from laminar.shards.staging.frames import (
+from laminar.writes.files import StagingFiles
+from laminar.writes.frames import (
     AttemptKey,
     Intent,
     Kind,
@@ -82,15 +91,6 @@ from laminar.shards.staging.frames import (
     read_intent,
     read_published,
     scan,
-)
-from laminar.wire import PRODUCER_HEADER, ErrorCode, decode_record, encode_record
-from laminar.wire.writes import (
-    WRITE_HEADER,
-    AppendStagedRequest,
-    Published,
-    StagedPart,
-    StageRequest,
-    WriteStamp,
 )
 
 logger = logging.getLogger("laminar.shards")

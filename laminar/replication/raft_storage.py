@@ -51,11 +51,11 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..log import LogConfig, Record, SegmentedLog, StorageBackend
-from .config import Membership
-from .errors import EntriesUnavailable, RaftError
-from .messages import ANCHOR, CONFIG, ENTRY_KINDS, NORMAL, Entry, HardState
-from .storage import limit_bytes
+from laminar.log import LogConfig, Record, SegmentedLog, StorageBackend
+from laminar.raft.config import Membership
+from laminar.raft.errors import EntriesUnavailable, RaftError
+from laminar.raft.messages import ANCHOR, CONFIG, ENTRY_KINDS, NORMAL, Entry, HardState
+from laminar.raft.storage import limit_bytes
 
 STATE_FILE = "raft-state.json"
 CONTROL_TERM_BIT = 1 << 63  # set on the stored term of entries the core made

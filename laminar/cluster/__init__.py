@@ -1,1 +1,0 @@
-"""The distributed layer's shared pieces: peer authentication, members and placement views."""
