@@ -1,6 +1,6 @@
-"""The one C extension (`laminar.log._verify`, built with cffi); everything else
+"""The one C extension (`laminar._native`, built with cffi); everything else
 is in pyproject.toml."""
 
 from setuptools import setup
 
-setup(cffi_modules=["laminar/log/verify_build.py:ffi"])
+setup(cffi_modules=["laminar/native_build.py:ffi"])

@@ -10,10 +10,9 @@ slice.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate, repeat
+from itertools import repeat
 from typing import Final, NamedTuple, TypeVar
 
 from laminar.client.errors import ProtocolViolationError, server_error
@@ -31,14 +30,12 @@ from laminar.wire import (
     TopicInfo,
     decode_user_record,
 )
-from laminar.wire.records import simple_value_starts, unpack_fetch_columns
+from laminar.wire.records import locate_fetch_records
 
 M = TypeVar("M", bound=Message)
 
 _new_tuple = tuple.__new__
 _KIND_MASK: Final = Flags.RESPONSE | Flags.ERROR
-_U32: Final = struct.Struct(">I")
-_FETCH_ENTRY: Final = struct.Struct(">QQI")  # index, timestamp_ms, blob_len
 
 
 def expect(frame: Frame, response_type: type[M]) -> M:
@@ -70,58 +67,33 @@ def fetched_records(frame: Frame) -> list[Record]:
 
     This is the consumer's hot path, so the fetch batch (layout in
     `laminar.wire.records`: count, a table of (index, timestamp_ms, blob_len),
-    then the blobs) is decoded straight into `Record`s in one pass: half the
-    per-record cost of `decode_fetch_batch` followed by a second pass over its
-    `FetchedRecord`s. Tests hold it to `decode_fetch_batch` on random batches.
+    then the blobs) is located and checked in one C loop
+    (`locate_fetch_records`) and sliced straight into `Record`s. Tests hold it
+    to `decode_fetch_batch` on random batches.
     """
     if frame.flags & _KIND_MASK != Flags.RESPONSE or frame.op != Op.FETCH:
         expect(frame, FetchResponse)  # raises the server's error or says what is wrong
     payload = frame.payload
-    if len(payload) < 4:
-        raise _bad_fetch(f"payload of {len(payload)} bytes has no record count")
-    (count,) = _U32.unpack_from(payload)
-    table_end = 4 + _FETCH_ENTRY.size * count
-    if table_end > len(payload):
-        raise _bad_fetch(f"{count} records do not fit a payload of {len(payload)} bytes")
-    if not count:
-        if table_end != len(payload):
-            raise _bad_fetch(f"an empty batch carries {len(payload) - table_end} stray bytes")
-        return []
-    indexes, stamps, sizes = unpack_fetch_columns(payload, count)
-    starts = list(accumulate(sizes, initial=table_end))
-    if starts[-1] == len(payload):
-        ends = starts[1:]
-        value_starts = simple_value_starts(payload, starts[:-1], sizes)
-        if value_starts is not None:
-            # Every record is a bare value (no key, no headers but the producer
-            # stamp): slice them all with C-level loops, no Python per record.
-            values = map(payload.__getitem__, map(slice, value_starts, ends))
-            rows = zip(indexes, stamps, values, repeat(None), repeat(None), strict=False)
-            return list(map(tuple.__new__, repeat(Record), rows))
-    return _fetched_one_by_one(payload, table_end)
-
-
-def _fetched_one_by_one(payload: bytes, table_end: int) -> list[Record]:
-    """`fetched_records` for batches with keys or headers, checking each record."""
+    try:
+        located = locate_fetch_records(payload)
+    except ProtocolError as exc:
+        raise _bad_fetch(exc.message) from exc
+    indexes, stamps = located.indexes, located.timestamps_ms
+    if located.simple:
+        # Every record is a bare value (no key, no headers but the producer
+        # stamp): slice them all with C-level loops, no Python per record.
+        values = map(payload.__getitem__, map(slice, located.value_starts, located.ends))
+        rows = zip(indexes, stamps, values, repeat(None), repeat(None), strict=False)
+        return list(map(tuple.__new__, repeat(Record), rows))
     out: list[Record] = []
-    append = out.append
-    pos = table_end
-    payload_len = len(payload)
-    for index, timestamp_ms, size in _FETCH_ENTRY.iter_unpack(payload[4:table_end]):
-        end = pos + size
-        if end > payload_len:
-            raise _bad_fetch(f"record {index} of {size} bytes runs past the payload's end")
-        if size and payload[pos] == 0:  # value only: one slice
-            append(_new_tuple(Record, (index, timestamp_ms, payload[pos + 1 : end], None, None)))
-        else:
-            try:
-                value, key, headers = decode_user_record(payload[pos:end])
-            except ProtocolError as exc:
-                raise _bad_fetch(exc.message) from exc
-            append(_new_tuple(Record, (index, timestamp_ms, value, key, headers)))
-        pos = end
-    if pos != payload_len:
-        raise _bad_fetch(f"record lengths add up to {pos} bytes, the payload has {payload_len}")
+    for index, timestamp_ms, start, end in zip(
+        indexes, stamps, located.starts, located.ends, strict=True
+    ):
+        try:
+            value, key, headers = decode_user_record(payload[start:end])
+        except ProtocolError as exc:
+            raise _bad_fetch(exc.message) from exc
+        out.append(_new_tuple(Record, (index, timestamp_ms, value, key, headers)))
     return out
 
 

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from itertools import accumulate, repeat
 from typing import NamedTuple
 
-from ._verify import ffi as _ffi  # the C loop (verify_build.py)
-from ._verify import lib as _lib
+from laminar._native import ffi as _ffi  # the C loops (laminar/native_build.py)
+from laminar._native import lib as _lib
+
 from .errors import RecordCorrupted
 from .index import (
     DURABLE,
@@ -42,13 +43,11 @@ from .index import (
 from .record import Record, RecordBatch
 from .storage import Buffer, Storage, StorageBackend
 
-# `_columns` reads the index as native u64/u32 words; the format is little-endian.
+# `_columns` reads the index in C as native words; the format is little-endian.
 if sys.byteorder != "little":
     raise ImportError(
         "laminar.log reads its little-endian index natively: needs a little-endian host"
     )
-_U64_WORDS = ENTRY_BYTES // 8  # position, length|flags, checksum, term, timestamp, own checksum
-_U32_WORDS = ENTRY_BYTES // 4  # the length is u32 word 2
 
 STORE_SUFFIX = ".store"
 INDEX_SUFFIX = ".index"
@@ -231,7 +230,8 @@ class Segment:
         span = await self._read_span(start, max_bytes, max_records, at_least_one)
         if span is None:
             return []
-        values = list(map(span.payload.__getitem__, map(slice, span.starts, span.starts[1:])))
+        starts = list(accumulate(span.lengths, initial=0))
+        values = list(map(span.payload.__getitem__, map(slice, starts, starts[1:])))
         rows = zip(
             range(start, start + len(values)), span.terms, span.timestamps, values, strict=True
         )
@@ -279,13 +279,8 @@ class Segment:
         self, start: int, max_bytes: int, max_records: int, at_least_one: bool
     ) -> _Columns | None:
         """The index columns of the published entries from `start` on that fit
-        the limits, or None if none does.
-
-        The index is read as arrays of u64 and u32 words (48-byte entries are 6
-        and 12 of them); lengths are read in growing chunks, so a small read does
-        not touch the whole segment's index. Columns are strided copies into
-        arrays: no Python int per record.
-        """
+        the limits, or None if none does: two C loops over the in-memory index
+        (how many fit, then their fields as arrays), no Python per record."""
         first = start - self.base_index
         end = min(self.entries, first + max_records)
         damaged = self.first_corrupt_at_or_after(first)
@@ -293,44 +288,32 @@ class Segment:
             if damaged == first:
                 raise RecordCorrupted(f"record {start}: its index entry or payload is damaged")
             end = damaged  # serve what comes before it; the next read raises
-        with (
-            memoryview(self.index_buf) as raw,
-            raw[HEADER_BYTES : HEADER_BYTES + end * ENTRY_BYTES] as entries,
-            entries.cast("I") as u32,
-            entries.cast("Q") as u64,
-        ):
-            count = 0
-            total = 0
-            upto = first
-            chunk = 64
-            while upto < end:
-                stop = min(end, upto + chunk)
-                more = u32[upto * _U32_WORDS + 2 : stop * _U32_WORDS : _U32_WORDS].tolist()
-                totals = list(accumulate(more, initial=total))
-                if totals[-1] > max_bytes:
-                    fit = bisect.bisect_right(totals, max_bytes) - 1
-                    if fit == 0 and not count and at_least_one:
-                        fit = 1
-                    count += fit
-                    break
-                count += len(more)
-                total = totals[-1]
-                upto = stop
-                chunk *= 4
+        if end <= first:
+            return None
+        total = _ffi.new("uint64_t *")
+        with _ffi.from_buffer(self.index_buf) as index:  # released at once: the index grows
+            entries = index + HEADER_BYTES + first * ENTRY_BYTES
+            count = _lib.laminar_fit(entries, end - first, max_bytes, at_least_one, total)
             if not count:
                 return None
-            a, b = first * _U64_WORDS, (first + count) * _U64_WORDS
-            lengths = _column(
-                "I", u32[first * _U32_WORDS + 2 : (first + count) * _U32_WORDS : _U32_WORDS]
+            columns = _Columns(
+                _ZERO_U64 * count,
+                _ZERO_U32 * count,
+                _ZERO_U64 * count,
+                _ZERO_U64 * count,
+                _ZERO_U64 * count,
+                total[0],
             )
-            return _Columns(
-                _column("Q", u64[a:b:_U64_WORDS]),
-                lengths,
-                _column("Q", u64[a + 2 : b : _U64_WORDS]),
-                _column("Q", u64[a + 3 : b : _U64_WORDS]),
-                _column("Q", u64[a + 4 : b : _U64_WORDS]),
-                list(accumulate(lengths, initial=0)),
+            _lib.laminar_columns(
+                entries,
+                count,
+                _ffi.from_buffer("uint64_t[]", columns.positions),
+                _ffi.from_buffer("uint32_t[]", columns.lengths),
+                _ffi.from_buffer("uint64_t[]", columns.checksums),
+                _ffi.from_buffer("uint64_t[]", columns.terms),
+                _ffi.from_buffer("uint64_t[]", columns.timestamps),
             )
+        return columns
 
     async def truncate_to(self, index: int) -> None:
         """Remove records from `index` on, durably, never risking those before it.
@@ -403,53 +386,43 @@ class Segment:
         return self.published_store_end
 
 
-def _column(typecode: str, words: memoryview) -> array[int]:
-    """A strided view of the index (one field of consecutive entries) as an array."""
-    column = array(typecode)
-    column.frombytes(words.tobytes())
-    return column
+_ZERO_U64 = array("Q", [0])
+_ZERO_U32 = array("I", [0])
 
 
 class _Span(NamedTuple):
-    """Records read for `read_range`/`read_batch`: columns, value offsets
-    (`starts[k]` to `starts[k + 1]` in `payload`), and the store bytes."""
+    """Records read for `read_range`/`read_batch`: columns and the store bytes
+    (their values back to back)."""
 
     lengths: array[int]
     terms: array[int]
     timestamps: array[int]
-    starts: list[int]
     payload: Buffer
 
 
 class _Columns(NamedTuple):
-    """Index fields of consecutive entries, and where each value starts in a
-    read of their store bytes (`starts[k]`; `starts[-1]` is the read's size)."""
+    """Index fields of consecutive entries, and the size of a read of their
+    store bytes."""
 
     positions: array[int]
     lengths: array[int]
     checksums: array[int]
     terms: array[int]
     timestamps: array[int]
-    starts: list[int]
-
-    @property
-    def size(self) -> int:
-        return self.starts[-1]
+    size: int
 
     def verified(self, payload: Buffer) -> _Span:
         """The records whose stored bytes in `payload` (read from the first
         position on) match their checksums and sit where the index says, up to
-        the first that does not (one C loop over the read: `verify_build`)."""
-        starts = self.starts
+        the first that does not (one C loop over the read)."""
         good = verified_count(payload, self.positions, self.lengths, self.checksums)
-        if good == len(self.lengths) and len(payload) == starts[-1]:
-            return _Span(self.lengths, self.terms, self.timestamps, starts, payload)
+        if good == len(self.lengths) and len(payload) == self.size:
+            return _Span(self.lengths, self.terms, self.timestamps, payload)
         return _Span(
             self.lengths[:good],
             self.terms[:good],
             self.timestamps[:good],
-            starts[: good + 1],
-            payload[: starts[good]],
+            payload[: sum(self.lengths[:good])],
         )
 
 

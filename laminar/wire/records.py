@@ -27,11 +27,12 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import compress, repeat
 from typing import Final, Literal, NamedTuple
 
 import msgpack
 
+from laminar._native import ffi as _ffi
+from laminar._native import lib as _native
 from laminar.wire.codec import Buffer
 from laminar.wire.errors import CorruptRecord, InvalidMessage, WireUsageError
 
@@ -221,35 +222,6 @@ def decode_user_record(blob: Buffer) -> tuple[bytes, bytes | None, dict[str, byt
     return value, key, headers
 
 
-_VALUE_OFFSETS: Final = bytes((1, 0, STAMP_ONLY_VALUE_START)) + bytes(253)
-"""A translation table from an attrs byte (0 or HAS_HEADERS) to where a bare or
-stamp-only value starts in its blob."""
-
-
-def simple_value_starts(
-    payload: bytes, starts: Sequence[int], sizes: Sequence[int]
-) -> list[int] | None:
-    """Where each blob `payload[starts[i]:starts[i] + sizes[i]]` holds its
-    value, if every one is a bare value (attrs 0) or a stamp-only one
-    (`is_stamp_only`): a consumer's common case, located with C-level loops
-    and no Python per record. None if any blob is something else (or empty):
-    decode those one by one."""
-    if not starts or 0 in sizes:
-        return None
-    attrs = bytes(map(payload.__getitem__, starts))
-    bare = attrs.count(0)
-    if bare == len(attrs):
-        return list(map((1).__add__, starts))
-    if bare + attrs.count(HAS_HEADERS) != len(attrs):
-        return None
-    stamped = list(compress(starts, attrs))
-    if not all(map(payload.startswith, repeat(STAMP_ONLY_PREFIX), stamped)) or (
-        min(compress(sizes, attrs)) < STAMP_ONLY_VALUE_START
-    ):
-        return None
-    return list(map(int.__add__, starts, attrs.translate(_VALUE_OFFSETS)))
-
-
 # --- batches ------------------------------------------------------------------------
 
 
@@ -401,8 +373,8 @@ def encode_fetch_columns(
 # The fetch table moves as columns. An entry is 20 bytes: five big-endian u32
 # words (index high, index low, timestamp high, timestamp low, length), so a
 # whole column is one strided copy of 4-byte words between the table and an
-# array, and a table of any size costs a handful of C calls and no Python int
-# per record (per-record packing cost ~0.1 us a record on both sides).
+# array (unpacking), or one C loop (packing, `laminar._native`), and a table of
+# any size costs a handful of C calls and no Python int per record.
 _Q: Final = "Q"
 
 
@@ -410,61 +382,80 @@ def pack_fetch_columns(
     first_index: int, timestamps_ms: Sequence[int], lengths: Sequence[int]
 ) -> bytearray:
     """A fetch batch's count and entry table for records `first_index ...` with
-    these timestamps and blob lengths (arrays of the right type are copied
-    whole; other sequences item by item, in C)."""
+    these timestamps and blob lengths (arrays of the right type are used as
+    they are; other sequences are copied into arrays first, in C)."""
     count = len(lengths)
-    indexes = array(_Q, range(first_index, first_index + count))
-    stamps = array(_Q, timestamps_ms)
-    sizes = array(_U32_CODE, lengths)
+    stamps = timestamps_ms if _is_array(timestamps_ms, _Q) else array(_Q, timestamps_ms)
+    sizes = lengths if _is_array(lengths, _U32_CODE) else array(_U32_CODE, lengths)
     if len(stamps) != count:
         raise WireUsageError(f"{len(stamps)} timestamps for {count} records")
-    if _SWAP:
-        indexes.byteswap()
-        stamps.byteswap()
-        sizes.byteswap()
     table = bytearray(4 + _FETCH_ENTRY.size * count)
-    _U32.pack_into(table, 0, count)
-    with (
-        memoryview(table) as whole,
-        whole[4:].cast(_U32_CODE) as words,
-        memoryview(indexes).cast("B") as index_bytes,
-        index_bytes.cast(_U32_CODE) as index_words,
-        memoryview(stamps).cast("B") as stamp_bytes,
-        stamp_bytes.cast(_U32_CODE) as stamp_words,
-    ):
-        words[0::5] = index_words[0::2]
-        words[1::5] = index_words[1::2]
-        words[2::5] = stamp_words[0::2]
-        words[3::5] = stamp_words[1::2]
-        words[4::5] = memoryview(sizes)
+    _native.laminar_fetch_table(
+        first_index,
+        _ffi.from_buffer("uint64_t[]", stamps),
+        _ffi.from_buffer("uint32_t[]", sizes),
+        count,
+        _ffi.from_buffer(table),
+    )
     return table
 
 
-def unpack_fetch_columns(payload: Buffer, count: int) -> tuple[array[int], array[int], array[int]]:
-    """(indexes, timestamps_ms, blob lengths) of the `count` entries after the
-    count at the start of `payload`, as arrays; the caller checked the length."""
-    indexes = array(_Q, bytes(8 * count))
-    stamps = array(_Q, bytes(8 * count))
-    sizes = array(_U32_CODE)
-    with (
-        memoryview(payload) as whole,
-        whole[4 : 4 + _FETCH_ENTRY.size * count] as table,
-        table.cast(_U32_CODE) as words,
-        memoryview(indexes).cast("B") as index_bytes,
-        index_bytes.cast(_U32_CODE) as index_words,
-        memoryview(stamps).cast("B") as stamp_bytes,
-        stamp_bytes.cast(_U32_CODE) as stamp_words,
-    ):
-        index_words[0::2] = words[0::5]
-        index_words[1::2] = words[1::5]
-        stamp_words[0::2] = words[2::5]
-        stamp_words[1::2] = words[3::5]
-        sizes.frombytes(words[4::5].tobytes())
-    if _SWAP:
-        indexes.byteswap()
-        stamps.byteswap()
-        sizes.byteswap()
-    return indexes, stamps, sizes
+def _is_array(column: Sequence[int], typecode: str) -> bool:
+    return isinstance(column, array) and column.typecode == typecode
+
+
+class LocatedRecords(NamedTuple):
+    """Where the records of a fetch answer are (`locate_fetch_records`): each
+    blob is `payload[starts[k]:ends[k]]`, its value `payload[value_starts[k]:
+    ends[k]]`; `simple` when every blob is a bare value, perhaps stamped
+    (nothing but the value to show)."""
+
+    indexes: array[int]
+    timestamps_ms: array[int]
+    starts: array[int]
+    ends: array[int]
+    value_starts: array[int]
+    simple: bool
+
+
+_LOCATE_ERRORS: Final = {
+    -1: "the record lengths do not add up to the payload",
+    -2: "a record blob is empty (it must start with its attrs byte)",
+    -3: "a record's attrs byte has unknown bits",
+    -4: "a record ends inside a key or headers length",
+    -5: "a record's key or headers run past the record's end",
+}
+
+
+def locate_fetch_records(payload: Buffer) -> LocatedRecords:
+    """The records of a fetch answer's payload, located and checked in one C
+    loop (no Python per record): the table's columns, and where each blob and
+    value starts and ends. `InvalidMessage` if the layout does not add up,
+    `CorruptRecord` if a blob does not follow the record encoding."""
+    count = _count(payload)
+    if 4 + _FETCH_ENTRY.size * count > len(payload):
+        raise InvalidMessage(f"{count} records do not fit a payload of {len(payload)} bytes")
+    zero = array(_Q, [0])
+    located = LocatedRecords(
+        zero * count, zero * count, zero * count, zero * count, zero * count, False
+    )
+    at = _ffi.new("size_t *")
+    with memoryview(payload) as view:
+        status = _native.laminar_locate(
+            _ffi.from_buffer(view),
+            len(view),
+            count,
+            STAMP_ONLY_PREFIX,
+            len(STAMP_ONLY_PREFIX),
+            STAMP_ONLY_VALUE_START,
+            *(_ffi.from_buffer("uint64_t[]", column) for column in located[:5]),
+            at,
+        )
+    if status == -1:
+        raise InvalidMessage(_LOCATE_ERRORS[-1])
+    if status < 0:
+        raise CorruptRecord(f"record {at[0]} of the batch: {_LOCATE_ERRORS[status]}")
+    return located._replace(simple=status == 0)
 
 
 def decode_fetch_batch(payload: bytes) -> tuple[FetchedRecord, ...]:
@@ -488,7 +479,7 @@ def decode_fetch_batch(payload: bytes) -> tuple[FetchedRecord, ...]:
     return tuple(records)
 
 
-def _count(payload: bytes) -> int:
+def _count(payload: Buffer) -> int:
     if len(payload) < 4:
         raise InvalidMessage(f"record batch payload of {len(payload)} bytes has no count")
     count: int = _U32.unpack_from(payload)[0]

@@ -10,6 +10,7 @@ from laminar.client import OffsetOutOfRangeError, ProtocolViolationError, Record
 from laminar.client.results import fetched_records
 from laminar.wire import (
     PRODUCER_HEADER,
+    CorruptRecord,
     ErrorCode,
     ErrorResponse,
     FetchedRecord,
@@ -20,7 +21,7 @@ from laminar.wire import (
     ProducerStamp,
     encode_record,
 )
-from laminar.wire.records import simple_value_starts, stamp_only_record
+from laminar.wire.records import encode_fetch_batch, locate_fetch_records, stamp_only_record
 
 records = st.lists(
     st.tuples(
@@ -167,23 +168,23 @@ def test_the_producer_stamp_is_never_shown_as_a_header(
 
 def test_stamped_bare_values_are_located_in_bulk() -> None:
     """The common shape of an idempotent producer's records (each batch's first
-    stamped, no keys or headers) needs no per-record decoding."""
+    stamped, no keys or headers) is simple: nothing to decode per record."""
     blobs = [stamp_only_record(b"v%d" % i, ProducerStamp(1, i, 1)) for i in range(3)]
     blobs.append(encode_record(b"bare"))
-    payload = b"".join(blobs)
-    starts = [sum(map(len, blobs[:i])) for i in range(len(blobs))]
-    ends = [*starts[1:], len(payload)]
-    sizes = list(map(len, blobs))
-    value_starts = simple_value_starts(payload, starts, sizes)
-    assert value_starts is not None
-    assert [payload[s:e] for s, e in zip(value_starts, ends, strict=True)] == [
+    located = locate_fetch_records(_fetch_payload(blobs))
+    payload = _fetch_payload(blobs)
+    assert located.simple
+    assert [payload[s:e] for s, e in zip(located.value_starts, located.ends, strict=True)] == [
         b"v0", b"v1", b"v2", b"bare"
     ]  # fmt: skip
-    keyed = encode_record(b"k", b"key")
-    with_key = payload + keyed
-    assert simple_value_starts(with_key, [*starts, len(payload)], [*sizes, len(keyed)]) is None
+    assert not locate_fetch_records(_fetch_payload([*blobs, encode_record(b"k", b"key")])).simple
     truncated = blobs[0][:-3]  # the stamp's prefix, then too few bytes for a stamp
-    assert simple_value_starts(truncated, [0], [len(truncated)]) is None
+    with pytest.raises(CorruptRecord):
+        locate_fetch_records(_fetch_payload([truncated]))
+
+
+def _fetch_payload(blobs: list[bytes]) -> bytes:
+    return b"".join(encode_fetch_batch([(i, 0, blob) for i, blob in enumerate(blobs)]))
 
 
 def _without_stamp(headers: dict[str, bytes] | None) -> dict[str, bytes] | None:

@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from laminar.wire import CorruptRecord, InvalidMessage, WireUsageError
+from laminar.wire import (
+    CorruptRecord,
+    InvalidMessage,
+    ProducerStamp,
+    WireUsageError,
+    decode_user_record,
+)
 from laminar.wire.records import (
     FetchedRecord,
     check_record,
@@ -21,8 +27,9 @@ from laminar.wire.records import (
     encode_fetch_columns,
     encode_produce_batch,
     encode_record,
+    locate_fetch_records,
     pack_fetch_columns,
-    unpack_fetch_columns,
+    stamp_only_record,
 )
 
 values = st.binary(max_size=200)
@@ -140,12 +147,6 @@ def test_fetch_columns_pack_like_one_struct(count: int) -> None:
     table = pack_fetch_columns(first, stamps, sizes)
     assert table == struct.pack(">I" + "QQI" * count, count, *fields)
     assert pack_fetch_columns(first, array("Q", stamps), array("I", sizes)) == table
-    indexes, got_stamps, got_sizes = unpack_fetch_columns(bytes(table) + b"blobs", count)
-    assert (list(indexes), list(got_stamps), list(got_sizes)) == (
-        list(range(first, first + count)),
-        stamps,
-        sizes,
-    )
 
 
 def test_fetch_columns_refuse_mismatched_columns() -> None:
@@ -176,3 +177,57 @@ def test_fetched_record_decodes_its_blob() -> None:
     rec = FetchedRecord(3, 99, encode_record(b"v", b"k", {"a": b"b"}))
     assert rec.decode() == (b"v", b"k", {"a": b"b"})
     assert rec.index == 3
+
+
+_blobs = st.one_of(
+    st.binary(max_size=40).map(encode_record),
+    st.tuples(st.binary(max_size=20), st.binary(max_size=8)).map(lambda kv: encode_record(*kv)),
+    st.tuples(
+        st.binary(max_size=20),
+        st.none() | st.binary(max_size=8),
+        st.dictionaries(st.text(max_size=6), st.binary(max_size=8), min_size=1, max_size=3),
+    ).map(lambda kvh: encode_record(*kvh)),
+    st.tuples(st.binary(max_size=20), st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1)).map(
+        lambda vs: stamp_only_record(vs[0], ProducerStamp(vs[1], 0, vs[2]))
+    ),
+)
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**63), _blobs), max_size=12))
+def test_located_records_match_the_reference_decoder(rows: list[tuple[int, bytes]]) -> None:
+    """The C loop finds what the one-by-one Python decoder finds: every blob,
+    its value, and whether anything but values (and the stamp) is there."""
+    payload = b"".join(encode_fetch_batch([(7 + k, ts, blob) for k, (ts, blob) in enumerate(rows)]))
+    located = locate_fetch_records(payload)
+    reference = decode_fetch_batch(payload)
+    assert list(located.indexes) == [r.index for r in reference]
+    assert list(located.timestamps_ms) == [r.timestamp_ms for r in reference]
+    assert [payload[s:e] for s, e in zip(located.starts, located.ends, strict=True)] == [
+        r.blob for r in reference
+    ]
+    decoded = [decode_user_record(r.blob) for r in reference]
+    values = [payload[s:e] for s, e in zip(located.value_starts, located.ends, strict=True)]
+    assert values == [value for value, _, _ in decoded]
+    assert located.simple == all(key is None and headers is None for _, key, headers in decoded)
+
+
+@pytest.mark.parametrize(
+    ("payload", "error"),
+    [
+        (struct.pack(">IQQI", 1, 0, 0, 3) + b"\x00x", InvalidMessage),  # a byte short
+        (struct.pack(">IQQI", 1, 0, 0, 1) + b"\x00xy", InvalidMessage),  # stray bytes
+        # a length past the payload, a key length that would lead reads far past it
+        (struct.pack(">IQQII", 1, 0, 0, 2**32 - 16, 2**31) + b"\x03" + bytes(12), InvalidMessage),
+        (struct.pack(">IQQI", 2, 0, 0, 1), InvalidMessage),  # the table does not fit
+        (struct.pack(">IQQI", 1, 0, 0, 0), CorruptRecord),  # an empty blob
+        (struct.pack(">IQQI", 1, 0, 0, 1) + b"\x04", CorruptRecord),  # unknown attrs bits
+        (struct.pack(">IQQI", 1, 0, 0, 3) + b"\x01\x00\x00", CorruptRecord),  # inside a length
+        (
+            struct.pack(">IQQI", 1, 0, 0, 6) + b"\x01\x00\x00\x00\x09k",
+            CorruptRecord,
+        ),  # key too long
+    ],
+)
+def test_located_records_refuse_what_does_not_add_up(payload: bytes, error: type) -> None:
+    with pytest.raises(error):
+        locate_fetch_records(payload)
