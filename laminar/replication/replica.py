@@ -73,6 +73,16 @@ class PartitionReplica(Protocol):
     def highest_index(self) -> int: ...
 
     @property
+    def log_end(self) -> int:
+        """The end of the local log, committed or not (for status)."""
+        ...
+
+    @property
+    def members(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(voters, learners) of the partition's group; empty for a log alone."""
+        ...
+
+    @property
     def leader(self) -> str | None: ...
 
     @property
@@ -126,6 +136,14 @@ class LocalReplica:
     @property
     def highest_index(self) -> int:
         return self.log.highest_index
+
+    @property
+    def log_end(self) -> int:
+        return self.log.highest_index
+
+    @property
+    def members(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return (), ()
 
     @property
     def leader(self) -> str | None:
@@ -214,8 +232,12 @@ class RaftReplica:
 
     @property
     def log_end(self) -> int:
-        """The end of the local log, committed or not (for status)."""
         return self.log.highest_index
+
+    @property
+    def members(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        membership = self.group.core.membership
+        return membership.voters, membership.learners
 
     @property
     def leader(self) -> str | None:

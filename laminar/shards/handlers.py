@@ -25,14 +25,14 @@ from typing import Final
 
 from laminar.log import LogClosed, LogConfig, RecordBatch, SegmentedLog
 from laminar.placement import U32_MAX
-from laminar.replication.replica import LocalReplica, PartitionReplica, RaftReplica
+from laminar.replication.replica import LocalReplica, PartitionReplica
 from laminar.shards.channels import ChannelError, Channels
 from laminar.shards.metadata import METADATA_TOPIC_ID
 from laminar.shards.metalog import MetadataService
 from laminar.shards.metrics import ShardMetrics
 from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.producers import IdempotentProducers
-from laminar.shards.replication import ShardReplication
+from laminar.shards.replicas import Replicas
 from laminar.shards.topic_config import log_config
 from laminar.wire import (
     AlterTopicRequest,
@@ -123,7 +123,7 @@ class Handlers:
         partitions: PartitionManager,
         metrics: ShardMetrics,
         polls: LongPolls,
-        replication: ShardReplication | None = None,
+        replicas: Replicas,
         channels: Channels | None = None,
     ) -> None:
         self.ident = ident
@@ -133,7 +133,7 @@ class Handlers:
         self.partitions = partitions
         self.metrics = metrics
         self.polls = polls
-        self.replication = replication
+        self.replicas = replicas
         self.producers = IdempotentProducers()
         # A fetch response must fit a frame: bound the bytes and the per-record table.
         self.fetch_bytes_max = max(1, ident.max_frame_bytes // 2)
@@ -181,20 +181,9 @@ class Handlers:
 
     async def _replica_of(self, pid: int) -> PartitionReplica:
         topic = await self._topic_of(pid)
-        config = log_config(self.partitions.config, topic.config)
-        replication = self.replication
-        if replication is not None:
-            rf = topic.replication_factor
-            if not replication.serves(pid, rf):
-                raise replication.not_here(pid, rf)
-            if replication.replicated(rf):
-                return await replication.ensure_open(
-                    pid, replication.replica_nodes(pid, rf), config
-                )
-        log = self.partitions.opened(pid)
-        if log is None:  # opened with the topic's own segment and retention settings
-            log = await self.partitions.get(pid, config)
-        return LocalReplica(log)
+        return await self.replicas.replica(
+            pid, topic, log_config(self.partitions.config, topic.config)
+        )
 
     # The write protocol (`laminar.writes`) resolves partitions the same way.
     topic_of = _topic_of
@@ -242,9 +231,9 @@ class Handlers:
         """The open log of a known partition of this node alone (not
         replicated: Raft decides there), for the paths that answer without
         waiting; None when the general path must serve the request."""
-        if self.replication is not None or self._applied_topic(pid) is None:
+        if self._applied_topic(pid) is None:
             return None
-        return self.partitions.opened(pid)
+        return self.replicas.log_nowait(pid)
 
     def _applied_topic(self, pid: int) -> TopicInfo | None:
         """The topic of `pid` if this shard's metadata has it and the partition (no wait)."""
@@ -258,10 +247,7 @@ class Handlers:
         """The log settings of `pid` if it is a replicated partition this
         shard's metadata knows (a move may make this node one of its replicas)."""
         topic = self._applied_topic(pid)
-        replication = self.replication
-        if topic is None or replication is None:
-            return None
-        if not replication.replicated(topic.replication_factor):
+        if topic is None or not self.replicas.replicated(topic):
             return None
         return log_config(self.partitions.config, topic.config)
 
@@ -350,12 +336,8 @@ class Handlers:
         if req.timestamp_ms is not None:
             at = await replica.index_for_timestamp(req.timestamp_ms)
         committed = replica.highest_index
-        highest = getattr(replica, "log_end", committed)
-        voters: tuple[str, ...] = ()
-        learners: tuple[str, ...] = ()
-        if isinstance(replica, RaftReplica):
-            membership = replica.group.core.membership
-            voters, learners = membership.voters, membership.learners
+        highest = replica.log_end
+        voters, learners = replica.members
         return ListOffsetsResponse(
             req.partition_id,
             replica.lowest_index,
@@ -393,7 +375,7 @@ class Handlers:
             shards,
             () if req.layout_only else self.metadata.state.topics(),
             ident.admin_port,
-            self.replication.nodes() if self.replication is not None else (),
+            self.replicas.nodes(),
             () if req.layout_only else await self._node_leaders(ctx),
             ident.max_frame_bytes,
             tuple(sorted(self.metadata.state.decommissioned)),
@@ -404,11 +386,9 @@ class Handlers:
         groups and, unless the request was forwarded here by a sibling, those
         of every sibling shard's, asked over the channel. A sibling that does
         not answer in time adds none: leaders are routing hints."""
-        replication = self.replication
-        if replication is None:
-            return ()
-        own = replication.leaders()
-        if ctx.forwarded or self.channels is None:
+        own = self.replicas.leaders()
+        # A single node's shards lead no group: nothing to ask the siblings.
+        if ctx.forwarded or self.channels is None or not self.replicas.nodes():
             return own
         me = self.ident.shard_id
         asked = [

@@ -60,6 +60,7 @@ from laminar.shards.metadata import METADATA_PID, Applied
 from laminar.shards.metalog import METADATA_FRAME_BYTES_MIN, MetadataService
 from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.partitions import LongPolls, PartitionManager
+from laminar.shards.replicas import ClusterReplicas, NodeReplicas
 from laminar.shards.replication import ShardReplication
 from laminar.shards.retention import Retention
 from laminar.shards.router import PEER_OPS
@@ -80,7 +81,11 @@ from laminar.wire import (
 from laminar.wire.codec import Buffer
 from laminar.wire.errors import RequestError
 from laminar.wire.writes import DECISION_REPLICAS, DECISIONS_PID
-from laminar.writes.decision_logs import decision_log_config
+from laminar.writes.decision_logs import (
+    LocalDecisionLogs,
+    ReplicatedDecisionLogs,
+    decision_log_config,
+)
 from laminar.writes.service import WriteService, WriteSettings
 
 logger = logging.getLogger("laminar.shards")
@@ -272,7 +277,9 @@ class Shard:
             self.partitions,
             self.metrics,
             self.polls,
-            self.replication,
+            NodeReplicas(self.partitions)
+            if self.replication is None
+            else ClusterReplicas(self.partitions, self.replication),
             self.channels,
         )
         if self.replication is not None:
@@ -289,13 +296,13 @@ class Shard:
         publish_bytes = config.publish_append_bytes
         if self.replication is not None:  # a chunk may go to the leader in one peer frame
             publish_bytes = min(publish_bytes, config.max_frame_bytes - CHANNEL_FRAME_SLACK)
+        retention_ms = round(config.decision_retention_s * 1000)
         self.writes = WriteService(
             WriteSettings(
                 config.staging_dir,
-                config.decisions_dir,
                 config.staging_bytes_max,
                 config.staging_timeout_s,
-                round(config.decision_retention_s * 1000),
+                retention_ms,
                 publish_bytes,
             ),
             backend,
@@ -303,9 +310,13 @@ class Shard:
             self.handlers.replica_of,
             self.handlers.topic_of,
             self._internal_request,
+            LocalDecisionLogs(config.decisions_dir, backend, self._owns, retention_ms)
+            if self.replication is None
+            else ReplicatedDecisionLogs(
+                self.replication, self._owns, retention_ms, config.gossiped
+            ),
             node_id=config.node_id,
-            replication=self.replication,
-            gossiped=config.gossiped,
+            peer_calls=None if self.replication is None else self.replication.calls,
             describe=self._describe_partition,
         )
         self.dispatcher.add_handlers(self.writes.table())

@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from laminar.log.storage import StorageBackend
+from laminar.replication.calls import PeerCalls
 from laminar.replication.replica import PartitionReplica
 from laminar.wire import Op
 from laminar.wire.codec import Buffer
@@ -44,12 +44,7 @@ from laminar.wire.writes import (
 )
 from laminar.writes.area import StagingArea
 from laminar.writes.coordinator import Coordinator
-from laminar.writes.decision_logs import (
-    DecisionLogs,
-    LocalDecisionLogs,
-    ReplicatedDecisionLogs,
-    ShardGroups,
-)
+from laminar.writes.decision_logs import DecisionLogs
 from laminar.writes.files import StagingFiles
 from laminar.writes.participant import Participant
 from laminar.writes.routes import Send, WriteRoutes
@@ -64,7 +59,6 @@ class WriteSettings:
     """The node's settings for atomic writes (`laminar-node --staging-*`)."""
 
     staging_dir: str
-    decisions_dir: str
     staging_bytes_max: int
     staging_timeout_s: float
     decision_retention_ms: int
@@ -82,16 +76,19 @@ class WriteService:
         replica_of: Callable[[int], Awaitable[PartitionReplica]],
         check_partition: Callable[[int], Awaitable[object]],
         send: Send,
+        decisions: DecisionLogs,
         *,
         node_id: str = "",
-        replication: ShardGroups | None = None,
-        gossiped: bool = False,
+        peer_calls: PeerCalls | None = None,
         describe: Callable[[int], str] = lambda pid: f"partition {pid:#x}",
     ) -> None:
+        """`decisions`: where commit decisions are kept (a log per shard
+        alone, or the cluster's decisions group); `peer_calls`: requests to
+        other nodes (None alone)."""
         self.settings = settings
         self.node_id = node_id
         self._check_partition = check_partition
-        self.routes = WriteRoutes(node_id, send, None if replication is None else replication.calls)
+        self.routes = WriteRoutes(node_id, send, peer_calls)
         self.area = StagingArea(settings.staging_bytes_max, settings.staging_timeout_s)
         self.participant = Participant(
             self.area,
@@ -102,15 +99,11 @@ class WriteService:
             settings.publish_chunk_bytes,
             node_id=node_id,
             describe=describe,
-            append_at_leader=None if replication is None else self._append_at_leader,
+            append_at_leader=None if peer_calls is None else self._append_at_leader,
         )
-        retention_ms = settings.decision_retention_ms
-        logs: DecisionLogs
-        if replication is None:
-            logs = LocalDecisionLogs(settings.decisions_dir, backend, owns, retention_ms)
-        else:
-            logs = ReplicatedDecisionLogs(replication, owns, retention_ms, gossiped)
-        self.coordinator = Coordinator(logs, self.routes, retention_ms, describe)
+        self.coordinator = Coordinator(
+            decisions, self.routes, settings.decision_retention_ms, describe
+        )
         self._upkeep: asyncio.Task[None] | None = None
 
     def table(self) -> dict[int, Callable[[Any, int, Any], Awaitable[list[Buffer]]]]:
@@ -235,12 +228,3 @@ class WriteService:
                 await self._upkeep
         await self.coordinator.close()
         await self.participant.close()
-
-
-def settings_for(data_dir: str, **values: Any) -> WriteSettings:
-    """`WriteSettings` with the node's directories under `data_dir`."""
-    return WriteSettings(
-        staging_dir=os.path.join(data_dir, "staging"),
-        decisions_dir=os.path.join(data_dir, "writes"),
-        **values,
-    )

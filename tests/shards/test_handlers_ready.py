@@ -19,6 +19,7 @@ from laminar.shards.handlers import Handlers, RequestContext, ShardIdentity
 from laminar.shards.metadata import MetadataError, MetadataState
 from laminar.shards.metrics import ShardMetrics
 from laminar.shards.partitions import LongPolls
+from laminar.shards.replicas import NodeReplicas
 from laminar.wire import (
     ErrorCode,
     ListTopicsRequest,
@@ -57,7 +58,7 @@ class LoadingMetadata:
 
 
 def handlers(metadata: Any) -> Handlers:
-    return Handlers(IDENT, metadata, None, ShardMetrics(), LongPolls())  # type: ignore[arg-type]
+    return Handlers(IDENT, metadata, None, ShardMetrics(), LongPolls(), NodeReplicas(None))  # type: ignore[arg-type]
 
 
 def test_a_request_during_the_replay_waits_for_the_metadata() -> None:
