@@ -159,7 +159,11 @@ def test_values_at_the_edges_are_allowed(changes: dict[str, Any]) -> None:
 
 
 def test_a_bad_flag_value_exits_2_saying_why(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--segment-bytes", "10"]) == 2
+    """The supervisor is replaced only so that a value let through fails the test
+    at once instead of starting a node."""
+    with mock.patch("laminar.shards.supervisor.Supervisor") as supervisor:
+        assert main(["--segment-bytes", "10"]) == 2
+    supervisor.assert_not_called()
     assert capsys.readouterr().err == (
         "laminar-node: --segment-bytes must be at least 4096, got 10\n"
     )
