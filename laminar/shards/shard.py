@@ -31,6 +31,7 @@ import time
 from collections import Counter
 from typing import Any, Final
 
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.cluster.auth import PeerAuth, load_secret
 from laminar.cluster.members import Member, StaticMembership, parse_peers
 from laminar.log import LogConfig
@@ -137,8 +138,11 @@ class Shard:
         node_port: int,
         shard_ports: list[int],
         admin_port: int | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
+        self.clock = clock
+        """Handed to every part that decides by elapsed time (`laminar.clock`)."""
         self.shard_id = shard_id
         self.sockets = sockets
         self.control = control
@@ -245,6 +249,7 @@ class Shard:
             backend,
             self._owns,
             spawn=lambda coro: self._spawn(coro, "flush"),
+            clock=self.clock,
         )
         self.polls = LongPolls()
         self.channels = Channels(
@@ -380,6 +385,7 @@ class Shard:
             config.max_frame_bytes,
             self.ident.shard_ports,
             config.move_bytes_per_s,
+            self.clock,
         )
         replication.start()
         replication.joining = bool(config.join)
