@@ -312,6 +312,7 @@ class Shard:
             replication=self.replication,
             gossiped=config.gossiped,
             describe=self._describe_partition,
+            clock=self.clock,
         )
         self.dispatcher.add_handlers(self.writes.table())
         if self.replication is not None:

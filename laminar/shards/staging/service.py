@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log.storage import StorageBackend
 from laminar.shards.replica import PartitionReplica
 from laminar.shards.replication import ShardReplication
@@ -87,6 +88,7 @@ class WriteService:
         replication: ShardReplication | None = None,
         gossiped: bool = False,
         describe: Callable[[int], str] = lambda pid: f"partition {pid:#x}",
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = settings
         self.node_id = node_id
@@ -100,6 +102,7 @@ class WriteService:
             replica_of,
             self._ask_coordinator,
             settings.publish_chunk_bytes,
+            clock,
             node_id=node_id,
             describe=describe,
             append_at_leader=None if replication is None else self._append_at_leader,
@@ -110,7 +113,7 @@ class WriteService:
             logs = LocalDecisionLogs(settings.decisions_dir, backend, owns, retention_ms)
         else:
             logs = ReplicatedDecisionLogs(replication, owns, retention_ms, gossiped)
-        self.coordinator = Coordinator(logs, self.routes, retention_ms, describe)
+        self.coordinator = Coordinator(logs, self.routes, retention_ms, describe, clock)
         self._upkeep: asyncio.Task[None] | None = None
 
     def table(self) -> dict[int, Callable[[Any, int, Any], Awaitable[list[Buffer]]]]:
