@@ -184,7 +184,9 @@ class PartitionManager:
         try:
             if failed is not None:
                 await self._retire(pid, failed)
-            log = await SegmentedLog.open(directory, config, backend=self._backend)
+            log = await SegmentedLog.open(
+                directory, config, backend=self._backend, clock_ms=self.clock.wall_ms
+            )
         except (LogError, OSError) as exc:
             offline = self._offline[pid] = OfflinePartition(
                 pid, str(exc), self.clock.wall_ms() / 1000, self.clock.monotonic() + OFFLINE_RETRY_S

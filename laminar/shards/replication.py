@@ -525,7 +525,9 @@ class ShardReplication:
                 reason = f"{exc}{REPAIR_HINT.format(directory=log.directory)}"
                 offline = self._went_offline(pid, reason, OFFLINE_RETRY_S)
                 raise self._refusal(offline, args.voters) from None
-            group = RaftGroup(pid, core, storage, self.host.send, args.apply, self.refusals.raft)
+            group = RaftGroup(
+                pid, core, storage, self.host.send, args.apply, self.refusals.raft, self.clock
+            )
             self.host.add(group)
             replica = self._orphans.pop(pid, None)
             if replica is None:

@@ -324,6 +324,7 @@ class Shard:
             self.metrics,
             config.retention_check_interval_s,
             self.replication.retention_keeps_from if self.replication is not None else None,
+            self.clock,
         )
         control_task = self._spawn(self._serve_control(), "background")
         self._listen(self.sockets.channel, internal=True)
