@@ -45,11 +45,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.raft import (
     ANCHOR,
     LEADER,
@@ -108,8 +108,11 @@ class RaftGroup:
         send: Send,
         apply: Apply | None = None,
         report: Report | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.pid = pid
+        self._clock = clock
+        """Stamps proposals (wall time)."""
         self.core = core
         self.storage = storage
         self._send = send
@@ -171,7 +174,7 @@ class RaftGroup:
         core = self.core
         if core.role != LEADER:
             raise NotLeader(core.leader)
-        timestamp_ms = max(time.time_ns() // 1_000_000, self._last_timestamp_ms)
+        timestamp_ms = max(self._clock.wall_ms(), self._last_timestamp_ms)
         first = core.propose_many([stamp(timestamp_ms, blob) for blob in blobs])
         self._last_timestamp_ms = timestamp_ms
         done: asyncio.Future[int] = self._loop.create_future()

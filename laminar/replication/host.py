@@ -24,10 +24,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.raft import LEADER, Message
 from laminar.raft.budget import ByteBudget
 from laminar.replication.group import RaftGroup
@@ -47,7 +47,7 @@ class Transport(Protocol):
         ...
 
     def last_heard(self, node_id: str) -> float | None:
-        """time.monotonic() of the last frame from `node_id` (None: never)."""
+        """The clock's monotonic() at the last frame from `node_id` (None: never)."""
         ...
 
     def tick(self) -> None:
@@ -65,8 +65,11 @@ class RaftHost:
         on_unknown: Callable[[int, Message], None] | None = None,
         move_budget: ByteBudget | None = None,
         on_failed: Callable[[int, BaseException], None] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.transport = transport
+        self.clock = clock
+        """What `last_heard` times are read against: the transport's clock."""
         self._on_unknown = on_unknown
         self._on_failed = on_failed
         """Told when a group's Ready loop dies (its storage failed): it is offline."""
@@ -175,7 +178,7 @@ class RaftHost:
     def tick(self) -> None:
         if self.move_budget is not None:
             self.move_budget.refill()
-        now = time.monotonic()
+        now = self.clock.monotonic()
         silent_s = self.tick_s * ELECTION_TICKS
         for pid, group in self.groups.items():
             core = group.core

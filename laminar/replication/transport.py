@@ -34,11 +34,11 @@ import asyncio
 import contextlib
 import logging
 import socket
-import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.placement import shard_for
 from laminar.raft import Message
 from laminar.replication.auth import Initiator, PeerAuth, PeerAuthError, Responder
@@ -304,13 +304,19 @@ class PeerLinks:
     """This shard's outbound Raft links, one per remote node (see the module docstring)."""
 
     def __init__(
-        self, auth: PeerAuth, view: Callable[[], ClusterView], max_frame_bytes: int
+        self,
+        auth: PeerAuth,
+        view: Callable[[], ClusterView],
+        max_frame_bytes: int,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.auth = auth
         self.view = view
         self.max_frame_bytes = max_frame_bytes
+        self._clock = clock
         self._nodes: dict[str, _NodeLink] = {}
         self._heard: dict[str, float] = {}
+        """The clock's monotonic() when each node was last heard from."""
         self.dropped = 0
 
     def send(self, node_id: str, pid: int, message: Message) -> None:
@@ -337,7 +343,7 @@ class PeerLinks:
         return tuple(link.layout[1])
 
     def heard(self, node_id: str) -> None:
-        self._heard[node_id] = time.monotonic()
+        self._heard[node_id] = self._clock.monotonic()
 
     def last_heard(self, node_id: str) -> float | None:
         return self._heard.get(node_id)

@@ -1,5 +1,12 @@
 """The node's settings: one frozen `NodeConfig`, parsed once by the supervisor.
 
+`NodeConfig` is the settings table: each field a flag sets declares, once, its
+flag, help, default and range checks (`metadata=setting(...)`, vocabulary in
+`laminar.shards.settings`). `laminar-node` builds its parser from these fields
+and `__post_init__` runs the same checks, then `_RULES`, the short list of
+rules that relate two settings. Fields are keyword-only and listed in the
+order `laminar-node --help` shows them.
+
 The supervisor hands the same config to every shard process as JSON on its
 command line (`to_json` / `from_json`), so a shard never re-reads flags or the
 environment: what the supervisor logged at start-up is what every shard runs.
@@ -21,6 +28,7 @@ import ipaddress
 import json
 import os
 import resource
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Literal
 
@@ -28,15 +36,24 @@ from laminar.log import LogConfig
 from laminar.log.config import FLUSH_POLICIES, FlushPolicy
 from laminar.replication.members import check_node_id, parse_peers
 from laminar.shards.metadata import MAX_PARTITIONS, TopicLimits
+from laminar.shards.settings import (
+    absolute_path,
+    at_least,
+    at_most,
+    between,
+    host_ports,
+    one_of,
+    parse_size,
+    positive,
+    setting,
+    settings_of,
+)
 from laminar.wire import DEFAULT_MAX_FRAME_BYTES, MIN_FRAME_BYTES
 
 DEFAULT_PORT: Final = 7070
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_DATA_DIR: Final = "laminar-data"
 ADMIN_PORT_OFFSET: Final = 2000
-DEFAULT_SEGMENT_BYTES: Final = 64 << 20
-DEFAULT_IDLE_TIMEOUT_S: Final = 300.0
-DEFAULT_FIRST_REQUEST_TIMEOUT_S: Final = 10.0
 ROUTING_MODES: Final = ("auto", "ebpf", "cbpf", "userspace")
 """`--routing` choices (`laminar.xdp.routing.REQUESTED_MODES`, kept here so the
 config does not import the BPF layer)."""
@@ -51,22 +68,19 @@ UDP_MTU_PAYLOAD_BYTES: Final = 1472
 """A UDP payload that fits one Ethernet frame (1500 - 20 IP - 8 UDP): the default
 `udp_max_bytes`, so an answer is one unfragmented datagram and a forged request
 cannot draw more than that."""
-DEFAULT_MAX_CONNECTIONS: Final = 1024
 DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: Final = 512
 """Half a shard's default cap: one address (loopback included) cannot take them
 all, and the tests and benchmarks, which open at most a few hundred
 connections per shard from 127.0.0.1, stay under it."""
-DEFAULT_MAX_INPUT_BYTES: Final = 256 << 20
-DEFAULT_FRAME_TIMEOUT_S: Final = 30.0
-DEFAULT_MAX_WAIT_MS: Final = 60_000
-DEFAULT_MAX_TOPICS: Final = 10_000
-DEFAULT_MAX_TOPIC_PARTITIONS: Final = 16_384
 MAX_TOPICS_CEILING: Final = 20_000
 """Every topic is in every metadata answer and in one metadata snapshot entry
 (up to ~400 bytes a topic): this keeps both a few MiB."""
-DEFAULT_RETENTION_CHECK_INTERVAL_S: Final = 60.0
 OPEN_FILES_PER_SHARD_MIN: Final = 8
 """A shard's file pool must hold a segment's two files, plus room for rollovers."""
+RUNTIMES: Final = ("auto", "uring", "asyncio")
+LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
+PORT: Final = between(0, 65535)
+"""The range of every port setting (0: ephemeral)."""
 
 
 def _fd_limit() -> int:
@@ -89,11 +103,15 @@ def default_max_partitions() -> int:
     return max(100, min(100_000, _fd_limit() * 5 // 2))
 
 
-RUNTIMES: Final = ("auto", "uring", "asyncio")
-DEFAULT_STAGING_BYTES_MAX: Final = 1 << 30
-DEFAULT_STAGING_TIMEOUT_S: Final = 600.0
-DEFAULT_DECISION_RETENTION_S: Final = 7 * 24 * 3600.0
-DEFAULT_PUBLISH_CHUNK_BYTES: Final = 16 << 20
+def _absolute_or_empty(path: str) -> str:
+    """--cluster-secret-file: absolute, so shards read the file the supervisor meant."""
+    return os.path.abspath(path) if path else ""
+
+
+def _addresses(text: str) -> tuple[str, ...]:
+    """--join: "HOST:PORT,..." -> its addresses."""
+    return tuple(a.strip() for a in text.split(",") if a.strip())
+
 
 Runtime = Literal["auto", "uring", "asyncio"]
 
@@ -102,245 +120,430 @@ class ConfigError(ValueError):
     """A setting is invalid; the message says which and what is allowed."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeConfig:
     """Everything a node and its shards need to know at start-up."""
 
-    cores: int
-    data_dir: str
+    cores: int = field(
+        metadata=setting(
+            "--cores", "shard processes, one per core", flag_default=os.cpu_count() or 1
+        )
+    )
+    allow_oversubscribe: bool = field(
+        default=False,
+        metadata=setting(
+            "--allow-oversubscribe",
+            "allow --cores above this machine's core count (shards share cores; for tests)",
+        ),
+    )
+    """Allow more shards than cores (they share cores); for tests and benchmarks."""
+    data_dir: str = field(
+        metadata=setting(
+            "--data-dir",
+            "where partitions live",
+            checks=(absolute_path,),
+            parse=os.path.abspath,
+            flag_default=DEFAULT_DATA_DIR,
+        )
+    )
     """Absolute path; created if missing."""
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
-    shard_port_base: int | None = None
+    host: str = field(
+        default=DEFAULT_HOST,
+        metadata=setting(
+            "--host",
+            "address of the node and shard ports; nothing is authenticated yet, so "
+            "anything but loopback lets whoever reaches it produce, consume and change topics "
+            "(README: Security)",
+        ),
+    )
+    port: int = field(
+        default=DEFAULT_PORT,
+        metadata=setting("--port", "node port, TCP and UDP (0: ephemeral)", checks=(PORT,)),
+    )
+    shard_port_base: int | None = field(
+        default=None,
+        metadata=setting(
+            "--shard-port-base",
+            "shard i listens on BASE+i (default: port+1; ephemeral if --port 0)",
+            checks=(PORT,),
+        ),
+    )
     """Shard `i` listens on `shard_port_base + i`; None: `port + 1` (ephemeral if port is 0)."""
-    admin_port: int | None = None
+    admin_port: int | None = field(
+        default=None,
+        metadata=setting(
+            "--admin-port",
+            "HTTP /health /metrics /status (default: port+2000; ephemeral if --port 0)",
+            checks=(PORT,),
+        ),
+    )
     """None: `port + 2000` (ephemeral if port is 0)."""
-    runtime: Runtime = "auto"
-    routing: str = "auto"
-    xdp: str = "auto"
-    udp_max_bytes: int = UDP_MTU_PAYLOAD_BYTES
+    admin_host: str = field(
+        default=DEFAULT_HOST,
+        metadata=setting(
+            "--admin-host",
+            "address of the admin endpoint (loopback unless you mean to expose it)",
+        ),
+    )
+    """Address of the admin HTTP endpoint (loopback unless asked: /status and
+    /metrics describe the node to whoever can reach them)."""
+    runtime: Runtime = field(
+        default="auto", metadata=setting("--runtime", "event loop", choices=RUNTIMES)
+    )
+    routing: str = field(
+        default="auto",
+        metadata=setting(
+            "--routing",
+            "node-port UDP steering: auto tries ebpf (needs CAP_BPF), then cbpf, then "
+            "userspace (shards forward); a forced mode that cannot load stops start-up",
+            choices=ROUTING_MODES,
+        ),
+    )
+    xdp: str = field(
+        default="auto",
+        metadata=setting(
+            "--xdp",
+            "auto: attach the XDP classifier to the --host interface in native mode when "
+            "routing is ebpf (the start-up log says why not otherwise); native/generic: that "
+            "mode only (generic works on any interface, lo included, but slows all its "
+            "traffic); off: never",
+            choices=XDP_MODES,
+        ),
+    )
+    udp_max_bytes: int = field(
+        default=UDP_MTU_PAYLOAD_BYTES,
+        metadata=setting(
+            "--udp-max-bytes",
+            "largest request or answer datagram on the node port (bigger: use TCP); the "
+            "default fits one Ethernet frame, which bounds what a forged request can reflect",
+            checks=(between(MIN_FRAME_BYTES, UDP_PAYLOAD_BYTES_MAX),),
+            parse=parse_size,
+        ),
+    )
     """Largest request or answer datagram on the node port; bigger ones get USE_TCP.
     The default keeps datagrams within an Ethernet MTU (no IP fragments, which XDP
     cannot check) and bounds what a forged datagram can reflect."""
-    udp_writes: bool = False
+    udp_writes: bool = field(
+        default=False,
+        metadata=setting(
+            "--udp-writes",
+            "also serve produce and topic changes over UDP (off: a datagram's source can "
+            "be forged, so UDP serves reads only)",
+        ),
+    )
     """Serve produce and topic changes over UDP too. Off by default: a datagram's
     source address can be forged, so UDP serves reads only (ping, fetch without
     long-poll, list offsets, metadata, list topics)."""
-    allow_oversubscribe: bool = False
-    """Allow more shards than cores (they share cores); for tests and benchmarks."""
-    flush: FlushPolicy = "always"
-    segment_bytes: int = DEFAULT_SEGMENT_BYTES
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    flush: FlushPolicy = field(
+        default="always",
+        metadata=setting("--flush", "when appends are made durable", choices=FLUSH_POLICIES),
+    )
+    segment_bytes: int = field(
+        default=64 << 20,
+        metadata=setting(
+            "--segment-bytes",
+            "segment size of partition logs (e.g. 64MiB); a topic may set its own (segment.bytes)",
+            checks=(at_least(4096),),
+            parse=parse_size,
+        ),
+    )
+    retention_check_interval_s: float = field(
+        default=60.0,
+        metadata=setting(
+            "--retention-check-interval",
+            "seconds between retention passes (topic configs retention.ms, "
+            "retention.bytes, segment.ms)",
+            checks=(positive(),),
+        ),
+    )
+    """How often each shard applies its topics' retention (`laminar.shards.retention`)."""
+    max_frame_bytes: int = field(
+        default=DEFAULT_MAX_FRAME_BYTES,
+        metadata=setting(
+            "--max-frame-bytes",
+            "largest request frame accepted",
+            checks=(at_least(MIN_FRAME_BYTES),),
+            parse=parse_size,
+        ),
+    )
+    idle_timeout_s: float = field(
+        default=300.0,
+        metadata=setting(
+            "--idle-timeout",
+            "seconds before an idle (or stalled mid-frame) connection is closed",
+            checks=(positive(),),
+        ),
+    )
     """A connection with no request in flight and no complete frame for this long is closed."""
-    first_request_timeout_s: float = DEFAULT_FIRST_REQUEST_TIMEOUT_S
+    first_request_timeout_s: float = field(
+        default=10.0,
+        metadata=setting(
+            "--first-request-timeout",
+            "seconds before an idle connection that has not sent one whole request is closed",
+            checks=(positive(),),
+        ),
+    )
     """The idle timeout of a connection that has not sent one whole request yet:
     idle connections cannot hold the connection cap for `idle_timeout_s`."""
-    staging_bytes_max: int = DEFAULT_STAGING_BYTES_MAX
+    staging_bytes_max: int = field(
+        default=1 << 30,
+        metadata=setting(
+            "--staging-bytes-max",
+            "staged (uncommitted) atomic-write bytes one shard holds at most (e.g. 1GiB)",
+            checks=(at_least(1 << 16, shown="64KiB"),),
+            parse=parse_size,
+        ),
+    )
     """Bytes of staged (uncommitted) atomic writes one shard holds at most."""
-    staging_timeout_s: float = DEFAULT_STAGING_TIMEOUT_S
+    staging_timeout_s: float = field(
+        default=600.0,
+        metadata=setting(
+            "--staging-timeout",
+            "seconds after which idle staged data no commit claims expires",
+            checks=(positive(),),
+        ),
+    )
     """Staged data idle this long (and not claimed by a commit) expires."""
-    decision_retention_s: float = DEFAULT_DECISION_RETENTION_S
+    decision_retention_s: float = field(
+        default=7 * 24 * 3600.0,
+        metadata=setting(
+            "--decision-retention",
+            "seconds commit decisions are remembered (retried commits are answered, "
+            "not published again)",
+            checks=(positive(),),
+        ),
+    )
     """How long commit decisions are remembered (a commit sent again within it is
     answered, not published again)."""
-    publish_chunk_bytes: int = DEFAULT_PUBLISH_CHUNK_BYTES
+    publish_chunk_bytes: int = field(
+        default=16 << 20,
+        metadata=setting(
+            "--publish-chunk-bytes",
+            "a commit appends each partition's records in appends of at most this size",
+            checks=(at_least(4096),),
+            parse=parse_size,
+        ),
+    )
     """A commit appends a partition's records in log appends of at most this size."""
-    frame_timeout_s: float = DEFAULT_FRAME_TIMEOUT_S
+    frame_timeout_s: float = field(
+        default=30.0,
+        metadata=setting(
+            "--frame-timeout",
+            "seconds a client may take from a frame's first byte to its last",
+            checks=(positive(),),
+        ),
+    )
     """A connection that takes longer than this from a frame's first byte to its last is closed."""
-    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections: int = field(
+        default=1024,
+        metadata=setting(
+            "--max-connections",
+            "client connections per shard (more are refused with TOO_MANY_CONNECTIONS)",
+            checks=(at_least(1),),
+        ),
+    )
     """Client connections per shard; past it a new connection is told
     TOO_MANY_CONNECTIONS and closed before anything is read."""
-    max_connections_per_address: int = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS
+    max_connections_per_address: int = field(
+        default=DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+        metadata=setting(
+            "--max-connections-per-address",
+            "client connections per shard from one address, loopback included (more are "
+            "refused with TOO_MANY_CONNECTIONS)",
+            checks=(at_least(1),),
+        ),
+    )
     """Client connections per shard from one peer address (loopback included);
     past it a new one is refused like one past `max_connections`."""
-    max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
+    max_input_bytes: int = field(
+        default=256 << 20,
+        metadata=setting(
+            "--max-input-bytes",
+            "per shard: bytes held for clients (requests buffered or in flight, answers "
+            "reserved or queued) over all connections",
+            checks=(at_least(1 << 20),),
+            parse=parse_size,
+        ),
+    )
     """Per shard: bytes held for clients over all connections, requests buffered
     or in flight and answers reserved or queued (`laminar.shards.budget`)."""
-    max_wait_ms: int = DEFAULT_MAX_WAIT_MS
-    """The longest a fetch long-polls, whatever it asks for."""
-    max_topics: int = DEFAULT_MAX_TOPICS
+    max_wait_ms: int = field(
+        default=60_000,
+        metadata=setting(
+            "--max-wait-ms",
+            "the longest a fetch long-polls, whatever it asks for",
+            checks=(at_least(0),),
+        ),
+    )
+    max_topics: int = field(
+        default=10_000,
+        metadata=setting(
+            "--max-topics",
+            "topics the node holds at most",
+            checks=(
+                at_least(1),
+                at_most(MAX_TOPICS_CEILING, why="every topic is in every metadata answer"),
+            ),
+        ),
+    )
     """Topics the node holds at most (each is in every metadata answer)."""
-    max_partitions: int = field(default_factory=default_max_partitions)
+    max_partitions: int = field(
+        default_factory=default_max_partitions,
+        metadata=setting(
+            "--max-partitions",
+            "partition replicas the node holds at most; a topic create past it is refused "
+            "(the default is 2.5 per descriptor of the fd limit)",
+            checks=(at_least(1),),
+        ),
+    )
     """Partition replicas the node holds at most; a create past it is refused."""
-    max_topic_partitions: int = DEFAULT_MAX_TOPIC_PARTITIONS
-    """Partitions one topic may have."""
-    open_files_max: int = field(default_factory=default_open_files_max)
+    max_topic_partitions: int = field(
+        default=16_384,
+        metadata=setting(
+            "--max-topic-partitions",
+            "partitions one topic may have",
+            checks=(at_least(1), at_most(MAX_PARTITIONS)),
+        ),
+    )
+    open_files_max: int = field(
+        default_factory=default_open_files_max,
+        metadata=setting(
+            "--max-open-files",
+            "segment files the node keeps open at once, split over its shards; idle ones "
+            "are closed and reopened on use (the default is a quarter of the fd limit)",
+        ),
+    )
     """Segment files the node keeps open at once, split evenly over its shards
-    (`laminar.log.filepool`): idle ones are closed and reopened on use."""
-    retention_check_interval_s: float = DEFAULT_RETENTION_CHECK_INTERVAL_S
-    """How often each shard applies its topics' retention (`laminar.shards.retention`)."""
-    admin_host: str = DEFAULT_HOST
-    """Address of the admin HTTP endpoint (loopback unless asked: /status and
-    /metrics describe the node to whoever can reach them)."""
-    log_level: str = "INFO"
-    node_id: str = ""
+    (`laminar.log.filepool`): idle ones are closed and reopened on use; at least
+    `OPEN_FILES_PER_SHARD_MIN` per shard (`_file_pool_fits_every_shard`)."""
+    node_id: str = field(
+        default="",
+        metadata=setting(
+            "--node-id",
+            "this node's id (kept in DATA_DIR/node_id; required with --peers, and must "
+            "match what the data dir holds; default: made up once)",
+        ),
+    )
     """Stable identity of the node, kept in `<data-dir>/node_id`; filled in by the supervisor."""
-    peers: str = ""
+    peers: str = field(
+        default="",
+        metadata=setting(
+            "--peers",
+            "the other nodes of a static cluster: ID=HOST:PORT[@WEIGHT],... (their node "
+            "ports); every partition is then a Raft group on its topic's replication factor "
+            "of them",
+        ),
+    )
     """The other nodes of a static cluster, `ID=HOST:PORT[@WEIGHT],...` (their node
     ports); empty: a single node. `laminar.replication.members.parse_peers` reads it."""
-    join: tuple[str, ...] = ()
-    """Membership addresses (HOST:PORT) of members to join through; needs a secret."""
-    weight: float = 1.0
-    """This node's capacity weight in replica placement, gossiped to every member."""
-    cluster_secret_file: str = ""
+    cluster_secret_file: str = field(
+        default="",
+        metadata=setting(
+            "--cluster-secret-file",
+            "file with the cluster secret (chmod 600, at least 16 bytes, the same on every "
+            "node): authenticates every node-to-node connection and membership datagram; "
+            "turns membership on; required with --peers and --join",
+            parse=_absolute_or_empty,
+        ),
+    )
     """The file holding the cluster secret that authenticates node-to-node connections
     and membership traffic (`laminar.node.membership`); empty: membership is off,
     and a node with --peers needs `insecure_peers`."""
-    insecure_peers: bool = False
+    insecure_peers: bool = field(
+        default=False,
+        metadata=setting(
+            "--insecure-peers",
+            "let a --peers node run without --cluster-secret-file, on loopback only: any "
+            "local process can then claim to be a peer and rewrite or erase the cluster's "
+            "logs (logged as a warning, shown in laminar status); for throwaway experiments",
+        ),
+    )
     """Let a --peers node run without a secret (loopback only): any local process
     can then claim any node id, so it is logged as a warning and shown in status."""
-    membership_port: int | None = None
-    """Membership's own UDP port; None: the node port when eBPF steering carries
-    membership there, else node port + 1000 (ephemeral with port 0)."""
-    move_bytes_per_s: int = 64 << 20
+    join: tuple[str, ...] = field(
+        default=(),
+        metadata=setting(
+            "--join",
+            "join the cluster through any of these members' membership addresses "
+            "(needs --cluster-secret-file)",
+            checks=(host_ports,),
+            parse=_addresses,
+            metavar="HOST:PORT,...",
+            flag_default="",
+        ),
+    )
+    """Membership addresses (HOST:PORT) of members to join through; needs a secret."""
+    weight: float = field(
+        default=1.0,
+        metadata=setting(
+            "--weight",
+            "this node's capacity weight in placement",
+            checks=(positive(1e9),),
+        ),
+    )
+    """This node's capacity weight in replica placement, gossiped to every member."""
+    move_bytes_per_s: int = field(
+        default=64 << 20,
+        metadata=setting(
+            "--move-rate",
+            "bytes per second a shard's leaders copy to new replicas when partitions "
+            "move (0: no limit; default 64 MiB/s)",
+            checks=(at_least(0, shown="0 bytes/s"),),
+            metavar="BYTES_PER_S",
+        ),
+    )
     """What a shard's leaders send the learners of moves, in bytes per second
     (0: no limit)."""
-    dead_grace_s: float = 30.0
+    dead_grace_s: float = field(
+        default=30.0,
+        metadata=setting(
+            "--dead-grace",
+            "how long a dead member keeps its partitions before they move to the "
+            "others (a node that restarts within it catches up instead of being copied)",
+            checks=(between(0, 86_400),),
+            metavar="SECONDS",
+        ),
+    )
     """How long a dead member keeps its place before its partitions move."""
-    metadata_voters: int = 7
+    metadata_voters: int = field(
+        default=7,
+        metadata=setting(
+            "--metadata-voters",
+            "members that vote on the cluster metadata (1, 3, 5 or 7; the same on every "
+            "node): the top N by weighted rendezvous; the others observe it (default 7)",
+            checks=(one_of((1, 3, 5, 7)),),
+            metavar="N",
+        ),
+    )
     """How many members vote on the cluster metadata (the top ones by weighted
     rendezvous); every other member observes it as a learner. The same on
     every node (whichever leads the metadata group places it)."""
+    membership_port: int | None = field(
+        default=None,
+        metadata=setting(
+            "--membership-port",
+            "UDP port for membership (default: the node port under ebpf routing, "
+            "else port+1000; ephemeral if --port 0)",
+            checks=(PORT,),
+        ),
+    )
+    """Membership's own UDP port; None: the node port when eBPF steering carries
+    membership there, else node port + 1000 (ephemeral with port 0)."""
+    log_level: str = field(
+        default="INFO",
+        metadata=setting("--log-level", "what the node logs", choices=LOG_LEVELS, parse=str.upper),
+    )
     extra: dict[str, Any] = field(default_factory=dict)
     """Settings added by plug-ins (e.g. `laminar.xdp`), passed through to shards untouched."""
 
     def __post_init__(self) -> None:
-        cpus = os.cpu_count() or 1
-        if self.cores < 1 or (self.cores > cpus and not self.allow_oversubscribe):
-            raise ConfigError(
-                f"--cores {self.cores} is not possible here: this machine has {cpus} "
-                f"core{'s' if cpus != 1 else ''}; use 1..{cpus} "
-                "(or --allow-oversubscribe to run more shards than cores)"
-            )
-        for name in ("port", "shard_port_base", "admin_port", "membership_port"):
-            value = getattr(self, name)
-            if value is not None and not 0 <= value <= 65535:
-                raise ConfigError(f"--{name.replace('_', '-')} must be in 0..65535, got {value}")
-        if self.shard_port_base and self.shard_port_base + self.cores - 1 > 65535:
-            raise ConfigError(
-                f"--shard-port-base {self.shard_port_base} leaves no room for {self.cores} shards"
-            )
-        if self.routing not in ROUTING_MODES:
-            raise ConfigError(f"--routing must be one of {', '.join(ROUTING_MODES)}")
-        if self.xdp not in XDP_MODES:
-            raise ConfigError(f"--xdp must be one of {', '.join(XDP_MODES)}")
-        if not MIN_FRAME_BYTES <= self.udp_max_bytes <= UDP_PAYLOAD_BYTES_MAX:
-            raise ConfigError(
-                f"--udp-max-bytes must be in {MIN_FRAME_BYTES}..{UDP_PAYLOAD_BYTES_MAX}, "
-                f"got {self.udp_max_bytes}"
-            )
-        if self.runtime not in RUNTIMES:
-            raise ConfigError(f"--runtime must be one of {', '.join(RUNTIMES)}")
-        if self.flush not in FLUSH_POLICIES:
-            raise ConfigError(f"--flush must be one of {', '.join(FLUSH_POLICIES)}")
-        if self.segment_bytes < 4096:
-            raise ConfigError(f"--segment-bytes must be at least 4096, got {self.segment_bytes}")
-        if self.max_frame_bytes < MIN_FRAME_BYTES:
-            raise ConfigError(f"--max-frame-bytes must be at least {MIN_FRAME_BYTES}")
-        if not self.idle_timeout_s > 0:
-            raise ConfigError(f"--idle-timeout must be positive, got {self.idle_timeout_s}")
-        if not self.first_request_timeout_s > 0:
-            raise ConfigError(
-                f"--first-request-timeout must be positive, got {self.first_request_timeout_s}"
-            )
-        if self.staging_bytes_max < 1 << 16:
-            raise ConfigError(
-                f"--staging-bytes-max must be at least 64KiB, got {self.staging_bytes_max}"
-            )
-        if not self.staging_timeout_s > 0:
-            raise ConfigError(f"--staging-timeout must be positive, got {self.staging_timeout_s}")
-        if not self.decision_retention_s > 0:
-            raise ConfigError(
-                f"--decision-retention must be positive, got {self.decision_retention_s}"
-            )
-        if self.publish_chunk_bytes < 4096:
-            raise ConfigError(
-                f"--publish-chunk-bytes must be at least 4096, got {self.publish_chunk_bytes}"
-            )
-        if not self.retention_check_interval_s > 0:
-            raise ConfigError(
-                "--retention-check-interval must be positive, "
-                f"got {self.retention_check_interval_s}"
-            )
-        if not self.frame_timeout_s > 0:
-            raise ConfigError(f"--frame-timeout must be positive, got {self.frame_timeout_s}")
-        if self.max_topics > MAX_TOPICS_CEILING:
-            raise ConfigError(
-                f"--max-topics must be at most {MAX_TOPICS_CEILING} (every topic is in every "
-                f"metadata answer), got {self.max_topics}"
-            )
-        for name, low in (
-            ("max_connections", 1),
-            ("max_connections_per_address", 1),
-            ("max_input_bytes", 1 << 20),
-            ("max_wait_ms", 0),
-            ("max_topics", 1),
-            ("max_partitions", 1),
-            ("max_topic_partitions", 1),
-            ("open_files_max", OPEN_FILES_PER_SHARD_MIN * self.cores),
-        ):
-            value = getattr(self, name)
-            if value < low:
-                raise ConfigError(f"--{name.replace('_', '-')} must be at least {low}, got {value}")
-        if self.max_topic_partitions > MAX_PARTITIONS:
-            raise ConfigError(
-                f"--max-topic-partitions must be at most {MAX_PARTITIONS}, "
-                f"got {self.max_topic_partitions}"
-            )
-        if self.max_input_bytes < 2 * self.max_frame_bytes:
-            raise ConfigError(
-                f"--max-input-bytes ({self.max_input_bytes}) must hold two frames of "
-                f"--max-frame-bytes ({self.max_frame_bytes})"
-            )
-        if self.move_bytes_per_s < 0:
-            raise ConfigError(f"--move-rate must be >= 0 bytes/s, got {self.move_bytes_per_s}")
-        if self.metadata_voters not in (1, 3, 5, 7):
-            raise ConfigError(f"--metadata-voters must be 1, 3, 5 or 7, got {self.metadata_voters}")
-        if not 0 <= self.dead_grace_s <= 86_400:
-            raise ConfigError(f"--dead-grace must be 0..86400 seconds, got {self.dead_grace_s}")
-        if not (isinstance(self.weight, int | float) and 0 < self.weight <= 1e9):
-            raise ConfigError(f"--weight must be a number in (0, 1e9], got {self.weight}")
-        for address in self.join:
-            host, sep, port = address.rpartition(":")
-            if not (sep and host and port.isdigit() and 0 < int(port) <= 65535):
-                raise ConfigError(f"--join wants HOST:PORT addresses, got {address!r}")
-        if not os.path.isabs(self.data_dir):
-            raise ConfigError(f"data_dir must be absolute, got {self.data_dir!r}")
-        self._check_cluster()
-
-    def _check_cluster(self) -> None:
-        try:
-            peers = parse_peers(self.peers)
-            if self.node_id:
-                check_node_id(self.node_id)
-        except ValueError as exc:
-            raise ConfigError(f"--peers / --node-id: {exc}") from None
-        if not peers:
-            return
-        if not self.node_id:
-            raise ConfigError("a node with --peers needs --node-id (the id its peers know it by)")
-        if self.node_id in {p.node_id for p in peers}:
-            raise ConfigError(f"--peers names this node's own id {self.node_id!r}")
-        if self.flush != "always":
-            raise ConfigError(
-                "replication acknowledges a write once a majority has it on disk: "
-                "a node with --peers needs --flush always"
-            )
-        if self.cluster_secret_file:
-            return
-        exposed = [a for a in (self.host, *(p.host for p in peers)) if not _is_loopback(a)]
-        if exposed:
-            raise ConfigError(
-                f"{exposed[0]} is not a loopback address: node-to-node traffic there must be "
-                "authenticated; give every node the same --cluster-secret-file"
-            )
-        if not self.insecure_peers:
-            raise ConfigError(
-                "a node with --peers needs --cluster-secret-file (the same on every node; "
-                "make one with `head -c 32 /dev/urandom | base64 > FILE; chmod 600 FILE`): "
-                "without it any local process can claim to be a peer and rewrite the "
-                "cluster's logs. --insecure-peers runs without one (loopback only)"
-            )
+        """Refuse a config that a setting's checks or a cross-setting rule rejects."""
+        for f, s in settings_of(NodeConfig):
+            if complaint := s.complaint(getattr(self, f.name)):
+                raise ConfigError(complaint)
+        for rule in _RULES:
+            if complaint := rule(self):
+                raise ConfigError(complaint)
 
     @property
     def peer_auth(self) -> str:
@@ -432,6 +635,103 @@ class NodeConfig:
         data = json.loads(text)
         data["join"] = tuple(data.get("join", ()))
         return cls(**data)
+
+
+# -- rules that relate two settings ------------------------------------------------
+# Each returns what is wrong, naming the flags, or None; `__post_init__` runs them
+# in this order after every setting passed its own checks (so the rules after
+# `_peers_parse` may parse --peers again without guarding).
+
+
+def _cores_fit_this_machine(c: NodeConfig) -> str | None:
+    cpus = os.cpu_count() or 1
+    if c.cores >= 1 and (c.cores <= cpus or c.allow_oversubscribe):
+        return None
+    return (
+        f"--cores {c.cores} is not possible here: this machine has {cpus} "
+        f"core{'s' if cpus != 1 else ''}; use 1..{cpus} "
+        "(or --allow-oversubscribe to run more shards than cores)"
+    )
+
+
+def _shard_ports_fit(c: NodeConfig) -> str | None:
+    if c.shard_port_base and c.shard_port_base + c.cores - 1 > 65535:
+        return f"--shard-port-base {c.shard_port_base} leaves no room for {c.cores} shards"
+    return None
+
+
+def _file_pool_fits_every_shard(c: NodeConfig) -> str | None:
+    wrong = at_least(OPEN_FILES_PER_SHARD_MIN * c.cores)(c.open_files_max)
+    return f"--max-open-files {wrong}" if wrong else None
+
+
+def _input_holds_two_frames(c: NodeConfig) -> str | None:
+    if c.max_input_bytes >= 2 * c.max_frame_bytes:
+        return None
+    return (
+        f"--max-input-bytes ({c.max_input_bytes}) must hold two frames of "
+        f"--max-frame-bytes ({c.max_frame_bytes})"
+    )
+
+
+def _peers_parse(c: NodeConfig) -> str | None:
+    try:
+        parse_peers(c.peers)
+        if c.node_id:
+            check_node_id(c.node_id)
+    except ValueError as exc:
+        return f"--peers / --node-id: {exc}"
+    return None
+
+
+def _peers_know_this_node(c: NodeConfig) -> str | None:
+    peers = parse_peers(c.peers)
+    if peers and not c.node_id:
+        return "a node with --peers needs --node-id (the id its peers know it by)"
+    if c.node_id in {p.node_id for p in peers}:
+        return f"--peers names this node's own id {c.node_id!r}"
+    return None
+
+
+def _replicas_flush_always(c: NodeConfig) -> str | None:
+    if parse_peers(c.peers) and c.flush != "always":
+        return (
+            "replication acknowledges a write once a majority has it on disk: "
+            "a node with --peers needs --flush always"
+        )
+    return None
+
+
+def _peers_are_authenticated(c: NodeConfig) -> str | None:
+    peers = parse_peers(c.peers)
+    if not peers or c.cluster_secret_file:
+        return None
+    exposed = [a for a in (c.host, *(p.host for p in peers)) if not _is_loopback(a)]
+    if exposed:
+        return (
+            f"{exposed[0]} is not a loopback address: node-to-node traffic there must be "
+            "authenticated; give every node the same --cluster-secret-file"
+        )
+    if not c.insecure_peers:
+        return (
+            "a node with --peers needs --cluster-secret-file (the same on every node; "
+            "make one with `head -c 32 /dev/urandom | base64 > FILE; chmod 600 FILE`): "
+            "without it any local process can claim to be a peer and rewrite the "
+            "cluster's logs. --insecure-peers runs without one (loopback only)"
+        )
+    return None
+
+
+_RULES: Final[tuple[Callable[[NodeConfig], str | None], ...]] = (
+    _cores_fit_this_machine,
+    _shard_ports_fit,
+    _file_pool_fits_every_shard,
+    _input_holds_two_frames,
+    _peers_parse,
+    _peers_know_this_node,
+    _replicas_flush_always,
+    _peers_are_authenticated,
+)
 
 
 def _is_loopback(host: str) -> bool:

@@ -36,11 +36,11 @@ import logging
 import os
 import re
 import shutil
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log import LogConfig, LogError, SegmentedLog
 from laminar.log.storage import StorageBackend
 from laminar.lograte import RateLimitedLog
@@ -62,8 +62,8 @@ class OfflinePartition:
 
     pid: int
     reason: str
-    since: float  # time.time() when it went offline
-    retry_at: float  # time.monotonic() after which a request tries to open it again
+    since: float  # wall seconds (Unix time) when it went offline
+    retry_at: float  # the clock's monotonic() after which a request tries to open it again
 
     def describe(self) -> dict[str, Any]:
         topic_id, idx = split_partition_id(self.pid)
@@ -121,6 +121,7 @@ class PartitionManager:
         owns: Callable[[int], bool],
         spawn: Callable[[Coroutine[Any, Any, SegmentedLog]], asyncio.Task[SegmentedLog]]
         | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.root = root
         self._spawn = spawn
@@ -131,7 +132,7 @@ class PartitionManager:
         self._opening: dict[int, asyncio.Task[SegmentedLog]] = {}
         self._offline: dict[int, OfflinePartition] = {}
         self._reopens: dict[int, _Reopens] = {}
-        self.clock: Callable[[], float] = time.monotonic  # tests move time
+        self.clock = clock
         self._flushes_of_closed = 0
         self._closed = False
 
@@ -168,7 +169,7 @@ class PartitionManager:
         task = self._opening.get(pid)
         if task is None:
             offline = self._offline.get(pid)
-            if offline is not None and self.clock() < offline.retry_at:
+            if offline is not None and self.clock.monotonic() < offline.retry_at:
                 raise PartitionOffline(offline)
             opening = self._open(pid, config or self.config, failed=log)
             if self._spawn is not None:
@@ -183,10 +184,12 @@ class PartitionManager:
         try:
             if failed is not None:
                 await self._retire(pid, failed)
-            log = await SegmentedLog.open(directory, config, backend=self._backend)
+            log = await SegmentedLog.open(
+                directory, config, backend=self._backend, clock_ms=self.clock.wall_ms
+            )
         except (LogError, OSError) as exc:
             offline = self._offline[pid] = OfflinePartition(
-                pid, str(exc), time.time(), self.clock() + OFFLINE_RETRY_S
+                pid, str(exc), self.clock.wall_ms() / 1000, self.clock.monotonic() + OFFLINE_RETRY_S
             )
             logger.error("partition %s is offline: %s", directory, exc)
             raise PartitionOffline(offline) from exc
@@ -216,7 +219,7 @@ class PartitionManager:
                 "disk full", "partition %s: disk full (%s); reopened", directory, failed.failure
             )
             return
-        failures = self._reopens.setdefault(pid, _Reopens()).note(self.clock())
+        failures = self._reopens.setdefault(pid, _Reopens()).note(self.clock.monotonic())
         if failures > MAX_REOPENS:
             raise LogError(
                 f"its log failed {failures} times within {REOPEN_WINDOW_S:.0f} s; "

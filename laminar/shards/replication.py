@@ -54,11 +54,11 @@ import logging
 import os
 import random
 import socket
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log import LogConfig
 from laminar.placement import replica_nodes
 from laminar.raft import Entry, Message, RaftCore, RaftError
@@ -121,6 +121,7 @@ class ShardReplication:
         max_frame_bytes: int,
         own_shard_ports: tuple[int, ...],
         move_bytes_per_s: int = 0,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if len(view.members) > METADATA_VOTERS_MAX:
             raise ValueError(
@@ -137,13 +138,19 @@ class ShardReplication:
         self._own_shard_ports = own_shard_ports
         self.refusals = PeerRefusals()
         """What peers sent that no correct node sends: counted, logged at a bounded rate."""
-        self.links = PeerLinks(auth, lambda: self.view, max_frame_bytes)
+        self.clock = clock
+        """Offline retries and peer silence are timed on it (links and host share it)."""
+        self.links = PeerLinks(auth, lambda: self.view, max_frame_bytes, clock)
         self.calls = PeerCalls(auth, lambda: self.view, max_frame_bytes)
         self._serve_peers: tuple[ServeRequest, frozenset[int]] | None = None
         self._reopened_by_message: set[int] = set()
         budget = ByteBudget(max(1, round(move_bytes_per_s * TICK_S))) if move_bytes_per_s else None
         self.host = RaftHost(
-            self.links, on_unknown=self._adopt, move_budget=budget, on_failed=self._group_failed
+            self.links,
+            on_unknown=self._adopt,
+            move_budget=budget,
+            on_failed=self._group_failed,
+            clock=clock,
         )
         self.replicas: dict[int, RaftReplica] = {}
         self.offline: dict[int, OfflinePartition] = {}
@@ -484,7 +491,9 @@ class ShardReplication:
         if replica is not None:
             return replica
         offline = self.offline.get(pid)
-        if offline is not None and (pid in self._reopening or time.monotonic() < offline.retry_at):
+        if offline is not None and (
+            pid in self._reopening or self.clock.monotonic() < offline.retry_at
+        ):
             raise self._refusal(offline, voters)
         args = _OpenArgs(tuple(voters), log_config, apply, replay, tuple(learners))
         return await self._open_once(pid, args)
@@ -516,7 +525,9 @@ class ShardReplication:
                 reason = f"{exc}{REPAIR_HINT.format(directory=log.directory)}"
                 offline = self._went_offline(pid, reason, OFFLINE_RETRY_S)
                 raise self._refusal(offline, args.voters) from None
-            group = RaftGroup(pid, core, storage, self.host.send, args.apply, self.refusals.raft)
+            group = RaftGroup(
+                pid, core, storage, self.host.send, args.apply, self.refusals.raft, self.clock
+            )
             self.host.add(group)
             replica = self._orphans.pop(pid, None)
             if replica is None:
@@ -537,8 +548,8 @@ class ShardReplication:
         """Record that this shard cannot run `pid`'s replica (logged once per reason)."""
         old = self.offline.get(pid)
         same = old is not None and old.reason == reason
-        since = old.since if old is not None and same else time.time()
-        offline = OfflinePartition(pid, reason, since, time.monotonic() + retry_s)
+        since = old.since if old is not None and same else self.clock.wall_ms() / 1000
+        offline = OfflinePartition(pid, reason, since, self.clock.monotonic() + retry_s)
         self.offline[pid] = offline
         if not same:
             logger.error("partition %d: this node's replica is offline: %s", pid, reason)
@@ -611,7 +622,7 @@ class ShardReplication:
         never yet (a shard whose peers have not sent it anything so far, as
         right after a topic is created, is not cut off for that)."""
         heard = self.links.last_heard(node_id)
-        return heard is None or time.monotonic() - heard <= TICK_S * ELECTION_TICKS
+        return heard is None or self.clock.monotonic() - heard <= TICK_S * ELECTION_TICKS
 
     async def close_group(self, pid: int) -> None:
         """Stop `pid`'s group (the partition manager closes and removes its files)."""

@@ -26,9 +26,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Callable, Iterable
 
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log import LogConfig, SegmentedLog
 from laminar.placement import partition_id
 from laminar.shards.metrics import ShardMetrics
@@ -67,8 +67,11 @@ class Retention:
         metrics: ShardMetrics,
         interval_s: float = DEFAULT_CHECK_INTERVAL_S,
         keep_from: Callable[[int], int] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._partitions = partitions
+        self._clock = clock
+        """Ages (wall time) are judged on it: the clock the partition logs stamp with."""
         self._topics = topics
         self._owns = owns
         self._metrics = metrics
@@ -114,7 +117,7 @@ class Retention:
                     )
 
     async def _apply(self, log: SegmentedLog, topic: TopicInfo, keep_from: int | None) -> None:
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = self._clock.wall_ms()
         if roll_due(log.write_segment_first_timestamp_ms, now_ms, segment_ms(topic.config)):
             await log.roll_over()
         retention_bytes, retention_ms = retention_limits(topic.config)

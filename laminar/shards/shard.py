@@ -31,6 +31,7 @@ import time
 from collections import Counter
 from typing import Any, Final
 
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log import LogConfig
 from laminar.log.filepool import FilePool
 from laminar.log.storage import StorageBackend, SyscallBackend
@@ -142,8 +143,11 @@ class Shard:
         node_port: int,
         shard_ports: list[int],
         admin_port: int | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
+        self.clock = clock
+        """Handed to every part that decides by elapsed time (`laminar.clock`)."""
         self.shard_id = shard_id
         self.sockets = sockets
         self.control = control
@@ -250,6 +254,7 @@ class Shard:
             backend,
             self._owns,
             spawn=lambda coro: self._spawn(coro, "flush"),
+            clock=self.clock,
         )
         self.polls = LongPolls()
         self.channels = Channels(
@@ -318,6 +323,7 @@ class Shard:
             node_id=config.node_id,
             peer_calls=None if self.replication is None else self.replication.calls,
             describe=self._describe_partition,
+            clock=self.clock,
         )
         self.dispatcher.add_handlers(self.writes.table())
         if self.replication is not None:
@@ -329,6 +335,7 @@ class Shard:
             self.metrics,
             config.retention_check_interval_s,
             self.replication.retention_keeps_from if self.replication is not None else None,
+            self.clock,
         )
         control_task = self._spawn(self._serve_control(), "background")
         self._listen(self.sockets.channel, internal=True)
@@ -391,6 +398,7 @@ class Shard:
             config.max_frame_bytes,
             self.ident.shard_ports,
             config.move_bytes_per_s,
+            self.clock,
         )
         replication.start()
         replication.joining = bool(config.join)

@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.replication.replica import PartitionReplica
 from laminar.wire import ErrorCode
 from laminar.wire.errors import RequestError
@@ -124,13 +124,14 @@ class Coordinator:
         routes: WriteRoutes,
         retention_ms: int,
         describe: Callable[[int], str] = lambda pid: f"partition {pid:#x}",
-        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.logs = logs
         self._routes = routes
         self.retention_ms = retention_ms
         self._describe = describe
-        self._clock_ms = clock_ms
+        self._clock = clock
+        """Decision timestamps (wall) and retry times (monotonic) are read from it."""
         self._tables: dict[int, _Table] = {}
         self._loading = KeyedLocks()
         self._locks = KeyedLocks()
@@ -187,12 +188,12 @@ class Coordinator:
             for record in records:
                 decisions.apply(record.value)
             index = records[-1].index + 1
-        decisions.forget_old(self._clock_ms())
+        decisions.forget_old(self._clock.wall_ms())
         table = self._tables[key] = _Table(leadership, decisions)
         if len(decisions):
             logger.info("decision log %d: %d decisions replayed", key, len(decisions))
         for decision in decisions.pending():
-            self._retry_after[decision.commit_id] = time.monotonic() + RETRY_INTERVAL_S
+            self._retry_after[decision.commit_id] = self._clock.monotonic() + RETRY_INTERVAL_S
             self._spawn(self._roll_forward(decision.commit_id))
         return table
 
@@ -233,7 +234,7 @@ class Coordinator:
                     *(self._check(commit_id, holding, p) for holding, p in by_holding.items())
                 )
                 decision = await self._record(
-                    commit_id, committed_entry(commit_id, parts, self._clock_ms())
+                    commit_id, committed_entry(commit_id, parts, self._clock.wall_ms())
                 )
                 self.commits += 1
             else:
@@ -275,7 +276,7 @@ class Coordinator:
                 )
             )
         except Exception as exc:
-            self._retry_after[commit_id] = time.monotonic() + RETRY_INTERVAL_S
+            self._retry_after[commit_id] = self._clock.monotonic() + RETRY_INTERVAL_S
             if isinstance(exc, RequestError) and exc.code == ErrorCode.COMMIT_PENDING:
                 raise
             logger.warning("commit %#x decided, publishing failed (will retry): %s", commit_id, exc)
@@ -286,7 +287,7 @@ class Coordinator:
             ) from None
         self._retry_after.pop(commit_id, None)
         done = await self._record(
-            commit_id, done_entry(commit_id, tuple(published), self._clock_ms())
+            commit_id, done_entry(commit_id, tuple(published), self._clock.wall_ms())
         )
         self._spawn(self._drop(commit_id, by_holding))
         return done
@@ -354,7 +355,7 @@ class Coordinator:
             if state in (WriteState.COMMITTED, WriteState.DONE):
                 return state
             if final and state == WriteState.UNKNOWN:
-                await self._record(commit_id, aborted_entry(commit_id, self._clock_ms()))
+                await self._record(commit_id, aborted_entry(commit_id, self._clock.wall_ms()))
                 self.aborts += 1
                 state = WriteState.ABORTED
             if by_holding:
@@ -380,8 +381,8 @@ class Coordinator:
         commits, forget old decisions, apply retention (carrying unfinished
         decisions forward first so retention cannot take them)."""
         await self._load_led()
-        now = time.monotonic()
-        now_ms = self._clock_ms()
+        now = self._clock.monotonic()
+        now_ms = self._clock.wall_ms()
         for key in self.logs.held():
             table = self._tables.get(key)
             try:

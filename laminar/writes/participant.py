@@ -44,11 +44,11 @@ import contextlib
 import logging
 import os
 import re
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Hashable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log import IndexOutOfRange
 from laminar.placement import partition_id, split_partition_id
 from laminar.replication.replica import PartitionReplica
@@ -162,7 +162,7 @@ class Participant:
         replica_of: Callable[[int], Awaitable[PartitionReplica]],
         ask_coordinator: Callable[[int], Awaitable[str]],
         chunk_bytes: int,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
         *,
         node_id: str = "",
         describe: Callable[[int], str] = lambda pid: f"partition {pid:#x}",
@@ -253,7 +253,7 @@ class Participant:
                 raise
             start = offset + frame_bytes(header)
             staged = StagedBatch(req.sequence, len(req.blobs), start, frame_bytes(batch))
-            self.area.staged(pid, key, staged, size, req.timeout_ms, self._clock())
+            self.area.staged(pid, key, staged, size, req.timeout_ms, self._clock.monotonic())
             self.stats.batches_staged += 1
             self.stats.bytes_staged += size
             return len(req.blobs), False
@@ -272,7 +272,7 @@ class Participant:
                 raise self._missing(pid, exc) from None
             new = self.area.commit_record(pid, commit_id) is None
             # In memory first: expiry keeps the parts from now on (conservative).
-            self.area.claimed(pid, commit_id, parts, self._clock())
+            self.area.claimed(pid, commit_id, parts, self._clock.monotonic())
             header = commit_header(pid, commit_id) if new else []
             if new:
                 await self.files.ensure_dir(self.directory(pid))
@@ -328,7 +328,7 @@ class Participant:
         await self.files.append(
             self.commit_path(pid, commit_id), published_frame(*published[1:]), create=False
         )
-        self.area.published(pid, commit_id, published, self._clock())
+        self.area.published(pid, commit_id, published, self._clock.monotonic())
         self.stats.publishes += 1
         self.stats.records_published += published.records
         return published
@@ -351,7 +351,7 @@ class Participant:
             if new:
                 await self.files.ensure_dir(self.directory(pid))
             await self.files.append(path, [*header, *intent_frame(intent)], create=new)
-            self.area.intent_recorded(pid, commit_id, intent, self._clock())
+            self.area.intent_recorded(pid, commit_id, intent, self._clock.monotonic())
         else:
             scan_from = plan.intent.start_index  # chunks may be in the log: look first
             self.stats.publishes_resumed += 1
@@ -483,7 +483,7 @@ class Participant:
     async def expire(self) -> None:
         """One expiry pass (`StagingArea.due`): drop idle unclaimed attempts now, and
         ask coordinators about idle claims in the background."""
-        now = self._clock()
+        now = self._clock.monotonic()
         drops, asks = self.area.due(now)
         for drop in drops:
             async with self._locks.hold(("attempt", drop.partition_id, drop.key)):
@@ -520,7 +520,7 @@ class Participant:
             logger.info("could not ask about commit %#x: %s", ask.commit_id, exc)
             state = None
         async with self._locks.hold(("commit", ask.partition_id, ask.commit_id)):
-            keys = self.area.answered(ask, state, self._clock())
+            keys = self.area.answered(ask, state, self._clock.monotonic())
             if keys is None:
                 return
             await self._forget_commit(ask.partition_id, ask.commit_id)
@@ -538,7 +538,7 @@ class Participant:
 
     async def recover(self) -> None:
         """Load what is staged on this shard's partitions (after a start or restart)."""
-        now = self._clock()
+        now = self._clock.monotonic()
         names = await self.files.list_dir(self.files.root)
         for directory in sorted({name.split("/")[0] for name in names}):
             match = _DIR_RE.fullmatch(directory)

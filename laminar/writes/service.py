@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log.storage import StorageBackend
 from laminar.replication.calls import PeerCalls
 from laminar.replication.replica import PartitionReplica
@@ -81,6 +82,7 @@ class WriteService:
         node_id: str = "",
         peer_calls: PeerCalls | None = None,
         describe: Callable[[int], str] = lambda pid: f"partition {pid:#x}",
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """`decisions`: where commit decisions are kept (a log per shard
         alone, or the cluster's decisions group); `peer_calls`: requests to
@@ -97,12 +99,13 @@ class WriteService:
             replica_of,
             self._ask_coordinator,
             settings.publish_chunk_bytes,
+            clock,
             node_id=node_id,
             describe=describe,
             append_at_leader=None if peer_calls is None else self._append_at_leader,
         )
         self.coordinator = Coordinator(
-            decisions, self.routes, settings.decision_retention_ms, describe
+            decisions, self.routes, settings.decision_retention_ms, describe, clock
         )
         self._upkeep: asyncio.Task[None] | None = None
 

@@ -20,6 +20,7 @@ import pytest
 
 import laminar.shards.replication as replication_module
 from laminar.cli.main import main as laminar
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log import Fault, LogConfig, SimulatedDisk, SyscallBackend
 from laminar.log.storage import StorageBackend
 from laminar.raft import Message, RaftCore
@@ -29,26 +30,35 @@ from laminar.replication.members import ClusterView, Member
 from laminar.replication.opening import replica_config
 from laminar.replication.raft_storage import STATE_FILE, SegmentedLogStorage
 from laminar.replication.repair import TERM_MARGIN
-from laminar.shards.partitions import PartitionManager
+from laminar.shards.partitions import OFFLINE_RETRY_S, PartitionManager
 from laminar.shards.replication import ShardReplication
 from laminar.wire import ErrorCode
 from laminar.wire.errors import RequestError
+from tests.clock import FakeClock
 from tests.cluster import test_raft_groups as groups
 
 CONFIG = LogConfig(segment_bytes=1 << 20, preallocate_bytes=0, flush="always")
 NODES = groups.NODES
 
 
-def _n3(tmp_path: Path, net: groups.FakeNetwork, backend: StorageBackend) -> ShardReplication:
+def _n3(
+    tmp_path: Path,
+    net: groups.FakeNetwork,
+    backend: StorageBackend,
+    clock: Clock = SYSTEM_CLOCK,
+) -> ShardReplication:
     """Node n3's shard on the fake network."""
     n3 = ShardReplication(
         ClusterView(1, tuple(Member(n, "127.0.0.1", 1) for n in NODES)),
         PeerAuth.from_secret("n3", None),
         0,
         1,
-        PartitionManager(str(tmp_path / "n3" / "partitions"), CONFIG, backend, owns=lambda p: True),
+        PartitionManager(
+            str(tmp_path / "n3" / "partitions"), CONFIG, backend, lambda p: True, clock=clock
+        ),
         1 << 20,
         (2,),
+        clock=clock,
     )
     n3.host.transport = net.transport("n3")
     n3.host.tick_s = groups.TICK_S
@@ -80,7 +90,6 @@ def test_a_damaged_state_file_redirects_until_repair_rebuilds_the_replica(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """n3's raft-state.json is damaged: its replica is offline, logged once,
     and requests get NOT_LEADER naming the leader n3 heard from (INTERNAL
@@ -89,7 +98,7 @@ def test_a_damaged_state_file_redirects_until_repair_rebuilds_the_replica(
     it can have voted in (a vote in that term is refused); started again, it
     catches up from its peers and holds exactly the leader's records."""
     caplog.set_level(logging.ERROR, "laminar.replication")
-    monkeypatch.setattr(replication_module, "OFFLINE_RETRY_S", 0.0)  # every request tries again
+    clock = FakeClock(running=True)  # the damaged n3's: real time, plus the retry wait skipped
 
     async def scenario(net: groups.FakeNetwork) -> None:
         n3 = _n3(tmp_path, net, SyscallBackend())
@@ -101,14 +110,18 @@ def test_a_damaged_state_file_redirects_until_repair_rebuilds_the_replica(
         state = Path(directory) / STATE_FILE
         state.write_bytes(state.read_bytes().replace(b'"term"', b'"tern"'))
 
-        n3 = _n3(tmp_path, net, SyscallBackend())
+        n3 = _n3(tmp_path, net, SyscallBackend(), clock)
         first = await _refused(n3)
         leader = (await groups._until(lambda: groups._leader(net))).core.id
         assert first.code is ErrorCode.NOT_LEADER and first.leader in NODES
         assert "laminar repair" in n3.offline[groups.PID].reason
         named = await groups._until(lambda: n3._heard_leader.get(groups.PID, (0, ""))[1] == leader)
         assert named
+        waited = n3.offline[groups.PID]
+        clock.advance(OFFLINE_RETRY_S)  # the next request tries to open the replica again
         again = await _refused(n3)
+        retried = n3.offline[groups.PID]
+        assert retried is not waited and retried.since == waited.since  # same failure
         assert again.code is ErrorCode.NOT_LEADER and again.leader == leader
         assert f"node {leader} leads it" in again.message
         assert groups.PID not in n3.replicas  # a leader's message opened nothing

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import socket
+from dataclasses import fields
+from typing import Any
 from unittest import mock
 
 import pytest
 
-from laminar.cli.node import build_parser, config_from_args, parse_size
+from laminar.cli.node import build_parser, config_from_args, main, parse_size
 from laminar.node import listeners
 from laminar.node.listeners import StartupError
-from laminar.shards.config import ConfigError, NodeConfig
+from laminar.shards.config import MAX_TOPICS_CEILING, ConfigError, NodeConfig
+from laminar.shards.settings import settings_of
 from laminar.shards.sockets import channel_address
 
 
@@ -59,6 +63,111 @@ def test_a_cluster_never_runs_without_peer_authentication() -> None:
     assert secured.peer_auth == "node-keys"
     assert config_from_args(parse([])).peer_auth == ""
     assert "--insecure-peers" in build_parser().format_help()
+
+
+def test_every_setting_has_a_flag_a_help_and_a_default_it_accepts() -> None:
+    """The table is complete: every field but the plug-ins' `extra` is a setting,
+    each with its own flag in --help, and each flag's default passes the checks."""
+    table = list(settings_of(NodeConfig))
+    assert {f.name for f in fields(NodeConfig)} - {f.name for f, _ in table} == {"extra"}
+    assert len({s.flag for _, s in table}) == len(table)
+    help_text = build_parser().format_help()
+    defaults = build_parser().parse_args([])
+    for f, s in table:
+        assert s.flag.startswith("--") and s.flag in help_text and s.help.strip(), f.name
+        assert s.complaint(getattr(defaults, f.name)) is None, f.name
+
+
+def test_flags_set_their_fields() -> None:
+    parse = build_parser().parse_args
+    flags = ["--max-open-files", "64", "--move-rate", "0", "--idle-timeout", "5"]
+    flags += ["--join", "a:1, b:2", "--cluster-secret-file", "s", "--log-level", "debug"]
+    config = config_from_args(parse([*flags, "--segment-bytes", "1MiB", "--udp-writes"]))
+    assert (config.open_files_max, config.move_bytes_per_s, config.idle_timeout_s) == (64, 0, 5)
+    assert config.join == ("a:1", "b:2") and config.cluster_secret_file == os.path.abspath("s")
+    assert config.log_level == "DEBUG" and config.segment_bytes == 1 << 20 and config.udp_writes
+
+
+BASE: dict[str, Any] = {"cores": 1, "data_dir": "/tmp/x"}
+PEERS: dict[str, Any] = {"node_id": "n1", "peers": "n2=127.0.0.1:7170"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        # between
+        ({"membership_port": 65536}, "--membership-port must be in 0..65535, got 65536"),
+        ({"dead_grace_s": math.nan}, "--dead-grace must be in 0..86400, got nan"),
+        ({"udp_max_bytes": 70_000}, "--udp-max-bytes must be in 25..65507, got 70000"),
+        # at_least
+        ({"segment_bytes": 10}, "--segment-bytes must be at least 4096, got 10"),
+        ({"staging_bytes_max": 100}, "--staging-bytes-max must be at least 64KiB, got 100"),
+        ({"max_wait_ms": -1}, "--max-wait-ms must be at least 0, got -1"),
+        ({"move_bytes_per_s": -1}, "--move-rate must be at least 0 bytes/s, got -1"),
+        # at_most
+        (
+            {"max_topics": MAX_TOPICS_CEILING + 1},
+            f"--max-topics must be at most {MAX_TOPICS_CEILING} (every topic is in every "
+            f"metadata answer), got {MAX_TOPICS_CEILING + 1}",
+        ),
+        # positive
+        ({"idle_timeout_s": 0}, "--idle-timeout must be positive, got 0"),
+        ({"frame_timeout_s": math.nan}, "--frame-timeout must be positive, got nan"),
+        ({"weight": "2"}, "--weight must be a number in (0, 1e+09], got '2'"),
+        ({"weight": 2e9}, "--weight must be a number in (0, 1e+09], got 2000000000.0"),
+        # one_of, from choices and from checks
+        ({"routing": "x"}, "--routing must be one of auto, ebpf, cbpf, userspace, got 'x'"),
+        ({"log_level": "debug"}, "--log-level must be one of DEBUG, INFO, WARNING, ERROR"),
+        ({"metadata_voters": 4}, "--metadata-voters must be one of 1, 3, 5, 7, got 4"),
+        # absolute_path, host_ports
+        ({"data_dir": "rel"}, "--data-dir must be absolute, got 'rel'"),
+        ({"join": ("a:1", "b:x")}, "--join wants HOST:PORT addresses, got 'b:x'"),
+        # rules relating two settings
+        ({"cores": 0}, "--cores 0 is not possible here"),
+        ({"shard_port_base": 65535, "cores": 2}, "--shard-port-base 65535 leaves no room"),
+        ({"open_files_max": 7}, "--max-open-files must be at least 8, got 7"),
+        ({"max_input_bytes": 1 << 20, "max_frame_bytes": 1 << 20}, "must hold two frames"),
+        ({"peers": "n2"}, "--peers / --node-id: peer 'n2' is not ID=HOST:PORT"),
+        ({"peers": PEERS["peers"]}, "a node with --peers needs --node-id"),
+        ({**PEERS, "node_id": "n2"}, "--peers names this node's own id 'n2'"),
+        ({**PEERS, "flush": "never"}, "a node with --peers needs --flush always"),
+        ({**PEERS, "host": "10.0.0.1"}, "10.0.0.1 is not a loopback address"),
+        (PEERS, "a node with --peers needs --cluster-secret-file"),
+    ],
+)
+def test_each_rule_names_the_flag_and_what_is_allowed(
+    changes: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        NodeConfig(**{**BASE, **changes})
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"port": 0},
+        {"port": 65535, "membership_port": 65535},
+        {"dead_grace_s": 0, "max_wait_ms": 0, "move_bytes_per_s": 0},
+        {"dead_grace_s": 86_400, "weight": 1e9, "max_topics": MAX_TOPICS_CEILING},
+        {"segment_bytes": 4096, "staging_bytes_max": 1 << 16, "open_files_max": 8},
+        {"max_input_bytes": 2 << 20, "max_frame_bytes": 1 << 20, "metadata_voters": 1},
+        {**PEERS, "insecure_peers": True},
+    ],
+)
+def test_values_at_the_edges_are_allowed(changes: dict[str, Any]) -> None:
+    NodeConfig(**{**BASE, **changes})
+
+
+def test_a_bad_flag_value_exits_2_saying_why(capsys: pytest.CaptureFixture[str]) -> None:
+    """The supervisor is replaced only so that a value let through fails the test
+    at once instead of starting a node."""
+    with mock.patch("laminar.node.supervisor.Supervisor") as supervisor:
+        assert main(["--segment-bytes", "10"]) == 2
+    supervisor.assert_not_called()
+    assert capsys.readouterr().err == (
+        "laminar-node: --segment-bytes must be at least 4096, got 10\n"
+    )
 
 
 def test_config_travels_to_shards_as_json() -> None:

@@ -19,22 +19,15 @@ from laminar.shards.partitions import (
     PartitionManager,
     PartitionOffline,
 )
+from tests.clock import FakeClock
 
 PID = partition_id(5, 1)
 CONFIG = LogConfig(preallocate_bytes=0)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def manager(disk: SimulatedDisk) -> tuple[PartitionManager, Clock]:
-    partitions = PartitionManager("/data/partitions", CONFIG, disk, owns=lambda pid: True)
-    clock = partitions.clock = Clock()
+def manager(disk: SimulatedDisk) -> tuple[PartitionManager, FakeClock]:
+    clock = FakeClock()
+    partitions = PartitionManager("/data/partitions", CONFIG, disk, lambda pid: True, clock=clock)
     return partitions, clock
 
 
@@ -83,7 +76,7 @@ def test_a_partition_that_keeps_failing_goes_offline_and_comes_back_later() -> N
             await partitions.get(PID)  # refused at once, the disk left alone
         assert len(disk.journal) == operations
         disk.faults.remove(fault)  # the disk replaced
-        clock.now += OFFLINE_RETRY_S
+        clock.advance(OFFLINE_RETRY_S)
         log = await partitions.get(PID)
         assert partitions.offline == []
         assert await read_all(partitions) == [b"acknowledged"]
@@ -108,7 +101,7 @@ def test_a_partition_recovery_refuses_to_repair_is_offline_with_the_reason() -> 
         with pytest.raises(PartitionOffline, match="header is lost or damaged"):
             await partitions.get(PID)
         assert [o.pid for o in partitions.offline] == [PID]
-        clock.now += OFFLINE_RETRY_S  # still damaged: offline again, with the reason
+        clock.advance(OFFLINE_RETRY_S)  # still damaged: offline again, with the reason
         with pytest.raises(PartitionOffline, match="header is lost or damaged"):
             await partitions.get(PID)
         await partitions.close_all()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log import LogConfig, MemoryBackend, SegmentedLog
 from laminar.replication.replica import LocalReplica
 from laminar.wire import ErrorCode, decode_record
@@ -29,6 +30,7 @@ from laminar.wire.writes import StagedPart, StageRequest, WriteState
 from laminar.writes.area import StagingArea
 from laminar.writes.files import StagingFiles
 from laminar.writes.participant import Participant
+from tests.clock import FakeClock
 from tests.delivery import assert_exactly_once
 
 PID = (5 << 32) | 0
@@ -59,7 +61,9 @@ class Led(LocalReplica):
         return self.leading
 
 
-def _participant(backend: MemoryBackend, node: str, replica: LocalReplica) -> Participant:
+def _participant(
+    backend: MemoryBackend, node: str, replica: LocalReplica, clock: Clock = SYSTEM_CLOCK
+) -> Participant:
     async def replica_of(pid: int) -> LocalReplica:
         return replica
 
@@ -73,6 +77,7 @@ def _participant(backend: MemoryBackend, node: str, replica: LocalReplica) -> Pa
         replica_of,
         ask,
         1 << 20,
+        clock,
         node_id=node,
     )
 
@@ -132,3 +137,22 @@ async def _follower_stages() -> None:
 
 def test_an_attempt_starts_on_the_leader_and_goes_on_where_it_started() -> None:
     asyncio.run(_follower_stages())
+
+
+async def _expires_on_its_clock() -> None:
+    backend = MemoryBackend()
+    config = LogConfig(segment_bytes=1 << 20, preallocate_bytes=0)
+    log = await SegmentedLog.open("/mem/partition", config, backend=backend)  # type: ignore[arg-type]
+    clock = FakeClock()
+    node = _participant(backend, "n1", LocalReplica(log), clock)
+    await _staged(node, "n1", 0)
+    clock.advance(59.9)  # the area's default timeout is 60 s
+    await node.expire()
+    assert node.area.attempt_count == 1
+    clock.advance(0.2)
+    await node.expire()
+    assert node.area.attempt_count == 0
+
+
+def test_idle_staged_data_expires_when_the_clock_passes_its_timeout() -> None:
+    asyncio.run(_expires_on_its_clock())
