@@ -301,11 +301,11 @@ MUTATIONS: list[tuple[str, str, list[Edit]]] = [
         ],
     ),
     (
-        "close after a failure keeps the unpublished tail",
+        "close after a failure keeps the unreleased tail",
         "log/segmented_log.py",
         [
             (
-                "                    write_segment.unstage()\n"
+                "                    write_segment.drop_unreleased()\n"
                 "                    await write_segment.trim_files()\n",
                 "                    pass\n",
             )

@@ -1,6 +1,6 @@
 """Group commit: concurrent appends share one write and one sync per flush.
 
-Theory of operation. `stage()` is synchronous: it gives the batch its indices,
+Theory of operation. `place()` is synchronous: it gives the batch its indices,
 adds its index entries to the segment's in-memory index and its values to the
 open `PendingFlush`, and returns a future. A flusher task takes the open
 flush, reserves disk space, and starts a commit: one `writev` of the store and
@@ -8,11 +8,11 @@ one of the index, each followed by fdatasync under policy "always" (backends
 link the two). While that runs, new appends gather in the next flush, so the
 more appenders wait on a sync, the more records each sync carries.
 
-Up to `max_flushes_in_flight` commits run at once, but they are *published*
+Up to `max_flushes_in_flight` commits run at once, but they are *released*
 (made readable, acknowledged) strictly in order: each commit awaits its
-predecessor before publishing. A record is thus never acknowledged while an
+predecessor before releasing. A record is thus never acknowledged while an
 earlier one could still be lost. An interval sync ("interval") runs beside the
-commits, never in their way: it syncs what was published when it started and
+commits, never in their way: it syncs what was released when it started and
 then marks it DURABLE; `drain()` waits for it too, so nothing closes a file
 under it.
 
@@ -41,7 +41,7 @@ FAST_REFILL_S = 1.0
 
 
 class PendingFlush:
-    """Appends staged for one segment that will reach the disk together."""
+    """Appends placed for one segment that will reach the disk together."""
 
     __slots__ = (
         "end_index",
@@ -57,11 +57,11 @@ class PendingFlush:
 
     def __init__(self, segment: Segment, loop: asyncio.AbstractEventLoop) -> None:
         self.segment = segment
-        self.first_index = segment.staged_end_index
+        self.first_index = segment.placed_end_index
         self.end_index = self.first_index
         self.store_offset = segment.store_end
         self.store_end = self.store_offset
-        self.index_offset = HEADER_BYTES + segment.staged_entries * ENTRY_BYTES
+        self.index_offset = HEADER_BYTES + segment.placed_entries * ENTRY_BYTES
         self.values: list[bytes] = []
         self.waiters: list[asyncio.Future[None]] = []
         self.finished: asyncio.Future[None] = loop.create_future()
@@ -108,17 +108,17 @@ class Reservation:
 
 
 class FlushPipeline:
-    """Stages appends into flushes and commits them in order."""
+    """Places appends into flushes and commits them in order."""
 
     def __init__(
         self,
         config: LogConfig,
-        on_publish: Callable[[PendingFlush], None],
+        on_release: Callable[[PendingFlush], None],
     ) -> None:
         self._config = config
         self._sync = config.flush == "always"
         self._flags = SYNCED if self._sync else 0
-        self._on_publish = on_publish
+        self._on_release = on_release
         self._loop = asyncio.get_running_loop()
         self._open: PendingFlush | None = None
         self._last: PendingFlush | None = None
@@ -127,7 +127,7 @@ class FlushPipeline:
         self._tail: asyncio.Future[None] | None = None  # the last commit
         self._syncing: asyncio.Task[None] | None = None
         self._stopping = False
-        self._published: tuple[Segment, int] | None = None  # last published (segment, entries)
+        self._released: tuple[Segment, int] | None = None  # last released (segment, entries)
         self._synced: tuple[Segment, int] | None = None
         self._reservation = Reservation(config.preallocate_bytes)
         self.failure: BaseException | None = None
@@ -136,16 +136,16 @@ class FlushPipeline:
 
     # -- appending -------------------------------------------------------
 
-    def stage(
+    def place(
         self, segment: Segment, values: Sequence[bytes], term: int, timestamp_ms: int
     ) -> asyncio.Future[None]:
-        """Stage `values` into the open flush; the future resolves once published."""
+        """Place `values` into the open flush; the future resolves once released."""
         flush = self._open
         if flush is None or flush.segment is not segment:
             flush = self._open = self._last = PendingFlush(segment, self._loop)
-        segment.stage(values, term, timestamp_ms, self._flags)
+        segment.place(values, term, timestamp_ms, self._flags)
         flush.values.extend(values)
-        flush.end_index = segment.staged_end_index
+        flush.end_index = segment.placed_end_index
         flush.store_end = segment.store_end
         waiter = self._loop.create_future()
         flush.waiters.append(waiter)
@@ -153,7 +153,7 @@ class FlushPipeline:
         return waiter
 
     async def drain(self) -> None:
-        """Wait until everything staged so far is published (or has failed), and
+        """Wait until everything placed so far is released (or has failed), and
         every sync started so far has finished."""
         if self._last is not None:
             self._wake.set()
@@ -171,12 +171,12 @@ class FlushPipeline:
         await self._task
 
     def start_sync(self) -> None:
-        """Start syncing what was published since the last sync, in the background,
+        """Start syncing what was released since the last sync, in the background,
         unless a sync is running (policy "interval"). A failure fails the log."""
         if self._syncing is not None and not self._syncing.done():
             return
-        if self.failure is None and self._published != self._synced:
-            self._syncing = self._loop.create_task(self._sync_published())
+        if self.failure is None and self._released != self._synced:
+            self._syncing = self._loop.create_task(self._sync_released())
 
     # -- the flusher -------------------------------------------------------
 
@@ -217,7 +217,7 @@ class FlushPipeline:
         if self.failure is None:
             error = await _write_flush(flush, self._sync)
         if previous is not None:
-            await previous  # publish in order; jobs never raise
+            await previous  # release in order; jobs never raise
         if error is not None:
             self.fail(error)
         if self.failure is not None:
@@ -225,24 +225,24 @@ class FlushPipeline:
         else:
             self.flushes += 1
             entries = flush.end_index - flush.segment.base_index
-            flush.segment.publish(entries, flush.store_end)
-            self._published = (flush.segment, entries)
-            self._on_publish(flush)
+            flush.segment.release(entries, flush.store_end)
+            self._released = (flush.segment, entries)
+            self._on_release(flush)
             flush.resolve(None)
         self._slots.release()
 
-    async def _sync_published(self) -> None:
-        published = self._published
-        if self.failure is not None or published is None or published == self._synced:
+    async def _sync_released(self) -> None:
+        released = self._released
+        if self.failure is not None or released is None or released == self._synced:
             return
-        if published[0].closed:  # removed by a truncation or reset since
+        if released[0].closed:  # removed by a truncation or reset since
             return
         try:
-            await published[0].sync_and_mark_durable()
+            await released[0].sync_and_mark_durable()
         except Exception as exc:
             self.fail(exc)
             return
-        self._synced = published
+        self._synced = released
 
     def fail(self, exc: BaseException) -> BaseException:
         """Fail the log with `exc` as the cause (the first failure wins); return it."""
@@ -254,7 +254,7 @@ class FlushPipeline:
             failure.__cause__ = exc
             self.failure = failure
         if self._open is not None:
-            # Staged after the failing flush: their indices can never be published.
+            # Placed after the failing flush: their indices can never be released.
             flush, self._open = self._open, None
             flush.resolve(self.failure)
         return self.failure

@@ -2,12 +2,12 @@
 
 The whole index of a segment lives in a bytearray (48 bytes a record), so a
 lookup is one `unpack_from` and reading a record costs one `pread`. The
-bytearray also holds entries that are staged for the next flush but not yet
-durable; `entries` counts only the published (readable) ones.
+bytearray also holds entries that are placed for the next flush but not yet
+durable; `entries` counts only the released (readable) ones.
 
-Invariants, with `n = entries` and `s = staged_entries`:
+Invariants, with `n = entries` and `s = placed_entries`:
     0 <= n <= s;  len(index_buf) == HEADER_BYTES + s * ENTRY_BYTES
-    store_end >= published_store_end; both are logical sizes, not file sizes
+    store_end >= released_store_end; both are logical sizes, not file sizes
     (a file may be longer: preallocated zeros).
     `corrupt_slots` (sorted) are the slots recovery found damaged; the in-memory
     index is otherwise exactly what was written, so reads trust it except there.
@@ -78,9 +78,9 @@ class Segment:
         self.index = index
         self.index_buf = index_buf
         self.entries = entries
-        self.staged_entries = entries
+        self.placed_entries = entries
         self.store_end = store_end
-        self.published_store_end = store_end
+        self.released_store_end = store_end
         self.corrupt_slots = list(corrupt_slots)
         self.sealed = False
         self.closed = False
@@ -107,8 +107,8 @@ class Segment:
 
     async def trim_files(self) -> None:
         """Cut both files to their logical sizes (drops preallocation and anything
-        staged but never published)."""
-        index_len = HEADER_BYTES + self.staged_entries * ENTRY_BYTES
+        placed but never released)."""
+        index_len = HEADER_BYTES + self.placed_entries * ENTRY_BYTES
         if self.index.size != index_len:
             await self.index.truncate(index_len)
         if self.store.size != self.store_end:
@@ -125,7 +125,7 @@ class Segment:
             await self.index.sync()
 
     async def sync_and_mark_durable(self) -> None:
-        """Sync both files, then mark the last published entry DURABLE (proof for
+        """Sync both files, then mark the last released entry DURABLE (proof for
         recovery that everything before it is on disk; see `index`). The mark
         itself reaches the disk with the next sync."""
         await self.store.sync()
@@ -160,18 +160,18 @@ class Segment:
             await self.close()
         await backend.remove(segment_paths(self.directory, self.base_index)[0])
 
-    # -- appending (staging) --------------------------------------------------
+    # -- appending (placing) --------------------------------------------------
 
     @property
     def end_index(self) -> int:
-        """One past the last published record."""
+        """One past the last released record."""
         return self.base_index + self.entries
 
     @property
-    def staged_end_index(self) -> int:
-        return self.base_index + self.staged_entries
+    def placed_end_index(self) -> int:
+        return self.base_index + self.placed_entries
 
-    def stage(self, values: Sequence[bytes], term: int, timestamp_ms: int, flags: int) -> None:
+    def place(self, values: Sequence[bytes], term: int, timestamp_ms: int, flags: int) -> None:
         """Append entries for `values` to the in-memory index (not yet on disk)."""
         buf = self.index_buf
         position = self.store_end
@@ -181,18 +181,18 @@ class Segment:
                 position, length, payload_checksum(value), term, timestamp_ms, flags
             )
             position += length
-        self.staged_entries += len(values)
+        self.placed_entries += len(values)
         self.store_end = position
 
-    def publish(self, entries: int, store_end: int) -> None:
-        """Mark staged entries up to `entries` durable and readable."""
+    def release(self, entries: int, store_end: int) -> None:
+        """Mark placed entries up to `entries` durable and readable."""
         self.entries = entries
-        self.published_store_end = store_end
+        self.released_store_end = store_end
 
-    def unstage(self) -> None:
-        """Drop staged entries that were never published (after a failed flush)."""
-        self.staged_entries = self.entries
-        self.store_end = self.published_store_end
+    def drop_unreleased(self) -> None:
+        """Drop placed entries that were never released (after a failed flush)."""
+        self.placed_entries = self.entries
+        self.store_end = self.released_store_end
         del self.index_buf[HEADER_BYTES + self.entries * ENTRY_BYTES :]
 
     # -- reading -------------------------------------------------------------
@@ -223,7 +223,7 @@ class Segment:
     async def read_range(
         self, start: int, max_bytes: int, max_records: int, *, at_least_one: bool
     ) -> list[Record]:
-        """Published records from `start` within this segment, up to `max_bytes` of
+        """Released records from `start` within this segment, up to `max_bytes` of
         values and `max_records` records; the first one regardless of size if
         `at_least_one`. Stops before a damaged record unless it is the first,
         which raises `RecordCorrupted`."""
@@ -238,7 +238,7 @@ class Segment:
         return list(map(tuple.__new__, repeat(Record), rows))  # Record(...) minus its __new__
 
     async def read_batch(self, start: int, max_bytes: int, max_records: int) -> RecordBatch:
-        """Published records from `start` in columns (see `RecordBatch`): at least
+        """Released records from `start` in columns (see `RecordBatch`): at least
         one, then up to `max_bytes` and `max_records`. Stops before a damaged
         record unless it is the first, which raises `RecordCorrupted`."""
         span = await self._read_span(start, max_bytes, max_records, True)
@@ -278,7 +278,7 @@ class Segment:
     def _columns(
         self, start: int, max_bytes: int, max_records: int, at_least_one: bool
     ) -> _Columns | None:
-        """The index columns of the published entries from `start` on that fit
+        """The index columns of the released entries from `start` on that fit
         the limits, or None if none does: two C loops over the in-memory index
         (how many fit, then their fields as arrays), no Python per record."""
         first = start - self.base_index
@@ -346,7 +346,7 @@ class Segment:
             await self.index.sync()
 
     async def _cut_index(self, slot: int) -> None:
-        self.entries = self.staged_entries = slot
+        self.entries = self.placed_entries = slot
         del self.index_buf[HEADER_BYTES + slot * ENTRY_BYTES :]
         del self.corrupt_slots[bisect.bisect_left(self.corrupt_slots, slot) :]
         self.sealed = False
@@ -354,7 +354,7 @@ class Segment:
         await self.index.sync()
 
     async def _cut_store(self, store_end: int) -> None:
-        self.store_end = self.published_store_end = store_end
+        self.store_end = self.released_store_end = store_end
         if self.store.size != store_end:
             await self.store.truncate(store_end)
 
@@ -375,7 +375,7 @@ class Segment:
         return self._entry(index)[3]
 
     def first_index_at_or_after(self, timestamp_ms: int) -> int:
-        """The first published index with a timestamp >= `timestamp_ms` (binary search)."""
+        """The first released index with a timestamp >= `timestamp_ms` (binary search)."""
         lo = bisect.bisect_left(
             range(self.base_index, self.end_index), timestamp_ms, key=self.timestamp_of
         )
@@ -383,7 +383,7 @@ class Segment:
 
     @property
     def store_bytes(self) -> int:
-        return self.published_store_end
+        return self.released_store_end
 
 
 _ZERO_U64 = array("Q", [0])

@@ -9,10 +9,10 @@ what is in flight, so they never race a flush. Recovery on open is
 
 Failures are loud and final: a failed write or sync (or a truncation that
 could not finish) fails the log (`LogFailed`) until it is reopened; close then
-cuts the files back to what was published, and reopening recovers from what is
+cuts the files back to what was released, and reopening recovers from what is
 really on disk (never from the page cache a failed fsync left behind).
 
-Readable means published: under flush="always" a record becomes readable only
+Readable means released: under flush="always" a record becomes readable only
 once it is durable, so a reader never sees a record a crash could take back.
 """
 
@@ -62,7 +62,7 @@ class SegmentedLog:
         self._last_timestamp_ms = self._tail_timestamp_ms()
         self._append_waiters: dict[asyncio.Future[None], None] = {}
         self._relaxed = config.flush != "always"
-        self._pipeline = FlushPipeline(config, self._published)
+        self._pipeline = FlushPipeline(config, self._released)
         self._interval_task = (
             asyncio.get_running_loop().create_task(self._sync_every_interval())
             if config.flush == "interval"
@@ -100,7 +100,7 @@ class SegmentedLog:
 
     @property
     def highest_index(self) -> int:
-        """One past the last readable record: the next index to be published."""
+        """One past the last readable record: the next index to be released."""
         return self._segments[-1].end_index
 
     @property
@@ -120,7 +120,7 @@ class SegmentedLog:
 
     @property
     def flush_count(self) -> int:
-        """Group-commit flushes published since open (a measure of coalescing)."""
+        """Group-commit flushes released since open (a measure of coalescing)."""
         return self._pipeline.flushes
 
     # -- appending -------------------------------------------------------------
@@ -148,18 +148,18 @@ class SegmentedLog:
             segment = self._segments[-1]
             if self._rollover_due(segment, size):
                 segment = await self._roll_over()
-            first, timestamp_ms, done = self._stage(segment, values, term, timestamp_ms)
+            first, timestamp_ms, done = self._place(segment, values, term, timestamp_ms)
         await done
         return first, timestamp_ms
 
-    def stage_nowait(
+    def place_nowait(
         self, values: Sequence[bytes], term: int = 0, timestamp_ms: int | None = None
     ) -> tuple[int, int, asyncio.Future[None]] | None:
-        """`append_stamped` without the wait, when staging needs none: (first
-        index, timestamp_ms, a future resolved once the batch is published).
+        """`append_stamped` without the wait, when placing needs none: (first
+        index, timestamp_ms, a future resolved once the batch is released).
         None when it would have to wait (the structure lock is held or wanted,
         or a rollover is due): call `append_stamped` then. Raises what
-        `append_stamped` raises. Batches staged either way keep their order."""
+        `append_stamped` raises. Batches placed either way keep their order."""
         values, size = self._checked_batch(values)
         lock = self._lock
         if lock.locked() or lock._waiters:
@@ -168,7 +168,7 @@ class SegmentedLog:
         segment = self._segments[-1]
         if self._rollover_due(segment, size):
             return None
-        return self._stage(segment, values, term, timestamp_ms)
+        return self._place(segment, values, term, timestamp_ms)
 
     def _checked_batch(self, values: Sequence[bytes]) -> tuple[list[bytes], int]:
         if not values:
@@ -191,18 +191,18 @@ class SegmentedLog:
 
     @property
     def last_timestamp_ms(self) -> int:
-        """The timestamp of the last record staged (0 for an empty log)."""
+        """The timestamp of the last record placed (0 for an empty log)."""
         return self._last_timestamp_ms
 
-    def _stage(
+    def _place(
         self, segment: Segment, values: list[bytes], term: int, timestamp_ms: int | None = None
     ) -> tuple[int, int, asyncio.Future[None]]:
         if timestamp_ms is None:
             timestamp_ms = self._clock_ms()
         timestamp_ms = max(timestamp_ms, self._last_timestamp_ms)
         self._last_timestamp_ms = timestamp_ms
-        first = segment.staged_end_index
-        return first, timestamp_ms, self._pipeline.stage(segment, values, term, timestamp_ms)
+        first = segment.placed_end_index
+        return first, timestamp_ms, self._pipeline.place(segment, values, term, timestamp_ms)
 
     def _check_appendable(self) -> None:
         self._check_open()
@@ -239,7 +239,7 @@ class SegmentedLog:
             )
         return new
 
-    def _published(self, flush: PendingFlush) -> None:
+    def _released(self, flush: PendingFlush) -> None:
         waiters, self._append_waiters = self._append_waiters, {}
         for waiter in waiters:
             if not waiter.done():
@@ -417,7 +417,7 @@ class SegmentedLog:
         must start a segment). Returns whether it rolled."""
         async with self._lock:
             self._check_appendable()
-            if self._segments[-1].staged_end_index == self._segments[-1].base_index:
+            if self._segments[-1].placed_end_index == self._segments[-1].base_index:
                 return False
             await self._roll_over()
             return True
@@ -525,7 +525,7 @@ class SegmentedLog:
 
     async def _sync_every_interval(self) -> None:
         """Policy "interval": every `flush_interval_ms`, start a background sync of
-        what was published. No lock is held across the fsyncs (appends go on);
+        what was released. No lock is held across the fsyncs (appends go on);
         a round is skipped while a structure change holds the lock, and every
         structure change drains a running sync first. A failed sync fails the log."""
         while not self._closed:
@@ -553,9 +553,9 @@ class SegmentedLog:
                         await write_segment.sync_and_mark_durable()
                         await write_segment.index.sync()
                 else:
-                    # Drop what was never published, from the files too: after a
+                    # Drop what was never released, from the files too: after a
                     # failed fsync the page cache may show bytes the disk lost.
-                    write_segment.unstage()
+                    write_segment.drop_unreleased()
                     await write_segment.trim_files()
             finally:
                 for segment in self._segments:

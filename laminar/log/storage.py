@@ -179,8 +179,8 @@ class SyscallStorage(FdFile):
         end = offset + sum(map(len, buffers))
         if sync:
             # Copying into the page cache costs about as much as the Python that
-            # staged the records: do it on the worker thread with the sync, so
-            # the loop thread stages the next flush meanwhile.
+            # placed the records: do it on the worker thread with the sync, so
+            # the loop thread places the next flush meanwhile.
             await asyncio.get_running_loop().run_in_executor(
                 None, _write_all_and_sync, fd, buffers, offset
             )

@@ -274,20 +274,20 @@ class SegmentedLogStorage:
         if start < log.highest_index:
             await log.truncate(start)
             self._drop_cached_from(entries[0].index)
-        # Stage every run before waiting for any, so that the log's group commit
+        # Place every run before waiting for any, so that the log's group commit
         # makes them durable together: a Ready's entries carry as many
         # timestamps as the milliseconds their proposals spanned, and a flush
         # (write + fdatasync) per run, one after the other, bounded replicated
-        # throughput. Order holds: runs are staged in order, synchronously, or
-        # (when staging must wait) through `append`, which keeps staging order.
-        staged: list[asyncio.Future[None]] = []
+        # throughput. Order holds: runs are placed in order, synchronously, or
+        # (when placing must wait) through `append`, which keeps placing order.
+        placed: list[asyncio.Future[None]] = []
         for term, timestamp_ms, values in _chunks(entries, self.stamped):
-            now = log.stage_nowait(values, term, timestamp_ms)
+            now = log.place_nowait(values, term, timestamp_ms)
             if now is None:
                 await log.append(values, term, timestamp_ms)
             else:
-                staged.append(now[2])
-        outcomes = await asyncio.gather(*staged, return_exceptions=True)
+                placed.append(now[2])
+        outcomes = await asyncio.gather(*placed, return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome

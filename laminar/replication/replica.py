@@ -160,12 +160,12 @@ class LocalReplica:
         return await self.log.append_stamped(blobs)
 
     def place(self, blobs: Sequence[bytes]) -> Awaitable[tuple[int, int]] | None:
-        """Stage now when that needs no wait (`SegmentedLog.stage_nowait`);
+        """Place now when that needs no wait (`SegmentedLog.place_nowait`);
         the awaitable is durability. None: `append_stamped` must do it."""
-        staged = self.log.stage_nowait(blobs)
-        if staged is None:
+        placed = self.log.place_nowait(blobs)
+        if placed is None:
             return None
-        first, timestamp_ms, done = staged
+        first, timestamp_ms, done = placed
         return _when_done(done, (first, timestamp_ms))
 
     async def read_range(

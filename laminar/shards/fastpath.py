@@ -10,12 +10,12 @@ share of a shard's Python time per request.
 wait:
 
 - a produce this shard owns, to a known partition whose log is open, with no
-  rollover due: the batch is staged (`Handlers.stage_produce`) and answered
+  rollover due: the batch is placed (`Handlers.place_produce`) and answered
   from the flush future's done callback. An idempotent one only when it simply
   continues its producer's sequence and the producer table is loaded
-  (`IdempotentProducers.stage_nowait`): a client's first batch, a resend, a
-  gap or a table to rebuild take the general path. Batches staged here and by
-  the general path keep their arrival order (both stage synchronously, in
+  (`IdempotentProducers.place_nowait`): a client's first batch, a resend, a
+  gap or a table to rebuild take the general path. Batches placed here and by
+  the general path keep their arrival order (both place synchronously, in
   order);
 - a fetch this shard owns, from an open log, that is not a long-poll at the
   end and whose records' bytes are in the page cache
@@ -80,12 +80,12 @@ class RequestFastPath:
         start = time.perf_counter()
         try:
             request = ProduceRequest.from_frame(frame)
-            staged = self._handlers.stage_produce(request, ctx.client)
+            placed = self._handlers.place_produce(request, ctx.client)
         except Exception:
             return False  # the general path answers it with the same error
-        if staged is None:
+        if placed is None:
             return False
-        first, timestamp_ms, done = staged
+        first, timestamp_ms, done = placed
         answer = ProduceResponse(frame.partition_id, first, len(request.blobs), timestamp_ms)
         done.add_done_callback(
             functools.partial(self._durable, frame, answer, start, respond),

@@ -207,15 +207,15 @@ class Handlers:
             req.partition_id, first, len(req.blobs), timestamp_ms
         ).encode_buffers(corr)
 
-    def stage_produce(
+    def place_produce(
         self, req: ProduceRequest, client: int | None = None
     ) -> tuple[int, int, asyncio.Future[None]] | None:
         """`produce` up to the wait for its flush, when nothing before that has to
-        wait: a plain produce to a known partition whose log is open, staged now
-        (`SegmentedLog.stage_nowait`). Returns (first index, timestamp_ms, the
+        wait: a plain produce to a known partition whose log is open, placed now
+        (`SegmentedLog.place_nowait`). Returns (first index, timestamp_ms, the
         flush future), or None when `produce` must serve it (anything that
         waits, an idempotent produce that is not simply the next of its
-        producer (`IdempotentProducers.stage_nowait`), anything `produce` would
+        producer (`IdempotentProducers.place_nowait`), anything `produce` would
         refuse, and every produce of a clustered node: replication decides
         there)."""
         if not req.blobs:
@@ -224,8 +224,8 @@ class Handlers:
         if log is None:
             return None
         if req.producer_id is not None:
-            return self.producers.stage_nowait(log, req, client)
-        return log.stage_nowait(req.blobs)
+            return self.producers.place_nowait(log, req, client)
+        return log.place_nowait(req.blobs)
 
     def _open_local_log(self, pid: int) -> SegmentedLog | None:
         """The open log of a known partition of this node alone (not

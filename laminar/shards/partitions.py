@@ -17,7 +17,7 @@ queue, so flushes get the flush queue's CPU shares, not the requests'.
 
 A failed partition (its log failed a write or an fsync: `SegmentedLog.failure`)
 is reopened from disk by the next request that needs it: closing drops the
-unpublished tail and recovery reads what the disk really holds (never what a
+unreleased tail and recovery reads what the disk really holds (never what a
 failed fsync left in the page cache). A partition that cannot be opened (damage
 recovery refuses to repair, an unreadable disk), or that failed
 `MAX_REOPENS` times within `REOPEN_WINDOW_S`, is taken offline: requests are
@@ -204,7 +204,7 @@ class PartitionManager:
         return log
 
     async def _retire(self, pid: int, failed: SegmentedLog) -> None:
-        """Close a failed log (which cuts its files back to what was published),
+        """Close a failed log (which cuts its files back to what was released),
         or give up on it if it failed too often lately."""
         directory = self.directory(pid)
         del self._logs[pid]

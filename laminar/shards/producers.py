@@ -180,11 +180,11 @@ class IdempotentProducers:
         )
         raise RequestError(code, decision.reason)
 
-    def stage_nowait(
+    def place_nowait(
         self, log: SegmentedLog, req: ProduceRequest, owner: Owner = None
     ) -> tuple[int, int, asyncio.Future[None]] | None:
         """`append` for a partition of this node alone, without a wait: the
-        batch staged now (`SegmentedLog.stage_nowait`) when its producer's
+        batch placed now (`SegmentedLog.place_nowait`) when its producer's
         table is loaded, none of the producer's batches is being decided, the
         stamp is right, and the batch continues the producer's sequence (a
         pipelining producer's every batch but its first). Returns (first
@@ -206,12 +206,12 @@ class IdempotentProducers:
                 return None
         elif table.decide(producer_id, sequence, count).verdict is not Verdict.APPEND:
             return None
-        staged = log.stage_nowait(req.blobs)
-        if staged is None:
+        placed = log.place_nowait(req.blobs)
+        if placed is None:
             return None
-        first, timestamp_ms, done = staged
+        first, timestamp_ms, done = placed
         part.track((producer_id, sequence, count), owner, done, (first, timestamp_ms))
-        return staged
+        return placed
 
     def _place(
         self,

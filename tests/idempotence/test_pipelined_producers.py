@@ -7,7 +7,7 @@ first copy's index; a batch refused before it was placed takes no later batch
 into the log past it; a batch that overtook its predecessors waits for them
 (boundedly). The first tests run twice: through `append` alone (the
 general request path), and as a shard serves produces, trying the fast path
-(`stage_nowait`, no task) first and `append` when it declines.
+(`place_nowait`, no task) first and `append` when it declines.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ Serve = Callable[
 async def _as_a_shard(
     producers: IdempotentProducers, replica: LocalReplica, req: ProduceRequest
 ) -> tuple[int, int, int]:
-    """What `Handlers.stage_produce` then `Handlers.produce` do with a batch."""
-    staged = producers.stage_nowait(replica.log, req)
+    """What `Handlers.place_produce` then `Handlers.produce` do with a batch."""
+    staged = producers.place_nowait(replica.log, req)
     if staged is None:
         return await producers.append(replica, req)
     first, timestamp_ms, done = staged
@@ -276,7 +276,7 @@ class _CompletingOutOfOrder(LocalReplica):
     def place(self, blobs: Sequence[bytes]) -> Awaitable[tuple[int, int]] | None:
         gate = asyncio.get_running_loop().create_future()
         self.gates.append((self.log.highest_index, gate))
-        placed = self.log.stage_nowait(blobs)
+        placed = self.log.place_nowait(blobs)
         assert placed is not None
         return self._reported(gate, *placed)
 

@@ -289,8 +289,8 @@ def test_recovery_itself_survives_a_power_cut() -> None:
         # A flush written but never synced nor marked complete: debris to trim.
         segment = log._segments[-1]
         store_at = segment.store_end
-        index_at = HEADER_BYTES + segment.staged_entries * ENTRY_BYTES
-        segment.stage(batch(9), 0, 1, 0)
+        index_at = HEADER_BYTES + segment.placed_entries * ENTRY_BYTES
+        segment.place(batch(9), 0, 1, 0)
         await segment.store.writev(batch(9), store_at, sync=False)
         await segment.index.writev([bytes(segment.index_buf[index_at:])], index_at, sync=False)
         reopened = await world.open(log._backend)  # recovery; the old log is abandoned
