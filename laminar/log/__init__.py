@@ -15,7 +15,7 @@ from .errors import (
     LogFailed,
     RecordCorrupted,
 )
-from .record import Record, RecordBatch
+from .record import LogBatch, LogRecord
 from .segmented_log import SegmentedLog
 from .simdisk import Fault, SimulatedDisk
 from .storage import Storage, StorageBackend, SyscallBackend
@@ -27,14 +27,14 @@ __all__ = [
     "Fault",
     "FlushPolicy",
     "IndexOutOfRange",
+    "LogBatch",
     "LogClosed",
     "LogConfig",
     "LogCorrupted",
     "LogError",
     "LogFailed",
+    "LogRecord",
     "MemoryBackend",
-    "Record",
-    "RecordBatch",
     "RecordCorrupted",
     "SegmentedLog",
     "SimulatedDisk",

@@ -118,7 +118,7 @@ def set_marks(index: bytearray, slot: int, marks: int) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
+class IndexEntry:
     """One decoded index entry."""
 
     position: int
@@ -130,7 +130,7 @@ class Entry:
     marks: int
 
 
-def entry_at(index: bytes | bytearray, slot: int) -> Entry | None:
+def entry_at(index: bytes | bytearray, slot: int) -> IndexEntry | None:
     """Decode entry `slot`, or None if its own checksum does not hold."""
     offset = HEADER_BYTES + slot * ENTRY_BYTES
     position, length, flags, _, checksum, term, timestamp_ms, own, marks = ENTRY.unpack_from(
@@ -138,7 +138,7 @@ def entry_at(index: bytes | bytearray, slot: int) -> Entry | None:
     )
     if _entry_checksum(memoryview(index)[offset : offset + _CHECKSUMMED]) != own:
         return None
-    return Entry(position, length, flags, checksum, term, timestamp_ms, marks)
+    return IndexEntry(position, length, flags, checksum, term, timestamp_ms, marks)
 
 
 @dataclass(slots=True)
@@ -222,7 +222,7 @@ def scan_segment(
     return ScanResult(keep, store_bytes, corrupt, trimmed)
 
 
-def _holds(entry: Entry | None, store_size: int, store: bytes | bytearray | None) -> bool:
+def _holds(entry: IndexEntry | None, store_size: int, store: bytes | bytearray | None) -> bool:
     """Is `entry` intact, and (given the store's bytes) its payload too?"""
     if entry is None or entry.position + entry.length > store_size:
         return False

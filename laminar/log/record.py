@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 
-class Record(NamedTuple):
+class LogRecord(NamedTuple):
     """One record of a log. `index` is its position; `timestamp_ms` is when the log
     appended it (never decreasing along the log); `term` is the Raft term given
     to `append`.
@@ -23,7 +23,7 @@ class Record(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class RecordBatch:
+class LogBatch:
     """Consecutive records of one segment in columns, their values back to back.
 
     `payload` holds the values of records `first_index ...` in order, exactly
@@ -48,10 +48,10 @@ class RecordBatch:
         """One past the last record of the batch."""
         return self.first_index + len(self.lengths)
 
-    def head(self, count: int) -> RecordBatch:
+    def head(self, count: int) -> LogBatch:
         """The first `count` records of the batch."""
         size = sum(self.lengths[:count])
-        return RecordBatch(
+        return LogBatch(
             self.first_index,
             self.terms[:count],
             self.timestamps_ms[:count],
@@ -59,12 +59,12 @@ class RecordBatch:
             self.payload[:size],
         )
 
-    def records(self) -> list[Record]:
-        """The batch as `Record`s (copies each value)."""
+    def records(self) -> list[LogRecord]:
+        """The batch as `LogRecord`s (copies each value)."""
         out = []
         at = 0
         for k, length in enumerate(self.lengths):
             value = bytes(self.payload[at : at + length])
-            out.append(Record(self.first_index + k, self.terms[k], self.timestamps_ms[k], value))
+            out.append(LogRecord(self.first_index + k, self.terms[k], self.timestamps_ms[k], value))
             at += length
         return out

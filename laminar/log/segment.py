@@ -40,7 +40,7 @@ from .index import (
     payload_checksum,
     set_marks,
 )
-from .record import Record, RecordBatch
+from .record import LogBatch, LogRecord
 from .storage import Buffer, Storage, StorageBackend
 
 # `_columns` reads the index in C as native words; the format is little-endian.
@@ -209,7 +209,7 @@ class Segment:
         at = bisect.bisect_left(self.corrupt_slots, slot)
         return self.corrupt_slots[at] if at < len(self.corrupt_slots) else None
 
-    async def read(self, index: int) -> Record:
+    async def read(self, index: int) -> LogRecord:
         entry = entry_at(self.index_buf, index - self.base_index)
         if entry is None:
             raise RecordCorrupted(f"record {index}: its index entry is damaged")
@@ -218,11 +218,11 @@ class Segment:
             raise RecordCorrupted(
                 f"record {index}: stored bytes do not match the checksum taken at append"
             )
-        return Record(index, entry.term, entry.timestamp_ms, value)
+        return LogRecord(index, entry.term, entry.timestamp_ms, value)
 
     async def read_range(
         self, start: int, max_bytes: int, max_records: int, *, at_least_one: bool
-    ) -> list[Record]:
+    ) -> list[LogRecord]:
         """Released records from `start` within this segment, up to `max_bytes` of
         values and `max_records` records; the first one regardless of size if
         `at_least_one`. Stops before a damaged record unless it is the first,
@@ -235,17 +235,17 @@ class Segment:
         rows = zip(
             range(start, start + len(values)), span.terms, span.timestamps, values, strict=True
         )
-        return list(map(tuple.__new__, repeat(Record), rows))  # Record(...) minus its __new__
+        return list(map(tuple.__new__, repeat(LogRecord), rows))  # LogRecord(...) minus its __new__
 
-    async def read_batch(self, start: int, max_bytes: int, max_records: int) -> RecordBatch:
-        """Released records from `start` in columns (see `RecordBatch`): at least
+    async def read_batch(self, start: int, max_bytes: int, max_records: int) -> LogBatch:
+        """Released records from `start` in columns (see `LogBatch`): at least
         one, then up to `max_bytes` and `max_records`. Stops before a damaged
         record unless it is the first, which raises `RecordCorrupted`."""
         span = await self._read_span(start, max_bytes, max_records, True)
         assert span is not None
-        return RecordBatch(start, span.terms, span.timestamps, span.lengths, span.payload)
+        return LogBatch(start, span.terms, span.timestamps, span.lengths, span.payload)
 
-    def read_batch_nowait(self, start: int, max_bytes: int, max_records: int) -> RecordBatch | None:
+    def read_batch_nowait(self, start: int, max_bytes: int, max_records: int) -> LogBatch | None:
         """`read_batch` when the store can be read without waiting (its bytes are
         in the page cache), verified the same way; None when it cannot, or when
         the first record is damaged: `read_batch` then says what it says."""
@@ -260,7 +260,7 @@ class Segment:
         span = columns.verified(payload)
         if not span.lengths:
             return None
-        return RecordBatch(start, span.terms, span.timestamps, span.lengths, span.payload)
+        return LogBatch(start, span.terms, span.timestamps, span.lengths, span.payload)
 
     async def _read_span(
         self, start: int, max_bytes: int, max_records: int, at_least_one: bool

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from .commit import FlushPipeline, PendingFlush
 from .config import LogConfig
 from .errors import AppendTooLarge, IndexOutOfRange, LogClosed
-from .record import Record, RecordBatch
+from .record import LogBatch, LogRecord
 from .recovery import recover_segments
 from .segment import Segment
 from .storage import StorageBackend, SyscallBackend, make_dir_durable
@@ -278,13 +278,13 @@ class SegmentedLog:
             )
         return self._segments[bisect.bisect_right(self._bases, index) - 1]
 
-    async def read(self, index: int) -> Record:
+    async def read(self, index: int) -> LogRecord:
         """The record at `index`. Raises IndexOutOfRange or RecordCorrupted."""
         return await self._segment_for(index).read(index)
 
     async def read_range(
         self, start: int, max_bytes: int = 1 << 20, max_records: int | None = None
-    ) -> list[Record]:
+    ) -> list[LogRecord]:
         """Records from `start` on, up to `max_bytes` of values and `max_records`.
 
         At least one record comes back if `start < highest_index`, however large,
@@ -297,7 +297,7 @@ class SegmentedLog:
             return []
         self._segment_for(start)  # raises IndexOutOfRange for a start outside the log
         remaining = max_records if max_records is not None else 1 << 62
-        records: list[Record] = []
+        records: list[LogRecord] = []
         index = start
         budget = max_bytes
         while remaining and index < self.highest_index:
@@ -315,8 +315,8 @@ class SegmentedLog:
 
     async def read_batch(
         self, start: int, max_bytes: int = 1 << 20, max_records: int | None = None
-    ) -> RecordBatch:
-        """Records from `start` on as one `RecordBatch`: values back to back as
+    ) -> LogBatch:
+        """Records from `start` on as one `LogBatch`: values back to back as
         stored, metadata in columns, checksums verified. The cheap way to serve
         a fetch. Stops at the end of `start`'s segment; like `read_range` it
         returns at least one record if `start < highest_index`, and an empty
@@ -325,13 +325,13 @@ class SegmentedLog:
         if max_bytes < 1 or (max_records is not None and max_records < 1):
             raise ValueError("max_bytes and max_records must be positive")
         if start == self.highest_index:
-            return RecordBatch(start, (), (), (), b"")
+            return LogBatch(start, (), (), (), b"")
         segment = self._segment_for(start)
         return await segment.read_batch(start, max_bytes, max_records or 1 << 62)
 
     def read_batch_nowait(
         self, start: int, max_bytes: int = 1 << 20, max_records: int | None = None
-    ) -> RecordBatch | None:
+    ) -> LogBatch | None:
         """`read_batch` without waiting: the same batch, verified the same way,
         when its bytes are in the page cache; None when `read_batch` has to read
         from the device or has an error to raise (it then serves the request).
@@ -341,7 +341,7 @@ class SegmentedLog:
         if not self.lowest_index <= start <= self.highest_index:
             return None
         if start == self.highest_index:
-            return RecordBatch(start, (), (), (), b"")
+            return LogBatch(start, (), (), (), b"")
         segment = self._segment_for(start)
         return segment.read_batch_nowait(start, max_bytes, max_records or 1 << 62)
 

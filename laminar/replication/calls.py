@@ -28,7 +28,7 @@ from typing import Final
 
 from laminar.placement import shard_for
 from laminar.replication.auth import PeerAuth
-from laminar.replication.members import ClusterView
+from laminar.replication.nodes import NodeView
 from laminar.replication.transport import (
     HANDSHAKE_TIMEOUT_S,
     PeerLinkError,
@@ -112,9 +112,7 @@ class _Connection:
 class PeerCalls:
     """This shard's requests to other nodes (see the module docstring)."""
 
-    def __init__(
-        self, auth: PeerAuth, view: Callable[[], ClusterView], max_frame_bytes: int
-    ) -> None:
+    def __init__(self, auth: PeerAuth, view: Callable[[], NodeView], max_frame_bytes: int) -> None:
         self.auth = auth
         self.view = view
         self.max_frame_bytes = max_frame_bytes

@@ -175,7 +175,7 @@ class Wait:
     reason: str
 
 
-class MemberTable:
+class NodeTable:
     """Who is live, who is placed and who is leaving at one moment (see the
     module docstring)."""
 
@@ -217,7 +217,7 @@ def plan(
     now_ms: int,
 ) -> Plan:
     """The next safe step of every group that is not at its target (see the module docstring)."""
-    table = MemberTable(nodes, now_ms, policy.dead_grace_ms)
+    table = NodeTable(nodes, now_ms, policy.dead_grace_ms)
     groups = sorted(groups, key=lambda g: g.pid)
     if len({g.pid for g in groups}) != len(groups):
         raise ValueError("a partition is listed twice")

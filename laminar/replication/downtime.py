@@ -12,7 +12,7 @@ one grace period and never moves anything early.
 from __future__ import annotations
 
 from laminar.replication.controller import NodeStatus
-from laminar.replication.members import ClusterView
+from laminar.replication.nodes import NodeView
 from laminar.swim.view import MembershipView
 
 
@@ -34,6 +34,6 @@ class Downtime:
         )
 
 
-def static_statuses(view: ClusterView) -> tuple[NodeStatus, ...]:
+def static_statuses(view: NodeView) -> tuple[NodeStatus, ...]:
     """A `--peers` view: every member placed and live (a fixed replica set never moves)."""
     return tuple(NodeStatus(m.node_id, m.weight) for m in view.members)

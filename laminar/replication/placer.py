@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from laminar.raft import LEADER, RaftCore
-from laminar.replication.controller import MemberTable, NodeStatus, PlacementPolicy, Step
+from laminar.replication.controller import NodeStatus, NodeTable, PlacementPolicy, Step
 from laminar.replication.downtime import Downtime
 from laminar.replication.moves import drive
 from laminar.swim import MembershipView
@@ -93,12 +93,12 @@ class Placer:
 
     def placed(self, now_ms: int | None = None) -> dict[str, float] | None:
         """The members placement puts replicas on now, with their weights
-        (`MemberTable.placed`); None before the first view."""
+        (`NodeTable.placed`); None before the first view."""
         now = _now_ms() if now_ms is None else now_ms
         nodes = self._statuses(now)
         if nodes is None:
             return None
-        return MemberTable(nodes, now, self._dead_grace_ms).placed
+        return NodeTable(nodes, now, self._dead_grace_ms).placed
 
     def _statuses(self, now_ms: int) -> tuple[NodeStatus, ...] | None:
         view = self._view

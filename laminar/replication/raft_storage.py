@@ -51,7 +51,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from laminar.log import LogConfig, Record, SegmentedLog, StorageBackend
+from laminar.log import LogConfig, LogRecord, SegmentedLog, StorageBackend
 from laminar.raft.config import Membership
 from laminar.raft.errors import EntriesUnavailable, RaftError
 from laminar.raft.messages import ANCHOR, CONFIG, ENTRY_KINDS, NORMAL, Entry, HardState
@@ -379,7 +379,7 @@ def _encode(entry: Entry, stamped: bool) -> tuple[int, int | None, bytes]:
     return entry.term, timestamp_ms, entry.data[_STAMP.size :]
 
 
-def _decode(record: Record, stamped: bool) -> Entry:
+def _decode(record: LogRecord, stamped: bool) -> Entry:
     index, term = record.index + 1, record.term
     if not term & CONTROL_TERM_BIT:
         value = _STAMP.pack(record.timestamp_ms) + record.value if stamped else record.value

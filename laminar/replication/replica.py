@@ -45,7 +45,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, Protocol
 
-from laminar.log import Record, RecordBatch, SegmentedLog
+from laminar.log import LogBatch, LogRecord, SegmentedLog
 from laminar.raft import LEADER, NotLeader, ProposalDropped
 from laminar.replication.group import ProposalLost, RaftGroup, ReadDropped
 from laminar.replication.raft_storage import CONTROL_TERM_BIT
@@ -102,11 +102,11 @@ class PartitionReplica(Protocol):
 
     async def read_range(
         self, start: int, max_bytes: int, max_records: int = ...
-    ) -> list[Record]: ...
+    ) -> list[LogRecord]: ...
 
     async def settle(self) -> None: ...
 
-    async def read_batch(self, start: int, max_bytes: int, max_records: int) -> RecordBatch: ...
+    async def read_batch(self, start: int, max_bytes: int, max_records: int) -> LogBatch: ...
 
     def next_readable(self, index: int) -> int:
         """Where a reader goes on from `index`: past the protocol's own
@@ -170,16 +170,16 @@ class LocalReplica:
 
     async def read_range(
         self, start: int, max_bytes: int, max_records: int = RECORDS_MAX
-    ) -> list[Record]:
+    ) -> list[LogRecord]:
         return await self.log.read_range(start, max_bytes, max_records)
 
     async def settle(self) -> None:
         return None
 
-    async def read_batch(self, start: int, max_bytes: int, max_records: int) -> RecordBatch:
+    async def read_batch(self, start: int, max_bytes: int, max_records: int) -> LogBatch:
         return await self.log.read_batch(start, max_bytes, max_records)
 
-    def read_batch_nowait(self, start: int, max_bytes: int, max_records: int) -> RecordBatch | None:
+    def read_batch_nowait(self, start: int, max_bytes: int, max_records: int) -> LogBatch | None:
         """`read_batch` if it needs no wait (`SegmentedLog.read_batch_nowait`),
         else None; the request fast path serves local partitions with it."""
         return self.log.read_batch_nowait(start, max_bytes, max_records)
@@ -333,7 +333,7 @@ class RaftReplica:
 
     async def read_range(
         self, start: int, max_bytes: int, max_records: int = RECORDS_MAX
-    ) -> list[Record]:
+    ) -> list[LogRecord]:
         batch = await self.read_batch(start, max_bytes, max_records)
         return batch.records()
 
@@ -349,13 +349,13 @@ class RaftReplica:
                 "earlier appends to the partition are not settled yet (no majority); retry",
             )
 
-    async def read_batch(self, start: int, max_bytes: int, max_records: int) -> RecordBatch:
+    async def read_batch(self, start: int, max_bytes: int, max_records: int) -> LogBatch:
         """Committed records from `start` on, without the protocol's own entries:
         leading ones are skipped, and the batch stops before the next one."""
         end = self.group.committed_end
         start = self.next_readable(start)
         if start >= end:
-            return RecordBatch(start, (), (), (), b"")
+            return LogBatch(start, (), (), (), b"")
         log = self.log
         batch = await log.read_batch(start, max_bytes, min(max_records, end - start))
         if max(batch.terms) & CONTROL_TERM_BIT:

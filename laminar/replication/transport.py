@@ -43,7 +43,7 @@ from laminar.placement import shard_for
 from laminar.raft import Message
 from laminar.replication.auth import Initiator, PeerAuth, PeerAuthError, Responder
 from laminar.replication.codec import RaftCodecError, decode_batch, encode_batch
-from laminar.replication.members import ClusterView
+from laminar.replication.nodes import NodeView
 from laminar.replication.refusals import HANDSHAKE, IMPERSONATION, PeerRefusals
 from laminar.wire import (
     NEED_DATA,
@@ -306,7 +306,7 @@ class PeerLinks:
     def __init__(
         self,
         auth: PeerAuth,
-        view: Callable[[], ClusterView],
+        view: Callable[[], NodeView],
         max_frame_bytes: int,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:

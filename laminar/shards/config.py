@@ -34,7 +34,7 @@ from typing import Any, Final, Literal
 
 from laminar.log import LogConfig
 from laminar.log.config import FLUSH_POLICIES, FlushPolicy
-from laminar.replication.members import check_node_id, parse_peers
+from laminar.replication.nodes import check_node_id, parse_peers
 from laminar.shards.metadata import MAX_PARTITIONS, TopicLimits
 from laminar.shards.settings import (
     absolute_path,
@@ -435,7 +435,7 @@ class NodeConfig:
         ),
     )
     """The other nodes of a static cluster, `ID=HOST:PORT[@WEIGHT],...` (their node
-    ports); empty: a single node. `laminar.replication.members.parse_peers` reads it."""
+    ports); empty: a single node. `laminar.replication.nodes.parse_peers` reads it."""
     cluster_secret_file: str = field(
         default="",
         metadata=setting(

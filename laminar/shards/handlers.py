@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass
 from typing import Final
 
-from laminar.log import LogClosed, LogConfig, RecordBatch, SegmentedLog
+from laminar.log import LogBatch, LogClosed, LogConfig, SegmentedLog
 from laminar.placement import U32_MAX
 from laminar.replication.replica import LocalReplica, PartitionReplica
 from laminar.shards.channels import ChannelError, Channels
@@ -290,7 +290,7 @@ class Handlers:
         )
 
     def _fetch_answer(
-        self, req: FetchRequest, corr: int, replica: PartitionReplica, batch: RecordBatch
+        self, req: FetchRequest, corr: int, replica: PartitionReplica, batch: LogBatch
     ) -> list[Buffer]:
         """The answer frame: the stored blobs go out as one buffer, exactly as
         the store holds them, behind the entry table."""

@@ -68,7 +68,7 @@ from laminar.replication.auth import PeerAuth
 from laminar.replication.calls import PeerCalls
 from laminar.replication.group import RaftGroup
 from laminar.replication.host import ELECTION_TICKS, TICK_S, RaftHost
-from laminar.replication.members import ClusterView, Member
+from laminar.replication.nodes import Node, NodeView
 from laminar.replication.opening import replica_config
 from laminar.replication.placer import Placer, ReplicationFactorOf
 from laminar.replication.raft_storage import SegmentedLogStorage
@@ -113,7 +113,7 @@ class ShardReplication:
 
     def __init__(
         self,
-        view: ClusterView,
+        view: NodeView,
         auth: PeerAuth,
         shard_id: int,
         cores: int,
@@ -315,9 +315,9 @@ class ShardReplication:
                     "member %s advertises %r: not a node address", member.node_id, member.address
                 )
                 continue
-            members.append(Member(member.node_id, host, port, member.weight))
+            members.append(Node(member.node_id, host, port, member.weight))
         if view.version > self.view.version and any(m.node_id == self.node_id for m in members):
-            self.view = ClusterView(view.version, tuple(members))
+            self.view = NodeView(view.version, tuple(members))
         if self.placer is not None:
             self.placer.observe(view)
 

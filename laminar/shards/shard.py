@@ -39,7 +39,7 @@ from laminar.lograte import RateLimitedLog
 from laminar.memory import trim_heap
 from laminar.placement import U32_MAX, replica_nodes, shard_for
 from laminar.replication.auth import PeerAuth, load_secret
-from laminar.replication.members import Member, StaticMembership, parse_peers
+from laminar.replication.nodes import Node, StaticView, parse_peers
 from laminar.replication.transport import HANDSHAKE_FRAME_BYTES
 from laminar.replication.transport import READ_BYTES as TRANSPORT_READ_BYTES
 from laminar.shards.budget import InputBudget
@@ -385,9 +385,9 @@ class Shard:
         """This shard's Raft groups and peer links: the members are --peers,
         or whoever SWIM says is live (starting with this node alone)."""
         config = self.config
-        me = Member(config.node_id, config.host, self.ident.port, config.weight)
+        me = Node(config.node_id, config.host, self.ident.port, config.weight)
         peers = () if config.gossiped else parse_peers(config.peers)
-        view = StaticMembership(me, peers).view()
+        view = StaticView(me, peers).view()
         secret = load_secret(config.cluster_secret_file) if config.cluster_secret_file else None
         replication = ShardReplication(
             view,

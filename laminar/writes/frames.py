@@ -72,7 +72,7 @@ class StagingFormatError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Frame:
+class FileFrame:
     """One valid frame of a file: its kind, where it starts, its whole length."""
 
     kind: Kind
@@ -96,9 +96,9 @@ def frame_bytes(buffers: Sequence[Buffer]) -> int:
     return sum(len(b) for b in buffers)
 
 
-def scan(data: bytes) -> tuple[list[Frame], int]:
+def scan(data: bytes) -> tuple[list[FileFrame], int]:
     """Every valid frame of a file, and the offset where the valid part ends."""
-    frames: list[Frame] = []
+    frames: list[FileFrame] = []
     pos = 0
     end = len(data)
     view = memoryview(data)
@@ -114,7 +114,7 @@ def scan(data: bytes) -> tuple[list[Frame], int]:
             kind = Kind(data[start])
         except ValueError:
             break
-        frames.append(Frame(kind, pos, stop - pos, data[start + 1 : stop]))
+        frames.append(FileFrame(kind, pos, stop - pos, data[start + 1 : stop]))
         pos = stop
     return frames, pos
 
@@ -133,7 +133,7 @@ def attempt_header(partition_id: int, key: AttemptKey, timeout_ms: int) -> list[
     return frame(Kind.ATTEMPT, _ATTEMPT.pack(partition_id, *key, timeout_ms))
 
 
-def read_attempt_header(f: Frame) -> AttemptHeader:
+def read_attempt_header(f: FileFrame) -> AttemptHeader:
     body = _expect(f, Kind.ATTEMPT, _ATTEMPT.size)
     pid, write_id, task, attempt, timeout_ms = _ATTEMPT.unpack(body)
     return AttemptHeader(pid, AttemptKey(write_id, task, attempt), timeout_ms)
@@ -144,7 +144,7 @@ def batch_frame(sequence: int, blobs: Sequence[bytes]) -> list[Buffer]:
     return frame(Kind.BATCH, _BATCH.pack(sequence, len(blobs)), *payload)
 
 
-def read_batch_head(f: Frame) -> tuple[int, int]:
+def read_batch_head(f: FileFrame) -> tuple[int, int]:
     """`(sequence, records)` of a BATCH frame."""
     if f.kind is not Kind.BATCH or len(f.body) < _BATCH.size:
         raise StagingFormatError(f"expected a batch frame at offset {f.offset}")
@@ -180,7 +180,7 @@ def commit_header(partition_id: int, commit_id: int) -> list[Buffer]:
     return frame(Kind.COMMIT, _COMMIT.pack(partition_id, commit_id))
 
 
-def read_commit_header(f: Frame) -> tuple[int, int]:
+def read_commit_header(f: FileFrame) -> tuple[int, int]:
     pid, commit_id = _COMMIT.unpack(_expect(f, Kind.COMMIT, _COMMIT.size))
     return pid, commit_id
 
@@ -189,7 +189,7 @@ def claim_frame(parts: Sequence[StagedPart]) -> list[Buffer]:
     return frame(Kind.CLAIM, msgpack.packb([p.to_wire() for p in parts]))
 
 
-def read_claim(f: Frame) -> tuple[StagedPart, ...]:
+def read_claim(f: FileFrame) -> tuple[StagedPart, ...]:
     raw = _unpack(f, Kind.CLAIM)
     if type(raw) is not list:
         raise StagingFormatError("a claim frame holds a list of parts")
@@ -203,7 +203,7 @@ def intent_frame(intent: Intent) -> list[Buffer]:
     return frame(Kind.INTENT, msgpack.packb([intent.start_index, list(intent.chunk_batches)]))
 
 
-def read_intent(f: Frame) -> Intent:
+def read_intent(f: FileFrame) -> Intent:
     raw = _unpack(f, Kind.INTENT)
     if (
         type(raw) is not list
@@ -220,18 +220,18 @@ def published_frame(first_index: int, count: int) -> list[Buffer]:
     return frame(Kind.PUBLISHED, _PUBLISHED.pack(first_index, count))
 
 
-def read_published(f: Frame) -> tuple[int, int]:
+def read_published(f: FileFrame) -> tuple[int, int]:
     first, count = _PUBLISHED.unpack(_expect(f, Kind.PUBLISHED, _PUBLISHED.size))
     return first, count
 
 
-def _expect(f: Frame, kind: Kind, size: int) -> bytes:
+def _expect(f: FileFrame, kind: Kind, size: int) -> bytes:
     if f.kind is not kind or len(f.body) != size:
         raise StagingFormatError(f"expected a {kind.name} frame of {size} bytes at {f.offset}")
     return f.body
 
 
-def _unpack(f: Frame, kind: Kind) -> Any:
+def _unpack(f: FileFrame, kind: Kind) -> Any:
     if f.kind is not kind:
         raise StagingFormatError(f"expected a {kind.name} frame at {f.offset}")
     try:

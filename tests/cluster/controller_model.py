@@ -19,8 +19,8 @@ from laminar.raft.config import Membership
 from laminar.replication.controller import (
     Action,
     GroupStatus,
-    MemberTable,
     NodeStatus,
+    NodeTable,
     PlacementPolicy,
     Plan,
     Step,
@@ -121,8 +121,8 @@ class ClusterModel:
             self.groups[pid] = GroupModel(pid, set(target), leader=target[0])
         self.settle()
 
-    def table(self) -> MemberTable:
-        return MemberTable(self.nodes.values(), self.now_ms, self.policy.dead_grace_ms)
+    def table(self) -> NodeTable:
+        return NodeTable(self.nodes.values(), self.now_ms, self.policy.dead_grace_ms)
 
     def live(self) -> frozenset[str]:
         return self.table().live

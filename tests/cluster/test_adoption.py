@@ -20,7 +20,7 @@ from laminar.log import LogConfig, SyscallBackend
 from laminar.raft import Membership, Message
 from laminar.raft.messages import APPEND, APPEND_RESP, HEARTBEAT, HEARTBEAT_RESP, VOTE
 from laminar.replication.auth import PeerAuth
-from laminar.replication.members import ClusterView, Member
+from laminar.replication.nodes import Node, NodeView
 from laminar.shards.partitions import PartitionManager
 from laminar.shards.replication import ShardReplication
 from laminar.wire import ErrorCode
@@ -31,7 +31,7 @@ KNOWN = {(1 << 32) | i for i in range(8)}
 
 
 def _replication(tmp_path: Path) -> ShardReplication:
-    view = ClusterView(1, (Member("n4", "127.0.0.1", 1),))
+    view = NodeView(1, (Node("n4", "127.0.0.1", 1),))
     partitions = PartitionManager(str(tmp_path), CONFIG, SyscallBackend(), owns=lambda pid: True)
     replication = ShardReplication(
         view, PeerAuth.from_secret("n4", None), 0, 1, partitions, 1 << 20, (2,)
@@ -113,9 +113,9 @@ def test_groups_opened_on_messages_are_bounded(
 def _n4(tmp_path: Path, net: groups.FakeNetwork) -> ShardReplication:
     """Node n4's shard on the fake network; placement over its view never
     names n4 (its weight is tiny), and it knows partition `groups.PID`."""
-    members = [Member(n, "127.0.0.1", 1) for n in groups.NODES]
+    members = [Node(n, "127.0.0.1", 1) for n in groups.NODES]
     n4 = ShardReplication(
-        ClusterView(1, (*members, Member("n4", "127.0.0.1", 1, weight=1e-9))),
+        NodeView(1, (*members, Node("n4", "127.0.0.1", 1, weight=1e-9))),
         PeerAuth.from_secret("n4", None),
         0,
         1,
@@ -293,8 +293,8 @@ def test_a_gossip_cluster_opens_no_group_for_a_request_on_placements_guess(
     guess (which would count itself a voter)."""
 
     async def scenario() -> None:
-        members = [Member(n, "127.0.0.1", 1) for n in groups.NODES]
-        view = ClusterView(1, (*members, Member("n4", "127.0.0.1", 1, weight=1e9)))
+        members = [Node(n, "127.0.0.1", 1) for n in groups.NODES]
+        view = NodeView(1, (*members, Node("n4", "127.0.0.1", 1, weight=1e9)))
         replication = ShardReplication(
             view,
             PeerAuth.from_secret("n4", None),

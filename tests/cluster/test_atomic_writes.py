@@ -26,7 +26,7 @@ from laminar.client import Client, RetryPolicy
 from laminar.placement import partition_id, shard_for
 from laminar.replication.auth import PeerAuth
 from laminar.replication.calls import PeerCallError, PeerCalls
-from laminar.replication.members import ClusterView, Member
+from laminar.replication.nodes import Node, NodeView
 from laminar.wire import ErrorCode, ErrorResponse, MetadataRequest, ProduceRequest, encode_record
 from laminar.wire.writes import CheckStagedRequest, StagedPart
 from tests.cluster import atomic
@@ -182,8 +182,8 @@ def test_peers_must_prove_the_secret_and_may_ask_only_the_write_protocol(
         topic = client.create_topic("peer", partitions=1, replication_factor=3)
     pid = partition_id(topic.topic_id, 0)
     wait_until(lambda: len(static.replicas(pid)) == 3, "the topic on every node")
-    members = tuple(Member(name, n.host, n.port) for name, n in cluster.nodes.items())
-    view = ClusterView(1, members)
+    members = tuple(Node(name, n.host, n.port) for name, n in cluster.nodes.items())
+    view = NodeView(1, members)
     part = StagedPart(pid, 1, 0, 1, 1, 1, "n1")
 
     async def ask(secret: bytes, message: Any) -> Any:

@@ -13,8 +13,8 @@ from laminar.placement import partition_id
 from laminar.replication.controller import (
     Action,
     GroupStatus,
-    MemberTable,
     NodeStatus,
+    NodeTable,
     PlacementPolicy,
     Step,
     Wait,
@@ -131,7 +131,7 @@ def test_observers_are_not_moves() -> None:
     """Kept learners never count against the move limits (they are permanent)."""
     nodes = [NodeStatus(n) for n in "abcdefgh"]
     policy = PlacementPolicy(3, moves_in_flight_max=1, moves_per_node_max=1, observers=True)
-    target = MemberTable(nodes, NOW, GRACE).targets(0, 3)
+    target = NodeTable(nodes, NOW, GRACE).targets(0, 3)
     others = sorted(set("abcdefgh") - set(target))
     observed = GroupStatus(0, target[:2], tuple(others), target[0])  # a voter is missing
     result = plan(nodes, [observed], policy, NOW)
@@ -153,7 +153,7 @@ def test_a_removal_that_would_lose_the_live_majority_waits() -> None:
 
 
 def at_target(nodes: dict[str, float], rf: int) -> list[GroupStatus]:
-    table = MemberTable([NodeStatus(n, w) for n, w in nodes.items()], NOW, GRACE)
+    table = NodeTable([NodeStatus(n, w) for n, w in nodes.items()], NOW, GRACE)
     groups = []
     for pid in PIDS:
         top = table.targets(pid, rf)
@@ -403,7 +403,7 @@ def test_model_check_every_small_group_steps_safely_to_its_target() -> None:
             for n, state in health.items()
         ]
         policy = PlacementPolicy(rf, GRACE)
-        live = MemberTable(nodes, NOW, GRACE).live
+        live = NodeTable(nodes, NOW, GRACE).live
         can_commit = group.leader is not None and group.has_live_majority(live)
         idle = 0
         for _ in range(12):

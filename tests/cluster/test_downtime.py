@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from laminar.replication.controller import NodeStatus
 from laminar.replication.downtime import Downtime, static_statuses
-from laminar.replication.members import ClusterView, Member
-from laminar.swim.messages import Member as SwimMember
+from laminar.replication.nodes import Node, NodeView
 from laminar.swim.messages import MemberState
+from laminar.swim.messages import Member as SwimMember
 from laminar.swim.view import MembershipView
 
 ALIVE, SUSPECT, DEAD, LEFT = (
@@ -51,5 +51,5 @@ def test_a_member_back_alive_or_forgotten_starts_a_new_grace_when_down_again() -
 
 
 def test_a_static_view_is_every_member_live_with_its_weight() -> None:
-    static = ClusterView(1, (Member("b", "h", 2, 3.0), Member("a", "h", 1)))
+    static = NodeView(1, (Node("b", "h", 2, 3.0), Node("a", "h", 1)))
     assert static_statuses(static) == (NodeStatus("a"), NodeStatus("b", 3.0))

@@ -26,7 +26,7 @@ from laminar.log.storage import SyscallBackend
 from laminar.placement import partition_id
 from laminar.replication.auth import PeerAuth
 from laminar.replication.host import RaftHost
-from laminar.replication.members import ClusterView, Member
+from laminar.replication.nodes import Node, NodeView
 from laminar.replication.replica import RaftReplica
 from laminar.shards.channels import Channels
 from laminar.shards.metadata import METADATA_PID, Applied, MetadataError
@@ -40,7 +40,7 @@ from tests.cluster.test_raft_groups import FakeNetwork, _until
 NODES = ("n1", "n2", "n3")
 TICK_S = 0.01
 PARTITIONS = 2
-VIEW = ClusterView(1, tuple(Member(n, "127.0.0.1", 1) for n in NODES))
+VIEW = NodeView(1, tuple(Node(n, "127.0.0.1", 1) for n in NODES))
 
 
 @pytest.fixture(autouse=True)

@@ -26,7 +26,7 @@ from laminar.log.storage import StorageBackend
 from laminar.raft import Message, RaftCore
 from laminar.raft.messages import VOTE, VOTE_RESP
 from laminar.replication.auth import PeerAuth
-from laminar.replication.members import ClusterView, Member
+from laminar.replication.nodes import Node, NodeView
 from laminar.replication.opening import replica_config
 from laminar.replication.raft_storage import STATE_FILE, SegmentedLogStorage
 from laminar.replication.repair import TERM_MARGIN
@@ -49,7 +49,7 @@ def _n3(
 ) -> ShardReplication:
     """Node n3's shard on the fake network."""
     n3 = ShardReplication(
-        ClusterView(1, tuple(Member(n, "127.0.0.1", 1) for n in NODES)),
+        NodeView(1, tuple(Node(n, "127.0.0.1", 1) for n in NODES)),
         PeerAuth.from_secret("n3", None),
         0,
         1,

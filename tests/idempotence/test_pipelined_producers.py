@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from laminar.log import LogConfig, Record, SegmentedLog
+from laminar.log import LogConfig, LogRecord, SegmentedLog
 from laminar.log.simdisk import Fault, SimulatedDisk
 from laminar.log.storage import SyscallBackend
 from laminar.replication.replica import LocalReplica
@@ -263,7 +263,7 @@ class _CompletingOutOfOrder(LocalReplica):
 
     async def read_range(
         self, start: int, max_bytes: int, max_records: int = 1 << 20
-    ) -> list[Record]:
+    ) -> list[LogRecord]:
         if self.reads_wait_for is not None:
             await self.reads_wait_for
         return await super().read_range(start, max_bytes, max_records)

@@ -11,7 +11,7 @@ from laminar.log import (
     IndexOutOfRange,
     LogClosed,
     LogConfig,
-    Record,
+    LogRecord,
     SegmentedLog,
 )
 
@@ -27,7 +27,7 @@ def test_append_read_and_bounds(env: LogEnv) -> None:
         assert await log.append([b"v3"], term=7) == 2
         assert (log.lowest_index, log.highest_index) == (0, 3)
         rec = await log.read(2)
-        assert isinstance(rec, Record)
+        assert isinstance(rec, LogRecord)
         assert (rec.index, rec.term, rec.value) == (2, 7, b"v3")
         assert rec.timestamp_ms > 0
         assert [r.value for r in await log.read_range(0)] == [b"v1", b"v2", b"v3"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from laminar.log import LogConfig, RecordBatch, RecordCorrupted, SegmentedLog
+from laminar.log import LogBatch, LogConfig, RecordCorrupted, SegmentedLog
 from laminar.log.storage import SyscallStorage
 from tests.log.conftest import LogEnv
 
@@ -21,7 +21,7 @@ CONFIG = LogConfig(segment_bytes=64 << 10, flush="always")
 VALUES = [bytes([i % 251]) * (50 + 37 * i % 900) for i in range(300)]
 
 
-def same(a: RecordBatch, b: RecordBatch) -> bool:
+def same(a: LogBatch, b: LogBatch) -> bool:
     return (a.first_index, list(a.terms), list(a.timestamps_ms), list(a.lengths)) == (
         b.first_index,
         list(b.terms),

@@ -1,15 +1,15 @@
-"""Member lists: parsing --peers, views, and placement over a view."""
+"""Node lists: parsing --peers, views, and placement over a view."""
 
 from __future__ import annotations
 
 import pytest
 
 from laminar.placement import partition_id, replica_nodes
-from laminar.replication.members import (
-    ClusterView,
-    Member,
-    MembershipError,
-    StaticMembership,
+from laminar.replication.nodes import (
+    Node,
+    NodeListError,
+    NodeView,
+    StaticView,
     parse_address,
     parse_peers,
 )
@@ -17,7 +17,7 @@ from laminar.replication.members import (
 
 def test_peers_parse_with_ipv6_and_weights() -> None:
     members = parse_peers("n2=127.0.0.1:7170, n3=[::1]:7270@2.5,")
-    assert members == (Member("n2", "127.0.0.1", 7170), Member("n3", "::1", 7270, 2.5))
+    assert members == (Node("n2", "127.0.0.1", 7170), Node("n3", "::1", 7270, 2.5))
     assert members[1].address == "[::1]:7270"
 
 
@@ -35,7 +35,7 @@ def test_peers_parse_with_ipv6_and_weights() -> None:
     ],
 )
 def test_bad_peer_lists_say_what_is_wrong(text: str, says: str) -> None:
-    with pytest.raises(MembershipError, match=says):
+    with pytest.raises(NodeListError, match=says):
         parse_peers(text)
 
 
@@ -46,15 +46,15 @@ def test_addresses_parse() -> None:
 
 
 def test_a_view_is_sorted_and_gives_the_placement_weights() -> None:
-    me = Member("n1", "127.0.0.1", 7070)
-    view = StaticMembership(me, parse_peers("n3=127.0.0.1:7270@2,n2=127.0.0.1:7170")).view()
+    me = Node("n1", "127.0.0.1", 7070)
+    view = StaticView(me, parse_peers("n3=127.0.0.1:7270@2,n2=127.0.0.1:7170")).view()
     assert view.node_ids == ("n1", "n2", "n3")
-    assert view.get("n3") == Member("n3", "127.0.0.1", 7270, 2.0)
+    assert view.get("n3") == Node("n3", "127.0.0.1", 7270, 2.0)
     assert view.get("n9") is None
     assert view.weights() == {"n1": 1.0, "n2": 1.0, "n3": 2.0}
     assert len(replica_nodes(partition_id(7, 0), view.weights(), 5)) == 3  # fewer: all of them
 
 
 def test_a_view_refuses_duplicate_ids() -> None:
-    with pytest.raises(MembershipError, match="unique"):
-        ClusterView(1, (Member("a", "h", 1), Member("a", "h", 2)))
+    with pytest.raises(NodeListError, match="unique"):
+        NodeView(1, (Node("a", "h", 1), Node("a", "h", 2)))
