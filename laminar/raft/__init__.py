@@ -15,7 +15,7 @@ Modules: `messages` (Entry, HardState, Message), `ready` (Ready, Status),
 `config` (RaftConfig, Membership), `storage` (RaftStorage, MemoryStorage),
 `log` (the core's view of its log), `progress` (per-follower flow control and
 quorums), `readindex` (linearizable reads), `core` (roles, elections, the
-follower side, membership, transfer, quiescence), `replication` (the leader's
+follower side, membership, transfer, quiescence), `leader` (the leader's
 side: appends, installs, commitment, heartbeats). Nothing here does I/O or
 imports outside this package: the storage adapter over the segmented log is
 the shell's (`laminar.replication.raft_storage`). See docs/architecture.md.

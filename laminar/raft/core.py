@@ -80,6 +80,7 @@ from .errors import (
     RaftError,
     ReadyOutstanding,
 )
+from .leader import LeaderReplication
 from .log import RaftLog
 from .messages import (
     ANCHOR,
@@ -106,7 +107,6 @@ from .messages import (
 from .progress import REPLICATE, ProgressTracker
 from .readindex import ReadIndexQueue
 from .ready import FollowerProgress, Ready, Status
-from .replication import LeaderReplication
 from .storage import RaftStorage
 
 FOLLOWER = "follower"

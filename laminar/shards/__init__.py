@@ -15,7 +15,8 @@ Modules, each with one job:
 - `channels`: pipelined inter-shard connections (forwarding, metadata tail);
 - `metadata` (pure), `metalog`: cluster metadata as a log, compacted by
   snapshots; `topic_config` (pure): the topic config keys and their meaning;
-- `replication`: the shard's Raft groups (`laminar.replication` does the work);
+- `groups`: the shard's Raft groups (`laminar.replication` does the work);
+  `replicas`: the one face handlers see of a partition (local or a group);
 - `producers`, `idempotence` (pure): idempotent producers' sequences;
 - `partitions`: the shard's partition logs; `retention`: topic retention on a timer;
 - `budget`: the bytes of client input a shard holds, against one bound;

@@ -67,6 +67,7 @@ from laminar.raft import Entry as RaftEntry
 from laminar.replication.group import TIMESTAMP
 from laminar.replication.replica import LocalReplica, PartitionReplica, RaftReplica
 from laminar.shards.channels import ChannelError, Channels
+from laminar.shards.groups import ShardGroups
 from laminar.shards.metadata import (
     METADATA_PID,
     AlterTopic,
@@ -80,7 +81,6 @@ from laminar.shards.metadata import (
     encode_entry,
 )
 from laminar.shards.partitions import LongPolls, PartitionManager
-from laminar.shards.replication import ShardReplication
 from laminar.wire import (
     ErrorCode,
     ErrorResponse,
@@ -129,7 +129,7 @@ class MetadataService:
         shard_count: int,
         polls: LongPolls,
         limits: TopicLimits | None = None,
-        replication: ShardReplication | None = None,
+        replication: ShardGroups | None = None,
     ) -> None:
         self.shard_id = shard_id
         self._replication = replication
@@ -185,7 +185,7 @@ class MetadataService:
         if not self._ready.done():
             self._ready.set_result(None)
 
-    async def _start_clustered(self, replication: ShardReplication) -> None:
+    async def _start_clustered(self, replication: ShardGroups) -> None:
         if not self.is_owner:
             await self._first_catch_up()
             self._follower = asyncio.get_running_loop().create_task(self._follow())

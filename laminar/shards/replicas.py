@@ -15,8 +15,8 @@ from typing import Protocol
 
 from laminar.log import LogConfig, SegmentedLog
 from laminar.replication.replica import LocalReplica, PartitionReplica
+from laminar.shards.groups import ShardGroups
 from laminar.shards.partitions import PartitionManager
-from laminar.shards.replication import ShardReplication
 from laminar.wire import NodeInfo, TopicInfo
 
 
@@ -80,9 +80,9 @@ class NodeReplicas:
 
 class ClusterReplicas:
     """A cluster node: Raft groups for replicated topics, placement decides
-    which partitions are here (`ShardReplication` does the work)."""
+    which partitions are here (`ShardGroups` does the work)."""
 
-    def __init__(self, partitions: PartitionManager, replication: ShardReplication) -> None:
+    def __init__(self, partitions: PartitionManager, replication: ShardGroups) -> None:
         self._partitions = partitions
         self._replication = replication
 

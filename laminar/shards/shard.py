@@ -56,13 +56,13 @@ from laminar.shards.control import (
 )
 from laminar.shards.datagram import DatagramServer
 from laminar.shards.dispatch import CHANNEL_FRAME_SLACK, Dispatcher
+from laminar.shards.groups import ShardGroups
 from laminar.shards.handlers import Handlers, RequestContext, ShardIdentity
 from laminar.shards.metadata import METADATA_PID, Applied
 from laminar.shards.metalog import METADATA_FRAME_BYTES_MIN, MetadataService
 from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.replicas import ClusterReplicas, NodeReplicas
-from laminar.shards.replication import ShardReplication
 from laminar.shards.retention import Retention
 from laminar.shards.router import PEER_OPS
 from laminar.shards.sockets import ShardSockets, is_sibling_shard, peer_credentials
@@ -381,7 +381,7 @@ class Shard:
         control_task.cancel()
         return 0
 
-    def _replication(self) -> ShardReplication:
+    def _replication(self) -> ShardGroups:
         """This shard's Raft groups and peer links: the members are --peers,
         or whoever SWIM says is live (starting with this node alone)."""
         config = self.config
@@ -389,7 +389,7 @@ class Shard:
         peers = () if config.gossiped else parse_peers(config.peers)
         view = StaticView(me, peers).view()
         secret = load_secret(config.cluster_secret_file) if config.cluster_secret_file else None
-        replication = ShardReplication(
+        replication = ShardGroups(
             view,
             PeerAuth.from_secret(config.node_id, secret),
             self.shard_id,
@@ -643,7 +643,7 @@ class Shard:
         pids = ((topic.topic_id << 32) | idx for idx in range(topic.partitions))
         return [pid for pid in pids if self._owns(pid)]
 
-    async def _open_replicas(self, replication: ShardReplication, topic: TopicInfo) -> None:
+    async def _open_replicas(self, replication: ShardGroups, topic: TopicInfo) -> None:
         """Open this shard's members of a replicated topic's groups, so followers
         vote and take appends before any client names the partition: those
         the creation placed here (unless a move took them away since: a

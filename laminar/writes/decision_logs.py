@@ -140,9 +140,9 @@ class LocalDecisionLogs:
             await log.close()
 
 
-class ShardGroups(Protocol):
+class WriteGroups(Protocol):
     """What atomic writes need of the shard's Raft groups (the shard's
-    `ShardReplication` is one): written here, so this package stays below the
+    `ShardGroups` is one): written here, so this package stays below the
     shard that composes it."""
 
     node_id: str
@@ -170,7 +170,7 @@ class ReplicatedDecisionLogs:
 
     def __init__(
         self,
-        replication: ShardGroups,
+        replication: WriteGroups,
         owns: Callable[[int], bool],
         retention_ms: int,
         gossiped: bool,

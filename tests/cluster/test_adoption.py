@@ -1,6 +1,6 @@
 """A move's learner: a shard opens a group on its leader's first message.
 
-`ShardReplication` over real partition logs; messages are handed to its host as
+`ShardGroups` over real partition logs; messages are handed to its host as
 an authenticated peer session would. Bounded: only leader messages, only
 partitions the metadata knows, at most `ADOPTED_MAX` groups waiting for their
 log to name this node.
@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 import laminar.raft.core as core_module
-import laminar.shards.replication as replication_module
+import laminar.shards.groups as replication_module
 from laminar.log import LogConfig, SyscallBackend
 from laminar.raft import Membership, Message
 from laminar.raft.messages import APPEND, APPEND_RESP, HEARTBEAT, HEARTBEAT_RESP, VOTE
 from laminar.replication.auth import PeerAuth
 from laminar.replication.nodes import Node, NodeView
+from laminar.shards.groups import ShardGroups
 from laminar.shards.partitions import PartitionManager
-from laminar.shards.replication import ShardReplication
 from laminar.wire import ErrorCode
 from tests.cluster import test_raft_groups as groups
 
@@ -30,10 +30,10 @@ CONFIG = LogConfig(segment_bytes=1 << 20, preallocate_bytes=0, flush="always")
 KNOWN = {(1 << 32) | i for i in range(8)}
 
 
-def _replication(tmp_path: Path) -> ShardReplication:
+def _replication(tmp_path: Path) -> ShardGroups:
     view = NodeView(1, (Node("n4", "127.0.0.1", 1),))
     partitions = PartitionManager(str(tmp_path), CONFIG, SyscallBackend(), owns=lambda pid: True)
-    replication = ShardReplication(
+    replication = ShardGroups(
         view, PeerAuth.from_secret("n4", None), 0, 1, partitions, 1 << 20, (2,)
     )
     replication.adopt_known(lambda pid: CONFIG if pid in KNOWN else None)
@@ -44,7 +44,7 @@ def _from_leader(kind: str, pid_term: int = 3) -> Message:
     return Message(kind, "n1", "n4", pid_term, 0, 0, commit=0)
 
 
-async def _settle(replication: ShardReplication) -> None:
+async def _settle(replication: ShardGroups) -> None:
     for _ in range(50):
         await asyncio.sleep(0.01)
         if not replication._opening:
@@ -110,11 +110,11 @@ def test_groups_opened_on_messages_are_bounded(
     asyncio.run(scenario())
 
 
-def _n4(tmp_path: Path, net: groups.FakeNetwork) -> ShardReplication:
+def _n4(tmp_path: Path, net: groups.FakeNetwork) -> ShardGroups:
     """Node n4's shard on the fake network; placement over its view never
     names n4 (its weight is tiny), and it knows partition `groups.PID`."""
     members = [Node(n, "127.0.0.1", 1) for n in groups.NODES]
-    n4 = ShardReplication(
+    n4 = ShardGroups(
         NodeView(1, (*members, Node("n4", "127.0.0.1", 1, weight=1e-9))),
         PeerAuth.from_secret("n4", None),
         0,
@@ -295,7 +295,7 @@ def test_a_gossip_cluster_opens_no_group_for_a_request_on_placements_guess(
     async def scenario() -> None:
         members = [Node(n, "127.0.0.1", 1) for n in groups.NODES]
         view = NodeView(1, (*members, Node("n4", "127.0.0.1", 1, weight=1e9)))
-        replication = ShardReplication(
+        replication = ShardGroups(
             view,
             PeerAuth.from_secret("n4", None),
             0,

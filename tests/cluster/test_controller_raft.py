@@ -97,7 +97,7 @@ class Partitions:
     def retire_removed(self) -> None:
         """A replica whose removal its leader applied stops (and would delete its
         files), unless members observe the group: a node keeps its replica of
-        those (`ShardReplication.retire_removed`), to be added back as an observer."""
+        those (`ShardGroups.retire_removed`), to be added back as an observer."""
         if self.policy.observers:
             return
         for pid, node in sorted(self.removing):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from laminar.replication.controller import NodeStatus
 from laminar.replication.downtime import Downtime, static_statuses
 from laminar.replication.nodes import Node, NodeView
-from laminar.swim.messages import MemberState
 from laminar.swim.messages import Member as SwimMember
+from laminar.swim.messages import MemberState
 from laminar.swim.view import MembershipView
 
 ALIVE, SUSPECT, DEAD, LEFT = (

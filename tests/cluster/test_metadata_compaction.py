@@ -1,7 +1,7 @@
 """The cluster's metadata log compacted by snapshots, three nodes in one loop.
 
 Each node is the real metadata service (`MetadataService`) over a real
-`ShardReplication` (its Raft group of pid 0 on a real segmented log with
+`ShardGroups` (its Raft group of pid 0 on a real segmented log with
 fsync, its partition manager on real directories); only the network between
 the nodes is fake (`FakeNetwork`, as in `test_raft_groups.py`). What a shard
 does with applied changes is stood in for by `Node._on_applied`: it opens the
@@ -29,10 +29,10 @@ from laminar.replication.host import RaftHost
 from laminar.replication.nodes import Node, NodeView
 from laminar.replication.replica import RaftReplica
 from laminar.shards.channels import Channels
+from laminar.shards.groups import ShardGroups
 from laminar.shards.metadata import METADATA_PID, Applied, MetadataError
 from laminar.shards.metalog import MetadataService
 from laminar.shards.partitions import LongPolls, PartitionManager
-from laminar.shards.replication import ShardReplication
 from laminar.wire import ErrorCode, TopicInfo
 from laminar.wire.errors import RequestError
 from tests.cluster.test_raft_groups import FakeNetwork, _until
@@ -72,7 +72,7 @@ class Node:
         self.partitions = PartitionManager(
             str(self.root), LogConfig(segment_bytes=1 << 20), SyscallBackend(), lambda pid: True
         )
-        replication = ShardReplication(
+        replication = ShardGroups(
             VIEW, PeerAuth.from_secret(self.node_id, None), 0, 1, self.partitions, 1 << 20, (1,)
         )
         replication.host = RaftHost(self.net.transport(self.node_id), tick_s=TICK_S)

@@ -1,7 +1,7 @@
 """A replica that cannot run is offline, says so once, redirects, and comes back.
 
 n1 and n2 are plain Raft hosts of the fake network (`test_raft_groups`); n3 is
-a real `ShardReplication` over its partition directory, as a node's shard
+a real `ShardGroups` over its partition directory, as a node's shard
 runs it. A damaged Raft state file takes n3's replica offline until
 `laminar repair` rebuilds it from its peers; a Ready loop that dies on a
 failed fsync takes it offline until it reopens by itself.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-import laminar.shards.replication as replication_module
+import laminar.shards.groups as replication_module
 from laminar.cli.main import main as laminar
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log import Fault, LogConfig, SimulatedDisk, SyscallBackend
@@ -30,8 +30,8 @@ from laminar.replication.nodes import Node, NodeView
 from laminar.replication.opening import replica_config
 from laminar.replication.raft_storage import STATE_FILE, SegmentedLogStorage
 from laminar.replication.repair import TERM_MARGIN
+from laminar.shards.groups import ShardGroups
 from laminar.shards.partitions import OFFLINE_RETRY_S, PartitionManager
-from laminar.shards.replication import ShardReplication
 from laminar.wire import ErrorCode
 from laminar.wire.errors import RequestError
 from tests.clock import FakeClock
@@ -46,9 +46,9 @@ def _n3(
     net: groups.FakeNetwork,
     backend: StorageBackend,
     clock: Clock = SYSTEM_CLOCK,
-) -> ShardReplication:
+) -> ShardGroups:
     """Node n3's shard on the fake network."""
-    n3 = ShardReplication(
+    n3 = ShardGroups(
         NodeView(1, tuple(Node(n, "127.0.0.1", 1) for n in NODES)),
         PeerAuth.from_secret("n3", None),
         0,
@@ -67,13 +67,13 @@ def _n3(
     return n3
 
 
-async def _stop(n3: ShardReplication, net: groups.FakeNetwork) -> None:
+async def _stop(n3: ShardGroups, net: groups.FakeNetwork) -> None:
     net.hosts.pop("n3")
     await n3.close()
     await n3.partitions.close_all()
 
 
-async def _refused(n3: ShardReplication) -> RequestError:
+async def _refused(n3: ShardGroups) -> RequestError:
     try:
         await n3.ensure_open(groups.PID, NODES, CONFIG)
     except RequestError as exc:

@@ -108,7 +108,7 @@ KnownPartition = Callable[[int], LogConfig | None]
 None for anything else."""
 
 
-class ShardReplication:
+class ShardGroups:
     """This shard's Raft groups and peer links (see the module docstring)."""
 
     def __init__(
