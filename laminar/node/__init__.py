@@ -10,6 +10,6 @@ running. Modules, each with one job:
   `laminar.shards.sockets.ShardSockets`);
 - `steering`: the node port's UDP steering through `laminar.xdp` (ebpf, cbpf
   or userspace), and `xdp_attach`: the XDP classifier on the node's interface;
-- `membership`: the node's SWIM agent and the views it hands the shards;
+- `gossip`: the node's SWIM agent and the views it hands the shards;
 - `admin`, `prometheus`: the admin HTTP endpoint and its metrics text.
 """

@@ -84,7 +84,7 @@ class Steering:
     extra: dict[str, Any] = field(default_factory=dict)
     bind_membership: Callable[[], socket.socket | None] = _no_socket
     """A node-port socket the kernel steers membership datagrams to, or None when
-    this mode cannot (`laminar.node.membership`)."""
+    this mode cannot (`laminar.node.gossip`)."""
 
 
 def prepare_steering(config: NodeConfig, sockets: NodeSockets) -> Steering:

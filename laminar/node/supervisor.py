@@ -63,8 +63,8 @@ from laminar.node.admin import (
     AdminSource,
     create_token_file,
 )
+from laminar.node.gossip import NodeGossip, prepare_gossip
 from laminar.node.listeners import NodeSockets, StartupError, bind_admin, bind_node
-from laminar.node.membership import NodeMembership, prepare_membership
 from laminar.node.prometheus import ShardSample, render
 from laminar.node.steering import Steering, prepare_steering
 from laminar.shards.config import NodeConfig
@@ -218,7 +218,7 @@ class Supervisor:
         self.sockets: NodeSockets | None = None
         self.admin_sock: socket.socket | None = None
         self.steering: Steering | None = None
-        self.membership: NodeMembership | None = None
+        self.membership: NodeGossip | None = None
         self.runtime = ""
         self.slots = [ShardProcess(i) for i in range(config.cores)]
         self._lock_fd: int | None = None
@@ -238,7 +238,7 @@ class Supervisor:
         self.admin_sock = bind_admin(config)
         self.steering = prepare_steering(config, self.sockets)
         self.config = config.with_updates(node_id=node_id)
-        self.membership = prepare_membership(
+        self.membership = prepare_gossip(
             self.config, self.sockets.port, self.steering.bind_membership
         )
 

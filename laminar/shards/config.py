@@ -447,7 +447,7 @@ class NodeConfig:
         ),
     )
     """The file holding the cluster secret that authenticates node-to-node connections
-    and membership traffic (`laminar.node.membership`); empty: membership is off,
+    and membership traffic (`laminar.node.gossip`); empty: membership is off,
     and a node with --peers needs `insecure_peers`."""
     insecure_peers: bool = field(
         default=False,

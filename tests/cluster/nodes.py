@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from laminar.node.membership import MEMBERSHIP_PORT_OFFSET
+from laminar.node.gossip import MEMBERSHIP_PORT_OFFSET
 from laminar.placement import shard_for
 from laminar.replication.auth import write_secret
 from laminar.wire import (

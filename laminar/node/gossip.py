@@ -61,7 +61,7 @@ def read_cluster_secret(path: str) -> bytes:
         raise StartupError(f"--cluster-secret-file: {exc}") from None
 
 
-class NodeMembership:
+class NodeGossip:
     """The agent of one node, with the socket it owns."""
 
     def __init__(
@@ -157,11 +157,11 @@ class NodeMembership:
         ]
 
 
-def prepare_membership(
+def prepare_gossip(
     config: NodeConfig,
     node_port: int,
     bind_steered: Callable[[], socket.socket | None],
-) -> NodeMembership | None:
+) -> NodeGossip | None:
     """The node's membership, bound and ready to start; None when it has no secret.
 
     `bind_steered()` returns a socket on the node port that the kernel steers
@@ -192,7 +192,7 @@ def prepare_membership(
     agent = MembershipAgent(swim, sock, PacketSealer(secret))
     where = "the node port (steered by the eBPF program)" if steered else f"port {port}"
     logger.info("membership on %s as %s at %s", where, config.node_id, address)
-    return NodeMembership(agent, address, list(config.join), steered is not None)
+    return NodeGossip(agent, address, list(config.join), steered is not None)
 
 
 def _bind_own_port(config: NodeConfig, node_port: int) -> socket.socket:
