@@ -4,8 +4,8 @@ Every data operation is a completion on the shard's ring: reads are
 IORING_OP_READ, `writev(..., sync=True)` is one WRITEV entry (per IOV_MAX
 buffers) linked to an fdatasync entry, so the log's group commit can keep
 several flushes in flight; truncate, allocate and close are ring operations
-too. Directory listing, creation, renames and cache dropping stay plain
-syscalls (rare, metadata-only).
+too. Directory listing, creation, renames, directory removal and cache
+dropping stay plain syscalls (rare, metadata-only).
 It must run on a `UringEventLoop`; on the stock loop use `SyscallBackend`.
 """
 
@@ -84,7 +84,10 @@ class UringBackend:
 
     async def remove(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            await _uring_loop().file_unlink(path)
+            try:
+                await _uring_loop().file_unlink(path)
+            except IsADirectoryError:
+                os.rmdir(path)  # a whole partition's removal ends so: rare
 
     async def rename(self, source: str, target: str) -> None:
         os.rename(source, target)  # metadata-only and rare: a plain syscall

@@ -246,6 +246,7 @@ class Shard:
             self._owns,
             spawn=lambda coro: self._spawn(coro, "flush"),
         )
+        await self.partitions.recover()
         self.polls = LongPolls()
         self.channels = Channels(
             config.run_dir,
