@@ -278,18 +278,13 @@ class PartitionManager:
     async def drop_topic(self, topic_id: int, partitions: int) -> int:
         """Close and delete every partition of `topic_id` this shard owns; return
         how many directories were removed."""
-        removed = 0
-        for idx in range(partitions):
-            pid = partition_id(topic_id, idx)
-            if not self._owns(pid):
-                continue
+        owned = [pid for idx in range(partitions) if self._owns(pid := partition_id(topic_id, idx))]
+        for pid in owned:
             await self.close_partition(pid)
             if pid in self._retired:  # the topic is gone: its marks go with it
                 self._retired.discard(pid)
                 await self._backend.remove(self._retired_mark(pid))
-            if await self._remove_dir(pid):
-                removed += 1
-        return removed
+        return await self._remove_dirs(owned)
 
     async def remove_partition(self, pid: int) -> bool:
         """Close and delete one partition (a replica its group removed), and
@@ -299,7 +294,7 @@ class PartitionManager:
         await self.close_partition(pid)
         await atomic_replace(self._backend, self._retired_mark(pid), b"")
         self._retired.add(pid)
-        return await self._remove_dir(pid)
+        return await self._remove_dirs([pid]) == 1
 
     def retired(self, pid: int) -> bool:
         """Whether this replica's group removed it (`remove_partition`)."""
@@ -317,20 +312,20 @@ class PartitionManager:
     def _retired_mark(self, pid: int) -> str:
         return self.directory(pid) + RETIRED_SUFFIX
 
-    def remove_orphans(
+    async def remove_orphans(
         self, live_topic_ids: Iterable[int], next_topic_id: int, *, quiet: bool = False
     ) -> int:
-        """Delete (in the background) owned partition directories of deleted
-        topics (a delete this shard missed while it was down); return how many.
+        """Delete owned partition directories of deleted topics (a delete this
+        shard missed while it was down); return how many.
 
         Only ids below `next_topic_id` count as deleted: a directory with an id
         the metadata log never assigned is left alone (and logged unless
         `quiet`: a snapshot replayed mid-log is followed by later creates), so
         damage to the metadata log can never turn into deleting data."""
         live = set(live_topic_ids) | {0}
-        removed = 0
+        doomed = []
         try:
-            names = os.listdir(self.root)
+            names = await self._backend.list_dir(self.root)
         except FileNotFoundError:
             return 0
         for name in names:
@@ -347,26 +342,30 @@ class PartitionManager:
             pid = partition_id(topic_id, idx)
             if self._owns(pid) and pid not in self._logs:
                 logger.info("removing partition %s of deleted topic %d", name, topic_id)
-                self._chore(self._remove_dir(pid))
-                removed += 1
-        return removed
+                doomed.append(pid)
+        return await self._remove_dirs(doomed)
 
-    async def _remove_dir(self, pid: int) -> bool:
-        """Delete a partition's directory, off the event loop's critical path
-        (one backend operation at a time) and resumably: it is first renamed
-        to `<dir>.deleting`, durably, so a crash at any point leaves the
-        partition whole or gone from its name, never half of it there;
-        `recover` finishes what is left. False if there was none."""
-        path = self.directory(pid)
-        doomed = path + DELETING_SUFFIX
-        await remove_tree(self._backend, doomed)  # an earlier deletion, interrupted
-        try:
-            await self._backend.rename(path, doomed)
-        except FileNotFoundError:
-            return False
-        await self._backend.sync_dir(self.root)
-        await remove_tree(self._backend, doomed)
-        return True
+    async def _remove_dirs(self, pids: list[int]) -> int:
+        """Delete partitions' directories (closed ones) one backend operation
+        at a time, and resumably: each is first renamed to `<dir>.deleting`,
+        and the renames are made durable together before anything in them is
+        removed, so a crash at any point leaves a partition whole at its name
+        or gone from it, never half there; `recover` finishes what is left.
+        Returns how many there were."""
+        doomed = []
+        for pid in pids:
+            path = self.directory(pid)
+            await remove_tree(self._backend, path + DELETING_SUFFIX)  # a crash interrupted it
+            try:
+                await self._backend.rename(path, path + DELETING_SUFFIX)
+            except FileNotFoundError:
+                continue
+            doomed.append(path + DELETING_SUFFIX)
+        if doomed:
+            await self._backend.sync_dir(self.root)
+        for path in doomed:
+            await remove_tree(self._backend, path)
+        return len(doomed)
 
     async def close_all(self) -> None:
         """Finish in-flight flushes and close every log (drain)."""

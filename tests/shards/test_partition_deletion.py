@@ -59,13 +59,15 @@ async def prepare(shard: Shard, world: World) -> None:
     await shard.partitions.close_partition(PID)
 
 
-@pytest.mark.parametrize("how", ["remove_partition", "drop_topic"])
+@pytest.mark.parametrize("how", ["remove_partition", "drop_topic", "remove_orphans"])
 def test_a_deleted_partition_is_whole_or_gone_after_a_power_cut_at_every_point(how: str) -> None:
     async def delete(shard: Shard, world: World, notes: dict[str, object]) -> None:
         if how == "remove_partition":
             assert await shard.partitions.remove_partition(PID)
-        else:
+        elif how == "drop_topic":
             assert await shard.partitions.drop_topic(5, 2) == 1
+        else:  # topic 5 was deleted while the shard was down
+            assert await shard.partitions.remove_orphans([], next_topic_id=6) == 1
         notes["deleted"] = True
 
     async def check(shard: Shard, world: World, notes: dict[str, object]) -> None:
