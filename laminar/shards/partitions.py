@@ -307,7 +307,11 @@ class PartitionManager:
         made, is opened at start whatever the mark says)."""
         if pid in self._retired:
             self._retired.discard(pid)
-            self._chore(self._backend.remove(self._retired_mark(pid)))
+            self._chore(self._forget_mark(pid))
+
+    async def _forget_mark(self, pid: int) -> None:
+        if pid not in self._retired:  # not retired again meanwhile
+            await self._backend.remove(self._retired_mark(pid))
 
     def _retired_mark(self, pid: int) -> str:
         return self.directory(pid) + RETIRED_SUFFIX
