@@ -369,7 +369,7 @@ VOTERS = ("n1", "n2", "n3")
 class ReplicaWorld(World):
     """A power-cut scenario's world whose `open` opens n1's Raft storage."""
 
-    async def open(self, disk: SimulatedDisk) -> SegmentedLogStorage:  # type: ignore[override]
+    async def open(self, disk: SimulatedDisk) -> SegmentedLogStorage:
         return await SegmentedLogStorage.open(REPLICA, self.config, backend=disk)
 
 

@@ -43,7 +43,7 @@ class Shard:
 class ShardWorld(World):
     """A power-cut scenario's world whose `open` starts a shard's partitions."""
 
-    async def open(self, disk: SimulatedDisk) -> Shard:  # type: ignore[override]
+    async def open(self, disk: SimulatedDisk) -> Shard:
         partitions = PartitionManager(ROOT, self.config, disk, owns=lambda pid: True)
         await partitions.recover()
         return Shard(partitions, disk)
