@@ -94,6 +94,12 @@ class SegmentedLog:
     # -- properties ------------------------------------------------------------
 
     @property
+    def backend(self) -> StorageBackend:
+        """The storage seam this log's files go through (its neighbours' too:
+        the Raft state file next to the segments)."""
+        return self._backend
+
+    @property
     def lowest_index(self) -> int:
         """The first index still held (retention and truncation move it)."""
         return self._segments[0].base_index

@@ -420,7 +420,10 @@ class SimulatedDisk:
         fault = await self._step("unlink", path, "", self._generation)
         _raise(fault, path)
         directory, name = self._parent(path)
-        if name in directory.entries:
+        node = directory.entries.get(name)
+        if isinstance(node, _Dir) and node.entries:
+            raise OSError(errno.ENOTEMPTY, os.strerror(errno.ENOTEMPTY), path)
+        if node is not None:
             directory.link(name, None)
 
     async def rename(self, source: str, target: str) -> None:

@@ -56,6 +56,7 @@ import time
 import uuid
 from typing import Any, Final
 
+from laminar.log.storage import SyscallBackend, atomic_replace, atomic_replace_blocking
 from laminar.node.admin import (
     TOKEN_FILE,
     AdminRefusal,
@@ -224,6 +225,7 @@ class Supervisor:
         self._lock_fd: int | None = None
         self._stopping = False
         self._stop: asyncio.Event | None = None
+        self._node_file_lock = asyncio.Lock()
 
     # -- preparation -----------------------------------------------------------
 
@@ -303,12 +305,7 @@ class Supervisor:
         except FileNotFoundError:
             pass
         node_id = self.config.node_id or f"node-{uuid.uuid4().hex[:12]}"
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(node_id + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_replace_blocking(path, node_id.encode() + b"\n")
         return node_id
 
     def _resolve_runtime(self) -> str:
@@ -383,7 +380,7 @@ class Supervisor:
         if self.membership is not None:
             self.membership.start(self._publish_view)
             self._publish_view(self.membership.view())
-        self._write_node_file()
+        await self._write_node_file()
         self._log_ready()
         keepers = [loop.create_task(self._keep_running(slot)) for slot in self.slots]
         await self._stop.wait()
@@ -524,7 +521,7 @@ class Supervisor:
                 await slot.ready
                 self._send_view(slot)
                 logger.info("shard %d restarted (pid %s)", slot.shard_id, slot.pid)
-                self._write_node_file()
+                await self._write_node_file()
 
     async def _restart(self, slot: ShardProcess) -> bool:
         """Start the shard's process again, retrying with backoff while it cannot
@@ -607,13 +604,11 @@ class Supervisor:
             "peer_auth": self.config.peer_auth,
         }
 
-    def _write_node_file(self) -> None:
+    async def _write_node_file(self) -> None:
         path = os.path.join(self.config.run_dir, NODE_FILE)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.node_info(), f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
+        async with self._node_file_lock:  # shards restarting together share its temporary
+            data = json.dumps(self.node_info(), indent=1).encode() + b"\n"
+            await atomic_replace(SyscallBackend(), path, data)
 
     def _log_ready(self) -> None:
         info = self.node_info()

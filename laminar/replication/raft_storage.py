@@ -22,8 +22,11 @@ How the synchronous core meets the asynchronous log:
   return, so the log must use flush="always") and then
   `await storage.set_hard_state(rd.hard_state)`, which, when the term or
   vote changed, replaces the small state file `raft-state.json` in the
-  partition directory atomically (write a temporary file, fsync it, rename,
-  fsync the directory); a new commit index alone stays in memory.
+  partition directory atomically (`laminar.log.storage.atomic_replace`:
+  write `raft-state.json.tmp`, sync it, rename, sync the directory), through
+  the log's own storage backend, so the power-cut simulator sees it; a new
+  commit index alone stays in memory. The temporary name is no segment's
+  (those are numbers), so recovery of the log never takes it for one.
 - An install (a Ready whose first entry is an anchor) first records the
   anchor in the state file, then resets the log to start after it; a crash in
   between is finished on the next open.
@@ -52,6 +55,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from laminar.log import LogConfig, LogRecord, SegmentedLog, StorageBackend
+from laminar.log.storage import atomic_replace, read_whole
 from laminar.raft.config import Membership
 from laminar.raft.errors import EntriesUnavailable, RaftError
 from laminar.raft.messages import ANCHOR, CONFIG, ENTRY_KINDS, NORMAL, Entry, HardState
@@ -175,7 +179,7 @@ class SegmentedLogStorage:
         if log.config.flush != "always":
             raise ValueError(_FLUSH_ALWAYS.format(log.config.flush))
         path = log.directory
-        state = await asyncio.to_thread(read_state, path)
+        state = await read_state(log.backend, path)
         if log.lowest_index < state.anchor_index:
             await log.reset(state.anchor_index)  # an install that a crash interrupted
         storage = cls(log, path, state, cache_bytes, load_bytes, stamped)
@@ -331,7 +335,8 @@ class SegmentedLogStorage:
         # Never a commit index beyond what was applied: a membership change at
         # or below it must already be recorded (see the module docstring).
         state = replace(self._state, commit=min(self._state.commit, self._applied))
-        await asyncio.to_thread(_replace_file, self.directory, STATE_FILE, state.encode())
+        path = os.path.join(self.directory, STATE_FILE)
+        await atomic_replace(self.log.backend, path, state.encode())
 
     def anchor_membership(self) -> bytes:
         """The encoded membership at the anchor of the last install (b"" if none)."""
@@ -410,32 +415,9 @@ def _chunks(entries: Sequence[Entry], stamped: bool) -> list[tuple[int, int | No
     return out
 
 
-def read_state(directory: str) -> _State:
+async def read_state(backend: StorageBackend, directory: str) -> _State:
     """The Raft state file of the replica at `directory` (a missing one is the
     state of a new replica); raises RaftError if it is damaged."""
     path = os.path.join(directory, STATE_FILE)
-    try:
-        with open(path, "rb") as file:
-            return _State.decode(file.read(), path)
-    except FileNotFoundError:
-        return _State()
-
-
-def _replace_file(directory: str, name: str, data: bytes) -> None:
-    """Replace directory/name with `data` atomically and durably."""
-    path = os.path.join(directory, name)
-    temporary = path + ".tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(temporary, path)
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    raw = await read_whole(backend, path)
+    return _State() if raw is None else _State.decode(raw, path)

@@ -67,8 +67,9 @@ async def rebuild(directory: str, config: LogConfig | None = None) -> Rebuilt:
     """Keep the replica at `directory` aside and put an empty one, in a term it
     cannot have voted in, in its place (the node must be stopped). Raises
     `NothingToRepair` if its Raft state reads fine."""
+    backend = SyscallBackend()
     try:
-        read_state(directory)
+        await read_state(backend, directory)
     except RaftError:
         pass
     else:
@@ -76,7 +77,6 @@ async def rebuild(directory: str, config: LogConfig | None = None) -> Rebuilt:
     config = config or LogConfig(flush="always")
     last_term = await _last_term(directory, config)
     kept_at = f"{directory}.damaged-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
-    backend = SyscallBackend()
     await backend.rename(directory, kept_at)
     await backend.sync_dir(os.path.dirname(os.path.abspath(directory)))
     term = last_term + TERM_MARGIN

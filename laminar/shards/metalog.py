@@ -176,10 +176,10 @@ class MetadataService:
         else:
             await self._first_catch_up()
             self._follower = asyncio.get_running_loop().create_task(self._follow())
-        self._became_ready()
+        await self._became_ready()
 
-    def _became_ready(self) -> None:
-        self._partitions.remove_orphans(
+    async def _became_ready(self) -> None:
+        await self._partitions.remove_orphans(
             (t.topic_id for t in self.state.topics()), self.state.next_topic_id
         )
         if not self._ready.done():
@@ -189,7 +189,7 @@ class MetadataService:
         if not self.is_owner:
             await self._first_catch_up()
             self._follower = asyncio.get_running_loop().create_task(self._follow())
-            self._became_ready()
+            await self._became_ready()
             return
         loop = asyncio.get_running_loop()
         self._background.append(loop.create_task(self._apply_committed()))
@@ -223,7 +223,7 @@ class MetadataService:
             self._applied.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._applied.wait(), 0.05)
-        self._became_ready()
+        await self._became_ready()
 
     def _on_committed(self, entries: Sequence[RaftEntry]) -> None:
         """The Raft group's committed entries (in order, each once): applied in
@@ -317,7 +317,7 @@ class MetadataService:
             snapshot = applied.snapshot
             if snapshot is None:
                 return
-            self._partitions.remove_orphans(
+            await self._partitions.remove_orphans(
                 (t.topic_id for t in snapshot.topics), snapshot.next_topic_id, quiet=True
             )
             if isinstance(self._log, RaftReplica):

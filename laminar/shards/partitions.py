@@ -30,19 +30,17 @@ durable must stay readable however often writers retry.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import logging
 import os
 import re
-import shutil
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log import LogConfig, LogError, SegmentedLog
-from laminar.log.storage import StorageBackend
+from laminar.log.storage import StorageBackend, atomic_replace, remove_tree
 from laminar.lograte import RateLimitedLog
 from laminar.placement import partition_id, split_partition_id
 
@@ -50,6 +48,11 @@ logger = logging.getLogger("laminar.shards")
 _lines = RateLimitedLog(logger)
 
 _DIR_RE = re.compile(r"(\d+)-(\d+)")
+RETIRED_SUFFIX: Final = ".retired"
+"""`<dir>.retired`: a mark that the partition's group removed this replica."""
+DELETING_SUFFIX: Final = ".deleting"
+"""`<dir>.deleting`: a partition directory being deleted (renamed first, durably)."""
+_LEFTOVER_RE = re.compile(r"(\d+)-(\d+)(\.retired|\.deleting)")
 
 MAX_REOPENS: Final = 3
 REOPEN_WINDOW_S: Final = 60.0
@@ -135,6 +138,40 @@ class PartitionManager:
         self.clock = clock
         self._flushes_of_closed = 0
         self._closed = False
+        self._retired: set[int] = set()
+        """Owned partitions with a durable `.retired` mark (`recover` reads them)."""
+        self._chores: set[asyncio.Task[None]] = set()
+        """Deletions running in the background; `close_all` waits for them."""
+
+    async def recover(self) -> None:
+        """At start: read which owned partitions are retired, and finish (in
+        the background) the deletions a crash or a drain interrupted."""
+        try:
+            names = await self._backend.list_dir(self.root)
+        except FileNotFoundError:
+            return
+        for name in names:
+            match = _LEFTOVER_RE.fullmatch(name)
+            if match is None or max(int(match[1]), int(match[2])) > 0xFFFF_FFFF:
+                continue
+            pid = partition_id(int(match[1]), int(match[2]))
+            if not self._owns(pid):
+                continue
+            if match[3] == RETIRED_SUFFIX:
+                self._retired.add(pid)
+            else:
+                self._chore(remove_tree(self._backend, os.path.join(self.root, name)))
+
+    def _chore(self, work: Coroutine[Any, Any, object]) -> None:
+        async def logged() -> None:
+            try:
+                await work
+            except Exception:
+                logger.exception("deleting in %s failed (the next start retries)", self.root)
+
+        task = asyncio.get_running_loop().create_task(logged())
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
 
     def directory(self, pid: int) -> str:
         topic_id, idx = split_partition_id(pid)
@@ -244,37 +281,45 @@ class PartitionManager:
     async def drop_topic(self, topic_id: int, partitions: int) -> int:
         """Close and delete every partition of `topic_id` this shard owns; return
         how many directories were removed."""
-        removed = 0
-        for idx in range(partitions):
-            pid = partition_id(topic_id, idx)
-            if not self._owns(pid):
-                continue
+        owned = [pid for idx in range(partitions) if self._owns(pid := partition_id(topic_id, idx))]
+        for pid in owned:
             await self.close_partition(pid)
-            self.unretire(pid)  # the topic is gone: its marks go with it
-            if self._remove_dir(pid):
-                removed += 1
-        return removed
+            if pid in self._retired:  # the topic is gone: its marks go with it
+                self._retired.discard(pid)
+                await self._backend.remove(self._retired_mark(pid))
+        return await self._remove_dirs(owned)
 
     async def remove_partition(self, pid: int) -> bool:
         """Close and delete one partition (a replica its group removed), and
-        mark it retired: its creation, replayed, must not open it again."""
+        mark it retired: its creation, replayed, must not open it again. The
+        mark is durable before the deletion starts: a power cut leaves the
+        partition whole, or retired and (once `recover` finished) gone."""
         await self.close_partition(pid)
-        with open(self._retired_mark(pid), "wb"):
-            pass
-        return self._remove_dir(pid)
+        await atomic_replace(self._backend, self._retired_mark(pid), b"")
+        self._retired.add(pid)
+        return await self._remove_dirs([pid]) == 1
 
     def retired(self, pid: int) -> bool:
-        return os.path.exists(self._retired_mark(pid))
+        """Whether this replica's group removed it (`remove_partition`)."""
+        return pid in self._retired
 
     def unretire(self, pid: int) -> None:
-        """The partition's group takes this node in again (a later move)."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._retired_mark(pid))
+        """The partition's group takes this node in again (a later move). The
+        mark's removal need not be durable: if a power cut brings it back, the
+        leader's next message adopts the replica again (its directory, if
+        made, is opened at start whatever the mark says)."""
+        if pid in self._retired:
+            self._retired.discard(pid)
+            self._chore(self._forget_mark(pid))
+
+    async def _forget_mark(self, pid: int) -> None:
+        if pid not in self._retired:  # not retired again meanwhile
+            await self._backend.remove(self._retired_mark(pid))
 
     def _retired_mark(self, pid: int) -> str:
-        return self.directory(pid) + ".retired"
+        return self.directory(pid) + RETIRED_SUFFIX
 
-    def remove_orphans(
+    async def remove_orphans(
         self, live_topic_ids: Iterable[int], next_topic_id: int, *, quiet: bool = False
     ) -> int:
         """Delete owned partition directories of deleted topics (a delete this
@@ -285,9 +330,9 @@ class PartitionManager:
         `quiet`: a snapshot replayed mid-log is followed by later creates), so
         damage to the metadata log can never turn into deleting data."""
         live = set(live_topic_ids) | {0}
-        removed = 0
+        doomed = []
         try:
-            names = os.listdir(self.root)
+            names = await self._backend.list_dir(self.root)
         except FileNotFoundError:
             return 0
         for name in names:
@@ -302,21 +347,38 @@ class PartitionManager:
                     logger.warning("partition %s belongs to no topic the metadata log knows", name)
                 continue
             pid = partition_id(topic_id, idx)
-            if self._owns(pid) and pid not in self._logs and self._remove_dir(pid):
-                logger.info("removed partition %s of deleted topic %d", name, topic_id)
-                removed += 1
-        return removed
+            if self._owns(pid) and pid not in self._logs:
+                logger.info("removing partition %s of deleted topic %d", name, topic_id)
+                doomed.append(pid)
+        return await self._remove_dirs(doomed)
 
-    def _remove_dir(self, pid: int) -> bool:
-        path = self.directory(pid)
-        if not os.path.isdir(path):
-            return False
-        shutil.rmtree(path, ignore_errors=True)
-        return True
+    async def _remove_dirs(self, pids: list[int]) -> int:
+        """Delete partitions' directories (closed ones) one backend operation
+        at a time, and resumably: each is first renamed to `<dir>.deleting`,
+        and the renames are made durable together before anything in them is
+        removed, so a crash at any point leaves a partition whole at its name
+        or gone from it, never half there; `recover` finishes what is left.
+        Returns how many there were."""
+        doomed = []
+        for pid in pids:
+            path = self.directory(pid)
+            await remove_tree(self._backend, path + DELETING_SUFFIX)  # a crash interrupted it
+            try:
+                await self._backend.rename(path, path + DELETING_SUFFIX)
+            except FileNotFoundError:
+                continue
+            doomed.append(path + DELETING_SUFFIX)
+        if doomed:
+            await self._backend.sync_dir(self.root)
+        for path in doomed:
+            await remove_tree(self._backend, path)
+        return len(doomed)
 
     async def close_all(self) -> None:
         """Finish in-flight flushes and close every log (drain)."""
         self._closed = True
+        if self._chores:
+            await asyncio.wait(list(self._chores))
         if self._opening:
             done, _ = await asyncio.wait(list(self._opening.values()))
             for task in done:  # whoever asked may be gone (cancelled by the drain)

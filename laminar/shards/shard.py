@@ -256,6 +256,7 @@ class Shard:
             spawn=lambda coro: self._spawn(coro, "flush"),
             clock=self.clock,
         )
+        await self.partitions.recover()
         self.polls = LongPolls()
         self.channels = Channels(
             config.run_dir,

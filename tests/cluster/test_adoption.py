@@ -188,8 +188,9 @@ def test_a_removed_replica_deletes_its_files_only_once_its_removal_is_committed(
         await asyncio.sleep(groups.TICK_S * 5)
         assert os.path.isdir(n4_log)
         net.cut.clear()
-        await groups._until(lambda: not os.path.isdir(directory), timeout_s=30)
-        assert groups.PID not in n4.replicas and n4.retired == 1
+        await groups._until(lambda: n4.retired == 1, timeout_s=30)  # after the deletion
+        assert not os.path.exists(directory) and not os.path.exists(directory + ".deleting")
+        assert groups.PID not in n4.replicas
         assert n4.partitions.retired(groups.PID)  # a replayed creation will not reopen it
         refusal = n4.not_here(groups.PID, 3)
         assert refusal.code is ErrorCode.NOT_LEADER and refusal.leader in nodes
@@ -229,8 +230,8 @@ def test_a_replica_that_applied_its_removal_keeps_its_vote_until_the_leader_says
         assert await n4.retire_removed() == [] and os.path.isdir(directory)
         net.lose = lambda src, dst, m: False
         await groups._change(net, lambda c: c.remove_node("n4"), Membership(nodes))
-        await groups._until(lambda: not os.path.isdir(directory), timeout_s=30)
-        assert n4.retired == 1
+        await groups._until(lambda: n4.retired == 1, timeout_s=30)  # after the deletion
+        assert not os.path.exists(directory) and not os.path.exists(directory + ".deleting")
 
     groups._run(tmp_path, scenario)
 

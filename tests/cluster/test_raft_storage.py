@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from laminar.log import LogConfig
+from laminar.log import LogConfig, SimulatedDisk
 from laminar.raft import (
     ANCHOR,
     CONFIG,
@@ -25,7 +25,9 @@ from laminar.raft import (
     RaftCore,
     RaftError,
 )
+from laminar.raft.messages import VOTE, VOTE_RESP
 from laminar.replication.raft_storage import STATE_FILE, SegmentedLogStorage
+from tests.log.test_powercut import World, cut_everywhere
 
 CONFIG_SMALL = LogConfig(segment_bytes=4096)
 
@@ -353,5 +355,111 @@ def test_the_applied_membership_survives_a_reopen_and_the_commit_never_passes_it
         assert again.initial_state() == HardState(2, "n1", 7)
         assert again.applied_membership() == promoted
         await again.close()
+
+    run(scenario())
+
+
+# -- power cuts around the hard state (the storage seam's simulated disk) ------------------
+
+REPLICA = "/data/partitions/1-0"
+VOTERS = ("n1", "n2", "n3")
+
+
+class ReplicaWorld(World):
+    """A power-cut scenario's world whose `open` opens n1's Raft storage."""
+
+    async def open(self, disk: SimulatedDisk) -> SegmentedLogStorage:
+        return await SegmentedLogStorage.open(REPLICA, self.config, backend=disk)
+
+
+def n1(storage: SegmentedLogStorage) -> RaftCore:
+    return RaftCore(RaftConfig(node_id="n1", voters=VOTERS), storage, random.Random(1))
+
+
+def vote_answers(storage: SegmentedLogStorage, candidate: str, term: int) -> list[bool]:
+    """Whether a restarted n1 grants `candidate` its vote in `term` (a transfer's
+    campaign, which no leader lease delays): the granted flags it answers with."""
+    core = n1(storage)
+    core.step(Message(VOTE, candidate, "n1", term, transfer=True))
+    return [not m.reject for m in core.ready().messages if m.kind == VOTE_RESP]
+
+
+def test_a_granted_vote_survives_a_power_cut_at_every_point() -> None:
+    """n1 grants n2 its vote in term 2; the power goes at every point of
+    persisting that (and after); restarted, n1 must never grant n3 a vote in
+    term 2 once the grant could have been sent (Raft §5.2: one vote per term)."""
+
+    async def prepare(storage: SegmentedLogStorage, world: World) -> None:
+        return None
+
+    async def grant(storage: SegmentedLogStorage, world: World, notes: dict[str, object]) -> None:
+        core = n1(storage)
+        core.step(Message(VOTE, "n2", "n1", 2, transfer=True))
+        rd = core.ready()
+        assert rd.must_sync and rd.hard_state == HardState(2, "n2", 0)
+        await storage.append(rd.entries)
+        await storage.set_hard_state(rd.hard_state)
+        assert [not m.reject for m in rd.messages_after_persist()] == [True]
+        notes["granted"] = True  # the shell sends the grant from here on
+
+    async def check(storage: SegmentedLogStorage, world: World, notes: dict[str, object]) -> None:
+        if notes.get("granted"):
+            assert vote_answers(storage, "n3", 2) == [False]
+            assert storage.initial_state() == HardState(2, "n2", 0)
+        else:  # nothing was sent: the state is the old one or the new one, whole
+            assert storage.initial_state() in (HardState(), HardState(2, "n2", 0))
+
+    assert cut_everywhere(CONFIG_SMALL, prepare, grant, check, make_world=ReplicaWorld) >= 4
+
+
+def test_an_applied_membership_survives_a_power_cut_at_every_point() -> None:
+    """n1 applies a membership change (n4 added as a learner); the power goes
+    at every point of recording it (and after); restarted, n1 resumes with
+    that membership once `note_applied` returned (the shell then acts on it),
+    and with the old one or the new one, never a damaged state, before."""
+    added = Membership(VOTERS, ("n4",))
+    log = [Entry(1, 1, b"", NOOP), *entries(2, [1, 1]), Entry(4, 1, added.encode(), CONFIG)]
+
+    async def prepare(storage: SegmentedLogStorage, world: World) -> None:
+        await storage.append(log)  # durable on return
+        await storage.set_hard_state(HardState(1, "n1", 4))
+
+    async def apply(storage: SegmentedLogStorage, world: World, notes: dict[str, object]) -> None:
+        await storage.note_applied(log)
+        notes["applied"] = True
+
+    async def check(storage: SegmentedLogStorage, world: World, notes: dict[str, object]) -> None:
+        assert storage.last_index() == 4
+        if notes.get("applied"):
+            assert storage.applied_membership() == added
+            assert storage.initial_state() == HardState(1, "n1", 4)
+        else:
+            assert storage.applied_membership() in (None, added)
+            assert storage.initial_state().term == 1 and storage.initial_state().vote == "n1"
+
+    assert cut_everywhere(CONFIG_SMALL, prepare, apply, check, make_world=ReplicaWorld) >= 4
+
+
+def test_a_leftover_temporary_state_file_is_no_segment() -> None:
+    """A crash between writing `raft-state.json.tmp` and renaming it leaves
+    the temporary file: recovery of the log must not take it for a segment,
+    and the next replace reuses it (a longer leftover is cut back)."""
+
+    async def scenario() -> None:
+        disk = SimulatedDisk()
+        storage = await SegmentedLogStorage.open(REPLICA, CONFIG_SMALL, backend=disk)
+        await storage.append(entries(1, [1, 1]))
+        leftover = await disk.open(f"{REPLICA}/{STATE_FILE}.tmp", create=True)
+        await leftover.writev([b"x" * 4096], 0, sync=True)
+        await storage.close()
+        storage = await SegmentedLogStorage.open(REPLICA, CONFIG_SMALL, backend=disk)
+        assert storage.last_index() == 2 and storage.initial_state() == HardState()
+        await storage.set_hard_state(HardState(3, "n2", 0))
+        await storage.close()
+        names = await disk.list_dir(REPLICA)
+        assert [name for name in names if name.startswith(STATE_FILE)] == [STATE_FILE]
+        storage = await SegmentedLogStorage.open(REPLICA, CONFIG_SMALL, backend=disk)
+        assert storage.initial_state() == HardState(3, "n2", 0)
+        await storage.close()
 
     run(scenario())

@@ -68,6 +68,7 @@ def cut_everywhere(
     *,
     then: Act | None = None,
     first_crash: str = "kill",
+    make_world: Callable[[LogConfig], World] = World,
 ) -> int:
     """Run `act` once to count its disk operations; then for every cut point k,
     run it again with the disk stopped after k operations and `check` the log
@@ -78,7 +79,11 @@ def cut_everywhere(
     survives) or, with `first_crash="power"`, a power cut (a few of its
     states); the log is reopened, `then` run on it (notes["kept"] holds what
     recovery kept), and only then comes the power cut that `check` judges: what
-    recovery kept, and what it changed, must be durable before it is built on."""
+    recovery kept, and what it changed, must be durable before it is built on.
+
+    `make_world` may make a `World` whose `open` opens something else on the
+    disk (a Raft replica's storage, a shard's partitions): the scenario's
+    functions then get that."""
 
     def judge(disk: SimulatedDisk, world: World, notes: dict[str, object], label: str) -> None:
         for chooser in disk.every_power_cut():
@@ -94,7 +99,7 @@ def cut_everywhere(
                 after.close()
 
     def attempt(cut: int | None) -> int:
-        world = World(config)
+        world = make_world(config)
         machine = Machine()
         log = machine.run(world.open(machine.disk))
         log = machine.run(prepare(log, world)) or log

@@ -99,6 +99,7 @@ def test_a_sibling_behind_the_owners_compaction_skips_to_the_snapshot() -> None:
             LongPolls(),
         )
         sibling._partitions = mock.Mock()  # the reconciliation's target
+        sibling._partitions.remove_orphans = mock.AsyncMock(return_value=0)
         sibling.state.apply(0, CreateTopic("x", 1, 1))
         assert await sibling._fetch_and_apply(0) == 3
         assert [t.name for a in seen for t in a.created] == ["y"]
