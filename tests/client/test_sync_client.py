@@ -21,7 +21,7 @@ from laminar.client import (
 from laminar.client.protocol import PROBE_AFTER_S
 from laminar.placement import partition_id, shard_for
 from laminar.wire import ErrorCode, Op, producer_stamp
-from tests.cluster.nodes import wait_until
+from tests.support import wait_until
 
 from .fakenode import NODE, FakeNode, Fault
 

@@ -27,7 +27,8 @@ from laminar.client import Client, LaminarError, RetryPolicy
 from laminar.placement import partition_id
 from laminar.replication.host import ELECTION_TICKS, TICK_S
 from tests.cluster.history import Produce, check
-from tests.cluster.nodes import Cluster, committed_values, leader_of, wait_committed, wait_until
+from tests.cluster.nodes import Cluster, committed_values, leader_of, wait_committed
+from tests.support import wait_until
 
 ELECTION_TIMEOUT_S = 2 * ELECTION_TICKS * TICK_S
 """The longest election timeout: Raft draws each from [ELECTION_TICKS, 2 x ELECTION_TICKS) ticks."""

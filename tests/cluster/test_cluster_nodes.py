@@ -25,7 +25,8 @@ from laminar.placement import partition_id
 from laminar.wire import ErrorCode, ErrorResponse, ListTopicsRequest
 from laminar.wire.records import decode_record
 from tests.cluster.history import Produce, check
-from tests.cluster.nodes import Cluster, offsets, read_replica, request, wait_until
+from tests.cluster.nodes import Cluster, offsets, read_replica, request
+from tests.support import wait_until
 
 
 def _values(records: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:

@@ -42,8 +42,9 @@ from laminar.client import Client, LaminarError, RetryPolicy
 from laminar.placement import partition_id, replica_nodes
 from tests.cluster.history import Produce, check
 from tests.cluster.netns import TestNetwork, netns_reason
-from tests.cluster.nodes import host_index, offsets, wait_until
+from tests.cluster.nodes import host_index, offsets
 from tests.cluster.test_gossip_cluster import gossip_cluster, member_states, replica_holders
+from tests.support import wait_until
 from tests.system.nodes import RunningNode
 
 pytestmark = pytest.mark.skipif(netns_reason() is not None, reason=str(netns_reason()))
