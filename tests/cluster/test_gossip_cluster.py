@@ -417,7 +417,7 @@ def test_a_node_back_within_the_grace_keeps_its_partitions_and_catches_up(
         assert steps_started(others) == steps_before  # no membership change anywhere
 
 
-@pytest.mark.skipif(not SOAK, reason="runs in make soak (LAMINAR_SOAK=1)")
+@pytest.mark.soak
 def test_a_decommissioned_node_leaves_with_every_partition_writable(tmp_path: Path) -> None:
     """`decommission_node`, then SIGTERM once it holds nothing: producers to
     every partition see no failure while its partitions move and while it

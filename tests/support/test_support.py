@@ -51,9 +51,11 @@ def test_the_async_wait_lets_the_loop_run_meanwhile() -> None:
 def test_a_reserved_port_is_not_handed_to_another_process() -> None:
     """Other workers and other runs on the machine honour the reservation."""
     port = free_port()
-    script = "from tests.support.ports import _reserve; import sys; print(_reserve((int(sys.argv[1]),)))"
+    reserve = (
+        "import sys; from tests.support import ports; print(ports._reserve((int(sys.argv[1]),)))"
+    )
     other = subprocess.run(
-        [sys.executable, "-c", script, str(port)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", reserve, str(port)], capture_output=True, text=True, check=True
     )
     assert other.stdout.strip() == "False"
     assert not _reserve((port,))  # nor twice to this process
