@@ -26,6 +26,7 @@ from laminar.spark.schema import WriteColumns
 from laminar.spark.writing import WriteTarget, commit_tasks, write_task
 from tests.delivery import assert_exactly_once
 from tests.spark.helpers import fresh_topic, metric, row_ids
+from tests.support import wait_until
 from tests.system.nodes import RunningNode, start_node
 
 STAGING_TIMEOUT_MS = 60_000
@@ -50,15 +51,6 @@ def _rows(ids: list[int]) -> pa.RecordBatch:
     return pa.record_batch([pa.array([b"row-%05d" % i for i in ids])], names=["value"])
 
 
-def _wait_for(what: str, condition: Any, timeout_s: float = 30.0, node: Any = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            shown = "" if node is None else _staging_metrics(node)
-            raise AssertionError(f"timed out waiting for {what}{shown}")
-        time.sleep(0.2)
-
-
 def _staging_metrics(node: RunningNode) -> str:
     names = ("attempts", "batches_total", "dropped_total", "expired_total")
     return "; " + ", ".join(f"{n}={metric(node, 'laminar_staged_' + n)}" for n in names)
@@ -67,16 +59,15 @@ def _staging_metrics(node: RunningNode) -> str:
 def _losers_dropped(node: RunningNode, dropped_before: float) -> None:
     """The failed attempt's staged rows were dropped when the commit finished
     (never published), and nothing else is left staged."""
-    _wait_for(
-        "the losing attempt's rows to be dropped",
+    wait_until(
         lambda: metric(node, "laminar_staged_dropped_total") > dropped_before,
-        node=node,
+        lambda: "the losing attempt's rows to be dropped" + _staging_metrics(node),
     )
     _nothing_staged(node)
 
 
 def _nothing_staged(node: RunningNode) -> None:
-    _wait_for("staged data to be dropped", lambda: metric(node, "laminar_staged_attempts") == 0)
+    wait_until(lambda: metric(node, "laminar_staged_attempts") == 0, "staged data to be dropped")
 
 
 def test_a_task_retried_with_its_rows_in_another_order_writes_each_row_once(

@@ -36,6 +36,8 @@ def test_a_timeout_names_what_was_awaited_and_the_last_thing_seen() -> None:
 
     with pytest.raises(AssertionError, match="ConnectionRefusedError: nobody home"):
         wait_until(failing, "a node", timeout_s=0.05)
+    with pytest.raises(AssertionError, match="a node, seen as down"):
+        wait_until(failing, lambda: "a node, seen as down", timeout_s=0.05)
 
 
 def test_the_async_wait_lets_the_loop_run_meanwhile() -> None:

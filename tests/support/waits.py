@@ -3,7 +3,8 @@
 A fixed sleep is either too short on a loaded machine (a positive check
 flakes) or proves nothing (a "nothing happened" check passes before the thing
 could have happened). `wait_until` polls a check until it returns something
-truthy and fails naming what it waited for and what it saw last.
+truthy and fails naming what it waited for and what it saw last (`what` may
+be a function, called only then, to describe the state of things at failure).
 
     leader = wait_until(lambda: offsets(node, pid).leader, "a leader of 0")
     await wait_until_async(lambda: group.committed >= 5, "five committed")
@@ -19,6 +20,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+What = str | Callable[[], str]
+"""What a wait is for, or a function describing it (with the state of things) on failure."""
+
 TIMEOUT_S = 60.0
 """Long: a timeout is a failure, and on a shared 2-core machine things are slow."""
 POLL_S_MIN = 0.005
@@ -29,7 +33,7 @@ POLL_S_MAX = 0.1
 class _Poll:
     """One wait's state: the deadline, the next pause, the last thing seen."""
 
-    def __init__(self, check: Callable[[], Any], what: str, timeout_s: float) -> None:
+    def __init__(self, check: Callable[[], Any], what: What, timeout_s: float) -> None:
         self.check, self.what, self.timeout_s = check, what, timeout_s
         self.deadline = time.monotonic() + timeout_s
         self.pause_s = POLL_S_MIN
@@ -53,15 +57,16 @@ class _Poll:
                 if isinstance(self.last, Exception)
                 else repr(self.last)
             )
+            what = self.what if isinstance(self.what, str) else self.what()
             raise AssertionError(
-                f"timed out after {self.timeout_s:g} s waiting for {self.what} (last: {seen})"
+                f"timed out after {self.timeout_s:g} s waiting for {what} (last: {seen})"
             )
         pause = min(self.pause_s, left)
         self.pause_s = min(self.pause_s * 2, POLL_S_MAX)
         return pause
 
 
-def wait_until(check: Callable[[], Any], what: str, timeout_s: float = TIMEOUT_S) -> Any:
+def wait_until(check: Callable[[], Any], what: What, timeout_s: float = TIMEOUT_S) -> Any:
     """Poll `check` until it returns something truthy, and return that; on timeout
     raise AssertionError naming `what` and the last value or exception."""
     poll = _Poll(check, what, timeout_s)
@@ -71,7 +76,7 @@ def wait_until(check: Callable[[], Any], what: str, timeout_s: float = TIMEOUT_S
 
 
 async def wait_until_async(
-    check: Callable[[], Any], what: str, timeout_s: float = TIMEOUT_S
+    check: Callable[[], Any], what: What, timeout_s: float = TIMEOUT_S
 ) -> Any:
     """`wait_until` for a test on an event loop: sleeps on the loop between polls."""
     poll = _Poll(check, what, timeout_s)
