@@ -15,28 +15,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.cluster.failover import FAILOVER_BOUND_S, same_client_fails_over
+from tests.cluster.failover import FAILOVER_BOUND_S, same_client_fails_over, sigstop
 from tests.cluster.nodes import Cluster
 
 
 def one_run(tmp: Path) -> float:
     with Cluster.start(tmp, 3) as cluster:
-
-        def stop(node_id: str) -> Callable[[], None]:
-            group = cluster.nodes[node_id].pid  # the node and its shards
-            os.killpg(group, signal.SIGSTOP)
-            return lambda: os.killpg(group, signal.SIGCONT)
-
-        return same_client_fails_over(cluster, "stopped", stop)
+        return same_client_fails_over(cluster, "stopped", sigstop(cluster))
 
 
 def main() -> int:

@@ -19,6 +19,8 @@ node with fresh metadata, finds it.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +40,17 @@ FAILOVER_BOUND_S = 2 * ELECTION_TIMEOUT_S + 1.0
 
 Silence = Callable[[str], Callable[[], None]]
 """Silences node `node_id` and returns what undoes it."""
+
+
+def sigstop(cluster: Cluster) -> Silence:
+    """The silence of a stopped process: SIGSTOP the node and its shards (SIGCONT undoes it)."""
+
+    def stop(node_id: str) -> Callable[[], None]:
+        group = cluster.nodes[node_id].pid
+        os.killpg(group, signal.SIGSTOP)
+        return lambda: os.killpg(group, signal.SIGCONT)
+
+    return stop
 
 
 @dataclass
