@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,10 +75,11 @@ def _batch(tag: str, n: int) -> list[bytes]:
 
 
 def test_a_commit_publishes_every_staged_record_once_and_nothing_before(
-    client: Client,
+    node: RunningNode, client: Client
 ) -> None:
     events, audit = _topic(client, 4), _topic(client, 2)
     expected = []
+    staged_before = metric(node, "laminar_staged_batches_total")
     with client.begin_write() as write:
         for p in range(4):
             for b in range(3):
@@ -87,7 +87,11 @@ def test_a_commit_publishes_every_staged_record_once_and_nothing_before(
                 write.send(events, p, values)
                 expected += values
         write.send(audit, 1, _batch("audit", 5))
-        time.sleep(0.2)
+        wait_until(  # every batch is at the node...
+            lambda: metric(node, "laminar_staged_batches_total") >= staged_before + 13,
+            "the 13 batches staged",
+        )
+        # ...and none is visible before the commit.
         assert _values(client, events, 4) == [] and _values(client, audit, 2) == []
         result = write.commit()
     assert result.first and result.records == len(expected) + 5
