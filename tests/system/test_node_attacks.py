@@ -15,7 +15,6 @@ deadline and a small connection cap, so the bounds are reached quickly.
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import socket
 import struct
@@ -24,7 +23,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import msgpack
 import pytest
@@ -51,7 +49,7 @@ from laminar.wire import (
 )
 from laminar.wire.records import decode_record
 from tests.support import wait_until
-from tests.system.nodes import RunningNode, rss_bytes, start_node
+from tests.system.nodes import RunningNode, rss_bytes, shard_stats, start_node
 from tests.system.wireclient import NodeClient, ServerError, WireConnection
 
 PING_S = 2.0
@@ -414,14 +412,6 @@ def test_topics_past_the_cap_are_refused(node: RunningNode) -> None:
                 client.delete_topic(name)
         client.create_topic("one-too-many", 1)  # room again
         client.delete_topic("one-too-many")
-
-
-def shard_stats(node: RunningNode, shard_id: int = 0) -> dict[str, Any]:
-    status, body = node.admin_get("/status")
-    assert status == 200, body
-    shards = json.loads(body)["shards"]
-    stats: dict[str, Any] = next(s for s in shards if s["shard_id"] == shard_id)["stats"]
-    return stats
 
 
 def rss_settles_below(pid: int, bound: int, timeout_s: float = 10.0) -> int:

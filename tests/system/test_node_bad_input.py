@@ -35,8 +35,7 @@ from laminar.wire import (
 )
 from laminar.wire.records import check_record
 from tests.support import wait_until
-from tests.system.nodes import RunningNode, start_node
-from tests.system.test_node_attacks import shard_stats
+from tests.system.nodes import RunningNode, shard_stats, start_node
 from tests.system.wireclient import NodeClient, ServerError, WireConnection
 
 MAX_FRAME = 64 << 10
