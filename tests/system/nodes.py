@@ -288,6 +288,12 @@ def shard_stats(node: RunningNode, shard_id: int = 0) -> dict[str, Any]:
     return stats
 
 
+def bytes_in(node: RunningNode) -> int:
+    """What the node's shards have read from clients so far (a test waits on it
+    to know its requests are in the node's hands)."""
+    return sum(shard_stats(node, s)["bytes_in"] for s in range(len(node.shard_ports)))
+
+
 def rss_bytes(pid: int) -> int:
     """A process's resident set size (from /proc)."""
     with open(f"/proc/{pid}/status") as f:

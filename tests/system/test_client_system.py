@@ -28,7 +28,7 @@ from laminar.reactor import StockEventLoop, UringEventLoop, uring_unavailable_re
 from laminar.wire import ErrorCode
 from tests.support import wait_until, wait_until_async
 
-from .nodes import RunningNode, shard_stats, start_node
+from .nodes import RunningNode, bytes_in, start_node
 
 
 def test_round_trip_across_partitions_and_shards(node: RunningNode) -> None:
@@ -147,11 +147,6 @@ def test_produce_during_a_shard_kill_is_acknowledged_or_uncertain(node: RunningN
 
 
 LOOPS = {"asyncio": StockEventLoop, "uring": UringEventLoop}
-
-
-def bytes_in(node: RunningNode) -> int:
-    """What the node's shards have read from clients so far."""
-    return sum(shard_stats(node, s)["bytes_in"] for s in range(len(node.shard_ports)))
 
 
 @pytest.mark.parametrize("loop", list(LOOPS))

@@ -36,6 +36,7 @@ from laminar.wire import (
     ProduceRequest,
     decode_response,
 )
+from tests.support import wait_until
 from tests.system.nodes import RunningNode, start_node
 from tests.system.producer import record_value
 from tests.system.wireclient import NodeClient, WireConnection
@@ -156,7 +157,10 @@ def test_sigkill_of_the_whole_node_loses_no_acknowledged_record(
         producer = Producer(tmp_path, node)
         producer.wait_acked(150)
         node.kill()
-        time.sleep(0.2)
+        wait_until(  # with requests in flight to a dead node
+            lambda: any(parts[0] in ("U", "R") for parts in producer.lines()),
+            "the producer's first failure",
+        )
         producer.stop()
     with node.restart() as again:
         counts = verify(again.bootstrap, producer)
