@@ -223,7 +223,15 @@ def test_a_failed_job_leaves_nothing_visible_before_or_after_expiry(
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert row_ids(client, topic, 3) == [], "a failed job leaves no row visible"
     _nothing_staged(node)
-    time.sleep(timeout_ms / 1000 + 1)
+    # A witness staged now with the same timeout expires: the timeout has passed
+    # since the job, and the node's expiry has run.
+    expired_before = metric(node, "laminar_staged_expired_total")
+    witness = client.stager(new_write_id(), task=0, timeout_s=timeout_ms / 1000)
+    witness.send(fresh_topic(client, "witness", 1), 0, [b"witness"])
+    wait_until(
+        lambda: metric(node, "laminar_staged_expired_total") > expired_before,
+        "the witness's staged rows to expire",
+    )
     assert row_ids(client, topic, 3) == [], "nor after its staging timeout passed"
 
 
