@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -314,6 +315,7 @@ def test_retention_on_a_replicated_partition_keeps_what_raft_still_needs(tmp_pat
         for n in range(3):
             acked.append((client.produce("brief", 0, [b"r%d" % n]), b"r%d" % n))
             _replicas_caught_up(cluster, pid, acked[-1][0] + 1)
+            time.sleep(0.5)  # pacing, as before: retention passes between the records
         # Retention has run: a replica lost r0 (the others run on the same timer;
         # they may keep more, and must keep the last).
         wait_until(
