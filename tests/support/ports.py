@@ -17,6 +17,7 @@ without SO_REUSEPORT first: laminar/shards/listeners.py), hence the retry.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import random
@@ -70,10 +71,13 @@ def _bindable(host: str, port: int) -> bool:
 
 def _reserve(ports: tuple[int, ...]) -> bool:
     """Lock one file per port, all or none; the locks live as long as this process."""
-    _RESERVED.mkdir(mode=0o1777, exist_ok=True)
+    if not _RESERVED.is_dir():
+        _RESERVED.mkdir(exist_ok=True)
+        with contextlib.suppress(PermissionError):
+            _RESERVED.chmod(0o1777)  # every user's test runs share it, as /tmp
     locked: list[int] = []
     for port in ports:
-        fd = os.open(_RESERVED / str(port), os.O_CREAT | os.O_RDWR, 0o666)
+        fd = os.open(_RESERVED / str(port), os.O_CREAT | os.O_RDONLY, 0o444)  # flock needs no write
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
