@@ -31,8 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from laminar.client import Client, RetryPolicy
 from laminar.placement import partition_id
-from tests.cluster.nodes import wait_until
 from tests.cluster.test_gossip_cluster import full_holders, gossip_cluster, member_states
+from tests.support import wait_until
 
 RF = 3
 

@@ -84,8 +84,9 @@ from laminar.cli.status import parse_prometheus
 from laminar.client import AsyncClient, DuplicateSequenceError, LaminarError, RetryPolicy
 from laminar.placement import partition_id, replica_nodes
 from laminar.wire.records import decode_user_record
-from tests.cluster.nodes import offsets, read_replica, wait_until
+from tests.cluster.nodes import offsets, read_replica
 from tests.cluster.test_gossip_cluster import gossip_cluster, member_states
+from tests.support import wait_until
 from tests.system.nodes import RunningNode
 
 TOPIC = "moving"

@@ -43,6 +43,22 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ByFileScheduling(config, log)
 
 
+SOAK = os.environ.get("LAMINAR_SOAK") == "1"
+"""`make soak` sets it: the `soak` tests run, and some tests run longer."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the `soak` tests unless LAMINAR_SOAK=1 or `-m` names them:
+    deselected, not skipped, so that every skip a default run reports is a
+    capability this machine lacks."""
+    if SOAK or "soak" in config.option.markexpr:
+        return
+    soak = [item for item in items if item.get_closest_marker("soak")]
+    if soak:
+        config.hook.pytest_deselected(items=soak)
+        items[:] = [item for item in items if not item.get_closest_marker("soak")]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # PySpark 4.3 warns about pandas 3 whenever an Arrow UDF is planned; not ours.
     config.addinivalue_line(

@@ -163,6 +163,10 @@ class FakeNode:
     def partition_requests(self) -> list[Received]:
         return [r for r in self.received if r.partition_id]
 
+    def count(self, op: int) -> int:
+        """How many requests of kind `op` arrived (a test waits on it to know one is in hand)."""
+        return sum(r.op == op for r in list(self.received))
+
     # --- sockets ----------------------------------------------------------------------
 
     def _listen(self, listener: int, port: int) -> None:

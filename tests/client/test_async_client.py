@@ -19,7 +19,7 @@ from laminar.client import (
 from laminar.client.protocol import PROBE_AFTER_S
 from laminar.placement import partition_id, shard_for
 from laminar.wire import ErrorCode, Op, producer_stamp
-from tests.cluster.nodes import wait_until
+from tests.support import wait_until, wait_until_async
 
 from .conftest import Runner
 from .fakenode import FakeNode, Fault
@@ -116,8 +116,9 @@ def test_errors_and_timeouts(node: FakeNode, run: Runner) -> None:
                 await c.fetch("t", 0, 3)
             await c.produce("t", 0, [b"a"])
             node.inject(Fault("ignore", op=Op.FETCH))
+            fetches = node.count(Op.FETCH)
             ignored = asyncio.ensure_future(c.fetch("t", 0, 0))
-            await asyncio.sleep(0.05)
+            await wait_until_async(lambda: node.count(Op.FETCH) > fetches, "the ignored fetch")
             assert await c.offsets("t", 0) == (0, 1)  # answered meanwhile: not silent
             assert [r.value for r in await ignored] == [b"a"]  # timed out, asked again
             node.inject(Fault("ignore", op=Op.PRODUCE))  # alone on its connection: silent
@@ -142,7 +143,7 @@ def test_a_frozen_node_fails_every_request_on_the_connection_at_once(
             info = await c.create_topic("t", partitions=1)
             node.freeze()
             first = asyncio.ensure_future(c.produce("t", 0, [b"first"]))
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)  # pacing: `second`'s own deadline comes 0.2 s later
             second = asyncio.ensure_future(c.produce("t", 0, [b"second"]))
             for pending in (first, second):
                 with pytest.raises(OutcomeUnknownError, match="nothing else from it"):
@@ -226,8 +227,9 @@ def test_long_poll_and_cancellation(node: FakeNode, run: Runner) -> None:
     async def main() -> None:
         async with AsyncClient(node.bootstrap) as c, AsyncClient(node.bootstrap) as w:
             await c.create_topic("t", partitions=2)
+            fetches = node.count(Op.FETCH)
             poll = asyncio.ensure_future(c.fetch("t", 0, 0, max_wait_ms=10_000))
-            await asyncio.sleep(0.1)
+            await wait_until_async(lambda: node.count(Op.FETCH) > fetches, "the long poll")
             start = time.monotonic()
             await w.produce("t", 0, [b"late"])
             assert [r.value for r in await poll] == [b"late"]
@@ -235,8 +237,9 @@ def test_long_poll_and_cancellation(node: FakeNode, run: Runner) -> None:
             # A cancelled long poll leaves its connection usable for others.
             other = c.cluster.route("t", 1) if c.cluster else None
             assert other is not None
+            fetches = node.count(Op.FETCH)
             stuck = asyncio.ensure_future(c.fetch("t", 1, 0, max_wait_ms=10_000))
-            await asyncio.sleep(0.05)
+            await wait_until_async(lambda: node.count(Op.FETCH) > fetches, "the stuck long poll")
             stuck.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await stuck

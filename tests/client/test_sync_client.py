@@ -21,7 +21,7 @@ from laminar.client import (
 from laminar.client.protocol import PROBE_AFTER_S
 from laminar.placement import partition_id, shard_for
 from laminar.wire import ErrorCode, Op, producer_stamp
-from tests.cluster.nodes import wait_until
+from tests.support import wait_until
 
 from .fakenode import NODE, FakeNode, Fault
 
@@ -213,10 +213,11 @@ def test_an_idempotent_produce_is_resent_with_its_stamp_after_a_lost_answer(
 def test_produce_after_the_shard_dropped_an_idle_connection(node: FakeNode) -> None:
     with Client(node.bootstrap) as c:
         c.create_topic("t", partitions=1)
-        shard = c.cluster.route("t", 0).shard_id
+        route = c.cluster.route("t", 0)
         c.produce("t", 0, [b"a"])
-        node.drop_connections(shard)
-        time.sleep(0.1)  # the FIN arrives
+        conn = c._conns[route.address]
+        node.drop_connections(route.shard_id)
+        wait_until(conn.peer_closed, "the FIN")
         assert c.produce("t", 0, [b"b"]) == 1  # a fresh connection, no false alarm
 
 
@@ -275,7 +276,7 @@ def test_a_frozen_node_fails_every_request_on_the_connection_at_once(node: FakeN
         info = c.create_topic("t", partitions=1)
         node.freeze()
         first = c.produce_nowait("t", 0, [b"first"])
-        time.sleep(0.2)
+        time.sleep(0.2)  # pacing: `second`'s own deadline comes 0.2 s later
         second = c.produce_nowait("t", 0, [b"second"])
         for pending in (first, second):
             with pytest.raises(OutcomeUnknownError, match="nothing else from it"):

@@ -28,8 +28,8 @@ from laminar.client import (
 )
 from laminar.placement import partition_id
 from laminar.wire.writes import StagedPart
-from tests.cluster.nodes import wait_until
 from tests.delivery import delivery_problems
+from tests.support import wait_until
 
 Kill = Callable[[str, int], str]
 Heal = Callable[[], None]

@@ -7,7 +7,9 @@
         read_replica(cluster.nodes["n2"], pid)  # that node's committed records
 
 Each node gets a fixed node port chosen free up front (peers must know each
-other's node ports before they start); shard and admin ports are ephemeral.
+other's node ports before they start; `tests.support.ports`): a start that
+loses its port anyway is made again on fresh ports, a restart on the same
+port is retried until the port is free. Shard and admin ports are ephemeral.
 With `prefix(node_id)` a node runs under a command (a network namespace of
 `tests.cluster.netns`), and `host(node_id)` is the address it binds.
 """
@@ -16,16 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
+import shutil
 import socket
-import tempfile
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from laminar.node.gossip import MEMBERSHIP_PORT_OFFSET
 from laminar.placement import shard_for
 from laminar.replication.auth import write_secret
 from laminar.wire import (
@@ -41,63 +40,11 @@ from laminar.wire import (
     decode_response,
 )
 from laminar.wire.records import decode_record
+from tests.support import free_port, retry_on_port_in_use, wait_until
 from tests.system.nodes import RunningNode, start_node
 
 if TYPE_CHECKING:
     from tests.cluster.netns import TestNetwork
-
-TIMEOUT_S = 60.0
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port free for TCP and UDP on `host` right now, below the kernel's
-    ephemeral range: a port chosen now and bound later (a node started after
-    others) is never handed meanwhile to another process's ephemeral socket
-    (every shard, admin and client port of the tests' nodes is one). The port
-    and the membership port a node derives from it are reserved for the whole
-    test run across xdist workers (`_reserve`), so two workers never pick
-    ports that meet, however long a cluster takes to start."""
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        ephemeral_low = int(f.read().split()[0])
-    for _ in range(1000):
-        port = _PORTS.randrange(FIXED_PORTS_LOW, ephemeral_low - MEMBERSHIP_PORT_OFFSET)
-        ports = (port, port + MEMBERSHIP_PORT_OFFSET)
-        try:
-            for candidate in ports:
-                with (
-                    socket.socket() as tcp,
-                    socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp,
-                ):
-                    tcp.bind((host, candidate))
-                    udp.bind((host, candidate))
-        except OSError:
-            continue
-        if _reserve(ports):
-            return port
-    raise RuntimeError("no free port")
-
-
-def _reserve(ports: tuple[int, ...]) -> bool:
-    """Claim `ports` for this test run (one file each, made exclusively in a
-    directory named after the run, which every xdist worker shares)."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
-    directory = Path(tempfile.gettempdir()) / f"laminar-test-ports-{run}"
-    directory.mkdir(exist_ok=True)
-    claimed = []
-    for port in ports:
-        try:
-            os.close(os.open(directory / str(port), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            for mine in claimed:
-                (directory / str(mine)).unlink()
-            return False
-        claimed.append(port)
-    return True
-
-
-FIXED_PORTS_LOW = 10_000
-"""Where `free_port` starts looking."""
-_PORTS = random.SystemRandom()  # not the global generator: tests seed it, alike in every worker
 
 
 def host_index(node_id: str) -> int:
@@ -135,16 +82,27 @@ class Cluster:
             secret = tmp / "cluster-secret"
             write_secret(secret)
         flags["cluster_secret_file"] = secret
-        ports = {node_id: free_port() for node_id in ids}
-        cluster = cls(tmp, ports, flags, cores, host, prefix)
-        try:
+        clusters: list[Cluster] = []
+
+        def attempt() -> Cluster:
+            """All nodes on fresh ports and data dirs, an earlier attempt's gone."""
+            for earlier in clusters:
+                earlier.stop()
             for node_id in ids:
-                cluster.nodes[node_id] = cluster._start(node_id)
-            yield cluster
+                shutil.rmtree(tmp / node_id, ignore_errors=True)
+            cluster = cls(
+                tmp, {node_id: free_port() for node_id in ids}, flags, cores, host, prefix
+            )
+            clusters.append(cluster)
+            for node_id in ids:
+                cluster.nodes[node_id] = cluster._start_once(node_id)
+            return cluster
+
+        try:
+            yield retry_on_port_in_use(attempt)
         finally:
-            for node in cluster.nodes.values():
-                if node.alive():
-                    node.kill()
+            for cluster in clusters:
+                cluster.stop()
 
     @classmethod
     def start_on(
@@ -160,6 +118,11 @@ class Cluster:
         )
 
     def _start(self, node_id: str, **changes: Any) -> RunningNode:
+        """Start `node_id` on its own port (its peers know it), again while a
+        process on its way out still holds that port."""
+        return retry_on_port_in_use(lambda: self._start_once(node_id, **changes))
+
+    def _start_once(self, node_id: str, **changes: Any) -> RunningNode:
         peers = ",".join(
             f"{other}={self.host(other)}:{port}"
             for other, port in self.ports.items()
@@ -197,6 +160,11 @@ class Cluster:
 
     def live(self) -> dict[str, RunningNode]:
         return {n: node for n, node in self.nodes.items() if node.alive()}
+
+    def stop(self) -> None:
+        """SIGKILL every node still running."""
+        for node in self.live().values():
+            node.kill()
 
 
 # -- talking to one replica -------------------------------------------------------------
@@ -292,17 +260,3 @@ def read_answers(
 def committed_values(node: RunningNode, pid: int) -> list[tuple[int, bytes]]:
     """`read_replica` with each record's value instead of its encoded blob."""
     return [(index, decode_record(blob)[0]) for index, blob in read_replica(node, pid)]
-
-
-def wait_until(check: Callable[[], Any], what: str, timeout_s: float = TIMEOUT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-            if value:
-                return value
-        except Exception as exc:  # a node still starting, a leader being elected
-            last = exc
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what} (last error: {last})")

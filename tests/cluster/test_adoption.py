@@ -178,15 +178,15 @@ def test_a_removed_replica_deletes_its_files_only_once_its_removal_is_committed(
         index = leader.core.remove_node("n4")
         n4_log = n4.partitions.directory(groups.PID)
         await groups._until(lambda: n4.host.groups[groups.PID].storage.last_index() >= index)
-        await asyncio.sleep(1.5)  # the retirer runs every second, too
-        await n4.retire_removed()
+        await groups._ticks(net, "n4", 15)  # however long it waits...
+        await n4.retire_removed()  # ...and a pass of the retirer (it runs every second, too)
         assert os.path.isdir(n4_log) and groups.PID in n4.replicas  # not before
         # The removal commits while n4 hears nothing; the leader still tells it after.
         net.cut.add("n4")
         net.lose = lambda src, dst, m: False
         await groups._until(lambda: leader.core.membership == Membership(nodes))
-        await asyncio.sleep(groups.TICK_S * 5)
-        assert os.path.isdir(n4_log)
+        await groups._ticks(net, "n4", 5)
+        assert await n4.retire_removed() == [] and os.path.isdir(n4_log)
         net.cut.clear()
         await groups._until(lambda: n4.retired == 1, timeout_s=30)  # after the deletion
         assert not os.path.exists(directory) and not os.path.exists(directory + ".deleting")
@@ -221,7 +221,7 @@ def test_a_replica_that_applied_its_removal_keeps_its_vote_until_the_leader_says
         net.lose = lambda src, dst, m: dst == "n4" and m.removed
         await groups._change(net, lambda c: c.remove_node("n4"), Membership(nodes))
         await groups._until(lambda: "n4" not in replica.group.core.membership.members)
-        await asyncio.sleep(groups.TICK_S * 30)  # heartbeat rounds, and n4 asks to be told
+        await groups._ticks(net, "n4", 30)  # heartbeat rounds, and n4 asks to be told
         assert await n4.retire_removed() == []
         assert os.path.isdir(directory) and n4.replicas[groups.PID] is replica
         await groups._change(net, lambda c: c.add_learner("n4"), Membership(nodes, ("n4",)))
@@ -270,7 +270,8 @@ def test_a_replica_retired_while_its_leader_still_tells_it_stays_retired_until_a
         await groups._until(  # still told, of a commit past that record too
             lambda: any(m.removed and m.index >= acked[-1][0] for m in heard[since:])
         )
-        await asyncio.sleep(groups.TICK_S * 5)  # what those messages would have opened
+        told = len(heard)  # what those messages would have opened, five more of them:
+        await groups._until(lambda: len(heard) >= told + 5, what="five more messages to n4")
         assert groups.PID not in n4.replicas and not os.path.isdir(directory)
         assert n4.partitions.retired(groups.PID)
         leader = await groups._until(lambda: groups._leader(net))

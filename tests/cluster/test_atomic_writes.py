@@ -30,14 +30,7 @@ from laminar.replication.nodes import Node, NodeView
 from laminar.wire import ErrorCode, ErrorResponse, MetadataRequest, ProduceRequest, encode_record
 from laminar.wire.writes import CheckStagedRequest, StagedPart
 from tests.cluster import atomic
-from tests.cluster.nodes import (
-    Cluster,
-    committed_values,
-    leader_of,
-    offsets,
-    request,
-    wait_until,
-)
+from tests.cluster.nodes import Cluster, committed_values, leader_of, offsets, request
 from tests.cluster.test_gossip_cluster import (
     decisions_settled,
     gossip_cluster,
@@ -45,6 +38,7 @@ from tests.cluster.test_gossip_cluster import (
     replica_holders,
     shard_stats,
 )
+from tests.support import wait_until
 from tests.system.nodes import RunningNode
 
 SECRET = os.urandom(32).hex().encode()

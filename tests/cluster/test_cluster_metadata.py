@@ -15,7 +15,8 @@ from pathlib import Path
 from laminar.client import Client
 from laminar.placement import partition_id
 from laminar.wire.writes import DECISIONS_PID
-from tests.cluster.nodes import Cluster, offsets, wait_until
+from tests.cluster.nodes import Cluster, offsets
+from tests.support import wait_until
 
 
 def test_a_fresh_client_routes_each_partition_to_its_leader(tmp_path: Path) -> None:

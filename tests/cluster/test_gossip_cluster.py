@@ -36,7 +36,8 @@ from laminar.placement import partition_id, replica_nodes
 from laminar.wire.records import decode_record
 from tests.cluster.history import Produce, check
 from tests.cluster.netns import TestNetwork
-from tests.cluster.nodes import free_port, host_index, read_replica, wait_until
+from tests.cluster.nodes import host_index, read_replica
+from tests.support import free_port, retry_on_port_in_use, wait_until
 from tests.system.bpf_env import BPF_REASON
 from tests.system.nodes import RunningNode, start_node
 
@@ -109,32 +110,40 @@ def gossip_cluster(
 
         def start(name: str, join: str | None, key: Path = secret) -> RunningNode:
             (tmp_path / name).mkdir()
-            # A fixed node port below the ephemeral range: tests restart nodes on
-            # it, and a kernel-chosen one could meanwhile go to another socket
-            # (tests/cluster/nodes.free_port); shard and admin ports ephemeral
-            # (by default they follow the node port, the admin one into that range).
-            where: dict[str, Any] = {
-                "port": free_port(),
-                "shard_port_base": 0,
-                "admin_port": 0,
-            }
-            where = {k: v for k, v in where.items() if k not in flags}
-            if net is not None:
-                host = host_index(name)
-                address = net.address(host)  # the admin endpoint too: the test reads it
-                where = {"host": address, "admin_host": address, "prefix": net.exec_prefix(host)}
-            node = start_node(
-                tmp_path / name,
-                cores=1,
-                **where,
-                data_dir=tmp_path / name / "data",
-                node_id=name,
-                cluster_secret_file=key,
-                routing=routing,
-                join=join,
-                dead_grace=dead_grace,
-                **flags,
-            )
+
+            def start_once() -> RunningNode:
+                # A fixed node port below the ephemeral range: tests restart nodes on
+                # it, and a kernel-chosen one could meanwhile go to another socket
+                # (tests/support/ports.py); shard and admin ports ephemeral (by
+                # default they follow the node port, the admin one into that range).
+                where: dict[str, Any] = {
+                    "port": free_port(),
+                    "shard_port_base": 0,
+                    "admin_port": 0,
+                }
+                where = {k: v for k, v in where.items() if k not in flags}
+                if net is not None:
+                    host = host_index(name)
+                    address = net.address(host)  # the admin endpoint too: the test reads it
+                    where = {
+                        "host": address,
+                        "admin_host": address,
+                        "prefix": net.exec_prefix(host),
+                    }
+                return start_node(
+                    tmp_path / name,
+                    cores=1,
+                    **where,
+                    data_dir=tmp_path / name / "data",
+                    node_id=name,
+                    cluster_secret_file=key,
+                    routing=routing,
+                    join=join,
+                    dead_grace=dead_grace,
+                    **flags,
+                )
+
+            node = retry_on_port_in_use(start_once)
             stack.callback(lambda: node.kill() if node.alive() else None)
             nodes[name] = node
             return node
@@ -397,7 +406,7 @@ def test_a_node_back_within_the_grace_keeps_its_partitions_and_catches_up(
             assert old.info["membership_address"] == old.bootstrap
         # A new node port (and ephemeral shard ports): the new address is
         # gossiped with the new incarnation, and the replicas follow it.
-        nodes[victim] = old.restart(port=free_port())
+        nodes[victim] = retry_on_port_in_use(lambda: old.restart(port=free_port()))
         wait_until(
             lambda: all(member_states(n).get(victim) == "alive" for n in nodes.values()),
             f"{victim} alive again",
@@ -408,7 +417,7 @@ def test_a_node_back_within_the_grace_keeps_its_partitions_and_catches_up(
         assert steps_started(others) == steps_before  # no membership change anywhere
 
 
-@pytest.mark.skipif(not SOAK, reason="runs in make soak (LAMINAR_SOAK=1)")
+@pytest.mark.soak
 def test_a_decommissioned_node_leaves_with_every_partition_writable(tmp_path: Path) -> None:
     """`decommission_node`, then SIGTERM once it holds nothing: producers to
     every partition see no failure while its partitions move and while it

@@ -42,13 +42,13 @@ from laminar.client import Client, LaminarError, RetryPolicy
 from laminar.placement import partition_id, replica_nodes
 from tests.cluster.history import Produce, check
 from tests.cluster.netns import TestNetwork, netns_reason
-from tests.cluster.nodes import host_index, offsets, wait_until
+from tests.cluster.nodes import host_index, offsets
 from tests.cluster.test_gossip_cluster import gossip_cluster, member_states, replica_holders
+from tests.support import wait_until
 from tests.system.nodes import RunningNode
 
 pytestmark = pytest.mark.skipif(netns_reason() is not None, reason=str(netns_reason()))
 
-SOAK = os.environ.get("LAMINAR_SOAK") == "1"
 NODES = 4
 PARTITIONS = 4
 RF = 3
@@ -353,12 +353,10 @@ def test_packet_loss_on_one_node_kills_nobody_and_loses_nothing(tmp_path: Path) 
         run.check_history()
 
 
-@pytest.mark.parametrize("victim", ["n2", "n1"])
+@pytest.mark.parametrize("victim", ["n2", pytest.param("n1", marks=pytest.mark.soak)])
 def test_a_partitioned_node_is_replaced_then_rejoins_with_nothing_lost(
     tmp_path: Path, victim: str
 ) -> None:
-    if victim == "n1" and not SOAK:
-        pytest.skip("the seed's partition runs in make soak (LAMINAR_SOAK=1)")
     with joined(tmp_path) as run:
         with Producer(run.bootstrap, run.history) as producer:
             partitioned_period(run, producer, victim)
@@ -367,7 +365,7 @@ def test_a_partitioned_node_is_replaced_then_rejoins_with_nothing_lost(
         run.check_history()
 
 
-@pytest.mark.skipif(not SOAK, reason="runs in make soak (LAMINAR_SOAK=1)")
+@pytest.mark.soak
 def test_rounds_of_loss_partition_and_kill_on_every_node(tmp_path: Path) -> None:
     """Each node in turn, the seed first: loss, then a partition, then SIGKILL
     and restart, with the partitions following placement after each, while an

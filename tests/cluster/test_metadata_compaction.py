@@ -35,7 +35,7 @@ from laminar.shards.metalog import MetadataService
 from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.wire import ErrorCode, TopicInfo
 from laminar.wire.errors import RequestError
-from tests.cluster.test_raft_groups import FakeNetwork, _until
+from tests.cluster.test_raft_groups import FakeNetwork, _ticks, _until
 
 NODES = ("n1", "n2", "n3")
 TICK_S = 0.01
@@ -286,7 +286,7 @@ def test_a_node_down_through_a_delete_and_compaction_is_installed_and_deletes_it
         await down.start()
         if role == "leader":
             await _until(lambda: _told(down))
-            await asyncio.sleep(20 * TICK_S)
+            await _ticks(down.net, down.node_id, 20)
             assert not down.service.is_ready and down.has_files(gone)
             down.net.drop_appends = False
         await _until(lambda: down.service.is_ready)

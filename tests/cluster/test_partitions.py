@@ -41,8 +41,8 @@ from tests.cluster.nodes import (
     read_answers,
     request,
     wait_committed,
-    wait_until,
 )
+from tests.support import wait_until
 
 pytestmark = pytest.mark.skipif(netns_reason() is not None, reason=str(netns_reason()))
 

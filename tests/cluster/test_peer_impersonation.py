@@ -30,7 +30,8 @@ from laminar.replication.codec import encode_batch
 from laminar.replication.transport import PEER_HELLO, PEER_PROOF, RAFT_BATCH, peer_decoder
 from laminar.wire import NEED_DATA, Frame, encode_frame
 from laminar.wire.records import decode_record
-from tests.cluster.nodes import Cluster, read_replica, wait_committed, wait_until
+from tests.cluster.nodes import Cluster, read_replica, wait_committed
+from tests.support import wait_until
 from tests.system.nodes import RunningNode
 
 RECORDS = 201

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from laminar.replication.replica import RaftReplica
 from laminar.shards.producers import IdempotentProducers
 from laminar.wire import ErrorCode, ProduceRequest
 from laminar.wire.errors import RequestError
+from tests.support import wait_until_async
 
 PID = 7
 NODES = ("n1", "n2", "n3")
@@ -51,6 +53,8 @@ class FakeNetwork:
         """Lose the messages this says (src, dst, message) to lose."""
         self.links: set[frozenset[str]] | None = None
         """When set, only these pairs of nodes hear each other."""
+        self.ticks: Counter[str] = Counter()
+        """Each host's ticks so far (its ticker ran: what proves time has passed)."""
 
     def transport(self, me: str) -> _Link:
         return _Link(self, me)
@@ -80,6 +84,7 @@ class _Link:
 
     def tick(self) -> None:
         """Keepalives: a node that is not cut is heard every tick."""
+        self.net.ticks[self.me] += 1
         if self.me not in self.net.cut:
             self.net.heard[self.me] = time.monotonic()
 
@@ -113,14 +118,20 @@ async def _restart(tmp: Path, node: str, net: FakeNetwork) -> RaftHost:
     return await _open(tmp, node, net)
 
 
-async def _until(check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        await asyncio.sleep(TICK_S)
-    raise AssertionError("condition not reached in time")
+async def _until(
+    check: Callable[[], Any], timeout_s: float = 30.0, what: str = "the condition"
+) -> Any:
+    """`wait_until_async` with the simulation's defaults (most checks here name themselves)."""
+    return await wait_until_async(check, what, timeout_s)
+
+
+async def _ticks(net: FakeNetwork, node: str, count: int) -> None:
+    """Wait until `node`'s host has ticked `count` more times: the heartbeats,
+    timeouts and retirer passes in which whatever could happen would have (a
+    "nothing happened" check waits on this, not on a clock: a slow machine
+    stretches the wait instead of making the check vacuous)."""
+    end = net.ticks[node] + count
+    await _until(lambda: net.ticks[node] >= end, what=f"{count} ticks of {node}")
 
 
 def _leader(net: FakeNetwork) -> RaftGroup | None:
@@ -455,7 +466,7 @@ def test_an_entry_is_acknowledged_only_once_durable_on_a_majority(
                     and follower.core.log.last_index() >= raft_index
                 )
             )
-        await asyncio.sleep(10 * TICK_S)  # time enough to commit, were it allowed
+        await _ticks(net, leader.core.id, 10)  # time enough to commit, were it allowed
         acknowledged = {b"first"} | ({b"held"} if done.done() and not done.exception() else set())
         assert acknowledged == {b"first"}, "acknowledged before a majority had it on disk"
 

@@ -36,8 +36,8 @@ from tests.cluster.nodes import (
     offsets,
     request,
     wait_committed,
-    wait_until,
 )
+from tests.support import wait_until
 from tests.system.nodes import RunningNode
 
 RETAINED = {"segment.bytes": 4096, "retention.bytes": 8192}

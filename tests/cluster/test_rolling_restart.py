@@ -37,7 +37,7 @@ from laminar.client import Client, LaminarError, RetryPolicy, UnknownTopicError
 from laminar.placement import partition_id
 from laminar.wire import ListOffsetsResponse
 from tests.cluster.history import FinalLogs, Produce, check
-from tests.cluster.nodes import Cluster, committed_values, offsets, wait_until
+from tests.cluster.nodes import Cluster, committed_values, offsets
 from tests.cluster.test_gossip_cluster import (
     _get,
     decisions_settled,
@@ -47,6 +47,7 @@ from tests.cluster.test_gossip_cluster import (
     metadata_group,
     steps_started,
 )
+from tests.support import wait_until
 from tests.system.nodes import RunningNode
 
 TOPIC = "load"

@@ -5,13 +5,11 @@ The cable-pull variant runs in `tests/cluster/test_partitions.py`."""
 
 from __future__ import annotations
 
-import os
-import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.failover import same_client_fails_over
+from tests.cluster.failover import same_client_fails_over, sigstop
 from tests.cluster.nodes import Cluster
 
 
@@ -22,9 +20,4 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def test_the_same_client_writes_on_past_a_stopped_leader(cluster: Cluster) -> None:
-    def stop(node_id: str) -> Callable[[], None]:
-        group = cluster.nodes[node_id].pid  # the node and its shards
-        os.killpg(group, signal.SIGSTOP)
-        return lambda: os.killpg(group, signal.SIGCONT)
-
-    same_client_fails_over(cluster, "stopped", stop)
+    same_client_fails_over(cluster, "stopped", sigstop(cluster))

@@ -56,15 +56,8 @@ from laminar.wire import ErrorResponse, FetchRequest
 from laminar.wire.records import decode_record
 from tests.cluster.history import Produce, Read, Report, check
 from tests.cluster.netns import TestNetwork, netns_reason
-from tests.cluster.nodes import (
-    Cluster,
-    committed_values,
-    host_index,
-    leader_of,
-    offsets,
-    request,
-    wait_until,
-)
+from tests.cluster.nodes import Cluster, committed_values, host_index, leader_of, offsets, request
+from tests.support import wait_until
 
 TOPIC = "history"
 PROCESS_FAULTS = ("kill", "pause")

@@ -16,8 +16,7 @@ delivery by identity: every acknowledged record in the partition exactly once.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -25,6 +24,7 @@ from laminar.client import AsyncClient, Client, ConnectionLostError
 from laminar.client.aio_connection import AsyncConnection
 from laminar.shards.idempotence import BATCHES_MAX
 from laminar.wire import PRODUCER_WINDOW
+from tests.support import wait_until, wait_until_async
 from tests.system.nodes import RunningNode, start_node
 
 LATER = 2 * PRODUCER_WINDOW
@@ -39,15 +39,6 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
 
 def _value(i: int) -> bytes:
     return b"batch-%d" % i
-
-
-def _wait_until(done: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    """Poll without yielding to any event loop (the caller may be holding one)."""
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:g} s: {what}")
-        time.sleep(0.005)
 
 
 def _check_delivered(watcher: Client, topic: str, firsts: list[int]) -> None:
@@ -72,7 +63,7 @@ def test_blocking_client_resend_after_a_lost_answer(node: RunningNode) -> None:
     with Client(node.bootstrap) as client, Client(node.bootstrap) as watcher:
         client.create_topic(topic, partitions=1)
         first = client.produce_nowait(topic, 0, [_value(0)])
-        _wait_until(lambda: watcher.offsets(topic, 0).highest == 1, "batch 0 appended")
+        wait_until(lambda: watcher.offsets(topic, 0).highest == 1, "batch 0 appended")
         for conn in list(client._conns.values()):
             conn.close()  # the answer to batch 0, unread, goes with the connection
         later = [client.produce(topic, 0, [_value(i)]) for i in range(1, 1 + LATER)]
@@ -110,12 +101,15 @@ def test_async_client_resend_after_a_lost_answer(node: RunningNode) -> None:
             conn = client._conns[address]
             first = asyncio.ensure_future(client.produce(topic, 0, [_value(0)]))
             await _until_flushed(conn)
-            # The loop is held from here on: the answer cannot be read.
-            _wait_until(lambda: watcher.offsets(topic, 0).highest == 1, "batch 0 appended")
+            # The loop is held from here on (a wait that does not yield to it):
+            # the answer cannot be read.
+            wait_until(lambda: watcher.offsets(topic, 0).highest == 1, "batch 0 appended")
             conn._fail(ConnectionLostError("connection lost (by the test)"))
             later = asyncio.ensure_future(_produce_later(client, topic))
-            while not (client.retries == 1 and (later.done() or _waits_for_room(client, topic))):
-                await asyncio.sleep(0.005)
+            await wait_until_async(
+                lambda: client.retries == 1 and (later.done() or _waits_for_room(client, topic)),
+                "the retry held, the later batches acknowledged or stopped by the window",
+            )
             assert not first.done()
             client.resend.set()
             firsts = [await first, *await later]

@@ -15,6 +15,7 @@ import pytest
 from laminar.iouring import IoUringUnavailable, Ring, abi
 from laminar.iouring.errors import unavailable_from_errno
 from laminar.iouring.native import bytes_address, readable_address, writable_address
+from tests.support import wait_until
 
 
 def wait_for(ring: Ring, count: int, timeout: float = 5.0) -> list[tuple[object, int, int]]:
@@ -157,7 +158,7 @@ def test_wait_releases_the_gil(ring: Ring) -> None:
     thread = threading.Thread(target=spin)
     thread.start()
     try:
-        time.sleep(0.01)
+        wait_until(lambda: counter[0], "the spinning thread running")
         before = counter[0]
         ring.wait(0.2)
         during = counter[0] - before

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from laminar.client import Client, LaminarError
 from laminar.client.writes import new_write_id
-from tests.cluster.nodes import wait_until
 from tests.matrix.reading import check_once, read_partition, topic_name
 from tests.matrix.topologies import Topology
+from tests.support import wait_until
 
 
 def _write(client: Client, topic: str, tag: str, kill: Topology | None = None) -> bool:

@@ -18,9 +18,9 @@ from laminar.client import (
     RequestTimeoutError,
     ServerTimeoutError,
 )
-from tests.cluster.nodes import wait_until
 from tests.matrix.reading import check_once, read_partition, topic_name
 from tests.matrix.topologies import Topology
+from tests.support import wait_until
 
 ACKS_EACH_SIDE = 30
 """Acknowledged produces each producer must have before the kill and after it."""

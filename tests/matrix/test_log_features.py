@@ -5,9 +5,9 @@ from __future__ import annotations
 import bisect
 
 from laminar.client import Client
-from tests.cluster.nodes import wait_until
 from tests.matrix.reading import read_records, topic_name
 from tests.matrix.topologies import Topology
+from tests.support import wait_until
 
 VALUE = b"x" * 200
 

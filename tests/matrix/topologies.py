@@ -28,7 +28,8 @@ from typing import Any
 from laminar.client import Client
 from laminar.placement import partition_id
 from laminar.replication.auth import write_secret
-from tests.cluster.nodes import free_port, offsets, wait_until
+from tests.cluster.nodes import offsets
+from tests.support import free_port, retry_on_port_in_use, wait_until
 from tests.system.nodes import RunningNode, start_node
 
 NAMES = ("single", "static3", "gossip4")
@@ -120,10 +121,42 @@ def start(name: str, tmp: Path) -> Topology:
         node = start_node(tmp / "n1", cores=2, data_dir=tmp / "n1" / "data", **common)
         return Topology(name, 1, {"n1": node})
     if name == "static3":
-        ids = ("n1", "n2", "n3")
-        ports = {n: free_port() for n in ids}
+        secret = _secret(tmp / "secret")
+        return Topology(name, 3, retry_on_port_in_use(lambda: _static(tmp, secret, common)))
+    if name == "gossip4":
         secret = _secret(tmp / "secret")
         nodes = {}
+        for i in range(1, 5):
+            n = f"n{i}"
+            join = None if i == 1 else nodes["n1"].info["membership_address"]
+            nodes[n] = retry_on_port_in_use(
+                lambda n=n, join=join: start_node(
+                    tmp / n,
+                    cores=1,
+                    data_dir=tmp / n / "data",
+                    node_id=n,
+                    port=free_port(),
+                    cluster_secret_file=secret,
+                    routing="userspace",
+                    membership_port=0,
+                    join=join,
+                    dead_grace=60,
+                    **common,
+                )
+            )
+        topology = Topology(name, 3, nodes)
+        wait_until(lambda: _all_alive(topology), "every member alive in every view")
+        return topology
+    raise ValueError(f"unknown topology {name!r}")
+
+
+def _static(tmp: Path, secret: Path, common: dict[str, Any]) -> dict[str, RunningNode]:
+    """Nodes n1-n3 of a static cluster on fresh ports (one that loses a port to
+    another process stops those it started: `retry_on_port_in_use` starts again)."""
+    ids = ("n1", "n2", "n3")
+    ports = {n: free_port() for n in ids}
+    nodes: dict[str, RunningNode] = {}
+    try:
         for n in ids:
             peers = ",".join(f"{o}=127.0.0.1:{p}" for o, p in ports.items() if o != n)
             nodes[n] = start_node(
@@ -136,30 +169,11 @@ def start(name: str, tmp: Path) -> Topology:
                 cluster_secret_file=secret,
                 **common,
             )
-        return Topology(name, 3, nodes)
-    if name == "gossip4":
-        secret = _secret(tmp / "secret")
-        nodes = {}
-        for i in range(1, 5):
-            n = f"n{i}"
-            join = None if i == 1 else nodes["n1"].info["membership_address"]
-            nodes[n] = start_node(
-                tmp / n,
-                cores=1,
-                data_dir=tmp / n / "data",
-                node_id=n,
-                port=free_port(),
-                cluster_secret_file=secret,
-                routing="userspace",
-                membership_port=0,
-                join=join,
-                dead_grace=60,
-                **common,
-            )
-        topology = Topology(name, 3, nodes)
-        wait_until(lambda: _all_alive(topology), "every member alive in every view")
-        return topology
-    raise ValueError(f"unknown topology {name!r}")
+    except BaseException:
+        for node in nodes.values():
+            node.kill()
+        raise
+    return nodes
 
 
 def _all_alive(topology: Topology) -> bool:

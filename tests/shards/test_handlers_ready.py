@@ -30,6 +30,7 @@ from laminar.wire import (
     decode_response,
 )
 from laminar.wire.errors import RequestError
+from tests.support import wait_until_async
 
 IDENT = ShardIdentity("n", 0, 2, "127.0.0.1", 1, (1, 2), None, "userspace", 1 << 20, 1000)
 
@@ -41,12 +42,15 @@ class LoadingMetadata:
         self.state = MetadataState()
         self._loaded = asyncio.Event()
         self.clustered = clustered
+        self.waiters = 0
+        """How many callers are waiting in `ready()` (what a test waits on)."""
 
     @property
     def is_ready(self) -> bool:
         return self._loaded.is_set()
 
     async def ready(self) -> None:
+        self.waiters += 1
         await self._loaded.wait()
 
     async def catch_up(self) -> None:
@@ -65,7 +69,7 @@ def test_a_request_during_the_replay_waits_for_the_metadata() -> None:
     async def main() -> None:
         metadata = LoadingMetadata()
         lookup = asyncio.ensure_future(handlers(metadata)._topic_of(partition_id(1, 1)))
-        await asyncio.sleep(0.05)
+        await wait_until_async(lambda: metadata.waiters or lookup.done(), "the lookup")
         assert not lookup.done()  # not UNKNOWN_TOPIC: the topic exists in the log
         metadata.finish()
         assert (await lookup).name == "t"
@@ -85,7 +89,10 @@ def test_metadata_and_the_topic_list_wait_for_the_metadata_too() -> None:
             asyncio.ensure_future(handler.metadata_request(MetadataRequest(), 1, ctx)),
             asyncio.ensure_future(handler.list_topics(ListTopicsRequest(), 2, ctx)),
         ]
-        await asyncio.sleep(0.05)
+        await wait_until_async(
+            lambda: metadata.waiters == 2 or any(answer.done() for answer in answers),
+            "both requests waiting for the metadata",
+        )
         assert not any(answer.done() for answer in answers)
         metadata.finish()
         for answer, kind in zip(answers, (MetadataResponse, ListTopicsResponse), strict=True):

@@ -20,8 +20,9 @@ pytest.importorskip("pyspark", reason="pyspark is not installed: pip install 'py
 
 from laminar.client import Client
 from laminar.placement import partition_id
-from tests.cluster.nodes import Cluster, committed_values, wait_until
+from tests.cluster.nodes import Cluster, committed_values
 from tests.delivery import delivery_problems
+from tests.support import wait_until
 
 PARTITIONS = 2
 

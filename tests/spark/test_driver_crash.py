@@ -60,10 +60,7 @@ def _rerun(spark: Any, node: RunningNode, source: str, target: str, checkpoint: 
     query.awaitTermination()
 
 
-@pytest.mark.skipif(
-    os.environ.get("LAMINAR_SOAK") != "1",
-    reason="two more JVMs for a minute: runs in make soak (LAMINAR_SOAK=1)",
-)
+@pytest.mark.soak  # two more JVMs for a minute
 def test_a_driver_killed_inside_the_commit_leaves_every_row_once_after_a_rerun(
     spark: Any, node: RunningNode, client: Client, tmp_path: Path
 ) -> None:

@@ -26,6 +26,7 @@ from laminar.spark.schema import WriteColumns
 from laminar.spark.writing import WriteTarget, commit_tasks, write_task
 from tests.delivery import assert_exactly_once
 from tests.spark.helpers import fresh_topic, metric, row_ids
+from tests.support import wait_until
 from tests.system.nodes import RunningNode, start_node
 
 STAGING_TIMEOUT_MS = 60_000
@@ -50,15 +51,6 @@ def _rows(ids: list[int]) -> pa.RecordBatch:
     return pa.record_batch([pa.array([b"row-%05d" % i for i in ids])], names=["value"])
 
 
-def _wait_for(what: str, condition: Any, timeout_s: float = 30.0, node: Any = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            shown = "" if node is None else _staging_metrics(node)
-            raise AssertionError(f"timed out waiting for {what}{shown}")
-        time.sleep(0.2)
-
-
 def _staging_metrics(node: RunningNode) -> str:
     names = ("attempts", "batches_total", "dropped_total", "expired_total")
     return "; " + ", ".join(f"{n}={metric(node, 'laminar_staged_' + n)}" for n in names)
@@ -67,16 +59,15 @@ def _staging_metrics(node: RunningNode) -> str:
 def _losers_dropped(node: RunningNode, dropped_before: float) -> None:
     """The failed attempt's staged rows were dropped when the commit finished
     (never published), and nothing else is left staged."""
-    _wait_for(
-        "the losing attempt's rows to be dropped",
+    wait_until(
         lambda: metric(node, "laminar_staged_dropped_total") > dropped_before,
-        node=node,
+        lambda: "the losing attempt's rows to be dropped" + _staging_metrics(node),
     )
     _nothing_staged(node)
 
 
 def _nothing_staged(node: RunningNode) -> None:
-    _wait_for("staged data to be dropped", lambda: metric(node, "laminar_staged_attempts") == 0)
+    wait_until(lambda: metric(node, "laminar_staged_attempts") == 0, "staged data to be dropped")
 
 
 def test_a_task_retried_with_its_rows_in_another_order_writes_each_row_once(
@@ -232,7 +223,15 @@ def test_a_failed_job_leaves_nothing_visible_before_or_after_expiry(
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert row_ids(client, topic, 3) == [], "a failed job leaves no row visible"
     _nothing_staged(node)
-    time.sleep(timeout_ms / 1000 + 1)
+    # A witness staged now with the same timeout expires: the timeout has passed
+    # since the job, and the node's expiry has run.
+    expired_before = metric(node, "laminar_staged_expired_total")
+    witness = client.stager(new_write_id(), task=0, timeout_s=timeout_ms / 1000)
+    witness.send(fresh_topic(client, "witness", 1), 0, [b"witness"])
+    wait_until(
+        lambda: metric(node, "laminar_staged_expired_total") > expired_before,
+        "the witness's staged rows to expire",
+    )
     assert row_ids(client, topic, 3) == [], "nor after its staging timeout passed"
 
 

@@ -83,9 +83,9 @@ def test_starting_offsets_and_timestamps_per_partition_and_an_ending_timestamp(
 ) -> None:
     topic = fresh_topic(client, "times", 2)
     _fill(client, topic, 2, 5)
-    time.sleep(0.05)
+    time.sleep(0.05)  # pacing: the records' timestamps fall before `middle`...
     middle = int(time.time() * 1000)
-    time.sleep(0.05)
+    time.sleep(0.05)  # ...and the late ones after it
     client.produce(topic, 0, [b"late-0"])
     client.produce(topic, 1, [b"late-1"])
     offsets = _kafka_read(

@@ -13,6 +13,7 @@ from laminar.swim.agent import MembershipAgent, format_address, monotonic_ms, pa
 from laminar.swim.auth import PacketSealer, derive_key
 from laminar.swim.errors import SwimUsageError, Unauthenticated
 from laminar.swim.messages import Gossip, Packet
+from tests.support import wait_until_async
 
 SECRET = b"a cluster secret of enough bytes"
 FAST = SwimConfig(probe_interval_ms=100, probe_timeout_ms=40, gossip_interval_ms=20)
@@ -24,15 +25,6 @@ def make_agent(name: str, secret: bytes = SECRET) -> MembershipAgent:
     address = format_address(*sock.getsockname())
     swim = Swim(name, address, rng=random.Random(name), now_ms=monotonic_ms(), config=FAST)
     return MembershipAgent(swim, sock, PacketSealer(secret))
-
-
-async def until(condition, timeout_s: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 def state(agent: MembershipAgent, node_id: str) -> MemberState | None:
@@ -50,11 +42,15 @@ async def _join_and_die() -> None:
     for i, agent in enumerate(agents):
         agent.start([seed] if i else [])
     try:
-        await until(lambda: all(len(a.view().live()) == 4 for a in agents))
+        await wait_until_async(lambda: all(len(a.view().live()) == 4 for a in agents), "joined")
         agents[3].close()  # gone without a word
-        await until(lambda: all(state(a, "n3") is MemberState.DEAD for a in agents[:3]))
+        await wait_until_async(
+            lambda: all(state(a, "n3") is MemberState.DEAD for a in agents[:3]), "n3 dead"
+        )
         await agents[2].leave()
-        await until(lambda: all(state(a, "n2") is MemberState.LEFT for a in agents[:2]))
+        await wait_until_async(
+            lambda: all(state(a, "n2") is MemberState.LEFT for a in agents[:2]), "n2 left"
+        )
     finally:
         for agent in agents[:3]:
             agent.close()
@@ -71,11 +67,11 @@ async def _wrong_secret() -> None:
     good[1].start([good[0].swim.address])
     intruder.start([good[0].swim.address])
     try:
-        await until(lambda: state(good[0], "n1") is MemberState.ALIVE)
-        await asyncio.sleep(0.5)
+        await wait_until_async(lambda: state(good[0], "n1") is MemberState.ALIVE, "n1 alive")
+        # The intruder's datagrams arrived, and were refused:
+        await wait_until_async(lambda: good[0].stats.unauthenticated >= 3, "three refused")
         assert state(good[0], "evil") is None and state(good[1], "evil") is None
         assert state(intruder, "n0") is None
-        assert good[0].stats.unauthenticated > 0
     finally:
         for agent in [*good, intruder]:
             agent.close()

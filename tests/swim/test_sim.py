@@ -13,8 +13,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from laminar.swim import MemberState, SwimConfig
@@ -44,7 +42,7 @@ def test_views_converge_after_random_faults_heal(seed: int) -> None:
     check_seed(seed, size=30 + 10 * (seed % 3))
 
 
-@pytest.mark.skipif(os.environ.get("LAMINAR_SOAK") != "1", reason="runs in make soak")
+@pytest.mark.soak
 def test_views_converge_in_a_larger_cluster() -> None:
     check_seed(1000, size=120, check_codec=False)
 

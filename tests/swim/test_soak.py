@@ -1,8 +1,8 @@
 """The simulation checks over many seeds and large clusters: minutes, not seconds.
 
-Skipped unless LAMINAR_SOAK=1 (`make soak` sets it). `SWIM_SOAK_SEEDS` sets how
-many seeds per size (default 100); a failure prints its seed, and
-`check_seed(seed, size)` in `test_sim.py` replays it.
+Deselected unless LAMINAR_SOAK=1 (`make soak` sets it; tests/conftest.py).
+`SWIM_SOAK_SEEDS` sets how many seeds per size (default 100); a failure prints
+its seed, and `check_seed(seed, size)` in `test_sim.py` replays it.
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ import pytest
 from laminar.swim import SwimConfig
 from tests.swim.test_sim import check_seed
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("LAMINAR_SOAK") != "1", reason="soak runs only with LAMINAR_SOAK=1"
-)
+pytestmark = pytest.mark.soak
 SEEDS = int(os.environ.get("SWIM_SOAK_SEEDS", "100"))
 
 

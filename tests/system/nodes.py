@@ -279,6 +279,21 @@ def _start(
     raise NodeStartError(f"laminar-node was not ready in {START_TIMEOUT_S:.0f} s:\n{node._tail()}")
 
 
+def shard_stats(node: RunningNode, shard_id: int = 0) -> dict[str, Any]:
+    """One shard's counters, as the admin endpoint's /status shows them."""
+    status, body = node.admin_get("/status")
+    assert status == 200, body
+    shards = json.loads(body)["shards"]
+    stats: dict[str, Any] = next(s for s in shards if s["shard_id"] == shard_id)["stats"]
+    return stats
+
+
+def bytes_in(node: RunningNode) -> int:
+    """What the node's shards have read from clients so far (a test waits on it
+    to know its requests are in the node's hands)."""
+    return sum(shard_stats(node, s)["bytes_in"] for s in range(len(node.shard_ports)))
+
+
 def rss_bytes(pid: int) -> int:
     """A process's resident set size (from /proc)."""
     with open(f"/proc/{pid}/status") as f:

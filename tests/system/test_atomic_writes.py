@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from laminar.wire import ErrorCode
 from laminar.wire.writes import PublishStagedRequest, StagedPart, WriteState
 from tests.delivery import assert_exactly_once
 from tests.spark.helpers import metric
+from tests.support import wait_until
 from tests.system.nodes import RunningNode, start_node
 from tests.system.wireclient import ServerError, WireConnection
 
@@ -74,18 +74,12 @@ def _batch(tag: str, n: int) -> list[bytes]:
     return [f"{tag}-{i}".encode() for i in range(n)]
 
 
-def _wait_for(what: str, condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def test_a_commit_publishes_every_staged_record_once_and_nothing_before(
-    client: Client,
+    node: RunningNode, client: Client
 ) -> None:
     events, audit = _topic(client, 4), _topic(client, 2)
     expected = []
+    staged_before = metric(node, "laminar_staged_batches_total")
     with client.begin_write() as write:
         for p in range(4):
             for b in range(3):
@@ -93,7 +87,11 @@ def test_a_commit_publishes_every_staged_record_once_and_nothing_before(
                 write.send(events, p, values)
                 expected += values
         write.send(audit, 1, _batch("audit", 5))
-        time.sleep(0.2)
+        wait_until(  # every batch is at the node...
+            lambda: metric(node, "laminar_staged_batches_total") >= staged_before + 13,
+            "the 13 batches staged",
+        )
+        # ...and none is visible before the commit.
         assert _values(client, events, 4) == [] and _values(client, audit, 2) == []
         result = write.commit()
     assert result.first and result.records == len(expected) + 5
@@ -117,7 +115,7 @@ def test_an_abort_is_final_and_publishes_nothing(node: RunningNode, client: Clie
     with pytest.raises(WriteAbortedError):
         client.commit_write(write.write_id, parts)
     assert _values(client, topic, 2) == []
-    _wait_for("staged data to be dropped", lambda: metric(node, "laminar_staged_attempts") == 0)
+    wait_until(lambda: metric(node, "laminar_staged_attempts") == 0, "staged data to be dropped")
 
 
 def test_a_commit_must_name_what_was_staged_in_full(client: Client) -> None:
@@ -170,7 +168,7 @@ def test_staged_bytes_are_bounded_with_a_clear_error(node: RunningNode, client: 
             write.send(topic, 0, [b"%06d" % i + b"x" * 10_000])
             write._stager.finish()
     write.abort()
-    _wait_for("staged data to be dropped", lambda: metric(node, "laminar_staged_bytes") == 0)
+    wait_until(lambda: metric(node, "laminar_staged_bytes") == 0, "staged data to be dropped")
     with client.begin_write() as ok:  # room again
         ok.send(topic, 0, [b"after"])
         ok.commit()
@@ -187,9 +185,9 @@ def test_idle_staged_data_expires_and_a_late_commit_publishes_nothing(
     stager.send(topic, 0, _batch("late", 5))
     stager.send(topic, 1, _batch("late", 5))
     parts = stager.finish()
-    _wait_for(
-        "the staged data to expire",
+    wait_until(
         lambda: metric(node, "laminar_staged_expired_total") >= expired_before + 2,
+        "the staged data to expire",
     )
     with pytest.raises(StagedDataMissingError, match=r"expired: .*--staging-timeout"):
         client.commit_write(write_id, parts)
@@ -224,7 +222,7 @@ def test_two_attempts_of_one_task_racing_publish_only_the_one_committed(
         t.join()
     client.commit_write(write_id, parts["b"])
     assert_exactly_once(_values(client, topic, 3), rows)
-    _wait_for("the loser to be dropped", lambda: metric(node, "laminar_staged_attempts") == 0)
+    wait_until(lambda: metric(node, "laminar_staged_attempts") == 0, "the loser to be dropped")
     assert_exactly_once(_values(client, topic, 3), rows)
 
 
@@ -293,7 +291,7 @@ def test_a_node_killed_while_staging_keeps_every_committed_row_once(
 
     thread = threading.Thread(target=stage_until_killed)
     thread.start()
-    _wait_for("the dying attempt to stage", lambda: len(dying) >= 100)
+    wait_until(lambda: len(dying) >= 100, "the dying attempt to stage")
     node = crash_node[0] = _restart(node)
     stop.set()
     thread.join()
@@ -308,8 +306,8 @@ def test_a_node_killed_while_staging_keeps_every_committed_row_once(
             retried_rows += values
         c.commit_write(write_id, [*finished, *retry.finish()])
         assert_exactly_once(_values(c, topic, 4), finished_rows + retried_rows)
-        _wait_for(
-            "the dead attempt to be dropped", lambda: metric(node, "laminar_staged_attempts") == 0
+        wait_until(
+            lambda: metric(node, "laminar_staged_attempts") == 0, "the dead attempt to be dropped"
         )
         assert_exactly_once(_values(c, topic, 4), finished_rows + retried_rows)
 
@@ -359,7 +357,7 @@ def _kill_during_a_commit(crash_node: list[RunningNode], round_no: int) -> bool:
     thread.join()
     with Client(node.bootstrap) as c:
         if state == WriteState.COMMITTED:
-            _wait_for("the roll-forward", lambda: c.write_status(write.write_id) == "done")
+            wait_until(lambda: c.write_status(write.write_id) == "done", "the roll-forward")
         elif c.write_status(write.write_id) == WriteState.UNKNOWN:  # killed before deciding
             assert _values(c, topic, 8) == []
             c.commit_write(write.write_id, parts)

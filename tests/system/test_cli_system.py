@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from laminar.client import Client
-from tests.cluster.nodes import free_port, wait_until
+from tests.support import free_port, wait_until
 
 from .nodes import RunningNode
 

@@ -17,14 +17,15 @@ import os
 import re
 import subprocess
 import sys
-import time
 import urllib.request
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support import wait_until
 from tests.system.bpf_env import BPF_REASON
 from tests.system.nodes import RunningNode, start_node
 
@@ -47,15 +48,9 @@ def states(node: RunningNode) -> dict[str, str]:
     return {m["node_id"]: m["state"] for m in admin_status(node)["members"]}
 
 
-def wait_for(what: str, condition, nodes: list[RunningNode]) -> float:
-    """Seconds until `condition()` held; fails with the nodes' views after DEADLINE_S."""
-    start = time.monotonic()
-    while not condition():
-        if time.monotonic() - start > DEADLINE_S:
-            views = {n.info["node_id"]: states(n) for n in nodes if n.alive()}
-            raise AssertionError(f"{what} not reached in {DEADLINE_S:.0f} s: {views}")
-        time.sleep(0.2)
-    return time.monotonic() - start
+def views(what: str, nodes: list[RunningNode]) -> Callable[[], str]:
+    """`what`, with each live node's view of the members (a failed wait's description)."""
+    return lambda: f"{what}: { ({n.info['node_id']: states(n) for n in nodes if n.alive()}) }"
 
 
 def start_member(
@@ -102,10 +97,10 @@ def test_five_nodes_join_through_one_seed_and_see_a_killed_node_die(
             for i in range(1, 5)
         ]
         names = {f"n{i}" for i in range(5)}
-        wait_for(
-            "every node sees five alive members",
+        wait_until(
             lambda: all(states(n) == {name: "alive" for name in names} for n in nodes),
-            nodes,
+            views("every node sees five alive members", nodes),
+            DEADLINE_S,
         )
         for n in nodes:  # every shard holds a view with all five members
             assert all(s["stats"]["membership_version"] for s in admin_status(n)["shards"])
@@ -131,12 +126,11 @@ def test_five_nodes_join_through_one_seed_and_see_a_killed_node_die(
 
         victim = nodes.pop()
         victim.kill()
-        took = wait_for(
-            "every survivor sees n4 dead",
+        wait_until(
             lambda: all(states(n).get("n4") == "dead" for n in nodes),
-            nodes,
+            views("every survivor sees n4 dead", nodes),
+            DEADLINE_S,
         )
-        print(f"n4 declared dead by all survivors {took:.1f} s after SIGKILL ({routing})")
         assert all(states(n)["n1"] == "alive" for n in nodes)
         failed = 0.0  # some survivor's own probes of n4 failed (the others heard it)
         for n in nodes:
@@ -149,10 +143,10 @@ def test_five_nodes_join_through_one_seed_and_see_a_killed_node_die(
 
         leaver = nodes.pop()
         assert leaver.terminate() == 0
-        wait_for(
-            "every survivor sees n3 left",
+        wait_until(
             lambda: all(states(n).get("n3") == "left" for n in nodes),
-            nodes,
+            views("every survivor sees n3 left", nodes),
+            DEADLINE_S,
         )
 
 
@@ -166,11 +160,15 @@ def test_a_node_with_the_wrong_secret_cannot_join(tmp_path: Path) -> None:
         address = seed.info["membership_address"]
         good = stack.enter_context(start_member(tmp_path, "n1", secret, "userspace", join=address))
         evil = stack.enter_context(start_member(tmp_path, "evil", wrong, "userspace", join=address))
-        wait_for("n0 and n1 see each other", lambda: states(seed).get("n1") == "alive", [seed])
-        wait_for(
-            "n0 refused some datagrams",
+        wait_until(
+            lambda: states(seed).get("n1") == "alive",
+            views("n0 and n1 see each other", [seed]),
+            DEADLINE_S,
+        )
+        wait_until(
             lambda: admin_status(seed)["membership"]["unauthenticated"] >= 3,
-            [seed],
+            views("n0 refused some datagrams", [seed]),
+            DEADLINE_S,
         )
         assert "evil" not in states(seed) and "evil" not in states(good)
         assert states(evil) == {"evil": "alive"}

@@ -3,9 +3,10 @@
 Every attack runs against one shard (through its own port) while a `Watch`
 samples that shard's RSS and pings it on a separate connection. Each test
 asserts that the shard's memory stays within a bound far below what the
-attack took before it was fixed, and that every ping is answered within
-`PING_S` (generous: the machine is shared; an unbounded attack stalled a
-shard for seconds, or for good).
+attack took before it was fixed, and that every ping is answered, pings
+before, during and after the attack (an unbounded attack stalled a shard for
+seconds, or for good). How long pings take under each attack, next to the
+same node unattacked, is a figure: benchmarks/attack_bench.py measures it.
 
 The node runs with a small input budget (`--max-input-bytes`), a short frame
 deadline and a small connection cap, so the bounds are reached quickly.
@@ -14,7 +15,6 @@ deadline and a small connection cap, so the bounds are reached quickly.
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import socket
 import struct
@@ -23,7 +23,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import msgpack
 import pytest
@@ -49,11 +48,15 @@ from laminar.wire import (
     encode_frame,
 )
 from laminar.wire.records import decode_record
-from tests.system.nodes import RunningNode, rss_bytes, start_node
+from tests.support import wait_until
+from tests.system.nodes import RunningNode, rss_bytes, shard_stats, start_node
 from tests.system.wireclient import NodeClient, ServerError, WireConnection
 
 PING_S = 2.0
-"""The longest a ping may take while an attack runs (unbounded attacks took 4.5 s+)."""
+"""How long a UDP ping's answer is awaited before it counts as unanswered."""
+PING_TIMEOUT_S = 10.0
+"""A ping of the `Watch` unanswered this long is a stalled shard (a liveness
+bound, far above any load; unbounded attacks stalled shards 4.5 s and more)."""
 RSS_GROWTH_MAX = 40 << 20
 """What an attack may add to the shard's RSS at its peak (they added 100-640 MiB)."""
 INPUT_BUDGET = 32 << 20
@@ -119,7 +122,8 @@ class Watch:
         self.baseline = rss_bytes(self.pid)
         self.peak = self.baseline
         self.pings = 0
-        self.slowest_ping_s = 0.0
+        self.pings_at_end = 0
+        self.failed_ping: str | None = None
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=self._sample, daemon=True),
@@ -136,32 +140,34 @@ class Watch:
             time.sleep(0.01)
 
     def _ping(self) -> None:
-        with WireConnection(self.host, self.port, timeout=30) as conn:
+        with WireConnection(self.host, self.port, timeout=PING_TIMEOUT_S) as conn:
             while not self._stop.is_set():
-                start = time.monotonic()
                 try:
                     answer = conn.call(Ping(self.partition))
-                except (OSError, ConnectionError):
-                    answer = None
-                took = time.monotonic() - start
-                if not isinstance(answer, Pong):
-                    took = float("inf")
-                self.slowest_ping_s = max(self.slowest_ping_s, took)
-                self.pings += 1
-                if took == float("inf"):
+                except (OSError, ConnectionError) as exc:
+                    self.failed_ping = repr(exc)
                     return
-                time.sleep(0.05)
+                if not isinstance(answer, Pong):
+                    self.failed_ping = repr(answer)
+                    return
+                self.pings += 1
+                time.sleep(0.05)  # pacing: a ping every 50 ms, not a busy loop
+
+    def _pinged(self, count: int, when: str) -> None:
+        """Wait until `count` pings in all were answered (or one failed)."""
+        wait_until(lambda: self.pings >= count or self.failed_ping, f"{count} pings {when}")
 
     def __enter__(self) -> Watch:
         for thread in self._threads:
             thread.start()
-        time.sleep(0.2)  # a few pings before the attack
+        self._pinged(3, "before the attack")
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        time.sleep(0.3)  # and a few after it
+        self.pings_at_end = self.pings
+        self._pinged(self.pings_at_end + 3, "after the attack")
         self._stop.set()
         for thread in self._threads:
             thread.join(35)
@@ -169,10 +175,8 @@ class Watch:
             self.check()
 
     def check(self) -> None:
-        assert self.pings >= 3, f"only {self.pings} pings went through"
-        assert self.slowest_ping_s < PING_S, (
-            f"a ping took {self.slowest_ping_s:.2f} s while the attack ran"
-        )
+        assert self.failed_ping is None, f"a ping failed while the attack ran: {self.failed_ping}"
+        assert self.pings >= self.pings_at_end + 3, "the shard stopped answering after the attack"
         assert self.growth < self.rss_growth_max, f"shard RSS grew by {self.growth >> 20} MiB"
 
 
@@ -306,8 +310,7 @@ def test_udp_long_polls_cannot_take_every_slot(node: RunningNode) -> None:
             sock.sendto(
                 FetchRequest(pid, end, max_wait_ms=60_000).encode(corr), (node.host, node.port)
             )
-        time.sleep(0.5)
-        while True:  # drain the USE_TCP answers
+        while True:  # drain the USE_TCP answers (until 0.3 s pass without one)
             try:
                 sock.recvfrom(65536)
             except TimeoutError:
@@ -360,19 +363,24 @@ def test_connections_past_the_cap_are_refused_before_anything_is_read(
     port, pid = target(node)
     held = [socket.create_connection((node.host, port)) for _ in range(MAX_CONNECTIONS + 5)]
     try:
-        refused = 0
-        time.sleep(1.0)  # the refusals are sent at accept time
-        for sock in held:
-            try:
-                data = sock.recv(4096, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                continue
-            if data:
-                answer = decode_response(decode_frame(data))
-                assert isinstance(answer, ErrorResponse)
-                assert answer.code is ErrorCode.TOO_MANY_CONNECTIONS
-                refused += 1
-        assert refused >= 5  # the watch thread of other tests is gone; this test holds the rest
+        refused: set[int] = set()
+
+        def refusals() -> int:
+            """How many held connections were refused so far (sent at accept time)."""
+            for i, sock in enumerate(held):
+                try:
+                    data = b"" if i in refused else sock.recv(4096, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    continue
+                if data:
+                    answer = decode_response(decode_frame(data))
+                    assert isinstance(answer, ErrorResponse)
+                    assert answer.code is ErrorCode.TOO_MANY_CONNECTIONS
+                    refused.add(i)
+            return len(refused)
+
+        # The watch thread of other tests is gone; this test holds the rest.
+        wait_until(lambda: refusals() >= 5, "five connections past the cap refused")
     finally:
         for sock in held:
             sock.close()
@@ -404,14 +412,6 @@ def test_topics_past_the_cap_are_refused(node: RunningNode) -> None:
                 client.delete_topic(name)
         client.create_topic("one-too-many", 1)  # room again
         client.delete_topic("one-too-many")
-
-
-def shard_stats(node: RunningNode, shard_id: int = 0) -> dict[str, Any]:
-    status, body = node.admin_get("/status")
-    assert status == 200, body
-    shards = json.loads(body)["shards"]
-    stats: dict[str, Any] = next(s for s in shards if s["shard_id"] == shard_id)["stats"]
-    return stats
 
 
 def rss_settles_below(pid: int, bound: int, timeout_s: float = 10.0) -> int:

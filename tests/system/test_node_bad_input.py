@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 import socket
 import struct
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,7 +34,8 @@ from laminar.wire import (
     encode_frame,
 )
 from laminar.wire.records import check_record
-from tests.system.nodes import RunningNode, start_node
+from tests.support import wait_until
+from tests.system.nodes import RunningNode, shard_stats, start_node
 from tests.system.wireclient import NodeClient, ServerError, WireConnection
 
 MAX_FRAME = 64 << 10
@@ -214,12 +214,10 @@ def test_idle_and_half_frame_clients_are_disconnected(node: RunningNode) -> None
     half = socket.create_connection((node.host, node.shard_ports[0]))
     frame = ProduceRequest.from_values(partition_id(topic_id(node), 3), [b"z" * 100]).encode(1)
     half.sendall(frame[: len(frame) // 2])
-    start = time.monotonic()
     for sock in (silent, half):
-        sock.settimeout(IDLE_S * 6)
+        sock.settimeout(IDLE_S * 6)  # a liveness bound, not a measurement
         assert sock.recv(100) == b""  # closed by the node
         sock.close()
-    assert time.monotonic() - start < IDLE_S * 6
     with NodeClient(node.host, node.port) as client:
         assert client.fetch_all(TOPIC, 3) == GOOD_VALUES  # the half frame appended nothing
 
@@ -230,7 +228,13 @@ def test_disconnect_mid_request_appends_nothing(node: RunningNode) -> None:
     for cut in (5, 20, 24, 100, len(frame) - 1):
         with socket.create_connection((node.host, node.port)) as sock:
             sock.sendall(frame[:cut])
-    time.sleep(0.2)
+    # Every shard has seen its cut connections end: whatever they could append, they did.
+    wait_until(
+        lambda: all(
+            shard_stats(node, s)["client_connections"] == 0 for s in range(len(node.shard_ports))
+        ),
+        "the cut connections closed at the node",
+    )
     with NodeClient(node.host, node.port) as client:
         assert client.fetch_all(TOPIC, 1) == GOOD_VALUES
 

@@ -9,16 +9,17 @@ was removed.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from laminar.client import Client, InvalidRequestError
+from tests.support import wait_until
 from tests.system.nodes import RunningNode, start_node
 from tests.system.routed import laminar_cli, metrics, total
 
 CHECK_S = 0.3
+RETENTION_WAIT_S = 20.0
 
 
 @pytest.fixture(scope="module")
@@ -38,11 +39,9 @@ def deleted(node: RunningNode) -> tuple[float, float]:
     )
 
 
-def wait_for(check: object, what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"{what} did not happen in {timeout_s} s"
-        time.sleep(0.1)
+def expired(client: Client, topic: str, end: int) -> bool:
+    """Have both partitions of `topic`, `end` records each, lost every record?"""
+    return all(client.offsets(topic, p) == (end, end) for p in range(2))
 
 
 def values(client: Client, topic: str, partition: int) -> list[bytes]:
@@ -70,7 +69,7 @@ def test_retention_bytes_keeps_the_newest_segments(node: RunningNode) -> None:
                 for lo, hi in (client.offsets("sized", p) for p in range(2))
             )
 
-        wait_for(within_limit, "retention")
+        wait_until(within_limit, "retention", RETENTION_WAIT_S)
         for p in range(2):
             kept = values(client, "sized", p)
             assert kept == sent[p][-len(kept) :]  # the newest records, intact and in order
@@ -86,7 +85,7 @@ def test_retention_ms_empties_a_quiet_partition(node: RunningNode) -> None:
         client.create_topic("aged", partitions=2, config={"retention.ms": 500, "segment.ms": 300})
         for p in range(2):
             client.produce("aged", p, [b"old-1", b"old-2"])
-        wait_for(lambda: all(client.offsets("aged", p) == (2, 2) for p in range(2)), "expiry")
+        wait_until(lambda: expired(client, "aged", 2), "expiry", RETENTION_WAIT_S)
         first = client.produce("aged", 1, [b"new"])
         assert first == 2 and values(client, "aged", 1) == [b"new"]
 
@@ -94,11 +93,16 @@ def test_retention_ms_empties_a_quiet_partition(node: RunningNode) -> None:
 def test_topic_alter_applies_to_a_live_topic(node: RunningNode) -> None:
     with Client(node.bootstrap) as client:
         client.create_topic("altered", partitions=2)
+        client.create_topic(
+            "witness", partitions=2, config={"retention.ms": 500, "segment.ms": 300}
+        )
         for p in range(2):
             client.produce("altered", p, [b"a", b"b", b"c"])  # the logs are open now
-    time.sleep(3 * CHECK_S)
-    with Client(node.bootstrap) as client:
-        assert all(client.offsets("altered", p).lowest == 0 for p in range(2))  # kept forever
+            client.produce("witness", p, [b"a", b"b", b"c"])
+        # Retention has run long enough to remove records that expire (the witness's)...
+        wait_until(lambda: expired(client, "witness", 3), "the witness's expiry", RETENTION_WAIT_S)
+        # ...and kept those of a topic without retention.ms.
+        assert all(client.offsets("altered", p).lowest == 0 for p in range(2))
     result = laminar_cli(
         node,
         "topic", "alter", "altered", "--config", "retention.ms=500", "--config", "segment.ms=300",
@@ -107,7 +111,7 @@ def test_topic_alter_applies_to_a_live_topic(node: RunningNode) -> None:
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["config"] == {"retention.ms": 500, "segment.ms": 300}
     with Client(node.bootstrap) as client:
-        wait_for(lambda: all(client.offsets("altered", p) == (3, 3) for p in range(2)), "expiry")
+        wait_until(lambda: expired(client, "altered", 3), "expiry", RETENTION_WAIT_S)
         topic = client.alter_topic("altered", remove=["retention.ms", "segment.ms"])
         assert topic.config == {}
         assert client.describe_topic("altered").topic.config == {}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from laminar.client import Client
-from tests.cluster.nodes import wait_until
+from tests.support import wait_until
 
 from .nodes import RunningNode
 
