@@ -34,8 +34,8 @@ from laminar.shards.groups import ShardGroups
 from laminar.shards.partitions import OFFLINE_RETRY_S, PartitionManager
 from laminar.wire import ErrorCode
 from laminar.wire.errors import RequestError
-from tests.clock import FakeClock
 from tests.cluster import test_raft_groups as groups
+from tests.support.clock import FakeClock
 
 CONFIG = LogConfig(segment_bytes=1 << 20, preallocate_bytes=0, flush="always")
 NODES = groups.NODES

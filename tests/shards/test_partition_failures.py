@@ -19,7 +19,7 @@ from laminar.shards.partitions import (
     PartitionManager,
     PartitionOffline,
 )
-from tests.clock import FakeClock
+from tests.support.clock import FakeClock
 
 PID = partition_id(5, 1)
 CONFIG = LogConfig(preallocate_bytes=0)

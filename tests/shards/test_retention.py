@@ -12,7 +12,7 @@ from laminar.shards.metrics import ShardMetrics
 from laminar.shards.partitions import PartitionManager
 from laminar.shards.retention import Retention
 from laminar.wire import TopicInfo
-from tests.clock import FakeClock
+from tests.support.clock import FakeClock
 
 TOPIC = TopicInfo("t", 5, 1, {"retention.ms": 60_000, "segment.ms": 30_000})
 PID = partition_id(5, 0)

@@ -1,5 +1,6 @@
-"""What every test folder shares: one way to wait (`waits`) and one way to pick
-a node port that nobody else takes meanwhile (`ports`)."""
+"""What every test folder shares: one way to wait (`waits`), one way to pick
+a node port that nobody else takes meanwhile (`ports`), and the clock tests
+move by hand (`clock.FakeClock`)."""
 
 from tests.support.ports import free_port, port_in_use, retry_on_port_in_use
 from tests.support.waits import wait_until, wait_until_async

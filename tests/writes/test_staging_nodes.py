@@ -30,8 +30,8 @@ from laminar.wire.writes import StagedPart, StageRequest, WriteState
 from laminar.writes.area import StagingArea
 from laminar.writes.files import StagingFiles
 from laminar.writes.participant import Participant
-from tests.clock import FakeClock
 from tests.delivery import assert_exactly_once
+from tests.support.clock import FakeClock
 
 PID = (5 << 32) | 0
 COMMIT = 0xC0
