@@ -176,7 +176,7 @@ class AsyncClient(ClientCore):
     ) -> list[Sent]:
         """Append `values` to `topic`, choosing the partitions as Kafka's
         producer does: see `Client.send`."""
-        groups = await self._run(self.split_plan(topic, values, keys, headers))
+        groups = await self._run(self._split_plan(topic, values, keys, headers))
         firsts = await asyncio.gather(*(self.produce(topic, p, *records) for p, records in groups))
         return sent(groups, firsts)
 
@@ -322,7 +322,7 @@ class AsyncClient(ClientCore):
         replication_factor: int | None = None,
     ) -> TopicInfo:
         call = calls.create_topic(name, partitions, config or {}, replication_factor)
-        return await self._run(self.topic_change_plan(call))
+        return await self._run(self._topic_change_plan(call))
 
     async def decommission_node(self, node_id: str, *, cancel: bool = False) -> tuple[str, ...]:
         """`Client.decommission_node`: a node leaves for good (or stays)."""
@@ -337,10 +337,10 @@ class AsyncClient(ClientCore):
     ) -> TopicInfo:
         """`Client.alter_topic`: set and remove a live topic's config keys."""
         call = calls.alter_topic(name, config or {}, remove)
-        return await self._run(self.topic_change_plan(call))
+        return await self._run(self._topic_change_plan(call))
 
     async def delete_topic(self, name: str) -> None:
-        await self._run(self.delete_topic_plan(name))
+        await self._run(self._delete_topic_plan(name))
 
     async def list_topics(self) -> list[TopicInfo]:
         return await self._call(calls.list_topics())
@@ -372,7 +372,7 @@ class AsyncClient(ClientCore):
         self, topic: str | None = None, partition: int = 0, *, shard: int | None = None
     ) -> PingResult:
         """Ping the owner of `topic`/`partition`, or shard `shard`, or the node port."""
-        return await self._run(self.ping_plan(topic, partition, shard))
+        return await self._run(self._ping_plan(topic, partition, shard))
 
     @property
     def cluster(self) -> ClusterView | None:
@@ -380,7 +380,7 @@ class AsyncClient(ClientCore):
         return self._view
 
     async def refresh_metadata(self) -> ClusterView:
-        """Fetch metadata (`ClientCore.metadata_plan`: the bootstrap addresses,
+        """Fetch metadata (`ClientCore._metadata_plan`: the bootstrap addresses,
         then any node known). Concurrent callers share one fetch."""
         if self._refresh_lock is None:
             self._refresh_lock = asyncio.Lock()
@@ -388,7 +388,7 @@ class AsyncClient(ClientCore):
         async with self._refresh_lock:
             if self._generation != generation and self._view is not None:
                 return self._view  # fetched while this caller waited for the lock
-            view = await self._run(self.metadata_plan())
+            view = await self._run(self._metadata_plan())
             self._generation += 1
             return view
 
@@ -399,8 +399,8 @@ class AsyncClient(ClientCore):
         return asyncio.ensure_future(self._call(call))
 
     async def _call(self, call: calls.Call[T]) -> T:
-        """`call` performed (`ClientCore.call_plan`)."""
-        return await self._run(self.call_plan(call))
+        """`call` performed (`ClientCore._call_plan`)."""
+        return await self._run(self._call_plan(call))
 
     async def _run(self, plan: Plan[T]) -> T:
         """Perform `plan`'s actions on the loop; its result."""

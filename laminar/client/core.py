@@ -8,7 +8,7 @@ returns the result (or raises the typed error). It yields
   connection the node has closed, for a request that must not be lost into a
   dead socket);
 - `Sleep(delay_s)`: wait, then answer None;
-- `REFRESH`: fetch the metadata (the shell runs `metadata_plan`, sharing one
+- `REFRESH`: fetch the metadata (the shell runs `_metadata_plan`, sharing one
   fetch among concurrent callers if it can) and answer with the new view;
 - `RECOVER` (before a retry): drop the connections that broke and fetch the
   metadata again, leaving any failure for the retry itself to meet; answer
@@ -27,7 +27,7 @@ of the plans here.
 
 Idempotent produce calls go through `laminar.client.producer` first (the
 window and the batching, shared; each shell waits for room its own way);
-each batch is then one `call_plan`. Atomic writes (`laminar.client.writes`)
+each batch is then one `_call_plan`. Atomic writes (`laminar.client.writes`)
 are calls too, and their per-attempt bookkeeping is I/O-free there.
 """
 
@@ -89,7 +89,7 @@ class _Recover:
 
 
 REFRESH: Final = _Refresh()
-"""Fetch the metadata (`metadata_plan`); answer with the new `ClusterView`."""
+"""Fetch the metadata (`_metadata_plan`); answer with the new `ClusterView`."""
 RECOVER: Final = _Recover()
 """Before a retry: drop broken connections, refresh the metadata (a failure
 here is left for the retry to meet); answer None."""
@@ -136,7 +136,7 @@ class ClientCore:
 
     # --- plans -----------------------------------------------------------------------
 
-    def call_plan(self, call: calls.Call[T]) -> Plan[T]:
+    def _call_plan(self, call: calls.Call[T]) -> Plan[T]:
         """Perform `call`, retrying it as `laminar.client.retry` allows, with
         fresh metadata before each retry."""
         backoff: Backoff | None = None
@@ -170,7 +170,7 @@ class ClientCore:
             yield Sleep(delay)
             yield RECOVER
 
-    def metadata_plan(self) -> Plan[ClusterView]:
+    def _metadata_plan(self) -> Plan[ClusterView]:
         """Metadata from the first address that answers within
         `connect_timeout_s` (`MetadataSearch`: the bootstrap addresses, then
         every node known); while the nodes that answer are still loading
@@ -203,31 +203,31 @@ class ClientCore:
                 self._view = view
             return view
 
-    def topic_change_plan(self, call: calls.Call[TopicInfo]) -> Plan[TopicInfo]:
+    def _topic_change_plan(self, call: calls.Call[TopicInfo]) -> Plan[TopicInfo]:
         """Create or alter a topic; the routing learns the answer at once."""
-        topic = yield from self.call_plan(call)
+        topic = yield from self._call_plan(call)
         with self._lock:
             if self._view is not None:
                 self._view = self._view.with_topic(topic)
         return topic
 
-    def delete_topic_plan(self, name: str) -> Plan[None]:
-        yield from self.call_plan(calls.delete_topic(name))
+    def _delete_topic_plan(self, name: str) -> Plan[None]:
+        yield from self._call_plan(calls.delete_topic(name))
         with self._lock:
             if self._view is not None:
                 self._view = self._view.without_topic(name)
 
-    def ping_plan(self, topic: str | None, partition: int, shard: int | None) -> Plan[PingResult]:
+    def _ping_plan(self, topic: str | None, partition: int, shard: int | None) -> Plan[PingResult]:
         """Ping the owner of `topic`/`partition`, or shard `shard`, or (with
         neither) the node port, timing the round trip."""
         address = self.bootstrap if topic is None and shard is None else None
         call = calls.ping(topic=topic, partition=partition, shard=shard, address=address)
         start = time.perf_counter()
-        pong = yield from self.call_plan(call)
+        pong = yield from self._call_plan(call)
         elapsed_ms = (time.perf_counter() - start) * 1000
         return PingResult(pong.node_id, pong.shard_id, pong.received_by, elapsed_ms)
 
-    def split_plan(
+    def _split_plan(
         self,
         topic: str,
         values: Sequence[bytes],

@@ -57,8 +57,8 @@ class Pending(Generic[T]):
     )
 
     def __init__(self, client: Client, work: calls.Call[T] | Plan[T]) -> None:
-        """Send `work`: a call (performed by `ClientCore.call_plan`), or a plan."""
-        plan = client.call_plan(work) if isinstance(work, calls.Call) else work
+        """Send `work`: a call (performed by `ClientCore._call_plan`), or a plan."""
+        plan = client._call_plan(work) if isinstance(work, calls.Call) else work
         self._client = client
         self._plan = plan
         self._conn: BlockingConnection | None = None
@@ -278,7 +278,7 @@ class Client(ClientCore):
         (pipelined, idempotent as `produce`); returns where the records went,
         by partition. If one of them fails its error is raised, and the others
         may have been appended."""
-        groups = self._run(self.split_plan(topic, values, keys, headers))
+        groups = self._run(self._split_plan(topic, values, keys, headers))
         pending = [self.produce_nowait(topic, p, *records) for p, records in groups]
         return sent(groups, [waiting.result() for waiting in pending])
 
@@ -421,7 +421,7 @@ class Client(ClientCore):
         partition lives on `replication_factor` nodes (default: 3, or all of them
         if fewer)."""
         call = calls.create_topic(name, partitions, config or {}, replication_factor)
-        return self._run(self.topic_change_plan(call))
+        return self._run(self._topic_change_plan(call))
 
     def decommission_node(self, node_id: str, *, cancel: bool = False) -> tuple[str, ...]:
         """Decide that node `node_id` leaves the cluster for good (a gossip
@@ -441,11 +441,11 @@ class Client(ClientCore):
         """Set the keys of `config` and return the keys in `remove` to their
         defaults on a live topic (retention.ms, retention.bytes, segment.bytes,
         segment.ms); returns the topic with its new config."""
-        return self._run(self.topic_change_plan(calls.alter_topic(name, config or {}, remove)))
+        return self._run(self._topic_change_plan(calls.alter_topic(name, config or {}, remove)))
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and its records; `UnknownTopicError` if there is none."""
-        self._run(self.delete_topic_plan(name))
+        self._run(self._delete_topic_plan(name))
 
     def list_topics(self) -> list[TopicInfo]:
         return self._start(calls.list_topics()).result()
@@ -483,7 +483,7 @@ class Client(ClientCore):
     ) -> PingResult:
         """Ping the owner of `topic`/`partition`, or shard `shard`, or (with
         neither) the node port; the result says which shard served it."""
-        return self._run(self.ping_plan(topic, partition, shard))
+        return self._run(self._ping_plan(topic, partition, shard))
 
     @property
     def cluster(self) -> ClusterView:
@@ -496,10 +496,10 @@ class Client(ClientCore):
         self.refresh_metadata_view()
 
     def refresh_metadata_view(self) -> ClusterView:
-        """Fetch metadata (`ClientCore.metadata_plan`): from the first address
+        """Fetch metadata (`ClientCore._metadata_plan`): from the first address
         that answers within `connect_timeout_s`; while the nodes that answer
         are still loading theirs (NOT_READY), again within the retry budget."""
-        return self._run(self.metadata_plan())
+        return self._run(self._metadata_plan())
 
     # --- the shell: performing the plans' actions ------------------------------------
 
