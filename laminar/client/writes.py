@@ -244,19 +244,21 @@ class Attempt(Generic[W]):
     def partition(self, topic: str, partition: int) -> _Partition[W]:
         return self.partitions.setdefault((topic, partition), _Partition(f"{topic}/{partition}"))
 
-    def stage(
-        self,
-        state: _Partition[W],
-        topic: str,
-        partition: int,
+    @staticmethod
+    def encode(
         values: Sequence[bytes],
         keys: Sequence[bytes | None] | None,
         headers: Sequence[Mapping[str, bytes] | None] | None,
-    ) -> Call[tuple[int, str]]:
-        """The next batch of `state`'s partition (its previous one answered)."""
+    ) -> tuple[bytes, ...]:
+        """A batch's records, checked and encoded (before waiting for anything)."""
         if not values:
             raise ValueError("a staged batch needs at least one value")
-        blobs = ProduceRequest.from_values(0, values, keys, headers).blobs
+        return ProduceRequest.from_values(0, values, keys, headers).blobs
+
+    def stage(
+        self, state: _Partition[W], topic: str, partition: int, blobs: tuple[bytes, ...]
+    ) -> Call[tuple[int, str]]:
+        """The next batch of `state`'s partition (its previous one answered)."""
         call = stage(
             self.write_id,
             self.task,
@@ -356,9 +358,10 @@ class Stager(_Staging[_Waiting[tuple[int, str]]]):
         headers: Sequence[Mapping[str, bytes] | None] | None = None,
     ) -> None:
         """Stage a batch; waits only for this partition's previous batch."""
+        blobs = self._attempt.encode(values, keys, headers)
         state = self._attempt.partition(topic, partition)
         self._settle(state)
-        call = self._attempt.stage(state, topic, partition, values, keys, headers)
+        call = self._attempt.stage(state, topic, partition, blobs)
         state.in_flight = self.client._start(call)
 
     def send(
@@ -413,9 +416,10 @@ class AsyncStager(_Staging[asyncio.Future[tuple[int, str]]]):
         headers: Sequence[Mapping[str, bytes] | None] | None = None,
     ) -> None:
         """Stage a batch; waits only for this partition's previous batch."""
+        blobs = self._attempt.encode(values, keys, headers)
         state = self._attempt.partition(topic, partition)
         await self._settle(state)
-        call = self._attempt.stage(state, topic, partition, values, keys, headers)
+        call = self._attempt.stage(state, topic, partition, blobs)
         state.in_flight = self.client._start(call)
         # Retrieved here too: an abort after a failure leaves the others unawaited.
         state.in_flight.add_done_callback(_retrieve)
