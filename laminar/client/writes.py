@@ -76,6 +76,7 @@ from laminar.wire.writes import (
 
 T = TypeVar("T")
 W = TypeVar("W")
+C = TypeVar("C")
 T_co = TypeVar("T_co", covariant=True)
 
 _LOST = (ConnectionLostError, RequestTimeoutError, NotLeaderError)
@@ -309,12 +310,19 @@ class Attempt(Generic[W]):
         )
 
 
-class _Staging(Generic[W]):
-    """A stager's attempt, whatever the shell (`W`: its handle on a batch in flight)."""
+class _Staging(Generic[C, W]):
+    """A stager's attempt, whatever the shell (`C`: the client it stages
+    through; `W`: its handle on a batch in flight)."""
 
     def __init__(
-        self, write_id: int, task: int, attempt: int | None, timeout_s: float | None
+        self,
+        client: C,
+        write_id: int,
+        task: int = 0,
+        attempt: int | None = None,
+        timeout_s: float | None = None,
     ) -> None:
+        self.client = client
         self._attempt: Attempt[W] = Attempt(write_id, task, attempt, timeout_s)
 
     @property
@@ -334,20 +342,9 @@ class _Staging(Generic[W]):
         return self._attempt.timeout_ms
 
 
-class Stager(_Staging[_Waiting[tuple[int, str]]]):
+class Stager(_Staging[BlockingCalls, _Waiting[tuple[int, str]]]):
     """One task attempt of a write: stages batches, one in flight per partition
     (pipelined across partitions), and reports what it staged (`finish`)."""
-
-    def __init__(
-        self,
-        client: BlockingCalls,
-        write_id: int,
-        task: int = 0,
-        attempt: int | None = None,
-        timeout_s: float | None = None,
-    ) -> None:
-        super().__init__(write_id, task, attempt, timeout_s)
-        self.client = client
 
     def send_nowait(
         self,
@@ -393,19 +390,8 @@ class Stager(_Staging[_Waiting[tuple[int, str]]]):
         self._attempt.staged(state, answer)
 
 
-class AsyncStager(_Staging[asyncio.Future[tuple[int, str]]]):
+class AsyncStager(_Staging[AsyncCalls, asyncio.Future[tuple[int, str]]]):
     """`Stager` for `AsyncClient`: the same, with coroutines."""
-
-    def __init__(
-        self,
-        client: AsyncCalls,
-        write_id: int,
-        task: int = 0,
-        attempt: int | None = None,
-        timeout_s: float | None = None,
-    ) -> None:
-        super().__init__(write_id, task, attempt, timeout_s)
-        self.client = client
 
     async def send_nowait(
         self,
