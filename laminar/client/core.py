@@ -136,27 +136,33 @@ class ClientCore:
 
     # --- plans -----------------------------------------------------------------------
 
-    def _call_plan(self, call: calls.Call[T]) -> Plan[T]:
+    def _call_plan(
+        self, call: calls.Call[T], failed: tuple[Address, LaminarError] | None = None
+    ) -> Plan[T]:
         """Perform `call`, retrying it as `laminar.client.retry` allows, with
-        fresh metadata before each retry."""
+        fresh metadata before each retry. With `failed`, the shell made the
+        first attempt itself (`_direct_route`) and it failed so, at that address."""
         backoff: Backoff | None = None
         while True:
             address: Address | None = None
-            try:
-                view = self._view or (yield REFRESH)
+            if failed is not None:
+                (address, error), failed = failed, None
+            else:
                 try:
-                    address, message = call.target(view)
-                except (UnknownTopicError, UnknownPartitionError):
-                    # Perhaps created since the metadata was fetched: look once more.
-                    address, message = call.target((yield REFRESH))
-                frame = yield Send(
-                    address, message, not call.idempotent, self.timeout_s + call.wait_s
-                )
-                return call.parse(frame)
-            except LaminarError as exc:
-                error = exc
-                if address is not None and no_answer(exc):
-                    self._note_unreachable(address)
+                    view = self._view or (yield REFRESH)
+                    try:
+                        address, message = call.target(view)
+                    except (UnknownTopicError, UnknownPartitionError):
+                        # Perhaps created since the metadata was fetched: look once more.
+                        address, message = call.target((yield REFRESH))
+                    frame = yield Send(
+                        address, message, not call.idempotent, self.timeout_s + call.wait_s
+                    )
+                    return call.parse(frame)
+                except LaminarError as exc:
+                    error = exc
+            if address is not None and no_answer(error):
+                self._note_unreachable(address)
             self._note_leader(error)
             final = final_error(error, call.idempotent, call.what)
             if final is not None:
@@ -169,6 +175,19 @@ class ClientCore:
                 raise error
             yield Sleep(delay)
             yield RECOVER
+
+    def _direct_route(self, call: calls.Call[Any]) -> tuple[Address, Message] | None:
+        """Where `call`'s first attempt goes when the shell may make it without a
+        plan (the hot path: a generator per request costs a few microseconds):
+        with metadata at hand and a route found. None leaves it all to
+        `_call_plan`; a first attempt that fails goes on there (`failed`)."""
+        view = self._view
+        if view is None:
+            return None
+        try:
+            return call.target(view)
+        except LaminarError:
+            return None
 
     def _metadata_plan(self) -> Plan[ClusterView]:
         """Metadata from the first address that answers within

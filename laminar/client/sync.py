@@ -46,6 +46,7 @@ class Pending(Generic[T]):
 
     __slots__ = (
         "_backoff",
+        "_call",
         "_client",
         "_conn",
         "_corr",
@@ -57,10 +58,10 @@ class Pending(Generic[T]):
     )
 
     def __init__(self, client: Client, work: calls.Call[T] | Plan[T]) -> None:
-        """Send `work`: a call (performed by `ClientCore._call_plan`), or a plan."""
-        plan = client._call_plan(work) if isinstance(work, calls.Call) else work
+        """Send `work`: a call (its first attempt straight on a connection when
+        `ClientCore._direct_route` allows, the hot path; the rest by
+        `ClientCore._call_plan`), or a plan."""
         self._client = client
-        self._plan = plan
         self._conn: BlockingConnection | None = None
         self._corr = 0
         self._deadline = 0.0
@@ -72,9 +73,28 @@ class Pending(Generic[T]):
         self._lock = threading.Lock()
         """Held while waiting: threads may ask for one result at once (a
         produce settling the oldest of its window, and the caller)."""
-        self._resume(plan.send, None, wait=False)
+        self._plan: Plan[T] | None = None
+        """None while the first attempt of `_call` is made without one."""
+        if not isinstance(work, calls.Call):
+            self._start_plan(work)
+            return
+        self._call = work
+        route = client._direct_route(work)
+        if route is None:
+            self._start_plan(client._call_plan(work))
+            return
+        try:
+            self._conn, self._corr = client._send_to(route[0], route[1], not work.idempotent)
+        except LaminarError as exc:
+            self._start_plan(client._call_plan(work, (route[0], exc)))
+            return
+        self._deadline = time.monotonic() + client.timeout_s + work.wait_s
 
-    def _resume(self, step: Callable[[Any], Action], value: Any, wait: bool) -> None:
+    def _start_plan(self, plan: Plan[T], wait: bool = False) -> None:
+        self._plan = plan
+        self._resume(plan, plan.send, None, wait)
+
+    def _resume(self, plan: Plan[T], step: Callable[[Any], Action], value: Any, wait: bool) -> None:
         """Go on with the plan from `step(value)` until a request is out, it
         ends, or (unless `wait`) it asks for a backoff."""
         client = self._client
@@ -87,7 +107,7 @@ class Pending(Generic[T]):
             except LaminarError as exc:
                 self._failed = exc
                 return
-            step, value = self._plan.send, None
+            step, value = plan.send, None
             try:
                 if type(action) is Send:
                     self._conn, self._corr = client._send_to(
@@ -105,7 +125,7 @@ class Pending(Generic[T]):
                 else:
                     client._recover()
             except LaminarError as exc:
-                step, value = self._plan.throw, exc
+                step, value = plan.throw, exc
 
     @property
     def done(self) -> bool:
@@ -126,16 +146,27 @@ class Pending(Generic[T]):
                 if self._backoff is not None:
                     time.sleep(self._backoff.delay_s)
                     self._backoff = None
-                    self._resume(self._plan.send, None, wait=True)
+                    plan = self._plan
+                    if plan is None:  # cannot happen: only a plan parks a backoff
+                        raise RuntimeError("a Pending request has a backoff but no plan")
+                    self._resume(plan, plan.send, None, wait=True)
                     continue
-                if self._conn is None:  # cannot happen: _resume sends, parks or ends
+                conn = self._conn
+                if conn is None:  # cannot happen: _resume sends, parks or ends
                     raise RuntimeError("a Pending request has no request out")
+                plan = self._plan
                 try:
-                    frame = self._conn.wait(self._corr, self._deadline)
+                    frame = conn.wait(self._corr, self._deadline)
+                    if plan is None:  # the direct first attempt
+                        self._result = self._call.parse(frame)
+                    else:
+                        self._resume(plan, plan.send, frame, wait=True)
                 except LaminarError as exc:
-                    self._resume(self._plan.throw, exc, wait=True)
-                else:
-                    self._resume(self._plan.send, frame, wait=True)
+                    if plan is None:
+                        call_plan = self._client._call_plan(self._call, (conn.address, exc))
+                        self._start_plan(call_plan, wait=True)
+                    else:
+                        self._resume(plan, plan.throw, exc, wait=True)
             return self._result
 
 
