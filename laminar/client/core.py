@@ -23,7 +23,10 @@ unreachable node, a stale topic); the shells only perform the actions:
 `Client` (`sync.py`) with blocking sockets and `time.sleep`, `AsyncClient`
 (`aio.py`) with the event loop. Both therefore behave the same by
 construction, and each public method of theirs is a line or two around one
-of the plans here.
+of the plans here. The one shortcut: a call's first attempt may be made by
+the shell itself (`_direct_route`: route, send, parse), a generator per
+request being measurable on the produce and fetch hot paths; a failure of
+it is handed to `_call_plan`, which decides as if it had made the attempt.
 
 Idempotent produce calls go through `laminar.client.producer` first (the
 window and the batching, shared; each shell waits for room its own way);
