@@ -9,8 +9,10 @@
 
 Both clients fetch the node's metadata, compute each partition's owning shard
 with `laminar.placement.shard_for`, keep one connection per shard and pipeline
-requests on it. Modules: `routing` (addresses, the cluster view), `protocol`
-(sans-IO correlation matching), `calls` (requests as data), `retry` (what may
+requests on it. Modules: `core` (every operation as a sans-I/O plan, which
+both clients perform), `routing` (addresses, the cluster view), `protocol`
+(sans-IO correlation matching), `calls` (requests as data), `writes` (atomic
+writes), `retry` (what may
 be sent again), `results`, `batch` (`RecordBatch`, a fetch answer without an
 object per record), `reader` (`PartitionReader`, a partition read in order
 one fetch ahead), `arrow` (fetch answers to Arrow) and `errors` (what callers get), `blocking` and
@@ -64,11 +66,20 @@ from laminar.client.results import (
 from laminar.client.retry import RetryPolicy
 from laminar.client.routing import ClusterView, parse_address, partition_for_key
 from laminar.client.sync import Client, Pending
-from laminar.client.writes import AtomicWrite, CommitResult, Stager, new_write_id
+from laminar.client.writes import (
+    AsyncAtomicWrite,
+    AsyncStager,
+    AtomicWrite,
+    CommitResult,
+    Stager,
+    new_write_id,
+)
 from laminar.wire import MetadataResponse, ShardInfo, TopicInfo
 
 __all__ = [
+    "AsyncAtomicWrite",
     "AsyncClient",
+    "AsyncStager",
     "AtomicWrite",
     "CannotConnectError",
     "Client",

@@ -9,6 +9,13 @@ requests to one shard share its connection:
             *(c.produce("events", p, batch) for p in range(8))
         )
 
+Methods that end in `_nowait` start the request as a task at once and
+return it (`await` it for the result), as `Client`'s return a `Pending`;
+atomic writes (`begin_write`, `stager`, `commit_write`) are `Client`'s with
+coroutines (`laminar.client.writes`). Routing, retries and results come from
+the same sans-I/O plans as `Client`'s (`laminar.client.core`); this shell
+only performs them on the loop.
+
 It runs on the stock asyncio loop and on laminar's `UringEventLoop`. Nothing
 is sent before the first request (or `connect()`), which fetches metadata.
 """
@@ -18,54 +25,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from laminar.client import calls
+from laminar.client import calls, writes
 from laminar.client.aio_connection import AsyncConnection
 from laminar.client.batch import RecordBatch
-from laminar.client.errors import (
-    ConnectionLostError,
-    LaminarError,
-    NotReadyError,
-    UnknownPartitionError,
-    UnknownTopicError,
-)
-from laminar.client.partitioner import StickyPartitioner
-from laminar.client.producer import (
-    AsyncProducer,
-    ProducerSequences,
-    is_idempotent,
-    produce_call,
-)
+from laminar.client.core import REFRESH, ClientCore, Plan, Send, Sleep, sent
+from laminar.client.errors import ConnectionLostError, LaminarError
+from laminar.client.producer import AsyncProducer, is_idempotent, produce_call
 from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
 from laminar.client.reader import PartitionReader
-from laminar.client.results import (
-    Offsets,
-    PingResult,
-    Record,
-    Sent,
-    TopicDescription,
-    describe,
-    expect,
-)
-from laminar.client.retry import Backoff, MetadataSearch, RetryPolicy, final_error, no_answer
-from laminar.client.routing import (
-    Address,
-    ClusterView,
-    RouteHints,
-    metadata_timeout_s,
-    parse_addresses,
-)
-from laminar.memory import tune_allocator
-from laminar.wire import MetadataRequest, MetadataResponse, TopicInfo
+from laminar.client.results import Offsets, PingResult, Record, Sent, TopicDescription, describe
+from laminar.client.retry import RetryPolicy
+from laminar.client.routing import Address, ClusterView
+from laminar.wire import ListOffsetsResponse, MetadataResponse, TopicInfo
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES, DEFAULT_FETCH_MAX_RECORDS
+from laminar.wire.writes import StagedPart
 
 T = TypeVar("T")
 
 
-class AsyncClient:
+class AsyncClient(ClientCore):
     """An asyncio laminar client; see the module docstring. Use it from one
     event loop (the one it first ran on)."""
 
@@ -80,27 +61,20 @@ class AsyncClient:
         read_from: str = "leader",
         idempotent: bool = True,
     ) -> None:
-        if read_from not in ("leader", "follower"):
-            raise ValueError(f"read_from is 'leader' or 'follower', not {read_from!r}")
-        tune_allocator()  # fetch answers are MiB-sized buffers: see laminar.memory
-        self.bootstraps: tuple[Address, ...] = parse_addresses(bootstrap)
-        self.bootstrap: Address = self.bootstraps[0]
-        self.timeout_s = timeout_s
-        self.connect_timeout_s = connect_timeout_s
-        self.retry = retry or RetryPolicy()
-        self._max_frame_bytes = max_frame_bytes
+        super().__init__(
+            bootstrap,
+            timeout_s=timeout_s,
+            connect_timeout_s=connect_timeout_s,
+            retry=retry,
+            max_frame_bytes=max_frame_bytes,
+            read_from=read_from,
+            idempotent=idempotent,
+        )
         self._conns: dict[Address, AsyncConnection] = {}
         self._connecting: dict[Address, asyncio.Task[AsyncConnection]] = {}
-        self._view: ClusterView | None = None
-        self.idempotent = idempotent
-        self._sequences = ProducerSequences()
         self._producer = AsyncProducer(self._produce_batch)
-        self._partitioner = StickyPartitioner()
-        self._hints = RouteHints(read_from_followers=read_from == "follower")
-        """Leaders and unreachable nodes learned from answers (kept across refreshes)."""
         self._generation = 0
         self._refresh_lock: asyncio.Lock | None = None
-        self._closed = False
 
     # --- context and lifetime --------------------------------------------------------
 
@@ -161,6 +135,25 @@ class AsyncClient:
             return await self._producer.produce((topic, partition), values, alone=alone)
         return await self._producer.produce((topic, partition), values, keys, headers)
 
+    def produce_nowait(
+        self,
+        topic: str,
+        partition: int,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[Mapping[str, bytes] | None] | None = None,
+        *,
+        producer_id: int | None = None,
+        sequence: int | None = None,
+    ) -> asyncio.Task[int]:
+        """`produce`, started now as a task (the `_nowait` calls of one loop
+        iteration go out in call order); await it for the first record's index."""
+        return asyncio.ensure_future(
+            self.produce(
+                topic, partition, values, keys, headers, producer_id=producer_id, sequence=sequence
+            )
+        )
+
     async def _produce_batch(
         self,
         key: tuple[str, int],
@@ -171,9 +164,8 @@ class AsyncClient:
         """One batch under the client's own producer of partition `key`; the
         sequence is taken now, as it leaves (`laminar.client.producer`)."""
         topic, partition = key
-        return await self._call(
-            produce_call(self._sequences, topic, partition, values, keys, headers, None, None)
-        )
+        call = produce_call(self._sequences, topic, partition, values, keys, headers, None, None)
+        return await self._call(call)
 
     async def send(
         self,
@@ -184,18 +176,9 @@ class AsyncClient:
     ) -> list[Sent]:
         """Append `values` to `topic`, choosing the partitions as Kafka's
         producer does: see `Client.send`."""
-        try:
-            if self._view is None:
-                raise UnknownTopicError(topic)
-            partitions = self._view.topic(topic).partitions
-        except UnknownTopicError:  # no metadata yet, or the topic is new
-            partitions = (await self.refresh_metadata()).topic(topic).partitions
-        groups = self._partitioner.split(topic, partitions, values, keys, headers)
+        groups = await self._run(self._split_plan(topic, values, keys, headers))
         firsts = await asyncio.gather(*(self.produce(topic, p, *records) for p, records in groups))
-        return [
-            Sent(p, first, len(records[0]))
-            for (p, records), first in zip(groups, firsts, strict=True)
-        ]
+        return sent(groups, firsts)
 
     async def fetch(
         self,
@@ -211,6 +194,21 @@ class AsyncClient:
         call = calls.fetch(topic, partition, index, max_bytes, max_records, max_wait_ms)
         return await self._call(call)
 
+    def fetch_nowait(
+        self,
+        topic: str,
+        partition: int,
+        index: int,
+        *,
+        max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+        max_records: int = DEFAULT_FETCH_MAX_RECORDS,
+        max_wait_ms: int = 0,
+    ) -> asyncio.Task[list[Record]]:
+        """`fetch`, started now as a task; await it for the records."""
+        return self._start(
+            calls.fetch(topic, partition, index, max_bytes, max_records, max_wait_ms)
+        )
+
     async def fetch_batch(
         self,
         topic: str,
@@ -224,6 +222,21 @@ class AsyncClient:
         """`fetch` as one `RecordBatch` (see `Client.fetch_batch`)."""
         call = calls.fetch_batch(topic, partition, index, max_bytes, max_records, max_wait_ms)
         return await self._call(call)
+
+    def fetch_batch_nowait(
+        self,
+        topic: str,
+        partition: int,
+        index: int,
+        *,
+        max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+        max_records: int = DEFAULT_FETCH_MAX_RECORDS,
+        max_wait_ms: int = 0,
+    ) -> asyncio.Task[RecordBatch]:
+        """`fetch_batch`, started now as a task; await it for the batch."""
+        return self._start(
+            calls.fetch_batch(topic, partition, index, max_bytes, max_records, max_wait_ms)
+        )
 
     def reader(
         self,
@@ -253,10 +266,50 @@ class AsyncClient:
         """The partition's `(lowest, highest)` indexes; `highest` is exclusive."""
         return calls.offsets_of(await self._call(calls.list_offsets(topic, partition)))
 
+    async def replica_offsets(self, topic: str, partition: int, node: str) -> ListOffsetsResponse:
+        """`Client.replica_offsets`: the partition as node `node`'s replica sees it."""
+        return await self._call(calls.list_offsets(topic, partition, node=node))
+
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int:
         """The first index appended at or after `timestamp_ms`, else the highest."""
         response = await self._call(calls.list_offsets(topic, partition, timestamp_ms))
         return calls.timestamp_index_of(response)
+
+    # --- atomic writes (laminar.client.writes) ----------------------------------------
+
+    def begin_write(
+        self, *, write_id: int | None = None, timeout_s: float | None = None
+    ) -> writes.AsyncAtomicWrite:
+        """`Client.begin_write` with coroutines: `async with client.begin_write()
+        as w: await w.send(...); await w.commit()`."""
+        return writes.AsyncAtomicWrite(self, write_id, timeout_s)
+
+    def stager(
+        self,
+        write_id: int,
+        task: int = 0,
+        attempt: int | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> writes.AsyncStager:
+        """One task attempt's side of a distributed atomic write (`Client.stager`)."""
+        return writes.AsyncStager(self, write_id, task, attempt, timeout_s)
+
+    async def commit_write(
+        self, commit_id: int, parts: Sequence[StagedPart]
+    ) -> writes.CommitResult:
+        """`Client.commit_write`: commit exactly `parts` under `commit_id`."""
+        return await self._call(writes.commit_write(commit_id, tuple(parts)))
+
+    async def abort_write(
+        self, commit_id: int, parts: Sequence[StagedPart] = (), *, final: bool = True
+    ) -> str:
+        """`Client.abort_write`: abort `commit_id` and drop `parts`."""
+        return await self._call(writes.abort_write(commit_id, final, tuple(parts)))
+
+    async def write_status(self, commit_id: int) -> str:
+        """The commit id's state: unknown, committed, done or aborted."""
+        return await self._call(writes.write_status(commit_id))
 
     # --- topics ----------------------------------------------------------------------
 
@@ -268,12 +321,8 @@ class AsyncClient:
         config: dict[str, int | str] | None = None,
         replication_factor: int | None = None,
     ) -> TopicInfo:
-        topic = await self._call(
-            calls.create_topic(name, partitions, config or {}, replication_factor)
-        )
-        if self._view is not None:
-            self._view = self._view.with_topic(topic)
-        return topic
+        call = calls.create_topic(name, partitions, config or {}, replication_factor)
+        return await self._run(self._topic_change_plan(call))
 
     async def decommission_node(self, node_id: str, *, cancel: bool = False) -> tuple[str, ...]:
         """`Client.decommission_node`: a node leaves for good (or stays)."""
@@ -287,15 +336,11 @@ class AsyncClient:
         remove: Sequence[str] = (),
     ) -> TopicInfo:
         """`Client.alter_topic`: set and remove a live topic's config keys."""
-        topic = await self._call(calls.alter_topic(name, config or {}, remove))
-        if self._view is not None:
-            self._view = self._view.with_topic(topic)
-        return topic
+        call = calls.alter_topic(name, config or {}, remove)
+        return await self._run(self._topic_change_plan(call))
 
     async def delete_topic(self, name: str) -> None:
-        await self._call(calls.delete_topic(name))
-        if self._view is not None:
-            self._view = self._view.without_topic(name)
+        await self._run(self._delete_topic_plan(name))
 
     async def list_topics(self) -> list[TopicInfo]:
         return await self._call(calls.list_topics())
@@ -307,9 +352,7 @@ class AsyncClient:
     async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
         """`describe_topic` for several topics (all by default, sorted by name)."""
         view = await self.refresh_metadata()
-        if names is None:
-            names = sorted(view.topics)
-        topics = [view.topic(name) for name in names]
+        topics = [view.topic(name) for name in (sorted(view.topics) if names is None else names)]
         answers = await asyncio.gather(
             *(
                 asyncio.gather(
@@ -329,12 +372,7 @@ class AsyncClient:
         self, topic: str | None = None, partition: int = 0, *, shard: int | None = None
     ) -> PingResult:
         """Ping the owner of `topic`/`partition`, or shard `shard`, or the node port."""
-        address = self.bootstrap if topic is None and shard is None else None
-        call = calls.ping(topic=topic, partition=partition, shard=shard, address=address)
-        start = time.perf_counter()
-        pong = await self._call(call)
-        elapsed_ms = (time.perf_counter() - start) * 1000
-        return PingResult(pong.node_id, pong.shard_id, pong.received_by, elapsed_ms)
+        return await self._run(self._ping_plan(topic, partition, shard))
 
     @property
     def cluster(self) -> ClusterView | None:
@@ -342,84 +380,62 @@ class AsyncClient:
         return self._view
 
     async def refresh_metadata(self) -> ClusterView:
-        """Fetch metadata from the bootstrap address, else from any known shard.
-        Concurrent callers share one fetch."""
+        """Fetch metadata (`ClientCore._metadata_plan`: the bootstrap addresses,
+        then any node known). Concurrent callers share one fetch."""
         if self._refresh_lock is None:
             self._refresh_lock = asyncio.Lock()
         generation = self._generation
         async with self._refresh_lock:
             if self._generation != generation and self._view is not None:
                 return self._view  # fetched while this caller waited for the lock
-            view = await self._fetch_metadata_retrying()
-            self._view = view
+            view = await self._run(self._metadata_plan())
             self._generation += 1
             return view
 
-    async def _fetch_metadata_retrying(self) -> ClusterView:
-        """`_fetch_metadata`, again within the retry budget while the nodes
-        that answer are still loading their metadata (NOT_READY)."""
-        backoff: Backoff | None = None
-        while True:
-            try:
-                return await self._fetch_metadata()
-            except NotReadyError:
-                backoff = backoff or Backoff(self.retry)
-                delay = backoff.next_delay()
-                if delay is None:
-                    raise
-                await asyncio.sleep(delay)
+    # --- the shell: performing the plans' actions ------------------------------------
 
-    async def _fetch_metadata(self) -> ClusterView:
-        """As `Client.refresh_metadata_view`: the first address that answers."""
-        search = MetadataSearch(self.bootstraps, self._view, self._hints)
-        timeout_s = metadata_timeout_s(self.timeout_s, self.connect_timeout_s)
-        for address in search.candidates:
-            try:
-                conn = await self._connection(address)
-                frame = await conn.request(MetadataRequest(), timeout_s)
-                return ClusterView.from_metadata(
-                    expect(frame, MetadataResponse), address, self._hints
-                )
-            except LaminarError as exc:
-                search.failed(address, exc)
-        raise search.error()
-
-    # --- plumbing --------------------------------------------------------------------
+    def _start(self, call: calls.Call[T]) -> asyncio.Task[T]:
+        """`call`, started now as a task."""
+        return asyncio.ensure_future(self._call(call))
 
     async def _call(self, call: calls.Call[T]) -> T:
-        """Perform `call`, retrying as `laminar.client.retry` allows."""
-        backoff: Backoff | None = None
-        while True:
-            address: Address | None = None
-            try:
-                view = self._view or await self.refresh_metadata()
+        """`call` performed: its first attempt straight on a connection already
+        open (`ClientCore._direct_route`, the hot path), the rest by the plan."""
+        route = self._direct_route(call)
+        if route is not None:
+            address, message = route
+            conn = self._conns.get(address)
+            if conn is not None and not conn.broken:
                 try:
-                    address, message = call.target(view)
-                except (UnknownTopicError, UnknownPartitionError):
-                    address, message = call.target(await self.refresh_metadata())
-                conn = self._conns.get(address)
-                if conn is None or conn.broken:
-                    conn = await self._connection(address)
-                frame = await conn.request(message, self.timeout_s + call.wait_s)
-                return call.parse(frame)
+                    return call.parse(await conn.request(message, self.timeout_s + call.wait_s))
+                except LaminarError as exc:
+                    return await self._run(self._call_plan(call, (address, exc)))
+        return await self._run(self._call_plan(call))
+
+    async def _run(self, plan: Plan[T]) -> T:
+        """Perform `plan`'s actions on the loop; its result."""
+        step: Any = plan.send
+        value: Any = None
+        while True:
+            try:
+                action = step(value)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            step, value = plan.send, None
+            try:
+                if type(action) is Send:
+                    conn = self._conns.get(action.address)
+                    if conn is None or conn.broken:
+                        conn = await self._connection(action.address)
+                    value = await conn.request(action.message, action.timeout_s)
+                elif type(action) is Sleep:
+                    await asyncio.sleep(action.delay_s)
+                elif action is REFRESH:
+                    value = await self.refresh_metadata()
+                else:
+                    await self._recover()
             except LaminarError as exc:
-                error = exc
-                if address is not None and no_answer(exc):
-                    self._note_unreachable(address)
-            if self._view is not None:
-                self._view.learn(error)
-            final = final_error(error, call.idempotent, call.what)
-            if final is not None:
-                self._note_failure(call, final)
-                raise final
-            if backoff is None:
-                backoff = Backoff(self.retry)
-            delay = backoff.next_delay()
-            if delay is None:
-                self._note_failure(call, error)
-                raise error
-            await asyncio.sleep(delay)
-            await self._recover()
+                step, value = plan.throw, exc
 
     async def _connection(self, address: Address) -> AsyncConnection:
         """The live connection to `address`; concurrent callers share one connect."""
@@ -444,23 +460,9 @@ class AsyncClient:
         return conn
 
     async def _recover(self) -> None:
+        """`RECOVER`: forget broken connections and refresh the metadata."""
         for address, conn in list(self._conns.items()):
             if conn.broken:
                 del self._conns[address]
         with contextlib.suppress(LaminarError):
             await self.refresh_metadata()
-
-    def _note_unreachable(self, address: Address) -> None:
-        """Nobody answers at `address`: route around its node for a while."""
-        self._hints.unreachable(address, self._view.nodes if self._view else {})
-
-    def _note_failure(self, call: calls.Call[Any], error: LaminarError) -> None:
-        """As `Client._note_failure`."""
-        if call.failed is not None:
-            call.failed()
-        if (
-            call.topic is not None
-            and self._view is not None
-            and isinstance(error, UnknownTopicError | UnknownPartitionError)
-        ):
-            self._view = self._view.without_topic(call.topic)

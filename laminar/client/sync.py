@@ -18,54 +18,20 @@ import contextlib
 import functools
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from laminar.client import calls, writes
 from laminar.client.batch import RecordBatch
 from laminar.client.blocking import BlockingConnection
-from laminar.client.errors import (
-    CannotConnectError,
-    ConnectionLostError,
-    LaminarError,
-    NotReadyError,
-    UnknownPartitionError,
-    UnknownTopicError,
-)
-from laminar.client.partitioner import StickyPartitioner
-from laminar.client.producer import (
-    BlockingProducer,
-    Produced,
-    ProducerSequences,
-    is_idempotent,
-    produce_call,
-)
+from laminar.client.core import REFRESH, Action, ClientCore, Plan, Send, Sleep, sent
+from laminar.client.errors import ConnectionLostError, LaminarError
+from laminar.client.producer import BlockingProducer, Produced, is_idempotent, produce_call
 from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
-from laminar.client.results import (
-    Offsets,
-    PingResult,
-    Record,
-    Sent,
-    TopicDescription,
-    describe,
-    expect,
-)
-from laminar.client.retry import Backoff, MetadataSearch, RetryPolicy, final_error, no_answer
-from laminar.client.routing import (
-    Address,
-    ClusterView,
-    RouteHints,
-    metadata_timeout_s,
-    parse_addresses,
-)
-from laminar.memory import tune_allocator
-from laminar.wire import (
-    ListOffsetsResponse,
-    Message,
-    MetadataRequest,
-    MetadataResponse,
-    TopicInfo,
-)
+from laminar.client.results import Offsets, PingResult, Record, Sent, TopicDescription, describe
+from laminar.client.retry import RetryPolicy
+from laminar.client.routing import Address, ClusterView
+from laminar.wire import ListOffsetsResponse, Message, MetadataResponse, TopicInfo
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES, DEFAULT_FETCH_MAX_RECORDS
 from laminar.wire.writes import StagedPart
 
@@ -75,45 +41,91 @@ _NO_RESULT: Any = object()
 
 
 class Pending(Generic[T]):
-    """A request that was sent; `result()` waits for its answer, retrying it as
-    the retry rule allows (`laminar.client.retry`)."""
+    """A request that was sent; `result()` waits for its answer, going on with
+    its plan (`laminar.client.core`: retries, as `laminar.client.retry` allows)."""
 
     __slots__ = (
+        "_backoff",
         "_call",
         "_client",
         "_conn",
         "_corr",
         "_deadline",
-        "_error",
         "_failed",
         "_lock",
+        "_plan",
         "_result",
     )
 
-    def __init__(self, client: Client, call: calls.Call[T]) -> None:
+    def __init__(self, client: Client, work: calls.Call[T] | Plan[T]) -> None:
+        """Send `work`: a call (its first attempt straight on a connection when
+        `ClientCore._direct_route` allows, the hot path; the rest by
+        `ClientCore._call_plan`), or a plan."""
         self._client = client
-        self._call = call
         self._conn: BlockingConnection | None = None
         self._corr = 0
         self._deadline = 0.0
-        self._error: LaminarError | None = None
-        """Why the latest attempt failed (it may still be retried)."""
+        self._backoff: Sleep | None = None
+        """A backoff the plan asked for while being sent: `result()` waits it out."""
         self._failed: LaminarError | None = None
-        """The error `result()` raised for good."""
+        """The error `result()` raises for good."""
         self._result: T = _NO_RESULT
         self._lock = threading.Lock()
         """Held while waiting: threads may ask for one result at once (a
         produce settling the oldest of its window, and the caller)."""
-        self._send()
-
-    def _send(self) -> None:
+        self._plan: Plan[T] | None = None
+        """None while the first attempt of `_call` is made without one."""
+        if not isinstance(work, calls.Call):
+            self._start_plan(work)
+            return
+        self._call = work
+        route = client._direct_route(work)
+        if route is None:
+            self._start_plan(client._call_plan(work))
+            return
         try:
-            self._conn, self._corr = self._client._send(self._call)
-            self._deadline = time.monotonic() + self._client.timeout_s + self._call.wait_s
-            self._error = None
+            self._conn, self._corr = client._send_to(route[0], route[1], not work.idempotent)
         except LaminarError as exc:
-            self._conn = None
-            self._error = exc
+            self._start_plan(client._call_plan(work, (route[0], exc)))
+            return
+        self._deadline = time.monotonic() + client.timeout_s + work.wait_s
+
+    def _start_plan(self, plan: Plan[T], wait: bool = False) -> None:
+        self._plan = plan
+        self._resume(plan, plan.send, None, wait)
+
+    def _resume(self, plan: Plan[T], step: Callable[[Any], Action], value: Any, wait: bool) -> None:
+        """Go on with the plan from `step(value)` until a request is out, it
+        ends, or (unless `wait`) it asks for a backoff."""
+        client = self._client
+        while True:
+            try:
+                action = step(value)
+            except StopIteration as stop:
+                self._result = stop.value
+                return
+            except LaminarError as exc:
+                self._failed = exc
+                return
+            step, value = plan.send, None
+            try:
+                if type(action) is Send:
+                    self._conn, self._corr = client._send_to(
+                        action.address, action.message, action.fresh
+                    )
+                    self._deadline = time.monotonic() + action.timeout_s
+                    return
+                if type(action) is Sleep:
+                    if not wait:
+                        self._backoff = action
+                        return
+                    time.sleep(action.delay_s)
+                elif action is REFRESH:
+                    value = client.refresh_metadata_view()
+                else:
+                    client._recover()
+            except LaminarError as exc:
+                step, value = plan.throw, exc
 
     @property
     def done(self) -> bool:
@@ -128,46 +140,37 @@ class Pending(Generic[T]):
     def result(self) -> T:
         """The answer, or the typed error (`laminar.client.errors`)."""
         with self._lock:
-            return self._result_locked()
-
-    def _result_locked(self) -> T:
-        if self._result is not _NO_RESULT:
-            return self._result
-        if self._failed is not None:
-            raise self._failed
-        call = self._call
-        backoff: Backoff | None = None
-        while True:
-            error = self._error
-            if error is None and self._conn is not None:
+            while self._result is _NO_RESULT:
+                if self._failed is not None:
+                    raise self._failed
+                if self._backoff is not None:
+                    time.sleep(self._backoff.delay_s)
+                    self._backoff = None
+                    plan = self._plan
+                    if plan is None:  # cannot happen: only a plan parks a backoff
+                        raise RuntimeError("a Pending request has a backoff but no plan")
+                    self._resume(plan, plan.send, None, wait=True)
+                    continue
+                conn = self._conn
+                if conn is None:  # cannot happen: _resume sends, parks or ends
+                    raise RuntimeError("a Pending request has no request out")
+                plan = self._plan
                 try:
-                    self._result = call.parse(self._conn.wait(self._corr, self._deadline))
-                    return self._result
+                    frame = conn.wait(self._corr, self._deadline)
+                    if plan is None:  # the direct first attempt
+                        self._result = self._call.parse(frame)
+                    else:
+                        self._resume(plan, plan.send, frame, wait=True)
                 except LaminarError as exc:
-                    error = exc
-                    if no_answer(exc):
-                        self._client._note_unreachable(self._conn.address)
-            if error is None:  # cannot happen: _send sets a connection or an error
-                raise RuntimeError("a Pending request has neither a connection nor an error")
-            self._client._note_leader(error)
-            final = final_error(error, call.idempotent, call.what)
-            if final is not None:
-                self._client._note_failure(call, final)
-                self._failed = final
-                raise final
-            if backoff is None:
-                backoff = self._client._backoff()
-            delay = backoff.next_delay()
-            if delay is None:
-                self._client._note_failure(call, error)
-                self._failed = error
-                raise error
-            time.sleep(delay)
-            self._client._recover()
-            self._send()
+                    if plan is None:
+                        call_plan = self._client._call_plan(self._call, (conn.address, exc))
+                        self._start_plan(call_plan, wait=True)
+                    else:
+                        self._resume(plan, plan.throw, exc, wait=True)
+            return self._result
 
 
-class Client:
+class Client(ClientCore):
     """A blocking laminar client. `Client("host:port")` fetches the metadata at
     once, so an unreachable node fails here with `CannotConnectError`.
 
@@ -194,25 +197,17 @@ class Client:
         read_from: str = "leader",
         idempotent: bool = True,
     ) -> None:
-        if read_from not in ("leader", "follower"):
-            raise ValueError(f"read_from is 'leader' or 'follower', not {read_from!r}")
-        tune_allocator()  # fetch answers are MiB-sized buffers: see laminar.memory
-        self.bootstraps: tuple[Address, ...] = parse_addresses(bootstrap)
-        self.bootstrap: Address = self.bootstraps[0]
-        self.timeout_s = timeout_s
-        self.connect_timeout_s = connect_timeout_s
-        self.retry = retry or RetryPolicy()
-        self._max_frame_bytes = max_frame_bytes
-        self._lock = threading.RLock()
+        super().__init__(
+            bootstrap,
+            timeout_s=timeout_s,
+            connect_timeout_s=connect_timeout_s,
+            retry=retry,
+            max_frame_bytes=max_frame_bytes,
+            read_from=read_from,
+            idempotent=idempotent,
+        )
         self._conns: dict[Address, BlockingConnection] = {}
-        self._view: ClusterView | None = None
-        self.idempotent = idempotent
-        self._sequences = ProducerSequences()
         self._producer = BlockingProducer(self._produce_batch)
-        self._partitioner = StickyPartitioner()
-        self._hints = RouteHints(read_from_followers=read_from == "follower")
-        """Leaders and unreachable nodes learned from answers (kept across refreshes)."""
-        self._closed = False
         try:
             self.refresh_metadata()
         except BaseException:
@@ -281,8 +276,8 @@ class Client:
             # Plain, or under the caller's own producer: sent as it is, unmerged.
             call = calls.produce(topic, partition, values, keys, headers, producer_id, sequence)
             if producer_id is None:
-                return Pending(self, call)
-            alone = functools.partial(Pending, self, call)
+                return self._start(call)
+            alone = functools.partial(self._start, call)
             return self._producer.produce((topic, partition), values, alone=alone)
         return self._producer.produce((topic, partition), values, keys, headers)
 
@@ -296,8 +291,9 @@ class Client:
         """One batch under the client's own producer of partition `key`, sent now
         (its sequence taken as it leaves: `laminar.client.producer`)."""
         topic, partition = key
-        call = produce_call(self._sequences, topic, partition, values, keys, headers, None, None)
-        return Pending(self, call)
+        return self._start(
+            produce_call(self._sequences, topic, partition, values, keys, headers, None, None)
+        )
 
     def send(
         self,
@@ -313,16 +309,9 @@ class Client:
         (pipelined, idempotent as `produce`); returns where the records went,
         by partition. If one of them fails its error is raised, and the others
         may have been appended."""
-        try:
-            partitions = self.cluster.topic(topic).partitions
-        except UnknownTopicError:  # perhaps created since the metadata was fetched
-            partitions = self.refresh_metadata_view().topic(topic).partitions
-        groups = self._partitioner.split(topic, partitions, values, keys, headers)
+        groups = self._run(self._split_plan(topic, values, keys, headers))
         pending = [self.produce_nowait(topic, p, *records) for p, records in groups]
-        return [
-            Sent(p, waiting.result(), len(records[0]))
-            for (p, records), waiting in zip(groups, pending, strict=True)
-        ]
+        return sent(groups, [waiting.result() for waiting in pending])
 
     def fetch(
         self,
@@ -357,8 +346,9 @@ class Client:
         max_wait_ms: int = 0,
     ) -> Pending[list[Record]]:
         """`fetch`, sent now; `.result()` is the list of records."""
-        call = calls.fetch(topic, partition, index, max_bytes, max_records, max_wait_ms)
-        return Pending(self, call)
+        return self._start(
+            calls.fetch(topic, partition, index, max_bytes, max_records, max_wait_ms)
+        )
 
     def fetch_batch(
         self,
@@ -393,23 +383,23 @@ class Client:
         max_wait_ms: int = 0,
     ) -> Pending[RecordBatch]:
         """`fetch_batch`, sent now; `.result()` is the batch."""
-        call = calls.fetch_batch(topic, partition, index, max_bytes, max_records, max_wait_ms)
-        return Pending(self, call)
+        return self._start(
+            calls.fetch_batch(topic, partition, index, max_bytes, max_records, max_wait_ms)
+        )
 
     def offsets(self, topic: str, partition: int) -> Offsets:
         """The partition's `(lowest, highest)` indexes; `highest` is exclusive."""
-        return calls.offsets_of(Pending(self, calls.list_offsets(topic, partition)).result())
+        return calls.offsets_of(self._start(calls.list_offsets(topic, partition)).result())
 
     def replica_offsets(self, topic: str, partition: int, node: str) -> ListOffsetsResponse:
         """The partition as node `node`'s replica sees it (a cluster's status:
         its committed index, its log's end, the leader it follows)."""
-        call = calls.list_offsets(topic, partition, node=node)
-        return Pending(self, call).result()
+        return self._start(calls.list_offsets(topic, partition, node=node)).result()
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int:
         """The first index appended at or after `timestamp_ms` (ms since the epoch);
         the partition's highest index when none was."""
-        response = Pending(self, calls.list_offsets(topic, partition, timestamp_ms)).result()
+        response = self._start(calls.list_offsets(topic, partition, timestamp_ms)).result()
         return calls.timestamp_index_of(response)
 
     # --- atomic writes (laminar.client.writes) ----------------------------------------
@@ -435,18 +425,18 @@ class Client:
     def commit_write(self, commit_id: int, parts: Sequence[StagedPart]) -> writes.CommitResult:
         """Commit exactly `parts` under `commit_id` (idempotent: retried, and a
         commit id committed before returns its first outcome, `first=False`)."""
-        return Pending(self, writes.commit_write(commit_id, tuple(parts))).result()
+        return self._start(writes.commit_write(commit_id, tuple(parts))).result()
 
     def abort_write(
         self, commit_id: int, parts: Sequence[StagedPart] = (), *, final: bool = True
     ) -> str:
         """Abort `commit_id` (for good unless `final=False`) and drop `parts`; the
         write's state after it ("aborted", or "committed"/"done" if it won)."""
-        return Pending(self, writes.abort_write(commit_id, final, tuple(parts))).result()
+        return self._start(writes.abort_write(commit_id, final, tuple(parts))).result()
 
     def write_status(self, commit_id: int) -> str:
         """The commit id's state: unknown, committed, done or aborted."""
-        return Pending(self, writes.write_status(commit_id)).result()
+        return self._start(writes.write_status(commit_id)).result()
 
     # --- topics ----------------------------------------------------------------------
 
@@ -461,13 +451,8 @@ class Client:
         """Create a topic; `TopicExistsError` if the name is taken. In a cluster each
         partition lives on `replication_factor` nodes (default: 3, or all of them
         if fewer)."""
-        topic = Pending(
-            self, calls.create_topic(name, partitions, config or {}, replication_factor)
-        ).result()
-        with self._lock:
-            if self._view is not None:
-                self._view = self._view.with_topic(topic)
-        return topic
+        call = calls.create_topic(name, partitions, config or {}, replication_factor)
+        return self._run(self._topic_change_plan(call))
 
     def decommission_node(self, node_id: str, *, cancel: bool = False) -> tuple[str, ...]:
         """Decide that node `node_id` leaves the cluster for good (a gossip
@@ -475,7 +460,7 @@ class Client:
         how many are left), or with `cancel` that it stays. Returns every
         decommissioned node. Refused (`InvalidRequestError`) on a --peers
         cluster, for an unknown node, or when too few nodes would remain."""
-        return Pending(self, calls.decommission_node(node_id, cancel)).result()
+        return self._start(calls.decommission_node(node_id, cancel)).result()
 
     def alter_topic(
         self,
@@ -487,21 +472,14 @@ class Client:
         """Set the keys of `config` and return the keys in `remove` to their
         defaults on a live topic (retention.ms, retention.bytes, segment.bytes,
         segment.ms); returns the topic with its new config."""
-        topic = Pending(self, calls.alter_topic(name, config or {}, remove)).result()
-        with self._lock:
-            if self._view is not None:
-                self._view = self._view.with_topic(topic)
-        return topic
+        return self._run(self._topic_change_plan(calls.alter_topic(name, config or {}, remove)))
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and its records; `UnknownTopicError` if there is none."""
-        Pending(self, calls.delete_topic(name)).result()
-        with self._lock:
-            if self._view is not None:
-                self._view = self._view.without_topic(name)
+        self._run(self._delete_topic_plan(name))
 
     def list_topics(self) -> list[TopicInfo]:
-        return Pending(self, calls.list_topics()).result()
+        return self._start(calls.list_topics()).result()
 
     def describe_topic(self, name: str) -> TopicDescription:
         """A topic with each partition's owner shard, endpoint and index range."""
@@ -511,11 +489,9 @@ class Client:
         """`describe_topic` for several topics (all of them by default, sorted by
         name), from one metadata fetch and one pipelined burst of offset requests."""
         view = self.refresh_metadata_view()
-        if names is None:
-            names = sorted(view.topics)
-        topics = [view.topic(name) for name in names]
+        topics = [view.topic(name) for name in (sorted(view.topics) if names is None else names)]
         pending = [
-            [Pending(self, calls.list_offsets(t.name, p)) for p in range(t.partitions)]
+            [self._start(calls.list_offsets(t.name, p)) for p in range(t.partitions)]
             for t in topics
         ]
         return [
@@ -538,12 +514,7 @@ class Client:
     ) -> PingResult:
         """Ping the owner of `topic`/`partition`, or shard `shard`, or (with
         neither) the node port; the result says which shard served it."""
-        address = self.bootstrap if topic is None and shard is None else None
-        call = calls.ping(topic=topic, partition=partition, shard=shard, address=address)
-        start = time.perf_counter()
-        pong = Pending(self, call).result()
-        elapsed_ms = (time.perf_counter() - start) * 1000
-        return PingResult(pong.node_id, pong.shard_id, pong.received_by, elapsed_ms)
+        return self._run(self._ping_plan(topic, partition, shard))
 
     @property
     def cluster(self) -> ClusterView:
@@ -556,67 +527,26 @@ class Client:
         self.refresh_metadata_view()
 
     def refresh_metadata_view(self) -> ClusterView:
-        """Fetch metadata from the first address that answers within
-        `connect_timeout_s` (`metadata_candidates`: the bootstrap addresses,
-        then every node known); while the nodes that answer are still loading
-        theirs (NOT_READY), again within the retry budget."""
-        backoff: Backoff | None = None
-        while True:
-            try:
-                view = self._fetch_metadata_view()
-            except NotReadyError:
-                backoff = backoff or self._backoff()
-                delay = backoff.next_delay()
-                if delay is None:
-                    raise
-                time.sleep(delay)
-                continue
-            with self._lock:
-                self._view = view
-            return view
+        """Fetch metadata (`ClientCore._metadata_plan`): from the first address
+        that answers within `connect_timeout_s`; while the nodes that answer
+        are still loading theirs (NOT_READY), again within the retry budget."""
+        return self._run(self._metadata_plan())
 
-    def _fetch_metadata_view(self) -> ClusterView:
-        search = MetadataSearch(self.bootstraps, self._view, self._hints)
-        for address in search.candidates:
-            try:  # (sent as if not idempotent: a connection the node closed is replaced first)
-                conn, corr = self._send_to(address, MetadataRequest(), idempotent=False)
-                deadline = time.monotonic() + metadata_timeout_s(
-                    self.timeout_s, self.connect_timeout_s
-                )
-                frame = conn.wait(corr, deadline)
-                return ClusterView.from_metadata(
-                    expect(frame, MetadataResponse), address, self._hints
-                )
-            except LaminarError as exc:
-                with self._lock:
-                    search.failed(address, exc)
-        raise search.error()
+    # --- the shell: performing the plans' actions ------------------------------------
 
-    # --- plumbing (used by Pending) --------------------------------------------------
+    def _start(self, call: calls.Call[T]) -> Pending[T]:
+        """`call`, sent now."""
+        return Pending(self, call)
 
-    def _send(self, call: calls.Call[T]) -> tuple[BlockingConnection, int]:
-        view = self._view or self.refresh_metadata_view()
-        try:
-            address, message = call.target(view)
-        except (UnknownTopicError, UnknownPartitionError):
-            # Perhaps created since the metadata was fetched: look once more.
-            address, message = call.target(self.refresh_metadata_view())
-        return self._send_to(address, message, call.idempotent)
+    def _run(self, plan: Plan[T]) -> T:
+        """`plan`'s result, waited for."""
+        return Pending(self, plan).result()
 
     def _send_to(
-        self, address: Address, message: Message, idempotent: bool
+        self, address: Address, message: Message, fresh: bool
     ) -> tuple[BlockingConnection, int]:
-        try:
-            conn = self._connection(address, fresh_check=not idempotent)
-        except CannotConnectError:
-            self._note_unreachable(address)
-            raise
+        conn = self._connection(address, fresh)
         return conn, conn.send(message)
-
-    def _note_unreachable(self, address: Address) -> None:
-        """Nobody answers at `address`: route around its node for a while."""
-        with self._lock:
-            self._hints.unreachable(address, self._view.nodes if self._view else {})
 
     def _connection(self, address: Address, fresh_check: bool) -> BlockingConnection:
         """The live connection to `address`, made if needed. With `fresh_check`,
@@ -633,32 +563,11 @@ class Client:
                 self._conns[address] = conn
             return conn
 
-    def _backoff(self) -> Backoff:
-        return Backoff(self.retry)
-
     def _recover(self) -> None:
-        """Before a retry: forget broken connections and refresh the metadata (a
-        failure here is left for the retry itself to meet)."""
+        """`RECOVER`: forget broken connections and refresh the metadata."""
         with self._lock:
             for address, conn in list(self._conns.items()):
                 if conn.broken:
                     del self._conns[address]
         with contextlib.suppress(LaminarError):
             self.refresh_metadata_view()
-
-    def _note_leader(self, error: LaminarError) -> None:
-        """A NOT_LEADER answer that names the leader: send there next time."""
-        with self._lock:
-            if self._view is not None:
-                self._view.learn(error)
-
-    def _note_failure(self, call: calls.Call[Any], error: LaminarError) -> None:
-        """A call failed for good: tell it (`Call.failed`). An unknown-topic
-        answer means the cached topic may be stale (deleted and recreated with a
-        new id): drop it so the next request looks again."""
-        if call.failed is not None:
-            call.failed()
-        if call.topic is not None and isinstance(error, UnknownTopicError | UnknownPartitionError):
-            with self._lock:
-                if self._view is not None:
-                    self._view = self._view.without_topic(call.topic)
