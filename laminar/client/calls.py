@@ -66,6 +66,10 @@ class Call(Generic[T]):
     failed: Callable[[], None] | None = None
     """Called once if the call fails for good (an idempotent produce's partition
     then starts a new producer: `laminar.client.producer`)."""
+    again: Callable[[T], T] | None = None
+    """What an answer means when an earlier attempt of this call may have been
+    applied (its answer was lost): a commit sent again hears "committed before"
+    about its own first attempt."""
 
 
 def produce(

@@ -52,7 +52,14 @@ from laminar.client.partitioner import Records, StickyPartitioner
 from laminar.client.producer import ProducerSequences
 from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
 from laminar.client.results import PingResult, Sent, expect
-from laminar.client.retry import Backoff, MetadataSearch, RetryPolicy, final_error, no_answer
+from laminar.client.retry import (
+    Backoff,
+    MetadataSearch,
+    RetryPolicy,
+    final_error,
+    may_have_applied,
+    no_answer,
+)
 from laminar.client.routing import (
     Address,
     ClusterView,
@@ -146,6 +153,7 @@ class ClientCore:
         fresh metadata before each retry. With `failed`, the shell made the
         first attempt itself (`_direct_route`) and it failed so, at that address."""
         backoff: Backoff | None = None
+        applied_maybe = False  # an earlier attempt may have taken effect
         while True:
             address: Address | None = None
             if failed is not None:
@@ -161,9 +169,11 @@ class ClientCore:
                     frame = yield Send(
                         address, message, not call.idempotent, self.timeout_s + call.wait_s
                     )
-                    return call.parse(frame)
+                    result = call.parse(frame)
+                    return call.again(result) if applied_maybe and call.again else result
                 except LaminarError as exc:
                     error = exc
+            applied_maybe = applied_maybe or may_have_applied(error)
             if address is not None and no_answer(error):
                 self._note_unreachable(address)
             self._note_leader(error)

@@ -43,6 +43,7 @@ from laminar.client.errors import (
     OutcomeUnknownError,
     RequestTimeoutError,
     ServerError,
+    ServerTimeoutError,
 )
 from laminar.client.routing import (
     Address,
@@ -99,6 +100,16 @@ def no_answer(exc: LaminarError) -> bool:
     all (a refused, lost or silent connection, or a timeout), as opposed to an
     answer refusing the request: the client then routes around that node."""
     return isinstance(exc, ConnectionLostError | RequestTimeoutError) and exc.code is None
+
+
+def may_have_applied(exc: LaminarError) -> bool:
+    """Whether a request that failed with `exc` may have been applied all the
+    same: it was sent and its answer was lost or late (a node that timed out
+    or lost track of what it handed on counts too), as opposed to refused or
+    never sent."""
+    if isinstance(exc, CannotConnectError):
+        return False
+    return isinstance(exc, ConnectionLostError | RequestTimeoutError | ServerTimeoutError)
 
 
 def final_error(exc: LaminarError, idempotent: bool, what: str) -> LaminarError | None:

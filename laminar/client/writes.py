@@ -90,7 +90,9 @@ def new_write_id() -> int:
 
 class CommitResult(NamedTuple):
     """A commit's outcome: where its records are, per partition id. `first` is
-    False when the commit id had been committed before (nothing was appended now)."""
+    False when the commit id had been committed before by another request
+    (nothing was appended now); a commit whose answer was lost and that was
+    sent again counts its first attempt as its own."""
 
     commit_id: int
     first: bool
@@ -156,7 +158,13 @@ def commit_write(commit_id: int, parts: tuple[StagedPart, ...]) -> Call[CommitRe
         answer = expect(frame, CommitWriteResponse)
         return CommitResult(answer.commit_id, answer.first, answer.published)
 
-    return Call(f"commit of write {commit_id:#x}", target, parse, idempotent=True)
+    def again(result: CommitResult) -> CommitResult:
+        # "Committed before" after an attempt whose answer was lost: that
+        # attempt was this call's own (write ids are random), so this call
+        # published the records.
+        return result._replace(first=True)
+
+    return Call(f"commit of write {commit_id:#x}", target, parse, idempotent=True, again=again)
 
 
 def abort_write(commit_id: int, final: bool, parts: tuple[StagedPart, ...]) -> Call[str]:
