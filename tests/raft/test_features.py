@@ -719,3 +719,26 @@ def test_a_learner_is_copied_within_the_move_budget_per_tick() -> None:
     assert max(per_tick) <= 250 + 100 and sum(per_tick) >= 4000
     assert cluster.data("n4") == cluster.data("n1")
     assert budget.sent_bytes == sum(per_tick)
+
+
+def test_a_leader_counts_its_own_entry_only_once_it_is_persisted() -> None:
+    """Thesis 10.2.1: the leader's appends go out before its own write, so a
+    follower may acknowledge an entry the leader has not persisted yet. That
+    acknowledgement alone is no majority of three: the entry commits only
+    once the leader's own Ready is advanced (its fsync done)."""
+    cluster = Cluster(3)
+    leader = cluster.elect("n1")
+    index = leader.propose(b"x")
+    rd = leader.ready()
+    assert [e.index for e in rd.entries] == [index]
+    appends = [m for m in rd.messages_before_persist() if m.kind == APPEND and m.dst == "n2"]
+    assert appends, "the append goes out before the leader persists"
+    for message in appends:  # n2 persists and answers; n3 hears nothing
+        cluster.cores["n2"].step(message)
+    cluster.pump("n2")
+    for answer in [m for m in cluster.queue if m.dst == "n1" and m.kind == APPEND_RESP]:
+        leader.step(answer)
+    assert leader.log.committed < index, "committed on one follower's disk and no leader's"
+    cluster.storages["n1"].append(rd.entries)
+    leader.advance(rd)
+    assert leader.log.committed >= index
