@@ -367,6 +367,7 @@ class Handlers:
         if host in _UNSPECIFIED_HOSTS and ctx.local_host:
             host = ctx.local_host
         shards = tuple(ShardInfo(i, host, port) for i, port in enumerate(ident.shard_ports))
+        nodes = self.replicas.nodes()
         return MetadataResponse(
             ident.node_id,
             host,
@@ -375,20 +376,22 @@ class Handlers:
             shards,
             () if req.layout_only else self.metadata.state.topics(),
             ident.admin_port,
-            self.replicas.nodes(),
-            () if req.layout_only else await self._node_leaders(ctx),
+            nodes,
+            () if req.layout_only else await self._node_leaders(ctx, clustered=bool(nodes)),
             ident.max_frame_bytes,
             tuple(sorted(self.metadata.state.decommissioned)),
         ).encode_buffers(corr)
 
-    async def _node_leaders(self, ctx: RequestContext) -> tuple[tuple[int, str], ...]:
+    async def _node_leaders(
+        self, ctx: RequestContext, *, clustered: bool
+    ) -> tuple[tuple[int, str], ...]:
         """The partition leaders this node knows: those of this shard's Raft
         groups and, unless the request was forwarded here by a sibling, those
         of every sibling shard's, asked over the channel. A sibling that does
         not answer in time adds none: leaders are routing hints."""
         own = self.replicas.leaders()
         # A single node's shards lead no group: nothing to ask the siblings.
-        if ctx.forwarded or self.channels is None or not self.replicas.nodes():
+        if ctx.forwarded or self.channels is None or not clustered:
             return own
         me = self.ident.shard_id
         asked = [
