@@ -1,6 +1,6 @@
 """`laminar topic create|list|describe|alter|delete`.
 
-Topic configs take Kafka's keys and meanings (`laminar.shards.topic_config`):
+Topic configs take Kafka's keys and meanings (`laminar.replication.topic_config`):
 retention.ms, retention.bytes (per partition), segment.bytes, segment.ms;
 -1 means "no limit" for the retention keys.
 """
@@ -13,7 +13,7 @@ from typing import Any
 from laminar.cli.common import UsageError
 from laminar.cli.output import ENTRIES_NOTE, Cell, print_json, say, table
 from laminar.client import Client, TopicExistsError, TopicInfo, UnknownTopicError
-from laminar.shards.topic_config import TOPIC_CONFIG_KEYS
+from laminar.replication.topic_config import TOPIC_CONFIG_KEYS
 
 CONFIG_KEYS = ", ".join(sorted(TOPIC_CONFIG_KEYS))
 

@@ -7,7 +7,7 @@ running. Modules, each with one job:
 - `supervisor`: start-up checks, the shard processes, their control channel
   (`laminar.shards.control`), drain and restart;
 - `listeners`: binding the node's sockets (each shard gets its
-  `laminar.shards.sockets.ShardSockets`);
+  `laminar.channels.sockets.ShardSockets`);
 - `steering`: the node port's UDP steering through `laminar.xdp` (ebpf, cbpf
   or userspace), and `xdp_attach`: the XDP classifier on the node's interface;
 - `gossip`: the node's SWIM agent and the views it hands the shards;

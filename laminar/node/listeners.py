@@ -8,7 +8,7 @@ sockets back, so connections that arrive meanwhile wait in the backlog instead
 of being refused, and a steering program (laminar.xdp) that indexes the node
 port's sockets keeps its map valid.
 
-What each shard is handed is `laminar.shards.sockets.ShardSockets`; the
+What each shard is handed is `laminar.channels.sockets.ShardSockets`; the
 node port's UDP group is made by the steering (`steering.prepare_steering`,
 through `laminar.xdp.ReuseportSteering`), not here: classic BPF indexes the
 group's sockets by bind order, so one component must bind all of them. This
@@ -23,8 +23,8 @@ import os
 import socket
 from dataclasses import dataclass
 
+from laminar.channels.sockets import ShardSockets, channel_address
 from laminar.shards.config import NodeConfig
-from laminar.shards.sockets import ShardSockets, channel_address
 
 BACKLOG = 1024
 EPHEMERAL_PORT_TRIES = 5

@@ -34,8 +34,8 @@ from typing import Any, Final, Literal
 
 from laminar.log import LogConfig
 from laminar.log.config import FLUSH_POLICIES, FlushPolicy
+from laminar.replication.metadata import MAX_PARTITIONS, TopicLimits
 from laminar.replication.nodes import check_node_id, parse_peers
-from laminar.shards.metadata import MAX_PARTITIONS, TopicLimits
 from laminar.shards.settings import (
     absolute_path,
     at_least,

@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
-from laminar.shards.channels import ChannelError, Channels, ChannelUnreachable
+from laminar.channels.siblings import ChannelError, Channels, ChannelUnreachable
 from laminar.shards.errors import error_for
 from laminar.shards.handlers import Handlers, RequestContext
 from laminar.shards.metrics import ShardMetrics

@@ -8,6 +8,7 @@ by the dispatcher; the message sent never leaks internals beyond the type name.
 
 from __future__ import annotations
 
+from laminar.channels.siblings import ChannelError
 from laminar.log import (
     AppendTooLarge,
     IndexOutOfRange,
@@ -17,9 +18,8 @@ from laminar.log import (
     LogFailed,
     RecordCorrupted,
 )
-from laminar.shards.channels import ChannelError
-from laminar.shards.metadata import MetadataError
-from laminar.shards.partitions import PartitionOffline
+from laminar.log.partitions import PartitionOffline
+from laminar.replication.metadata import MetadataError
 from laminar.wire import ErrorCode, ProtocolError, RequestError
 
 

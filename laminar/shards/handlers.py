@@ -23,17 +23,17 @@ import logging
 from dataclasses import dataclass
 from typing import Final
 
+from laminar.channels.siblings import ChannelError, Channels
 from laminar.log import LogBatch, LogClosed, LogConfig, SegmentedLog
+from laminar.log.partitions import LongPolls, PartitionManager
 from laminar.placement import U32_MAX
+from laminar.replication.metadata import METADATA_TOPIC_ID
+from laminar.replication.metalog import MetadataService
 from laminar.replication.replica import LocalReplica, PartitionReplica
-from laminar.shards.channels import ChannelError, Channels
-from laminar.shards.metadata import METADATA_TOPIC_ID
-from laminar.shards.metalog import MetadataService
+from laminar.replication.topic_config import log_config
 from laminar.shards.metrics import ShardMetrics
-from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.producers import IdempotentProducers
 from laminar.shards.replicas import Replicas
-from laminar.shards.topic_config import log_config
 from laminar.wire import (
     AlterTopicRequest,
     AlterTopicResponse,

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from laminar.log import LogConfig, SegmentedLog
+from laminar.log.partitions import PartitionManager
 from laminar.replication.replica import LocalReplica, PartitionReplica
-from laminar.shards.groups import ShardGroups
-from laminar.shards.partitions import PartitionManager
+from laminar.replication.shard_groups import ShardGroups
 from laminar.wire import NodeInfo, TopicInfo
 
 

@@ -30,10 +30,10 @@ from collections.abc import Callable, Iterable
 
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log import LogConfig, SegmentedLog
+from laminar.log.partitions import PartitionManager
 from laminar.placement import partition_id
+from laminar.replication.topic_config import log_config, retention_limits, segment_ms
 from laminar.shards.metrics import ShardMetrics
-from laminar.shards.partitions import PartitionManager
-from laminar.shards.topic_config import log_config, retention_limits, segment_ms
 from laminar.wire import TopicInfo
 
 logger = logging.getLogger("laminar.shards")

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from laminar.placement import shard_for
-from laminar.shards.metadata import METADATA_PID
+from laminar.replication.metadata import METADATA_PID
 from laminar.wire import ErrorCode, Flags, Op
 from laminar.wire.writes import DECISIONS_PID
 

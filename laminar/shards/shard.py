@@ -31,19 +31,25 @@ import time
 from collections import Counter
 from typing import Any, Final
 
+from laminar.channels.siblings import Channels
+from laminar.channels.sockets import ShardSockets, is_sibling_shard, peer_credentials
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log import LogConfig
 from laminar.log.filepool import FilePool
+from laminar.log.partitions import LongPolls, PartitionManager
 from laminar.log.storage import StorageBackend, SyscallBackend
 from laminar.lograte import RateLimitedLog
 from laminar.memory import trim_heap
 from laminar.placement import U32_MAX, replica_nodes, shard_for
 from laminar.replication.auth import PeerAuth, load_secret
+from laminar.replication.metadata import METADATA_PID, Applied
+from laminar.replication.metalog import METADATA_FRAME_BYTES_MIN, MetadataService
 from laminar.replication.nodes import Node, StaticView, parse_peers
+from laminar.replication.shard_groups import ShardGroups
+from laminar.replication.topic_config import log_config
 from laminar.replication.transport import HANDSHAKE_FRAME_BYTES
 from laminar.replication.transport import READ_BYTES as TRANSPORT_READ_BYTES
 from laminar.shards.budget import InputBudget
-from laminar.shards.channels import Channels
 from laminar.shards.config import NodeConfig
 from laminar.shards.connection import Connection
 from laminar.shards.control import (
@@ -56,17 +62,11 @@ from laminar.shards.control import (
 )
 from laminar.shards.datagram import DatagramServer
 from laminar.shards.dispatch import CHANNEL_FRAME_SLACK, Dispatcher
-from laminar.shards.groups import ShardGroups
 from laminar.shards.handlers import Handlers, RequestContext, ShardIdentity
-from laminar.shards.metadata import METADATA_PID, Applied
-from laminar.shards.metalog import METADATA_FRAME_BYTES_MIN, MetadataService
 from laminar.shards.metrics import ShardMetrics, TimedBackend
-from laminar.shards.partitions import LongPolls, PartitionManager
 from laminar.shards.replicas import ClusterReplicas, NodeReplicas
 from laminar.shards.retention import Retention
 from laminar.shards.router import PEER_OPS
-from laminar.shards.sockets import ShardSockets, is_sibling_shard, peer_credentials
-from laminar.shards.topic_config import log_config
 from laminar.swim import MembershipView
 from laminar.wire import (
     NEED_DATA,

@@ -76,10 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     import logging
     import socket
 
+    from laminar.channels.sockets import ShardSockets
     from laminar.reactor import run
     from laminar.shards.config import NodeConfig
     from laminar.shards.shard import Shard
-    from laminar.shards.sockets import ShardSockets
 
     config = NodeConfig.from_json(args.config)
     logging.basicConfig(

@@ -486,7 +486,7 @@ class DeleteTopicRequest(Message):
 @dataclass(frozen=True, slots=True)
 class AlterTopicRequest(Message):
     """Change a live topic's config: set the keys in `config`, return the keys in
-    `remove` to their defaults (the keys and their meaning: `laminar.shards.topic_config`).
+    `remove` to their defaults (the keys and their meaning: `laminar.replication.topic_config`).
 
     Header: {name, config?, remove?}.
     """

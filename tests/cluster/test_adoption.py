@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 import laminar.raft.core as core_module
-import laminar.shards.groups as replication_module
+import laminar.replication.shard_groups as replication_module
 from laminar.log import LogConfig, SyscallBackend
+from laminar.log.partitions import PartitionManager
 from laminar.raft import Membership, Message
 from laminar.raft.messages import APPEND, APPEND_RESP, HEARTBEAT, HEARTBEAT_RESP, VOTE
 from laminar.replication.auth import PeerAuth
 from laminar.replication.nodes import Node, NodeView
-from laminar.shards.groups import ShardGroups
-from laminar.shards.partitions import PartitionManager
+from laminar.replication.shard_groups import ShardGroups
 from laminar.wire import ErrorCode
 from tests.cluster import test_raft_groups as groups
 

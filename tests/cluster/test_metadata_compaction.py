@@ -19,20 +19,20 @@ from pathlib import Path
 
 import pytest
 
-import laminar.shards.metadata as metadata_module
-import laminar.shards.metalog as metalog_module
+import laminar.replication.metadata as metadata_module
+import laminar.replication.metalog as metalog_module
+from laminar.channels.siblings import Channels
 from laminar.log import LogConfig
+from laminar.log.partitions import LongPolls, PartitionManager
 from laminar.log.storage import SyscallBackend
 from laminar.placement import partition_id
 from laminar.replication.auth import PeerAuth
 from laminar.replication.host import RaftHost
+from laminar.replication.metadata import METADATA_PID, Applied, MetadataError
+from laminar.replication.metalog import MetadataService
 from laminar.replication.nodes import Node, NodeView
 from laminar.replication.replica import RaftReplica
-from laminar.shards.channels import Channels
-from laminar.shards.groups import ShardGroups
-from laminar.shards.metadata import METADATA_PID, Applied, MetadataError
-from laminar.shards.metalog import MetadataService
-from laminar.shards.partitions import LongPolls, PartitionManager
+from laminar.replication.shard_groups import ShardGroups
 from laminar.wire import ErrorCode, TopicInfo
 from laminar.wire.errors import RequestError
 from tests.cluster.test_raft_groups import FakeNetwork, _ticks, _until

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-import laminar.shards.groups as replication_module
+import laminar.replication.shard_groups as replication_module
 from laminar.cli.main import main as laminar
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log import Fault, LogConfig, SimulatedDisk, SyscallBackend
+from laminar.log.partitions import OFFLINE_RETRY_S, PartitionManager
 from laminar.log.storage import StorageBackend
 from laminar.raft import Message, RaftCore
 from laminar.raft.messages import VOTE, VOTE_RESP
@@ -30,8 +31,7 @@ from laminar.replication.nodes import Node, NodeView
 from laminar.replication.opening import replica_config
 from laminar.replication.raft_storage import STATE_FILE, SegmentedLogStorage
 from laminar.replication.repair import TERM_MARGIN
-from laminar.shards.groups import ShardGroups
-from laminar.shards.partitions import OFFLINE_RETRY_S, PartitionManager
+from laminar.replication.shard_groups import ShardGroups
 from laminar.wire import ErrorCode
 from laminar.wire.errors import RequestError
 from tests.cluster import test_raft_groups as groups

@@ -12,12 +12,12 @@ from unittest import mock
 
 import pytest
 
+from laminar.channels.sockets import channel_address
 from laminar.cli.node import build_parser, config_from_args, main, parse_size
 from laminar.node import listeners
 from laminar.node.listeners import StartupError
 from laminar.shards.config import MAX_TOPICS_CEILING, ConfigError, NodeConfig
 from laminar.shards.settings import settings_of
-from laminar.shards.sockets import channel_address
 
 
 def test_defaults_are_the_embedded_single_node_setup() -> None:

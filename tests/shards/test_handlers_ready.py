@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from laminar.log.partitions import LongPolls
 from laminar.placement import partition_id
-from laminar.shards import metalog
+from laminar.replication import metalog
+from laminar.replication.metadata import MetadataError, MetadataState
 from laminar.shards.handlers import Handlers, RequestContext, ShardIdentity
-from laminar.shards.metadata import MetadataError, MetadataState
 from laminar.shards.metrics import ShardMetrics
-from laminar.shards.partitions import LongPolls
 from laminar.shards.replicas import NodeReplicas
 from laminar.wire import (
     ErrorCode,

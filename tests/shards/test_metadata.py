@@ -1,4 +1,4 @@
-"""The metadata state machine (`laminar.shards.metadata`), driven directly."""
+"""The metadata state machine (`laminar.replication.metadata`), driven directly."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from laminar.shards import metadata
-from laminar.shards.config import MAX_TOPICS_CEILING
-from laminar.shards.metadata import (
+from laminar.replication import metadata
+from laminar.replication.metadata import (
     FIRST_TOPIC_ID,
     MAX_PARTITIONS,
     AlterTopic,
@@ -26,7 +25,8 @@ from laminar.shards.metadata import (
     decode_entry,
     encode_entry,
 )
-from laminar.shards.metalog import METADATA_FRAME_BYTES_MIN
+from laminar.replication.metalog import METADATA_FRAME_BYTES_MIN
+from laminar.shards.config import MAX_TOPICS_CEILING
 from laminar.wire import ErrorCode, FetchedRecord, MetadataTailResponse, TopicInfo
 
 

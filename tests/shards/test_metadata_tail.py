@@ -9,8 +9,9 @@ from unittest import mock
 
 import pytest
 
-from laminar.shards import metalog
-from laminar.shards.metadata import (
+from laminar.log.partitions import LongPolls
+from laminar.replication import metalog
+from laminar.replication.metadata import (
     METADATA_PID,
     Applied,
     CreateTopic,
@@ -19,7 +20,6 @@ from laminar.shards.metadata import (
     Snapshot,
     encode_entry,
 )
-from laminar.shards.partitions import LongPolls
 from laminar.wire import (
     ErrorCode,
     FetchedRecord,

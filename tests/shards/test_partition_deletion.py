@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import pytest
 
 from laminar.log import LogConfig, SegmentedLog, SimulatedDisk
+from laminar.log.partitions import DELETING_SUFFIX, PartitionManager
 from laminar.placement import partition_id
 from laminar.raft import HardState
 from laminar.replication.raft_storage import SegmentedLogStorage, read_state
-from laminar.shards.partitions import DELETING_SUFFIX, PartitionManager
 from tests.log.test_powercut import World, batch, cut_everywhere, read_all
 
 ROOT = "/data/partitions"

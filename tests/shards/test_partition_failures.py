@@ -12,13 +12,13 @@ import errno
 import pytest
 
 from laminar.log import Fault, LogConfig, LogFailed, SimulatedDisk
-from laminar.placement import partition_id
-from laminar.shards.partitions import (
+from laminar.log.partitions import (
     MAX_REOPENS,
     OFFLINE_RETRY_S,
     PartitionManager,
     PartitionOffline,
 )
+from laminar.placement import partition_id
 from tests.support.clock import FakeClock
 
 PID = partition_id(5, 1)

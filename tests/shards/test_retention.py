@@ -7,9 +7,9 @@ import asyncio
 from pathlib import Path
 
 from laminar.log import LogConfig, SyscallBackend
+from laminar.log.partitions import PartitionManager
 from laminar.placement import partition_id
 from laminar.shards.metrics import ShardMetrics
-from laminar.shards.partitions import PartitionManager
 from laminar.shards.retention import Retention
 from laminar.wire import TopicInfo
 from tests.support.clock import FakeClock

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from laminar.placement import partition_id, shard_for
-from laminar.shards.metadata import METADATA_PID
+from laminar.replication.metadata import METADATA_PID
 from laminar.shards.router import PEER_OPS, Action, route
 from laminar.wire import ErrorCode, Flags, Op
 from laminar.wire.writes import COORDINATOR_BUCKETS, DECISIONS_PID, bucket_pid

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from laminar.shards.partitions import MAX_REOPENS
+from laminar.log.partitions import MAX_REOPENS
 from laminar.wire import ErrorCode
 from tests.system.nodes import RunningNode, start_node
 from tests.system.test_cli_system import laminar

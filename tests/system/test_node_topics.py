@@ -15,7 +15,7 @@ import pytest
 
 from laminar.client import Client, UnknownTopicError
 from laminar.placement import partition_id, shard_for
-from laminar.shards.metadata import METADATA_PID
+from laminar.replication.metadata import METADATA_PID
 from laminar.wire import (
     CreateTopicRequest,
     CreateTopicResponse,

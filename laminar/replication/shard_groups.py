@@ -60,6 +60,7 @@ from typing import Any, Final
 
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log import LogConfig
+from laminar.log.partitions import OFFLINE_RETRY_S, OfflinePartition, PartitionManager
 from laminar.placement import replica_nodes
 from laminar.raft import Entry, Message, RaftCore, RaftError
 from laminar.raft.budget import ByteBudget
@@ -68,6 +69,7 @@ from laminar.replication.auth import PeerAuth
 from laminar.replication.calls import PeerCalls
 from laminar.replication.group import RaftGroup
 from laminar.replication.host import ELECTION_TICKS, TICK_S, RaftHost
+from laminar.replication.metadata import METADATA_PID
 from laminar.replication.nodes import Node, NodeView
 from laminar.replication.opening import replica_config
 from laminar.replication.placer import Placer, ReplicationFactorOf
@@ -75,8 +77,6 @@ from laminar.replication.raft_storage import SegmentedLogStorage
 from laminar.replication.refusals import PeerRefusals
 from laminar.replication.replica import RaftReplica
 from laminar.replication.transport import PeerLinks, PeerSession, ServeRequest
-from laminar.shards.metadata import METADATA_PID
-from laminar.shards.partitions import OFFLINE_RETRY_S, OfflinePartition, PartitionManager
 from laminar.swim import MembershipView
 from laminar.swim.agent import node_address
 from laminar.wire import ErrorCode, Frame, NodeInfo

@@ -24,8 +24,8 @@ import itertools
 import logging
 import socket
 
+from laminar.channels.sockets import channel_address
 from laminar.outbox import Outbox
-from laminar.shards.sockets import channel_address
 from laminar.wire import NEED_DATA, Frame, FrameDecoder, Message, ProtocolError
 
 logger = logging.getLogger("laminar.shards")

@@ -61,14 +61,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
+from laminar.channels.siblings import ChannelError, Channels
 from laminar.log import LogConfig, SegmentedLog
+from laminar.log.partitions import LongPolls, PartitionManager
 from laminar.raft import NORMAL
 from laminar.raft import Entry as RaftEntry
 from laminar.replication.group import TIMESTAMP
-from laminar.replication.replica import LocalReplica, PartitionReplica, RaftReplica
-from laminar.shards.channels import ChannelError, Channels
-from laminar.shards.groups import ShardGroups
-from laminar.shards.metadata import (
+from laminar.replication.metadata import (
     METADATA_PID,
     AlterTopic,
     Applied,
@@ -80,7 +79,8 @@ from laminar.shards.metadata import (
     TopicLimits,
     encode_entry,
 )
-from laminar.shards.partitions import LongPolls, PartitionManager
+from laminar.replication.replica import LocalReplica, PartitionReplica, RaftReplica
+from laminar.replication.shard_groups import ShardGroups
 from laminar.wire import (
     ErrorCode,
     ErrorResponse,

@@ -70,7 +70,7 @@ from typing import Any, Final
 import msgpack
 
 from laminar.placement import partition_id
-from laminar.shards.topic_config import (
+from laminar.replication.topic_config import (
     TopicConfigError,
     check_removal,
     check_topic_config,
