@@ -62,7 +62,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 from laminar.channels.siblings import ChannelError, Channels
-from laminar.log import LogConfig, SegmentedLog
+from laminar.log import SegmentedLog
 from laminar.log.partitions import LongPolls, PartitionManager
 from laminar.raft import NORMAL
 from laminar.raft import Entry as RaftEntry
@@ -79,8 +79,8 @@ from laminar.replication.metadata import (
     TopicLimits,
     encode_entry,
 )
+from laminar.replication.metadata_home import MetadataHome
 from laminar.replication.replica import LocalReplica, PartitionReplica, RaftReplica
-from laminar.replication.shard_groups import ShardGroups
 from laminar.wire import (
     ErrorCode,
     ErrorResponse,
@@ -110,8 +110,6 @@ topic is one entry (`config.MAX_TOPICS_CEILING` keeps it well under this)."""
 
 DEFAULT_REPLICATION_FACTOR: Final = 3
 """A topic's replication factor unless its creator says (capped at the cluster size)."""
-METADATA_LOG_CONFIG: Final = LogConfig(segment_bytes=16 << 20, flush="always", preallocate_bytes=0)
-"""The metadata log is always flushed with fdatasync, whatever `--flush` says."""
 
 OnApplied = Callable[[Applied], Awaitable[None]]
 
@@ -128,11 +126,11 @@ class MetadataService:
         on_applied: OnApplied,
         shard_count: int,
         polls: LongPolls,
+        home: MetadataHome,
         limits: TopicLimits | None = None,
-        replication: ShardGroups | None = None,
     ) -> None:
         self.shard_id = shard_id
-        self._replication = replication
+        self._home = home
         self.owner = owner
         self.is_owner = shard_id == owner
         self.state = MetadataState(limits=limits)
@@ -165,13 +163,12 @@ class MetadataService:
     async def start(self) -> None:
         """Rebuild the state: replay the log (owner) or catch up with the owner.
         In a cluster this returns at once and the state arrives in the background."""
-        if self._replication is not None:
+        if self._home.clustered:
             loop = asyncio.get_running_loop()
-            self._background.append(loop.create_task(self._start_clustered(self._replication)))
+            self._background.append(loop.create_task(self._start_clustered()))
             return
         if self.is_owner:
-            log = await self._partitions.get(METADATA_PID, METADATA_LOG_CONFIG)
-            self._log = LocalReplica(log)
+            self._log = await self._home.open_log(self._on_committed)
             await self._replay_own()
         else:
             await self._first_catch_up()
@@ -185,7 +182,7 @@ class MetadataService:
         if not self._ready.done():
             self._ready.set_result(None)
 
-    async def _start_clustered(self, replication: ShardGroups) -> None:
+    async def _start_clustered(self) -> None:
         if not self.is_owner:
             await self._first_catch_up()
             self._follower = asyncio.get_running_loop().create_task(self._follow())
@@ -193,22 +190,8 @@ class MetadataService:
             return
         loop = asyncio.get_running_loop()
         self._background.append(loop.create_task(self._apply_committed()))
-        if replication.joining:
-            # The seed's group: never a group of its own (two metadata logs).
-            replication.adopt_metadata(METADATA_LOG_CONFIG, self._on_committed)
-            while METADATA_PID not in replication.replicas:
-                await asyncio.sleep(0.05)
-            replica = replication.replicas[METADATA_PID]
-        else:
-            # A gossiping seed starts alone; the placement controller adds the others.
-            gossiped = replication.placer is not None
-            replica = await replication.ensure_open(
-                METADATA_PID,
-                (replication.node_id,) if gossiped else replication.view.node_ids,
-                METADATA_LOG_CONFIG,
-                apply=self._on_committed,
-                replay=True,
-            )
+        replica = await self._home.open_log(self._on_committed)
+        assert isinstance(replica, RaftReplica)
         self._log = replica
         group = replica.group
         # Ready once a leader told this member its commit index (after this
@@ -279,7 +262,7 @@ class MetadataService:
     def clustered(self) -> bool:
         """The metadata is a Raft group: this node may apply a change after
         another node already answered with it."""
-        return self._replication is not None
+        return self._home.clustered
 
     async def ready(self) -> None:
         """Return once this shard has its metadata; NOT_READY after `READY_WAIT_S`."""
@@ -406,7 +389,7 @@ class MetadataService:
     ) -> TopicInfo:
         """Create a topic (owner only); raises `MetadataError`. The replication
         factor defaults to 3, or the cluster's size if smaller."""
-        placement = {} if self._replication is None else self._replication.placement()
+        placement = self._home.placement()
         nodes = max(1, len(placement))
         placed_on = tuple(placement.items())
         rf = (
@@ -450,18 +433,7 @@ class MetadataService:
         """Record that `node_id` leaves the cluster for good (`cancel`: that it
         stays); the decommissioned nodes after it. Only a gossip cluster moves
         replicas, so only there (raises `MetadataError` saying why not)."""
-        replication = self._replication
-        if replication is None:
-            raise MetadataError(
-                ErrorCode.INVALID_REQUEST, "this node runs alone: it has no cluster to leave"
-            )
-        if replication.placer is None:
-            raise MetadataError(
-                ErrorCode.INVALID_REQUEST,
-                "a --peers cluster cannot decommission a node: its replica sets are fixed by "
-                "the --peers list and never move; a cluster formed with --join moves them",
-            )
-        members, placed = replication.members_known(), replication.placement()
+        members, placed = self._home.decommission_view()
         await self._write(lambda: self.state.plan_decommission(node_id, cancel, members, placed))
         return self.state.decommissioned
 

@@ -43,6 +43,7 @@ from laminar.memory import trim_heap
 from laminar.placement import U32_MAX, replica_nodes, shard_for
 from laminar.replication.auth import PeerAuth, load_secret
 from laminar.replication.metadata import METADATA_PID, Applied
+from laminar.replication.metadata_home import ClusteredMetadata, LocalMetadata
 from laminar.replication.metalog import METADATA_FRAME_BYTES_MIN, MetadataService
 from laminar.replication.nodes import Node, StaticView, parse_peers
 from laminar.replication.shard_groups import ShardGroups
@@ -274,8 +275,10 @@ class Shard:
             self._on_metadata_applied,
             config.cores,
             self.polls,
+            LocalMetadata(self.partitions)
+            if self.replication is None
+            else ClusteredMetadata(self.replication),
             config.topic_limits,
-            self.replication,
         )
         self.handlers = Handlers(
             self.ident,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import laminar.replication.metadata as metadata_module
-import laminar.replication.metalog as metalog_module
+import laminar.replication.metadata_home as metadata_home_module
 from laminar.channels.siblings import Channels
 from laminar.log import LogConfig
 from laminar.log.partitions import LongPolls, PartitionManager
@@ -29,6 +29,7 @@ from laminar.placement import partition_id
 from laminar.replication.auth import PeerAuth
 from laminar.replication.host import RaftHost
 from laminar.replication.metadata import METADATA_PID, Applied, MetadataError
+from laminar.replication.metadata_home import ClusteredMetadata
 from laminar.replication.metalog import MetadataService
 from laminar.replication.nodes import Node, NodeView
 from laminar.replication.replica import RaftReplica
@@ -47,7 +48,7 @@ VIEW = NodeView(1, tuple(Node(n, "127.0.0.1", 1) for n in NODES))
 def _compact_often(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(metadata_module, "SNAPSHOT_MIN_ENTRIES", 8)
     monkeypatch.setattr(
-        metalog_module,
+        metadata_home_module,
         "METADATA_LOG_CONFIG",
         LogConfig(segment_bytes=2048, flush="always", preallocate_bytes=0),
     )
@@ -87,7 +88,7 @@ class Node:
             self._on_applied,
             1,
             LongPolls(),
-            replication=replication,
+            ClusteredMetadata(replication),
         )
         await self.service.start()
 

@@ -17,6 +17,7 @@ from laminar.log.partitions import LongPolls
 from laminar.placement import partition_id
 from laminar.replication import metalog
 from laminar.replication.metadata import MetadataError, MetadataState
+from laminar.replication.metadata_home import LocalMetadata
 from laminar.shards.handlers import Handlers, RequestContext, ShardIdentity
 from laminar.shards.metrics import ShardMetrics
 from laminar.shards.replicas import NodeReplicas
@@ -108,7 +109,9 @@ def test_metadata_that_takes_too_long_is_not_ready(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(metalog, "READY_WAIT_S", 0.05)
 
     async def main() -> None:
-        service = metalog.MetadataService(1, 0, None, None, None, 2, LongPolls())  # type: ignore[arg-type]
+        service = metalog.MetadataService(
+            1, 0, None, None, None, 2, LongPolls(), LocalMetadata(None)
+        )  # type: ignore[arg-type]
         assert not service.is_ready
         with pytest.raises(MetadataError) as caught:
             await handlers(service)._topic_of(partition_id(1, 0))

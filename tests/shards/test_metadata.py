@@ -25,6 +25,7 @@ from laminar.replication.metadata import (
     decode_entry,
     encode_entry,
 )
+from laminar.replication.metadata_home import LocalMetadata
 from laminar.replication.metalog import METADATA_FRAME_BYTES_MIN
 from laminar.shards.config import MAX_TOPICS_CEILING
 from laminar.wire import ErrorCode, FetchedRecord, MetadataTailResponse, TopicInfo
@@ -445,3 +446,12 @@ def test_a_cluster_counts_replicas_against_every_node_s_cap() -> None:
         state.plan_create("b", 11, None, 3, 3, placed)
     assert "the 3 nodes hold 270 partition replicas and may hold 300" in caught.value.message
     assert state.plan_create("b", 10, None, 3, 3, placed).partitions == 10
+
+
+def test_a_node_that_runs_alone_places_on_itself_and_cannot_be_decommissioned() -> None:
+    home = LocalMetadata(None)  # type: ignore[arg-type]
+    assert not home.clustered and home.placement() == {}
+    with pytest.raises(MetadataError) as caught:
+        home.decommission_view()
+    assert caught.value.code is ErrorCode.INVALID_REQUEST
+    assert "runs alone" in caught.value.message

@@ -20,6 +20,7 @@ from laminar.replication.metadata import (
     Snapshot,
     encode_entry,
 )
+from laminar.replication.metadata_home import LocalMetadata
 from laminar.wire import (
     ErrorCode,
     FetchedRecord,
@@ -40,7 +41,16 @@ class EndOfLog:
 
 def test_a_refused_tail_request_does_not_move_the_follower_past_what_it_applied() -> None:
     async def main() -> None:
-        owner = metalog.MetadataService(0, 0, None, None, None, 2, LongPolls())  # type: ignore[arg-type]
+        owner = metalog.MetadataService(
+            0,
+            0,
+            None,
+            None,
+            None,
+            2,
+            LongPolls(),
+            LocalMetadata(None),  # type: ignore[arg-type]
+        )
         owner._log = EndOfLog()  # type: ignore[assignment]
         owner._ready.set_result(None)
         await owner.serve_tail(MetadataTailRequest(2, 1, max_wait_ms=0))  # shard 1 applied 0, 1
@@ -97,6 +107,7 @@ def test_a_sibling_behind_the_owners_compaction_skips_to_the_snapshot() -> None:
             on_applied,
             2,
             LongPolls(),
+            LocalMetadata(None),  # type: ignore[arg-type]
         )
         sibling._partitions = mock.Mock()  # the reconciliation's target
         sibling._partitions.remove_orphans = mock.AsyncMock(return_value=0)
