@@ -57,11 +57,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 from laminar.channels.siblings import ChannelError, Channels
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log import SegmentedLog
 from laminar.log.partitions import LongPolls, PartitionManager
 from laminar.raft import NORMAL
@@ -128,8 +128,12 @@ class MetadataService:
         polls: LongPolls,
         home: MetadataHome,
         limits: TopicLimits | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        ready_wait_s: float = READY_WAIT_S,
     ) -> None:
         self.shard_id = shard_id
+        self._ready_wait_s = ready_wait_s
+        self._clock = clock
         self._home = home
         self.owner = owner
         self.is_owner = shard_id == owner
@@ -265,11 +269,11 @@ class MetadataService:
         return self._home.clustered
 
     async def ready(self) -> None:
-        """Return once this shard has its metadata; NOT_READY after `READY_WAIT_S`."""
+        """Return once this shard has its metadata; NOT_READY after `ready_wait_s`."""
         if self._ready.done():
             return
         try:
-            await asyncio.wait_for(asyncio.shield(self._ready), READY_WAIT_S)
+            await asyncio.wait_for(asyncio.shield(self._ready), self._ready_wait_s)
         except TimeoutError:
             raise MetadataError(
                 ErrorCode.NOT_READY,
@@ -519,7 +523,7 @@ class MetadataService:
             raise MetadataError(ErrorCode.INVALID_REQUEST, f"there is no shard {origin}")
         if origin != self.shard_id:
             self._positions[origin] = request.index
-            self._last_seen[origin] = time.monotonic()
+            self._last_seen[origin] = self._clock.monotonic()
             self._wake_position_waiters()
         index = max(request.index, log.lowest_index)
         if index == log.highest_index and request.max_wait_ms and not self._stopped:
@@ -528,7 +532,7 @@ class MetadataService:
         if index < log.highest_index:
             records = await log.read_range(index, 1 << 20, 1024)
         if origin != self.shard_id:
-            self._last_seen[origin] = time.monotonic()
+            self._last_seen[origin] = self._clock.monotonic()
         return MetadataTailResponse(
             METADATA_PID,
             tuple(FetchedRecord(r.index, r.timestamp_ms, r.value) for r in records),
@@ -544,7 +548,7 @@ class MetadataService:
                 waiter.set_result(None)
 
     def _lagging_followers(self, target: int) -> list[int]:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         return [
             peer
             for peer in range(self._shard_count)

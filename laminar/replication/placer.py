@@ -16,11 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Final
 
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.raft import LEADER, RaftCore
 from laminar.replication.controller import NodeStatus, NodeTable, PlacementPolicy, Step
 from laminar.replication.downtime import Downtime
@@ -60,8 +60,10 @@ class Placer:
         dead_grace_ms: int,
         observed: frozenset[int] = frozenset(),
         decommissioned: Callable[[], frozenset[str]] = frozenset,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._cores = cores
+        self._clock = clock
         self._rf_of = replication_factor_of
         self._dead_grace_ms = dead_grace_ms
         self._observed = observed
@@ -82,9 +84,12 @@ class Placer:
                 await asyncio.wait_for(self._wake.wait(), ROUND_S)
             self._wake.clear()
             try:
-                self.round(_now_ms())
+                self.round(self._now_ms())
             except Exception:
                 logger.exception("placement round failed")
+
+    def _now_ms(self) -> int:
+        return int(self._clock.monotonic() * 1000)
 
     def members_known(self) -> frozenset[str]:
         """Every member of the latest view, down ones too."""
@@ -94,7 +99,7 @@ class Placer:
     def placed(self, now_ms: int | None = None) -> dict[str, float] | None:
         """The members placement puts replicas on now, with their weights
         (`NodeTable.placed`); None before the first view."""
-        now = _now_ms() if now_ms is None else now_ms
+        now = self._now_ms() if now_ms is None else now_ms
         nodes = self._statuses(now)
         if nodes is None:
             return None
@@ -165,7 +170,3 @@ class Placer:
                     if node in left and node not in staying:
                         left[node] += 1
         return left
-
-
-def _now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000

@@ -209,8 +209,14 @@ class _LeaderTerm:
 class RaftReplica:
     """This node's member of a partition's Raft group (see the module docstring)."""
 
-    def __init__(self, group: RaftGroup, reachable: Callable[[str], bool] = lambda node: True):
+    def __init__(
+        self,
+        group: RaftGroup,
+        reachable: Callable[[str], bool] = lambda node: True,
+        append_timeout_s: float = APPEND_TIMEOUT_S,
+    ):
         self._reachable = reachable
+        self._append_timeout_s = append_timeout_s
         """Whether this node heard from a node lately (the peer links' keepalives)."""
         self.rebind(group)
 
@@ -313,7 +319,7 @@ class RaftReplica:
         self, first: int, timestamp_ms: int, done: asyncio.Future[int]
     ) -> tuple[int, int]:
         try:
-            await asyncio.wait_for(asyncio.shield(done), APPEND_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.shield(done), self._append_timeout_s)
         except ProposalLost:
             # Gone from this node's log, but another replica that had it may
             # still be elected and commit it (Raft's Figure 8, with 5 replicas):
@@ -326,7 +332,7 @@ class RaftReplica:
         except TimeoutError:
             raise RequestError(
                 ErrorCode.OUTCOME_UNKNOWN,
-                f"the batch was not committed within {APPEND_TIMEOUT_S:.0f} s (a majority of "
+                f"the batch was not committed within {self._append_timeout_s:g} s (a majority of "
                 "replicas may be unreachable); it may still be appended: read to check",
             ) from None
         return first, timestamp_ms
@@ -342,7 +348,7 @@ class RaftReplica:
         log is committed; NOT_READY if a majority does not confirm it in time."""
         self.check_writable()
         end = self.log.highest_index
-        await self.group.wait_committed(end, APPEND_TIMEOUT_S)
+        await self.group.wait_committed(end, self._append_timeout_s)
         if self.group.committed_end < end:
             raise RequestError(
                 ErrorCode.NOT_READY,

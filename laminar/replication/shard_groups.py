@@ -122,6 +122,7 @@ class ShardGroups:
         own_shard_ports: tuple[int, ...],
         move_bytes_per_s: int = 0,
         clock: Clock = SYSTEM_CLOCK,
+        reopen_after_s: float = REOPEN_AFTER_S,
     ) -> None:
         if len(view.members) > METADATA_VOTERS_MAX:
             raise ValueError(
@@ -139,6 +140,8 @@ class ShardGroups:
         self.refusals = PeerRefusals()
         """What peers sent that no correct node sends: counted, logged at a bounded rate."""
         self.clock = clock
+        self.reopen_after_s = reopen_after_s
+        """The first wait before a failed group is reopened (doubling after each failure)."""
         """Offline retries and peer silence are timed on it (links and host share it)."""
         self.links = PeerLinks(auth, lambda: self.view, max_frame_bytes, clock)
         self.calls = PeerCalls(auth, lambda: self.view, max_frame_bytes)
@@ -300,6 +303,7 @@ class ShardGroups:
             dead_grace_ms,
             observed=frozenset({METADATA_PID}),
             decommissioned=decommissioned,
+            clock=self.clock,
         )
         self._placing = asyncio.get_running_loop().create_task(self.placer.run())
 
@@ -583,7 +587,7 @@ class ShardGroups:
         if replica is not None:
             self._orphans[pid] = replica
         failures = self._failures[pid] = self._failures.get(pid, 0) + 1
-        delay = min(OFFLINE_RETRY_S, REOPEN_AFTER_S * 2 ** (failures - 1))
+        delay = min(OFFLINE_RETRY_S, self.reopen_after_s * 2 ** (failures - 1))
         self._went_offline(pid, f"its Raft group stopped: {exc!r}; reopening it from disk", delay)
         task = asyncio.get_running_loop().create_task(self._reopen(pid, delay))
         self._reopening[pid] = task

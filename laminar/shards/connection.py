@@ -48,10 +48,10 @@ import asyncio
 import functools
 import logging
 import socket
-import time
 from collections.abc import Callable
 from typing import Final
 
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.outbox import Outbox
 from laminar.replication.transport import PEER_HELLO
 from laminar.shards.budget import InputBudget, answer_reserve_bytes
@@ -104,8 +104,10 @@ class Connection:
         on_close: Callable[[Connection], None],
         budget: InputBudget,
         on_peer: OnPeer | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.sock = sock
+        self._clock = clock
         self._loop = asyncio.get_running_loop()
         self._dispatcher = dispatcher
         self._metrics = metrics
@@ -141,7 +143,7 @@ class Connection:
         """Whether this connection holds input and is counted in `InputBudget.holders`."""
         self._resume: asyncio.Future[None] | None = None
         self._idle_waiter: asyncio.Future[None] | None = None
-        self.last_frame_at = time.monotonic()
+        self.last_frame_at = clock.monotonic()
         self.partial_since: float | None = None
         """When the first byte of the partial frame in the buffer arrived (None: none)."""
         self.closed = False
@@ -223,7 +225,7 @@ class Connection:
         metrics = self._metrics
         budget = self._budget
         while not self._stopping:
-            now = time.monotonic()
+            now = self._clock.monotonic()
             started = self._take_frames()
             if self._peer_hello is not None:
                 return
@@ -379,7 +381,7 @@ class Connection:
         self._request_finished()
 
     def _request_finished(self) -> None:
-        self.last_frame_at = time.monotonic()
+        self.last_frame_at = self._clock.monotonic()
         self._wake()
         if not self.in_flight and self._idle_waiter is not None and not self._idle_waiter.done():
             self._idle_waiter.set_result(None)

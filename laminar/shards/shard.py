@@ -27,7 +27,6 @@ import logging
 import os
 import signal
 import socket
-import time
 from collections import Counter
 from typing import Any, Final
 
@@ -186,7 +185,7 @@ class Shard:
         self._queues: dict[str, Any] = {}
         self._drain_requested: asyncio.Event | None = None
         self._owned_partitions = 0
-        self._started_at = time.time()
+        self._started_at = self.clock.monotonic()
 
     # -- helpers ---------------------------------------------------------------
 
@@ -279,6 +278,7 @@ class Shard:
             if self.replication is None
             else ClusteredMetadata(self.replication),
             config.topic_limits,
+            self.clock,
         )
         self.handlers = Handlers(
             self.ident,
@@ -488,6 +488,7 @@ class Shard:
                 self._closed,
                 self.budget,
                 on_peer,
+                self.clock,
             )
             self.connections.add(conn)
             if not internal:
@@ -559,7 +560,7 @@ class Shard:
         interval = min(SWEEP_INTERVAL_S, first_timeout / 4, timeout / 4, frame_timeout / 4)
         while True:
             await asyncio.sleep(interval)
-            now = time.monotonic()
+            now = self.clock.monotonic()
             for conn in list(self.connections):
                 if conn.internal or conn.closed:
                     continue
@@ -590,7 +591,7 @@ class Shard:
             return
         share = budget.fair_share_bytes
         over = sorted((c for c in clients if c.input_bytes > share), key=lambda c: -c.input_bytes)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         held = budget.used
         for conn in over:
             if held < budget.limit_bytes:
@@ -767,7 +768,7 @@ class Shard:
                 "client_connections": self._client_connections,
                 "handshakes": self._handshakes,
                 "topics": len(self.metadata.state.topics()),
-                "uptime_s": time.time() - self._started_at,
+                "uptime_s": self.clock.monotonic() - self._started_at,
                 "task_queues": self._queue_stats(),
                 **self.writes.stats(),
             }

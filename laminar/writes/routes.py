@@ -14,10 +14,10 @@ answers name, and waits out an election, within `LEADER_WAIT_S`.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.replication.calls import PeerCallError, PeerCalls
 from laminar.wire import ErrorCode, ErrorResponse, Frame, Message
 from laminar.wire.errors import RequestError
@@ -41,8 +41,15 @@ class NodeUnreachable(Exception):
 class WriteRoutes:
     """Sends the write protocol's internal requests (see the module docstring)."""
 
-    def __init__(self, node_id: str, local: Send, calls: PeerCalls | None = None) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        local: Send,
+        calls: PeerCalls | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.node_id = node_id
+        self._clock = clock
         self._local = local
         self._calls = calls
 
@@ -69,7 +76,7 @@ class WriteRoutes:
     async def to_leader(self, message: Message, first: str | None = None) -> Frame:
         """The answer of the leader of `message`'s partition, starting at `first`
         (this node if None) and following NOT_LEADER answers."""
-        deadline = time.monotonic() + LEADER_WAIT_S
+        deadline = self._clock.monotonic() + LEADER_WAIT_S
         node = first or self.node_id
         while True:
             try:
@@ -84,7 +91,7 @@ class WriteRoutes:
             except NodeUnreachable as exc:
                 failure = str(exc)
                 node = self.node_id  # it knows who leads now, if anyone does
-            if time.monotonic() >= deadline:
+            if self._clock.monotonic() >= deadline:
                 raise RequestError(
                     ErrorCode.NOT_READY,
                     f"no leader answered within {LEADER_WAIT_S:.0f} s (last: {failure}); "

@@ -90,7 +90,7 @@ class WriteService:
         self.settings = settings
         self.node_id = node_id
         self._check_partition = check_partition
-        self.routes = WriteRoutes(node_id, send, peer_calls)
+        self.routes = WriteRoutes(node_id, send, peer_calls, clock)
         self.area = StagingArea(settings.staging_bytes_max, settings.staging_timeout_s)
         self.participant = Participant(
             self.area,

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-import laminar.replication.replica as replica_module
 from laminar.log import Fault, LogConfig, SimulatedDisk
 from laminar.log.simdisk import KeepOrLose
 from laminar.raft import LEADER, ConfigChangeRefused, Membership, Message, NotLeader, RaftCore
@@ -328,19 +327,16 @@ def test_a_hand_over_moves_leadership_to_an_up_to_date_follower(tmp_path: Path) 
     _run(tmp_path, scenario)
 
 
-def test_an_idempotent_batch_whose_commit_timed_out_is_not_appended_twice(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_idempotent_batch_whose_commit_timed_out_is_not_appended_twice(tmp_path: Path) -> None:
     """A batch proposed while the followers are cut times out (outcome unknown)
     but stays in the leader's log; once they are back it commits. The producer
     sends it again: the partition must answer with the first copy's index,
     not append it a second time."""
-    monkeypatch.setattr(replica_module, "APPEND_TIMEOUT_S", 0.3)
 
     async def scenario(net: FakeNetwork) -> None:
         await _produce(net, b"first")
         leader = await _until(lambda: _leader(net))
-        replica = RaftReplica(leader)
+        replica = RaftReplica(leader, append_timeout_s=0.3)
         producers = IdempotentProducers()
         batch = ProduceRequest.from_values(PID, [b"once"], producer_id=9, sequence=0)
         net.drop_appends = True

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-import laminar.replication.shard_groups as replication_module
 from laminar.cli.main import main as laminar
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log import Fault, LogConfig, SimulatedDisk, SyscallBackend
@@ -46,6 +45,7 @@ def _n3(
     net: groups.FakeNetwork,
     backend: StorageBackend,
     clock: Clock = SYSTEM_CLOCK,
+    reopen_after_s: float = 1.0,
 ) -> ShardGroups:
     """Node n3's shard on the fake network."""
     n3 = ShardGroups(
@@ -59,6 +59,7 @@ def _n3(
         1 << 20,
         (2,),
         clock=clock,
+        reopen_after_s=reopen_after_s,
     )
     n3.host.transport = net.transport("n3")
     n3.host.tick_s = groups.TICK_S
@@ -171,19 +172,16 @@ async def _refuses_votes_up_to(directory: str, term: int) -> None:
         await storage.close()
 
 
-def test_a_group_whose_loop_dies_is_offline_then_reopens_by_itself(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_group_whose_loop_dies_is_offline_then_reopens_by_itself(tmp_path: Path) -> None:
     """n3's log fails an fsync: its group's Ready loop stops. The replica is
     reported offline (it used to stay dead with /health ok), requests get
     NOT_LEADER, and it reopens from disk on its own: the same replica object
     serves again and holds every acknowledged record."""
-    monkeypatch.setattr(replication_module, "REOPEN_AFTER_S", 0.5)
     disk = SimulatedDisk()
 
     async def scenario(net: groups.FakeNetwork) -> None:
         os.makedirs(tmp_path / "n3" / "partitions" / "0-7")  # the state file is a real file
-        n3 = _n3(tmp_path, net, disk)
+        n3 = _n3(tmp_path, net, disk, reopen_after_s=0.5)
         try:
             replica = await n3.ensure_open(groups.PID, NODES, CONFIG)
             acked = [await groups._produce(net, b"before-%d" % n) for n in range(3)]

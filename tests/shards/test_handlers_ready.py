@@ -105,12 +105,10 @@ def test_metadata_and_the_topic_list_wait_for_the_metadata_too() -> None:
     asyncio.run(main())
 
 
-def test_metadata_that_takes_too_long_is_not_ready(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(metalog, "READY_WAIT_S", 0.05)
-
+def test_metadata_that_takes_too_long_is_not_ready() -> None:
     async def main() -> None:
         service = metalog.MetadataService(
-            1, 0, None, None, None, 2, LongPolls(), LocalMetadata(None)
+            1, 0, None, None, None, 2, LongPolls(), LocalMetadata(None), ready_wait_s=0.05
         )  # type: ignore[arg-type]
         assert not service.is_ready
         with pytest.raises(MetadataError) as caught:

@@ -30,6 +30,7 @@ from laminar.wire import (
     TopicInfo,
 )
 from laminar.wire.codec import decode_frame
+from tests.support.clock import FakeClock
 
 
 class EndOfLog:
@@ -63,6 +64,34 @@ def test_a_refused_tail_request_does_not_move_the_follower_past_what_it_applied(
                 await owner.serve_tail(bogus)
             assert refused.value.code is code
         assert owner._lagging_followers(3) == [1]  # still waited for
+
+    asyncio.run(main())
+
+
+def test_a_follower_silent_for_its_live_time_is_no_longer_waited_for() -> None:
+    """A create's barrier waits only for live followers: one that has not tailed
+    for `FOLLOWER_LIVE_S` (dead, restarting) replays when it is back."""
+    clock = FakeClock()
+
+    async def main() -> None:
+        owner = metalog.MetadataService(
+            0,
+            0,
+            None,  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            2,
+            LongPolls(),
+            LocalMetadata(None),  # type: ignore[arg-type]
+            clock=clock,
+        )
+        owner._log = EndOfLog()  # type: ignore[assignment]
+        owner._ready.set_result(None)
+        await owner.serve_tail(MetadataTailRequest(2, 1, max_wait_ms=0))
+        clock.advance(metalog.FOLLOWER_LIVE_S - 0.1)
+        assert owner._lagging_followers(3) == [1]
+        clock.advance(0.2)
+        assert owner._lagging_followers(3) == []
 
     asyncio.run(main())
 
