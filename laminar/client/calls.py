@@ -44,6 +44,7 @@ from laminar.wire import (
     ProduceResponse,
     TopicInfo,
 )
+from laminar.wire.groups import FindCoordinatorRequest, FindCoordinatorResponse
 
 T = TypeVar("T")
 
@@ -288,6 +289,21 @@ def list_topics() -> Call[list[TopicInfo]]:
 
 def _topics(frame: Frame) -> list[TopicInfo]:
     return list(expect(frame, ListTopicsResponse).topics)
+
+
+def find_coordinator(group: str) -> Call[FindCoordinatorResponse]:
+    """Where `group` is served. Asking again is harmless: the node makes the
+    positions topic once."""
+
+    def target(view: ClusterView) -> tuple[Address, Message]:
+        return view.node_route().address, FindCoordinatorRequest(group)
+
+    return Call(
+        f"find the coordinator of group {group[:60]!r}",
+        target,
+        lambda frame: expect(frame, FindCoordinatorResponse),
+        idempotent=True,
+    )
 
 
 def ping(

@@ -329,6 +329,26 @@ def _int(v: object) -> int:
     return v
 
 
+INTERNAL_PREFIX: Final = "__"
+"""Topics whose names start with this are the node's own (the positions topic
+of consumer groups): clients may read them, never create, change, delete or
+write them."""
+
+
+def is_internal_topic(name: str) -> bool:
+    return name.startswith(INTERNAL_PREFIX)
+
+
+def refuse_internal_topic(name: str, action: str) -> None:
+    """Raise `MetadataError` if a client asks to `action` an internal topic."""
+    if is_internal_topic(name):
+        raise MetadataError(
+            ErrorCode.INVALID_REQUEST,
+            f"cannot {action} {name[:60]!r}: topics whose names start with "
+            f"{INTERNAL_PREFIX!r} are the node's own",
+        )
+
+
 def check_topic_name(name: str) -> None:
     """Raise `MetadataError` unless `name` is a usable topic name ("." and ".."
     are refused: a name may one day be a directory name)."""

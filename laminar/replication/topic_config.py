@@ -13,6 +13,9 @@ Kafka user finds them where they expect:
   node's `--segment-bytes`). Retention deletes whole segments only.
 - `segment.ms`: roll the write segment once its first record is this old, so
   time-based retention can delete it on a quiet partition (default: never).
+- `flush.messages`: 1 fsyncs every append before it is acknowledged, whatever
+  the node's `--flush` says (default: the node's policy). Only 1 is accepted:
+  the node's own flush interval covers the rest.
 
 Retention runs on the node's timer (`--retention-check-interval`), never
 inside a request, and never deletes the segment being written.
@@ -47,6 +50,7 @@ TOPIC_CONFIG_KEYS: Final = {
         ConfigKey("retention.bytes", -1, 2**63 - 1, "-1: no size limit, per partition"),
         ConfigKey("segment.bytes", SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX, "segment size"),
         ConfigKey("segment.ms", 1, 2**63 - 1, "roll the write segment at this age"),
+        ConfigKey("flush.messages", 1, 1, "1: fsync before every acknowledgement"),
     )
 }
 
@@ -93,13 +97,15 @@ def known_entries(config: Mapping[str, object]) -> dict[str, int]:
 
 def log_config(base: LogConfig, config: Mapping[str, object]) -> LogConfig:
     """The partition log settings of a topic: the node's, with the topic's segment
-    size. Retention stays out of the log's config: the node applies it on its
-    timer (`retention_limits`), never inside an append."""
-    segment_bytes = known_entries(config).get("segment.bytes", base.segment_bytes)
+    size and flush. Retention stays out of the log's config: the node applies it
+    on its timer (`retention_limits`), never inside an append."""
+    own = known_entries(config)
+    segment_bytes = own.get("segment.bytes", base.segment_bytes)
     return replace(
         base,
         segment_bytes=segment_bytes,
         preallocate_bytes=min(base.preallocate_bytes, segment_bytes),
+        flush="always" if own.get("flush.messages") == 1 else base.flush,
     )
 
 

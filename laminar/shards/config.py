@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Literal
 
+from laminar.groups.positions import GROUP_PARTITIONS_DEFAULT
 from laminar.log import LogConfig
 from laminar.log.config import FLUSH_POLICIES, FlushPolicy
 from laminar.replication.metadata import MAX_PARTITIONS, TopicLimits
@@ -403,6 +404,15 @@ class NodeConfig:
             "--max-topic-partitions",
             "partitions one topic may have",
             checks=(at_least(1), at_most(MAX_PARTITIONS)),
+        ),
+    )
+    group_partitions: int = field(
+        default=GROUP_PARTITIONS_DEFAULT,
+        metadata=setting(
+            "--group-partitions",
+            "partitions of the consumer groups' positions topic, made on the first "
+            "group's use (a group's coordinator is one partition's leader)",
+            checks=(at_least(1), at_most(1024)),
         ),
     )
     open_files_max: int = field(

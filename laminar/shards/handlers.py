@@ -27,7 +27,11 @@ from laminar.channels.siblings import ChannelError, Channels
 from laminar.log import LogBatch, LogClosed, LogConfig, SegmentedLog
 from laminar.log.partitions import LongPolls, PartitionManager
 from laminar.placement import U32_MAX
-from laminar.replication.metadata import METADATA_TOPIC_ID
+from laminar.replication.metadata import (
+    METADATA_TOPIC_ID,
+    is_internal_topic,
+    refuse_internal_topic,
+)
 from laminar.replication.metalog import MetadataService
 from laminar.replication.replica import LocalReplica, PartitionReplica
 from laminar.replication.topic_config import log_config
@@ -180,21 +184,33 @@ class Handlers:
         return topic
 
     async def _replica_of(self, pid: int) -> PartitionReplica:
-        topic = await self._topic_of(pid)
+        return await self._replica_in(pid, await self._topic_of(pid))
+
+    async def _replica_in(self, pid: int, topic: TopicInfo) -> PartitionReplica:
         return await self.replicas.replica(
             pid, topic, log_config(self.partitions.config, topic.config)
         )
 
-    # The write protocol (`laminar.writes`) resolves partitions the same way.
-    topic_of = _topic_of
-    replica_of = _replica_of
+    async def _writable_topic_of(self, pid: int) -> TopicInfo:
+        """`_topic_of` for a client's write: never an internal topic."""
+        topic = await self._topic_of(pid)
+        refuse_internal_topic(topic.name, "write to")
+        return topic
+
+    async def _writable_replica_of(self, pid: int) -> PartitionReplica:
+        return await self._replica_in(pid, await self._writable_topic_of(pid))
+
+    # The write protocol (`laminar.writes`) resolves partitions the same way:
+    # what it stages and publishes is a client's write.
+    topic_of = _writable_topic_of
+    replica_of = _writable_replica_of
 
     # -- partition ops ---------------------------------------------------------
 
     async def produce(self, req: ProduceRequest, corr: int, ctx: RequestContext) -> list[Buffer]:
         if not req.blobs:
             raise RequestError(ErrorCode.INVALID_REQUEST, "a produce request needs a record")
-        replica = await self._replica_of(req.partition_id)
+        replica = await self._writable_replica_of(req.partition_id)
         if req.producer_id is not None:  # idempotent: deduplicated by laminar.shards.producers
             first, timestamp_ms, appended = await self.producers.append(replica, req, ctx.client)
             self.metrics.records_in += appended
@@ -220,7 +236,10 @@ class Handlers:
         there)."""
         if not req.blobs:
             return None
-        log = self._open_local_log(req.partition_id)
+        topic = self._applied_topic(req.partition_id)
+        if topic is None or is_internal_topic(topic.name):
+            return None
+        log = self.replicas.log_nowait(req.partition_id)
         if log is None:
             return None
         if req.producer_id is not None:
@@ -426,6 +445,7 @@ class Handlers:
     async def create_topic(
         self, req: CreateTopicRequest, corr: int, ctx: RequestContext
     ) -> list[Buffer]:
+        refuse_internal_topic(req.name, "create")
         topic = await self.metadata.create_topic(
             req.name, req.partitions, req.config, req.replication_factor
         )
@@ -434,12 +454,14 @@ class Handlers:
     async def delete_topic(
         self, req: DeleteTopicRequest, corr: int, ctx: RequestContext
     ) -> list[Buffer]:
+        refuse_internal_topic(req.name, "delete")
         topic = await self.metadata.delete_topic(req.name)
         return DeleteTopicResponse(topic.name, topic.topic_id).encode_buffers(corr)
 
     async def alter_topic(
         self, req: AlterTopicRequest, corr: int, ctx: RequestContext
     ) -> list[Buffer]:
+        refuse_internal_topic(req.name, "alter")
         topic = await self.metadata.alter_topic(req.name, req.config, req.remove)
         return AlterTopicResponse(topic).encode_buffers(corr)
 

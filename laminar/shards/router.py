@@ -10,9 +10,10 @@ Rules, and why:
 - A forwarded frame is never forwarded again: if the receiving shard does not
   own the partition (the two shards disagree on the shard count, a bug), it
   answers NOT_OWNER instead of bouncing the frame around.
-- Topic creation, deletion and changes, and node decommissions, go to the
-  owner of the metadata partition, the one shard that appends to the
-  metadata log and assigns topic ids.
+- Topic creation, deletion and changes, node decommissions, and finding a
+  group's coordinator (which may make the positions topic), go to the owner
+  of the metadata partition, the one shard that appends to the metadata log
+  and assigns topic ids.
 - Metadata and topic listing are answered by whichever shard received them:
   every shard holds the applied metadata (the owner waits for the other shards
   to apply a change before acknowledging it).
@@ -70,8 +71,9 @@ PEER_OPS: Final = INTERNAL_WRITE_OPS | {Op.WRITE_STATUS}
 protocol's internal ops, and a commit's state (a staging node's expiry asks)."""
 NODE_OPS: Final = frozenset({Op.METADATA, Op.LIST_TOPICS})
 METADATA_WRITE_OPS: Final = frozenset(
-    {Op.CREATE_TOPIC, Op.DELETE_TOPIC, Op.ALTER_TOPIC, Op.DECOMMISSION_NODE}
+    {Op.CREATE_TOPIC, Op.DELETE_TOPIC, Op.ALTER_TOPIC, Op.DECOMMISSION_NODE, Op.FIND_COORDINATOR}
 )
+"""FIND_COORDINATOR is one: a group's first makes the positions topic."""
 INTERNAL_OPS: Final = frozenset({Op.FORWARD, Op.METADATA_TAIL})
 
 

@@ -33,6 +33,7 @@ from typing import Any, Final
 from laminar.channels.siblings import Channels
 from laminar.channels.sockets import ShardSockets, is_sibling_shard, peer_credentials
 from laminar.clock import SYSTEM_CLOCK, Clock
+from laminar.groups.service import GroupService
 from laminar.log import LogConfig
 from laminar.log.filepool import FilePool
 from laminar.log.partitions import LongPolls, PartitionManager
@@ -330,6 +331,8 @@ class Shard:
             clock=self.clock,
         )
         self.dispatcher.add_handlers(self.writes.table())
+        self.groups = GroupService(self.metadata, config.group_partitions)
+        self.dispatcher.add_handlers(self.groups.table())
         if self.replication is not None:
             self.replication.serve_peers(self._serve_peer, PEER_OPS)
         self.retention = Retention(

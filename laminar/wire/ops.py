@@ -41,6 +41,8 @@ class Op(IntEnum):
     ALTER_TOPIC = 16
     APPEND_STAGED = 17
     DECOMMISSION_NODE = 18
+    # Consumer groups (`laminar.wire.groups`).
+    FIND_COORDINATOR = 19
     FORWARD = 32
     METADATA_TAIL = 33
 

@@ -114,6 +114,7 @@ def start(name: str, tmp: Path) -> Topology:
         "admin_port": 0,
         "shard_port_base": 0,  # ephemeral: only the node ports are fixed
         "retention_check_interval": 1,
+        "group_partitions": 4,  # a positions topic of 4 partitions (Raft groups), not 16
     }
     for i in range(1, 5):
         (tmp / f"n{i}").mkdir()

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from laminar.log import LogConfig
 from laminar.replication import metadata
 from laminar.replication.metadata import (
     FIRST_TOPIC_ID,
@@ -27,6 +28,7 @@ from laminar.replication.metadata import (
 )
 from laminar.replication.metadata_home import LocalMetadata
 from laminar.replication.metalog import METADATA_FRAME_BYTES_MIN
+from laminar.replication.topic_config import log_config
 from laminar.shards.config import MAX_TOPICS_CEILING
 from laminar.wire import ErrorCode, FetchedRecord, MetadataTailResponse, TopicInfo
 
@@ -118,6 +120,7 @@ def test_topic_configs_take_known_keys_with_typed_values_only() -> None:
         ({"retention.ms": "1d"}, "must be an integer"),
         ({"retention.ms": -2}, "must be an integer in -1.."),
         ({"segment.bytes": 10}, "must be an integer in 4096.."),
+        ({"flush.messages": 2}, "must be an integer in 1..1"),
     ):
         with pytest.raises(MetadataError) as caught:
             state.plan_create("t", 1, config)  # type: ignore[arg-type]
@@ -455,3 +458,10 @@ def test_a_node_that_runs_alone_places_on_itself_and_cannot_be_decommissioned() 
         home.decommission_view()
     assert caught.value.code is ErrorCode.INVALID_REQUEST
     assert "runs alone" in caught.value.message
+
+
+def test_flush_messages_1_makes_a_topic_durable_whatever_the_node_s_flush() -> None:
+    node = LogConfig(flush="never", segment_bytes=1 << 20)
+    assert log_config(node, {}).flush == "never"
+    assert log_config(node, {"flush.messages": 1}).flush == "always"
+    assert log_config(node, {"segment.bytes": 4096}).segment_bytes == 4096

@@ -57,6 +57,7 @@ from laminar.wire import (
     encode_record,
     request_frame_limits,
 )
+from laminar.wire import groups as g
 from laminar.wire import writes as w
 from laminar.wire.ops import RAFT_OPS
 
@@ -124,6 +125,7 @@ REQUESTS: list[st.SearchStrategy[Any]] = [
         st.lists(blobs, min_size=1, max_size=5).map(tuple),
     ),
     st.builds(MetadataTailRequest, u64, u16, u32),
+    st.builds(g.FindCoordinatorRequest, names),
 ]
 RESPONSES: list[st.SearchStrategy[Any]] = [
     st.builds(ProduceResponse, u64, u64, u32, u64),
@@ -187,6 +189,11 @@ RESPONSES: list[st.SearchStrategy[Any]] = [
         u64,
         u64,
         u64,
+    ),
+    topics.filter(lambda t: t.partitions > 0).flatmap(
+        lambda t: st.builds(
+            g.FindCoordinatorResponse, names, st.just(t), st.integers(0, t.partitions - 1)
+        )
     ),
     st.builds(ErrorResponse, st.integers(0, 255), st.sampled_from(ErrorCode), names, u64),
 ]
