@@ -1,0 +1,598 @@
+"""The group coordinator core: membership, assignment, fencing and positions
+of the groups one positions-log partition holds. No I/O.
+
+Rules, and why:
+
+- Persist before answer. A call that changes durable state changes it here
+  at once (later calls see it) and returns, in its `Step`, the records to
+  append; every answer carries `wait_for`, and the shell sends it only once
+  the positions log has committed that record. Reads wait too: an answer
+  never shows a state that could still be lost. If an append fails the shell
+  throws this core away and builds another with `replay(committed records)`.
+- State is the fold of the records. Every durable change goes through
+  `_emit`, which applies the record with the same `_apply` replay uses, so
+  nothing durable lives outside the records. Session deadlines are volatile
+  and start afresh at load (as Kafka's do): later than before, never earlier.
+- Release before reassign. A partition is held by at most one member
+  (`MemberValue.held`, indexed in `_owners`; `_apply` refuses a record that
+  would break it). A member first gives up what is outside its target (told
+  at an unchanged epoch); it counts as released when a heartbeat that has seen
+  the latest answer (`revision`) no longer lists it, or when the member leaves
+  or its session expires. Only then may another member be given it. Members
+  keep what stays theirs: no barrier, nobody stops.
+- Fencing. A commit is applied only from a known member at its current epoch
+  for a partition it holds, never below the committed position, never past
+  the partition's end. Only an admin reset (no members) or delete goes back.
+- Bounded. Every input is checked against `Limits`; past one, `LIMIT`. The log
+  is compacted by checkpoints: when the records written since the last one
+  exceed twice the live ones (plus a floor), the live state is restated and,
+  once the shell reports it committed, `truncate_before` lets retention drop
+  what precedes it.
+
+Classic (Kafka JoinGroup/SyncGroup) groups come later as a second group type
+beside this one: see the package docstring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar
+
+import xxhash
+
+from laminar.clock import Clock
+from laminar.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, Subscriber
+from laminar.groups.errors import GroupError, GroupStateError
+from laminar.groups.messages import (
+    JOIN,
+    LEAVE,
+    LEAVE_STATIC,
+    AdminAnswer,
+    CommitAnswer,
+    CommitRequest,
+    DescribeAnswer,
+    GroupView,
+    HeartbeatAnswer,
+    HeartbeatRequest,
+    ListAnswer,
+    MemberView,
+    Position,
+    PositionsAnswer,
+    TopicPartition,
+)
+from laminar.groups.records import (
+    NAME_BYTES_MAX,
+    GroupRecord,
+    GroupValue,
+    MemberRecord,
+    MemberValue,
+    PositionRecord,
+    Record,
+)
+
+A = TypeVar("A")
+_NO_PARTITIONS: Final[frozenset[TopicPartition]] = frozenset()
+
+
+def coordinator_partition(group: str, count: int) -> int:
+    """The `__consumer_offsets` partition of a group: its leader coordinates it."""
+    return xxhash.xxh64_intdigest(group.encode()) % count
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on every input (names are also bounded by the record codec)."""
+
+    name_bytes_max: int = NAME_BYTES_MAX
+    """Group ids, instance ids and topic names."""
+    groups_max: int = 100_000
+    members_per_group_max: int = 1_000
+    topics_per_subscription_max: int = 100
+    topics_per_group_max: int = 1_000
+    partitions_per_request_max: int = 10_000
+    """Positions in a commit, reset or positions read; partitions in `owned`."""
+    session_timeout_s_min: float = 1.0
+    session_timeout_s_max: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Step(Generic[A]):
+    """What a call produced: its answer and the records to append, in order.
+
+    Duty of the shell: append `records` (their sequence numbers are
+    `first_seq`, `first_seq + 1`, ...), send the answer only once the record
+    `answer.wait_for` is committed, and report commits with `committed(seq)`.
+    """
+
+    answer: A
+    records: tuple[Record, ...]
+    first_seq: int
+
+
+class GroupCoordinator:
+    """The groups of one positions-log partition; see the module docstring."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        rng: random.Random,
+        *,
+        limits: Limits = Limits(),
+        heartbeat_interval_s: float = 1.0,
+        checkpoint_floor: int = 1_000,
+    ) -> None:
+        self._clock = clock
+        self._rng = rng
+        self.limits = limits
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self._checkpoint_floor = checkpoint_floor
+        self._groups: dict[str, GroupValue] = {}
+        self._members: dict[str, dict[str, MemberValue]] = {}
+        self._positions: dict[str, dict[TopicPartition, Position]] = {}
+        self._owners: dict[str, dict[TopicPartition, str]] = {}
+        """Derived from the members: who holds each partition."""
+        self._deadlines: dict[tuple[str, str], float] = {}
+        """Volatile: when each member's session ends (monotonic seconds)."""
+        self._counts: dict[str, int] = {}
+        """Input from the cluster's metadata: partitions per topic."""
+        self._seq = 0
+        """Sequence number of the last record emitted or replayed."""
+        self._out: list[Record] = []
+        self._live = 0
+        self._written = 0
+        """Records in the log since its start or the last checkpoint's first record."""
+        self._checkpoint: tuple[int, int] | None = None
+        self.truncate_before: int | None = None
+        """Set once a checkpoint is committed: the log before it may be dropped."""
+
+    @classmethod
+    def replay(
+        cls,
+        records: Iterable[Record],
+        clock: Clock,
+        rng: random.Random,
+        *,
+        partition_counts: Mapping[str, int] | None = None,
+        limits: Limits = Limits(),
+        heartbeat_interval_s: float = 1.0,
+        checkpoint_floor: int = 1_000,
+    ) -> GroupCoordinator:
+        """A core holding the fold of `records` (the committed log, in order,
+        numbered 1, 2, ...); every member's session starts now."""
+        core = cls(
+            clock,
+            rng,
+            limits=limits,
+            heartbeat_interval_s=heartbeat_interval_s,
+            checkpoint_floor=checkpoint_floor,
+        )
+        core._counts.update(partition_counts or {})
+        for record in records:
+            core._apply(record)
+            core._seq += 1
+            core._written += 1
+        now = clock.monotonic()
+        for group, members in core._members.items():
+            for member_id, m in members.items():
+                core._deadlines[group, member_id] = now + m.session_timeout_ms / 1000
+        return core
+
+    # -- members ----------------------------------------------------------
+
+    def heartbeat(self, request: HeartbeatRequest) -> Step[HeartbeatAnswer]:
+        """Join (epoch 0), leave (-1, -2) or stay: the answer says what to hold."""
+        error = self._check_heartbeat(request)
+        if error is not GroupError.NONE:
+            return self._finish(HeartbeatAnswer(error, 0))
+        if request.member_epoch == JOIN:
+            return self._join(request)
+        group, member_id = request.group, request.member_id
+        m = self._members.get(group, {}).get(member_id) if member_id is not None else None
+        if m is None or member_id is None:
+            return self._finish(HeartbeatAnswer(GroupError.UNKNOWN_MEMBER, 0))
+        if request.member_epoch in (LEAVE, LEAVE_STATIC):
+            return self._leave(group, member_id, m, request.member_epoch)
+        if request.member_epoch not in (m.epoch, m.previous_epoch):
+            return self._finish(HeartbeatAnswer(GroupError.FENCED, 0))
+        topics = tuple(sorted(set(request.topics)))
+        resubscribed = topics != m.topics
+        if resubscribed and self._topics_over_limit(group, member_id, topics):
+            return self._finish(HeartbeatAnswer(GroupError.LIMIT, 0))
+        self._deadlines[group, member_id] = self._clock.monotonic() + request.session_timeout_s
+        updated = dataclasses.replace(
+            m,
+            away=False,
+            topics=topics,
+            session_timeout_ms=round(request.session_timeout_s * 1000),
+            assignor=request.assignor,
+        )
+        if updated != m:
+            self._emit(MemberRecord(group, member_id, updated))
+        if resubscribed:
+            self._rebalance(group)
+        return self._finish(self._reconcile(group, member_id, request))
+
+    def _check_heartbeat(self, r: HeartbeatRequest) -> GroupError:
+        lim = self.limits
+        if not self._valid_name(r.group) or r.member_epoch < LEAVE_STATIC:
+            return GroupError.INVALID
+        if r.instance_id is not None and not self._valid_name(r.instance_id):
+            return GroupError.INVALID
+        if r.assignor is not None and r.assignor not in ASSIGNORS:
+            return GroupError.INVALID
+        if not lim.session_timeout_s_min <= r.session_timeout_s <= lim.session_timeout_s_max:
+            return GroupError.INVALID
+        if len(r.topics) > lim.topics_per_subscription_max:
+            return GroupError.LIMIT
+        if len(r.owned) > lim.partitions_per_request_max:
+            return GroupError.LIMIT
+        if not all(self._valid_name(t) for t in r.topics):
+            return GroupError.INVALID
+        return GroupError.NONE
+
+    def _valid_name(self, name: str) -> bool:
+        return 0 < len(name.encode()) <= self.limits.name_bytes_max
+
+    def _topics_over_limit(self, group: str, member_id: str | None, topics: Iterable[str]) -> bool:
+        others = self._members.get(group, {})
+        union = {t for mid, m in others.items() if mid != member_id for t in m.topics}
+        union.update(topics)
+        return len(union) > self.limits.topics_per_group_max
+
+    def _join(self, r: HeartbeatRequest) -> Step[HeartbeatAnswer]:
+        group = r.group
+        if r.member_id is not None:
+            return self._finish(HeartbeatAnswer(GroupError.INVALID, 0))
+        members = self._members.get(group, {})
+        static = None
+        if r.instance_id is not None:
+            static = next((i for i, m in members.items() if m.instance_id == r.instance_id), None)
+        if static is not None and not members[static].away:
+            return self._finish(HeartbeatAnswer(GroupError.INSTANCE_IN_USE, 0))
+        if static is None and len(members) >= self.limits.members_per_group_max:
+            return self._finish(HeartbeatAnswer(GroupError.LIMIT, 0))
+        if group not in self._groups and len(self._groups) >= self.limits.groups_max:
+            return self._finish(HeartbeatAnswer(GroupError.LIMIT, 0))
+        topics = tuple(sorted(set(r.topics)))
+        if self._topics_over_limit(group, static, topics):
+            return self._finish(HeartbeatAnswer(GroupError.LIMIT, 0))
+        if group not in self._groups:
+            self._emit(GroupRecord(group, GroupValue(0, r.assignor or DEFAULT_ASSIGNOR, ())))
+        member_id = self._new_member_id(group)
+        fresh = MemberValue(
+            instance_id=r.instance_id,
+            epoch=0,
+            previous_epoch=0,
+            revision=0,
+            topics=topics,
+            session_timeout_ms=round(r.session_timeout_s * 1000),
+            assignor=r.assignor,
+            assigned=_NO_PARTITIONS,
+            revoking=_NO_PARTITIONS,
+            target=_NO_PARTITIONS,
+            away=False,
+        )
+        rebalance = True
+        if static is not None:
+            # A static member back under a new member id takes over the old
+            # one's partitions: the old process said it stopped (epoch -2).
+            old = members[static]
+            self._emit(MemberRecord(group, static, None))
+            fresh = dataclasses.replace(
+                old,
+                away=False,
+                revision=old.revision + 1,
+                topics=topics,
+                session_timeout_ms=fresh.session_timeout_ms,
+                assignor=r.assignor,
+            )
+            rebalance = topics != old.topics
+        self._emit(MemberRecord(group, member_id, fresh))
+        self._deadlines[group, member_id] = self._clock.monotonic() + r.session_timeout_s
+        if rebalance:
+            self._rebalance(group)
+        return self._finish(self._reconcile(group, member_id, r))
+
+    def _new_member_id(self, group: str) -> str:
+        members = self._members.get(group, {})
+        while True:
+            member_id = f"{self._rng.getrandbits(64):016x}"
+            if member_id not in members:
+                return member_id
+
+    def _leave(
+        self, group: str, member_id: str, m: MemberValue, epoch: int
+    ) -> Step[HeartbeatAnswer]:
+        if epoch == LEAVE_STATIC and m.instance_id is not None:
+            if not m.away:
+                self._emit(MemberRecord(group, member_id, dataclasses.replace(m, away=True)))
+            self._deadlines[group, member_id] = (
+                self._clock.monotonic() + m.session_timeout_ms / 1000
+            )
+            return self._finish(HeartbeatAnswer(GroupError.NONE, 0, member_id, LEAVE_STATIC))
+        self._remove_member(group, member_id)
+        return self._finish(HeartbeatAnswer(GroupError.NONE, 0, member_id, LEAVE))
+
+    def _remove_member(self, group: str, member_id: str) -> None:
+        """Its partitions are free at once: the member said it stopped, or its
+        session (longer than its lease) expired."""
+        self._emit(MemberRecord(group, member_id, None))
+        self._rebalance(group)
+
+    def _rebalance(self, group: str) -> None:
+        """A new group epoch and target assignment (members reconcile to it at
+        their next heartbeats)."""
+        g = self._groups[group]
+        members = self._members.get(group, {})
+        topics = sorted({t for m in members.values() for t in m.topics})
+        counts = tuple((t, self._counts.get(t, 0)) for t in topics)
+        preferred = Counter(m.assignor for m in members.values() if m.assignor is not None)
+        assignor = min(preferred, key=lambda a: (-preferred[a], a)) if preferred else g.assignor
+        subscribers = {
+            mid: Subscriber(frozenset(m.topics), m.target, m.instance_id or mid)
+            for mid, m in members.items()
+        }
+        targets = ASSIGNORS[assignor](subscribers, dict(counts)) if subscribers else {}
+        self._emit(GroupRecord(group, GroupValue(g.epoch + 1, assignor, counts)))
+        for mid in sorted(members):
+            m = members[mid]
+            if targets[mid] != m.target:
+                self._emit(MemberRecord(group, mid, dataclasses.replace(m, target=targets[mid])))
+
+    def _reconcile(self, group: str, member_id: str, r: HeartbeatRequest) -> HeartbeatAnswer:
+        """Move one member toward its target: revoke first, then the new epoch,
+        then the target partitions nobody else holds."""
+        m = self._members[group][member_id]
+        group_epoch = self._groups[group].epoch
+        owners = self._owners.get(group, {})
+        assigned, revoking = m.assigned, m.revoking
+        epoch, previous = m.epoch, m.previous_epoch
+        if r.revision == m.revision:
+            revoking = revoking & r.owned  # the member has seen the latest answer
+        revoke = assigned - m.target
+        assigned, revoking = assigned - revoke, revoking | revoke
+        if not revoking and epoch != group_epoch:
+            epoch, previous = group_epoch, epoch
+        if epoch == group_epoch:
+            assigned |= {tp for tp in m.target - assigned if tp not in owners}
+        if (epoch, assigned, revoking) != (m.epoch, m.assigned, m.revoking):
+            m = dataclasses.replace(
+                m,
+                epoch=epoch,
+                previous_epoch=previous,
+                assigned=frozenset(assigned),
+                revoking=frozenset(revoking),
+                revision=m.revision + 1,
+            )
+            self._emit(MemberRecord(group, member_id, m))
+        interval = min(self.heartbeat_interval_s, m.session_timeout_ms / 3000)
+        if m.revoking or m.target - m.assigned:
+            interval /= 5  # moving partitions: ask again soon
+        return HeartbeatAnswer(
+            GroupError.NONE, 0, member_id, m.epoch, m.revision, m.assigned, interval
+        )
+
+    def tick(self) -> Step[None]:
+        """Expire the members whose session ended (their leases ended before)."""
+        now = self._clock.monotonic()
+        for group, member_id in sorted(k for k, d in self._deadlines.items() if d <= now):
+            self._remove_member(group, member_id)
+        return self._finish(None)
+
+    def next_deadline(self) -> float | None:
+        """When `tick` next has work (monotonic seconds), if ever."""
+        return min(self._deadlines.values(), default=None)
+
+    # -- positions --------------------------------------------------------
+
+    def commit(
+        self, request: CommitRequest, ends: Mapping[TopicPartition, int]
+    ) -> Step[CommitAnswer]:
+        """Apply a member's positions, each checked on its own (`results`).
+
+        `ends` must give the end index of every committed partition.
+        """
+        if len(request.positions) > self.limits.partitions_per_request_max:
+            return self._finish(CommitAnswer(GroupError.LIMIT, 0))
+        m = self._members.get(request.group, {}).get(request.member_id)
+        positions = self._positions.get(request.group, {})
+        results: dict[TopicPartition, GroupError] = {}
+        for tp, index in sorted(request.positions.items()):
+            current = positions.get(tp)
+            if m is None or tp not in m.held:
+                results[tp] = GroupError.FENCED
+            elif request.member_epoch != m.epoch:
+                stale = request.member_epoch == m.previous_epoch
+                results[tp] = GroupError.STALE_EPOCH if stale else GroupError.FENCED
+            elif index < 0:
+                results[tp] = GroupError.INVALID
+            elif current is not None and index < current.index:
+                results[tp] = GroupError.POSITION_BEHIND
+            elif index > ends[tp]:
+                results[tp] = GroupError.POSITION_BEYOND_END
+            else:
+                results[tp] = GroupError.NONE
+                if current is None or current.index != index:
+                    self._put_position(request.group, tp, index, request.member_id, m.epoch)
+        return self._finish(CommitAnswer(GroupError.NONE, 0, results))
+
+    def _put_position(
+        self, group: str, tp: TopicPartition, index: int, member_id: str, epoch: int
+    ) -> None:
+        value = Position(index, member_id, epoch, self._clock.wall_ms())
+        self._emit(PositionRecord(group, tp[0], tp[1], value))
+
+    def positions(
+        self, group: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> Step[PositionsAnswer]:
+        """Committed positions of a group (all, or those of `partitions`)."""
+        held = self._positions.get(group, {})
+        if partitions is None:
+            return self._finish(PositionsAnswer(GroupError.NONE, 0, dict(held)))
+        wanted = list(partitions)
+        if len(wanted) > self.limits.partitions_per_request_max:
+            return self._finish(PositionsAnswer(GroupError.LIMIT, 0))
+        found = {tp: held[tp] for tp in wanted if tp in held}
+        return self._finish(PositionsAnswer(GroupError.NONE, 0, found))
+
+    def reset_positions(
+        self,
+        group: str,
+        positions: Mapping[TopicPartition, int | None],
+        ends: Mapping[TopicPartition, int],
+    ) -> Step[AdminAnswer]:
+        """Set (None: forget) positions of a group without members, all or none."""
+        if not self._valid_name(group):
+            return self._finish(AdminAnswer(GroupError.INVALID, 0))
+        if len(positions) > self.limits.partitions_per_request_max:
+            return self._finish(AdminAnswer(GroupError.LIMIT, 0))
+        if self._members.get(group):
+            return self._finish(AdminAnswer(GroupError.GROUP_NOT_EMPTY, 0))
+        if group not in self._groups and len(self._groups) >= self.limits.groups_max:
+            return self._finish(AdminAnswer(GroupError.LIMIT, 0))
+        for (topic, partition), index in positions.items():
+            if not 0 <= partition < self._counts.get(topic, 0):
+                return self._finish(AdminAnswer(GroupError.UNKNOWN_PARTITION, 0))
+            if index is not None and not 0 <= index <= ends[topic, partition]:
+                return self._finish(AdminAnswer(GroupError.POSITION_BEYOND_END, 0))
+        if group not in self._groups:
+            self._emit(GroupRecord(group, GroupValue(0, DEFAULT_ASSIGNOR, ())))
+        held = self._positions.get(group, {})
+        for tp, index in sorted(positions.items()):
+            if index is not None:
+                self._put_position(group, tp, index, "", 0)
+            elif tp in held:
+                self._emit(PositionRecord(group, tp[0], tp[1], None))
+        return self._finish(AdminAnswer(GroupError.NONE, 0))
+
+    def delete_group(self, group: str) -> Step[AdminAnswer]:
+        """Forget a group without members and its positions."""
+        if group not in self._groups:
+            return self._finish(AdminAnswer(GroupError.UNKNOWN_GROUP, 0))
+        if self._members.get(group):
+            return self._finish(AdminAnswer(GroupError.GROUP_NOT_EMPTY, 0))
+        for topic, partition in sorted(self._positions.get(group, {})):
+            self._emit(PositionRecord(group, topic, partition, None))
+        self._emit(GroupRecord(group, None))
+        return self._finish(AdminAnswer(GroupError.NONE, 0))
+
+    # -- reads and inputs -------------------------------------------------
+
+    def describe(self, group: str) -> Step[DescribeAnswer]:
+        if group not in self._groups:
+            return self._finish(DescribeAnswer(GroupError.UNKNOWN_GROUP, 0))
+        return self._finish(DescribeAnswer(GroupError.NONE, 0, self._view(group)))
+
+    def list_groups(self) -> Step[ListAnswer]:
+        views = tuple(self._view(g) for g in sorted(self._groups))
+        return self._finish(ListAnswer(GroupError.NONE, 0, views))
+
+    def _view(self, group: str) -> GroupView:
+        g = self._groups[group]
+        members = tuple(
+            MemberView(
+                member_id=mid,
+                instance_id=m.instance_id,
+                epoch=m.epoch,
+                topics=m.topics,
+                assignment=m.assigned,
+                revoking=m.revoking,
+                pending=m.target - m.assigned,
+                away=m.away,
+            )
+            for mid, m in sorted(self._members.get(group, {}).items())
+        )
+        return GroupView(group, g.epoch, g.assignor, members, dict(self._positions.get(group, {})))
+
+    def set_partitions(self, topic: str, count: int) -> Step[None]:
+        """The topic has `count` partitions now (0: deleted): the groups whose
+        target saw another count get a new epoch."""
+        if count:
+            self._counts[topic] = count
+        else:
+            self._counts.pop(topic, None)
+        for group in sorted(self._groups):
+            seen = dict(self._groups[group].partition_counts)
+            if topic in seen and seen[topic] != count:
+                self._rebalance(group)
+        return self._finish(None)
+
+    def committed(self, seq: int) -> None:
+        """The shell's log has committed every record up to `seq`."""
+        if self._checkpoint is not None and seq >= self._checkpoint[1]:
+            self.truncate_before = self._checkpoint[0]
+            self._checkpoint = None
+
+    # -- records ----------------------------------------------------------
+
+    def _emit(self, record: Record) -> None:
+        self._apply(record)
+        self._out.append(record)
+        self._seq += 1
+        self._written += 1
+
+    def _finish(self, answer: A) -> Step[A]:
+        if answer is not None:
+            answer = dataclasses.replace(answer, wait_for=self._seq)  # type: ignore[type-var]
+        if self._checkpoint is None and self._written > 2 * self._live + self._checkpoint_floor:
+            first = self._seq + 1
+            for record in self.state_records():
+                self._emit(record)
+            self._checkpoint = (first, self._seq)
+            self._written = self._seq - first + 1
+        records, self._out = tuple(self._out), []
+        return Step(answer, records, self._seq - len(records) + 1)
+
+    def state_records(self) -> list[Record]:
+        """The live state restated, one record per key (what a checkpoint
+        writes): replaying them gives this state."""
+        out: list[Record] = []
+        for group in sorted(self._groups):
+            out.append(GroupRecord(group, self._groups[group]))
+            members = self._members.get(group, {})
+            out.extend(MemberRecord(group, mid, members[mid]) for mid in sorted(members))
+            positions = self._positions.get(group, {})
+            out.extend(PositionRecord(group, t, p, positions[t, p]) for t, p in sorted(positions))
+        return out
+
+    def _apply(self, record: Record) -> None:
+        """Fold one record into the state: the only place durable state changes."""
+        group = record.group
+        if isinstance(record, GroupRecord):
+            existed = self._groups.pop(group, None) is not None
+            if record.value is not None:
+                self._groups[group] = record.value
+            elif not self._members.get(group) and not self._positions.get(group):
+                for table in (self._members, self._positions, self._owners):
+                    table.pop(group, None)
+            self._live += (record.value is not None) - existed
+        elif isinstance(record, MemberRecord):
+            self._apply_member(group, record.member_id, record.value)
+        else:
+            positions = self._positions.setdefault(group, {})
+            tp = (record.topic, record.partition)
+            existed = positions.pop(tp, None) is not None
+            if record.value is not None:
+                positions[tp] = record.value
+            self._live += (record.value is not None) - existed
+
+    def _apply_member(self, group: str, member_id: str, value: MemberValue | None) -> None:
+        members = self._members.setdefault(group, {})
+        owners = self._owners.setdefault(group, {})
+        old = members.pop(member_id, None)
+        if old is not None:
+            for tp in old.held:
+                del owners[tp]
+        if value is None:
+            self._deadlines.pop((group, member_id), None)
+        else:
+            for tp in value.held:
+                holder = owners.setdefault(tp, member_id)
+                if holder != member_id:
+                    raise GroupStateError(f"{tp} of group {group} held by {holder} and {member_id}")
+            members[member_id] = value
+        self._live += (value is not None) - (old is not None)

@@ -1,0 +1,132 @@
+"""The member core: leases from the send time, the poll deadline, release on
+the app's word, stale answers ignored, fencing makes it join again."""
+
+from __future__ import annotations
+
+from laminar.groups.errors import GroupError
+from laminar.groups.member import ASSIGNED, LOST, REVOKED, MemberCore
+from laminar.groups.messages import (
+    JOIN,
+    LEAVE,
+    LEAVE_STATIC,
+    CommitAnswer,
+    HeartbeatAnswer,
+    HeartbeatRequest,
+)
+from tests.support.clock import FakeClock
+
+P0, P1 = ("t", 0), ("t", 1)
+
+
+def _answer(assignment: set[tuple[str, int]], epoch: int = 1, revision: int = 1) -> HeartbeatAnswer:
+    return HeartbeatAnswer(GroupError.NONE, 0, "m1", epoch, revision, frozenset(assignment), 1.0)
+
+
+def _joined(clock: FakeClock, **options: float) -> MemberCore:
+    member = MemberCore(clock, "g", ["t"], session_timeout_s=10.0, **options)  # type: ignore[arg-type]
+    request = member.next_request()
+    assert request is not None and request.member_epoch == JOIN and request.member_id is None
+    member.on_heartbeat_answer(request, _answer({P0, P1}))
+    return member
+
+
+def test_the_lease_runs_from_the_heartbeats_send_time_not_its_answer() -> None:
+    clock = FakeClock()
+    member = MemberCore(clock, "g", ["t"], session_timeout_s=10.0)
+    sent_at = clock.monotonic()
+    request = member.next_request()
+    assert request is not None
+    clock.advance(3)  # the answer waited for the positions log and the network
+    member.on_heartbeat_answer(request, _answer({P0}))
+    assert member.lease_until == sent_at + 10.0
+    clock.advance(6.99)
+    assert member.assignment == {P0} and member.holds(P0)
+    clock.advance(0.01)
+    assert member.assignment == frozenset() and not member.holds(P0)
+    assert [c.kind for c in member.take_changes()] == [ASSIGNED, LOST]
+
+
+def test_a_revoked_partition_stops_being_delivered_but_is_held_until_released() -> None:
+    clock = FakeClock()
+    member = _joined(clock)
+    clock.advance(1)
+    request = member.next_request()
+    assert request is not None and request.owned == {P0, P1}
+    member.on_heartbeat_answer(request, _answer({P0}, revision=2))
+    assert member.assignment == {P0} and member.holds(P1)
+    assert member.commit_request({P1: 5}) is not None, "a revoked partition's last commit"
+    assert member.next_request() is None
+    member.release([P1])
+    report = member.next_request()
+    assert report is not None and report.owned == {P0} and report.revision == 2
+    assert not member.holds(P1)
+    assert [c.kind for c in member.take_changes()] == [ASSIGNED, REVOKED]
+
+
+def test_an_answer_to_an_abandoned_heartbeat_is_ignored() -> None:
+    clock = FakeClock()
+    member = _joined(clock)
+    clock.advance(1)
+    old = member.next_request()
+    clock.advance(member.request_timeout_s)
+    new = member.next_request()
+    assert old is not None and new is not None and new is not old
+    member.on_heartbeat_answer(old, _answer(set(), revision=9))
+    assert member.assignment == {P0, P1} and member.revision == 1
+
+
+def test_processing_past_the_poll_deadline_leaves_and_the_next_poll_rejoins() -> None:
+    clock = FakeClock()
+    member = _joined(clock, poll_timeout_s=30.0)
+    member.extend_poll(45.0)
+    for _ in range(40):  # heartbeats go on while the app processes
+        clock.advance(1)
+        request = member.next_request()
+        if request is not None:
+            member.on_heartbeat_answer(request, _answer({P0, P1}))
+    assert member.assignment == {P0, P1}
+    clock.advance(5)
+    leave = member.next_request()
+    assert leave is not None and leave.member_epoch == LEAVE and leave.member_id == "m1"
+    assert member.assignment == frozenset() and member.next_request() is None
+    member.poll_started()
+    join = member.next_request()
+    assert join is not None and join.member_epoch == JOIN and join.member_id is None
+
+
+def test_a_fenced_commit_drops_everything_and_joins_again() -> None:
+    clock = FakeClock()
+    member = _joined(clock)
+    commit = member.commit_request({P0: 3, ("t", 9): 1})
+    assert commit is not None and dict(commit.positions) == {P0: 3}
+    member.on_commit_answer(commit, CommitAnswer(GroupError.NONE, 0, {P0: GroupError.STALE_EPOCH}))
+    assert member.assignment == {P0, P1}, "a stale epoch is retriable"
+    member.on_commit_answer(commit, CommitAnswer(GroupError.NONE, 0, {P0: GroupError.FENCED}))
+    assert member.assignment == frozenset()
+    join = member.next_request()
+    assert join is not None and join.member_epoch == JOIN
+
+
+def test_an_unknown_member_answer_makes_it_join_again() -> None:
+    clock = FakeClock()
+    member = _joined(clock)
+    clock.advance(1)
+    request = member.next_request()
+    assert request is not None
+    member.on_heartbeat_answer(request, HeartbeatAnswer(GroupError.UNKNOWN_MEMBER, 0))
+    assert member.assignment == frozenset() and member.take_changes()[-1].kind == LOST
+    assert isinstance(member.next_request(), HeartbeatRequest)
+
+
+def test_close_sends_a_leave_static_members_a_temporary_one() -> None:
+    clock = FakeClock()
+    for instance, epoch in ((None, LEAVE), ("host-1", LEAVE_STATIC)):
+        member = MemberCore(clock, "g", ["t"], instance_id=instance)
+        request = member.next_request()
+        assert request is not None
+        member.on_heartbeat_answer(request, _answer({P0}))
+        leave = member.close()
+        assert leave is not None and leave.member_epoch == epoch
+        assert member.assignment == frozenset() and member.next_request() is None
+        member.poll_started()
+        assert member.next_request() is None, "a closed member joined again"
