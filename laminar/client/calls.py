@@ -20,6 +20,7 @@ from laminar.client.batch import RecordBatch
 from laminar.client.errors import RecordTooLargeError
 from laminar.client.results import Offsets, Record, expect, fetched_records
 from laminar.client.routing import Address, ClusterView
+from laminar.groups.frames import FindCoordinatorRequest, FindCoordinatorResponse
 from laminar.placement import partition_id, shard_for
 from laminar.wire import (
     AlterTopicRequest,
@@ -44,7 +45,6 @@ from laminar.wire import (
     ProduceResponse,
     TopicInfo,
 )
-from laminar.wire.groups import FindCoordinatorRequest, FindCoordinatorResponse
 
 T = TypeVar("T")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from laminar.groups.frames import FindCoordinatorRequest, FindCoordinatorResponse
 from laminar.groups.positions import (
     POSITIONS_CONFIG,
     POSITIONS_TOPIC,
@@ -21,7 +22,6 @@ from laminar.replication.metalog import MetadataService
 from laminar.wire import ErrorCode, Op, TopicInfo
 from laminar.wire.codec import Buffer
 from laminar.wire.errors import RequestError
-from laminar.wire.groups import FindCoordinatorRequest, FindCoordinatorResponse
 
 
 class GroupService:

@@ -12,7 +12,6 @@ socket or an event loop. Layers, each its own module:
 - `messages`: one frozen dataclass per request and response.
 """
 
-from laminar.wire import groups as groups  # registers the consumer groups' messages
 from laminar.wire import writes as writes  # registers the write protocol's messages
 from laminar.wire.codec import (
     DEFAULT_MAX_FRAME_BYTES,

@@ -41,8 +41,15 @@ class Op(IntEnum):
     ALTER_TOPIC = 16
     APPEND_STAGED = 17
     DECOMMISSION_NODE = 18
-    # Consumer groups (`laminar.wire.groups`).
+    # Consumer groups (`laminar.groups.frames`).
     FIND_COORDINATOR = 19
+    GROUP_HEARTBEAT = 20
+    GROUP_COMMIT = 21
+    GROUP_POSITIONS = 22
+    GROUP_DESCRIBE = 23
+    GROUP_LIST = 24
+    GROUP_RESET = 25
+    GROUP_DELETE = 26
     FORWARD = 32
     METADATA_TAIL = 33
 

@@ -5,8 +5,8 @@ same partition serves the group after its leader is killed."""
 from __future__ import annotations
 
 from laminar.client import Client, calls
+from laminar.groups.frames import FindCoordinatorResponse
 from laminar.groups.positions import POSITIONS_TOPIC, coordinator_partition
-from laminar.wire.groups import FindCoordinatorResponse
 from tests.matrix.topologies import Topology
 
 

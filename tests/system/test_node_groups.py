@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from laminar.groups.frames import FindCoordinatorRequest, FindCoordinatorResponse
 from laminar.groups.positions import POSITIONS_TOPIC, coordinator_partition
 from laminar.wire import (
     AlterTopicRequest,
@@ -16,7 +17,6 @@ from laminar.wire import (
     FetchRequest,
     ProduceRequest,
 )
-from laminar.wire.groups import FindCoordinatorRequest, FindCoordinatorResponse
 from tests.system.nodes import start_node
 from tests.system.wireclient import NodeClient, ServerError
 

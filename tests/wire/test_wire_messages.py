@@ -57,9 +57,9 @@ from laminar.wire import (
     encode_record,
     request_frame_limits,
 )
-from laminar.wire import groups as g
 from laminar.wire import writes as w
 from laminar.wire.ops import RAFT_OPS
+from tests.groups import frame_strategies as group_frames
 
 u16 = st.integers(0, 2**16 - 1)
 u32 = st.integers(0, 2**32 - 1)
@@ -125,7 +125,7 @@ REQUESTS: list[st.SearchStrategy[Any]] = [
         st.lists(blobs, min_size=1, max_size=5).map(tuple),
     ),
     st.builds(MetadataTailRequest, u64, u16, u32),
-    st.builds(g.FindCoordinatorRequest, names),
+    *group_frames.REQUESTS,
 ]
 RESPONSES: list[st.SearchStrategy[Any]] = [
     st.builds(ProduceResponse, u64, u64, u32, u64),
@@ -190,11 +190,7 @@ RESPONSES: list[st.SearchStrategy[Any]] = [
         u64,
         u64,
     ),
-    topics.filter(lambda t: t.partitions > 0).flatmap(
-        lambda t: st.builds(
-            g.FindCoordinatorResponse, names, st.just(t), st.integers(0, t.partitions - 1)
-        )
-    ),
+    *group_frames.RESPONSES,
     st.builds(ErrorResponse, st.integers(0, 255), st.sampled_from(ErrorCode), names, u64),
 ]
 
