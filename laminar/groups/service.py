@@ -1,46 +1,197 @@
-"""Consumer groups on a shard: the requests it serves for them.
+"""Consumer groups on a shard: the group ops it serves, and the coordinators
+of the positions partitions it leads.
 
-For now: FIND_COORDINATOR, served by the metadata owner shard (the router
-sends it there), which makes the positions topic on a group's first use
-(`laminar.groups.positions`) and names the partition that holds the group.
+- FIND_COORDINATOR is served by the metadata owner shard (the router sends it
+  there): it makes the positions topic on a group's first use
+  (`laminar.groups.positions`) and names the partition that holds the group.
+- Every other group op names that partition and is served by the shard that
+  owns it, by the partition's leader replica. The shard keeps one
+  `GroupCoordinator` core per positions partition it leads, built by
+  replaying the partition's committed log and kept under the replica's
+  `leadership` token: a new leadership (or a failed append) throws it away
+  and the next request builds it again, so a core never answers from a state
+  the log does not hold.
+- Persist before answer: a core's `Step` is appended to the partition as one
+  log record (a chunk per MiB for the rare larger step: only a checkpoint
+  gets there, and a checkpoint restates state, so a prefix of it is harmless)
+  in the order the steps were made, and the answer goes out once the record
+  its `wait_for` names is committed. The partition's topic has
+  `flush.messages=1`: committed means fsynced on a majority.
+- A commit is checked against each partition's end (the committed index of
+  its leader, asked over `NodeRoutes` and cached: ends only grow).
+- Sessions expire on a timer (`TICK_S`), so a member that died is gone within
+  its session timeout and a tick.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
 
-from laminar.groups.frames import FindCoordinatorRequest, FindCoordinatorResponse
+import msgpack
+
+from laminar.clock import SYSTEM_CLOCK, Clock
+from laminar.groups import records as positions_log
+from laminar.groups.coordinator import GroupCoordinator, Step
+from laminar.groups.errors import RecordCodecError
+from laminar.groups.frames import (
+    CommitAnswerFrame,
+    DeleteAnswerFrame,
+    DescribeAnswerFrame,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    GroupMessage,
+    HeartbeatAnswerFrame,
+    ListAnswerFrame,
+    PositionsAnswerFrame,
+    ResetAnswerFrame,
+)
+from laminar.groups.messages import TopicPartition
 from laminar.groups.positions import (
     POSITIONS_CONFIG,
     POSITIONS_TOPIC,
     coordinator_partition,
     group_id_problem,
 )
+from laminar.placement import U32_MAX, partition_id
 from laminar.replication.metadata import MetadataError
 from laminar.replication.metalog import MetadataService
-from laminar.wire import ErrorCode, Op, TopicInfo
+from laminar.replication.replica import PartitionReplica
+from laminar.replication.routes import NodeRoutes, NodeUnreachable
+from laminar.wire import ErrorCode, ListOffsetsRequest, ListOffsetsResponse, Op, TopicInfo
 from laminar.wire.codec import Buffer
 from laminar.wire.errors import RequestError
+from laminar.wire.records import decode_record, encode_record
+
+logger = logging.getLogger("laminar.groups")
+
+A = TypeVar("A")
+Handler = Callable[[Any, int, Any], Awaitable[list[Buffer]]]
+TICK_S: Final = 0.25
+"""How often a coordinator looks for expired sessions."""
+CHUNK_BYTES: Final = 1 << 20
+"""A step's records go into log records of at most this many bytes (one, but
+for a checkpoint of a large state)."""
+STEP_VERSION: Final = 1
+
+
+def encode_step(records: Iterable[positions_log.Record]) -> list[bytes]:
+    """The log records (laminar record blobs) that hold a step's records."""
+    blobs: list[bytes] = []
+    chunk: list[bytes] = []
+    size = 0
+    for record in records:
+        data = positions_log.encode(record)
+        if chunk and size + len(data) > CHUNK_BYTES:
+            blobs.append(_blob(chunk))
+            chunk, size = [], 0
+        chunk.append(data)
+        size += len(data)
+    if chunk:
+        blobs.append(_blob(chunk))
+    return blobs
+
+
+def _blob(chunk: list[bytes]) -> bytes:
+    return encode_record(msgpack.packb([STEP_VERSION, chunk], use_bin_type=True))
+
+
+def decode_step(blob: bytes) -> list[positions_log.Record]:
+    """The core records one log record holds; `RecordCodecError` if damaged."""
+    value, _, _ = decode_record(blob)
+    try:
+        version, chunk = msgpack.unpackb(value, raw=False, max_str_len=0, max_map_len=0)
+    except Exception as exc:
+        raise RecordCodecError(f"a positions log record: {exc}") from None
+    if version != STEP_VERSION or type(chunk) is not list:
+        raise RecordCodecError("a positions log record must be [1, [records]]")
+    return [positions_log.decode(data) for data in chunk]
+
+
+@dataclass
+class Hosted:
+    """The core of one positions partition this shard leads, under one leadership."""
+
+    pid: int
+    replica: PartitionReplica
+    leadership: object
+    core: GroupCoordinator
+    committed_seq: int
+    broken: bool = False
+    appending: asyncio.Lock = field(default_factory=asyncio.Lock)
+    waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+    """Answers waiting for a record to commit: (its sequence number, woken)."""
+    ticker: asyncio.Task[None] | None = None
+
+    def advance(self, seq: int) -> None:
+        """Every record up to `seq` is committed: wake the answers waiting for them."""
+        self.committed_seq = max(self.committed_seq, seq)
+        self.core.committed(self.committed_seq)
+        self._wake(lambda waited: waited <= self.committed_seq)
+
+    def _wake(self, due: Callable[[int], bool]) -> None:
+        still = []
+        for seq, waiter in self.waiters:
+            if due(seq):
+                if not waiter.done():
+                    waiter.set_result(None)
+            else:
+                still.append((seq, waiter))
+        self.waiters = still
+
+    def drop(self) -> None:
+        """Broken: wake everyone (they find it broken), stop expiring sessions."""
+        self.broken = True
+        self._wake(lambda waited: True)
+        if self.ticker is not None:
+            self.ticker.cancel()
 
 
 class GroupService:
     """The group ops of one shard (see the module docstring)."""
 
-    def __init__(self, metadata: MetadataService, positions_partitions: int) -> None:
+    def __init__(
+        self,
+        metadata: MetadataService,
+        positions_partitions: int,
+        replica_of: Callable[[int], Awaitable[PartitionReplica]],
+        routes: NodeRoutes,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self._metadata = metadata
         self._positions_partitions = positions_partitions
+        self._replica_of = replica_of
+        self._routes = routes
+        self._clock = clock
+        self._hosted: dict[int, Hosted] = {}
+        self._building: dict[int, asyncio.Future[Hosted]] = {}
+        self._ends: dict[int, int] = {}
+        """Partition id -> the highest committed end seen (ends only grow)."""
 
-    def table(self) -> dict[int, Callable[[Any, int, Any], Awaitable[list[Buffer]]]]:
+    def table(self) -> dict[int, Handler]:
         """The dispatcher's handlers for the group ops."""
-        return {Op.FIND_COORDINATOR: self.find_coordinator}
+        return {
+            Op.FIND_COORDINATOR: self.find_coordinator,
+            Op.GROUP_HEARTBEAT: self.heartbeat,
+            Op.GROUP_COMMIT: self.commit,
+            Op.GROUP_POSITIONS: self.positions,
+            Op.GROUP_DESCRIBE: self.describe,
+            Op.GROUP_LIST: self.list_groups,
+            Op.GROUP_RESET: self.reset,
+            Op.GROUP_DELETE: self.delete,
+        }
+
+    # -- finding a coordinator -------------------------------------------------
 
     async def find_coordinator(
         self, req: FindCoordinatorRequest, corr: int, ctx: Any
     ) -> list[Buffer]:
-        problem = group_id_problem(req.group)
-        if problem is not None:
-            raise RequestError(ErrorCode.INVALID_REQUEST, problem)
+        _check_group(req.group)
         topic = await self._positions_topic()
         partition = coordinator_partition(req.group, topic.partitions)
         return FindCoordinatorResponse(req.group, topic, partition).encode_buffers(corr)
@@ -62,3 +213,237 @@ class GroupService:
             if exc.code is ErrorCode.TOPIC_EXISTS and made is not None:
                 return made  # another request made it first
             raise
+
+    # -- the coordinator's ops ---------------------------------------------------
+
+    async def heartbeat(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
+        body = req.body
+        answer = await self._serve(req.partition_id, body.group, lambda c: c.heartbeat(body))
+        return HeartbeatAnswerFrame(req.partition_id, answer).encode_buffers(corr)
+
+    async def commit(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
+        body = req.body
+        await self._coordinator_partition(req.partition_id, body.group)
+        ends = await self._ends_of(body.positions)
+        answer = await self._serve(req.partition_id, body.group, lambda c: c.commit(body, ends))
+        return CommitAnswerFrame(req.partition_id, answer).encode_buffers(corr)
+
+    async def positions(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
+        query = req.body
+        answer = await self._serve(
+            req.partition_id, query.group, lambda c: c.positions(query.group, query.partitions)
+        )
+        return PositionsAnswerFrame(req.partition_id, answer).encode_buffers(corr)
+
+    async def describe(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
+        group = req.body
+        answer = await self._serve(req.partition_id, group, lambda c: c.describe(group))
+        return DescribeAnswerFrame(req.partition_id, answer).encode_buffers(corr)
+
+    async def list_groups(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
+        answer = await self._serve(req.partition_id, None, lambda c: c.list_groups())
+        return ListAnswerFrame(req.partition_id, answer).encode_buffers(corr)
+
+    async def reset(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
+        body = req.body
+        await self._coordinator_partition(req.partition_id, body.group)
+        ends = await self._ends_of(body.positions)
+        answer = await self._serve(
+            req.partition_id,
+            body.group,
+            lambda c: c.reset_positions(body.group, body.positions, ends),
+        )
+        return ResetAnswerFrame(req.partition_id, answer).encode_buffers(corr)
+
+    async def delete(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
+        group = req.body
+        answer = await self._serve(req.partition_id, group, lambda c: c.delete_group(group))
+        return DeleteAnswerFrame(req.partition_id, answer).encode_buffers(corr)
+
+    # -- serving through a core ------------------------------------------------
+
+    async def _serve(
+        self, pid: int, group: str | None, call: Callable[[GroupCoordinator], Step[A]]
+    ) -> A:
+        """`call` on the core of `pid`, its step made durable, its answer."""
+        if group is not None:
+            await self._coordinator_partition(pid, group)
+        hosted = await self._hosted_for(pid)
+        step = call(hosted.core)
+        await self._persist(hosted, step)
+        return step.answer
+
+    async def _coordinator_partition(self, pid: int, group: str) -> None:
+        """Refuse a group op sent to a partition that does not hold the group."""
+        _check_group(group)
+        topic = await self._topic(pid)
+        expected = coordinator_partition(group, topic.partitions)
+        if pid & U32_MAX != expected:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"group {group[:60]!r} is held by partition {expected} of {POSITIONS_TOPIC}, "
+                f"not {pid & U32_MAX}",
+            )
+
+    async def _topic(self, pid: int) -> TopicInfo:
+        await self._metadata.ready()
+        topic = self._metadata.state.by_id(pid >> 32)
+        if topic is None or topic.name != POSITIONS_TOPIC or pid & U32_MAX >= topic.partitions:
+            raise RequestError(
+                ErrorCode.INVALID_REQUEST,
+                f"partition id {pid} is not a partition of {POSITIONS_TOPIC}: "
+                "ask FIND_COORDINATOR where a group lives",
+            )
+        return topic
+
+    async def _persist(self, hosted: Hosted, step: Step[Any]) -> None:
+        """Append `step` after every step made before it; return once its
+        answer's `wait_for` record is committed. A failed append breaks the
+        core (the next request replays the log) and fails this request."""
+        wait_for = getattr(step.answer, "wait_for", hosted.committed_seq)
+        if step.records:
+            async with hosted.appending:
+                self._check(hosted)
+                try:
+                    await hosted.replica.append_stamped(encode_step(step.records))
+                except BaseException:
+                    self._break(hosted, "an append to the positions log failed")
+                    raise
+                hosted.advance(step.first_seq + len(step.records) - 1)
+        if hosted.committed_seq < wait_for:
+            waiter = asyncio.get_running_loop().create_future()
+            hosted.waiters.append((wait_for, waiter))
+            await waiter
+            self._check(hosted)
+
+    @staticmethod
+    def _check(hosted: Hosted) -> None:
+        if hosted.broken:
+            raise RequestError(
+                ErrorCode.NOT_READY,
+                "the group coordinator is reloading its state (an append failed or "
+                "leadership moved); retry",
+            )
+
+    def _break(self, hosted: Hosted, why: str) -> None:
+        if hosted.broken:
+            return
+        logger.info("group coordinator of partition %#x dropped: %s", hosted.pid, why)
+        hosted.drop()
+        if self._hosted.get(hosted.pid) is hosted:
+            del self._hosted[hosted.pid]
+
+    async def _hosted_for(self, pid: int) -> Hosted:
+        """The core of `pid` under the replica's current leadership (built now
+        by replaying the committed log if there is none)."""
+        replica = await self._replica_of(pid)
+        hosted = self._hosted.get(pid)
+        if hosted is not None and hosted.leadership is replica.leadership and not hosted.broken:
+            return hosted
+        if hosted is not None:
+            self._break(hosted, "leadership moved")
+        building = self._building.get(pid)
+        if building is None:
+            building = asyncio.get_running_loop().create_future()
+            self._building[pid] = building
+            try:
+                building.set_result(await self._build(pid, replica))
+            except BaseException as exc:
+                building.set_exception(exc)
+                building.exception()  # retrieved: waiters get it raised
+            finally:
+                del self._building[pid]
+        return await asyncio.shield(building)
+
+    async def _build(self, pid: int, replica: PartitionReplica) -> Hosted:
+        replica.check_writable()  # the leader, its own first entry committed
+        leadership = replica.leadership
+        steps: list[positions_log.Record] = []
+        index = replica.lowest_index
+        while index < replica.highest_index:
+            batch = await replica.read_range(index, 1 << 20, 1024)
+            if not batch:
+                break
+            for record in batch:
+                try:
+                    steps.extend(decode_step(record.value))
+                except RecordCodecError as exc:
+                    logger.error("positions log %#x: record %d skipped: %s", pid, record.index, exc)
+            index = batch[-1].index + 1
+        counts = {t.name: t.partitions for t in self._metadata.state.topics()}
+        core = GroupCoordinator.replay(
+            steps, self._clock, random.Random(pid), partition_counts=counts
+        )
+        hosted = Hosted(pid, replica, leadership, core, committed_seq=len(steps))
+        hosted.ticker = asyncio.get_running_loop().create_task(self._tick(hosted))
+        self._hosted[pid] = hosted
+        logger.info("group coordinator of partition %#x loaded %d records", pid, len(steps))
+        return hosted
+
+    async def _tick(self, hosted: Hosted) -> None:
+        """Expire sessions as they end, while this core is the partition's."""
+        while not hosted.broken:
+            await asyncio.sleep(TICK_S)
+            deadline = hosted.core.next_deadline()
+            if deadline is None or deadline > self._clock.monotonic():
+                continue
+            with contextlib.suppress(RequestError, NodeUnreachable):
+                await self._persist(hosted, hosted.core.tick())
+
+    def topics_changed(self, topics: Mapping[str, int]) -> None:
+        """Topics now have these partition counts (0: deleted): each core
+        rebalances the groups that see a change."""
+        for hosted in list(self._hosted.values()):
+            for name, count in topics.items():
+                step = hosted.core.set_partitions(name, count)
+                if step.records:
+                    task = asyncio.get_running_loop().create_task(self._persist(hosted, step))
+                    task.add_done_callback(_ignore_failure)
+
+    async def close(self) -> None:
+        for hosted in list(self._hosted.values()):
+            self._break(hosted, "the shard stops")
+
+    # -- partition ends ----------------------------------------------------------
+
+    async def _ends_of(self, positions: Mapping[TopicPartition, Any]) -> dict[TopicPartition, int]:
+        """Each named partition's committed end, at least as large as any index
+        in `positions` when that index is within it (asked of the partition's
+        leader when the cache is behind the index)."""
+        ends: dict[TopicPartition, int] = {}
+        asks: dict[TopicPartition, int] = {}
+        for tp, index in positions.items():
+            topic = self._metadata.state.by_name(tp[0])
+            if topic is None or not 0 <= tp[1] < topic.partitions:
+                ends[tp] = 0
+                continue
+            pid = partition_id(topic.topic_id, tp[1])
+            known = self._ends.get(pid, -1)
+            if index is not None and index <= known:
+                ends[tp] = known
+            else:
+                asks[tp] = pid
+        if asks:
+            answers = await asyncio.gather(*(self._end_of(pid) for pid in asks.values()))
+            ends.update(zip(asks, answers, strict=True))
+        return ends
+
+    async def _end_of(self, pid: int) -> int:
+        frame = await self._routes.to_leader(ListOffsetsRequest(pid))
+        answer = ListOffsetsResponse.from_frame(frame)
+        end = max(self._ends.get(pid, 0), answer.committed_index)
+        self._ends[pid] = end
+        return end
+
+
+def _check_group(group: str) -> None:
+    problem = group_id_problem(group)
+    if problem is not None:
+        raise RequestError(ErrorCode.INVALID_REQUEST, problem)
+
+
+def _ignore_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.info(
+            "a group rebalance after a topic change was not persisted: %s", task.exception()
+        )

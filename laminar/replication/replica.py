@@ -33,10 +33,12 @@ before), `RaftReplica` is one member of a partition's Raft group, whose log
   known), NOT_READY (a new leader's no-op is not committed yet) and
   NOT_ENOUGH_REPLICAS (this node, leader or not, has not heard from a
   majority of the group's nodes within an election timeout).
-- `producers_key`: the object idempotent-producer tables are kept under. A
-  Raft replica makes a new one each time it becomes leader, so a new leader
-  rebuilds its table from the committed log, after its own no-op committed
-  (everything before it is then committed too): writes are refused until then.
+- `leadership`: a token of one leadership; state built from the log while
+  leading (idempotent-producer tables, commit decisions, group coordinators)
+  is kept under it and valid while it stays the same. A Raft replica makes a
+  new one each time it becomes leader, so a new leader rebuilds that state
+  from the committed log, after its own no-op committed (everything before it
+  is then committed too): writes are refused until then.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ class PartitionReplica(Protocol):
     def leader(self) -> str | None: ...
 
     @property
-    def producers_key(self) -> object: ...
+    def leadership(self) -> object: ...
 
     def check_writable(self) -> None: ...
 
@@ -150,7 +152,7 @@ class LocalReplica:
         return None
 
     @property
-    def producers_key(self) -> object:
+    def leadership(self) -> object:
         return self.log
 
     def check_writable(self) -> None:
@@ -250,7 +252,7 @@ class RaftReplica:
         return self.group.leader
 
     @property
-    def producers_key(self) -> object:
+    def leadership(self) -> object:
         term = self.group.core.term
         if self._leader_term.term != term:
             self._leader_term = _LeaderTerm(term)

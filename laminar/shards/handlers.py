@@ -201,9 +201,11 @@ class Handlers:
         return await self._replica_in(pid, await self._writable_topic_of(pid))
 
     # The write protocol (`laminar.writes`) resolves partitions the same way:
-    # what it stages and publishes is a client's write.
-    topic_of = _writable_topic_of
-    replica_of = _writable_replica_of
+    # what it stages and publishes is a client's write. Group coordinators
+    # (`laminar.groups`) write the node's own positions topic.
+    write_topic_of = _writable_topic_of
+    write_replica_of = _writable_replica_of
+    replica_of = _replica_of
 
     # -- partition ops ---------------------------------------------------------
 

@@ -15,7 +15,7 @@ keep their order in the log, and a batch that fails after it was placed takes
 every later one with it (a failed flush fails the log; a lost Raft proposal
 loses its suffix), so a gap in a producer's sequences never reaches the log.
 
-Tables are keyed (weakly) by the replica's `producers_key`: the log object of
+Tables are keyed (weakly) by the replica's `leadership`: the log object of
 a single node's partition, so one closed and opened again (a shard restart, a
 topic deleted and created again) is a new log and gets a table rebuilt from
 what is on disk, never a stale one; for a Raft replica, its current
@@ -99,7 +99,7 @@ class IdempotentProducers:
         count = len(req.blobs)
         _check_stamps(req, ProducerStamp(producer_id, sequence, count))
         log.check_writable()  # a follower's table is never consulted
-        key = log.producers_key
+        key = log.leadership
         part = self._partitions.get(key)
         if part is None:
             part = self._partitions[key] = _Partition()

@@ -62,13 +62,27 @@ WRITE_OPS: Final = frozenset(
         Op.APPEND_STAGED,
     }
 )
+GROUP_OPS: Final = frozenset(
+    {
+        Op.GROUP_HEARTBEAT,
+        Op.GROUP_COMMIT,
+        Op.GROUP_POSITIONS,
+        Op.GROUP_DESCRIBE,
+        Op.GROUP_LIST,
+        Op.GROUP_RESET,
+        Op.GROUP_DELETE,
+    }
+)
+"""Served by the owner of the frame's partition: the positions partition
+holding the group (`laminar.groups.service`)."""
 COORDINATOR_OPS: Final = frozenset({Op.COMMIT_WRITE, Op.ABORT_WRITE, Op.WRITE_STATUS})
 INTERNAL_WRITE_OPS: Final = frozenset(
     {Op.CHECK_STAGED, Op.PUBLISH_STAGED, Op.DROP_STAGED, Op.APPEND_STAGED}
 )
-PEER_OPS: Final = INTERNAL_WRITE_OPS | {Op.WRITE_STATUS}
+PEER_OPS: Final = INTERNAL_WRITE_OPS | {Op.WRITE_STATUS, Op.LIST_OFFSETS}
 """What another node may ask over an authenticated peer session: the write
-protocol's internal ops, and a commit's state (a staging node's expiry asks)."""
+protocol's internal ops, a commit's state (a staging node's expiry asks), and
+a partition's range (a group coordinator checks a commit against its end)."""
 NODE_OPS: Final = frozenset({Op.METADATA, Op.LIST_TOPICS})
 METADATA_WRITE_OPS: Final = frozenset(
     {Op.CREATE_TOPIC, Op.DELETE_TOPIC, Op.ALTER_TOPIC, Op.DECOMMISSION_NODE, Op.FIND_COORDINATOR}
@@ -101,7 +115,7 @@ def owner_of(op: int, partition_id: int, shard_count: int, clustered: bool = Fal
     """The shard that must serve `op` on `partition_id`; None if any shard may."""
     if clustered and op in COORDINATOR_OPS:
         return shard_for(DECISIONS_PID, shard_count)
-    if op in PARTITION_OPS or op in WRITE_OPS:
+    if op in PARTITION_OPS or op in WRITE_OPS or op in GROUP_OPS:
         return shard_for(partition_id, shard_count)
     if op in METADATA_WRITE_OPS:
         return shard_for(METADATA_PID, shard_count)

@@ -46,6 +46,7 @@ from laminar.replication.metadata import METADATA_PID, Applied
 from laminar.replication.metadata_home import ClusteredMetadata, LocalMetadata
 from laminar.replication.metalog import METADATA_FRAME_BYTES_MIN, MetadataService
 from laminar.replication.nodes import Node, StaticView, parse_peers
+from laminar.replication.routes import NodeRoutes
 from laminar.replication.shard_groups import ShardGroups
 from laminar.replication.topic_config import log_config
 from laminar.replication.transport import HANDSHAKE_FRAME_BYTES
@@ -317,8 +318,8 @@ class Shard:
             ),
             backend,
             self._owns,
-            self.handlers.replica_of,
-            self.handlers.topic_of,
+            self.handlers.write_replica_of,
+            self.handlers.write_topic_of,
             self._internal_request,
             LocalDecisionLogs(config.decisions_dir, backend, self._owns, retention_ms)
             if self.replication is None
@@ -331,7 +332,18 @@ class Shard:
             clock=self.clock,
         )
         self.dispatcher.add_handlers(self.writes.table())
-        self.groups = GroupService(self.metadata, config.group_partitions)
+        self.groups = GroupService(
+            self.metadata,
+            config.group_partitions,
+            self.handlers.replica_of,
+            NodeRoutes(
+                config.node_id,
+                self._internal_request,
+                None if self.replication is None else self.replication.calls,
+                self.clock,
+            ),
+            self.clock,
+        )
         self.dispatcher.add_handlers(self.groups.table())
         if self.replication is not None:
             self.replication.serve_peers(self._serve_peer, PEER_OPS)
@@ -643,6 +655,10 @@ class Shard:
             await self.writes.drop_topic(topic.topic_id)
         for topic in applied.altered:
             self.retention.apply_config(topic)
+        changed = {t.name: t.partitions for t in applied.created}
+        changed.update({t.name: 0 for t in applied.deleted})
+        if changed:
+            self.groups.topics_changed(changed)
 
     def _owned_count(self, topic: TopicInfo) -> int:
         return len(self._owned_pids(topic))
@@ -821,6 +837,7 @@ class Shard:
         if self.replication is not None:
             await self.replication.close()
         await self.writes.close()
+        await self.groups.close()
         await self.partitions.close_all()
         logger.info("shard %d drained", self.shard_id)
 

@@ -37,6 +37,7 @@ from typing import Final
 
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.replication.replica import PartitionReplica
+from laminar.replication.routes import NodeRoutes, NodeUnreachable
 from laminar.wire import ErrorCode
 from laminar.wire.errors import RequestError
 from laminar.wire.writes import (
@@ -58,7 +59,6 @@ from laminar.writes.decisions import (
     done_entry,
 )
 from laminar.writes.participant import KeyedLocks, shielded
-from laminar.writes.routes import NodeUnreachable, WriteRoutes
 
 logger = logging.getLogger("laminar.shards")
 
@@ -121,7 +121,7 @@ class Coordinator:
     def __init__(
         self,
         logs: DecisionLogs,
-        routes: WriteRoutes,
+        routes: NodeRoutes,
         retention_ms: int,
         describe: Callable[[int], str] = lambda pid: f"partition {pid:#x}",
         clock: Clock = SYSTEM_CLOCK,
@@ -168,17 +168,17 @@ class Coordinator:
             replica = await self.logs.replica(key)
         replica.check_writable()
         table = self._tables.get(key)
-        if table is None or table.leadership is not replica.producers_key:
+        if table is None or table.leadership is not replica.leadership:
             async with self._loading.hold(key):
                 table = self._tables.get(key)
-                if table is None or table.leadership is not replica.producers_key:
+                if table is None or table.leadership is not replica.leadership:
                     table = await self._replay(key, replica)
         return table.decisions
 
     async def _replay(self, key: int, replica: PartitionReplica) -> _Table:
         """Rebuild log `key`'s decisions (this shard just got to lead it) and
         roll forward what was decided but not finished."""
-        leadership = replica.producers_key
+        leadership = replica.leadership
         decisions = Decisions(self.retention_ms)
         index = replica.lowest_index
         while index < replica.highest_index:
@@ -391,7 +391,7 @@ class Coordinator:
             except RequestError:
                 self._tables.pop(key, None)  # followers keep the log; its leader decides
                 continue
-            if table is None or table.leadership is not replica.producers_key:
+            if table is None or table.leadership is not replica.leadership:
                 continue
             for decision in table.decisions.pending():
                 if self._retry_after.get(decision.commit_id, 0.0) <= now:

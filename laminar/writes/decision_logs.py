@@ -4,7 +4,7 @@ A coordinator (`laminar.writes.coordinator`) decides in a
 `PartitionReplica`: an append returns once it is durable (one node: fsync'd)
 or committed (Raft: on a majority, each replica durable), and reads see only
 that. The coordinator rebuilds its table of decisions from the log whenever
-the log's leadership changes (`producers_key` names one leadership), and only
+the log's leadership changes (`leadership` names one leadership), and only
 a leader whose own first entry committed may decide, so whoever decides knows
 everything decided before.
 

@@ -4,7 +4,7 @@
 partitions) and `Coordinator` (decisions of its buckets, or of the cluster's
 decisions group), serves ops 9-15 and 17 (`laminar.wire.writes`) and runs one
 upkeep loop (expiry of staged data, retries of unfinished commits, decision
-retention). Its internal requests go through `WriteRoutes`: to this node
+retention). Its internal requests go through `NodeRoutes`: to this node
 through the shard's own dispatcher (`send`: a partition this shard owns is
 served in place, any other forwarded to its owner), to another node over an
 authenticated peer call.
@@ -23,6 +23,7 @@ from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log.storage import StorageBackend
 from laminar.replication.calls import PeerCalls
 from laminar.replication.replica import PartitionReplica
+from laminar.replication.routes import NodeRoutes, Send
 from laminar.wire import Op
 from laminar.wire.codec import Buffer
 from laminar.wire.writes import (
@@ -48,7 +49,6 @@ from laminar.writes.coordinator import Coordinator
 from laminar.writes.decision_logs import DecisionLogs
 from laminar.writes.files import StagingFiles
 from laminar.writes.participant import Participant
-from laminar.writes.routes import Send, WriteRoutes
 
 logger = logging.getLogger("laminar.shards")
 
@@ -90,7 +90,7 @@ class WriteService:
         self.settings = settings
         self.node_id = node_id
         self._check_partition = check_partition
-        self.routes = WriteRoutes(node_id, send, peer_calls, clock)
+        self.routes = NodeRoutes(node_id, send, peer_calls, clock)
         self.area = StagingArea(settings.staging_bytes_max, settings.staging_timeout_s)
         self.participant = Participant(
             self.area,

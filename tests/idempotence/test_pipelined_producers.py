@@ -200,7 +200,7 @@ def test_a_gap_never_filled_is_refused_after_the_wait(tmp_path: Path, serve: Ser
         assert refused.value.code is ErrorCode.OUT_OF_ORDER_SEQUENCE
         assert "start at sequence 0" in refused.value.message
         assert await _stored(replica) == []
-        assert not producers._partitions[replica.producers_key]._placed
+        assert not producers._partitions[replica.leadership]._placed
         await replica.log.close()
 
     asyncio.run(main())

@@ -7,7 +7,23 @@ from pathlib import Path
 
 import pytest
 
-from laminar.groups.frames import FindCoordinatorRequest, FindCoordinatorResponse
+from laminar.groups.errors import GroupError
+from laminar.groups.frames import (
+    CommitFrame,
+    DescribeFrame,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    HeartbeatFrame,
+    PositionsFrame,
+    PositionsQuery,
+)
+from laminar.groups.messages import (
+    JOIN,
+    CommitAnswer,
+    CommitRequest,
+    HeartbeatAnswer,
+    HeartbeatRequest,
+)
 from laminar.groups.positions import POSITIONS_TOPIC, coordinator_partition
 from laminar.wire import (
     AlterTopicRequest,
@@ -18,7 +34,7 @@ from laminar.wire import (
     ProduceRequest,
 )
 from tests.system.nodes import start_node
-from tests.system.wireclient import NodeClient, ServerError
+from tests.system.wireclient import NodeClient, ServerError, WireConnection
 
 
 def test_a_group_s_coordinator_is_a_partition_of_the_node_s_own_positions_topic(
@@ -63,3 +79,76 @@ def test_a_group_s_coordinator_is_a_partition_of_the_node_s_own_positions_topic(
             assert write.value.code is ErrorCode.INVALID_REQUEST
         assert client.conn_for(pid).call(FetchRequest(pid, 0)).records == ()
         assert [t.name for t in client.list_topics()] == [POSITIONS_TOPIC]
+
+
+def _beat(conn: WireConnection, pid: int, request: HeartbeatRequest) -> HeartbeatAnswer:
+    answer: HeartbeatAnswer = conn.call(HeartbeatFrame(pid, request)).body
+    return answer
+
+
+def _join(group: str, topics: tuple[str, ...]) -> HeartbeatRequest:
+    return HeartbeatRequest(group, None, JOIN, 0, None, topics, frozenset(), 10.0)
+
+
+def test_members_share_partitions_and_commits_are_durable_fenced_and_monotonic(
+    tmp_path: Path,
+) -> None:
+    with start_node(tmp_path, cores=2, flush="never", group_partitions=3) as node:
+        client = NodeClient(node.host, node.port)
+        client.create_topic("events", 4)
+        found: FindCoordinatorResponse = client.node.call(FindCoordinatorRequest("billing"))
+        pid = found.partition_id
+        client.refresh()
+        conn = client.conn_for(pid)
+        a = _beat(conn, pid, _join("billing", ("events",)))
+        assert a.error is GroupError.NONE and a.member_id
+        everything = frozenset(("events", p) for p in range(4))
+        assert a.assignment == everything
+        client.produce("events", 0, [b"r0", b"r1", b"r2"])
+        commit = CommitRequest("billing", a.member_id, a.epoch, {("events", 0): 3})
+        done: CommitAnswer = conn.call(CommitFrame(pid, commit)).body
+        assert done.results == {("events", 0): GroupError.NONE}
+        for index, refused in (
+            (2, GroupError.POSITION_BEHIND),
+            (4, GroupError.POSITION_BEYOND_END),
+        ):
+            again = CommitRequest("billing", a.member_id, a.epoch, {("events", 0): index})
+            assert conn.call(CommitFrame(pid, again)).body.results == {("events", 0): refused}
+        stale = CommitRequest("billing", a.member_id, a.epoch + 7, {("events", 0): 3})
+        assert conn.call(CommitFrame(pid, stale)).body.results == {("events", 0): GroupError.FENCED}
+
+        b = _beat(conn, pid, _join("billing", ("events",)))  # b waits for what a releases
+        assert b.error is GroupError.NONE and b.assignment == frozenset()
+        told = _beat(
+            conn,
+            pid,
+            HeartbeatRequest(
+                "billing", a.member_id, a.epoch, a.revision, None, ("events",), everything, 10.0
+            ),
+        )
+        kept = told.assignment
+        assert len(kept) == 2 and kept < everything
+        released = _beat(
+            conn,
+            pid,
+            HeartbeatRequest(
+                "billing", a.member_id, told.epoch, told.revision, None, ("events",), kept, 10.0
+            ),
+        )
+        assert released.assignment == kept
+        b2 = _beat(
+            conn,
+            pid,
+            HeartbeatRequest(
+                "billing", b.member_id, b.epoch, b.revision, None, ("events",), frozenset(), 10.0
+            ),
+        )
+        assert b2.assignment == everything - kept
+
+    with node.restart() as again:
+        client = NodeClient(again.host, again.port)
+        conn = client.conn_for(pid)
+        read = conn.call(PositionsFrame(pid, PositionsQuery("billing"))).body
+        assert {tp: p.index for tp, p in read.positions.items()} == {("events", 0): 3}
+        view = conn.call(DescribeFrame(pid, "billing")).body.group
+        assert {m.member_id for m in view.members} == {a.member_id, b.member_id}

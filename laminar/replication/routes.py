@@ -1,9 +1,9 @@
-"""Where the write protocol's internal requests go: this node, another node, a leader.
+"""Where a node's own internal requests go: this node, another node, a leader.
 
-The coordinator asks the node holding each part (`StagedPart.node`) to check,
-publish and drop it; a staging node that does not lead a partition publishes
-through its leader; expiry asks the coordinator whether a claim's commit is
-pending. `WriteRoutes.to_node` sends a request to the node named: this node
+Atomic writes ask the node holding each staged part (`StagedPart.node`) to
+check, publish and drop it, publish through a partition's leader, and ask a
+coordinator whether a commit is pending; group coordinators ask a partition's
+leader for its end. `NodeRoutes.to_node` sends a request to the node named: this node
 through the shard's own dispatcher (served here or forwarded to the owning
 shard), another node over an authenticated peer call
 (`laminar.replication.calls`); an error answer is raised as `RequestError`,
@@ -38,7 +38,7 @@ class NodeUnreachable(Exception):
         self.sent = sent
 
 
-class WriteRoutes:
+class NodeRoutes:
     """Sends the write protocol's internal requests (see the module docstring)."""
 
     def __init__(
