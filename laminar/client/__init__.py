@@ -21,6 +21,7 @@ one fetch ahead), `arrow` (fetch answers to Arrow) and `errors` (what callers ge
 
 from laminar.client.aio import AsyncClient
 from laminar.client.batch import RecordBatch
+from laminar.client.consumer import AsyncConsumer, CommitFailedError, ConsumedRecord, Consumer
 from laminar.client.errors import (
     CannotConnectError,
     CommitPendingError,
@@ -79,14 +80,18 @@ from laminar.wire import MetadataResponse, ShardInfo, TopicInfo
 __all__ = [
     "AsyncAtomicWrite",
     "AsyncClient",
+    "AsyncConsumer",
     "AsyncStager",
     "AtomicWrite",
     "CannotConnectError",
     "Client",
     "ClusterView",
+    "CommitFailedError",
     "CommitPendingError",
     "CommitResult",
     "ConnectionLostError",
+    "ConsumedRecord",
+    "Consumer",
     "CorruptRecordError",
     "DuplicateSequenceError",
     "InvalidRequestError",

@@ -25,12 +25,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from laminar.client import calls, writes
 from laminar.client.aio_connection import AsyncConnection
 from laminar.client.batch import RecordBatch
+from laminar.client.consumer import AsyncConsumer, ConsumerCore
 from laminar.client.core import REFRESH, ClientCore, Plan, Send, Sleep, sent
 from laminar.client.errors import ConnectionLostError, LaminarError
 from laminar.client.producer import AsyncProducer, is_idempotent, produce_call
@@ -283,6 +284,41 @@ class AsyncClient(ClientCore):
         """`Client.begin_write` with coroutines: `async with client.begin_write()
         as w: await w.send(...); await w.commit()`."""
         return writes.AsyncAtomicWrite(self, write_id, timeout_s)
+
+    def consumer(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        start: str = "earliest",
+        auto_commit: bool = False,
+        instance_id: str | None = None,
+        session_timeout_s: float = 10.0,
+        poll_timeout_s: float = 300.0,
+        assignor: str | None = None,
+        max_records: int = 500,
+        on_assign: Callable[[frozenset[tuple[str, int]]], None] | None = None,
+        on_revoke: Callable[[frozenset[tuple[str, int]]], None] | None = None,
+    ) -> AsyncConsumer:
+        """`Client.consumer` with coroutines: `async with client.consumer(...) as c:
+        records = await c.poll()`; its heartbeats run on a task."""
+        return AsyncConsumer(
+            self,
+            ConsumerCore(
+                self,
+                group,
+                topics,
+                start=start,
+                auto_commit=auto_commit,
+                instance_id=instance_id,
+                session_timeout_s=session_timeout_s,
+                poll_timeout_s=poll_timeout_s,
+                assignor=assignor,
+                max_records=max_records,
+                on_assign=on_assign,
+                on_revoke=on_revoke,
+            ),
+        )
 
     def stager(
         self,

@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import inspect
 
-from laminar.client import AsyncAtomicWrite, AsyncClient, AsyncStager, AtomicWrite, Client, Stager
+from laminar.client import (
+    AsyncAtomicWrite,
+    AsyncClient,
+    AsyncConsumer,
+    AsyncStager,
+    AtomicWrite,
+    Client,
+    Consumer,
+    Stager,
+)
 
 ONLY_SYNC = {"refresh_metadata_view"}
 """`AsyncClient.refresh_metadata` returns the view itself."""
@@ -45,7 +54,7 @@ def test_the_atomic_writes_have_the_same_methods_and_parameters() -> None:
 def test_every_blocking_operation_is_a_coroutine_on_the_async_client() -> None:
     """Each method that talks to the node is awaited on `AsyncClient`; the
     `_nowait` ones and the factories return at once on both."""
-    returning_at_once = {"begin_write", "stager", "close", "produce_nowait"}
+    returning_at_once = {"begin_write", "stager", "consumer", "close", "produce_nowait"}
     returning_at_once |= {"fetch_nowait", "fetch_batch_nowait"}
     for name in _public(Client).keys() - ONLY_SYNC:
         method = getattr(AsyncClient, name)
@@ -53,3 +62,7 @@ def test_every_blocking_operation_is_a_coroutine_on_the_async_client() -> None:
             assert not inspect.iscoroutinefunction(method), name
         else:
             assert inspect.iscoroutinefunction(method), name
+
+
+def test_the_consumers_have_the_same_methods_and_parameters() -> None:
+    assert _differences(Consumer, AsyncConsumer, set(), set()) == []

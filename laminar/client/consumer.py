@@ -1,0 +1,492 @@
+"""Group consumers: members of a consumer group that share its topics'
+partitions and commit where they are (`Client.consumer`, `AsyncClient.consumer`).
+
+`ConsumerCore` is what both shells share, without I/O: the group member
+(`laminar.groups.member.MemberCore`: heartbeats, the lease, the poll
+deadline), where each assigned partition is read next, what `poll` handed
+out, and every operation as a plan of the client core (`laminar.client.core`)
+that either client performs. The shells add the waiting: `Consumer` runs the
+heartbeats on a thread of its own, `AsyncConsumer` on a task, so processing
+time never stops them (a member stays in the group while it works, up to the
+poll deadline, `poll_timeout_s`).
+
+Delivery is at least once: `commit()` commits, per partition, the index after
+the last record `poll` returned (or the positions given), and a member that
+takes over a partition starts at the group's committed position (with none,
+at the start or the end of the partition: `start`). Records processed after a
+member's last commit are delivered again to the next owner. With
+`auto_commit`, each `poll` first commits what the previous one returned.
+
+A partition is delivered only while the member holds a valid lease on it
+(its last heartbeat answered within the session timeout, measured from when
+it was sent): the coordinator gives it to another member only after that.
+A revoked partition is committed (with `auto_commit`), then released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, NamedTuple, Protocol
+
+from laminar.client import calls
+from laminar.client.core import RECOVER, REFRESH, ClientCore, Plan, Send, Sleep
+from laminar.client.errors import LaminarError, OffsetOutOfRangeError
+from laminar.client.results import expect
+from laminar.clock import SYSTEM_CLOCK, Clock
+from laminar.groups.errors import GroupError
+from laminar.groups.frames import (
+    CommitAnswerFrame,
+    CommitFrame,
+    GroupMessage,
+    HeartbeatAnswerFrame,
+    HeartbeatFrame,
+    PositionsAnswerFrame,
+    PositionsFrame,
+    PositionsQuery,
+)
+from laminar.groups.member import ASSIGNED, REVOKED, MemberCore
+from laminar.groups.messages import TopicPartition
+from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES
+
+logger = logging.getLogger("laminar.client")
+
+STARTS: Final = ("earliest", "latest")
+HEARTBEAT_WAIT_MAX_S: Final = 1.0
+"""The heartbeat loop looks at the member at least this often."""
+HEARTBEAT_RETRY_S: Final = 0.1
+LONG_POLL_MS: Final = 200
+"""A poll with nothing to read waits on one partition at a time this long."""
+ASSIGNMENT_WAIT_S: Final = 0.02
+"""A poll before the first assignment looks again this often."""
+
+Partitions = Callable[[frozenset[TopicPartition]], None]
+
+
+class ConsumedRecord(NamedTuple):
+    """A record a group consumer delivered, with the partition it came from."""
+
+    topic: str
+    partition: int
+    index: int  # type: ignore[assignment]
+    timestamp_ms: int
+    value: bytes
+    key: bytes | None
+    headers: dict[str, bytes] | None
+
+
+class CommitFailedError(LaminarError):
+    """Some positions were not committed; `refused` says why, per partition
+    (FENCED: the member lost the partition, e.g. after a pause past its
+    session; its records are another member's now)."""
+
+    def __init__(self, refused: Mapping[TopicPartition, GroupError]) -> None:
+        shown = ", ".join(f"{t}/{p}: {code.name}" for (t, p), code in sorted(refused.items()))
+        super().__init__(f"positions not committed: {shown}")
+        self.refused = dict(refused)
+
+
+class ConsumerCore:
+    """See the module docstring. Shared by the app's thread and the heartbeat
+    thread of the sync consumer: the member core is touched under a lock."""
+
+    def __init__(
+        self,
+        client: ClientCore,
+        group: str,
+        topics: Iterable[str],
+        *,
+        start: str = "earliest",
+        auto_commit: bool = False,
+        instance_id: str | None = None,
+        session_timeout_s: float = 10.0,
+        poll_timeout_s: float = 300.0,
+        assignor: str | None = None,
+        max_records: int = 500,
+        max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+        on_assign: Partitions | None = None,
+        on_revoke: Partitions | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        if start not in STARTS:
+            raise ValueError(f"start is 'earliest' or 'latest', not {start!r}")
+        self._client = client
+        self.group = group
+        self._clock = clock
+        self.member = MemberCore(
+            clock,
+            group,
+            topics,
+            instance_id=instance_id,
+            session_timeout_s=session_timeout_s,
+            poll_timeout_s=poll_timeout_s,
+            assignor=assignor,
+        )
+        self._start = start
+        self.auto_commit = auto_commit
+        self._max_records = max_records
+        self._max_bytes = max_bytes
+        self._on_assign = on_assign
+        self._on_revoke = on_revoke
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+        """The positions partition that holds the group (its leader coordinates)."""
+        self._next: dict[TopicPartition, int] = {}
+        """Where each assigned partition is read next."""
+        self._delivered: dict[TopicPartition, int] = {}
+        """The index after the last record `poll` returned, per partition."""
+        self._turn = 0
+        self.wake: Callable[[], None] = lambda: None
+        """Set by the shell: wakes its heartbeat loop (something is due sooner)."""
+
+    # -- the coordinator -------------------------------------------------------
+
+    def _coordinator_plan(self) -> Plan[int]:
+        if self._pid is None:
+            found = yield from self._client._call_plan(calls.find_coordinator(self.group))
+            view = self._client._view
+            if view is None or found.topic.name not in view.topics:
+                yield REFRESH
+            self._pid = found.partition_id
+        return self._pid
+
+    def _group_plan(
+        self, message: Callable[[int], GroupMessage], answer: type[GroupMessage]
+    ) -> Plan[Any]:
+        """A group op sent to the coordinator (retried as the client retries)."""
+        pid = yield from self._coordinator_plan()
+
+        def target(view: Any) -> tuple[Any, GroupMessage]:
+            return view.route_pid(pid).address, message(pid)
+
+        call = calls.Call(
+            f"{answer.__name__} of group {self.group[:60]!r}",
+            target,
+            lambda frame: expect(frame, answer).body,
+            idempotent=True,
+        )
+        return (yield from self._client._call_plan(call))
+
+    # -- heartbeats --------------------------------------------------------------
+
+    def heartbeat_plan(self) -> Plan[float]:
+        """One heartbeat if one is due (one attempt: the member core retries
+        it); when to come back, in the clock's monotonic seconds."""
+        with self._lock:
+            request = self.member.next_request()
+            timeout_s = self.member.request_timeout_s
+        if request is not None:
+            try:
+                pid = yield from self._coordinator_plan()
+                view = self._client._view or (yield REFRESH)
+                address = view.route_pid(pid).address
+                frame = yield Send(address, HeartbeatFrame(pid, request), False, timeout_s)
+                answer = expect(frame, HeartbeatAnswerFrame).body
+            except LaminarError as exc:
+                self._client._note_leader(exc)
+                with self._lock:
+                    self.member.on_heartbeat_failed(request)
+                yield RECOVER
+            else:
+                with self._lock:
+                    self.member.on_heartbeat_answer(request, answer)
+        with self._lock:
+            return self.member.next_wakeup()
+
+    def leave_plan(self) -> Plan[None]:
+        """Commit (with `auto_commit`) and leave the group; best effort."""
+        if self.auto_commit:
+            with contextlib.suppress(LaminarError):
+                yield from self.commit_plan(None)
+        with self._lock:
+            leave = self.member.close()
+        if leave is None or self._pid is None:
+            return
+        with contextlib.suppress(LaminarError):  # else its session expires
+            yield from self._group_plan(
+                lambda pid: HeartbeatFrame(pid, leave), HeartbeatAnswerFrame
+            )
+
+    # -- polling -------------------------------------------------------------------
+
+    def poll_plan(self, timeout_s: float) -> Plan[list[ConsumedRecord]]:
+        """Records of the partitions held now, waiting up to `timeout_s` for
+        some (and for the first assignment)."""
+        deadline = self._clock.monotonic() + timeout_s
+        if self.auto_commit and self._delivered:
+            yield from self.commit_plan(None)
+        with self._lock:
+            self.member.poll_started()
+        self.wake()
+        while True:
+            yield from self._changes_plan()
+            with self._lock:
+                held = sorted(tp for tp in self.member.assignment if tp in self._next)
+            self._turn += 1
+            first = self._turn % len(held) if held else 0
+            records: list[ConsumedRecord] = []
+            for tp in held[first:] + held[:first]:
+                records += yield from self._fetch_plan(tp, self._max_records - len(records), 0)
+                if len(records) >= self._max_records:
+                    break
+            left_s = deadline - self._clock.monotonic()
+            if records or left_s <= 0:
+                return records
+            if not held:  # nothing assigned yet: the heartbeats bring it
+                yield Sleep(min(left_s, ASSIGNMENT_WAIT_S))
+                continue
+            wait_ms = max(1, min(int(left_s * 1000), LONG_POLL_MS))
+            waited = yield from self._fetch_plan(
+                held[self._turn % len(held)], self._max_records, wait_ms
+            )
+            if waited:
+                return waited
+
+    def _changes_plan(self) -> Plan[None]:
+        """Act on what the heartbeats changed: start new partitions, commit and
+        release revoked ones, drop lost ones."""
+        with self._lock:
+            changes = self.member.take_changes()
+        for change in changes:
+            if change.kind == ASSIGNED:
+                yield from self._assigned_plan(change.partitions)
+            else:
+                yield from self._revoked_plan(change.partitions, committed=change.kind == REVOKED)
+
+    def _fetch_plan(
+        self, tp: TopicPartition, max_records: int, wait_ms: int
+    ) -> Plan[list[ConsumedRecord]]:
+        topic, partition = tp
+        index = self._next[tp]
+        call = calls.fetch(topic, partition, index, self._max_bytes, max_records, wait_ms)
+        try:
+            got = yield from self._client._call_plan(call)
+        except OffsetOutOfRangeError:
+            self._next[tp] = yield from self._start_plan(tp)  # retention passed it
+            return []
+        with self._lock:
+            if not self.member.holds(tp) or self._next.get(tp) != index:
+                return []  # lost or moved meanwhile: not delivered
+        if not got:
+            return []
+        self._next[tp] = self._delivered[tp] = got[-1].index + 1
+        return [ConsumedRecord(topic, partition, *r) for r in got]
+
+    def _assigned_plan(self, parts: frozenset[TopicPartition]) -> Plan[None]:
+        """Start each new partition at the group's committed position (else `start`)."""
+        query = PositionsQuery(self.group, parts)
+        committed = yield from self._group_plan(
+            lambda pid: PositionsFrame(pid, query), PositionsAnswerFrame
+        )
+        for tp in sorted(parts):
+            position = committed.positions.get(tp)
+            index = position.index if position is not None else (yield from self._start_plan(tp))
+            self._next[tp] = index
+        if self._on_assign is not None:
+            self._on_assign(parts)
+
+    def _start_plan(self, tp: TopicPartition) -> Plan[int]:
+        offsets = yield from self._client._call_plan(calls.list_offsets(tp[0], tp[1]))
+        return offsets.lowest_index if self._start == "earliest" else offsets.committed_index
+
+    def _revoked_plan(self, parts: frozenset[TopicPartition], *, committed: bool) -> Plan[None]:
+        """A revoked partition is committed (with `auto_commit`) and released;
+        a lost one is only dropped (it is another member's already)."""
+        if committed and self.auto_commit:
+            done = {tp: self._delivered[tp] for tp in parts if tp in self._delivered}
+            if done:
+                # Not committed: the next owner reads them again (at least once).
+                with contextlib.suppress(LaminarError):
+                    yield from self.commit_plan(done)
+        if self._on_revoke is not None:
+            self._on_revoke(parts)
+        for tp in parts:
+            self._next.pop(tp, None)
+            self._delivered.pop(tp, None)
+        if committed:
+            with self._lock:
+                self.member.release(parts)
+            self.wake()
+
+    # -- commits ---------------------------------------------------------------------
+
+    def commit_plan(self, positions: Mapping[TopicPartition, int] | None) -> Plan[None]:
+        """Commit `positions` (default: after what `poll` returned); raises
+        `CommitFailedError` naming the partitions that were refused."""
+        wanted = dict(self._delivered if positions is None else positions)
+        with self._lock:
+            request = self.member.commit_request(wanted)
+        if request is None:
+            if wanted and positions is not None:
+                raise CommitFailedError(dict.fromkeys(wanted, GroupError.FENCED))
+            return
+        answer = yield from self._group_plan(
+            lambda pid: CommitFrame(pid, request), CommitAnswerFrame
+        )
+        with self._lock:
+            self.member.on_commit_answer(request, answer)
+        refused = {tp: code for tp, code in answer.results.items() if code is not GroupError.NONE}
+        if answer.error is not GroupError.NONE:
+            refused = dict.fromkeys(request.positions, answer.error)
+        refused.update({tp: GroupError.FENCED for tp in wanted.keys() - request.positions.keys()})
+        if refused:
+            raise CommitFailedError(refused)
+
+    # -- what the app asks --------------------------------------------------------------
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        with self._lock:
+            return self.member.assignment
+
+    def pause(self, parts: Iterable[TopicPartition]) -> None:
+        with self._lock:
+            self.member.pause(parts)
+
+    def resume(self, parts: Iterable[TopicPartition]) -> None:
+        with self._lock:
+            self.member.resume(parts)
+
+    def extend_poll(self, seconds: float) -> None:
+        with self._lock:
+            self.member.extend_poll(seconds)
+
+
+class _Runner(Protocol):
+    def _run(self, plan: Plan[Any]) -> Any: ...
+
+
+class Consumer:
+    """A group member on the blocking `Client` (`Client.consumer`); its
+    heartbeats run on a thread of their own. Use it as a context manager, or
+    `close()` it: it leaves the group, so its partitions move at once."""
+
+    def __init__(self, client: _Runner, core: ConsumerCore) -> None:
+        self._client = client
+        self._core = core
+        self._nudge = threading.Event()
+        self._stopping = threading.Event()
+        self._closed = False
+        core.wake = self._nudge.set
+        self._thread = threading.Thread(
+            target=self._heartbeats, name=f"laminar-heartbeats-{core.group[:40]}", daemon=True
+        )
+        self._thread.start()
+
+    def _heartbeats(self) -> None:
+        clock = self._core._clock
+        while not self._stopping.is_set():
+            try:
+                wake = self._client._run(self._core.heartbeat_plan())
+            except Exception:
+                logger.exception("group %s: heartbeat failed", self._core.group)
+                wake = clock.monotonic() + HEARTBEAT_RETRY_S
+            self._nudge.wait(max(0.0, min(wake - clock.monotonic(), HEARTBEAT_WAIT_MAX_S)))
+            self._nudge.clear()
+
+    def poll(self, timeout_s: float = 1.0) -> list[ConsumedRecord]:
+        """Records of the partitions this member holds, waiting up to
+        `timeout_s` for some; [] if none came."""
+        records: list[ConsumedRecord] = self._client._run(self._core.poll_plan(timeout_s))
+        return records
+
+    def commit(self, positions: Mapping[TopicPartition, int] | None = None) -> None:
+        """Commit the index after the last record `poll` returned per partition
+        (or `positions`: (topic, partition) -> the next index to read)."""
+        self._client._run(self._core.commit_plan(positions))
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The (topic, partition) pairs this member holds and delivers now."""
+        return self._core.assignment()
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        self._core.pause(partitions)
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        self._core.resume(partitions)
+
+    def extend_poll(self, seconds: float) -> None:
+        """Processing takes longer: keep the membership `seconds` more."""
+        self._core.extend_poll(seconds)
+
+    def close(self) -> None:
+        """Leave the group (committing first with `auto_commit`)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stopping.set()
+        self._nudge.set()
+        self._thread.join()
+        self._client._run(self._core.leave_plan())
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _AsyncRunner(Protocol):
+    async def _run(self, plan: Plan[Any]) -> Any: ...
+
+
+class AsyncConsumer:
+    """`Consumer` on `AsyncClient`, with coroutines; its heartbeats run on a
+    task. `async with client.consumer(...) as consumer:`."""
+
+    def __init__(self, client: _AsyncRunner, core: ConsumerCore) -> None:
+        self._client = client
+        self._core = core
+        self._nudge = asyncio.Event()
+        self._closed = False
+        core.wake = self._nudge.set
+        self._task = asyncio.get_running_loop().create_task(self._heartbeats())
+
+    async def _heartbeats(self) -> None:
+        clock = self._core._clock
+        while True:
+            try:
+                wake = await self._client._run(self._core.heartbeat_plan())
+            except Exception:
+                logger.exception("group %s: heartbeat failed", self._core.group)
+                wake = clock.monotonic() + HEARTBEAT_RETRY_S
+            delay = max(0.0, min(wake - clock.monotonic(), HEARTBEAT_WAIT_MAX_S))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._nudge.wait(), delay)
+            self._nudge.clear()
+
+    async def poll(self, timeout_s: float = 1.0) -> list[ConsumedRecord]:
+        records: list[ConsumedRecord] = await self._client._run(self._core.poll_plan(timeout_s))
+        return records
+
+    async def commit(self, positions: Mapping[TopicPartition, int] | None = None) -> None:
+        await self._client._run(self._core.commit_plan(positions))
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return self._core.assignment()
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        self._core.pause(partitions)
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        self._core.resume(partitions)
+
+    def extend_poll(self, seconds: float) -> None:
+        self._core.extend_poll(seconds)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        await self._client._run(self._core.leave_plan())
+
+    async def __aenter__(self) -> AsyncConsumer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
