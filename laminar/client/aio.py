@@ -25,13 +25,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar, Unpack
 
 from laminar.client import calls, writes
 from laminar.client.aio_connection import AsyncConnection
 from laminar.client.batch import RecordBatch
-from laminar.client.consumer import AsyncConsumer, ConsumerCore
+from laminar.client.consumer import AsyncConsumer, ConsumerCore, ConsumerOptions
 from laminar.client.core import REFRESH, ClientCore, Plan, Send, Sleep, sent
 from laminar.client.errors import ConnectionLostError, LaminarError
 from laminar.client.producer import AsyncProducer, is_idempotent, produce_call
@@ -286,39 +286,11 @@ class AsyncClient(ClientCore):
         return writes.AsyncAtomicWrite(self, write_id, timeout_s)
 
     def consumer(
-        self,
-        group: str,
-        topics: Sequence[str],
-        *,
-        start: str = "earliest",
-        auto_commit: bool = False,
-        instance_id: str | None = None,
-        session_timeout_s: float = 10.0,
-        poll_timeout_s: float = 300.0,
-        assignor: str | None = None,
-        max_records: int = 500,
-        on_assign: Callable[[frozenset[tuple[str, int]]], None] | None = None,
-        on_revoke: Callable[[frozenset[tuple[str, int]]], None] | None = None,
+        self, group: str, topics: Sequence[str], **options: Unpack[ConsumerOptions]
     ) -> AsyncConsumer:
         """`Client.consumer` with coroutines: `async with client.consumer(...) as c:
         records = await c.poll()`; its heartbeats run on a task."""
-        return AsyncConsumer(
-            self,
-            ConsumerCore(
-                self,
-                group,
-                topics,
-                start=start,
-                auto_commit=auto_commit,
-                instance_id=instance_id,
-                session_timeout_s=session_timeout_s,
-                poll_timeout_s=poll_timeout_s,
-                assignor=assignor,
-                max_records=max_records,
-                on_assign=on_assign,
-                on_revoke=on_revoke,
-            ),
-        )
+        return AsyncConsumer(self, ConsumerCore(self, group, topics, **options))
 
     def stager(
         self,

@@ -30,7 +30,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple, Protocol, TypedDict
 
 from laminar.client import calls
 from laminar.client.core import RECOVER, REFRESH, ClientCore, Plan, Send, Sleep
@@ -89,9 +89,34 @@ class CommitFailedError(LaminarError):
         self.refused = dict(refused)
 
 
+class ConsumerOptions(TypedDict, total=False):
+    """The options of `Client.consumer` and `AsyncClient.consumer` (their
+    meanings and defaults: `ConsumerCore`)."""
+
+    start: str
+    auto_commit: bool
+    instance_id: str | None
+    session_timeout_s: float
+    poll_timeout_s: float
+    assignor: str | None
+    max_records: int
+    max_bytes: int
+    on_assign: Partitions | None
+    on_revoke: Partitions | None
+
+
 class ConsumerCore:
     """See the module docstring. Shared by the app's thread and the heartbeat
-    thread of the sync consumer: the member core is touched under a lock."""
+    thread of the sync consumer: the member core is touched under a lock.
+
+    `start`: where a partition without a committed position is read from
+    ("earliest" or "latest"); `auto_commit`: each poll first commits what the
+    last one returned; `instance_id`: a static member, which gets its
+    partitions back after a restart within its session; `session_timeout_s`:
+    how long a silent member keeps its partitions; `poll_timeout_s`: how long
+    processing may take between polls before the member leaves; `on_assign`,
+    `on_revoke`: called from `poll` with the (topic, partition) pairs that
+    came and went."""
 
     def __init__(
         self,
@@ -354,11 +379,32 @@ class ConsumerCore:
             self.member.extend_poll(seconds)
 
 
+class _Face:
+    """What both consumers answer at once, without the node."""
+
+    _core: ConsumerCore
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The (topic, partition) pairs this member holds and delivers now."""
+        return self._core.assignment()
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop delivering these for now (the member keeps them)."""
+        self._core.pause(partitions)
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        self._core.resume(partitions)
+
+    def extend_poll(self, seconds: float) -> None:
+        """Processing takes longer: keep the membership `seconds` more."""
+        self._core.extend_poll(seconds)
+
+
 class _Runner(Protocol):
     def _run(self, plan: Plan[Any]) -> Any: ...
 
 
-class Consumer:
+class Consumer(_Face):
     """A group member on the blocking `Client` (`Client.consumer`); its
     heartbeats run on a thread of their own. Use it as a context manager, or
     `close()` it: it leaves the group, so its partitions move at once."""
@@ -397,20 +443,6 @@ class Consumer:
         (or `positions`: (topic, partition) -> the next index to read)."""
         self._client._run(self._core.commit_plan(positions))
 
-    def assignment(self) -> frozenset[TopicPartition]:
-        """The (topic, partition) pairs this member holds and delivers now."""
-        return self._core.assignment()
-
-    def pause(self, partitions: Iterable[TopicPartition]) -> None:
-        self._core.pause(partitions)
-
-    def resume(self, partitions: Iterable[TopicPartition]) -> None:
-        self._core.resume(partitions)
-
-    def extend_poll(self, seconds: float) -> None:
-        """Processing takes longer: keep the membership `seconds` more."""
-        self._core.extend_poll(seconds)
-
     def close(self) -> None:
         """Leave the group (committing first with `auto_commit`)."""
         if self._closed:
@@ -432,7 +464,7 @@ class _AsyncRunner(Protocol):
     async def _run(self, plan: Plan[Any]) -> Any: ...
 
 
-class AsyncConsumer:
+class AsyncConsumer(_Face):
     """`Consumer` on `AsyncClient`, with coroutines; its heartbeats run on a
     task. `async with client.consumer(...) as consumer:`."""
 
@@ -463,18 +495,6 @@ class AsyncConsumer:
 
     async def commit(self, positions: Mapping[TopicPartition, int] | None = None) -> None:
         await self._client._run(self._core.commit_plan(positions))
-
-    def assignment(self) -> frozenset[TopicPartition]:
-        return self._core.assignment()
-
-    def pause(self, partitions: Iterable[TopicPartition]) -> None:
-        self._core.pause(partitions)
-
-    def resume(self, partitions: Iterable[TopicPartition]) -> None:
-        self._core.resume(partitions)
-
-    def extend_poll(self, seconds: float) -> None:
-        self._core.extend_poll(seconds)
 
     async def close(self) -> None:
         if self._closed:

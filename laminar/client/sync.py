@@ -19,12 +19,12 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, Unpack
 
 from laminar.client import calls, writes
 from laminar.client.batch import RecordBatch
 from laminar.client.blocking import BlockingConnection
-from laminar.client.consumer import Consumer, ConsumerCore
+from laminar.client.consumer import Consumer, ConsumerCore, ConsumerOptions
 from laminar.client.core import REFRESH, Action, ClientCore, Plan, Send, Sleep, sent
 from laminar.client.errors import ConnectionLostError, LaminarError
 from laminar.client.producer import BlockingProducer, Produced, is_idempotent, produce_call
@@ -413,44 +413,12 @@ class Client(ClientCore):
         return writes.AtomicWrite(self, write_id, timeout_s)
 
     def consumer(
-        self,
-        group: str,
-        topics: Sequence[str],
-        *,
-        start: str = "earliest",
-        auto_commit: bool = False,
-        instance_id: str | None = None,
-        session_timeout_s: float = 10.0,
-        poll_timeout_s: float = 300.0,
-        assignor: str | None = None,
-        max_records: int = 500,
-        on_assign: Callable[[frozenset[tuple[str, int]]], None] | None = None,
-        on_revoke: Callable[[frozenset[tuple[str, int]]], None] | None = None,
+        self, group: str, topics: Sequence[str], **options: Unpack[ConsumerOptions]
     ) -> Consumer:
         """Join consumer group `group` on `topics`: `poll()` returns records of
         the partitions the group gives this member, `commit()` records where
-        it is (`laminar.client.consumer`). `start`: where a partition with no
-        committed position is read from ("earliest" or "latest");
-        `instance_id`: a static member, which gets its partitions back after a
-        restart within its session; `on_assign`/`on_revoke`: called from
-        `poll` with the (topic, partition) pairs that came and went."""
-        return Consumer(
-            self,
-            ConsumerCore(
-                self,
-                group,
-                topics,
-                start=start,
-                auto_commit=auto_commit,
-                instance_id=instance_id,
-                session_timeout_s=session_timeout_s,
-                poll_timeout_s=poll_timeout_s,
-                assignor=assignor,
-                max_records=max_records,
-                on_assign=on_assign,
-                on_revoke=on_revoke,
-            ),
-        )
+        it is (`laminar.client.consumer`; the options: `ConsumerCore`)."""
+        return Consumer(self, ConsumerCore(self, group, topics, **options))
 
     def stager(
         self,
