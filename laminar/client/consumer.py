@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -49,7 +50,7 @@ from laminar.groups.frames import (
     PositionsQuery,
 )
 from laminar.groups.member import ASSIGNED, REVOKED, MemberCore
-from laminar.groups.messages import TopicPartition
+from laminar.groups.messages import CommitRequest, TopicPartition
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES
 
 logger = logging.getLogger("laminar.client")
@@ -58,6 +59,8 @@ STARTS: Final = ("earliest", "latest")
 HEARTBEAT_WAIT_MAX_S: Final = 1.0
 """The heartbeat loop looks at the member at least this often."""
 HEARTBEAT_RETRY_S: Final = 0.1
+STALE_RETRY_S: Final = 0.02
+"""A commit refused as STALE_EPOCH is sent again this soon (at the new epoch)."""
 LONG_POLL_MS: Final = 200
 """A poll with nothing to read waits on one partition at a time this long."""
 ASSIGNMENT_WAIT_S: Final = 0.02
@@ -340,23 +343,40 @@ class ConsumerCore:
 
     def commit_plan(self, positions: Mapping[TopicPartition, int] | None) -> Plan[None]:
         """Commit `positions` (default: after what `poll` returned); raises
-        `CommitFailedError` naming the partitions that were refused."""
+        `CommitFailedError` naming the partitions that were refused. A commit
+        made at the epoch the member is leaving (STALE_EPOCH: the heartbeat
+        answer moving it on is on its way) is sent again at the new one."""
         wanted = dict(self._delivered if positions is None else positions)
-        with self._lock:
-            request = self.member.commit_request(wanted)
-        if request is None:
-            if wanted and positions is not None:
-                raise CommitFailedError(dict.fromkeys(wanted, GroupError.FENCED))
-            return
-        answer = yield from self._group_plan(
-            lambda pid: CommitFrame(pid, request), CommitAnswerFrame
-        )
-        with self._lock:
-            self.member.on_commit_answer(request, answer)
-        refused = {tp: code for tp, code in answer.results.items() if code is not GroupError.NONE}
-        if answer.error is not GroupError.NONE:
-            refused = dict.fromkeys(request.positions, answer.error)
-        refused.update({tp: GroupError.FENCED for tp in wanted.keys() - request.positions.keys()})
+        refused: dict[TopicPartition, GroupError] = {}
+        deadline = self._clock.monotonic() + self.member.request_timeout_s
+        while wanted:
+            with self._lock:
+                request = self.member.commit_request(wanted)
+            held = request.positions if request is not None else {}
+            refused.update(dict.fromkeys(wanted.keys() - held.keys(), GroupError.FENCED))
+            if request is None:
+                break
+            answer = yield from self._group_plan(
+                functools.partial(_commit_frame, request), CommitAnswerFrame
+            )
+            with self._lock:
+                self.member.on_commit_answer(request, answer)
+            if answer.error is not GroupError.NONE:
+                refused.update(dict.fromkeys(held, answer.error))
+                break
+            stale = {tp for tp, code in answer.results.items() if code is GroupError.STALE_EPOCH}
+            refused.update(
+                (tp, code)
+                for tp, code in answer.results.items()
+                if code not in (GroupError.NONE, GroupError.STALE_EPOCH)
+            )
+            if stale and self._clock.monotonic() >= deadline:
+                refused.update(dict.fromkeys(stale, GroupError.STALE_EPOCH))
+                break
+            wanted = {tp: wanted[tp] for tp in stale}
+            if wanted:
+                self.wake()
+                yield Sleep(STALE_RETRY_S)
         if refused:
             raise CommitFailedError(refused)
 
@@ -377,6 +397,10 @@ class ConsumerCore:
     def extend_poll(self, seconds: float) -> None:
         with self._lock:
             self.member.extend_poll(seconds)
+
+
+def _commit_frame(request: CommitRequest, pid: int) -> GroupMessage:
+    return CommitFrame(pid, request)
 
 
 class _Face:
