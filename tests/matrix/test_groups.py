@@ -1,13 +1,21 @@
 """Consumer groups on every topology: a group's coordinator is found from any
-node, the positions topic is made once and replicated like any topic, and the
-same partition serves the group after its leader is killed."""
+node, the positions topic is made once and replicated like any topic, the
+same partition serves the group after its leader is killed, and a group's
+members deliver every acknowledged record across that kill."""
 
 from __future__ import annotations
 
-from laminar.client import Client, calls
+import asyncio
+import threading
+
+from laminar.client import AsyncClient, Client, LaminarError, calls
 from laminar.groups.frames import FindCoordinatorResponse
 from laminar.groups.positions import POSITIONS_TOPIC, coordinator_partition
+from tests.matrix.reading import topic_name
 from tests.matrix.topologies import Topology
+from tests.support import wait_until
+
+PARTITIONS = 4
 
 
 def _find(bootstrap: str, group: str) -> FindCoordinatorResponse:
@@ -30,3 +38,89 @@ def test_every_node_names_the_same_coordinator_partition_before_and_after_a_kill
     assert _find(healed.bootstrap, group) == first
     if healed.clustered:
         assert healed.leader(POSITIONS_TOPIC, first.partition) != killed
+
+
+class Member(threading.Thread):
+    """A group member polling and committing until stopped (then it leaves);
+    the sync client's consumer, or the asyncio one."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, aio: bool) -> None:
+        super().__init__(name=f"member-{'async' if aio else 'sync'}", daemon=True)
+        self.bootstrap, self.group, self.topic, self.aio = bootstrap, group, topic, aio
+        self.seen: list[bytes] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            if self.aio:
+                asyncio.run(self._run_async())
+            else:
+                with (
+                    Client(self.bootstrap) as client,
+                    client.consumer(self.group, [self.topic]) as consumer,
+                ):
+                    while not self.stop.is_set():
+                        self.seen += [r.value for r in consumer.poll(timeout_s=0.2)]
+                        consumer.commit()
+        except BaseException as exc:
+            self.error = exc
+
+    async def _run_async(self) -> None:
+        async with (
+            AsyncClient(self.bootstrap) as client,
+            client.consumer(self.group, [self.topic]) as consumer,
+        ):
+            while not self.stop.is_set():
+                self.seen += [r.value for r in await consumer.poll(timeout_s=0.2)]
+                await consumer.commit()
+
+
+def _produce(client: Client, topic: str, values: range, acked: list[bytes]) -> None:
+    for n in values:
+        value = b"%s-%d" % (topic.encode(), n)
+        try:
+            client.produce(topic, n % PARTITIONS, [value])
+        except LaminarError:
+            continue  # refused or unknown: not required to be delivered
+        acked.append(value)
+
+
+def test_a_group_delivers_every_acknowledged_record_across_a_coordinator_kill(
+    healed: Topology,
+) -> None:
+    """Two members (one per client) share a topic while a producer writes;
+    the node leading the group's positions partition is killed. Every
+    acknowledged record is delivered, and the positions committed survive:
+    a new member of the group finds nothing left to read."""
+    topic, group = topic_name("group"), f"readers-{healed.name}"
+    with Client(healed.bootstrap) as client:
+        client.create_topic(topic, PARTITIONS, replication_factor=healed.replication_factor)
+        found = client._start(calls.find_coordinator(group)).result()
+        members = [Member(healed.bootstrap, group, topic, aio) for aio in (False, True)]
+        for member in members:
+            member.start()
+        acked: list[bytes] = []
+        _produce(client, topic, range(0, 100), acked)
+        healed.kill_leader(POSITIONS_TOPIC, found.partition)
+        _produce(client, topic, range(100, 200), acked)
+
+        def delivered() -> bool:
+            for member in members:
+                if member.error is not None:
+                    raise member.error
+            return set(acked) <= {v for m in members for v in m.seen}
+
+        wait_until(delivered, "every acknowledged record delivered")
+        for member in members:
+            member.stop.set()
+            member.join(60)
+            assert member.error is None, member.error
+        seen = [v for m in members for v in m.seen]
+        assert set(seen) <= set(acked) | {b"%s-%d" % (topic.encode(), n) for n in range(200)}
+        with client.consumer(group, [topic]) as late:
+            wait_until(
+                lambda: late.poll(timeout_s=0.1) == [] and len(late.assignment()) == PARTITIONS,
+                "the late member holds every partition",
+            )
+            assert late.poll(timeout_s=0.5) == []
