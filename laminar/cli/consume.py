@@ -9,6 +9,12 @@ it starts and exits; with --follow it waits for new records until Ctrl-C or
 stderr, keeps trying, and goes on from the next record once the node is back.
 Without --partition every partition is read.
 
+With --group G the command joins consumer group G instead: it prints the
+records of the partitions the group gives it, from the group's committed
+positions (with none: the end, or the beginning with --from-beginning), and
+commits after printing, until Ctrl-C or --max. Run it several times to share
+the topic's partitions.
+
 Each value is printed as it is stored, followed by a newline; --json prints
 one object per line with partition, index, timestamp_ms, key, value and
 headers (bytes that are not UTF-8 come as `value_base64` etc.).
@@ -30,7 +36,9 @@ from laminar.cli.common import UsageError
 from laminar.cli.output import put_bytes, say
 from laminar.client import (
     AsyncClient,
+    CommitFailedError,
     ConnectionLostError,
+    ConsumedRecord,
     LaminarError,
     ProtocolViolationError,
     RecordBatch,
@@ -70,6 +78,9 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "--since-ms", type=int, metavar="T", help="start at the first record appended at or after T"
     )
     parser.add_argument("-f", "--follow", action="store_true", help="wait for new records")
+    parser.add_argument(
+        "-g", "--group", metavar="G", help="read as a member of consumer group G (commits)"
+    )
     parser.add_argument("-n", "--max", type=int, metavar="N", help="stop after N records")
     parser.set_defaults(run_async=consume)
 
@@ -89,33 +100,45 @@ class Printer:
     def write(self, partition: int, batch: RecordBatch, end: int | None = None) -> None:
         """Print the records of `batch` with an index below `end` (all by default)."""
         n = len(batch) if end is None else bisect.bisect_left(batch.indexes, end)
-        if self.limit is not None:
-            n = min(n, self.limit - self.printed)
+        n = self._room(n)
         if n <= 0:
             return
         if self.as_json:
-            lines = []
-            for r in itertools.islice(batch, n):
-                doc: dict[str, Any] = {
-                    "partition": partition,
-                    "index": r.index,
-                    "timestamp_ms": r.timestamp_ms,
-                }
-                put_bytes(doc, "key", r.key)
-                put_bytes(doc, "value", r.value)
-                headers: dict[str, Any] = {}
-                for name, value in (r.headers or {}).items():
-                    put_bytes(headers, name, value)
-                doc["headers"] = headers
-                lines.append(json.dumps(doc).encode())
-            data = b"\n".join(lines)
+            self._put(b"\n".join(_json_line(partition, r) for r in itertools.islice(batch, n)), n)
         else:  # values straight from the answer's buffer, no object per record
-            data = b"\n".join(batch.values()[:n])
+            self._put(b"\n".join(batch.values()[:n]), n)
+
+    def write_records(self, records: list[ConsumedRecord]) -> list[ConsumedRecord]:
+        """Print what a group member got (within --max); the records printed."""
+        shown = records[: self._room(len(records))]
+        if shown:
+            if self.as_json:
+                self._put(b"\n".join(_json_line(r.partition, r) for r in shown), len(shown))
+            else:
+                self._put(b"\n".join(r.value for r in shown), len(shown))
+        return shown
+
+    def _room(self, n: int) -> int:
+        return n if self.limit is None else min(n, self.limit - self.printed)
+
+    def _put(self, data: bytes, n: int) -> None:
         self.out.write(data + b"\n")
         self.out.flush()
         self.printed += n
         if self.limit is not None and self.printed >= self.limit:
             self.done.set()
+
+
+def _json_line(partition: int, r: Any) -> bytes:
+    """One record as a JSON line (bytes that are not UTF-8 in base64)."""
+    doc: dict[str, Any] = {"partition": partition, "index": r.index, "timestamp_ms": r.timestamp_ms}
+    put_bytes(doc, "key", r.key)
+    put_bytes(doc, "value", r.value)
+    headers: dict[str, Any] = {}
+    for name, value in (r.headers or {}).items():
+        put_bytes(headers, name, value)
+    doc["headers"] = headers
+    return json.dumps(doc).encode()
 
 
 async def consume(args: argparse.Namespace) -> int:
@@ -129,6 +152,17 @@ async def consume(args: argparse.Namespace) -> int:
         if value is not None and value > INT64_MAX:
             raise UsageError(f"{flag} must be at most {INT64_MAX}, got {value}")
     printer = Printer(args.json, args.max, sys.stdout.buffer)
+    if args.group is not None:
+        for flag, value in (
+            ("--partition", args.partition),
+            ("--index", args.index),
+            ("--since-ms", args.since_ms),
+        ):
+            if value is not None:
+                raise UsageError(f"--group reads the partitions the group gives: no {flag}")
+        async with AsyncClient(args.bootstrap, timeout_s=args.timeout) as client:
+            await _consume_as_member(client, args, printer)
+        return 0
     retry = FOLLOW_RETRY if args.follow else None
     async with AsyncClient(args.bootstrap, timeout_s=args.timeout, retry=retry) as client:
         topic = await _topic(client, args.topic)
@@ -152,6 +186,25 @@ async def consume(args: argparse.Namespace) -> int:
     if not printer.printed and not args.follow and sys.stderr.isatty():
         say(f"no records in {args.topic} from the chosen start (try --from-beginning)")
     return 0
+
+
+async def _consume_as_member(
+    client: AsyncClient, args: argparse.Namespace, printer: Printer
+) -> None:
+    """Print what the group gives this member and commit after printing."""
+    await _topic(client, args.topic)  # UNKNOWN_TOPIC now rather than an idle member
+    start = "earliest" if args.from_beginning else "latest"
+    async with client.consumer(args.group, [args.topic], start=start) as consumer:
+        while not printer.done.is_set():
+            printed = printer.write_records(await consumer.poll(timeout_s=1.0))
+            if printed:
+                after: dict[tuple[str, int], int] = {}
+                for r in printed:
+                    after[r.topic, r.partition] = r.index + 1
+                try:
+                    await consumer.commit(after)
+                except CommitFailedError as exc:  # printed, not committed: printed again later
+                    say(f"laminar: {exc}")
 
 
 async def _topic(client: AsyncClient, name: str) -> TopicInfo:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from laminar.cli import consume, decommission, produce, repair, status, topics, weight
+from laminar.cli import consume, decommission, groups, produce, repair, status, topics, weight
 from laminar.cli.common import (
     EXIT_CODES_HELP,
     CommandError,
@@ -33,6 +33,7 @@ from laminar.client import (
     CannotConnectError,
     Client,
     ConnectionLostError,
+    GroupRequestError,
     LaminarError,
     OffsetOutOfRangeError,
     OutcomeUnknownError,
@@ -42,6 +43,7 @@ from laminar.client import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from laminar.groups.errors import GroupError
 
 EXAMPLES = """\
 examples:
@@ -49,6 +51,8 @@ examples:
   printf 'hello\\nworld\\n' | laminar produce events --partition 3
   laminar consume events --partition 3 --from-beginning
   laminar consume events --follow            # new records from every partition
+  laminar consume events --group billing     # share the partitions with the group's others
+  laminar group describe billing             # members, committed positions, lag
   laminar status --json
   laminar weight 2                           # this node takes more partitions
   laminar node decommission n3 --wait 600    # n3's partitions move away; then stop it
@@ -104,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_parsers(commands, common)
     produce.add_parser(commands, common)
     consume.add_parser(commands, common)
+    groups.add_parsers(commands, common)
     status.add_parser(commands, common)
     weight.add_parser(commands, common)
     decommission.add_parsers(commands, common)
@@ -194,6 +199,8 @@ def _failure(exc: LaminarError, args: argparse.Namespace) -> Failure:
         lost = "REQUEST_TIMEOUT" if isinstance(exc, RequestTimeoutError) else "CONNECTION_LOST"
         hint = "the node stopped answering; check it is healthy with `laminar status`"
         return Failure(Exit.CANNOT_CONNECT, lost, exc.message, hint)
+    if isinstance(exc, GroupRequestError):
+        return Failure(Exit.SERVER_ERROR, exc.refusal.name, exc.message, _group_hint(exc))
     return Failure(Exit.SERVER_ERROR, code or "REFUSED", exc.message, _hint(exc, args))
 
 
@@ -214,6 +221,14 @@ def _fail(failure: Failure, as_json: bool, prefix: str = "laminar: ") -> int:
         hint = f"\n  {failure.hint}" if failure.hint else ""
         print(f"{prefix}{failure.message}{suffix}{hint}", file=sys.stderr)
     return failure.exit_code
+
+
+def _group_hint(exc: GroupRequestError) -> str:
+    if exc.refusal is GroupError.GROUP_NOT_EMPTY:
+        return f"stop its consumers first (`laminar group describe {exc.group}` lists them)"
+    if exc.refusal is GroupError.UNKNOWN_GROUP:
+        return "see the groups with `laminar group list`"
+    return ""
 
 
 def _hint(exc: LaminarError, args: argparse.Namespace) -> str:

@@ -54,6 +54,7 @@ from laminar.client.errors import (
     WriteAbortedError,
     WriteCommittedError,
 )
+from laminar.client.groups import GroupDescription, GroupRequestError, PartitionLag
 from laminar.client.producer import Produced
 from laminar.client.reader import PartitionReader
 from laminar.client.results import (
@@ -94,6 +95,8 @@ __all__ = [
     "Consumer",
     "CorruptRecordError",
     "DuplicateSequenceError",
+    "GroupDescription",
+    "GroupRequestError",
     "InvalidRequestError",
     "LaminarError",
     "MetadataResponse",
@@ -106,6 +109,7 @@ __all__ = [
     "OutOfOrderSequenceError",
     "OutcomeUnknownError",
     "PartitionDescription",
+    "PartitionLag",
     "PartitionReader",
     "Pending",
     "PingResult",

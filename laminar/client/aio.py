@@ -28,18 +28,20 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, Unpack
 
-from laminar.client import calls, writes
+from laminar.client import calls, groups, writes
 from laminar.client.aio_connection import AsyncConnection
 from laminar.client.batch import RecordBatch
 from laminar.client.consumer import AsyncConsumer, ConsumerCore, ConsumerOptions
 from laminar.client.core import REFRESH, ClientCore, Plan, Send, Sleep, sent
 from laminar.client.errors import ConnectionLostError, LaminarError
+from laminar.client.groups import GroupDescription
 from laminar.client.producer import AsyncProducer, is_idempotent, produce_call
 from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
 from laminar.client.reader import PartitionReader
 from laminar.client.results import Offsets, PingResult, Record, Sent, TopicDescription, describe
 from laminar.client.retry import RetryPolicy
 from laminar.client.routing import Address, ClusterView
+from laminar.groups.messages import GroupView
 from laminar.wire import ListOffsetsResponse, MetadataResponse, TopicInfo
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES, DEFAULT_FETCH_MAX_RECORDS
 from laminar.wire.writes import StagedPart
@@ -284,6 +286,25 @@ class AsyncClient(ClientCore):
         """`Client.begin_write` with coroutines: `async with client.begin_write()
         as w: await w.send(...); await w.commit()`."""
         return writes.AsyncAtomicWrite(self, write_id, timeout_s)
+
+    async def list_groups(self) -> list[GroupView]:
+        """Every consumer group, with its members and committed positions."""
+        return await self._run(groups.list_groups_plan(self))
+
+    async def describe_group(self, group: str) -> GroupDescription:
+        """A group's members and, per partition of its topics, its lag."""
+        return await self._run(groups.describe_group_plan(self, group))
+
+    async def reset_group(
+        self, group: str, topic: str, to: str | int, *, timestamp: bool = False
+    ) -> dict[tuple[str, int], int]:
+        """Move a group without members on `topic` to "earliest", "latest", an
+        index, or (`timestamp`) the first record at or after `to` ms."""
+        return await self._run(groups.reset_group_plan(self, group, topic, to, timestamp=timestamp))
+
+    async def delete_group(self, group: str) -> None:
+        """Forget a group without members and its committed positions."""
+        await self._run(groups.delete_group_plan(self, group))
 
     def consumer(
         self, group: str, topics: Sequence[str], **options: Unpack[ConsumerOptions]

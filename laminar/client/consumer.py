@@ -36,6 +36,7 @@ from typing import Any, Final, NamedTuple, Protocol, TypedDict
 from laminar.client import calls
 from laminar.client.core import RECOVER, REFRESH, ClientCore, Plan, Send, Sleep
 from laminar.client.errors import LaminarError, OffsetOutOfRangeError
+from laminar.client.groups import coordinator_plan, group_plan
 from laminar.client.results import expect
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.groups.errors import GroupError
@@ -174,29 +175,14 @@ class ConsumerCore:
 
     def _coordinator_plan(self) -> Plan[int]:
         if self._pid is None:
-            found = yield from self._client._call_plan(calls.find_coordinator(self.group))
-            view = self._client._view
-            if view is None or found.topic.name not in view.topics:
-                yield REFRESH
-            self._pid = found.partition_id
+            self._pid = yield from coordinator_plan(self._client, self.group)
         return self._pid
 
     def _group_plan(
         self, message: Callable[[int], GroupMessage], answer: type[GroupMessage]
     ) -> Plan[Any]:
-        """A group op sent to the coordinator (retried as the client retries)."""
         pid = yield from self._coordinator_plan()
-
-        def target(view: Any) -> tuple[Any, GroupMessage]:
-            return view.route_pid(pid).address, message(pid)
-
-        call = calls.Call(
-            f"{answer.__name__} of group {self.group[:60]!r}",
-            target,
-            lambda frame: expect(frame, answer).body,
-            idempotent=True,
-        )
-        return (yield from self._client._call_plan(call))
+        return (yield from group_plan(self._client, pid, message, answer))
 
     # -- heartbeats --------------------------------------------------------------
 

@@ -21,17 +21,19 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar, Unpack
 
-from laminar.client import calls, writes
+from laminar.client import calls, groups, writes
 from laminar.client.batch import RecordBatch
 from laminar.client.blocking import BlockingConnection
 from laminar.client.consumer import Consumer, ConsumerCore, ConsumerOptions
 from laminar.client.core import REFRESH, Action, ClientCore, Plan, Send, Sleep, sent
 from laminar.client.errors import ConnectionLostError, LaminarError
+from laminar.client.groups import GroupDescription
 from laminar.client.producer import BlockingProducer, Produced, is_idempotent, produce_call
 from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
 from laminar.client.results import Offsets, PingResult, Record, Sent, TopicDescription, describe
 from laminar.client.retry import RetryPolicy
 from laminar.client.routing import Address, ClusterView
+from laminar.groups.messages import GroupView
 from laminar.wire import ListOffsetsResponse, Message, MetadataResponse, TopicInfo
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES, DEFAULT_FETCH_MAX_RECORDS
 from laminar.wire.writes import StagedPart
@@ -411,6 +413,25 @@ class Client(ClientCore):
         """An atomic write: `send` stages records (durable, invisible), `commit`
         publishes them all once, or nothing is ever visible."""
         return writes.AtomicWrite(self, write_id, timeout_s)
+
+    def list_groups(self) -> list[GroupView]:
+        """Every consumer group, with its members and committed positions."""
+        return self._run(groups.list_groups_plan(self))
+
+    def describe_group(self, group: str) -> GroupDescription:
+        """A group's members and, per partition of its topics, its lag."""
+        return self._run(groups.describe_group_plan(self, group))
+
+    def reset_group(
+        self, group: str, topic: str, to: str | int, *, timestamp: bool = False
+    ) -> dict[tuple[str, int], int]:
+        """Move a group without members on `topic` to "earliest", "latest", an
+        index, or (`timestamp`) the first record at or after `to` ms."""
+        return self._run(groups.reset_group_plan(self, group, topic, to, timestamp=timestamp))
+
+    def delete_group(self, group: str) -> None:
+        """Forget a group without members and its committed positions."""
+        self._run(groups.delete_group_plan(self, group))
 
     def consumer(
         self, group: str, topics: Sequence[str], **options: Unpack[ConsumerOptions]

@@ -5,15 +5,21 @@ over, and every produced record is delivered (checked by identity)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import threading
 from collections import Counter
 from pathlib import Path
 
+from laminar.cli.common import Exit
 from laminar.client import AsyncClient, Client, ConsumedRecord
 from tests.support import wait_until
 from tests.system.nodes import start_node
 
 TOPIC = "events"
+LAMINAR = [sys.executable, "-m", "laminar.cli.main"]
 PARTITIONS = 6
 
 
@@ -89,3 +95,74 @@ def _drain(bootstrap: str) -> list[ConsumedRecord]:
             return got
 
     return asyncio.run(main())
+
+
+def _laminar(node_bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*LAMINAR, *args, "--bootstrap", node_bootstrap],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "LAMINAR_BOOTSTRAP": ""},
+    )
+
+
+def test_the_cli_consumes_as_a_member_and_lists_describes_resets_and_deletes_groups(
+    tmp_path: Path,
+) -> None:
+    with start_node(tmp_path, cores=2, flush="never") as node, Client(node.bootstrap) as client:
+        client.create_topic(TOPIC, 3)
+        values = [f"r{n}" for n in range(10)]
+        for n, value in enumerate(values):
+            client.produce(TOPIC, n % 3, [value.encode()])
+        read = _laminar(
+            node.bootstrap,
+            "consume",
+            TOPIC,
+            "--group",
+            "billing",
+            "--from-beginning",
+            "--max",
+            "10",
+            "--json",
+        )
+        assert read.returncode == 0, read.stderr
+        assert sorted(json.loads(line)["value"] for line in read.stdout.splitlines()) == values
+
+        described = json.loads(
+            _laminar(node.bootstrap, "group", "describe", "billing", "--json").stdout
+        )
+        assert (described["state"], described["members"], described["lag"]) == ("empty", [], 0)
+        assert [(p["partition"], p["committed"]) for p in described["partitions"]] == [
+            (0, 4),
+            (1, 3),
+            (2, 3),
+        ]
+        listed = json.loads(_laminar(node.bootstrap, "group", "list", "--json").stdout)
+        assert [g["group"] for g in listed] == ["billing"]
+
+        reset = _laminar(
+            node.bootstrap, "group", "reset", "billing", "--topic", TOPIC, "--to-earliest"
+        )
+        assert reset.returncode == 0, reset.stderr
+        assert client.describe_group("billing").lag == 10
+        with client.consumer("billing", [TOPIC]) as member:
+            wait_until(
+                lambda: member.poll(timeout_s=0.1) is not None and member.assignment(), "a member"
+            )
+            busy = _laminar(
+                node.bootstrap,
+                "group",
+                "reset",
+                "billing",
+                "--topic",
+                TOPIC,
+                "--to-latest",
+                "--json",
+            )
+            assert busy.returncode == Exit.SERVER_ERROR
+            assert json.loads(busy.stderr)["error"]["code"] == "GROUP_NOT_EMPTY"
+        deleted = _laminar(node.bootstrap, "group", "delete", "billing")
+        assert deleted.returncode == 0, deleted.stderr
+        gone = _laminar(node.bootstrap, "group", "describe", "billing", "--json")
+        assert json.loads(gone.stderr)["error"]["code"] == "UNKNOWN_GROUP"
