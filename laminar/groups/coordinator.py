@@ -103,9 +103,12 @@ class Limits:
 class Step(Generic[A]):
     """What a call produced: its answer and the records to append, in order.
 
-    Duty of the shell: append `records` (their sequence numbers are
-    `first_seq`, `first_seq + 1`, ...), send the answer only once the record
-    `answer.wait_for` is committed, and report commits with `committed(seq)`.
+    Duties of the shell: append `records` as one batch that commits whole or
+    not at all (one Raft entry; a part of a step, say a member removed but
+    not the new targets, is a state the core cannot go on from), in order of
+    the calls (their sequence numbers are `first_seq`, `first_seq + 1`, ...);
+    send the answer only once the record `answer.wait_for` is committed; and
+    report commits with `committed(seq)`.
     """
 
     answer: A
@@ -538,7 +541,8 @@ class GroupCoordinator:
     def _finish(self, answer: A) -> Step[A]:
         if answer is not None:
             answer = dataclasses.replace(answer, wait_for=self._seq)  # type: ignore[type-var]
-        if self._checkpoint is None and self._written > 2 * self._live + self._checkpoint_floor:
+        due = self._written > 2 * self._live + self._checkpoint_floor
+        if self._out and self._checkpoint is None and due:  # reads never write
             first = self._seq + 1
             for record in self.state_records():
                 self._emit(record)

@@ -45,7 +45,9 @@ class Harness:
             self.core.committed(len(self.log))
         return step.answer
 
-    def join(self, instance: str | None = None, topics: tuple[str, ...] = ("t",)) -> HeartbeatAnswer:
+    def join(
+        self, instance: str | None = None, topics: tuple[str, ...] = ("t",)
+    ) -> HeartbeatAnswer:
         answer = self.step(
             self.core.heartbeat(
                 HeartbeatRequest(G, None, JOIN, 0, instance, topics, frozenset(), 10.0)
@@ -218,7 +220,9 @@ def test_reset_and_delete_need_a_group_without_members() -> None:
     h = Harness()
     a = h.join()
     ends = {("t", 0): 50}
-    assert h.step(h.core.reset_positions(G, {("t", 0): 1}, ends)).error is GroupError.GROUP_NOT_EMPTY
+    assert (
+        h.step(h.core.reset_positions(G, {("t", 0): 1}, ends)).error is GroupError.GROUP_NOT_EMPTY
+    )
     assert h.step(h.core.delete_group(G)).error is GroupError.GROUP_NOT_EMPTY
     h.beat(a, epoch=LEAVE)
     assert h.step(h.core.reset_positions(G, {("t", 0): 51}, ends)).error is (
@@ -248,9 +252,14 @@ def test_every_input_is_bounded() -> None:
     assert h.join().error is GroupError.LIMIT
     assert h.join(topics=("a", "b", "c")).error is GroupError.LIMIT
     assert h.beat(a, owned=parts(0, 1, 2, 3)).error is GroupError.LIMIT
-    assert h.step(
-        h.core.commit(CommitRequest(G, a.member_id or "", a.epoch, dict.fromkeys(parts(*range(4)), 0)), {})
-    ).error is GroupError.LIMIT
+    assert (
+        h.step(
+            h.core.commit(
+                CommitRequest(G, a.member_id or "", a.epoch, dict.fromkeys(parts(*range(4)), 0)), {}
+            )
+        ).error
+        is GroupError.LIMIT
+    )
     other = HeartbeatRequest("other", None, JOIN, 0, None, ("t",), frozenset(), 10.0)
     assert h.step(h.core.heartbeat(other)).error is GroupError.LIMIT
     long = HeartbeatRequest("g" * 9, None, JOIN, 0, None, ("t",), frozenset(), 10.0)
