@@ -354,8 +354,7 @@ class GroupCoordinator:
         owners = self._owners.get(group, {})
         assigned, revoking = m.assigned, m.revoking
         epoch, previous = m.epoch, m.previous_epoch
-        if r.revision == m.revision:
-            revoking = revoking & r.owned  # the member has seen the latest answer
+        revoking = _unreleased(m, r)
         revoke = assigned - m.target
         assigned, revoking = assigned - revoke, revoking | revoke
         if not revoking and epoch != group_epoch:
@@ -406,21 +405,14 @@ class GroupCoordinator:
         results: dict[TopicPartition, GroupError] = {}
         for tp, index in sorted(request.positions.items()):
             current = positions.get(tp)
-            if m is None or tp not in m.held:
-                results[tp] = GroupError.FENCED
-            elif request.member_epoch != m.epoch:
-                stale = request.member_epoch == m.previous_epoch
-                results[tp] = GroupError.STALE_EPOCH if stale else GroupError.FENCED
-            elif index < 0:
-                results[tp] = GroupError.INVALID
-            elif current is not None and index < current.index:
-                results[tp] = GroupError.POSITION_BEHIND
-            elif index > ends[tp]:
-                results[tp] = GroupError.POSITION_BEYOND_END
-            else:
-                results[tp] = GroupError.NONE
-                if current is None or current.index != index:
-                    self._put_position(request.group, tp, index, request.member_id, m.epoch)
+            error = _fence(m, request.member_epoch, tp)
+            if error is GroupError.NONE:
+                error = _position_check(index, current, ends[tp])
+            results[tp] = error
+            if error is GroupError.NONE and (current is None or current.index != index):
+                self._put_position(
+                    request.group, tp, index, request.member_id, request.member_epoch
+                )
         return self._finish(CommitAnswer(GroupError.NONE, 0, results))
 
     def _put_position(
@@ -600,3 +592,34 @@ class GroupCoordinator:
                     raise GroupStateError(f"{tp} of group {group} held by {holder} and {member_id}")
             members[member_id] = value
         self._live += (value is not None) - (old is not None)
+
+
+def _fence(m: MemberValue | None, epoch: int, tp: TopicPartition) -> GroupError:
+    """Whether a commit of `tp` at `epoch` may come from member `m`: it must
+    hold the partition at its current epoch (a lost heartbeat answer makes the
+    previous epoch retriable, STALE_EPOCH)."""
+    if m is None or tp not in m.held:
+        return GroupError.FENCED
+    if epoch != m.epoch:
+        return GroupError.STALE_EPOCH if epoch == m.previous_epoch else GroupError.FENCED
+    return GroupError.NONE
+
+
+def _position_check(index: int, current: Position | None, end: int) -> GroupError:
+    """A member's position moves forward only, and never past the end."""
+    if index < 0:
+        return GroupError.INVALID
+    if current is not None and index < current.index:
+        return GroupError.POSITION_BEHIND
+    if index > end:
+        return GroupError.POSITION_BEYOND_END
+    return GroupError.NONE
+
+
+def _unreleased(m: MemberValue, r: HeartbeatRequest) -> frozenset[TopicPartition]:
+    """The partitions `m` was told to revoke and still holds: those its
+    heartbeat lists, if the member has seen its latest answer (else a late
+    heartbeat, sent before a partition was given to it, would release it)."""
+    if r.revision != m.revision:
+        return m.revoking
+    return m.revoking & r.owned

@@ -116,6 +116,9 @@ def test_a_join_revokes_first_then_gives_only_what_was_released() -> None:
     assert a2.epoch == a.epoch, "a revokes at its epoch"
     assert len(a2.assignment) == 3 and a2.assignment < a.assignment
     assert h.beat(b).assignment == frozenset(), "nothing released yet"
+    still = h.beat(a2, owned=a.assignment)  # a's app is still on its last commits
+    assert still.epoch == a.epoch and still.assignment == a2.assignment
+    assert h.beat(b).assignment == frozenset(), "given away before a released them"
     a3 = h.beat(a2)  # reports the revoked three released
     assert a3.epoch == 2 and a3.assignment == a2.assignment
     b2 = h.beat(b)

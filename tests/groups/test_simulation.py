@@ -1,7 +1,8 @@
 """The seeded group simulation over many seeds (the `soak` marker runs more).
 
-LAMINAR_GROUPS_SEEDS sets how many seeds the default run takes (100, about
-4 s); a failure prints `reproduce with: ... --seed N`."""
+LAMINAR_GROUPS_SEEDS sets how many seeds the default run takes (100 of the
+mixed plan, half as many of the pauses plan: about 5 s on one core); a
+failure prints `reproduce with: ... --seed N --plan P`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from .sim.simulation import Simulation, run_seed
 
 SEEDS = int(os.environ.get("LAMINAR_GROUPS_SEEDS", "100"))
+PAUSE_SEEDS = SEEDS // 2
 SOAK_SEEDS = 3000
 CHUNK = 25
 
@@ -22,11 +24,18 @@ def test_simulated_groups_keep_every_safety_property_and_converge(first: int) ->
         run_seed(seed)
 
 
+@pytest.mark.parametrize("first", range(0, PAUSE_SEEDS, CHUNK))
+def test_members_paused_while_answers_are_slow_never_overlap_the_new_owner(first: int) -> None:
+    for seed in range(first, min(first + CHUNK, PAUSE_SEEDS)):
+        run_seed(seed, plan="pauses")
+
+
 @pytest.mark.soak
 @pytest.mark.parametrize("first", range(SEEDS, SEEDS + SOAK_SEEDS, 250))
 def test_simulated_groups_soak(first: int) -> None:
     for seed in range(first, first + 250):
         run_seed(seed)
+        run_seed(seed, plan="pauses")
 
 
 def test_a_seed_replays_exactly() -> None:

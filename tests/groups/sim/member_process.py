@@ -104,12 +104,18 @@ class SimMember:
                 self._commit(send, last)
                 for tp in sorted(change.partitions):
                     self.next_index.pop(tp, None)
-                    self._release_at[tp] = self._clock.monotonic() + self._rng.uniform(0, 0.3)
+                    self._release_at[tp] = self._clock.monotonic() + self._release_delay_s()
             else:
                 assert change.kind == LOST
                 for tp in sorted(change.partitions):
                     self.next_index.pop(tp, None)
                     self._release_at.pop(tp, None)
+
+    def _release_delay_s(self) -> float:
+        """How long the app's on_revoke takes: mostly short, sometimes long."""
+        if self._rng.random() < 0.2:
+            return self._rng.uniform(0.3, 1.5)
+        return self._rng.uniform(0.0, 0.1)
 
     def _commit(self, send: Callable[[Any], None], positions: dict[TopicPartition, int]) -> None:
         request = self.core.commit_request(positions)

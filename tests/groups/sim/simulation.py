@@ -21,6 +21,7 @@ the log commits them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import sys
 from dataclasses import dataclass
@@ -69,6 +70,8 @@ class Params:
     liveness_s: float
     fault_rate: float
     """Faults per simulated second, all kinds together."""
+    faults: tuple[tuple[str, float], ...] = ()
+    """(kind, weight) of the faults drawn; empty: `FAULTS`."""
 
     @classmethod
     def draw(cls, rng: random.Random) -> Params:
@@ -100,7 +103,26 @@ FAULTS = (
     ("append_failure", 1),
     ("replay_old_commit", 3),
     ("add_partitions", 0.2),
+    ("slow_network", 1),
 )
+SLOW_DELAY_MAX_S = 1.5
+
+
+PLANS: dict[str, dict[str, Any]] = {
+    "mixed": {},
+    "pauses": {
+        "faults": (("pause", 2), ("join", 1)),
+        "fault_rate": 2.0,
+        "delay_max_s": 0.4,
+        "commit_probability": 0.3,
+    },
+}
+"""Fault plans: every fault, or members paused while answers are slow (the
+window in which a lease longer than the session would overlap the new owner)."""
+
+
+def plan_params(seed: int, plan: str) -> Params:
+    return dataclasses.replace(Params.draw(random.Random(seed)), **PLANS[plan])
 
 
 class Simulation:
@@ -123,6 +145,7 @@ class Simulation:
         self.ends: dict[TopicPartition, int] = {}
         self.members: list[SimMember] = []
         self._spawned = 0
+        self._slow_until = 0.0
         for _ in range(p.members_initial):
             self._spawn()
 
@@ -134,6 +157,7 @@ class Simulation:
             if self.rng.random() < p.fault_rate * STEP_S:
                 self._fault()
             self._step()
+        self._slow_until = 0.0
         self.network.calm()
         for m in self.members:
             m.wake_at = min(m.wake_at, self.clock.now)
@@ -148,6 +172,8 @@ class Simulation:
 
     def _step(self) -> None:
         now = self.clock.now = self.clock.now + STEP_S
+        if self._slow_until and now >= self._slow_until:
+            self.network.delay_max_s, self._slow_until = self.params.delay_max_s, 0.0
         for tp in self._partitions():
             self.ends[tp] = self.ends.get(tp, 0) + self.rng.randint(0, 2)
         for destination, message in self.network.due(now):
@@ -225,7 +251,7 @@ class Simulation:
 
     def _fault(self) -> None:
         rng = self.rng
-        kinds, weights = zip(*FAULTS, strict=True)
+        kinds, weights = zip(*(self.params.faults or FAULTS), strict=True)
         kind = rng.choices(kinds, weights)[0]
         alive = [m for m in self.members if m.state == ALIVE]
         victim = rng.choice(alive) if alive else None
@@ -258,21 +284,25 @@ class Simulation:
         elif kind == "replay_old_commit" and victim.sent_commits:
             old = rng.choice(victim.sent_commits)
             self._sender(victim)(("commit", old))
+        elif kind == "slow_network":
+            self.network.delay_max_s = SLOW_DELAY_MAX_S  # reorders a member's heartbeats
+            self._slow_until = now + rng.uniform(1.0, 4.0)
         elif kind == "add_partitions":
             self.counts["b"] += 1
             self.node.set_partitions("b", self.counts["b"])
 
 
-def run_seed(seed: int, params: Params | None = None) -> Simulation:
+def run_seed(seed: int, params: Params | None = None, plan: str = "mixed") -> Simulation:
     """Run one seed; raises Violation naming the seed on failure."""
-    sim = Simulation(seed, params)
+    sim = Simulation(seed, params or plan_params(seed, plan))
     try:
         sim.run()
     except Violation as violation:
         raise Violation(
             violation.checker,
             f"{violation.message} (seed {seed}, t={sim.clock.now - 1000:.2f} s)\n"
-            f"reproduce with: .venv/bin/python -m tests.groups.sim.simulation --seed {seed}",
+            "reproduce with: .venv/bin/python -m tests.groups.sim.simulation "
+            f"--seed {seed} --plan {plan}",
         ) from None
     return sim
 
@@ -281,12 +311,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int)
     parser.add_argument("--seeds", type=int, default=1000)
+    parser.add_argument("--plan", choices=sorted(PLANS), default="mixed")
     args = parser.parse_args()
     seeds = [args.seed] if args.seed is not None else range(args.seeds)
     failed = 0
     for seed in seeds:
         try:
-            run_seed(seed)
+            run_seed(seed, plan=args.plan)
         except Violation as violation:
             failed += 1
             print(violation, file=sys.stderr)
