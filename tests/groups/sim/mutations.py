@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
+from unittest import mock
 
 from laminar.groups import coordinator, member
 from laminar.groups.errors import GroupError
@@ -32,14 +33,9 @@ class Mutation:
     plan: str = "mixed"
     """The fault plan (`simulation.PLANS`) under which the simulation catches it."""
 
-    @contextlib.contextmanager
-    def applied(self) -> Iterator[None]:
-        original = getattr(self.target, self.attribute)
-        setattr(self.target, self.attribute, self.replacement)
-        try:
-            yield
-        finally:
-            setattr(self.target, self.attribute, original)
+    def applied(self) -> contextlib.AbstractContextManager[object]:
+        """The mutant in place of the rule, for a `with` block."""
+        return mock.patch.object(self.target, self.attribute, self.replacement)
 
 
 def _no_fence(m: MemberValue | None, epoch: int, tp: TopicPartition) -> GroupError:
