@@ -337,3 +337,22 @@ def test_groups_hash_to_a_stable_coordinator_partition() -> None:
     assert coordinator_partition("billing", 50) == coordinator_partition("billing", 50)
     spread = {coordinator_partition(f"g{i}", 8) for i in range(200)}
     assert spread == set(range(8))
+
+
+def test_a_steady_heartbeat_writes_nothing() -> None:
+    """The log grows with changes, not with time."""
+    h = Harness()
+    a = h.beat(h.join())
+    before = len(h.log)
+    for _ in range(5):
+        h.clock.advance(1)
+        a = h.beat(a)
+    assert len(h.log) == before
+
+
+def test_a_read_never_writes_even_when_a_checkpoint_is_due() -> None:
+    h = Harness(checkpoint_floor=0)
+    _churn(h, 60)
+    core = h.replayed()  # every record counts as written, a checkpoint is due
+    assert core.describe(G).records == () and core.positions(G).records == ()
+    assert core.list_groups().records == ()
