@@ -159,13 +159,17 @@ class GroupCoordinator:
         clock: Clock,
         rng: random.Random,
         *,
-        partition_counts: Mapping[str, int] | None = None,
         limits: Limits = Limits(),
         heartbeat_interval_s: float = 1.0,
         checkpoint_floor: int = 1_000,
     ) -> GroupCoordinator:
         """A core holding the fold of `records` (the committed log, in order,
-        numbered 1, 2, ...); every member's session starts now."""
+        numbered 1, 2, ...); every member's session starts now.
+
+        Before it serves, the shell calls `set_partitions` for every topic: a
+        count that changed while the log could not say so (its new epoch was
+        lost with the old core) starts the new epoch then.
+        """
         core = cls(
             clock,
             rng,
@@ -173,7 +177,6 @@ class GroupCoordinator:
             heartbeat_interval_s=heartbeat_interval_s,
             checkpoint_floor=checkpoint_floor,
         )
-        core._counts.update(partition_counts or {})
         for record in records:
             core._apply(record)
             core._seq += 1

@@ -48,6 +48,17 @@ def commits_only_from_holders(
             raise Violation("fencing", f"{request} applied to {tp} while {others} lease it")
 
 
+def stable_means_owned(view: GroupView | None, counts: dict[str, int]) -> None:
+    """Whenever the coordinator calls the group stable, every partition of a
+    topic its members subscribe to is owned by one of them."""
+    if view is None or view.state != "stable":
+        return
+    wanted = {(t, p) for m in view.members for t in m.topics for p in range(counts.get(t, 0))}
+    owned = {tp for m in view.members for tp in m.assignment}
+    if owned != wanted:
+        raise Violation("stable means owned", f"unowned {sorted(wanted - owned)} in {view}")
+
+
 def converged(
     view: GroupView | None, members: Iterable[SimMember], counts: dict[str, int]
 ) -> str | None:

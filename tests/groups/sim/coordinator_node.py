@@ -46,19 +46,18 @@ class SimCoordinatorNode:
         self._held: list[tuple[int, str, Any]] = []
         self.generation = 0
         self.failovers = 0
-        self.core = self._build([])
-        for topic, count in counts.items():
-            self._take(self.core.set_partitions(topic, count))
+        self._build([])
 
-    def _build(self, records: list[bytes]) -> GroupCoordinator:
-        return GroupCoordinator.replay(
+    def _build(self, records: list[bytes]) -> None:
+        self.core = GroupCoordinator.replay(
             [decode(r) for r in records],
             self._clock,
             random.Random(self._rng.random()),
-            partition_counts=self.counts,
             heartbeat_interval_s=0.5,
             checkpoint_floor=self._checkpoint_floor,
         )
+        for topic, count in sorted(self.counts.items()):
+            self._take(self.core.set_partitions(topic, count))
 
     @property
     def committed_seq(self) -> int:
@@ -114,8 +113,8 @@ class SimCoordinatorNode:
         the same one after a failed append (requests in flight still arrive)."""
         self.pending.clear()
         self._held.clear()
-        self.core = self._build(self.log)
         self.base = 1
+        self._build(self.log)
         self.failovers += 1
         if new_node:
             self.generation += 1

@@ -11,8 +11,9 @@ by one of them, and each member delivering exactly what the coordinator says.
 Time moves in steps of `STEP_S`. Each step: faults, deliver the messages due,
 the coordinator's tick, the positions log commits (maybe) and releases the
 answers that waited for it, then every member process runs; then the lease
-checker. Commits are checked as the coordinator applies them, positions as
-the log commits them.
+checker and, if the coordinator calls the group stable, the ownership one.
+Commits are checked as the coordinator applies them, positions as the log
+commits them.
 
     python -m tests.groups.sim.simulation --seed 17        # replay one seed
     python -m tests.groups.sim.simulation --seeds 2000     # soak
@@ -30,7 +31,12 @@ from typing import Any
 from laminar.groups.errors import GroupError
 from laminar.groups.messages import TopicPartition
 
-from .checkers import commits_only_from_holders, converged, one_lease_per_partition
+from .checkers import (
+    commits_only_from_holders,
+    converged,
+    one_lease_per_partition,
+    stable_means_owned,
+)
 from .coordinator_node import COORDINATOR, SimCoordinatorNode
 from .history import History, Violation
 from .member_process import ALIVE, CRASHED, GONE, PAUSED, SimMember
@@ -187,6 +193,7 @@ class Simulation:
                 m.state = ALIVE
             m.step(self._sender(m), committed, self.ends)
         one_lease_per_partition(self.members, self._partitions())
+        stable_means_owned(self._view(), self.counts)
 
     def _sender(self, m: SimMember) -> Any:
         def send(message: Any) -> None:
