@@ -1,7 +1,7 @@
 """The seeded group simulation over many seeds (the `soak` marker runs more).
 
-LAMINAR_GROUPS_SEEDS sets how many seeds the default run takes (100 of the
-mixed plan, half as many of the pauses plan: about 5 s on one core); a
+LAMINAR_GROUPS_SEEDS sets how many seeds the default run takes (80 of the
+mixed plan, a quarter as many of the pauses plan: about 6 s of one core); a
 failure prints `reproduce with: ... --seed N --plan P`."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import os
 
 import pytest
 
-from .sim.simulation import Simulation, run_seed
+from .sim.simulation import run_seed
 
-SEEDS = int(os.environ.get("LAMINAR_GROUPS_SEEDS", "100"))
-PAUSE_SEEDS = SEEDS // 2
+SEEDS = int(os.environ.get("LAMINAR_GROUPS_SEEDS", "80"))
+PAUSE_SEEDS = SEEDS // 4
 SOAK_SEEDS = 3000
 CHUNK = 25
 
@@ -52,10 +52,9 @@ def test_the_faults_happen() -> None:
     """The checks mean something only if the runs fence, fail over and move
     partitions: count it over the default seeds."""
     failovers = fenced = members = 0
-    for seed in range(20):
-        sim = Simulation(seed)
-        sim.run()
+    for seed in range(10):
+        sim = run_seed(seed)
         failovers += sim.node.failovers
         fenced += sim.history.commits_fenced
         members += len(sim.members)
-    assert failovers > 10 and fenced > 10 and members > 60
+    assert failovers > 10 and fenced > 50 and members > 40
