@@ -130,3 +130,24 @@ def test_close_sends_a_leave_static_members_a_temporary_one() -> None:
         assert member.assignment == frozenset() and member.next_request() is None
         member.poll_started()
         assert member.next_request() is None, "a closed member joined again"
+
+
+def test_it_wakes_for_the_next_heartbeat_and_retries_a_failed_one_at_once() -> None:
+    clock = FakeClock()
+    member = _joined(clock)
+    assert member.next_wakeup() == clock.monotonic() + 1.0  # the answer's interval
+    clock.advance(1)
+    request = member.next_request()
+    assert request is not None and member.next_request() is None
+    assert member.next_wakeup() == clock.monotonic() + member.request_timeout_s
+    member.on_heartbeat_failed(request)
+    assert member.next_request() is not None
+
+
+def test_a_paused_partition_is_held_but_not_delivered() -> None:
+    clock = FakeClock()
+    member = _joined(clock)
+    member.pause([P0])
+    assert member.assignment == {P1} and member.holds(P0)
+    member.resume([P0])
+    assert member.assignment == {P0, P1}

@@ -256,6 +256,12 @@ class Simulation:
             )
         )
 
+    def _close(self, m: SimMember) -> None:
+        leave = m.core.close()
+        if leave is not None:
+            self._sender(m)(("hb", leave))
+        m.state = GONE
+
     def _fault(self) -> None:
         rng = self.rng
         kinds, weights = zip(*(self.params.faults or FAULTS), strict=True)
@@ -268,15 +274,17 @@ class Simulation:
         elif victim is None:
             return
         elif kind == "leave":
-            leave = victim.core.close()
-            if leave is not None:
-                victim.step(self._sender(victim), {}, self.ends)
-                self._sender(victim)(("hb", leave))
-            victim.state = GONE
+            self._close(victim)
         elif kind == "crash":
             victim.state = CRASHED
         elif kind == "restart_static" and victim.core.instance_id is not None:
-            victim.state = CRASHED
+            # a rolling restart (the old process leaves with -2: the new one
+            # takes its partitions over) or a crash (the new one waits out
+            # the old one's session: INSTANCE_IN_USE)
+            if rng.random() < 0.5:
+                self._close(victim)
+            else:
+                victim.state = CRASHED
             self._spawn(victim.core.instance_id)
         elif kind == "pause":
             victim.state = PAUSED
