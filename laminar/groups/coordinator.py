@@ -202,7 +202,9 @@ class GroupCoordinator:
             return self._finish(HeartbeatAnswer(GroupError.UNKNOWN_MEMBER, 0))
         if request.member_epoch in (LEAVE, LEAVE_STATIC):
             return self._leave(group, member_id, m, request.member_epoch)
-        if request.member_epoch not in (m.epoch, m.previous_epoch):
+        if not 0 < request.member_epoch <= m.epoch:
+            # An older epoch is the same process behind on answers: it gets
+            # the current one (its `owned` counts only at the current revision).
             return self._finish(HeartbeatAnswer(GroupError.FENCED, 0))
         topics = tuple(sorted(set(request.topics)))
         resubscribed = topics != m.topics
@@ -272,7 +274,6 @@ class GroupCoordinator:
         fresh = MemberValue(
             instance_id=r.instance_id,
             epoch=0,
-            previous_epoch=0,
             revision=0,
             topics=topics,
             session_timeout_ms=round(r.session_timeout_s * 1000),
@@ -356,19 +357,18 @@ class GroupCoordinator:
         group_epoch = self._groups[group].epoch
         owners = self._owners.get(group, {})
         assigned, revoking = m.assigned, m.revoking
-        epoch, previous = m.epoch, m.previous_epoch
+        epoch = m.epoch
         revoking = _unreleased(m, r)
         revoke = assigned - m.target
         assigned, revoking = assigned - revoke, revoking | revoke
         if not revoking and epoch != group_epoch:
-            epoch, previous = group_epoch, epoch
+            epoch = group_epoch
         if epoch == group_epoch:
             assigned |= {tp for tp in m.target - assigned if tp not in owners}
         if (epoch, assigned, revoking) != (m.epoch, m.assigned, m.revoking):
             m = dataclasses.replace(
                 m,
                 epoch=epoch,
-                previous_epoch=previous,
                 assigned=frozenset(assigned),
                 revoking=frozenset(revoking),
                 revision=m.revision + 1,
@@ -599,13 +599,11 @@ class GroupCoordinator:
 
 def _fence(m: MemberValue | None, epoch: int, tp: TopicPartition) -> GroupError:
     """Whether a commit of `tp` at `epoch` may come from member `m`: it must
-    hold the partition at its current epoch (a lost heartbeat answer makes the
-    previous epoch retriable, STALE_EPOCH)."""
-    if m is None or tp not in m.held:
+    hold the partition at its current epoch. An older epoch from the member
+    is STALE_EPOCH (retriable: an answer moving it on is on its way)."""
+    if m is None or tp not in m.held or epoch > m.epoch:
         return GroupError.FENCED
-    if epoch != m.epoch:
-        return GroupError.STALE_EPOCH if epoch == m.previous_epoch else GroupError.FENCED
-    return GroupError.NONE
+    return GroupError.STALE_EPOCH if epoch < m.epoch else GroupError.NONE
 
 
 def _position_check(index: int, current: Position | None, end: int) -> GroupError:

@@ -188,7 +188,7 @@ def test_commits_are_fenced_unless_from_the_holder_at_its_epoch() -> None:
     b2 = h.beat(b)
     assert h.commit(b2, {kept: 1}) == {kept: GroupError.FENCED}, "not its partition"
     assert h.commit(a3, {kept: 1}, epoch=a3.epoch + 1) == {kept: GroupError.FENCED}
-    assert h.commit(a3, {kept: 1}, epoch=0) == {kept: GroupError.FENCED}
+    assert h.commit(a3, {kept: 1}, epoch=0) == {kept: GroupError.STALE_EPOCH}
     assert h.commit(a3, {kept: 1}, epoch=a2.epoch) == {kept: GroupError.STALE_EPOCH}
     assert h.commit(a2, {revoked: 9}, epoch=a3.epoch) == {revoked: GroupError.FENCED}
     gone = HeartbeatAnswer(GroupError.NONE, 0, "ghost", a3.epoch)
@@ -361,3 +361,18 @@ def test_a_read_never_writes_even_when_a_checkpoint_is_due() -> None:
     core = h.replayed()  # every record counts as written, a checkpoint is due
     assert core.describe(G).records == () and core.positions(G).records == ()
     assert core.list_groups().records == ()
+
+
+def test_a_heartbeat_behind_on_epochs_gets_the_current_answer_one_ahead_is_fenced() -> None:
+    """The member id is one process: an old epoch means lost answers, not a
+    zombie; joining again would strand its partitions until its session ends."""
+    h = Harness()
+    a = h.join()
+    for _ in range(2):  # two new epochs whose answers a never got
+        b = h.join()
+        h.beat(h.beat(a))
+        h.beat(b, epoch=LEAVE)
+    current = h.beat(a)
+    assert current.error is GroupError.NONE and current.epoch > a.epoch + 1
+    assert current.assignment == parts(*range(6))
+    assert h.beat(current, epoch=current.epoch + 1).error is GroupError.FENCED

@@ -27,7 +27,6 @@ from laminar.groups.records import (
 MEMBER = MemberValue(
     instance_id="host-1",
     epoch=7,
-    previous_epoch=6,
     revision=12,
     topics=("a", "b"),
     session_timeout_ms=10_000,
