@@ -202,10 +202,19 @@ class GroupCoordinator:
             return self._finish(HeartbeatAnswer(GroupError.UNKNOWN_MEMBER, 0))
         if request.member_epoch in (LEAVE, LEAVE_STATIC):
             return self._leave(group, member_id, m, request.member_epoch)
-        if not 0 < request.member_epoch <= m.epoch:
-            # An older epoch is the same process behind on answers: it gets
-            # the current one (its `owned` counts only at the current revision).
+        if not 0 < request.member_epoch <= m.epoch:  # an epoch never given
             return self._finish(HeartbeatAnswer(GroupError.FENCED, 0))
+        return self._stay(group, member_id, m, request)
+
+    def _stay(
+        self, group: str, member_id: str, m: MemberValue, request: HeartbeatRequest
+    ) -> Step[HeartbeatAnswer]:
+        """A known member's heartbeat: session, subscription, reconciliation.
+
+        An older epoch than the member's is the same process behind on answers
+        (the id is one process): it gets the current answer; its `owned`
+        counts only at the member's current revision.
+        """
         topics = tuple(sorted(set(request.topics)))
         resubscribed = topics != m.topics
         if resubscribed and self._topics_over_limit(group, member_id, topics):
@@ -252,10 +261,20 @@ class GroupCoordinator:
         return len(union) > self.limits.topics_per_group_max
 
     def _join(self, r: HeartbeatRequest) -> Step[HeartbeatAnswer]:
+        """A new member, under the id it chose (or one made here if None).
+
+        A join from a member the group knows is the same join sent again (its
+        answer was lost): it gets the current answer, so no phantom member
+        holds partitions until its session ends. It releases nothing (its
+        revision is 0, never the member's current one).
+        """
         group = r.group
-        if r.member_id is not None:
+        if r.member_id is not None and not self._valid_name(r.member_id):
             return self._finish(HeartbeatAnswer(GroupError.INVALID, 0))
         members = self._members.get(group, {})
+        known = members.get(r.member_id) if r.member_id is not None else None
+        if known is not None and r.member_id is not None:
+            return self._stay(group, r.member_id, known, r)
         static = None
         if r.instance_id is not None:
             static = next((i for i, m in members.items() if m.instance_id == r.instance_id), None)
@@ -270,7 +289,7 @@ class GroupCoordinator:
             return self._finish(HeartbeatAnswer(GroupError.LIMIT, 0))
         if group not in self._groups:
             self._emit(GroupRecord(group, GroupValue(0, r.assignor or DEFAULT_ASSIGNOR, ())))
-        member_id = self._new_member_id(group)
+        member_id = r.member_id or self._new_member_id(group)
         fresh = MemberValue(
             instance_id=r.instance_id,
             epoch=0,

@@ -376,3 +376,15 @@ def test_a_heartbeat_behind_on_epochs_gets_the_current_answer_one_ahead_is_fence
     assert current.error is GroupError.NONE and current.epoch > a.epoch + 1
     assert current.assignment == parts(*range(6))
     assert h.beat(current, epoch=current.epoch + 1).error is GroupError.FENCED
+
+
+def test_a_join_sent_again_is_the_same_member_not_a_phantom() -> None:
+    """A member that chose its id and lost its join's answer joins again: it
+    gets the current answer, and no second member holds partitions."""
+    h = Harness()
+    join = HeartbeatRequest(G, "c0ffee", JOIN, 0, None, ("t",), frozenset(), 10.0)
+    first = h.step(h.core.heartbeat(join))
+    again = h.step(h.core.heartbeat(join))
+    assert again.member_id == first.member_id == "c0ffee"
+    assert again.assignment == first.assignment == parts(*range(6))
+    assert [m.member_id for m in h.core.describe(G).answer.group.members] == ["c0ffee"]

@@ -65,7 +65,7 @@ def converged(
     """None once the group is stable and every subscribed partition is owned
     by a live member that knows it; else why not."""
     alive = [m for m in members if m.state == ALIVE]
-    if any(m.core.member_id is None for m in alive):
+    if not all(m.core.joined for m in alive):
         return "a live member has not joined"
     if view is None:
         return None if not alive else "no group"

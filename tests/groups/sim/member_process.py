@@ -42,6 +42,7 @@ class SimMember:
             instance_id=instance_id,
             session_timeout_s=session_timeout_s,
             poll_timeout_s=poll_timeout_s,
+            rng=random.Random(rng.random()),
         )
         self.state = ALIVE
         self.wake_at = 0.0
