@@ -38,6 +38,7 @@ soak: setup
 	$(PY) -m tests.raft.sim.soak --seeds 10000 --processes 2
 	$(PY) -m tests.raft.sim.mutations 300
 	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/swim/test_soak.py tests/swim/test_sim.py
+	LAMINAR_SOAK=1 $(PY) -m pytest -q -n 2 tests/groups/test_simulation.py
 	$(PY) -m tests.system.fuzz --seconds 600
 	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/spark/test_driver_crash.py
 	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/cluster/test_gossip_cluster.py

@@ -13,6 +13,7 @@ member lands where it was.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -71,11 +72,14 @@ def uniform_sticky_assign(
     rank = {m: i for i, m in enumerate(order)}
     topics = sorted({t for s in members.values() for t in s.topics})
     for topic in topics:
-        subscribers = [m for m in order if topic in members[m].topics]
+        # the least loaded subscriber first (only this loop loads them meanwhile)
+        heap = [(len(load[m]), rank[m], m) for m in order if topic in members[m].topics]
+        heapq.heapify(heap)
         for partition in range(counts.get(topic, 0)):
             if (topic, partition) not in taken:
-                least = min(subscribers, key=lambda m: (len(load[m]), rank[m]))
+                count, r, least = heap[0]
                 load[least].add((topic, partition))
+                heapq.heapreplace(heap, (count + 1, r, least))
     while _move_one(members, load, rank):
         pass
     return {m: frozenset(ps) for m, ps in load.items()}
@@ -85,9 +89,13 @@ def _move_one(
     members: Mapping[str, Subscriber], load: dict[str, set[TopicPartition]], rank: dict[str, int]
 ) -> bool:
     by_load = sorted(load, key=lambda m: (-len(load[m]), rank[m]))
+    lightest = len(load[by_load[-1]])
     for donor in by_load:
-        receivers = [m for m in reversed(by_load) if len(load[m]) <= len(load[donor]) - 2]
-        for receiver in receivers:
+        if len(load[donor]) < lightest + 2:
+            return False
+        for receiver in reversed(by_load):
+            if len(load[receiver]) > len(load[donor]) - 2:
+                break
             movable = [tp for tp in load[donor] if tp[0] in members[receiver].topics]
             if movable:
                 tp = max(movable)

@@ -103,9 +103,12 @@ class Limits:
 class Step(Generic[A]):
     """What a call produced: its answer and the records to append, in order.
 
-    Duty of the shell: append `records` (their sequence numbers are
-    `first_seq`, `first_seq + 1`, ...), send the answer only once the record
-    `answer.wait_for` is committed, and report commits with `committed(seq)`.
+    Duties of the shell: append `records` as one batch that commits whole or
+    not at all (one Raft entry; a part of a step, say a member removed but
+    not the new targets, is a state the core cannot go on from), in order of
+    the calls (their sequence numbers are `first_seq`, `first_seq + 1`, ...);
+    send the answer only once the record `answer.wait_for` is committed; and
+    report commits with `committed(seq)`.
     """
 
     answer: A
@@ -156,13 +159,17 @@ class GroupCoordinator:
         clock: Clock,
         rng: random.Random,
         *,
-        partition_counts: Mapping[str, int] | None = None,
         limits: Limits = Limits(),
         heartbeat_interval_s: float = 1.0,
         checkpoint_floor: int = 1_000,
     ) -> GroupCoordinator:
         """A core holding the fold of `records` (the committed log, in order,
-        numbered 1, 2, ...); every member's session starts now."""
+        numbered 1, 2, ...); every member's session starts now.
+
+        Before it serves, the shell calls `set_partitions` for every topic: a
+        count that changed while the log could not say so (its new epoch was
+        lost with the old core) starts the new epoch then.
+        """
         core = cls(
             clock,
             rng,
@@ -170,7 +177,6 @@ class GroupCoordinator:
             heartbeat_interval_s=heartbeat_interval_s,
             checkpoint_floor=checkpoint_floor,
         )
-        core._counts.update(partition_counts or {})
         for record in records:
             core._apply(record)
             core._seq += 1
@@ -196,8 +202,19 @@ class GroupCoordinator:
             return self._finish(HeartbeatAnswer(GroupError.UNKNOWN_MEMBER, 0))
         if request.member_epoch in (LEAVE, LEAVE_STATIC):
             return self._leave(group, member_id, m, request.member_epoch)
-        if request.member_epoch not in (m.epoch, m.previous_epoch):
+        if not 0 < request.member_epoch <= m.epoch:  # an epoch never given
             return self._finish(HeartbeatAnswer(GroupError.FENCED, 0))
+        return self._stay(group, member_id, m, request)
+
+    def _stay(
+        self, group: str, member_id: str, m: MemberValue, request: HeartbeatRequest
+    ) -> Step[HeartbeatAnswer]:
+        """A known member's heartbeat: session, subscription, reconciliation.
+
+        An older epoch than the member's is the same process behind on answers
+        (the id is one process): it gets the current answer; its `owned`
+        counts only at the member's current revision.
+        """
         topics = tuple(sorted(set(request.topics)))
         resubscribed = topics != m.topics
         if resubscribed and self._topics_over_limit(group, member_id, topics):
@@ -244,10 +261,20 @@ class GroupCoordinator:
         return len(union) > self.limits.topics_per_group_max
 
     def _join(self, r: HeartbeatRequest) -> Step[HeartbeatAnswer]:
+        """A new member, under the id it chose (or one made here if None).
+
+        A join from a member the group knows is the same join sent again (its
+        answer was lost): it gets the current answer, so no phantom member
+        holds partitions until its session ends. It releases nothing (its
+        revision is 0, never the member's current one).
+        """
         group = r.group
-        if r.member_id is not None:
+        if r.member_id is not None and not self._valid_name(r.member_id):
             return self._finish(HeartbeatAnswer(GroupError.INVALID, 0))
         members = self._members.get(group, {})
+        known = members.get(r.member_id) if r.member_id is not None else None
+        if known is not None and r.member_id is not None:
+            return self._stay(group, r.member_id, known, r)
         static = None
         if r.instance_id is not None:
             static = next((i for i, m in members.items() if m.instance_id == r.instance_id), None)
@@ -262,11 +289,10 @@ class GroupCoordinator:
             return self._finish(HeartbeatAnswer(GroupError.LIMIT, 0))
         if group not in self._groups:
             self._emit(GroupRecord(group, GroupValue(0, r.assignor or DEFAULT_ASSIGNOR, ())))
-        member_id = self._new_member_id(group)
+        member_id = r.member_id or self._new_member_id(group)
         fresh = MemberValue(
             instance_id=r.instance_id,
             epoch=0,
-            previous_epoch=0,
             revision=0,
             topics=topics,
             session_timeout_ms=round(r.session_timeout_s * 1000),
@@ -350,20 +376,18 @@ class GroupCoordinator:
         group_epoch = self._groups[group].epoch
         owners = self._owners.get(group, {})
         assigned, revoking = m.assigned, m.revoking
-        epoch, previous = m.epoch, m.previous_epoch
-        if r.revision == m.revision:
-            revoking = revoking & r.owned  # the member has seen the latest answer
+        epoch = m.epoch
+        revoking = _unreleased(m, r)
         revoke = assigned - m.target
         assigned, revoking = assigned - revoke, revoking | revoke
         if not revoking and epoch != group_epoch:
-            epoch, previous = group_epoch, epoch
+            epoch = group_epoch
         if epoch == group_epoch:
             assigned |= {tp for tp in m.target - assigned if tp not in owners}
         if (epoch, assigned, revoking) != (m.epoch, m.assigned, m.revoking):
             m = dataclasses.replace(
                 m,
                 epoch=epoch,
-                previous_epoch=previous,
                 assigned=frozenset(assigned),
                 revoking=frozenset(revoking),
                 revision=m.revision + 1,
@@ -403,21 +427,14 @@ class GroupCoordinator:
         results: dict[TopicPartition, GroupError] = {}
         for tp, index in sorted(request.positions.items()):
             current = positions.get(tp)
-            if m is None or tp not in m.held:
-                results[tp] = GroupError.FENCED
-            elif request.member_epoch != m.epoch:
-                stale = request.member_epoch == m.previous_epoch
-                results[tp] = GroupError.STALE_EPOCH if stale else GroupError.FENCED
-            elif index < 0:
-                results[tp] = GroupError.INVALID
-            elif current is not None and index < current.index:
-                results[tp] = GroupError.POSITION_BEHIND
-            elif index > ends[tp]:
-                results[tp] = GroupError.POSITION_BEYOND_END
-            else:
-                results[tp] = GroupError.NONE
-                if current is None or current.index != index:
-                    self._put_position(request.group, tp, index, request.member_id, m.epoch)
+            error = _fence(m, request.member_epoch, tp)
+            if error is GroupError.NONE:
+                error = _position_check(index, current, ends[tp])
+            results[tp] = error
+            if error is GroupError.NONE and (current is None or current.index != index):
+                self._put_position(
+                    request.group, tp, index, request.member_id, request.member_epoch
+                )
         return self._finish(CommitAnswer(GroupError.NONE, 0, results))
 
     def _put_position(
@@ -538,7 +555,8 @@ class GroupCoordinator:
     def _finish(self, answer: A) -> Step[A]:
         if answer is not None:
             answer = dataclasses.replace(answer, wait_for=self._seq)  # type: ignore[type-var]
-        if self._checkpoint is None and self._written > 2 * self._live + self._checkpoint_floor:
+        due = self._written > 2 * self._live + self._checkpoint_floor
+        if self._out and self._checkpoint is None and due:  # reads never write
             first = self._seq + 1
             for record in self.state_records():
                 self._emit(record)
@@ -596,3 +614,32 @@ class GroupCoordinator:
                     raise GroupStateError(f"{tp} of group {group} held by {holder} and {member_id}")
             members[member_id] = value
         self._live += (value is not None) - (old is not None)
+
+
+def _fence(m: MemberValue | None, epoch: int, tp: TopicPartition) -> GroupError:
+    """Whether a commit of `tp` at `epoch` may come from member `m`: it must
+    hold the partition at its current epoch. An older epoch from the member
+    is STALE_EPOCH (retriable: an answer moving it on is on its way)."""
+    if m is None or tp not in m.held or epoch > m.epoch:
+        return GroupError.FENCED
+    return GroupError.STALE_EPOCH if epoch < m.epoch else GroupError.NONE
+
+
+def _position_check(index: int, current: Position | None, end: int) -> GroupError:
+    """A member's position moves forward only, and never past the end."""
+    if index < 0:
+        return GroupError.INVALID
+    if current is not None and index < current.index:
+        return GroupError.POSITION_BEHIND
+    if index > end:
+        return GroupError.POSITION_BEYOND_END
+    return GroupError.NONE
+
+
+def _unreleased(m: MemberValue, r: HeartbeatRequest) -> frozenset[TopicPartition]:
+    """The partitions `m` was told to revoke and still holds: those its
+    heartbeat lists, if the member has seen its latest answer (else a late
+    heartbeat, sent before a partition was given to it, would release it)."""
+    if r.revision != m.revision:
+        return m.revoking
+    return m.revoking & r.owned

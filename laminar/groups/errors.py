@@ -18,8 +18,9 @@ class GroupError(IntEnum):
     """The member is unknown, its epoch is not its current one, or it does not
     hold the partition: its commit is never applied."""
     STALE_EPOCH = 11
-    """A commit at the member's previous epoch: its heartbeat answer moving it
-    on is still on its way. Retriable after the next heartbeat; not applied."""
+    """A commit at an epoch older than the member's: its heartbeat answer
+    moving it on is still on its way. Retriable after the next heartbeat;
+    not applied."""
     UNKNOWN_MEMBER = 2
     """A heartbeat from a member the group does not know (left or expired):
     drop every partition and join again."""

@@ -24,6 +24,7 @@ deliver and `commit_request()` what to commit, and wake up by
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -69,8 +70,10 @@ class MemberCore:
         session_timeout_s: float = 10.0,
         poll_timeout_s: float = 300.0,
         assignor: str | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self._clock = clock
+        self._rng = rng or random.SystemRandom()
         self.group = group
         self.topics = tuple(sorted(set(topics)))
         self.instance_id = instance_id
@@ -80,7 +83,11 @@ class MemberCore:
         self.request_timeout_s = session_timeout_s / 3
         """An unanswered heartbeat is abandoned (its answer ignored) after this."""
         now = clock.monotonic()
-        self.member_id: str | None = None
+        self.member_id = self._new_member_id()
+        """Chosen here, so a join sent again is the same member (not a phantom
+        holding partitions until its session ends); a new one after a fence."""
+        self._announced = False
+        """Whether a request went out under `member_id`: then a leave is due."""
         self.epoch = JOIN
         self.revision = 0
         self._assigned: frozenset[TopicPartition] = frozenset()
@@ -110,6 +117,11 @@ class MemberCore:
         return (
             self._clock.monotonic() < self._lease_until and tp in self._assigned | self._releasing
         )
+
+    @property
+    def joined(self) -> bool:
+        """Whether the coordinator has answered this member's join."""
+        return self.epoch > JOIN
 
     @property
     def lease_until(self) -> float:
@@ -146,6 +158,7 @@ class MemberCore:
             return None
         self._in_flight = self._request(self.epoch)
         self._sent_at = now
+        self._announced = True
         return self._in_flight
 
     def _request(self, epoch: int) -> HeartbeatRequest:
@@ -173,7 +186,7 @@ class MemberCore:
         self._next_at = now + answer.heartbeat_interval_s
         if answer.error is not GroupError.NONE:
             return
-        self.member_id, self.epoch, self.revision = answer.member_id, answer.epoch, answer.revision
+        self.epoch, self.revision = answer.epoch, answer.revision
         self._lease_until = self._sent_at + self.session_timeout_s
         revoked = self._assigned - answer.assignment
         added = answer.assignment - self._assigned
@@ -205,7 +218,7 @@ class MemberCore:
     def commit_request(self, positions: Mapping[TopicPartition, int]) -> CommitRequest | None:
         """A commit of the positions of partitions held now (others left out)."""
         held = {tp: index for tp, index in positions.items() if self.holds(tp)}
-        if not held or self.member_id is None:
+        if not held or not self.joined:
             return None
         return CommitRequest(self.group, self.member_id, self.epoch, held)
 
@@ -239,7 +252,7 @@ class MemberCore:
         """Leave the group (a static member temporarily: epoch -2); the
         returned leave is the last request."""
         leave = None
-        if self.member_id is not None:
+        if self._announced:
             leave = self._request(LEAVE_STATIC if self.instance_id is not None else LEAVE)
         self._drop(LOST)
         self._active = False
@@ -255,11 +268,10 @@ class MemberCore:
             self._drop(LOST)
         if self._active and now >= self._poll_deadline:
             self._active = False
-            if self.member_id is not None:
+            if self._announced:
                 self._leave = self._request(LEAVE)
             self._drop(LOST)
-            self.member_id, self.epoch, self.revision = None, JOIN, 0
-            self._in_flight = None
+            self._forget()
         return now
 
     def _drop(self, kind: str) -> None:
@@ -271,6 +283,15 @@ class MemberCore:
 
     def _rejoin(self) -> None:
         self._drop(LOST)
-        self.member_id, self.epoch, self.revision = None, JOIN, 0
-        self._in_flight = None
+        self._forget()
         self._next_at = self._clock.monotonic()
+
+    def _forget(self) -> None:
+        """Join next as a new member: the old one is gone or fenced."""
+        self.member_id = self._new_member_id()
+        self._announced = False
+        self.epoch, self.revision = JOIN, 0
+        self._in_flight = None
+
+    def _new_member_id(self) -> str:
+        return f"{self._rng.getrandbits(128):032x}"

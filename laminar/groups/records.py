@@ -48,8 +48,6 @@ class GroupValue:
 class MemberValue:
     instance_id: str | None
     epoch: int
-    previous_epoch: int
-    """A heartbeat at this epoch is still accepted: its answer may have been lost."""
     revision: int
     """Bumped whenever the member's answer changes (see `HeartbeatRequest`)."""
     topics: tuple[str, ...]
@@ -104,7 +102,6 @@ def encode(record: Record) -> bytes:
             value = [
                 m.instance_id,
                 m.epoch,
-                m.previous_epoch,
                 m.revision,
                 list(m.topics),
                 m.session_timeout_ms,
@@ -223,15 +220,14 @@ def _group_value(value: Any) -> GroupValue | None:
 def _member_value(value: Any) -> MemberValue | None:
     if value is None:
         return None
-    fields = _fields(value, 11, "member")
-    instance, epoch, previous, revision, topics, session_ms, assignor = fields[:7]
-    assigned, revoking, target, away = fields[7:]
+    fields = _fields(value, 10, "member")
+    instance, epoch, revision, topics, session_ms, assignor = fields[:6]
+    assigned, revoking, target, away = fields[6:]
     if type(away) is not bool:
         raise RecordCodecError("record field away must be a bool")
     return MemberValue(
         instance_id=_optional_name(instance, "instance id"),
         epoch=_int(epoch, "epoch"),
-        previous_epoch=_int(previous, "previous epoch"),
         revision=_int(revision, "revision"),
         topics=_names(topics, "topics"),
         session_timeout_ms=_int(session_ms, "session timeout", 1),

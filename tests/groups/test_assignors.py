@@ -20,7 +20,8 @@ def _subs(
 ) -> dict[str, Subscriber]:
     current = current or {}
     return {
-        m: Subscriber(frozenset(ts), frozenset(current.get(m, set())), m) for m, ts in topics.items()
+        m: Subscriber(frozenset(ts), frozenset(current.get(m, set())), m)
+        for m, ts in topics.items()
     }
 
 
@@ -49,7 +50,7 @@ def test_uniform_sticky_is_balanced_within_one_and_moves_the_fewest(seed: int) -
     partitions = [(t, p) for t, n in counts.items() for p in range(n)]
     # current: a random earlier assignment, some members new, some partitions gone
     current: dict[str, set[TopicPartition]] = {m: set() for m in members}
-    for tp in partitions + [("t", 99), ("gone", 0)]:
+    for tp in [*partitions, ("t", 99), ("gone", 0)]:
         owner = rng.choice([*members, None])
         if owner is not None:
             current[owner].add(tp)
@@ -73,12 +74,10 @@ def test_uniform_sticky_is_balanced_within_one_and_moves_the_fewest(seed: int) -
 def test_uniform_sticky_with_different_subscriptions_leaves_no_useful_move(seed: int) -> None:
     rng = random.Random(seed)
     counts = {"t": rng.randint(0, 12), "u": rng.randint(0, 12), "v": rng.randint(1, 5)}
-    subs = _subs(
-        {f"m{i}": set(rng.sample(sorted(counts), rng.randint(1, 3))) for i in range(5)}
-    )
+    subs = _subs({f"m{i}": set(rng.sample(sorted(counts), rng.randint(1, 3))) for i in range(5)})
     got = uniform_sticky_assign(subs, counts)
     _check_complete(got, subs, counts)
-    for donor, ps in got.items():
+    for _donor, ps in got.items():
         for receiver in got:
             if len(got[receiver]) <= len(ps) - 2:
                 assert not any(t in subs[receiver].topics for t, _ in ps)

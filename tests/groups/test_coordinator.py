@@ -45,7 +45,9 @@ class Harness:
             self.core.committed(len(self.log))
         return step.answer
 
-    def join(self, instance: str | None = None, topics: tuple[str, ...] = ("t",)) -> HeartbeatAnswer:
+    def join(
+        self, instance: str | None = None, topics: tuple[str, ...] = ("t",)
+    ) -> HeartbeatAnswer:
         answer = self.step(
             self.core.heartbeat(
                 HeartbeatRequest(G, None, JOIN, 0, instance, topics, frozenset(), 10.0)
@@ -85,13 +87,11 @@ class Harness:
         return dict(answer.results)
 
     def replayed(self, records: Iterable[Record] | None = None) -> GroupCoordinator:
-        return GroupCoordinator.replay(
-            self.log if records is None else records,
-            self.clock,
-            random.Random(2),
-            partition_counts={"t": 6},
-            **self.options,
+        core = GroupCoordinator.replay(
+            self.log if records is None else records, self.clock, random.Random(2), **self.options
         )
+        assert core.set_partitions("t", 6).records == ()
+        return core
 
 
 def parts(*numbers: int) -> frozenset[TopicPartition]:
@@ -114,6 +114,9 @@ def test_a_join_revokes_first_then_gives_only_what_was_released() -> None:
     assert a2.epoch == a.epoch, "a revokes at its epoch"
     assert len(a2.assignment) == 3 and a2.assignment < a.assignment
     assert h.beat(b).assignment == frozenset(), "nothing released yet"
+    still = h.beat(a2, owned=a.assignment)  # a's app is still on its last commits
+    assert still.epoch == a.epoch and still.assignment == a2.assignment
+    assert h.beat(b).assignment == frozenset(), "given away before a released them"
     a3 = h.beat(a2)  # reports the revoked three released
     assert a3.epoch == 2 and a3.assignment == a2.assignment
     b2 = h.beat(b)
@@ -185,7 +188,7 @@ def test_commits_are_fenced_unless_from_the_holder_at_its_epoch() -> None:
     b2 = h.beat(b)
     assert h.commit(b2, {kept: 1}) == {kept: GroupError.FENCED}, "not its partition"
     assert h.commit(a3, {kept: 1}, epoch=a3.epoch + 1) == {kept: GroupError.FENCED}
-    assert h.commit(a3, {kept: 1}, epoch=0) == {kept: GroupError.FENCED}
+    assert h.commit(a3, {kept: 1}, epoch=0) == {kept: GroupError.STALE_EPOCH}
     assert h.commit(a3, {kept: 1}, epoch=a2.epoch) == {kept: GroupError.STALE_EPOCH}
     assert h.commit(a2, {revoked: 9}, epoch=a3.epoch) == {revoked: GroupError.FENCED}
     gone = HeartbeatAnswer(GroupError.NONE, 0, "ghost", a3.epoch)
@@ -218,7 +221,9 @@ def test_reset_and_delete_need_a_group_without_members() -> None:
     h = Harness()
     a = h.join()
     ends = {("t", 0): 50}
-    assert h.step(h.core.reset_positions(G, {("t", 0): 1}, ends)).error is GroupError.GROUP_NOT_EMPTY
+    assert (
+        h.step(h.core.reset_positions(G, {("t", 0): 1}, ends)).error is GroupError.GROUP_NOT_EMPTY
+    )
     assert h.step(h.core.delete_group(G)).error is GroupError.GROUP_NOT_EMPTY
     h.beat(a, epoch=LEAVE)
     assert h.step(h.core.reset_positions(G, {("t", 0): 51}, ends)).error is (
@@ -248,9 +253,14 @@ def test_every_input_is_bounded() -> None:
     assert h.join().error is GroupError.LIMIT
     assert h.join(topics=("a", "b", "c")).error is GroupError.LIMIT
     assert h.beat(a, owned=parts(0, 1, 2, 3)).error is GroupError.LIMIT
-    assert h.step(
-        h.core.commit(CommitRequest(G, a.member_id or "", a.epoch, dict.fromkeys(parts(*range(4)), 0)), {})
-    ).error is GroupError.LIMIT
+    assert (
+        h.step(
+            h.core.commit(
+                CommitRequest(G, a.member_id or "", a.epoch, dict.fromkeys(parts(*range(4)), 0)), {}
+            )
+        ).error
+        is GroupError.LIMIT
+    )
     other = HeartbeatRequest("other", None, JOIN, 0, None, ("t",), frozenset(), 10.0)
     assert h.step(h.core.heartbeat(other)).error is GroupError.LIMIT
     long = HeartbeatRequest("g" * 9, None, JOIN, 0, None, ("t",), frozenset(), 10.0)
@@ -266,8 +276,15 @@ def test_a_new_partition_count_starts_a_new_epoch_but_a_replay_with_it_does_not(
     h.step(h.core.set_partitions("t", 6))
     a2 = h.beat(a)
     assert a2.epoch == a.epoch + 1 and a2.assignment == parts(*range(6))
-    core = h.replayed()
-    assert core.set_partitions("t", 6).records == ()
+    h.replayed()  # which checks a replay with the same count writes nothing
+
+
+def test_a_count_changed_while_the_core_was_lost_starts_its_epoch_after_replay() -> None:
+    h = Harness(partitions=6)
+    h.join()
+    core = GroupCoordinator.replay(h.log, h.clock, random.Random(2))
+    assert core.set_partitions("t", 8).records != ()
+    assert core.describe(G).answer.group.epoch == h.core.describe(G).answer.group.epoch + 1
 
 
 def _churn(h: Harness, rounds: int) -> None:
@@ -325,3 +342,49 @@ def test_groups_hash_to_a_stable_coordinator_partition() -> None:
     assert coordinator_partition("billing", 50) == coordinator_partition("billing", 50)
     spread = {coordinator_partition(f"g{i}", 8) for i in range(200)}
     assert spread == set(range(8))
+
+
+def test_a_steady_heartbeat_writes_nothing() -> None:
+    """The log grows with changes, not with time."""
+    h = Harness()
+    a = h.beat(h.join())
+    before = len(h.log)
+    for _ in range(5):
+        h.clock.advance(1)
+        a = h.beat(a)
+    assert len(h.log) == before
+
+
+def test_a_read_never_writes_even_when_a_checkpoint_is_due() -> None:
+    h = Harness(checkpoint_floor=0)
+    _churn(h, 60)
+    core = h.replayed()  # every record counts as written, a checkpoint is due
+    assert core.describe(G).records == () and core.positions(G).records == ()
+    assert core.list_groups().records == ()
+
+
+def test_a_heartbeat_behind_on_epochs_gets_the_current_answer_one_ahead_is_fenced() -> None:
+    """The member id is one process: an old epoch means lost answers, not a
+    zombie; joining again would strand its partitions until its session ends."""
+    h = Harness()
+    a = h.join()
+    for _ in range(2):  # two new epochs whose answers a never got
+        b = h.join()
+        h.beat(h.beat(a))
+        h.beat(b, epoch=LEAVE)
+    current = h.beat(a)
+    assert current.error is GroupError.NONE and current.epoch > a.epoch + 1
+    assert current.assignment == parts(*range(6))
+    assert h.beat(current, epoch=current.epoch + 1).error is GroupError.FENCED
+
+
+def test_a_join_sent_again_is_the_same_member_not_a_phantom() -> None:
+    """A member that chose its id and lost its join's answer joins again: it
+    gets the current answer, and no second member holds partitions."""
+    h = Harness()
+    join = HeartbeatRequest(G, "c0ffee", JOIN, 0, None, ("t",), frozenset(), 10.0)
+    first = h.step(h.core.heartbeat(join))
+    again = h.step(h.core.heartbeat(join))
+    assert again.member_id == first.member_id == "c0ffee"
+    assert again.assignment == first.assignment == parts(*range(6))
+    assert [m.member_id for m in h.core.describe(G).answer.group.members] == ["c0ffee"]

@@ -25,7 +25,8 @@ def _answer(assignment: set[tuple[str, int]], epoch: int = 1, revision: int = 1)
 def _joined(clock: FakeClock, **options: float) -> MemberCore:
     member = MemberCore(clock, "g", ["t"], session_timeout_s=10.0, **options)  # type: ignore[arg-type]
     request = member.next_request()
-    assert request is not None and request.member_epoch == JOIN and request.member_id is None
+    assert request is not None and request.member_epoch == JOIN
+    assert request.member_id == member.member_id
     member.on_heartbeat_answer(request, _answer({P0, P1}))
     return member
 
@@ -78,6 +79,7 @@ def test_an_answer_to_an_abandoned_heartbeat_is_ignored() -> None:
 def test_processing_past_the_poll_deadline_leaves_and_the_next_poll_rejoins() -> None:
     clock = FakeClock()
     member = _joined(clock, poll_timeout_s=30.0)
+    join_id = member.member_id
     member.extend_poll(45.0)
     for _ in range(40):  # heartbeats go on while the app processes
         clock.advance(1)
@@ -87,11 +89,12 @@ def test_processing_past_the_poll_deadline_leaves_and_the_next_poll_rejoins() ->
     assert member.assignment == {P0, P1}
     clock.advance(5)
     leave = member.next_request()
-    assert leave is not None and leave.member_epoch == LEAVE and leave.member_id == "m1"
+    assert leave is not None and leave.member_epoch == LEAVE
+    assert leave.member_id == join_id
     assert member.assignment == frozenset() and member.next_request() is None
     member.poll_started()
     join = member.next_request()
-    assert join is not None and join.member_epoch == JOIN and join.member_id is None
+    assert join is not None and join.member_epoch == JOIN and join.member_id != join_id
 
 
 def test_a_fenced_commit_drops_everything_and_joins_again() -> None:
@@ -115,7 +118,9 @@ def test_an_unknown_member_answer_makes_it_join_again() -> None:
     assert request is not None
     member.on_heartbeat_answer(request, HeartbeatAnswer(GroupError.UNKNOWN_MEMBER, 0))
     assert member.assignment == frozenset() and member.take_changes()[-1].kind == LOST
-    assert isinstance(member.next_request(), HeartbeatRequest)
+    join = member.next_request()
+    assert isinstance(join, HeartbeatRequest) and join.member_epoch == JOIN
+    assert join.member_id != request.member_id, "a fenced member joins as a new one"
 
 
 def test_close_sends_a_leave_static_members_a_temporary_one() -> None:
@@ -130,3 +135,24 @@ def test_close_sends_a_leave_static_members_a_temporary_one() -> None:
         assert member.assignment == frozenset() and member.next_request() is None
         member.poll_started()
         assert member.next_request() is None, "a closed member joined again"
+
+
+def test_it_wakes_for_the_next_heartbeat_and_retries_a_failed_one_at_once() -> None:
+    clock = FakeClock()
+    member = _joined(clock)
+    assert member.next_wakeup() == clock.monotonic() + 1.0  # the answer's interval
+    clock.advance(1)
+    request = member.next_request()
+    assert request is not None and member.next_request() is None
+    assert member.next_wakeup() == clock.monotonic() + member.request_timeout_s
+    member.on_heartbeat_failed(request)
+    assert member.next_request() is not None
+
+
+def test_a_paused_partition_is_held_but_not_delivered() -> None:
+    clock = FakeClock()
+    member = _joined(clock)
+    member.pause([P0])
+    assert member.assignment == {P1} and member.holds(P0)
+    member.resume([P0])
+    assert member.assignment == {P0, P1}
