@@ -42,8 +42,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
-import xxhash
-
 from laminar.clock import Clock
 from laminar.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, Subscriber
 from laminar.groups.errors import GroupError, GroupStateError
@@ -76,11 +74,6 @@ from laminar.groups.records import (
 
 A = TypeVar("A")
 _NO_PARTITIONS: Final[frozenset[TopicPartition]] = frozenset()
-
-
-def coordinator_partition(group: str, count: int) -> int:
-    """The `__consumer_offsets` partition of a group: its leader coordinates it."""
-    return xxhash.xxh64_intdigest(group.encode()) % count
 
 
 @dataclass(frozen=True, slots=True)

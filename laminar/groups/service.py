@@ -370,11 +370,10 @@ class GroupService:
                 except RecordCodecError as exc:
                     logger.error("positions log %#x: record %d skipped: %s", pid, record.index, exc)
             index = batch[-1].index + 1
-        counts = {t.name: t.partitions for t in self._metadata.state.topics()}
-        core = GroupCoordinator.replay(
-            steps, self._clock, random.Random(pid), partition_counts=counts
-        )
+        core = GroupCoordinator.replay(steps, self._clock, random.Random(pid))
         hosted = Hosted(pid, replica, leadership, core, committed_seq=len(steps))
+        for topic in self._metadata.state.topics():  # counts the log could not record
+            await self._persist(hosted, core.set_partitions(topic.name, topic.partitions))
         hosted.ticker = asyncio.get_running_loop().create_task(self._tick(hosted))
         self._hosted[pid] = hosted
         logger.info("group coordinator of partition %#x loaded %d records", pid, len(steps))

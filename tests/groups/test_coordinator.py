@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from laminar.groups.coordinator import GroupCoordinator, Limits, Step, coordinator_partition
+from laminar.groups.coordinator import GroupCoordinator, Limits, Step
 from laminar.groups.errors import GroupError, GroupStateError
 from laminar.groups.messages import (
     JOIN,
@@ -21,6 +21,7 @@ from laminar.groups.messages import (
     HeartbeatRequest,
     TopicPartition,
 )
+from laminar.groups.positions import coordinator_partition
 from laminar.groups.records import MemberRecord, MemberValue, Record
 from tests.support.clock import FakeClock
 
