@@ -520,7 +520,8 @@ class GroupCoordinator:
 
     def set_partitions(self, topic: str, count: int) -> Step[None]:
         """The topic has `count` partitions now (0: deleted): the groups whose
-        target saw another count get a new epoch."""
+        target saw another count get a new epoch. A deleted topic's positions
+        are forgotten, so a topic made again under its name starts afresh."""
         if count:
             self._counts[topic] = count
         else:
@@ -529,7 +530,19 @@ class GroupCoordinator:
             seen = dict(self._groups[group].partition_counts)
             if topic in seen and seen[topic] != count:
                 self._rebalance(group)
+            if not count:
+                held = self._positions.get(group, {})
+                for t, partition in sorted(tp for tp in held if tp[0] == topic):
+                    self._emit(PositionRecord(group, t, partition, None))
         return self._finish(None)
+
+    def known_topics(self) -> set[str]:
+        """The topics this partition's groups subscribe to or hold positions of."""
+        known = {t for positions in self._positions.values() for t, _ in positions}
+        known |= {
+            t for members in self._members.values() for m in members.values() for t in m.topics
+        }
+        return known
 
     def committed(self, seq: int) -> None:
         """The shell's log has committed every record up to `seq`."""

@@ -372,8 +372,10 @@ class GroupService:
             index = batch[-1].index + 1
         core = GroupCoordinator.replay(steps, self._clock, random.Random(pid))
         hosted = Hosted(pid, replica, leadership, core, committed_seq=len(steps))
-        for topic in self._metadata.state.topics():  # counts the log could not record
-            await self._persist(hosted, core.set_partitions(topic.name, topic.partitions))
+        counts = {topic.name: topic.partitions for topic in self._metadata.state.topics()}
+        counts.update(dict.fromkeys(core.known_topics() - counts.keys(), 0))  # deleted since
+        for name, count in sorted(counts.items()):  # what the log could not record
+            await self._persist(hosted, core.set_partitions(name, count))
         hosted.ticker = asyncio.get_running_loop().create_task(self._tick(hosted))
         self._hosted[pid] = hosted
         logger.info("group coordinator of partition %#x loaded %d records", pid, len(steps))

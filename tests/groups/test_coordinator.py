@@ -389,3 +389,21 @@ def test_a_join_sent_again_is_the_same_member_not_a_phantom() -> None:
     assert again.member_id == first.member_id == "c0ffee"
     assert again.assignment == first.assignment == parts(*range(6))
     assert [m.member_id for m in h.core.describe(G).answer.group.members] == ["c0ffee"]
+
+
+def test_a_deleted_topic_s_positions_are_forgotten_even_by_a_core_built_later() -> None:
+    h = Harness(partitions=2)
+    a = h.join()
+    h.step(
+        h.core.commit(CommitRequest(G, a.member_id or "", a.epoch, {("t", 0): 5}), {("t", 0): 9})
+    )
+    later = GroupCoordinator.replay(h.log, h.clock, random.Random(2))
+    assert later.known_topics() == {"t"}
+    h.step(h.core.set_partitions("t", 0))
+    assert h.core.positions(G).answer.positions == {}
+    assert (
+        GroupCoordinator.replay(h.log, h.clock, random.Random(3)).positions(G).answer.positions
+        == {}
+    )
+    assert later.set_partitions("t", 0).records != ()  # what the shell does for a core built later
+    assert later.positions(G).answer.positions == {}
