@@ -2,8 +2,8 @@
 
 A new user types them one after the other: the shell lines of "Trying it",
 the Python of "From Python" (one interpreter, as in `python -m asyncio`, so a
-block may use what an earlier one made), the shell part of "Spark" and the
-atomic write. Spark's own queries and the cluster sections need more than one
+block may use what an earlier one made), the shell part of "Spark", the
+atomic write and the consumer groups. Spark's own queries and the cluster sections need more than one
 node and a Spark session; their parts are tested in tests/spark and
 tests/cluster. The README's address (127.0.0.1:7070) becomes the test node's.
 """
@@ -33,6 +33,7 @@ RUN = {
     "From Python": {"python"},
     "Spark": {"sh"},
     "Atomic writes from Python": {"python"},
+    "Consumer groups": {"sh", "python"},
 }
 """The sections whose examples run here, and which of their blocks."""
 
@@ -88,6 +89,8 @@ def test_the_readme_examples_run_in_order(node: RunningNode, tmp_path: Path) -> 
         ("From Python", "python"),
         ("Spark", "sh"),
         ("Atomic writes from Python", "python"),
+        ("Consumer groups", "sh"),
+        ("Consumer groups", "python"),
     ]
     env = {**os.environ, "LAMINAR_BOOTSTRAP": node.bootstrap}
     i = 0
