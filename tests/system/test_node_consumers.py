@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from laminar.cli.common import Exit
@@ -20,6 +23,8 @@ from tests.system.nodes import start_node
 
 TOPIC = "events"
 LAMINAR = [sys.executable, "-m", "laminar.cli.main"]
+MEMBER = [sys.executable, "-m", "tests.system.group_member"]
+REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 6
 
 
@@ -166,3 +171,118 @@ def test_the_cli_consumes_as_a_member_and_lists_describes_resets_and_deletes_gro
         assert deleted.returncode == 0, deleted.stderr
         gone = _laminar(node.bootstrap, "group", "describe", "billing", "--json")
         assert json.loads(gone.stderr)["error"]["code"] == "UNKNOWN_GROUP"
+
+
+class Producing(threading.Thread):
+    """Produces `v<n>` round robin over the partitions until stopped; keeps
+    what was acknowledged."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__(name="producer", daemon=True)
+        self.bootstrap = bootstrap
+        self.acked: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        with Client(self.bootstrap) as client:
+            n = 0
+            while not self.stop.is_set():
+                client.produce(TOPIC, n % PARTITIONS, [b"v%d" % n])
+                self.acked.append(f"v{n}")
+                n += 1
+                time.sleep(0.002)  # pacing: a steady trickle, not a flood
+
+
+@dataclass
+class MemberLog:
+    """What a member process wrote (tests/system/group_member.py)."""
+
+    got: list[tuple[int, int, str]] = field(default_factory=list)
+    """(partition, index, value) in order."""
+    covered: set[tuple[int, int]] = field(default_factory=set)
+    """(partition, index) of deliveries a later commit of this member covers."""
+    refused: list[str] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, path: Path) -> MemberLog:
+        """A commit covers the deliveries of its partition since the member's
+        last commit of it (a refused commit covers none of them, for good)."""
+        log = cls()
+        pending: dict[int, list[int]] = {}
+        for line in path.read_text().splitlines():
+            kind, *rest = line.split()
+            if kind == "GOT":
+                log.got.append((int(rest[0]), int(rest[1]), rest[2]))
+                pending.setdefault(int(rest[0]), []).append(int(rest[1]))
+            elif kind == "COMMITTED":
+                partition, end = int(rest[0]), int(rest[1])
+                log.covered |= {(partition, i) for i in pending.pop(partition, []) if i < end}
+            elif kind == "REFUSED":
+                pending.pop(int(rest[0]), None)
+                log.refused.append(rest[1])
+        return log
+
+
+def test_killed_stopped_and_added_member_processes_deliver_every_record(tmp_path: Path) -> None:
+    """Three member processes share six partitions while a producer writes;
+    one is SIGKILLed, another added, a third SIGSTOPped past its session and
+    resumed (its commits are refused: FENCED). Every acknowledged record is
+    processed; a record is processed twice only when one of the times was
+    not covered by its member's commit (the killed or the stopped member's
+    last batch); the group ends with lag 0."""
+    with start_node(tmp_path, cores=2, flush="never", group_partitions=2) as node:
+        client = Client(node.bootstrap)
+        client.create_topic(TOPIC, PARTITIONS)
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+
+        def spawn(name: str) -> None:
+            procs[name] = subprocess.Popen(
+                [*MEMBER, node.bootstrap, "billing", TOPIC, str(tmp_path / f"{name}.log")],
+                cwd=REPO,
+            )
+
+        def members_stable(count: int) -> bool:
+            d = client.describe_group("billing")
+            held = sum(len(m.assignment) for m in d.members)
+            return d.state == "stable" and len(d.members) == count and held == PARTITIONS
+
+        producer = Producing(node.bootstrap)
+        try:
+            for name in ("a", "b", "c"):
+                spawn(name)
+            wait_until(lambda: members_stable(3), "three members holding every partition")
+            producer.start()
+            wait_until(lambda: len(producer.acked) > 200, "records flowing")
+            procs["a"].kill()  # SIGKILL: its session ends in SESSION_S
+            spawn("d")
+            wait_until(lambda: members_stable(3), "a expired, d joined")
+            hold = tmp_path / "b.log.hold"
+            hold.touch()  # b stops between processing a batch and committing it
+            wait_until(lambda: "HOLDING" in (tmp_path / "b.log").read_text(), "b holding")
+            procs["b"].send_signal(signal.SIGSTOP)
+            wait_until(lambda: members_stable(2), "b expired while stopped")
+            hold.unlink()
+            procs["b"].send_signal(signal.SIGCONT)  # its commit comes too late
+            wait_until(lambda: members_stable(3), "b back as a new member")
+            producer.stop.set()
+            producer.join()
+            wait_until(lambda: client.describe_group("billing").lag == 0, "lag 0")
+        finally:
+            producer.stop.set()
+            for proc in procs.values():
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGCONT)
+                    proc.terminate()
+            for proc in procs.values():
+                proc.wait(30)
+            client.close()
+    logs = {name: MemberLog.read(tmp_path / f"{name}.log") for name in procs}
+    deliveries = Counter(v for log in logs.values() for _, _, v in log.got)
+    assert set(producer.acked) <= set(deliveries)  # every acknowledged record, by identity
+    covered = Counter(v for log in logs.values() for p, i, v in log.got if (p, i) in log.covered)
+    assert max(covered.values()) == 1  # no record processed twice under commits
+    uncovered = {
+        name for name, log in logs.items() for p, i, _ in log.got if (p, i) not in log.covered
+    }
+    assert uncovered <= {"a", "b"}  # only the killed and the stopped member's tails
+    assert "FENCED" in logs["b"].refused
