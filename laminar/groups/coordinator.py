@@ -101,12 +101,16 @@ class Step(Generic[A]):
     not the new targets, is a state the core cannot go on from), in order of
     the calls (their sequence numbers are `first_seq`, `first_seq + 1`, ...);
     send the answer only once the record `answer.wait_for` is committed; and
-    report commits with `committed(seq)`.
+    report commits with `committed(seq)`. From `records[checkpoint_at]` on
+    (when set) the records are a checkpoint: the whole live state restated,
+    so once they are committed every record before them may be dropped (a
+    prefix of a checkpoint restates part of the state: harmless alone).
     """
 
     answer: A
     records: tuple[Record, ...]
     first_seq: int
+    checkpoint_at: int | None = None
 
 
 class GroupCoordinator:
@@ -562,14 +566,16 @@ class GroupCoordinator:
         if answer is not None:
             answer = dataclasses.replace(answer, wait_for=self._seq)  # type: ignore[type-var]
         due = self._written > 2 * self._live + self._checkpoint_floor
+        checkpoint_at = None
         if self._out and self._checkpoint is None and due:  # reads never write
+            checkpoint_at = len(self._out)
             first = self._seq + 1
             for record in self.state_records():
                 self._emit(record)
             self._checkpoint = (first, self._seq)
             self._written = self._seq - first + 1
         records, self._out = tuple(self._out), []
-        return Step(answer, records, self._seq - len(records) + 1)
+        return Step(answer, records, self._seq - len(records) + 1, checkpoint_at)
 
     def state_records(self) -> list[Record]:
         """The live state restated, one record per key (what a checkpoint

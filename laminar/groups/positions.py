@@ -25,9 +25,14 @@ from typing import Final
 import xxhash
 
 POSITIONS_TOPIC: Final = "__consumer_offsets"
-POSITIONS_CONFIG: Final[dict[str, int | str]] = {"flush.messages": 1, "segment.bytes": 16 << 20}
-"""Durable before acknowledged; small segments so a checkpoint lets retention
-drop what came before it."""
+POSITIONS_CONFIG: Final[dict[str, int | str]] = {
+    "flush.messages": 1,
+    "segment.bytes": 16 << 20,
+    "retention.bytes": 0,
+}
+"""Durable before acknowledged; retention keeps only what the last committed
+checkpoint needs (`GroupService.positions_floor`: a checkpoint restates the
+whole state, so what precedes it may go), in segments small enough to go."""
 GROUP_PARTITIONS_DEFAULT: Final = 16
 GROUP_ID_MAX: Final = 255
 

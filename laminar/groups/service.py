@@ -65,7 +65,7 @@ from laminar.replication.replica import PartitionReplica
 from laminar.replication.routes import NodeRoutes, NodeUnreachable
 from laminar.wire import ErrorCode, ListOffsetsRequest, ListOffsetsResponse, Op, TopicInfo
 from laminar.wire.codec import Buffer
-from laminar.wire.errors import RequestError
+from laminar.wire.errors import ProtocolError, RequestError
 from laminar.wire.records import decode_record, encode_record
 
 logger = logging.getLogger("laminar.groups")
@@ -78,27 +78,40 @@ CHUNK_BYTES: Final = 1 << 20
 """A step's records go into log records of at most this many bytes (one, but
 for a checkpoint of a large state)."""
 STEP_VERSION: Final = 1
+CHECKPOINT_HEADER: Final = "laminar.checkpoint"
+"""On the last log record of a checkpoint: how many log records it spans."""
 
 
-def encode_step(records: Iterable[positions_log.Record]) -> list[bytes]:
-    """The log records (laminar record blobs) that hold a step's records."""
-    blobs: list[bytes] = []
-    chunk: list[bytes] = []
-    size = 0
-    for record in records:
-        data = positions_log.encode(record)
-        if chunk and size + len(data) > CHUNK_BYTES:
-            blobs.append(_blob(chunk))
-            chunk, size = [], 0
-        chunk.append(data)
-        size += len(data)
-    if chunk:
-        blobs.append(_blob(chunk))
+def encode_step(step: Step[Any]) -> list[bytes]:
+    """The log records (laminar record blobs) that hold a step's records: its
+    call's own first, then its checkpoint, if any, whose last record carries
+    the `CHECKPOINT_HEADER` (the checkpoint's record count) so that every
+    replica finds where the state was last restated."""
+    cut = len(step.records) if step.checkpoint_at is None else step.checkpoint_at
+    blobs = [_blob(chunk) for chunk in _chunks(step.records[:cut])]
+    if step.checkpoint_at is not None:
+        chunks = _chunks(step.records[cut:])
+        blobs += [_blob(chunk) for chunk in chunks[:-1]]
+        blobs.append(_blob(chunks[-1], {CHECKPOINT_HEADER: str(len(chunks)).encode()}))
     return blobs
 
 
-def _blob(chunk: list[bytes]) -> bytes:
-    return encode_record(msgpack.packb([STEP_VERSION, chunk], use_bin_type=True))
+def _chunks(records: Iterable[positions_log.Record]) -> list[list[bytes]]:
+    chunks: list[list[bytes]] = []
+    size = 0
+    for record in records:
+        data = positions_log.encode(record)
+        if not chunks or size + len(data) > CHUNK_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(data)
+        size += len(data)
+    return chunks or [[]]
+
+
+def _blob(chunk: list[bytes], headers: dict[str, bytes] | None = None) -> bytes:
+    value = msgpack.packb([STEP_VERSION, chunk], use_bin_type=True)
+    return encode_record(value, None, headers)
 
 
 def decode_step(blob: bytes) -> list[positions_log.Record]:
@@ -172,6 +185,10 @@ class GroupService:
         self._building: dict[int, asyncio.Future[Hosted]] = {}
         self._ends: dict[int, int] = {}
         """Partition id -> the highest committed end seen (ends only grow)."""
+        self._floors: dict[int, int] = {}
+        """Positions partition id -> where its last committed checkpoint starts."""
+        self._scanned: dict[int, int] = {}
+        """Positions partition id -> the index its checkpoint scan goes on from."""
 
     def table(self) -> dict[int, Handler]:
         """The dispatcher's handlers for the group ops."""
@@ -305,7 +322,7 @@ class GroupService:
             async with hosted.appending:
                 self._check(hosted)
                 try:
-                    await hosted.replica.append_stamped(encode_step(step.records))
+                    await hosted.replica.append_stamped(encode_step(step))
                 except BaseException:
                     self._break(hosted, "an append to the positions log failed")
                     raise
@@ -405,6 +422,29 @@ class GroupService:
         for hosted in list(self._hosted.values()):
             self._break(hosted, "the shard stops")
 
+    # -- compaction --------------------------------------------------------------
+
+    async def positions_floor(self, topic: TopicInfo, pid: int) -> int | None:
+        """For a positions partition this shard holds a replica of (leader or
+        not): the first index of the last checkpoint its committed log holds,
+        before which retention may drop everything (`Retention`'s floor);
+        None for any other topic. Reads only what it has not read before."""
+        if topic.name != POSITIONS_TOPIC:
+            return None
+        replica = await self._replica_of(pid)
+        index = max(self._scanned.get(pid, 0), replica.lowest_index)
+        while index < replica.highest_index:
+            batch = await replica.read_range(index, 1 << 20, 1024)
+            if not batch:
+                break
+            for record in batch:
+                count = _checkpoint_count(record.value)
+                if count is not None:
+                    self._floors[pid] = record.index - count + 1
+            index = batch[-1].index + 1
+        self._scanned[pid] = index
+        return self._floors.get(pid, replica.lowest_index)
+
     # -- partition ends ----------------------------------------------------------
 
     async def _ends_of(self, positions: Mapping[TopicPartition, Any]) -> dict[TopicPartition, int]:
@@ -435,6 +475,16 @@ class GroupService:
         end = max(self._ends.get(pid, 0), answer.committed_index)
         self._ends[pid] = end
         return end
+
+
+def _checkpoint_count(blob: bytes) -> int | None:
+    """How many log records the checkpoint ending at this one spans, if it does."""
+    try:
+        _, _, headers = decode_record(blob)
+    except ProtocolError:
+        return None
+    count = (headers or {}).get(CHECKPOINT_HEADER)
+    return int(count) if count is not None and count.isdigit() and int(count) > 0 else None
 
 
 def _check_group(group: str) -> None:

@@ -429,6 +429,11 @@ class SegmentedLog:
             return True
 
     @property
+    def write_segment_base_index(self) -> int:
+        """The first index of the segment being written."""
+        return self._segments[-1].base_index
+
+    @property
     def write_segment_first_timestamp_ms(self) -> int | None:
         """When the write segment's first record was appended (None: it is empty)."""
         segment = self._segments[-1]

@@ -13,7 +13,11 @@ owns of every topic whose config asks for retention or time-based rolling
    of the logs' own config, so it never runs inside an append. A replicated
    partition keeps every record from its last committed one on (`keep_from`):
    Raft may still truncate what is not committed, and anchors its log on the
-   last record retention left.
+   last record retention left. A topic may also have a *floor* (`floor`:
+   the positions topic of consumer groups, whose records before its last
+   checkpoint are restated by it): retention keeps everything from the floor
+   on, and rolls the write segment once the floor is inside it, so that the
+   next checkpoint can drop it whole.
 
 A partition without a directory is left alone (a retention pass never creates
 logs). A log that fails is logged and skipped; the next pass tries again.
@@ -26,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.log import LogConfig, SegmentedLog
@@ -68,6 +72,7 @@ class Retention:
         interval_s: float = DEFAULT_CHECK_INTERVAL_S,
         keep_from: Callable[[int], int] | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        floor: Callable[[TopicInfo, int], Awaitable[int | None]] | None = None,
     ) -> None:
         self._partitions = partitions
         self._clock = clock
@@ -77,6 +82,7 @@ class Retention:
         self._metrics = metrics
         self.interval_s = interval_s
         self._keep_from = keep_from
+        self._floor = floor
 
     def topic_log_config(self, topic: TopicInfo) -> LogConfig:
         """The settings a partition log of `topic` opens with."""
@@ -110,6 +116,11 @@ class Retention:
                 try:
                     log = await self._partitions.get(pid, config)
                     keep = None if self._keep_from is None else self._keep_from(pid)
+                    floor = None if self._floor is None else await self._floor(topic, pid)
+                    if floor is not None:
+                        keep = floor if keep is None else min(keep, floor)
+                        if log.write_segment_base_index < floor:
+                            await log.roll_over()
                     await self._apply(log, topic, keep)
                 except Exception as exc:  # one bad partition must not stop the rest
                     logger.warning(

@@ -355,6 +355,7 @@ class Shard:
             config.retention_check_interval_s,
             self.replication.retention_keeps_from if self.replication is not None else None,
             self.clock,
+            self.groups.positions_floor,
         )
         control_task = self._spawn(self._serve_control(), "background")
         self._listen(self.sockets.channel, internal=True)

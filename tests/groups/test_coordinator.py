@@ -407,3 +407,23 @@ def test_a_deleted_topic_s_positions_are_forgotten_even_by_a_core_built_later() 
     )
     assert later.set_partitions("t", 0).records != ()  # what the shell does for a core built later
     assert later.positions(G).answer.positions == {}
+
+
+def test_a_step_says_where_its_checkpoint_starts_and_that_part_alone_is_the_state() -> None:
+    h = Harness(checkpoint_floor=5)
+    seen: list[Step[Any]] = []
+    step = h.step
+
+    def keep(s: Step[Any]) -> Any:
+        if s.checkpoint_at is not None:
+            seen.append(s)
+            restated = GroupCoordinator.replay(
+                s.records[s.checkpoint_at :], h.clock, random.Random(4)
+            )
+            assert restated.state_records() == h.core.state_records()
+        return step(s)
+
+    h.step = keep  # type: ignore[method-assign]
+    _churn(h, 40)
+    assert seen, "no checkpoint"
+    assert all(0 < s.checkpoint_at <= len(s.records) for s in seen if s.checkpoint_at is not None)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from laminar.client import Client
 from laminar.groups.errors import GroupError
 from laminar.groups.frames import (
     CommitFrame,
@@ -33,6 +34,7 @@ from laminar.wire import (
     FetchRequest,
     ProduceRequest,
 )
+from tests.support import wait_until
 from tests.system.nodes import start_node
 from tests.system.wireclient import NodeClient, ServerError, WireConnection
 
@@ -152,3 +154,31 @@ def test_members_share_partitions_and_commits_are_durable_fenced_and_monotonic(
         assert {tp: p.index for tp, p in read.positions.items()} == {("events", 0): 3}
         view = conn.call(DescribeFrame(pid, "billing")).body.group
         assert {m.member_id for m in view.members} == {a.member_id, b.member_id}
+
+
+def test_the_positions_log_keeps_only_what_its_last_checkpoint_needs(tmp_path: Path) -> None:
+    """Every commit appends to the group's positions partition; its core
+    restates the state now and then (a checkpoint), and retention drops what
+    came before one: the log stays short, and a restart still finds the
+    group's position."""
+    with (
+        start_node(
+            tmp_path, cores=1, flush="never", group_partitions=1, retention_check_interval=1
+        ) as node,
+        Client(node.bootstrap) as client,
+    ):
+        client.create_topic("events", 1)
+        client.produce("events", 0, [b"r%d" % n for n in range(2500)])
+        with client.consumer("billing", ["events"], start="earliest") as consumer:
+            wait_until(
+                lambda: consumer.poll(timeout_s=0.1) is not None and consumer.assignment(),
+                "assigned",
+            )
+            for n in range(1, 2300):  # two checkpoints' worth of records
+                consumer.commit({("events", 0): n})
+            wait_until(
+                lambda: client.offsets(POSITIONS_TOPIC, 0).lowest > 0,
+                "retention dropped what the checkpoint restates",
+            )
+    with node.restart() as again, Client(again.bootstrap) as client:
+        assert client.describe_group("billing").partitions[0].committed == 2299
