@@ -41,9 +41,11 @@ class RaftLog:
         self.unstable: list[Entry] = []
         self.offset = last + 1
         self.handed = 0  # unstable entries given out in a Ready, not yet advanced
-        self.committed = max(state.commit, first - 1)
-        if applied is not None and applied > self.committed:
-            raise RaftError(f"applied {applied} is beyond the commit index {self.committed}")
+        if applied is not None and applied > last:
+            raise RaftError(f"applied {applied} is beyond the log's end {last}")
+        # What was applied was committed, even if the Ready carrying the new
+        # commit index was still being written when the application applied it.
+        self.committed = max(state.commit, first - 1, applied or 0)
         # Without `applied`, deliver again from the first index: the core cannot
         # know what the application applied before the restart.
         self.applied = max(applied if applied is not None else 0, first - 1)
