@@ -313,6 +313,8 @@ class RaftGroup:
             written.add_done_callback(self._written)
 
     def _written(self, written: asyncio.Future[Any]) -> None:
+        if not written.cancelled():
+            written.exception()  # seen: `_finish_writes` raises it, unless the group stopped first
         self.kick()
 
     def _finish_writes(self) -> None:
