@@ -742,3 +742,91 @@ def test_a_leader_counts_its_own_entry_only_once_it_is_persisted() -> None:
     cluster.storages["n1"].append(rd.entries)
     leader.advance(rd)
     assert leader.log.committed >= index
+
+
+# -- writes in flight (RaftConfig.readies_in_flight_max) -------------------------------
+
+
+def test_readies_in_flight_are_bounded_and_advanced_in_order() -> None:
+    core = RaftCore(
+        RaftConfig(node_id="n1", voters=("n1", "n2"), readies_in_flight_max=2),
+        MemoryStorage(),
+        random.Random(1),
+    )
+    core.step(Message(APPEND, "n2", "n1", 1, 0, 0, (Entry(1, 1, b"a"),)))
+    first = core.ready()
+    core.step(Message(APPEND, "n2", "n1", 1, 1, 1, (Entry(2, 1, b"b"),)))
+    second = core.ready()
+    assert [e.index for e in second.entries] == [2], "the next write need not wait"
+    core.step(Message(HEARTBEAT, "n2", "n1", 1))
+    assert not core.has_ready()
+    with pytest.raises(ReadyOutstanding):
+        core.ready()
+    with pytest.raises(RaftError):
+        core.advance(second)  # writes complete in order
+    core.advance(first)
+    core.advance(second)
+
+
+def test_a_leader_with_writes_in_flight_counts_only_its_persisted_entries() -> None:
+    """Two leader writes in flight, both acknowledged by a follower: each
+    entry commits only once the leader's own write of it is advanced."""
+    cluster = Cluster(3, readies_in_flight_max=3)
+    leader = cluster.elect("n1")
+    x = leader.propose(b"x")
+    rd_x = leader.ready()
+    y = leader.propose(b"y")
+    rd_y = leader.ready()
+    for rd in (rd_x, rd_y):
+        for message in rd.messages_before_persist():
+            if message.dst == "n2" and message.kind == APPEND:
+                cluster.cores["n2"].step(message)
+    cluster.pump("n2")
+    for answer in [m for m in cluster.queue if m.dst == "n1" and m.kind == APPEND_RESP]:
+        leader.step(answer)
+    assert leader.log.committed < x
+    cluster.storages["n1"].append(rd_x.entries)
+    leader.advance(rd_x)
+    assert leader.log.committed == x, "y's write is still in flight"
+    cluster.storages["n1"].append(rd_y.entries)
+    leader.advance(rd_y)
+    assert leader.log.committed == y
+
+
+def test_committed_entries_are_handed_out_only_once_persisted_here() -> None:
+    """The shell applies a Ready's `committed` before that Ready's write
+    completes: what it hands out must already be on this node's disk."""
+    storage = MemoryStorage()
+    follower = RaftCore(
+        RaftConfig(node_id="n2", voters=("n1", "n2", "n3"), readies_in_flight_max=2),
+        storage,
+        random.Random(1),
+    )
+    x, y = Entry(1, 1, b"x"), Entry(2, 1, b"y")
+    follower.step(Message(APPEND, "n1", "n2", 1, 0, 0, (x,), commit=1))
+    rd = follower.ready()
+    assert rd.entries == (x,) and not rd.committed
+    assert not follower.has_ready(), "nothing to apply before the write is done"
+    storage.append(rd.entries)
+    follower.advance(rd)
+    follower.step(Message(APPEND, "n1", "n2", 1, 1, 1, (y,), commit=2))
+    rd = follower.ready()
+    assert rd.entries == (y,) and rd.committed == (x,), "y is committed, not yet persisted"
+    storage.append(rd.entries)
+    follower.advance(rd)
+    assert follower.ready().committed == (y,)
+
+
+def test_a_follower_answers_each_write_once() -> None:
+    """Appends that arrive while a write is in flight are persisted together
+    and acknowledged by one answer, covering the highest index."""
+    follower = RaftCore(
+        RaftConfig(node_id="n2", voters=("n1", "n2", "n3")), MemoryStorage(), random.Random(1)
+    )
+    for index in (1, 2, 3):
+        entry = Entry(index, 1, b"%d" % index)
+        follower.step(Message(APPEND, "n1", "n2", 1, index - 1, index - 1 and 1, (entry,)))
+    rd = follower.ready()
+    assert [e.index for e in rd.entries] == [1, 2, 3]
+    answers = [m for m in rd.messages_after_persist() if m.kind == APPEND_RESP]
+    assert [(m.index, m.reject) for m in answers] == [(3, False)]
