@@ -5,7 +5,8 @@ the Python of "From Python" (one interpreter, as in `python -m asyncio`, so a
 block may use what an earlier one made), the shell part of "Spark", the
 atomic write and the consumer groups. Spark's own queries and the cluster
 sections need more than one node and a Spark session; their parts are
-tested in tests/spark and tests/cluster. The README's address (127.0.0.1:7070) becomes the test node's.
+tested in tests/spark and tests/cluster. The README's address
+(127.0.0.1:7070) becomes the test node's.
 """
 
 from __future__ import annotations
