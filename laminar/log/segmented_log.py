@@ -110,12 +110,6 @@ class SegmentedLog:
         return self._segments[-1].end_index
 
     @property
-    def placed_end_index(self) -> int:
-        """One past the last record placed (released or still being flushed):
-        the index the next append gets."""
-        return self._segments[-1].placed_end_index
-
-    @property
     def size_bytes(self) -> int:
         """Payload bytes held, over all segments."""
         return sum(s.store_bytes for s in self._segments)
@@ -154,24 +148,15 @@ class SegmentedLog:
         self, values: Sequence[bytes], term: int = 0, timestamp_ms: int | None = None
     ) -> tuple[int, int]:
         """`append`, returning (first index, the timestamp_ms the batch was given)."""
-        first, timestamp_ms, done = await self.place(values, term, timestamp_ms)
-        await done
-        return first, timestamp_ms
-
-    async def place(
-        self, values: Sequence[bytes], term: int = 0, timestamp_ms: int | None = None
-    ) -> tuple[int, int, asyncio.Future[None]]:
-        """`append_stamped` that returns once the batch is placed (waiting only
-        for a rollover or a structure change): (first index, timestamp_ms, a
-        future resolved once the batch is released). Lets a caller place the
-        next batch while this one is being flushed; order is placing order."""
         values, size = self._checked_batch(values)
         async with self._lock:
             self._check_appendable()
             segment = self._segments[-1]
             if self._rollover_due(segment, size):
                 segment = await self._roll_over()
-            return self._place(segment, values, term, timestamp_ms)
+            first, timestamp_ms, done = self._place(segment, values, term, timestamp_ms)
+        await done
+        return first, timestamp_ms
 
     def place_nowait(
         self, values: Sequence[bytes], term: int = 0, timestamp_ms: int | None = None

@@ -87,12 +87,6 @@ class RaftConfig:
     max_inflight: int = 256  # append messages in flight per follower in replicate state
     max_committed_bytes: int = 64 << 20  # payload bytes of `Ready.committed` per Ready
     max_uncommitted_bytes: int = 256 << 20  # a leader refuses proposals beyond this
-    readies_in_flight_max: int = 1
-    """Readies the application may hold un-advanced at once (etcd raft's
-    asynchronous storage writes): above 1, `ready()` hands out the next Ready
-    while earlier ones are still being written, so proposals and answers that
-    arrive during a write go to disk in the next write instead of waiting for
-    this one. They are advanced in the order they were taken."""
     term_jump_max: int = 100
     """With pre-vote: how far past this replica's term a message's term may be
     and still be believed at once; the allowance grows by two terms per voter
@@ -110,12 +104,7 @@ class RaftConfig:
             raise ValueError("election_ticks must be greater than heartbeat_ticks")
         if self.applied is not None and self.applied < 0:
             raise ValueError("applied must be >= 0")
-        for name in (
-            "max_append_bytes",
-            "max_inflight",
-            "max_committed_bytes",
-            "readies_in_flight_max",
-        ):
+        for name in ("max_append_bytes", "max_inflight", "max_committed_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.max_uncommitted_bytes < 1:

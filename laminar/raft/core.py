@@ -67,7 +67,6 @@ Theory of operation (etcd raft's RawNode contract):
 from __future__ import annotations
 
 import random
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -142,8 +141,7 @@ class RaftCore(LeaderReplication):
         state = storage.initial_state()
         self.term = state.term
         self.vote = state.vote
-        self._handed_state = state
-        """The hard state as of the last Ready handed out (persisted once it is advanced)."""
+        self._persisted = state
         self.membership = config.membership
         # (index, membership) of changes applied, so the membership in effect
         # at any retained index is known (an install carries it).
@@ -160,8 +158,7 @@ class RaftCore(LeaderReplication):
         self._msgs: list[Message] = []
         self._read_states: list[ReadState] = []
         self._dropped_reads: list[int] = []
-        self._outstanding: deque[Ready] = deque()
-        """Readies handed out and not yet advanced, oldest first."""
+        self._outstanding: Ready | None = None
         self._bcast = False  # the leader has appends to build at the next ready()
         self._apply_blocked = False  # storage could not serve committed entries yet
         self._transferee: str | None = None
@@ -455,7 +452,7 @@ class RaftCore(LeaderReplication):
     # -- outputs ------------------------------------------------------------------
 
     def has_ready(self) -> bool:
-        if len(self._outstanding) >= self.config.readies_in_flight_max:
+        if self._outstanding is not None:
             return False
         return bool(
             self._msgs
@@ -464,17 +461,14 @@ class RaftCore(LeaderReplication):
             or self._anomalies
             or (self.role == LEADER and (self._bcast or self._reads.round_wanted()))
             or self.log.has_unstable()
-            or self._hard_state() != self._handed_state
+            or self._hard_state() != self._persisted
             or (self.log.has_committed() and not self._apply_blocked)
         )
 
     def ready(self) -> Ready:
-        """The work to do now; call `advance(ready)` when it is done. Up to
-        `RaftConfig.readies_in_flight_max` Readies may be outstanding."""
-        if len(self._outstanding) >= self.config.readies_in_flight_max:
-            raise ReadyOutstanding(
-                f"{len(self._outstanding)} Readies are not advanced yet; advance the oldest first"
-            )
+        """The work to do now; call `advance(ready)` when it is done."""
+        if self._outstanding is not None:
+            raise ReadyOutstanding("advance() the previous Ready before asking for another")
         if self.role == LEADER:
             if self._reads.round_wanted():
                 self._reads.round += 1
@@ -486,7 +480,7 @@ class RaftCore(LeaderReplication):
         log = self.log
         entries = log.take_unstable()
         state = self._hard_state()
-        handed = self._handed_state
+        persisted = self._persisted
         committed: list[Entry] = []
         if log.has_committed() and not self._apply_blocked:
             try:
@@ -495,28 +489,28 @@ class RaftCore(LeaderReplication):
                 self._apply_blocked = True  # until retry_storage() or the next tick
         rd = Ready(
             entries=tuple(entries),
-            hard_state=state if state != handed else None,
-            messages=_coalesce_acknowledgements(self._msgs),
+            hard_state=state if state != persisted else None,
+            messages=tuple(self._msgs),
             committed=tuple(committed),
             read_states=tuple(self._read_states),
             dropped_reads=tuple(self._dropped_reads),
             anomalies=tuple(self._anomalies),
-            must_sync=bool(entries) or state.term != handed.term or state.vote != handed.vote,
+            must_sync=bool(entries) or state.term != persisted.term or state.vote != persisted.vote,
         )
         self._msgs = []
         self._read_states = []
         self._dropped_reads = []
         self._anomalies = []
-        self._handed_state = state
-        self._outstanding.append(rd)
+        self._outstanding = rd
         return rd
 
     def advance(self, rd: Ready) -> None:
-        """`rd` (the oldest Ready outstanding) was persisted, sent and applied:
-        its entries now count as this node's (a leader's own match moves)."""
-        if not self._outstanding or rd is not self._outstanding[0]:
-            raise RaftError("advance() takes the oldest Ready that ready() returned")
-        self._outstanding.popleft()
+        """`rd` was persisted, sent and applied."""
+        if rd is not self._outstanding:
+            raise RaftError("advance() takes the Ready that ready() returned last")
+        self._outstanding = None
+        if rd.hard_state is not None:
+            self._persisted = rd.hard_state
         if rd.entries:
             self.log.stable_to(rd.entries)
             own = self._tracker.progress.get(self.id)
@@ -940,27 +934,6 @@ class RaftCore(LeaderReplication):
                 context=context,
             )
         )
-
-
-def _coalesce_acknowledgements(messages: list[Message]) -> tuple[Message, ...]:
-    """The messages with one acceptance per follower's leader and term: the
-    highest (an accepted append at index i promises the leader's log up to i,
-    so it covers every lower one; one answer per write, not per append)."""
-    last: dict[tuple[str, int], int] = {}
-    for position, m in enumerate(messages):
-        if m.kind == APPEND_RESP and not m.reject:
-            key = (m.dst, m.term)
-            kept = last.get(key)
-            if kept is None or messages[kept].index <= m.index:
-                last[key] = position
-    if len(last) == sum(1 for m in messages if m.kind == APPEND_RESP and not m.reject):
-        return tuple(messages)
-    keep = set(last.values())
-    return tuple(
-        m
-        for position, m in enumerate(messages)
-        if position in keep or m.kind != APPEND_RESP or m.reject
-    )
 
 
 __all__ = ["CANDIDATE", "FOLLOWER", "LEADER", "PRE_CANDIDATE", "RaftCore"]

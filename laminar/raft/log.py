@@ -6,18 +6,8 @@ storage. A pending install replaces the whole log: until the application has
 persisted it, `anchor` is the (index, term) the log restarts after and storage
 is not consulted at all.
 
-Unstable entries are *handed* out in a Ready (`take_unstable`) and become
-stable when that Ready is advanced (`stable_to`); with several Readies in
-flight, entries may be handed and not yet stable. Committed entries are
-handed out for applying only once stable here (`take_committed`; etcd raft
-does the same with asynchronous storage writes), so an application may apply
-a Ready's `committed` before that Ready's own write completes. `applying` is
-the last index handed out for applying, `applied` the last whose Ready was
-advanced.
-
-Invariants: applied <= applying <= committed <= last_index(); applying <=
-stable_last_index(); first_index() - 1 <= committed; entries before `offset`
-match storage; unstable entries are contiguous.
+Invariants: applied <= committed <= last_index(); first_index() - 1 <= committed;
+entries before `offset` match storage; unstable entries are contiguous.
 """
 
 from __future__ import annotations
@@ -41,15 +31,12 @@ class RaftLog:
         self.unstable: list[Entry] = []
         self.offset = last + 1
         self.handed = 0  # unstable entries given out in a Ready, not yet advanced
-        if applied is not None and applied > last:
-            raise RaftError(f"applied {applied} is beyond the log's end {last}")
-        # What was applied was committed, even if the Ready carrying the new
-        # commit index was still being written when the application applied it.
-        self.committed = max(state.commit, first - 1, applied or 0)
+        self.committed = max(state.commit, first - 1)
+        if applied is not None and applied > self.committed:
+            raise RaftError(f"applied {applied} is beyond the commit index {self.committed}")
         # Without `applied`, deliver again from the first index: the core cannot
         # know what the application applied before the restart.
         self.applied = max(applied if applied is not None else 0, first - 1)
-        self.applying = self.applied
 
     # -- reading ------------------------------------------------------------
 
@@ -188,7 +175,6 @@ class RaftLog:
         self.handed = 0
         self.committed = max(self.committed, anchor_index)
         self.applied = max(self.applied, anchor_index)
-        self.applying = max(self.applying, anchor_index)
 
     def commit_to(self, index: int) -> bool:
         if index > self.committed:
@@ -228,14 +214,12 @@ class RaftLog:
             self.handed = max(0, self.handed - position - 1)
 
     def has_committed(self) -> bool:
-        """Are there committed entries, persisted here, to hand out for applying?"""
-        return min(self.committed, self.stable_last_index()) > self.applying
+        """Are there committed entries to deliver (after the next take_unstable)?"""
+        return min(self.committed, self.last_index()) > self.applied
 
     def take_committed(self, max_bytes: int) -> list[Entry]:
-        """Committed and persisted entries after `applying`, in order, within max_bytes."""
-        hi = min(self.committed, self.stable_last_index())
-        if hi <= self.applying:
+        """Committed entries after `applied`, in order, within max_bytes."""
+        hi = min(self.committed, self.offset + self.handed - 1)
+        if hi <= self.applied:
             return []
-        out = self.entries(self.applying + 1, hi + 1, max_bytes)
-        self.applying = out[-1].index
-        return out
+        return self.entries(self.applied + 1, hi + 1, max_bytes)

@@ -35,18 +35,9 @@ class Ready:
     """Everything a core asks of its application, in the order it must be done:
 
     1. send `messages_before_persist()` (may be skipped until step 3);
-       apply `committed` (persisted here already) at any time before step 4;
     2. persist `entries`, then `hard_state` (durably if `must_sync`);
     3. only then send `messages_after_persist()` (`messages` is both);
-    4. call `core.advance(ready)`.
-
-    With `RaftConfig.readies_in_flight_max` above 1 the next Ready may be
-    taken while this one's write is in flight (etcd raft's asynchronous
-    storage writes). Writes then complete in the order the Readies were taken:
-    a Ready's step 3 waits until its own write and every earlier one are
-    durable (an answer may cover entries an earlier Ready wrote), and Readies
-    are advanced in that order. A crash loses only writes not yet durable,
-    none of whose answers went out.
+    4. apply `committed`; then call `core.advance(ready)`.
     """
 
     entries: tuple[Entry, ...] = ()
@@ -67,7 +58,7 @@ class Ready:
     sent in any order, dropped or duplicated: the core copes."""
 
     committed: tuple[Entry, ...] = ()
-    """Committed entries to apply, already persisted on this node, in index order, each
+    """Committed entries to apply AFTER the writes above, in index order, each
     once (after a restart, again from the first index unless
     `RaftConfig.applied` said otherwise). Includes the core's own entries
     (kind "noop", "config"): an application skips what is not "normal". A

@@ -2,27 +2,18 @@
 
 The core (`laminar.raft.RaftCore`) decides; this shell does what each `Ready`
 asks, in the order its docstring states: send what a leader sends (appends,
-heartbeats), apply what is committed (the core hands out only entries already
-on this node's disk), start the write of the entries (a durable log append:
-fsync) and, when the term or vote changed, persist the hard state after them;
-once the write is durable send the rest (answers and votes: promises about
-this node's disk) and `advance`. A leader's appends thus go out while its own
-fsync runs, so its write and the followers' overlap (Raft thesis 10.2.1, as
-etcd does); the core counts the leader's own entries toward a commit only at
-`advance`, after its fsync.
-
-Several writes are in flight (`RaftConfig.readies_in_flight_max`, etcd raft's
-asynchronous storage writes): the loop takes the next Ready while earlier
-writes are being flushed, so proposals and appends that arrive during an
-fsync are placed in the log at once and ride its next group-commit flush,
-instead of waiting for the previous write to finish. The log releases
-writes in order; Readies are answered and advanced in that order
-(`_finish_writes`), so a crash loses only writes none of whose answers went
-out. Writes that must not overlap earlier ones wait inside
-`SegmentedLogStorage.write` (an install, a truncation: the log drains first),
-and a term or vote change waits for its own Ready's entries. One task per
+heartbeats), persist the entries (a durable log append: fsync), persist the
+hard state when the term or vote changed, then send the rest (answers and
+votes: promises about this node's disk), then apply what is committed, then
+`advance`. A leader's appends thus go out while its own fsync runs, so its
+write and the followers' overlap (Raft thesis 10.2.1, as etcd does); the core
+counts the leader's own entries toward a commit only at `advance`, after its
+fsync, and nothing of a later Ready (a commit, an answer to a client) exists
+before that. One task per
 group runs that loop (`run`); anything that gives the core work (a tick, a
-message, a proposal) or completes a write only wakes it.
+message, a proposal) only wakes it, so proposals and messages that arrive
+while a Ready is being persisted are batched into the next one (group commit
+across requests falls out of this).
 
 What "applied" means for a partition: the commit index is the readable end of
 the log (`committed_end`: records below it are committed), waiters for that
@@ -54,10 +45,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.raft import (
@@ -142,9 +132,6 @@ class RaftGroup:
         self._role = core.role
         self._term = core.term
         self._busy = False
-        self._writes: deque[tuple[Ready, asyncio.Future[Any] | None]] = deque()
-        """Readies taken, oldest first, with their writes (None: nothing in
-        flight of its own); at most `RaftConfig.readies_in_flight_max`."""
         self.closed = False
         self._wake.set()
 
@@ -260,10 +247,8 @@ class RaftGroup:
             while not self.closed:
                 await self._wake.wait()
                 self._wake.clear()
-                self._finish_writes()
                 while core.has_ready() and not self.closed:
-                    await self._start(core.ready())
-                    self._finish_writes()
+                    await self._handle(core.ready())
                 self._note_role()  # a step-down may need no Ready (check-quorum)
                 if self.storage.wanted is not None:
                     await self.storage.load()
@@ -274,15 +259,29 @@ class RaftGroup:
             self._fail_all("the partition's Raft group stopped")
             raise
 
-    async def _start(self, rd: Ready) -> None:
-        """Do what a Ready asks up to its write: send a leader's appends, apply
-        what is committed (already on this node's disk), start the write. Its
-        answers and `advance` wait for `_finish_writes`."""
+    async def _handle(self, rd: Ready) -> None:
         storage = self.storage
         if rd.messages:
             ahead = rd.messages_before_persist()
             if ahead:
                 self._send(self.pid, ahead)
+        if rd.entries:
+            first = rd.entries[0]
+            if first.kind == ANCHOR:
+                self._lose_pending("the log was replaced by an install", through=first.index)
+            elif first.index <= storage.last_index():
+                self._lose_proposals_from(first.index)
+            await storage.append(rd.entries)
+            if first.kind == ANCHOR and first.index > self._committed_end:
+                # The anchor is committed, and nothing up to it is delivered.
+                self._committed_end = first.index
+                self._wake_commit_waiters()
+        if rd.hard_state is not None and rd.must_sync:
+            await storage.set_hard_state(rd.hard_state)
+        if rd.messages:
+            after = rd.messages_after_persist()
+            if after:
+                self._send(self.pid, after)
         if rd.committed:
             await storage.note_applied(rd.committed)  # a membership change: durable first
             self._committed(rd.committed)
@@ -290,51 +289,8 @@ class RaftGroup:
         if self._report is not None:
             for anomaly in rd.anomalies:
                 self._report(self.pid, anomaly)
-        written = None
-        if rd.entries:
-            first = rd.entries[0]
-            if first.kind == ANCHOR:
-                self._lose_pending("the log was replaced by an install", through=first.index)
-            elif first.index <= storage.log.placed_end_index:
-                self._lose_proposals_from(first.index)
-            written = await storage.write(rd.entries)
-            if first.kind == ANCHOR and first.index > self._committed_end:
-                # The anchor is committed, and nothing up to it is delivered.
-                self._committed_end = first.index
-                self._wake_commit_waiters()
-        if rd.hard_state is not None and rd.must_sync:
-            if written is not None and storage.changes_term_or_vote(rd.hard_state):
-                await written  # a term or vote follows its Ready's entries to disk
-            await storage.set_hard_state(rd.hard_state)
-        if written is None or written.done():
-            self._writes.append((rd, None))
-        else:
-            self._writes.append((rd, written))
-            written.add_done_callback(self._written)
-
-    def _written(self, written: asyncio.Future[Any]) -> None:
-        if not written.cancelled():
-            written.exception()  # seen: `_finish_writes` raises it, unless the group stopped first
-        self.kick()
-
-    def _finish_writes(self) -> None:
-        """Send the answers of the Readies whose writes are durable and advance
-        them, oldest first: the log releases writes in order, and an answer may
-        cover entries an earlier Ready wrote."""
-        writes = self._writes
-        while writes:
-            rd, written = writes[0]
-            if written is not None:
-                if not written.done():
-                    return
-                written.result()  # a failed write stops the group
-            writes.popleft()
-            if rd.messages:
-                after = rd.messages_after_persist()
-                if after:
-                    self._send(self.pid, after)
-            self.core.advance(rd)
-            self._note_role()
+        self.core.advance(rd)
+        self._note_role()
 
     def _note_role(self) -> None:
         core = self.core
@@ -349,7 +305,7 @@ class RaftGroup:
         logger.debug("partition %d: %s in term %d", self.pid, core.role, core.term)
         if core.role == LEADER:
             logger.info("partition %d: this node leads, term %d", self.pid, core.term)
-            self._term_start = core.log.last_index()  # at or past the no-op it appended
+            self._term_start = self.storage.last_index()  # the no-op it appended
             self._last_timestamp_ms = max(
                 self._last_timestamp_ms, self.storage.log.last_timestamp_ms
             )

@@ -14,11 +14,6 @@ from collections.abc import Sequence
 from laminar.raft import RaftConfig
 from laminar.replication.raft_storage import SegmentedLogStorage
 
-READIES_IN_FLIGHT_MAX = 4
-"""Writes a replica keeps in flight (`RaftConfig.readies_in_flight_max`):
-proposals and appends that arrive during a write go to disk in the next one
-instead of waiting for it (the log coalesces them into its own flushes)."""
-
 
 def replica_config(
     node_id: str,
@@ -43,6 +38,5 @@ def replica_config(
         learners=tuple(first_learners) if recorded is None else recorded.learners,
         election_ticks=election_ticks,
         heartbeat_ticks=1,
-        readies_in_flight_max=READIES_IN_FLIGHT_MAX,
         applied=None if replay else commit,
     )

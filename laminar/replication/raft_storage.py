@@ -19,9 +19,7 @@ How the synchronous core meets the asynchronous log:
   steps of `load_bytes`.
 - Persisting a Ready is two awaits: `await storage.append(rd.entries)` (a
   conflicting suffix is truncated first; every log append is durable on
-  return, so the log must use flush="always"; `write` is the same in two
-  steps: it returns once the entries are placed, in order, with a future of
-  their durability, so several writes may be in flight) and then
+  return, so the log must use flush="always") and then
   `await storage.set_hard_state(rd.hard_state)`, which, when the term or
   vote changed, replaces the small state file `raft-state.json` in the
   partition directory atomically (`laminar.log.storage.atomic_replace`:
@@ -55,7 +53,6 @@ import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from laminar.log import LogConfig, LogRecord, SegmentedLog, StorageBackend
 from laminar.log.storage import atomic_replace, read_whole
@@ -264,27 +261,21 @@ class SegmentedLogStorage:
     async def append(self, entries: Sequence[Entry]) -> None:
         """Persist entries durably, replacing any conflicting suffix; an anchor
         first restarts the log after it (see RaftStorage)."""
-        await (await self.write(entries))
-
-    async def write(self, entries: Sequence[Entry]) -> asyncio.Future[Any]:
-        """Start persisting entries (see `append`): returns once they are
-        placed in the log, in order after every earlier write, with a future
-        resolved once they are durable (failed if the log failed). Waits
-        before returning only for what must not overlap earlier writes: an
-        install, a truncation (the log drains its flushes first), a rollover."""
-        if entries and entries[0].kind == ANCHOR:
+        if not entries:
+            return
+        if entries[0].kind == ANCHOR:
             await self._install(entries[0])
             entries = entries[1:]
-        if not entries:
-            return _done()
+            if not entries:
+                return
         log = self.log
         start = entries[0].index - 1  # the log index of the first entry
-        if start > log.placed_end_index or start < log.lowest_index:
+        if start > log.highest_index or start < log.lowest_index:
             raise RaftError(
                 f"cannot append at {entries[0].index}: the log holds raft indices "
-                f"[{self.first_index()}, {log.placed_end_index}] and must stay contiguous"
+                f"[{self.first_index()}, {self.last_index()}] and must stay contiguous"
             )
-        if start < log.placed_end_index:
+        if start < log.highest_index:
             await log.truncate(start)
             self._drop_cached_from(entries[0].index)
         # Place every run before waiting for any, so that the log's group commit
@@ -292,17 +283,19 @@ class SegmentedLogStorage:
         # timestamps as the milliseconds their proposals spanned, and a flush
         # (write + fdatasync) per run, one after the other, bounded replicated
         # throughput. Order holds: runs are placed in order, synchronously, or
-        # (when placing must wait) through `place`, which keeps placing order.
+        # (when placing must wait) through `append`, which keeps placing order.
         placed: list[asyncio.Future[None]] = []
         for term, timestamp_ms, values in _chunks(entries, self.stamped):
             now = log.place_nowait(values, term, timestamp_ms)
             if now is None:
-                now = await log.place(values, term, timestamp_ms)
-            placed.append(now[2])
+                await log.append(values, term, timestamp_ms)
+            else:
+                placed.append(now[2])
+        outcomes = await asyncio.gather(*placed, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
         self._cache(entries)
-        # The log releases flushes in order and fails every later one with an
-        # earlier one, yet gather retrieves every outcome (no stray warnings).
-        return placed[0] if len(placed) == 1 else asyncio.gather(*placed)
 
     async def set_hard_state(self, hard_state: HardState) -> None:
         """Persist a term or vote change (with the commit index of the moment).
@@ -310,17 +303,12 @@ class SegmentedLogStorage:
         (a restart learns the newer one from the leader), and replacing the
         file costs two fsyncs, which every produce would otherwise pay on
         every replica (the core asks for a sync whenever a Ready has entries)."""
-        changed = self.changes_term_or_vote(hard_state)
+        old = self._state
         self._state = replace(
-            self._state, term=hard_state.term, vote=hard_state.vote, commit=hard_state.commit
+            old, term=hard_state.term, vote=hard_state.vote, commit=hard_state.commit
         )
-        if changed:
+        if (old.term, old.vote) != (hard_state.term, hard_state.vote):
             await self._write_state()
-
-    def changes_term_or_vote(self, hard_state: HardState) -> bool:
-        """Would `set_hard_state(hard_state)` write the state file (and so
-        have to follow the entries of its Ready to the disk)?"""
-        return (self._state.term, self._state.vote) != (hard_state.term, hard_state.vote)
 
     async def note_applied(self, entries: Sequence[Entry]) -> None:
         """The shell applied these committed entries (in order): a membership
@@ -379,12 +367,6 @@ class SegmentedLogStorage:
 
 
 _STAMP = struct.Struct(">Q")
-
-
-def _done() -> asyncio.Future[Any]:
-    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    future.set_result(None)
-    return future
 
 
 def _encode(entry: Entry, stamped: bool) -> tuple[int, int | None, bytes]:

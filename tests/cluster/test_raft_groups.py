@@ -466,7 +466,16 @@ def test_an_entry_is_acknowledged_only_once_durable_on_a_majority(
         acknowledged = {b"first"} | ({b"held"} if done.done() and not done.exception() else set())
         assert acknowledged == {b"first"}, "acknowledged before a majority had it on disk"
 
-        await _power_cut(net, disks, gate)
+        for disk in disks.values():
+            disk.power_cut(KeepOrLose(0))  # every unsynced change is lost
+            disk.faults.clear()
+        gate.set()  # the held fsync now fails: its process died with the power
+        for host in net.hosts.values():
+            storages = [group.storage for group in host.groups.values()]
+            await host.close()
+            for storage in storages:
+                with contextlib.suppress(ValueError):  # its handles died with the power
+                    await storage.close()
         holders = {blob: 0 for blob in acknowledged}
         for node in NODES:
             storage = await SegmentedLogStorage.open(
@@ -477,58 +486,6 @@ def test_an_entry_is_acknowledged_only_once_durable_on_a_majority(
                     holders[record.value] += 1
             await storage.close()
         assert all(count >= 2 for count in holders.values()), holders
-
-    asyncio.run(main())
-
-
-async def _power_cut(
-    net: FakeNetwork, disks: dict[str, SimulatedDisk], gate: asyncio.Event
-) -> None:
-    """The power fails on every node while `gate` holds an fsync: every
-    unsynced change is lost, and the held fsync then fails."""
-    for disk in disks.values():
-        disk.power_cut(KeepOrLose(0))
-        disk.faults.clear()
-    gate.set()  # its process died with the power
-    for host in net.hosts.values():
-        storages = [group.storage for group in host.groups.values()]
-        await host.close()
-        for storage in storages:
-            with contextlib.suppress(ValueError):  # its handles died with the power
-                await storage.close()
-
-
-def test_a_leader_places_and_sends_the_next_write_while_one_is_held(tmp_path: Path) -> None:
-    """Several writes in flight (etcd raft's asynchronous storage writes):
-    while the leader's fsync of one write is held, a later proposal is placed
-    in its log and sent to the followers at once (it rides the next flush
-    instead of waiting for this one). Neither is acknowledged meanwhile: the
-    other follower is cut off and the leader's own copies are not durable."""
-    disks = {node: SimulatedDisk() for node in NODES}
-    for node in NODES:
-        (tmp_path / node).mkdir()
-
-    async def main() -> None:
-        net = FakeNetwork()
-        for node in NODES:
-            await _open(tmp_path, node, net, backend=disks[node])
-        await _produce(net, b"first")
-        leader = await _until(lambda: _leader(net))
-        answering, silent = (node for node in NODES if node != leader.core.id)
-        net.cut.add(silent)
-        gate = asyncio.Event()
-        disks[leader.core.id].inject(Fault("sync", 0, gate=gate, times=None))
-        a, _, a_done = leader.propose([b"a"])
-        await _until(lambda: _match(leader, answering) > a, 10, "a durable on the follower")
-        b, _, b_done = leader.propose([b"b"])
-        await _until(
-            lambda: leader.storage.log.placed_end_index > b and _match(leader, answering) > b,
-            10,
-            "b placed on the leader and durable on the follower while a's write is held",
-        )
-        await _ticks(net, leader.core.id, 5)
-        assert not a_done.done() and not b_done.done()
-        await _power_cut(net, disks, gate)
 
     asyncio.run(main())
 

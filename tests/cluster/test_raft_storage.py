@@ -260,40 +260,6 @@ def stamped(first: int, term: int, timestamps: list[int]) -> list[Entry]:
     ]
 
 
-def test_writes_in_flight_are_placed_in_order_and_a_truncation_waits_for_them(
-    tmp_path: Path,
-) -> None:
-    """Several writes in flight (the shell's asynchronous storage writes): the
-    next is placed after the last one placed, not after the last durable one;
-    one that replaces a suffix still in flight truncates it once it landed."""
-
-    async def scenario() -> None:
-        storage = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL)
-        first = await storage.write(entries(1, [1, 1]))
-        second = await storage.write(entries(3, [1, 1]))  # before the first is durable
-        third = await storage.write(entries(4, [2, 2]))  # replaces 4, still in flight
-        await asyncio.gather(first, second, third)
-        assert [(e.index, e.term) for e in await read_all(storage)] == [
-            (1, 1),
-            (2, 1),
-            (3, 1),
-            (4, 2),
-            (5, 2),
-        ]
-        await storage.close()
-        again = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL)
-        assert [(e.index, e.term) for e in await read_all(again)] == [
-            (1, 1),
-            (2, 1),
-            (3, 1),
-            (4, 2),
-            (5, 2),
-        ]
-        await again.close()
-
-    run(scenario())
-
-
 def test_a_ready_with_many_timestamps_is_made_durable_in_one_flush(tmp_path: Path) -> None:
     async def scenario() -> None:
         storage = await SegmentedLogStorage.open(tmp_path, CONFIG_SMALL, stamped=True)

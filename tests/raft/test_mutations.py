@@ -14,15 +14,14 @@ from .sim.history import Violation
 from .sim.mutations import FIGURE_8, MUTATIONS, PRE_VOTE_BUMPS_TERM, Mutation, first_failure
 
 CATCHING_SEEDS = {
-    "skip persisting the vote": (2, 9),
-    "skip the AppendEntries prev-term check": (12, 92),
-    "skip the voter's up-to-date check (5.4.1)": (10, 15),
-    "a restart takes its whole persisted log as committed": (6, 10),
-    "commit the leader's commit index past the appended entries": (4, 6),
-    "answer reads without a heartbeat quorum": (13, 41),
-    "acknowledge an append before persisting it": (21, 23),
-    "count the leader's own entries before they are persisted": (7, 13),
-    "grant a vote before persisting it": (16, 24),
+    "skip persisting the vote": (2,),
+    "skip the AppendEntries prev-term check": (91,),
+    "skip the voter's up-to-date check (5.4.1)": (4, 1, 2),
+    "a restart takes its whole persisted log as committed": (4, 2),
+    "commit the leader's commit index past the appended entries": (1,),
+    "answer reads without a heartbeat quorum": (113, 229, 284),
+    "acknowledge an append before persisting it": (179,),
+    "grant a vote before persisting it": (24,),
     "never resend a lost append": (0, 1),
 }
 

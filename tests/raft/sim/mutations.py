@@ -120,23 +120,6 @@ def _step_leader_without_retry(self: core.RaftCore, m: Message) -> None:
     # heartbeat answers no longer unpause a probe or resend a lost append
 
 
-def _ready_counting_own_entries_at_once(self: core.RaftCore) -> ready.Ready:
-    rd = _original_ready(self)
-    own = self._tracker.progress.get(self.id)
-    if (
-        self.role == core.LEADER
-        and own is not None
-        and rd.entries
-        and own.maybe_update(rd.entries[-1].index)  # counted while its write is in flight
-        and self._maybe_commit()
-    ):
-        self._commit_advanced()
-    return rd
-
-
-_original_ready = core.RaftCore.ready
-
-
 MUTATIONS = (
     Mutation(
         "skip persisting the vote",
@@ -196,15 +179,6 @@ MUTATIONS = (
         "SENDABLE_BEFORE_PERSIST",
         ready.SENDABLE_BEFORE_PERSIST | {APPEND_RESP},
         {"crash_in_ready": 0.2},
-    ),
-    Mutation(
-        "count the leader's own entries before they are persisted",
-        "no committed entry lost",
-        Durability,
-        core.RaftCore,
-        "ready",
-        _ready_counting_own_entries_at_once,
-        {"readies_in_flight": 4, "write_done": 0.2, "leader_crash_rate": 0.05, "nodes": 3},
     ),
     Mutation(
         "grant a vote before persisting it",

@@ -8,10 +8,9 @@ the membership in effect at N, as a real shell would.
 from __future__ import annotations
 
 import random
-from collections import deque
 from collections.abc import Callable, Sequence
 
-from laminar.raft import Entry, Membership, MemoryStorage, RaftConfig, RaftCore, Ready
+from laminar.raft import Entry, Membership, MemoryStorage, RaftConfig, RaftCore
 
 from .params import Params
 
@@ -46,9 +45,6 @@ class SimNode:
         self.tick_credit = 0.0
         self.applied = 0  # the application's durable applied index
         self.memberships: list[tuple[int, Membership]] = [(0, membership)]
-        self.writes: deque[tuple[Ready, int]] = deque()
-        """Readies taken whose writes are in flight, oldest first, each with
-        where a crash strikes as it completes (-1: none)."""
 
     @property
     def alive(self) -> bool:
@@ -79,13 +75,10 @@ class SimNode:
             max_inflight=params.max_inflight,
             max_append_bytes=params.max_append_bytes,
             term_jump_max=params.term_jump_max,
-            readies_in_flight_max=params.readies_in_flight,
         )
         self.core = RaftCore(config, self.storage, random.Random(rng.random()))
         self.incarnation += 1
         self.tick_credit = 0.0
 
     def crash(self) -> None:
-        """The process dies: writes in flight never reach the disk."""
         self.core = None
-        self.writes.clear()

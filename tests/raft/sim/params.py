@@ -33,8 +33,6 @@ class Params:
     safety_steps: int
     liveness_steps: int
     term_jump_max: int  # how far a term may jump at once (small: the refusal runs often)
-    readies_in_flight: int  # Readies a node holds un-advanced: writes in flight (1: serial)
-    write_done: float  # per chance: the oldest write in flight completes now, not later
 
     @classmethod
     def draw(cls, rng: random.Random, safety_steps: int = 500) -> Params:
@@ -73,6 +71,4 @@ class Params:
             safety_steps=safety_steps,
             liveness_steps=60 * election,
             term_jump_max=rng.choice((1, 2, 100)),
-            readies_in_flight=rng.choice((1, 2, 4)),
-            write_done=rng.choice((0.2, 0.5, 0.9)),
         )

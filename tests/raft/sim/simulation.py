@@ -8,10 +8,8 @@ must commit on every member within `params.liveness_steps` steps.
 
 Time is in steps. Each step: inject faults, tick every live node by its own
 rate, deliver the messages due, let every node handle its Ready (send a
-leader's appends, apply what is committed, start the write; with several
-Readies in flight a write may complete in a later step, in order, then send
-the answers and advance; a crash can strike between any two, and loses the
-writes still in flight), then the client workload. Messages sent at step t
+leader's appends, persist, send the answers, apply, advance; a crash can
+strike between any two), then the client workload. Messages sent at step t
 arrive at t+1 at the earliest.
 """
 
@@ -153,92 +151,63 @@ class Simulation:
     # -- a node's application loop -------------------------------------------------------
 
     def _handle_ready(self, node: SimNode) -> None:
-        """Take Readies while the core has work and room for another write in
-        flight; complete the oldest write now with probability `write_done`
-        (always when serial or once the faults stop), else in a later step,
-        after more messages arrived and more Readies were taken."""
         p = self.params
-        while node.core is not None:
-            if node.core.has_ready():
-                self._take_ready(node)
-            elif node.writes and (
-                not self.faults or p.readies_in_flight == 1 or self.rng.random() < p.write_done
+        rng = self.rng
+        while node.core is not None and node.core.has_ready():
+            core = node.core
+            rd = core.ready()
+            crash_at = -1
+            if self.faults and rng.random() < p.crash_in_ready:
+                crash_at = rng.randrange(5)
+            if (
+                self.faults
+                and p.crash_after_vote
+                and any(m.kind == VOTE_RESP and not m.reject for m in rd.messages)
+                and rng.random() < p.crash_after_vote
             ):
-                self._complete_write(node)
-            else:
-                return
-
-    def _take_ready(self, node: SimNode) -> None:
-        """Send a leader's appends, apply what is committed (persisted here
-        already) and start the write: a crash may strike as it completes."""
-        p = self.params
-        rng = self.rng
-        assert node.core is not None
-        rd = node.core.ready()
-        crash_at = -1
-        if self.faults and rng.random() < p.crash_in_ready:
-            crash_at = rng.randrange(5)
-        if (
-            self.faults
-            and p.crash_after_vote
-            and any(m.kind == VOTE_RESP and not m.reject for m in rd.messages)
-            and rng.random() < p.crash_after_vote
-        ):
-            crash_at = 5  # vote persisted and sent, then the process dies and restarts
-        for message in rd.messages_before_persist():  # a leader's appends go out first
-            self.network.send(message, self.now)
-        self._apply(node, rd)
-        node.writes.append((rd, crash_at))
-
-    def _complete_write(self, node: SimNode) -> None:
-        """The oldest write in flight reaches the disk (writes complete in
-        order), its answers go out and its Ready is advanced."""
-        rng = self.rng
-        rd, crash_at = node.writes.popleft()
-        storage = node.storage
-        if crash_at == 0:
-            return node.crash()  # nothing of this write reached the disk
-        if crash_at == 1:
-            # A torn write: some prefix of the entries made it.
-            storage.append(rd.entries[: rng.randrange(len(rd.entries) + 1)])
-            return node.crash()
-        storage.append(rd.entries)
-        self._installed(node, rd)
-        if crash_at == 2:
-            return node.crash()  # entries persisted, hard state not
-        if rd.hard_state is not None:
-            storage.set_hard_state(rd.hard_state)
-        after = rd.messages_after_persist()
-        if crash_at == 3:
+                crash_at = 5  # vote persisted and sent, then the process dies and restarts
+            storage = node.storage
+            for message in rd.messages_before_persist():  # a leader's appends go out first
+                self.network.send(message, self.now)
+            if crash_at == 0:
+                return node.crash()  # nothing of this Ready reached the disk
+            if crash_at == 1:
+                # A torn write: some prefix of the entries made it.
+                storage.append(rd.entries[: rng.randrange(len(rd.entries) + 1)])
+                return node.crash()
+            storage.append(rd.entries)
+            if crash_at == 2:
+                return node.crash()  # entries persisted, hard state not
+            if rd.hard_state is not None:
+                storage.set_hard_state(rd.hard_state)
+            after = rd.messages_after_persist()
+            if crash_at == 3:
+                for message in after:
+                    if rng.random() < 0.5:
+                        self.network.send(message, self.now)
+                return node.crash()
             for message in after:
-                if rng.random() < 0.5:
-                    self.network.send(message, self.now)
-            return node.crash()
-        for message in after:
-            self.network.send(message, self.now)
-        if crash_at >= 4:
-            node.crash()  # applied, never advanced
-            if crash_at == 5:
-                self._start(node)  # a supervisor restarts it at once
-            return None
-        assert node.core is not None
-        node.core.advance(rd)
-        for read in rd.read_states:
-            for checker in self.checkers:
-                checker.on_read_state(node, read)
-        self._observe(node)
+                self.network.send(message, self.now)
+            self._apply(node, rd)
+            if crash_at >= 4:
+                node.crash()  # applied, never advanced
+                if crash_at == 5:
+                    self._start(node)  # a supervisor restarts it at once
+                return None
+            core.advance(rd)
+            for read in rd.read_states:
+                for checker in self.checkers:
+                    checker.on_read_state(node, read)
+            self._observe(node)
         return None
 
-    def _installed(self, node: SimNode, rd: Ready) -> None:
-        """An install persisted: the application's state restarts at its anchor."""
+    def _apply(self, node: SimNode, rd: Ready) -> None:
         if rd.entries and rd.entries[0].kind == ANCHOR:
             anchor = rd.entries[0]
             node.applied = max(node.applied, anchor.index)
             node.memberships = [(anchor.index, Membership.decode(anchor.data))]
             for checker in self.checkers:
                 checker.on_skip(node, anchor.index)
-
-    def _apply(self, node: SimNode, rd: Ready) -> None:
         for entry in rd.committed:
             for checker in self.checkers:
                 checker.on_apply(node, entry)
