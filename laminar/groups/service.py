@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -63,7 +63,7 @@ from laminar.replication.metadata import MetadataError
 from laminar.replication.metalog import MetadataService
 from laminar.replication.replica import PartitionReplica
 from laminar.replication.routes import NodeRoutes, NodeUnreachable
-from laminar.wire import ErrorCode, ListOffsetsRequest, ListOffsetsResponse, Op, TopicInfo
+from laminar.wire import ErrorCode, Frame, ListOffsetsRequest, ListOffsetsResponse, Op, TopicInfo
 from laminar.wire.codec import Buffer
 from laminar.wire.errors import ProtocolError, RequestError
 from laminar.wire.records import decode_record, encode_record
@@ -174,12 +174,14 @@ class GroupService:
         positions_partitions: int,
         replica_of: Callable[[int], Awaitable[PartitionReplica]],
         routes: NodeRoutes,
+        placed_on: Callable[[int, TopicInfo], Sequence[str]],
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._metadata = metadata
         self._positions_partitions = positions_partitions
         self._replica_of = replica_of
         self._routes = routes
+        self._placed_on = placed_on
         self._clock = clock
         self._hosted: dict[int, Hosted] = {}
         self._building: dict[int, asyncio.Future[Hosted]] = {}
@@ -452,7 +454,7 @@ class GroupService:
         in `positions` when that index is within it (asked of the partition's
         leader when the cache is behind the index)."""
         ends: dict[TopicPartition, int] = {}
-        asks: dict[TopicPartition, int] = {}
+        asks: dict[TopicPartition, tuple[int, TopicInfo, int | None]] = {}
         for tp, index in positions.items():
             topic = self._metadata.state.by_name(tp[0])
             if topic is None or not 0 <= tp[1] < topic.partitions:
@@ -463,16 +465,34 @@ class GroupService:
             if index is not None and index <= known:
                 ends[tp] = known
             else:
-                asks[tp] = pid
+                asks[tp] = (pid, topic, index)
         if asks:
-            answers = await asyncio.gather(*(self._end_of(pid) for pid in asks.values()))
+            answers = await asyncio.gather(*(self._end_of(*ask) for ask in asks.values()))
             ends.update(zip(asks, answers, strict=True))
         return ends
 
-    async def _end_of(self, pid: int) -> int:
-        frame = await self._routes.to_leader(ListOffsetsRequest(pid))
-        answer = ListOffsetsResponse.from_frame(frame)
-        end = max(self._ends.get(pid, 0), answer.committed_index)
+    async def _end_of(self, pid: int, topic: TopicInfo, index: int | None) -> int:
+        """The partition's committed end, or at least `index` when it is within
+        it: what its replicas have committed (each a lower bound of the end,
+        answered by any live one), else its leader's."""
+        ask = ListOffsetsRequest(pid, any_replica=True)
+        answers = await asyncio.gather(
+            *(self._routes.to_node(node, ask) for node in self._placed_on(pid, topic)),
+            return_exceptions=True,
+        )
+        end = max(
+            [self._ends.get(pid, 0)]
+            + [
+                ListOffsetsResponse.from_frame(a).committed_index
+                for a in answers
+                if isinstance(a, Frame)
+            ]
+        )
+        if index is None or index > end:
+            leader = ListOffsetsResponse.from_frame(
+                await self._routes.to_leader(ListOffsetsRequest(pid))
+            )
+            end = max(end, leader.committed_index)
         self._ends[pid] = end
         return end
 

@@ -46,6 +46,10 @@ class Replicas(Protocol):
         leader of (none alone)."""
         ...
 
+    def placed_on(self, pid: int, topic: TopicInfo) -> tuple[str, ...]:
+        """The nodes placement puts partition `pid` on ("" names this node alone)."""
+        ...
+
 
 async def local_replica(partitions: PartitionManager, pid: int, config: LogConfig) -> LocalReplica:
     """The replica over `pid`'s log on this shard, opened with the topic's own
@@ -77,6 +81,9 @@ class NodeReplicas:
     def leaders(self) -> tuple[tuple[int, str], ...]:
         return ()
 
+    def placed_on(self, pid: int, topic: TopicInfo) -> tuple[str, ...]:
+        return ("",)
+
 
 class ClusterReplicas:
     """A cluster node: Raft groups for replicated topics, placement decides
@@ -106,3 +113,6 @@ class ClusterReplicas:
 
     def leaders(self) -> tuple[tuple[int, str], ...]:
         return self._replication.leaders()
+
+    def placed_on(self, pid: int, topic: TopicInfo) -> tuple[str, ...]:
+        return tuple(self._replication.replica_nodes(pid, topic.replication_factor))

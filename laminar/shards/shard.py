@@ -66,7 +66,7 @@ from laminar.shards.datagram import DatagramServer
 from laminar.shards.dispatch import CHANNEL_FRAME_SLACK, Dispatcher
 from laminar.shards.handlers import Handlers, RequestContext, ShardIdentity
 from laminar.shards.metrics import ShardMetrics, TimedBackend
-from laminar.shards.replicas import ClusterReplicas, NodeReplicas
+from laminar.shards.replicas import ClusterReplicas, NodeReplicas, Replicas
 from laminar.shards.retention import Retention
 from laminar.shards.router import PEER_OPS
 from laminar.swim import MembershipView
@@ -282,15 +282,18 @@ class Shard:
             config.topic_limits,
             self.clock,
         )
+        self.replicas: Replicas = (
+            NodeReplicas(self.partitions)
+            if self.replication is None
+            else ClusterReplicas(self.partitions, self.replication)
+        )
         self.handlers = Handlers(
             self.ident,
             self.metadata,
             self.partitions,
             self.metrics,
             self.polls,
-            NodeReplicas(self.partitions)
-            if self.replication is None
-            else ClusterReplicas(self.partitions, self.replication),
+            self.replicas,
             self.channels,
         )
         if self.replication is not None:
@@ -342,6 +345,7 @@ class Shard:
                 None if self.replication is None else self.replication.calls,
                 self.clock,
             ),
+            self.replicas.placed_on,
             self.clock,
         )
         self.dispatcher.add_handlers(self.groups.table())
