@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.soak  # 40 s of real nodes for a harness `make bench` runs anyway: under `make soak`
 def test_a_short_move_bench_measures_both_windows_and_loses_nothing(tmp_path: Path) -> None:
     out = tmp_path / "runs.json"
     command = [

@@ -347,7 +347,12 @@ def incarnations(node: RunningNode) -> dict[str, int]:
     "routing",
     [
         pytest.param(
-            "ebpf", marks=pytest.mark.skipif(BPF_REASON is not None, reason=str(BPF_REASON))
+            "ebpf",
+            # the same membership with kernel steering: under `make soak` (suite time)
+            marks=[
+                pytest.mark.skipif(BPF_REASON is not None, reason=str(BPF_REASON)),
+                pytest.mark.soak,
+            ],
         ),
         "userspace",
     ],

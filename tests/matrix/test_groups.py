@@ -101,9 +101,9 @@ def test_a_group_delivers_every_acknowledged_record_across_a_coordinator_kill(
         for member in members:
             member.start()
         acked: list[bytes] = []
-        _produce(client, topic, range(0, 100), acked)
+        _produce(client, topic, range(0, 60), acked)
         healed.kill_leader(POSITIONS_TOPIC, found.partition)
-        _produce(client, topic, range(100, 200), acked)
+        _produce(client, topic, range(60, 120), acked)
 
         def delivered() -> bool:
             for member in members:
@@ -118,7 +118,7 @@ def test_a_group_delivers_every_acknowledged_record_across_a_coordinator_kill(
             member.join(60)
             assert member.error is None, member.error
         seen = [v for m in members for v in m.seen]
-        assert set(seen) <= set(acked) | {b"%s-%d" % (topic.encode(), n) for n in range(200)}
+        assert set(seen) <= set(acked) | {b"%s-%d" % (topic.encode(), n) for n in range(120)}
         with client.consumer(group, [topic]) as late:
             wait_until(
                 lambda: late.poll(timeout_s=0.1) == [] and len(late.assignment()) == PARTITIONS,

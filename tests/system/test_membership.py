@@ -72,7 +72,12 @@ def start_member(
     "routing",
     [
         pytest.param(
-            "ebpf", marks=pytest.mark.skipif(BPF_REASON is not None, reason=str(BPF_REASON))
+            "ebpf",
+            # the same membership with kernel steering: under `make soak` (suite time)
+            marks=[
+                pytest.mark.skipif(BPF_REASON is not None, reason=str(BPF_REASON)),
+                pytest.mark.soak,
+            ],
         ),
         "userspace",
     ],
