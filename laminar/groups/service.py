@@ -284,9 +284,13 @@ class GroupService:
     async def _serve(
         self, pid: int, group: str | None, call: Callable[[GroupCoordinator], Step[A]]
     ) -> A:
-        """`call` on the core of `pid`, its step made durable, its answer."""
+        """`call` on the core of `pid` (a partition of the positions topic:
+        no other log ever gets a coordinator's records), its step made
+        durable, its answer."""
         if group is not None:
             await self._coordinator_partition(pid, group)
+        else:
+            await self._topic(pid)
         hosted = await self._hosted_for(pid)
         step = call(hosted.core)
         await self._persist(hosted, step)

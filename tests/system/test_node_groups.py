@@ -15,6 +15,7 @@ from laminar.groups.frames import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     HeartbeatFrame,
+    ListFrame,
     PositionsFrame,
     PositionsQuery,
 )
@@ -182,3 +183,19 @@ def test_the_positions_log_keeps_only_what_its_last_checkpoint_needs(tmp_path: P
             )
     with node.restart() as again, Client(again.bootstrap) as client:
         assert client.describe_group("billing").partitions[0].committed == 2299
+
+
+def test_group_ops_are_served_only_on_the_positions_topic(tmp_path: Path) -> None:
+    """A group op naming another topic's partition (a forged frame) is refused:
+    no coordinator is ever built over, or writes into, a user's partition."""
+    with start_node(tmp_path, cores=1, flush="never") as node:
+        client = NodeClient(node.host, node.port)
+        client.create_topic("events", 1)
+        client.produce("events", 0, [b"mine"])
+        pid = client.pid("events", 0)
+        for forged in (ListFrame(pid, None), DescribeFrame(pid, "g")):
+            with pytest.raises(ServerError) as refused:
+                client.conn_for(pid).call(forged)
+            assert refused.value.code is ErrorCode.INVALID_REQUEST
+            assert "is not a partition of __consumer_offsets" in str(refused.value)
+        assert client.fetch_all("events", 0) == [b"mine"]
