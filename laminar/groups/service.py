@@ -37,7 +37,7 @@ import msgpack
 
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.groups import records as positions_log
-from laminar.groups.coordinator import GroupCoordinator, Step
+from laminar.groups.coordinator import GroupCoordinator, Limits, Step
 from laminar.groups.errors import RecordCodecError
 from laminar.groups.frames import (
     CommitAnswerFrame,
@@ -78,6 +78,8 @@ CHUNK_BYTES: Final = 1 << 20
 """A step's records go into log records of at most this many bytes (one, but
 for a checkpoint of a large state)."""
 STEP_VERSION: Final = 1
+LIMITS: Final = Limits()
+"""The bounds the hosted cores keep (the defaults)."""
 CHECKPOINT_HEADER: Final = "laminar.checkpoint"
 """On the last log record of a checkpoint: how many log records it spans."""
 
@@ -393,7 +395,7 @@ class GroupService:
                 except RecordCodecError as exc:
                     logger.error("positions log %#x: record %d skipped: %s", pid, record.index, exc)
             index = batch[-1].index + 1
-        core = GroupCoordinator.replay(steps, self._clock, random.Random(pid))
+        core = GroupCoordinator.replay(steps, self._clock, random.Random(pid), limits=LIMITS)
         hosted = Hosted(pid, replica, leadership, core, committed_seq=len(steps))
         counts = {topic.name: topic.partitions for topic in self._metadata.state.topics()}
         counts.update(dict.fromkeys(core.known_topics() - counts.keys(), 0))  # deleted since
@@ -456,8 +458,11 @@ class GroupService:
     async def _ends_of(self, positions: Mapping[TopicPartition, Any]) -> dict[TopicPartition, int]:
         """Each named partition's committed end, at least as large as any index
         in `positions` when that index is within it (asked of the partition's
-        leader when the cache is behind the index)."""
+        leader when the cache is behind the index). Nothing for a request over
+        the core's limit: the core refuses it (LIMIT) without looking."""
         ends: dict[TopicPartition, int] = {}
+        if len(positions) > LIMITS.partitions_per_request_max:
+            return ends
         asks: dict[TopicPartition, tuple[int, TopicInfo, int | None]] = {}
         for tp, index in positions.items():
             topic = self._metadata.state.by_name(tp[0])
