@@ -343,6 +343,7 @@ def killed_period(run: Run, victim: str) -> None:
     run.wait_all_alive(f"{victim} joined again", HEAL_TIMEOUT_S)
 
 
+@pytest.mark.soak  # a fault schedule (suite time): `make soak` runs it
 def test_packet_loss_on_one_node_kills_nobody_and_loses_nothing(tmp_path: Path) -> None:
     with joined(tmp_path) as run:
         with Producer(run.bootstrap, run.history) as producer:
@@ -353,7 +354,8 @@ def test_packet_loss_on_one_node_kills_nobody_and_loses_nothing(tmp_path: Path) 
         run.check_history()
 
 
-@pytest.mark.parametrize("victim", ["n2", pytest.param("n1", marks=pytest.mark.soak)])
+@pytest.mark.soak  # a fault schedule (suite time): `make soak` runs it
+@pytest.mark.parametrize("victim", ["n2", "n1"])
 def test_a_partitioned_node_is_replaced_then_rejoins_with_nothing_lost(
     tmp_path: Path, victim: str
 ) -> None:

@@ -32,6 +32,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from laminar.cli.status import parse_prometheus
 from laminar.client import Client, LaminarError, RetryPolicy, UnknownTopicError
 from laminar.placement import partition_id
@@ -266,6 +268,7 @@ def test_a_rolling_restart_of_a_static_cluster_moves_nothing_and_loses_nothing(
         assert "a --peers cluster cannot decommission a node" in refused.stderr
 
 
+@pytest.mark.soak  # its static twin runs by default; this one (77 s) under `make soak`
 def test_a_rolling_restart_of_a_gossip_cluster_keeps_every_place_and_decommission_moves(
     tmp_path: Path,
 ) -> None:

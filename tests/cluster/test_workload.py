@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.cluster.workload import Settings, run
 
 SHORT = Settings(
@@ -13,6 +15,7 @@ SHORT = Settings(
 )
 
 
+@pytest.mark.soak  # a fault schedule (suite time): `make soak` runs it
 def test_a_history_under_faults_is_valid(tmp_path: Path) -> None:
     outcome = run(tmp_path, SHORT)
     print(outcome.summary())
