@@ -7,6 +7,8 @@ Per shard `i` (`ShardSockets`, bound by `laminar.node.listeners`):
 - `shard_tcp`: shard i's own port, for clients that route themselves.
 - `node_udp`: the node port over UDP, SO_REUSEPORT (small requests; where the
   kernel steering of laminar.xdp applies), made by the node's steering.
+- `kafka_tcp`: shard i's Kafka listener (`laminar.shards.kafka_connection`),
+  None when the node's Kafka door is off.
 - `channel`: a Unix stream socket other shards connect to
   (`channel_address(run_dir, i)`), carrying forwarded requests and the
   metadata tail. What arrives there is trusted as internal, so the run
@@ -77,18 +79,22 @@ class ShardSockets:
     shard_tcp: socket.socket
     channel: socket.socket
     node_udp: socket.socket | None = None
+    kafka_tcp: socket.socket | None = None
 
     def all(self) -> list[socket.socket]:
         socks = [self.node_tcp, self.shard_tcp, self.channel]
-        return socks if self.node_udp is None else [*socks, self.node_udp]
+        return socks + [s for s in (self.node_udp, self.kafka_tcp) if s is not None]
 
     def fds(self) -> dict[str, int]:
         """The supervisor-bound descriptors (the UDP one comes from the steering)."""
-        return {
+        fds = {
             "node_tcp": self.node_tcp.fileno(),
             "shard_tcp": self.shard_tcp.fileno(),
             "channel": self.channel.fileno(),
         }
+        if self.kafka_tcp is not None:
+            fds["kafka_tcp"] = self.kafka_tcp.fileno()
+        return fds
 
     @classmethod
     def from_fds(cls, fds: dict[str, int | None]) -> ShardSockets:
@@ -105,7 +111,7 @@ class ShardSockets:
         node_tcp, shard_tcp, channel = adopt("node_tcp"), adopt("shard_tcp"), adopt("channel")
         if node_tcp is None or shard_tcp is None or channel is None:
             raise ValueError(f"a shard needs node_tcp, shard_tcp and channel fds, got {fds}")
-        return cls(node_tcp, shard_tcp, channel, adopt("node_udp"))
+        return cls(node_tcp, shard_tcp, channel, adopt("node_udp"), adopt("kafka_tcp"))
 
     def close(self) -> None:
         for sock in self.all():

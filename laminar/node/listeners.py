@@ -47,6 +47,11 @@ class NodeSockets:
     def shard_ports(self) -> list[int]:
         return [s.shard_tcp.getsockname()[1] for s in self.shards]
 
+    @property
+    def kafka_ports(self) -> list[int]:
+        """Each shard's Kafka port, in shard order (empty: the Kafka door is off)."""
+        return [s.kafka_tcp.getsockname()[1] for s in self.shards if s.kafka_tcp is not None]
+
     def close(self) -> None:
         for shard in self.shards:
             shard.close()
@@ -158,7 +163,19 @@ def bind_node(config: NodeConfig) -> NodeSockets:
             bound.append(shard_tcp)
             channel = _bind_channel(config.run_dir, i)
             bound.append(channel)
-            shards.append(ShardSockets(node_tcp, shard_tcp, channel))
+            kafka_tcp = None
+            kafka_port = config.kafka_shard_port(i)
+            if kafka_port is not None:
+                kafka_tcp = _bind(
+                    family,
+                    socket.SOCK_STREAM,
+                    config.host,
+                    kafka_port,
+                    f"shard {i} Kafka port",
+                    reuseport=False,
+                )
+                bound.append(kafka_tcp)
+            shards.append(ShardSockets(node_tcp, shard_tcp, channel, kafka_tcp=kafka_tcp))
     except BaseException:
         for sock in bound:
             sock.close()

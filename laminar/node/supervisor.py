@@ -448,6 +448,8 @@ class Supervisor:
             str(self.sockets.port),
             "--shard-ports",
             ",".join(map(str, self.sockets.shard_ports)),
+            "--kafka-ports",
+            ",".join(map(str, self.sockets.kafka_ports)),
         ]
         if self.admin_sock is not None:
             args += ["--admin-port", str(self.admin_sock.getsockname()[1])]
@@ -591,6 +593,7 @@ class Supervisor:
             "host": self.config.host,
             "port": self.sockets.port,
             "shard_ports": self.sockets.shard_ports,
+            "kafka_ports": self.sockets.kafka_ports,
             "admin_port": admin_port,
             "admin_host": self.config.admin_host,
             "cores": self.config.cores,

@@ -55,6 +55,8 @@ DEFAULT_PORT: Final = 7070
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_DATA_DIR: Final = "laminar-data"
 ADMIN_PORT_OFFSET: Final = 2000
+KAFKA_PORT_OFFSET: Final = 2022
+"""The Kafka listener's default is `port + 2022`: 9092, Kafka's own, for port 7070."""
 ROUTING_MODES: Final = ("auto", "ebpf", "cbpf", "userspace")
 """`--routing` choices (`laminar.xdp.routing.REQUESTED_MODES`, kept here so the
 config does not import the BPF layer)."""
@@ -179,6 +181,16 @@ class NodeConfig:
         ),
     )
     """None: `port + 2000` (ephemeral if port is 0)."""
+    kafka_port: int | None = field(
+        default=None,
+        metadata=setting(
+            "--kafka-port",
+            "Kafka protocol listener: shard i on PORT+i, shard 0's is the bootstrap "
+            "(default: port+2022, 9092; ephemeral if --port 0; 0 turns it off)",
+            checks=(PORT,),
+        ),
+    )
+    """None: `port + 2022` (ephemeral if port is 0); 0: no Kafka listener."""
     admin_host: str = field(
         default=DEFAULT_HOST,
         metadata=setting(
@@ -589,6 +601,14 @@ class NodeConfig:
             return self.admin_port
         return self.port + ADMIN_PORT_OFFSET if self.port else 0
 
+    def kafka_shard_port(self, shard_id: int) -> int | None:
+        """The Kafka port of shard `shard_id` (0: ephemeral; None: the door is off)."""
+        if self.kafka_port == 0:
+            return None
+        if self.kafka_port is None:
+            return self.port + KAFKA_PORT_OFFSET + shard_id if self.port else 0
+        return self.kafka_port + shard_id
+
     def log_config(self, *, pipelined: bool) -> LogConfig:
         """The settings of every partition log. `pipelined` (io_uring) keeps several
         group-commit flushes in flight, which is where that backend gains."""
@@ -665,6 +685,9 @@ def _cores_fit_this_machine(c: NodeConfig) -> str | None:
 
 
 def _shard_ports_fit(c: NodeConfig) -> str | None:
+    kafka_last = c.kafka_shard_port(c.cores - 1)
+    if kafka_last is not None and kafka_last > 65535:
+        return f"--kafka-port leaves no room for {c.cores} shards (shard i listens on PORT+i)"
     if c.shard_port_base and c.shard_port_base + c.cores - 1 > 65535:
         return f"--shard-port-base {c.shard_port_base} leaves no room for {c.cores} shards"
     return None

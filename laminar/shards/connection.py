@@ -113,11 +113,7 @@ class Connection:
         self._metrics = metrics
         self._ctx = ctx
         self.internal = ctx.internal
-        self._decoder = FrameDecoder(
-            max_frame_bytes,
-            frame_limits=_frame_limits(max_frame_bytes),
-            header_limits=REQUEST_HEADER_LIMITS,
-        )
+        self._decoder = self._new_decoder(max_frame_bytes)
         self._budget = budget
         self._fetch_bytes_max = dispatcher.handlers.fetch_bytes_max
         self._held = 0
@@ -173,6 +169,36 @@ class Connection:
         """Whether this connection went to the replication as a peer's."""
         return self._handed_over
 
+    # -- what differs between the doors (`laminar.shards.kafka_connection`) ------
+
+    max_in_flight: int = MAX_IN_FLIGHT
+    """Requests served at once; their answers may leave in any order."""
+
+    def _new_decoder(self, max_frame_bytes: int) -> FrameDecoder:
+        return FrameDecoder(
+            max_frame_bytes,
+            frame_limits=_frame_limits(max_frame_bytes),
+            header_limits=REQUEST_HEADER_LIMITS,
+        )
+
+    def _new_fast_path(self) -> RequestFastPath | None:
+        return RequestFastPath(self._dispatcher)
+
+    def _fatal_answer(self, exc: ProtocolError) -> list[Buffer] | None:
+        """The answer to a framing error before the connection closes (none to
+        a peer that does not speak laminar)."""
+        if isinstance(exc, BadMagic):
+            return None
+        return ErrorResponse.from_error(exc).encode_buffers(exc.correlation_id or 0)
+
+    def _answer_reserve(self, frame: Frame) -> int:
+        return answer_reserve_bytes(frame, self._fetch_bytes_max)
+
+    @staticmethod
+    def _payload_bytes(frame: Frame) -> int:
+        """Bytes of the frame kept as they came (not decoded into objects)."""
+        return len(frame.payload)
+
     def idle_for(self, now: float) -> float:
         """Seconds without a complete frame while nothing is in flight (0 if busy)."""
         if self.in_flight:
@@ -184,7 +210,7 @@ class Connection:
         then answer what was received and close."""
         reader = self._reader = asyncio.current_task()
         assert reader is not None
-        self._fast = RequestFastPath(self._dispatcher)  # in this task's context (queue)
+        self._fast = self._new_fast_path()  # in this task's context (queue)
         metrics = self._metrics
         metrics.connections_total += 1
         metrics.connections_open += 1
@@ -198,9 +224,9 @@ class Connection:
                 reader.uncancel()  # stop(): no new requests, finish the rest
             except ProtocolError as exc:
                 metrics.protocol_errors += 1
-                if not isinstance(exc, BadMagic):
-                    error = ErrorResponse.from_error(exc)
-                    self._outbox.send(error.encode_buffers(exc.correlation_id or 0))
+                answer = self._fatal_answer(exc)
+                if answer is not None:
+                    self._outbox.send(answer)
             except OSError:
                 pass  # reset by peer: answers could not be delivered anyway
             self._reading = False
@@ -295,14 +321,14 @@ class Connection:
                     return started
                 frame = decoded
                 self._frames += 1
-                if frame.op == PEER_HELLO and self._frames == 1 and self._on_peer is not None:
+                if self._on_peer is not None and frame.op == PEER_HELLO and self._frames == 1:
                     if decoder.buffered_bytes:
                         raise ProtocolError("a peer's hello must come alone (await the challenge)")
                     self._peer_hello = frame
                     self._release(decoder.last_frame_bytes)  # the session charges its own
                     return started
                 self._next, self._next_bytes = frame, decoder.last_frame_bytes
-            reserve = answer_reserve_bytes(frame, self._fetch_bytes_max)
+            reserve = self._answer_reserve(frame)
             if not self._may_start(reserve):
                 return started
             frame_bytes = self._next_bytes
@@ -314,7 +340,9 @@ class Connection:
         """Whether a frame whose answer reserves `reserve` bytes may start now
         (the rules of `laminar.shards.budget`)."""
         busy = self.in_flight or self._answer_bytes
-        if self.in_flight >= MAX_IN_FLIGHT or (busy and self._answer_bytes >= MAX_ANSWER_BYTES):
+        if self.in_flight >= self.max_in_flight or (
+            busy and self._answer_bytes >= MAX_ANSWER_BYTES
+        ):
             return False
         budget = self._budget
         if reserve:
@@ -324,7 +352,7 @@ class Connection:
 
     def _start(self, frame: Frame, frame_bytes: int, reserve: int) -> None:
         budget = self._budget
-        cost = budget.admit(frame_bytes, len(frame.payload)) + reserve
+        cost = budget.admit(frame_bytes, self._payload_bytes(frame)) + reserve
         budget.charge(reserve)
         self._held += cost - frame_bytes  # the frame's own bytes were charged when received
         self._answer_bytes += reserve

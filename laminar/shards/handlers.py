@@ -95,6 +95,8 @@ class ShardIdentity:
     max_frame_bytes: int
     max_wait_ms: int
     """The longest a fetch long-polls, whatever it asks for."""
+    kafka_ports: tuple[int, ...] = ()
+    """Each shard's Kafka port, in shard order (empty: the Kafka door is off)."""
 
 
 @dataclass(slots=True)

@@ -65,6 +65,8 @@ from laminar.shards.control import (
 from laminar.shards.datagram import DatagramServer
 from laminar.shards.dispatch import CHANNEL_FRAME_SLACK, Dispatcher
 from laminar.shards.handlers import Handlers, RequestContext, ShardIdentity
+from laminar.shards.kafka_connection import KafkaConnection
+from laminar.shards.kafka_door import KafkaDoor
 from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.replicas import ClusterReplicas, NodeReplicas, Replicas
 from laminar.shards.retention import Retention
@@ -145,6 +147,7 @@ class Shard:
         node_port: int,
         shard_ports: list[int],
         admin_port: int | None = None,
+        kafka_ports: list[int] | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
@@ -166,6 +169,7 @@ class Shard:
             port=node_port,
             shard_ports=tuple(shard_ports),
             admin_port=admin_port,
+            kafka_ports=tuple(kafka_ports or ()),
             routing_mode=routing_mode,
             max_frame_bytes=config.max_frame_bytes,
             max_wait_ms=config.max_wait_ms,
@@ -188,6 +192,8 @@ class Shard:
         self._drain_requested: asyncio.Event | None = None
         self._owned_partitions = 0
         self._started_at = self.clock.monotonic()
+        self.kafka: KafkaDoor | None = None
+        """The Kafka door (None while starting, or when --kafka-port is 0)."""
 
     # -- helpers ---------------------------------------------------------------
 
@@ -367,6 +373,9 @@ class Shard:
         await self.writes.start()
         self._listen(self.sockets.shard_tcp, internal=False)
         self._listen(self.sockets.node_tcp, internal=False)
+        if self.sockets.kafka_tcp is not None:
+            self.kafka = KafkaDoor(self.handlers, self.dispatcher, self.clock)
+            self._listen(self.sockets.kafka_tcp, internal=False, kafka=True)
         self.datagrams = None
         if self.sockets.node_udp is not None:
             self.datagrams = DatagramServer(
@@ -452,10 +461,10 @@ class Shard:
 
     # -- listening -------------------------------------------------------------
 
-    def _listen(self, sock: socket.socket, *, internal: bool) -> None:
-        self._listeners.append(self._spawn(self._accept_loop(sock, internal)))
+    def _listen(self, sock: socket.socket, *, internal: bool, kafka: bool = False) -> None:
+        self._listeners.append(self._spawn(self._accept_loop(sock, internal, kafka)))
 
-    async def _accept_loop(self, listener: socket.socket, internal: bool) -> None:
+    async def _accept_loop(self, listener: socket.socket, internal: bool, kafka: bool) -> None:
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -496,20 +505,35 @@ class Shard:
                 client=None if internal else (self.shard_id << 48) | next(self._client_ids),
             )
             max_frame = self.config.max_frame_bytes + (CHANNEL_FRAME_SLACK if internal else 0)
-            on_peer = None
-            if not internal and self.replication is not None:
-                on_peer = functools.partial(self._accept_peer, host)
-            conn = Connection(
-                sock,
-                self.dispatcher,
-                self.metrics,
-                ctx,
-                max_frame,
-                self._closed,
-                self.budget,
-                on_peer,
-                self.clock,
-            )
+            conn: Connection
+            if kafka:
+                assert self.kafka is not None
+                conn = KafkaConnection(
+                    sock,
+                    self.kafka,
+                    self.dispatcher,
+                    self.metrics,
+                    ctx,
+                    max_frame,
+                    self._closed,
+                    self.budget,
+                    self.clock,
+                )
+            else:
+                on_peer = None
+                if not internal and self.replication is not None:
+                    on_peer = functools.partial(self._accept_peer, host)
+                conn = Connection(
+                    sock,
+                    self.dispatcher,
+                    self.metrics,
+                    ctx,
+                    max_frame,
+                    self._closed,
+                    self.budget,
+                    on_peer,
+                    self.clock,
+                )
             self.connections.add(conn)
             if not internal:
                 self._client_connections += 1

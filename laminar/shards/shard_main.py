@@ -60,6 +60,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--runtime", choices=("uring", "asyncio"), required=True)
     p.add_argument("--node-port", type=int, required=True)
     p.add_argument("--shard-ports", required=True, help="comma-separated, in shard order")
+    p.add_argument(
+        "--kafka-ports", default="", help="comma-separated, in shard order (empty: no Kafka door)"
+    )
     p.add_argument("--admin-port", type=int, default=None, help="the node's admin endpoint")
     return p.parse_args(argv)
 
@@ -102,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             routing_mode=routing_mode,
             node_port=args.node_port,
             shard_ports=[int(p) for p in args.shard_ports.split(",")],
+            kafka_ports=[int(p) for p in args.kafka_ports.split(",") if p],
             admin_port=args.admin_port,
         )
     except Exception as exc:

@@ -287,8 +287,17 @@ class ProduceRequest(Message):
                 for i, v in enumerate(values)
             ]
         if producer_id is not None and sequence is not None and values:
-            blobs[0] = _stamped(blobs[0], ProducerStamp(producer_id, sequence, len(values)))
+            return cls.stamped(partition_id, blobs, producer_id, sequence)
         return cls(partition_id, tuple(blobs), producer_id, sequence)
+
+    @classmethod
+    def stamped(
+        cls, partition_id: int, blobs: Sequence[bytes], producer_id: int, sequence: int
+    ) -> ProduceRequest:
+        """An idempotent produce of encoded records: the first carries the stamp."""
+        out = list(blobs)
+        out[0] = _stamped(out[0], ProducerStamp(producer_id, sequence, len(out)))
+        return cls(partition_id, tuple(out), producer_id, sequence)
 
     def _partition(self) -> int:
         return self.partition_id

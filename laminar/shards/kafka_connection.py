@@ -1,0 +1,90 @@
+"""A Kafka client's connection to a shard's Kafka port.
+
+The same connection as laminar's own door (`laminar.shards.connection`: the
+shard's input budget, answer bounds, idle and slow-frame deadlines, shedding)
+with Kafka's framing (`laminar.kafka.framing`) and Kafka's ordering: a Kafka
+client matches answers to requests by their order on the connection, so
+requests are served one at a time, as a Kafka broker does. A framing error
+(a size no client sends, a frame over `--max-frame-bytes`) closes the
+connection without an answer: the stream is out of step and Kafka has no
+error frame for it.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from laminar.clock import SYSTEM_CLOCK, Clock
+from laminar.kafka.framing import KafkaFrameDecoder
+from laminar.shards.budget import InputBudget
+from laminar.shards.connection import Connection
+from laminar.shards.dispatch import Dispatcher
+from laminar.shards.handlers import RequestContext
+from laminar.shards.kafka_door import KafkaDoor
+from laminar.shards.metrics import ShardMetrics
+from laminar.wire import ProtocolError
+from laminar.wire.codec import Buffer
+
+if TYPE_CHECKING:
+    from laminar.shards.fastpath import RequestFastPath
+
+PRODUCE_API_KEY = 0
+FETCH_API_KEY = 1
+PRODUCE_DECODED_SHARE = 16
+"""A produce's records become blobs (a second copy, charged at twice their
+size here); the rest of it is small and charged as a header is."""
+
+
+class KafkaConnection(Connection):
+    """One Kafka client's socket (see the module docstring)."""
+
+    max_in_flight = 1
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        door: KafkaDoor,
+        dispatcher: Dispatcher,
+        metrics: ShardMetrics,
+        ctx: RequestContext,
+        max_frame_bytes: int,
+        on_close: Callable[[Connection], None],
+        budget: InputBudget,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._door = door
+        super().__init__(
+            sock, dispatcher, metrics, ctx, max_frame_bytes, on_close, budget, None, clock
+        )
+
+    def _new_decoder(self, max_frame_bytes: int) -> KafkaFrameDecoder:  # type: ignore[override]
+        return KafkaFrameDecoder(max_frame_bytes)
+
+    def _new_fast_path(self) -> RequestFastPath | None:
+        return None
+
+    def _fatal_answer(self, exc: ProtocolError) -> list[Buffer] | None:
+        return None
+
+    def _answer_reserve(self, frame: bytes) -> int:  # type: ignore[override]
+        """A fetch may answer up to the door's cap: reserve it (one request is in
+        flight per connection, so this is one fetch's worth)."""
+        api_key = int.from_bytes(frame[:2], "big")
+        return self._door.fetch_bytes_max if api_key == FETCH_API_KEY else 0
+
+    @staticmethod
+    def _payload_bytes(frame: bytes) -> int:  # type: ignore[override]
+        """What `InputBudget.admit` should not charge as decoded objects: a
+        Kafka request is decoded whole, so all of it counts as header, except
+        most of a produce (its records), which is charged about twice more for
+        the blobs it becomes."""
+        if int.from_bytes(frame[:2], "big") != PRODUCE_API_KEY:
+            return 0
+        return len(frame) - len(frame) // PRODUCE_DECODED_SHARE
+
+    async def _serve_one(self, frame: bytes) -> None:  # type: ignore[override]
+        answer = await self._door.serve(frame, self._ctx)
+        if answer is not None:
+            self._send([answer])

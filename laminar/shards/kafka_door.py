@@ -1,0 +1,545 @@
+"""The Kafka door of one shard: Kafka requests served with the shard's own parts.
+
+A Kafka request arrives on this shard's Kafka port (one broker per shard,
+`laminar.kafka.brokers`), decoded by `laminar.kafka.codec`; each API maps onto
+what laminar's own door does with the same partitions, so a record produced
+through either door is read through both:
+
+- Produce: the batch is checked and split into laminar record blobs
+  (`laminar.kafka.batches`) and appended to the partition this shard owns
+  (its leader replica on a cluster), through the idempotent producer table
+  when the batch carries a producer id. A partition another shard owns
+  answers NOT_LEADER_OR_FOLLOWER: Kafka clients then refresh their metadata
+  and send it to the right broker (no forwarding on this door).
+- Fetch: records read as a `LogBatch` and sent as one RecordBatch v2 per
+  partition; a fetch that finds less than `min_bytes` waits (up to
+  `max_wait_ms`, capped by `--max-wait-ms`) for any of its partitions to grow.
+- Topic changes go to the metadata owner through the shard's dispatcher, as
+  laminar frames: one code path decides them whichever door asked.
+
+Errors inside a request are Kafka error codes in the answer's own fields;
+only a request that cannot be decoded gets the codec's error answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from laminar.clock import SYSTEM_CLOCK, Clock
+from laminar.kafka import codec
+from laminar.kafka import messages as m
+from laminar.kafka.batches import decode_produce, encode_fetch
+from laminar.kafka.brokers import broker_id, topic_uuid
+from laminar.kafka.errors import ErrorCode as Kafka
+from laminar.kafka.errors import KafkaError
+from laminar.placement import partition_id, shard_for
+from laminar.replication.metadata import METADATA_PID, is_internal_topic
+from laminar.replication.replica import PartitionReplica
+from laminar.shards.dispatch import Dispatcher
+from laminar.shards.errors import error_for
+from laminar.shards.handlers import Handlers, RequestContext
+from laminar.wire import (
+    CreateTopicRequest,
+    CreateTopicResponse,
+    DeleteTopicRequest,
+    ErrorCode,
+    ErrorResponse,
+    ProduceRequest,
+    TopicInfo,
+    decode_frame,
+)
+
+logger = logging.getLogger("laminar.kafka")
+
+CLUSTER_ID: Final = "laminar"
+PRODUCER_ID_BITS: Final = 47
+"""Kafka producer ids the door hands out: random, positive, and with the epoch
+(16 bits) still inside laminar's u64 producer id."""
+DEFAULT_PARTITIONS: Final = 1
+"""What CreateTopics with `num_partitions = -1` gets (Kafka's `num.partitions`)."""
+
+_LAMINAR_TO_KAFKA: Final = {
+    ErrorCode.UNKNOWN_TOPIC: Kafka.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.UNKNOWN_PARTITION: Kafka.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.TOPIC_EXISTS: Kafka.TOPIC_ALREADY_EXISTS,
+    ErrorCode.OFFSET_OUT_OF_RANGE: Kafka.OFFSET_OUT_OF_RANGE,
+    ErrorCode.RECORD_TOO_LARGE: Kafka.MESSAGE_TOO_LARGE,
+    ErrorCode.CORRUPT_RECORD: Kafka.CORRUPT_MESSAGE,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE: Kafka.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    ErrorCode.DUPLICATE_SEQUENCE: Kafka.DUPLICATE_SEQUENCE_NUMBER,
+    ErrorCode.NOT_OWNER: Kafka.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.NOT_LEADER: Kafka.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.NOT_ENOUGH_REPLICAS: Kafka.NOT_ENOUGH_REPLICAS,
+    ErrorCode.STORAGE_ERROR: Kafka.KAFKA_STORAGE_ERROR,
+    ErrorCode.SHUTTING_DOWN: Kafka.LEADER_NOT_AVAILABLE,
+    ErrorCode.NOT_READY: Kafka.LEADER_NOT_AVAILABLE,
+    ErrorCode.TIMEOUT: Kafka.REQUEST_TIMED_OUT,
+    ErrorCode.OUTCOME_UNKNOWN: Kafka.REQUEST_TIMED_OUT,
+    ErrorCode.INVALID_REQUEST: Kafka.INVALID_REQUEST,
+}
+
+
+def kafka_error(exc: BaseException) -> tuple[Kafka, str]:
+    """The Kafka error code and message for a failure while serving a partition."""
+    if isinstance(exc, KafkaError):
+        return exc.code, str(exc)
+    code, message, expected = error_for(exc)
+    if not expected:
+        logger.error("Kafka request failed unexpectedly", exc_info=exc)
+    return _LAMINAR_TO_KAFKA.get(code, Kafka.UNKNOWN_SERVER_ERROR), message
+
+
+def laminar_producer_id(producer_id: int, epoch: int) -> int:
+    """The laminar producer a Kafka (producer id, epoch) appends as: a new epoch
+    is a new producer whose sequence starts again at 0, as in Kafka."""
+    return producer_id << 16 | epoch
+
+
+Handler = Callable[[Any, RequestContext], Awaitable[Any]]
+
+
+class KafkaDoor:
+    """Serves decoded Kafka requests on one shard (see the module docstring)."""
+
+    def __init__(
+        self, handlers: Handlers, dispatcher: Dispatcher, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        self.handlers = handlers
+        self.dispatcher = dispatcher
+        self.ident = handlers.ident
+        self._clock = clock
+        self._table: dict[type, Handler] = {
+            m.ApiVersionsRequest: self.api_versions,
+            m.MetadataRequest: self.metadata,
+            m.ProduceRequest: self.produce,
+            m.FetchRequest: self.fetch,
+            m.ListOffsetsRequest: self.list_offsets,
+            m.InitProducerIdRequest: self.init_producer_id,
+            m.CreateTopicsRequest: self.create_topics,
+            m.DeleteTopicsRequest: self.delete_topics,
+            m.DescribeConfigsRequest: self.describe_configs,
+        }
+
+    @property
+    def fetch_bytes_max(self) -> int:
+        """The most record bytes one fetch answer carries (what its connection reserves)."""
+        return self.handlers.fetch_bytes_max
+
+    async def serve(self, frame: bytes, ctx: RequestContext) -> bytes | None:
+        """The answer to one request frame (None: a produce with acks=0, which
+        Kafka never answers). Never raises, except CancelledError."""
+        try:
+            request = codec.decode_request(frame)
+        except codec.UnsupportedVersion as exc:
+            return codec.unsupported_response(exc)
+        except codec.MalformedRequest as exc:
+            return codec.malformed_response(exc)
+        handler = self._table.get(type(request.body))
+        if handler is None:
+            return codec.unsupported_response(
+                codec.UnsupportedVersion(
+                    request.api_key, request.api_version, request.correlation_id
+                )
+            )
+        try:
+            body = await handler(request.body, ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug: the request's own failures are in its fields
+            code, message = kafka_error(exc)
+            return codec.error_response(request, code, message)
+        if body is None:
+            return None
+        return codec.encode_response(request, body)
+
+    # -- the layout -------------------------------------------------------------
+
+    def _host(self, ctx: RequestContext) -> str:
+        host = self.ident.host
+        if host in ("0.0.0.0", "::", "") and ctx.local_host:
+            return ctx.local_host
+        return host
+
+    def _broker_of(self, pid: int) -> int:
+        return broker_id(self.ident.node_id, shard_for(pid, self.ident.shard_count))
+
+    def _owns(self, pid: int) -> bool:
+        return shard_for(pid, self.ident.shard_count) == self.ident.shard_id
+
+    async def _topic(self, name: str) -> TopicInfo | None:
+        metadata = self.handlers.metadata
+        if not metadata.is_ready:
+            await metadata.ready()
+        topic = metadata.state.by_name(name)
+        if topic is None:
+            await metadata.catch_up()
+            topic = metadata.state.by_name(name)
+        return topic
+
+    async def _partition(self, name: str, index: int, *, write: bool) -> PartitionReplica:
+        """The replica of partition `index` of topic `name` this shard serves, or
+        the KafkaError a Kafka client expects."""
+        topic = await self._topic(name)
+        if topic is None or not 0 <= index < topic.partitions:
+            raise KafkaError(
+                Kafka.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {index} of topic {name[:60]!r}"
+            )
+        pid = partition_id(topic.topic_id, index)
+        if not self._owns(pid):
+            raise KafkaError(
+                Kafka.NOT_LEADER_OR_FOLLOWER,
+                f"partition {index} of {name[:60]!r} is served by broker {self._broker_of(pid)}",
+            )
+        if write:
+            return await self.handlers.write_replica_of(pid)
+        return await self.handlers.replica_of(pid)
+
+    # -- APIs ---------------------------------------------------------------------
+
+    async def api_versions(
+        self, req: m.ApiVersionsRequest, ctx: RequestContext
+    ) -> m.ApiVersionsResponse:
+        return codec.api_versions_response()
+
+    async def metadata(self, req: m.MetadataRequest, ctx: RequestContext) -> m.MetadataResponse:
+        metadata = self.handlers.metadata
+        await metadata.ready()
+        host = self._host(ctx)
+        node = self.ident.node_id
+        brokers = [
+            m.MetadataResponse.MetadataResponseBroker(
+                node_id=broker_id(node, shard), host=host, port=port
+            )
+            for shard, port in enumerate(self.ident.kafka_ports)
+        ]
+        state = metadata.state
+        if req.topics is None:
+            wanted: list[tuple[str, TopicInfo | None]] = [(t.name, t) for t in state.topics()]
+        else:
+            wanted = [(t.name or "", state.by_name(t.name or "")) for t in req.topics]
+        topics = []
+        for name, topic in wanted:
+            if topic is None:
+                topics.append(
+                    m.MetadataResponse.MetadataResponseTopic(
+                        error_code=Kafka.UNKNOWN_TOPIC_OR_PARTITION, name=name
+                    )
+                )
+                continue
+            partitions = []
+            for index in range(topic.partitions):
+                leader = self._broker_of(partition_id(topic.topic_id, index))
+                partitions.append(
+                    m.MetadataResponse.MetadataResponsePartition(
+                        partition_index=index,
+                        leader_id=leader,
+                        replica_nodes=[leader],
+                        isr_nodes=[leader],
+                    )
+                )
+            topics.append(
+                m.MetadataResponse.MetadataResponseTopic(
+                    name=topic.name,
+                    topic_id=topic_uuid(topic.topic_id),
+                    is_internal=is_internal_topic(topic.name),
+                    partitions=partitions,
+                )
+            )
+        return m.MetadataResponse(
+            brokers=brokers,
+            cluster_id=CLUSTER_ID,
+            controller_id=self._broker_of(METADATA_PID),
+            topics=topics,
+        )
+
+    async def produce(self, req: m.ProduceRequest, ctx: RequestContext) -> m.ProduceResponse | None:
+        if req.transactional_id is not None:
+            raise KafkaError(
+                Kafka.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported"
+            )
+        jobs = []
+        for topic in req.topic_data:
+            for part in topic.partition_data:
+                jobs.append(self._produce_one(topic.name, part.index, part.records, ctx))
+        answers = await asyncio.gather(*jobs)
+        if req.acks == 0:
+            return None
+        at = 0
+        responses = []
+        for topic in req.topic_data:
+            count = len(topic.partition_data)
+            responses.append(
+                m.ProduceResponse.TopicProduceResponse(
+                    name=topic.name, partition_responses=answers[at : at + count]
+                )
+            )
+            at += count
+        return m.ProduceResponse(responses=responses)
+
+    async def _produce_one(
+        self, name: str, index: int, records: bytes | None, ctx: RequestContext
+    ) -> m.ProduceResponse.PartitionProduceResponse:
+        answer = m.ProduceResponse.PartitionProduceResponse(index=index)
+        try:
+            if records is None:
+                raise KafkaError(Kafka.INVALID_RECORD, "a produce needs a record batch")
+            replica = await self._partition(name, index, write=True)
+            batch = decode_produce(records, max_bytes=self.ident.max_frame_bytes)
+            if batch.producer_id >= 0:
+                request = ProduceRequest.stamped(
+                    0,
+                    batch.blobs,
+                    laminar_producer_id(batch.producer_id, batch.producer_epoch),
+                    batch.base_sequence,
+                )
+                first, _, appended = await self.handlers.producers.append(
+                    replica, request, ctx.client
+                )
+            else:
+                first, _ = await replica.append_stamped(batch.blobs)
+                appended = batch.record_count
+            self.handlers.metrics.records_in += appended
+            answer.base_offset = first
+            answer.log_start_offset = replica.lowest_index
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            answer.error_code, answer.error_message = kafka_error(exc)
+        return answer
+
+    async def fetch(self, req: m.FetchRequest, ctx: RequestContext) -> m.FetchResponse:
+        budget = max(1, min(req.max_bytes, self.handlers.fetch_bytes_max))
+        wait_s = min(req.max_wait_ms, self.ident.max_wait_ms) / 1000
+        deadline = self._clock.monotonic() + wait_s
+        while True:
+            responses, size, waits = await self._fetch_once(req, budget)
+            remaining = deadline - self._clock.monotonic()
+            if size >= max(1, req.min_bytes) or not waits or remaining <= 0:
+                return m.FetchResponse(responses=responses)
+            await self._wait_any(waits, remaining)
+            if self._clock.monotonic() >= deadline:  # nothing came: answer what there is
+                responses, _, _ = await self._fetch_once(req, budget)
+                return m.FetchResponse(responses=responses)
+
+    async def _fetch_once(
+        self, req: m.FetchRequest, budget: int
+    ) -> tuple[list[Any], int, list[tuple[PartitionReplica, int]]]:
+        size = 0
+        waits: list[tuple[PartitionReplica, int]] = []
+        responses = []
+        for topic in req.topics:
+            parts = []
+            for part in topic.partitions:
+                answer = m.FetchResponse.PartitionData(partition_index=part.partition)
+                try:
+                    replica = await self._partition(topic.topic, part.partition, write=False)
+                    await replica.confirm_reads()
+                    answer.high_watermark = replica.highest_index
+                    answer.last_stable_offset = replica.highest_index
+                    answer.log_start_offset = replica.lowest_index
+                    start = replica.next_readable(part.fetch_offset)
+                    if not replica.lowest_index <= part.fetch_offset <= replica.highest_index:
+                        raise KafkaError(
+                            Kafka.OFFSET_OUT_OF_RANGE,
+                            f"offset {part.fetch_offset} is outside "
+                            f"[{replica.lowest_index}, {replica.highest_index}]",
+                        )
+                    if start >= replica.highest_index:
+                        waits.append((replica, start))
+                    elif size < budget:
+                        limit = max(1, min(part.partition_max_bytes, budget - size))
+                        batch = await replica.read_batch(start, limit, 1 << 20)
+                        records = encode_fetch(batch)
+                        answer.records = records
+                        size += len(records)
+                        self.handlers.metrics.records_out += len(batch)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    answer.error_code, _ = kafka_error(exc)
+                parts.append(answer)
+            responses.append(
+                m.FetchResponse.FetchableTopicResponse(topic=topic.topic, partitions=parts)
+            )
+        return responses, size, waits
+
+    async def _wait_any(self, waits: list[tuple[PartitionReplica, int]], timeout_s: float) -> None:
+        """Until any of the partitions has a record past where it was asked, or
+        `timeout_s` pass (or the shard drains)."""
+        polls = self.handlers.polls
+        tasks = [asyncio.ensure_future(polls.wait(r, i, timeout_s)) for r, i in waits]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def list_offsets(
+        self, req: m.ListOffsetsRequest, ctx: RequestContext
+    ) -> m.ListOffsetsResponse:
+        topics = []
+        for topic in req.topics:
+            parts = []
+            for part in topic.partitions:
+                answer = m.ListOffsetsResponse.ListOffsetsPartitionResponse(
+                    partition_index=part.partition_index
+                )
+                try:
+                    replica = await self._partition(topic.name, part.partition_index, write=False)
+                    await replica.confirm_reads()
+                    answer.offset, answer.timestamp = await self._offset_for(
+                        replica, part.timestamp
+                    )
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    answer.error_code, _ = kafka_error(exc)
+                parts.append(answer)
+            topics.append(
+                m.ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=parts)
+            )
+        return m.ListOffsetsResponse(topics=topics)
+
+    @staticmethod
+    async def _offset_for(replica: PartitionReplica, timestamp: int) -> tuple[int, int]:
+        """(offset, timestamp) for ListOffsets: -2 earliest, -1 latest, else the
+        first record stamped at or after `timestamp` ((-1, -1) if none)."""
+        if timestamp == -2:
+            return replica.lowest_index, -1
+        if timestamp == -1:
+            return replica.highest_index, -1
+        if timestamp < 0:
+            raise KafkaError(
+                Kafka.INVALID_REQUEST, f"unsupported ListOffsets timestamp {timestamp}"
+            )
+        index = await replica.index_for_timestamp(timestamp)
+        if index >= replica.highest_index:
+            return -1, -1
+        (record,) = await replica.read_range(index, 1, 1)
+        return record.index, record.timestamp_ms
+
+    async def init_producer_id(
+        self, req: m.InitProducerIdRequest, ctx: RequestContext
+    ) -> m.InitProducerIdResponse:
+        if req.transactional_id is not None:
+            return m.InitProducerIdResponse(error_code=Kafka.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        return m.InitProducerIdResponse(
+            producer_id=secrets.randbits(PRODUCER_ID_BITS), producer_epoch=0
+        )
+
+    async def create_topics(
+        self, req: m.CreateTopicsRequest, ctx: RequestContext
+    ) -> m.CreateTopicsResponse:
+        results = await asyncio.gather(
+            *(self._create_one(t, req.validate_only, ctx) for t in req.topics)
+        )
+        return m.CreateTopicsResponse(topics=list(results))
+
+    async def _create_one(
+        self, want: Any, validate_only: bool, ctx: RequestContext
+    ) -> m.CreateTopicsResponse.CreatableTopicResult:
+        result = m.CreateTopicsResponse.CreatableTopicResult(name=want.name)
+        try:
+            if want.assignments:
+                raise KafkaError(
+                    Kafka.INVALID_REQUEST, "laminar places replicas itself: omit the assignments"
+                )
+            config: dict[str, int | str] = {}
+            for entry in want.configs:
+                try:
+                    config[entry.name] = int(entry.value or "")
+                except ValueError:
+                    raise KafkaError(
+                        Kafka.INVALID_CONFIG,
+                        f"topic config {entry.name[:60]} must be an integer, got {entry.value!r}",
+                    ) from None
+            partitions = DEFAULT_PARTITIONS if want.num_partitions == -1 else want.num_partitions
+            factor = None if want.replication_factor == -1 else want.replication_factor
+            if validate_only:
+                return result
+            request = CreateTopicRequest(want.name, partitions, config, factor)
+            answer = await self._laminar(request, ctx)
+            topic = CreateTopicResponse.from_frame(answer).topic
+            result.topic_id = topic_uuid(topic.topic_id)
+            result.num_partitions = topic.partitions
+            result.replication_factor = topic.replication_factor
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            result.error_code, result.error_message = kafka_error(exc)
+        return result
+
+    async def delete_topics(
+        self, req: m.DeleteTopicsRequest, ctx: RequestContext
+    ) -> m.DeleteTopicsResponse:
+        names = [t.name for t in req.topics] if req.topics else list(req.topic_names)
+        results = []
+        for name in names:
+            result = m.DeleteTopicsResponse.DeletableTopicResult(name=name)
+            try:
+                if name is None:
+                    raise KafkaError(Kafka.UNKNOWN_TOPIC_ID, "delete topics by name")
+                await self._laminar(DeleteTopicRequest(name), ctx)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                result.error_code, result.error_message = kafka_error(exc)
+            results.append(result)
+        return m.DeleteTopicsResponse(responses=results)
+
+    async def _laminar(self, request: Any, ctx: RequestContext) -> Any:
+        """Serve a laminar request through this shard's dispatcher (which takes
+        it to the shard that decides it); its answer frame, or the error raised."""
+        frame = decode_frame(request.encode(0))
+        raw = b"".join(await self.dispatcher.dispatch(frame, ctx))
+        answer = decode_frame(raw, len(raw))
+        if answer.is_error:
+            error = ErrorResponse.from_frame(answer)
+            raise KafkaError(
+                _LAMINAR_TO_KAFKA.get(error.code, Kafka.UNKNOWN_SERVER_ERROR), error.message
+            )
+        return answer
+
+    async def describe_configs(
+        self, req: m.DescribeConfigsRequest, ctx: RequestContext
+    ) -> m.DescribeConfigsResponse:
+        from laminar.replication.topic_config import TOPIC_CONFIG_KEYS
+
+        results = []
+        for resource in req.resources:
+            result = m.DescribeConfigsResponse.DescribeConfigsResult(
+                resource_type=resource.resource_type, resource_name=resource.resource_name
+            )
+            if resource.resource_type == RESOURCE_TOPIC:
+                topic = await self._topic(resource.resource_name)
+                if topic is None:
+                    result.error_code = Kafka.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    keys = resource.configuration_keys or sorted(TOPIC_CONFIG_KEYS)
+                    result.configs = [
+                        m.DescribeConfigsResponse.DescribeConfigsResourceResult(
+                            name=key,
+                            value=None if topic.config.get(key) is None else str(topic.config[key]),
+                            read_only=False,
+                            is_default=key not in topic.config,
+                            config_source=SOURCE_TOPIC if key in topic.config else SOURCE_DEFAULT,
+                        )
+                        for key in keys
+                        if key in TOPIC_CONFIG_KEYS
+                    ]
+            elif resource.resource_type != RESOURCE_BROKER:
+                result.error_code = Kafka.INVALID_REQUEST
+                result.error_message = f"resource type {resource.resource_type} has no configs here"
+            results.append(result)
+        return m.DescribeConfigsResponse(results=results)
+
+
+RESOURCE_TOPIC: Final = 2
+RESOURCE_BROKER: Final = 4
+SOURCE_TOPIC: Final = 1
+SOURCE_DEFAULT: Final = 5
