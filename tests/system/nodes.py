@@ -101,6 +101,15 @@ class RunningNode:
         return int(self.info["admin_port"])
 
     @property
+    def kafka_ports(self) -> list[int]:
+        """Each shard's Kafka port (shard 0's is the bootstrap)."""
+        return [int(p) for p in self.info.get("kafka_ports", [])]
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"{self.host}:{self.kafka_ports[0]}"
+
+    @property
     def admin_host(self) -> str:
         return str(self.info.get("admin_host", self.host))
 
