@@ -31,6 +31,7 @@ from laminar.replication.auth import PeerAuth
 from laminar.replication.nodes import NodeView
 from laminar.replication.transport import (
     HANDSHAKE_TIMEOUT_S,
+    NodeLayout,
     PeerLinkError,
     ShardConnection,
     fetch_layout,
@@ -116,7 +117,7 @@ class PeerCalls:
         self.auth = auth
         self.view = view
         self.max_frame_bytes = max_frame_bytes
-        self._layouts: dict[str, tuple[str, list[int]]] = {}
+        self._layouts: dict[str, NodeLayout] = {}
         self._connections: dict[tuple[str, int], _Connection] = {}
         self._opening: dict[tuple[str, int], asyncio.Lock] = {}
 
@@ -141,7 +142,9 @@ class PeerCalls:
             self._layouts.pop(node_id, None)
             raise PeerCallError(node_id, f"lost the connection ({exc})", sent=True) from None
 
-    async def _connection(self, node_id: str, pid: int) -> _Connection:
+    async def layout(self, node_id: str) -> NodeLayout:
+        """Where `node_id`'s shards listen (asked once, then kept until a call
+        to it fails). Raises `PeerLinkError`, OSError or TimeoutError."""
         layout = self._layouts.get(node_id)
         if layout is None:
             member = self.view().get(node_id)
@@ -151,7 +154,10 @@ class PeerCalls:
                 fetch_layout(member.host, member.port), HANDSHAKE_TIMEOUT_S
             )
             self._layouts[node_id] = layout
-        host, ports = layout
+        return layout
+
+    async def _connection(self, node_id: str, pid: int) -> _Connection:
+        host, ports, _ = await self.layout(node_id)
         key = (node_id, shard_for(pid, len(ports)))
         lock = self._opening.setdefault(key, asyncio.Lock())
         async with lock:

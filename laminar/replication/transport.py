@@ -36,7 +36,7 @@ import logging
 import socket
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Final, NamedTuple
 
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.placement import shard_for
@@ -186,7 +186,7 @@ class _NodeLink:
         self.queue: list[tuple[int, Message]] = []
         self.queued_bytes = 0
         self.wake = asyncio.Event()
-        self.layout: tuple[str, list[int]] | None = None
+        self.layout: NodeLayout | None = None
         self.connections: dict[int, ShardConnection] = {}
         self.sent_this_tick = False
         self.failures = 0
@@ -216,7 +216,7 @@ class _NodeLink:
                 await asyncio.sleep(delay)
 
     async def _deliver(self, batch: list[tuple[int, Message]]) -> None:
-        host, ports = await self._layout()
+        host, ports, _ = await self._layout()
         by_shard: dict[int, list[tuple[int, Message]]] = defaultdict(list)
         for pid, message in batch:
             by_shard[shard_for(pid, len(ports))].append((pid, message))
@@ -234,7 +234,7 @@ class _NodeLink:
                 await conn.send(encode_batch(chunk))
         self.sent_this_tick = True
 
-    async def _layout(self) -> tuple[str, list[int]]:
+    async def _layout(self) -> NodeLayout:
         if self.layout is None:
             member = self.links.view().get(self.node_id)
             if member is None:
@@ -283,8 +283,17 @@ async def _connect(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def fetch_layout(host: str, port: int) -> tuple[str, list[int]]:
-    """(host, shard ports) of the node at host:port, from its metadata."""
+class NodeLayout(NamedTuple):
+    """Where a node's shards listen, from its metadata: its host, each shard's
+    port and each shard's Kafka port (empty: its Kafka door is off)."""
+
+    host: str
+    shard_ports: tuple[int, ...]
+    kafka_ports: tuple[int, ...]
+
+
+async def fetch_layout(host: str, port: int) -> NodeLayout:
+    """The layout of the node at host:port, from its metadata."""
     sock = await _connect(host, port)
     try:
         request = MetadataRequest(layout_only=True).encode(1)
@@ -297,7 +306,11 @@ async def fetch_layout(host: str, port: int) -> tuple[str, list[int]]:
     response = decode_response(frame)
     if not isinstance(response, MetadataResponse):
         raise PeerLinkError(f"{host}:{port} answered metadata with {type(response).__name__}")
-    return host, [s.port for s in sorted(response.shards, key=lambda s: s.shard_id)]
+    shards = sorted(response.shards, key=lambda s: s.shard_id)
+    kafka = tuple(s.kafka_port for s in shards if s.kafka_port is not None)
+    return NodeLayout(
+        host, tuple(s.port for s in shards), kafka if len(kafka) == len(shards) else ()
+    )
 
 
 class PeerLinks:
@@ -340,7 +353,7 @@ class PeerLinks:
         link = self._nodes.get(node_id)
         if link is None or link.layout is None:
             return ()
-        return tuple(link.layout[1])
+        return link.layout.shard_ports
 
     def heard(self, node_id: str) -> None:
         self._heard[node_id] = self._clock.monotonic()

@@ -389,7 +389,11 @@ class Handlers:
         host = ident.host
         if host in _UNSPECIFIED_HOSTS and ctx.local_host:
             host = ctx.local_host
-        shards = tuple(ShardInfo(i, host, port) for i, port in enumerate(ident.shard_ports))
+        kafka: tuple[int | None, ...] = ident.kafka_ports or (None,) * len(ident.shard_ports)
+        shards = tuple(
+            ShardInfo(i, host, port, kafka_port)
+            for i, (port, kafka_port) in enumerate(zip(ident.shard_ports, kafka, strict=True))
+        )
         nodes = self.replicas.nodes()
         return MetadataResponse(
             ident.node_id,
@@ -400,12 +404,12 @@ class Handlers:
             () if req.layout_only else self.metadata.state.topics(),
             ident.admin_port,
             nodes,
-            () if req.layout_only else await self._node_leaders(ctx, clustered=bool(nodes)),
+            () if req.layout_only else await self.node_leaders(ctx, clustered=bool(nodes)),
             ident.max_frame_bytes,
             tuple(sorted(self.metadata.state.decommissioned)),
         ).encode_buffers(corr)
 
-    async def _node_leaders(
+    async def node_leaders(
         self, ctx: RequestContext, *, clustered: bool
     ) -> tuple[tuple[int, str], ...]:
         """The partition leaders this node knows: those of this shard's Raft

@@ -39,6 +39,7 @@ from laminar.kafka.errors import KafkaError
 from laminar.placement import partition_id, shard_for
 from laminar.replication.metadata import METADATA_PID, is_internal_topic
 from laminar.replication.replica import PartitionReplica
+from laminar.replication.transport import NodeLayout, PeerLinkError
 from laminar.shards.dispatch import Dispatcher
 from laminar.shards.errors import error_for
 from laminar.shards.handlers import Handlers, RequestContext
@@ -52,6 +53,7 @@ from laminar.wire import (
     TopicInfo,
     decode_frame,
 )
+from laminar.wire.errors import ProtocolError
 
 logger = logging.getLogger("laminar.kafka")
 
@@ -100,16 +102,23 @@ def laminar_producer_id(producer_id: int, epoch: int) -> int:
 
 
 Handler = Callable[[Any, RequestContext], Awaitable[Any]]
+Layouts = Callable[[str], Awaitable[NodeLayout]]
 
 
 class KafkaDoor:
     """Serves decoded Kafka requests on one shard (see the module docstring)."""
 
     def __init__(
-        self, handlers: Handlers, dispatcher: Dispatcher, clock: Clock = SYSTEM_CLOCK
+        self,
+        handlers: Handlers,
+        dispatcher: Dispatcher,
+        layouts: Layouts | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.handlers = handlers
         self.dispatcher = dispatcher
+        self._layouts = layouts
+        """Other nodes' shard layouts (their Kafka ports): None on a single node."""
         self.ident = handlers.ident
         self._clock = clock
         self._table: dict[type, Handler] = {
@@ -208,14 +217,16 @@ class KafkaDoor:
     async def metadata(self, req: m.MetadataRequest, ctx: RequestContext) -> m.MetadataResponse:
         metadata = self.handlers.metadata
         await metadata.ready()
-        host = self._host(ctx)
-        node = self.ident.node_id
+        kafka_ports = await self._kafka_ports(ctx)
         brokers = [
             m.MetadataResponse.MetadataResponseBroker(
                 node_id=broker_id(node, shard), host=host, port=port
             )
-            for shard, port in enumerate(self.ident.kafka_ports)
+            for node, (host, ports) in kafka_ports.items()
+            for shard, port in enumerate(ports)
         ]
+        clustered = self._layouts is not None
+        leaders = dict(await self.handlers.node_leaders(ctx, clustered=clustered))
         state = metadata.state
         if req.topics is None:
             wanted: list[tuple[str, TopicInfo | None]] = [(t.name, t) for t in state.topics()]
@@ -230,17 +241,10 @@ class KafkaDoor:
                     )
                 )
                 continue
-            partitions = []
-            for index in range(topic.partitions):
-                leader = self._broker_of(partition_id(topic.topic_id, index))
-                partitions.append(
-                    m.MetadataResponse.MetadataResponsePartition(
-                        partition_index=index,
-                        leader_id=leader,
-                        replica_nodes=[leader],
-                        isr_nodes=[leader],
-                    )
-                )
+            partitions = [
+                self._partition_metadata(topic, index, leaders, kafka_ports)
+                for index in range(topic.partitions)
+            ]
             topics.append(
                 m.MetadataResponse.MetadataResponseTopic(
                     name=topic.name,
@@ -252,9 +256,68 @@ class KafkaDoor:
         return m.MetadataResponse(
             brokers=brokers,
             cluster_id=CLUSTER_ID,
-            controller_id=self._broker_of(METADATA_PID),
+            controller_id=self._controller(leaders, kafka_ports),
             topics=topics,
         )
+
+    async def _kafka_ports(self, ctx: RequestContext) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """(host, Kafka port per shard) of every node this shard can name: itself
+        and, on a cluster, each member whose layout it has or can ask for now
+        (a node that cannot be reached is left out: no partition leads there)."""
+        ident = self.ident
+        out = {ident.node_id: (self._host(ctx), ident.kafka_ports)}
+        if self._layouts is None:
+            return out
+        for node in self.handlers.replicas.nodes():
+            if node.node_id == ident.node_id:
+                continue
+            try:
+                layout = await self._layouts(node.node_id)
+            except (OSError, TimeoutError, ProtocolError, PeerLinkError):
+                continue
+            if layout.kafka_ports:
+                out[node.node_id] = (layout.host, layout.kafka_ports)
+        return out
+
+    def _partition_metadata(
+        self,
+        topic: TopicInfo,
+        index: int,
+        leaders: dict[int, str],
+        kafka_ports: dict[str, tuple[str, tuple[int, ...]]],
+    ) -> m.MetadataResponse.MetadataResponsePartition:
+        """A partition's leader and replicas as brokers: on a cluster the leader
+        this node knows (LEADER_NOT_AVAILABLE while none is known, so clients
+        ask again), on a single node the shard that owns it."""
+        me = self.ident.node_id
+        pid = partition_id(topic.topic_id, index)
+        replicas = [n or me for n in self.handlers.replicas.placed_on(pid, topic)]
+        leader = leaders.get(pid, replicas[0] if len(replicas) == 1 else None)
+
+        def broker(node: str) -> int | None:
+            ports = kafka_ports.get(node)
+            return None if ports is None else broker_id(node, shard_for(pid, len(ports[1])))
+
+        replica_brokers = [b for b in map(broker, replicas) if b is not None]
+        leader_broker = None if leader is None else broker(leader)
+        return m.MetadataResponse.MetadataResponsePartition(
+            error_code=Kafka.NONE if leader_broker is not None else Kafka.LEADER_NOT_AVAILABLE,
+            partition_index=index,
+            leader_id=-1 if leader_broker is None else leader_broker,
+            replica_nodes=replica_brokers,
+            isr_nodes=replica_brokers,
+        )
+
+    def _controller(
+        self, leaders: dict[int, str], kafka_ports: dict[str, tuple[str, tuple[int, ...]]]
+    ) -> int:
+        """The broker admin clients send topic changes to: the metadata owner's
+        shard, on the metadata group's leader when this node knows it (any
+        shard takes them: its dispatcher carries them to the owner)."""
+        node = leaders.get(METADATA_PID, self.ident.node_id)
+        if node not in kafka_ports:
+            node = self.ident.node_id
+        return broker_id(node, shard_for(METADATA_PID, len(kafka_ports[node][1])))
 
     async def produce(self, req: m.ProduceRequest, ctx: RequestContext) -> m.ProduceResponse | None:
         if req.transactional_id is not None:

@@ -374,7 +374,8 @@ class Shard:
         self._listen(self.sockets.shard_tcp, internal=False)
         self._listen(self.sockets.node_tcp, internal=False)
         if self.sockets.kafka_tcp is not None:
-            self.kafka = KafkaDoor(self.handlers, self.dispatcher, self.clock)
+            layouts = None if self.replication is None else self.replication.calls.layout
+            self.kafka = KafkaDoor(self.handlers, self.dispatcher, layouts, self.clock)
             self._listen(self.sockets.kafka_tcp, internal=False, kafka=True)
         self.datagrams = None
         if self.sockets.node_udp is not None:

@@ -146,18 +146,29 @@ def _context(exc: ProtocolError, frame: Frame) -> ProtocolError:
 
 @dataclass(frozen=True, slots=True)
 class ShardInfo:
-    """One shard of a node and the TCP port it serves partitions on directly."""
+    """One shard of a node and the TCP port it serves partitions on directly;
+    `kafka_port` is its Kafka listener's (None: the node's Kafka door is off).
+    Header key `kafka_port`, absent when None (and from older nodes)."""
 
     shard_id: int
     host: str
     port: int
+    kafka_port: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"shard_id": self.shard_id, "host": self.host, "port": self.port}
+        out: dict[str, Any] = {"shard_id": self.shard_id, "host": self.host, "port": self.port}
+        if self.kafka_port is not None:
+            out["kafka_port"] = self.kafka_port
+        return out
 
     @classmethod
     def from_wire(cls, h: dict[str, Any]) -> ShardInfo:
-        return cls(f.uint(h, "shard_id", f.U16), f.string(h, "host"), f.uint(h, "port", f.U16))
+        return cls(
+            f.uint(h, "shard_id", f.U16),
+            f.string(h, "host"),
+            f.uint(h, "port", f.U16),
+            f.opt_uint(h, "kafka_port", f.U16),
+        )
 
 
 @dataclass(frozen=True, slots=True)
