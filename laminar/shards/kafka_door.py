@@ -30,10 +30,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from laminar.clock import SYSTEM_CLOCK, Clock
+from laminar.groups.positions import POSITIONS_TOPIC
 from laminar.kafka import codec
 from laminar.kafka import messages as m
 from laminar.kafka.batches import decode_produce, encode_fetch
 from laminar.kafka.brokers import broker_id, topic_uuid
+from laminar.kafka.classic import assignment_bytes
 from laminar.kafka.errors import ErrorCode as Kafka
 from laminar.kafka.errors import KafkaError
 from laminar.placement import partition_id, shard_for
@@ -43,6 +45,7 @@ from laminar.replication.transport import NodeLayout, PeerLinkError
 from laminar.shards.dispatch import Dispatcher
 from laminar.shards.errors import error_for
 from laminar.shards.handlers import Handlers, RequestContext
+from laminar.shards.kafka_groups import PROTOCOL_TYPE, KafkaGroups, describe_state
 from laminar.wire import (
     CreateTopicRequest,
     CreateTopicResponse,
@@ -95,6 +98,17 @@ def kafka_error(exc: BaseException) -> tuple[Kafka, str]:
     return _LAMINAR_TO_KAFKA.get(code, Kafka.UNKNOWN_SERVER_ERROR), message
 
 
+def coordinator_error(exc: BaseException) -> tuple[Kafka, str]:
+    """`kafka_error` for a group API: a coordinator that is not (or no longer)
+    here answers NOT_COORDINATOR, so the client asks FindCoordinator again."""
+    code, message = kafka_error(exc)
+    if code in (Kafka.NOT_LEADER_OR_FOLLOWER, Kafka.UNKNOWN_TOPIC_OR_PARTITION):
+        return Kafka.NOT_COORDINATOR, message
+    if code in (Kafka.LEADER_NOT_AVAILABLE, Kafka.REQUEST_TIMED_OUT):
+        return Kafka.COORDINATOR_NOT_AVAILABLE, message
+    return code, message
+
+
 def laminar_producer_id(producer_id: int, epoch: int) -> int:
     """The laminar producer a Kafka (producer id, epoch) appends as: a new epoch
     is a new producer whose sequence starts again at 0, as in Kafka."""
@@ -131,7 +145,17 @@ class KafkaDoor:
             m.CreateTopicsRequest: self.create_topics,
             m.DeleteTopicsRequest: self.delete_topics,
             m.DescribeConfigsRequest: self.describe_configs,
+            m.FindCoordinatorRequest: self.find_coordinator,
+            m.JoinGroupRequest: self.join_group,
+            m.SyncGroupRequest: self.sync_group,
+            m.HeartbeatRequest: self.heartbeat,
+            m.LeaveGroupRequest: self.leave_group,
+            m.OffsetCommitRequest: self.offset_commit,
+            m.OffsetFetchRequest: self.offset_fetch,
+            m.DescribeGroupsRequest: self.describe_groups,
+            m.ListGroupsRequest: self.list_groups,
         }
+        self.groups = KafkaGroups(self._laminar)
 
     @property
     def fetch_bytes_max(self) -> int:
@@ -567,6 +591,220 @@ class KafkaDoor:
                 _LAMINAR_TO_KAFKA.get(error.code, Kafka.UNKNOWN_SERVER_ERROR), error.message
             )
         return answer
+
+    # -- groups (laminar.shards.kafka_groups) -------------------------------------
+
+    async def find_coordinator(
+        self, req: m.FindCoordinatorRequest, ctx: RequestContext
+    ) -> m.FindCoordinatorResponse:
+        if req.key_type != 0:
+            return m.FindCoordinatorResponse(
+                error_code=Kafka.INVALID_REQUEST,
+                error_message="transactions are not supported",
+                coordinators=[
+                    m.FindCoordinatorResponse.Coordinator(
+                        key=key, node_id=-1, host="", port=-1, error_code=Kafka.INVALID_REQUEST
+                    )
+                    for key in req.coordinator_keys
+                ],
+            )
+        keys = list(req.coordinator_keys) or [req.key]
+        found = [await self._find_one(key, ctx) for key in keys]
+        first = found[0]
+        return m.FindCoordinatorResponse(
+            error_code=first.error_code,
+            error_message=first.error_message,
+            node_id=first.node_id,
+            host=first.host,
+            port=first.port,
+            coordinators=found,
+        )
+
+    async def _find_one(self, group: str, ctx: RequestContext) -> Any:
+        answer = m.FindCoordinatorResponse.Coordinator(key=group, node_id=-1, host="", port=-1)
+        try:
+            broker = await self._leader_broker(await self.groups.coordinator(group, ctx), ctx)
+            if broker is None:
+                raise KafkaError(Kafka.COORDINATOR_NOT_AVAILABLE, "the group has no leader yet")
+            answer.node_id, answer.host, answer.port = broker
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            answer.error_code, answer.error_message = coordinator_error(exc)
+        return answer
+
+    async def _leader_broker(self, pid: int, ctx: RequestContext) -> tuple[int, str, int] | None:
+        """(broker id, host, port) of the broker leading partition `pid`, if known."""
+        kafka_ports = await self._kafka_ports(ctx)
+        node: str | None = self.ident.node_id
+        if self._layouts is not None:
+            node = dict(await self.handlers.node_leaders(ctx, clustered=True)).get(pid)
+        if node is None or node not in kafka_ports:
+            return None
+        host, ports = kafka_ports[node]
+        shard = shard_for(pid, len(ports))
+        return broker_id(node, shard), host, ports[shard]
+
+    async def join_group(self, req: m.JoinGroupRequest, ctx: RequestContext) -> Any:
+        try:
+            return await self.groups.join_group(req, ctx)
+        except KafkaError as exc:
+            return m.JoinGroupResponse(
+                error_code=coordinator_error(exc)[0], member_id=req.member_id
+            )
+
+    async def sync_group(self, req: m.SyncGroupRequest, ctx: RequestContext) -> Any:
+        return await self.groups.sync_group(req, ctx)
+
+    async def heartbeat(self, req: m.HeartbeatRequest, ctx: RequestContext) -> Any:
+        try:
+            return await self.groups.heartbeat(req, ctx)
+        except KafkaError as exc:
+            return m.HeartbeatResponse(error_code=coordinator_error(exc)[0])
+
+    async def leave_group(self, req: m.LeaveGroupRequest, ctx: RequestContext) -> Any:
+        try:
+            return await self.groups.leave_group(req, ctx)
+        except KafkaError as exc:
+            return m.LeaveGroupResponse(error_code=coordinator_error(exc)[0])
+
+    async def offset_commit(self, req: m.OffsetCommitRequest, ctx: RequestContext) -> Any:
+        try:
+            return await self.groups.offset_commit(req, ctx)
+        except KafkaError as exc:
+            code = coordinator_error(exc)[0]
+            return m.OffsetCommitResponse(
+                topics=[
+                    m.OffsetCommitResponse.OffsetCommitResponseTopic(
+                        name=t.name,
+                        partitions=[
+                            m.OffsetCommitResponse.OffsetCommitResponsePartition(
+                                partition_index=p.partition_index, error_code=code
+                            )
+                            for p in t.partitions
+                        ],
+                    )
+                    for t in req.topics
+                ]
+            )
+
+    async def offset_fetch(
+        self, req: m.OffsetFetchRequest, ctx: RequestContext
+    ) -> m.OffsetFetchResponse:
+        if req.groups:  # v8+: several groups at once
+            groups = []
+            for group in req.groups:
+                wanted = (
+                    None
+                    if group.topics is None
+                    else [(t.name, list(t.partition_indexes)) for t in group.topics]
+                )
+                code, found = await self._committed(group.group_id, wanted, ctx)
+                groups.append(
+                    m.OffsetFetchResponse.OffsetFetchResponseGroup(
+                        group_id=group.group_id,
+                        error_code=code,
+                        topics=[
+                            m.OffsetFetchResponse.OffsetFetchResponseTopics(
+                                name=topic,
+                                partitions=[
+                                    m.OffsetFetchResponse.OffsetFetchResponsePartitions(
+                                        partition_index=p, committed_offset=offset, metadata=""
+                                    )
+                                    for p, offset in parts
+                                ],
+                            )
+                            for topic, parts in found
+                        ],
+                    )
+                )
+            return m.OffsetFetchResponse(groups=groups)
+        wanted = (
+            None
+            if req.topics is None
+            else [(t.name, list(t.partition_indexes)) for t in req.topics]
+        )
+        code, found = await self._committed(req.group_id, wanted, ctx)
+        return m.OffsetFetchResponse(
+            error_code=code,
+            topics=[
+                m.OffsetFetchResponse.OffsetFetchResponseTopic(
+                    name=topic,
+                    partitions=[
+                        m.OffsetFetchResponse.OffsetFetchResponsePartition(
+                            partition_index=p, committed_offset=offset, metadata="", error_code=code
+                        )
+                        for p, offset in parts
+                    ],
+                )
+                for topic, parts in found
+            ],
+        )
+
+    async def _committed(
+        self, group: str, wanted: list[tuple[str, list[int]]] | None, ctx: RequestContext
+    ) -> tuple[Kafka, list[tuple[str, list[tuple[int, int]]]]]:
+        try:
+            return await self.groups.committed(group, wanted, ctx)
+        except KafkaError as exc:
+            return coordinator_error(exc)[0], []
+
+    async def describe_groups(
+        self, req: m.DescribeGroupsRequest, ctx: RequestContext
+    ) -> m.DescribeGroupsResponse:
+        described = []
+        for group in req.groups:
+            entry = m.DescribeGroupsResponse.DescribedGroup(
+                group_id=group, group_state="Dead", protocol_type="", protocol_data=""
+            )
+            try:
+                view = await self.groups.describe(group, ctx)
+                entry.group_state = describe_state(view)
+                if view is not None:
+                    entry.protocol_type = PROTOCOL_TYPE
+                    entry.protocol_data = view.assignor
+                    entry.members = [
+                        m.DescribeGroupsResponse.DescribedGroupMember(
+                            member_id=member.member_id,
+                            group_instance_id=member.instance_id,
+                            client_id="",
+                            client_host="",
+                            member_metadata=b"",
+                            member_assignment=assignment_bytes(member.assignment),
+                        )
+                        for member in view.members
+                    ]
+            except KafkaError as exc:
+                entry.error_code, entry.error_message = coordinator_error(exc)
+            described.append(entry)
+        return m.DescribeGroupsResponse(groups=described)
+
+    async def list_groups(
+        self, req: m.ListGroupsRequest, ctx: RequestContext
+    ) -> m.ListGroupsResponse:
+        """The groups whose coordinator is this broker (admin clients ask every broker)."""
+        topic = self.handlers.metadata.state.by_name(POSITIONS_TOPIC)
+        pids = []
+        if topic is not None:
+            pids = [
+                partition_id(topic.topic_id, i)
+                for i in range(topic.partitions)
+                if self._owns(partition_id(topic.topic_id, i))
+            ]
+        views = await self.groups.list_groups(pids, ctx)
+        wanted_states = set(req.states_filter)
+        return m.ListGroupsResponse(
+            groups=[
+                m.ListGroupsResponse.ListedGroup(
+                    group_id=view.group,
+                    protocol_type=PROTOCOL_TYPE,
+                    group_state=describe_state(view),
+                    group_type="classic",
+                )
+                for view in views
+                if not wanted_states or describe_state(view) in wanted_states
+            ]
+        )
 
     async def describe_configs(
         self, req: m.DescribeConfigsRequest, ctx: RequestContext
