@@ -309,7 +309,7 @@ class KafkaDoor:
         index: int,
         leaders: dict[int, str],
         kafka_ports: dict[str, tuple[str, tuple[int, ...]]],
-    ) -> m.MetadataResponse.MetadataResponsePartition:
+    ) -> m.MetadataResponse.MetadataResponseTopic.MetadataResponsePartition:
         """A partition's leader and replicas as brokers: on a cluster the leader
         this node knows (LEADER_NOT_AVAILABLE while none is known, so clients
         ask again), on a single node the shard that owns it."""
@@ -324,7 +324,7 @@ class KafkaDoor:
 
         replica_brokers = [b for b in map(broker, replicas) if b is not None]
         leader_broker = None if leader is None else broker(leader)
-        return m.MetadataResponse.MetadataResponsePartition(
+        return m.MetadataResponse.MetadataResponseTopic.MetadataResponsePartition(
             error_code=Kafka.NONE if leader_broker is not None else Kafka.LEADER_NOT_AVAILABLE,
             partition_index=index,
             leader_id=-1 if leader_broker is None else leader_broker,
@@ -369,8 +369,8 @@ class KafkaDoor:
 
     async def _produce_one(
         self, name: str, index: int, records: bytes | None, ctx: RequestContext
-    ) -> m.ProduceResponse.PartitionProduceResponse:
-        answer = m.ProduceResponse.PartitionProduceResponse(index=index)
+    ) -> m.ProduceResponse.TopicProduceResponse.PartitionProduceResponse:
+        answer = m.ProduceResponse.TopicProduceResponse.PartitionProduceResponse(index=index)
         try:
             if records is None:
                 raise KafkaError(Kafka.INVALID_RECORD, "a produce needs a record batch")
@@ -421,7 +421,9 @@ class KafkaDoor:
         for topic in req.topics:
             parts = []
             for part in topic.partitions:
-                answer = m.FetchResponse.PartitionData(partition_index=part.partition)
+                answer = m.FetchResponse.FetchableTopicResponse.PartitionData(
+                    partition_index=part.partition
+                )
                 try:
                     replica = await self._partition(topic.topic, part.partition, write=False)
                     await replica.confirm_reads()
@@ -473,8 +475,10 @@ class KafkaDoor:
         for topic in req.topics:
             parts = []
             for part in topic.partitions:
-                answer = m.ListOffsetsResponse.ListOffsetsPartitionResponse(
-                    partition_index=part.partition_index
+                answer = (
+                    m.ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
+                        partition_index=part.partition_index
+                    )
                 )
                 try:
                     replica = await self._partition(topic.name, part.partition_index, write=False)
@@ -678,7 +682,7 @@ class KafkaDoor:
                     m.OffsetCommitResponse.OffsetCommitResponseTopic(
                         name=t.name,
                         partitions=[
-                            m.OffsetCommitResponse.OffsetCommitResponsePartition(
+                            m.OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
                                 partition_index=p.partition_index, error_code=code
                             )
                             for p in t.partitions
@@ -705,10 +709,10 @@ class KafkaDoor:
                         group_id=group.group_id,
                         error_code=code,
                         topics=[
-                            m.OffsetFetchResponse.OffsetFetchResponseTopics(
+                            m.OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics(
                                 name=topic,
                                 partitions=[
-                                    m.OffsetFetchResponse.OffsetFetchResponsePartitions(
+                                    m.OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics.OffsetFetchResponsePartitions(
                                         partition_index=p, committed_offset=offset, metadata=""
                                     )
                                     for p, offset in parts
@@ -731,7 +735,7 @@ class KafkaDoor:
                 m.OffsetFetchResponse.OffsetFetchResponseTopic(
                     name=topic,
                     partitions=[
-                        m.OffsetFetchResponse.OffsetFetchResponsePartition(
+                        m.OffsetFetchResponse.OffsetFetchResponseTopic.OffsetFetchResponsePartition(
                             partition_index=p, committed_offset=offset, metadata="", error_code=code
                         )
                         for p, offset in parts
@@ -764,7 +768,7 @@ class KafkaDoor:
                     entry.protocol_type = PROTOCOL_TYPE
                     entry.protocol_data = view.assignor
                     entry.members = [
-                        m.DescribeGroupsResponse.DescribedGroupMember(
+                        m.DescribeGroupsResponse.DescribedGroup.DescribedGroupMember(
                             member_id=member.member_id,
                             group_instance_id=member.instance_id,
                             client_id="",
@@ -823,7 +827,7 @@ class KafkaDoor:
                 else:
                     keys = resource.configuration_keys or sorted(TOPIC_CONFIG_KEYS)
                     result.configs = [
-                        m.DescribeConfigsResponse.DescribeConfigsResourceResult(
+                        m.DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult(
                             name=key,
                             value=None if topic.config.get(key) is None else str(topic.config[key]),
                             read_only=False,

@@ -342,7 +342,7 @@ class KafkaGroups:
                 m.OffsetCommitResponse.OffsetCommitResponseTopic(
                     name=t.name,
                     partitions=[
-                        m.OffsetCommitResponse.OffsetCommitResponsePartition(
+                        m.OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
                             partition_index=p.partition_index,
                             error_code=group_error(results[(t.name, p.partition_index)]),
                         )
