@@ -119,15 +119,14 @@ def load(path: Path) -> Message:
     raw = json.loads(text)
     name = raw["name"]
     root = Struct(name, name, name)
-    common = {cs["name"]: cs for cs in raw.get("commonStructs", [])}
     structs: dict[str, Struct] = {}
     for cs in raw.get("commonStructs", []):
         child = Struct(cs["name"], f"{name}.{cs['name']}", f"{name}_{cs['name']}")
         root.children.append(child)
         structs[cs["name"]] = child
     for cs in raw.get("commonStructs", []):
-        fill(structs[cs["name"]], cs["fields"], structs, common)
-    fill(root, raw["fields"], structs, common)
+        fill(structs[cs["name"]], cs["fields"], structs)
+    fill(root, raw["fields"], structs)
     valid = parse_versions(raw["validVersions"])
     assert valid is not None
     return Message(
@@ -136,7 +135,9 @@ def load(path: Path) -> Message:
 
 
 def fill(
-    owner: Struct, raw_fields: list[dict[str, object]], structs: dict[str, Struct], common: dict[str, object]
+    owner: Struct,
+    raw_fields: list[dict[str, object]],
+    structs: dict[str, Struct],
 ) -> None:
     for raw in raw_fields:
         typ = str(raw["type"])
@@ -148,7 +149,7 @@ def fill(
                 sub = Struct(base, f"{owner.path}.{base}", f"{owner.flat}_{base}")
                 owner.children.append(sub)
                 structs[base] = sub
-                fill(sub, raw["fields"], structs, common)  # type: ignore[arg-type]
+                fill(sub, raw["fields"], structs)  # type: ignore[arg-type]
             else:
                 sub = structs[base]
         f = Field(
@@ -215,8 +216,8 @@ def emit_class(s: Struct, msg: Message | None, lines: list[str], indent: str) ->
     lines.append(f"{indent}class {s.name}:")
     inner = indent + "    "
     if msg is not None:
-        what = {"request": "request", "response": "response"}.get(msg.kind, msg.kind)
-        lines.append(f'{inner}"""Kafka\'s {msg.name} ({what}), versions {msg.valid[0]}-{msg.valid[1]}."""')
+        lo, hi = msg.valid
+        lines.append(f'{inner}"""Kafka\'s {msg.name} ({msg.kind}), versions {lo}-{hi}."""')
         lines.append("")
         if msg.api_key is not None:
             lines.append(f"{inner}API_KEY: ClassVar[int] = {msg.api_key}")
@@ -289,7 +290,7 @@ def dec_length(b: Body, ind: int, var: str, is_compact: bool, wide: bool) -> Non
         b.add(ind, f"pos += {4 if wide else 2}")
 
 
-def dec_null_check(b: Body, ind: int, n: str, var: str, nullable: bool, ctx: str, typ: str) -> None:
+def dec_null_check(b: Body, ind: int, n: str, var: str, nullable: bool, ctx: str) -> None:
     b.add(ind, f"if {n} < 0:")
     if nullable:
         b.add(ind + 1, f"{var} = None")
@@ -299,7 +300,15 @@ def dec_null_check(b: Body, ind: int, n: str, var: str, nullable: bool, ctx: str
 
 
 def dec_value(
-    b: Body, ind: int, f: Field, version: int, flexible: bool, var: str, ctx: str, nullable: bool, fn: dict[tuple[str, int], str]
+    b: Body,
+    ind: int,
+    f: Field,
+    version: int,
+    flexible: bool,
+    var: str,
+    ctx: str,
+    nullable: bool,
+    fn: dict[tuple[str, int], str],
 ) -> None:
     """Decode one non-fixed value (string, bytes, records, struct) into `var`."""
     if f.struct is not None:
@@ -308,7 +317,7 @@ def dec_value(
     n = b.fresh("n")
     dec_length(b, ind, n, compact(f, version, flexible), f.kind != "string")
     if nullable:
-        dec_null_check(b, ind, n, var, True, ctx, "")
+        dec_null_check(b, ind, n, var, True, ctx)
     else:
         b.add(ind, f"if {n} < 0:")
         b.add(ind + 1, f'raise WireError("{ctx}: negative length")')
@@ -331,7 +340,14 @@ def elem_type(f: Field) -> str:
 
 
 def dec_field(
-    b: Body, ind: int, owner: Struct, f: Field, version: int, flexible: bool, var: str, fn: dict[tuple[str, int], str]
+    b: Body,
+    ind: int,
+    owner: Struct,
+    f: Field,
+    version: int,
+    flexible: bool,
+    var: str,
+    fn: dict[tuple[str, int], str],
 ) -> None:
     ctx = where(owner, f)
     nullable = in_range(version, f.nullable)
@@ -346,7 +362,7 @@ def dec_field(
         return
     n = b.fresh("n")
     dec_length(b, ind, n, flexible, True)
-    dec_null_check(b, ind, n, var, nullable, ctx, "")
+    dec_null_check(b, ind, n, var, nullable, ctx)
     inner = ind + 1
     size = struct.calcsize(">" + FIXED[f.kind]) if f.kind in FIXED else 1
     bound = f"{n} * {size}" if size > 1 else n
@@ -375,32 +391,33 @@ def fields_at(s: Struct, version: int) -> tuple[list[Field], list[Field]]:
     return [f for f in present if not in_range(version, f.tagged)], tagged
 
 
-def fixed_runs(regular: list[Field]) -> list[list[Field]]:
+def fixed_runs(regular: list[Field]) -> list[tuple[str | None, list[Field]]]:
     """Split the regular fields into runs: consecutive fixed-width scalars
-    share one run (one struct call), every other field is a run of one."""
-    runs: list[list[Field]] = []
+    share one run and its struct format (one struct call), every other field
+    is a run of one with no format."""
+    runs: list[tuple[str | None, list[Field]]] = []
     for f in regular:
-        fixed = f.kind in FIXED and not f.is_array
-        if fixed and runs and runs[-1][0].kind in FIXED and not runs[-1][0].is_array:
-            runs[-1].append(f)
+        fmt = FIXED[f.kind] if f.kind in FIXED and not f.is_array else None
+        if fmt is not None and runs and runs[-1][0] is not None:
+            runs[-1] = (runs[-1][0] + fmt, [*runs[-1][1], f])
         else:
-            runs.append([f])
+            runs.append((fmt, [f]))
     return runs
 
 
-def gen_decoder(s: Struct, version: int, flexible: bool, fn: dict[tuple[str, int], str]) -> list[str]:
+def gen_decoder(
+    s: Struct, version: int, flexible: bool, fn: dict[tuple[str, int], str]
+) -> list[str]:
     b = Body()
     regular, tagged = fields_at(s, version)
-    for run in fixed_runs(regular):
-        f = run[0]
-        if f.kind in FIXED and not f.is_array:
-            fmt = "".join(FIXED[x.kind] for x in run)
+    for fmt, run in fixed_runs(regular):
+        if fmt is not None:
             names = ", ".join(f"f_{x.attr}" for x in run)
             call = f"{struct_name(fmt)}.unpack_from(buf, pos)"
             b.add(1, f"{names} = {call}" if len(run) > 1 else f"{names} = {call}[0]")
             b.add(1, f"pos += {struct.calcsize('>' + fmt)}")
         else:
-            dec_field(b, 1, s, f, version, flexible, f"f_{f.attr}", fn)
+            dec_field(b, 1, s, run[0], version, flexible, f"f_{run[0].attr}", fn)
     if flexible:
         gen_tag_decoder(b, s, tagged, version, fn)
     args = ", ".join(f"{f.attr}=f_{f.attr}" for f in regular + tagged)
@@ -411,7 +428,9 @@ def gen_decoder(s: Struct, version: int, flexible: bool, fn: dict[tuple[str, int
     return head + b.lines
 
 
-def gen_tag_decoder(b: Body, s: Struct, tagged: list[Field], version: int, fn: dict[tuple[str, int], str]) -> None:
+def gen_tag_decoder(
+    b: Body, s: Struct, tagged: list[Field], version: int, fn: dict[tuple[str, int], str]
+) -> None:
     if not tagged:
         b.add(1, "if buf[pos]:")
         b.add(2, "pos = _skip_tagged_fields(buf, pos)")
@@ -458,7 +477,14 @@ def enc_length(b: Body, ind: int, out: str, expr: str, is_compact: bool, wide: b
 
 
 def enc_value(
-    b: Body, ind: int, out: str, f: Field, version: int, flexible: bool, expr: str, fn: dict[tuple[str, int], str]
+    b: Body,
+    ind: int,
+    out: str,
+    f: Field,
+    version: int,
+    flexible: bool,
+    expr: str,
+    fn: dict[tuple[str, int], str],
 ) -> None:
     """Encode one non-null, non-array value."""
     if f.struct is not None:
@@ -475,7 +501,14 @@ def enc_value(
 
 
 def enc_field(
-    b: Body, ind: int, out: str, owner: Struct, f: Field, version: int, flexible: bool, fn: dict[tuple[str, int], str]
+    b: Body,
+    ind: int,
+    out: str,
+    owner: Struct,
+    f: Field,
+    version: int,
+    flexible: bool,
+    fn: dict[tuple[str, int], str],
 ) -> None:
     value = b.fresh("v")
     b.add(ind, f"{value} = o.{f.attr}")
@@ -484,7 +517,14 @@ def enc_field(
         b.add(ind, f"if {value} is None:")
         if in_range(version, f.nullable):
             wide = f.is_array or f.kind != "string"
-            enc_length(b, ind + 1, out, "-1", compact(f, version, flexible) if not f.is_array else flexible, wide)
+            enc_length(
+                b,
+                ind + 1,
+                out,
+                "-1",
+                compact(f, version, flexible) if not f.is_array else flexible,
+                wide,
+            )
         else:
             b.add(ind + 1, f'raise ValueError("{ctx} is not nullable")')
         b.add(ind, "else:")
@@ -513,17 +553,17 @@ def default_test(f: Field, value: str) -> str:
     return f"{value} != {expr}"
 
 
-def gen_encoder(s: Struct, version: int, flexible: bool, fn: dict[tuple[str, int], str]) -> list[str]:
+def gen_encoder(
+    s: Struct, version: int, flexible: bool, fn: dict[tuple[str, int], str]
+) -> list[str]:
     b = Body()
     regular, tagged = fields_at(s, version)
-    for run in fixed_runs(regular):
-        f = run[0]
-        if f.kind in FIXED and not f.is_array:
-            fmt = "".join(FIXED[x.kind] for x in run)
+    for fmt, run in fixed_runs(regular):
+        if fmt is not None:
             args = ", ".join(f"o.{x.attr}" for x in run)
             b.add(1, f"out += {struct_name(fmt)}.pack({args})")
         else:
-            enc_field(b, 1, "out", s, f, version, flexible, fn)
+            enc_field(b, 1, "out", s, run[0], version, flexible, fn)
     if flexible and not tagged:
         b.add(1, "out.append(0)")
     elif flexible:
@@ -577,8 +617,8 @@ def generate_codecs(
 
 HEADER = '''\
 # ruff: noqa: E501
-# (E501 off: qualified names of nested structs, like list[OffsetFetchResponse.OffsetFetchResponseGroup.
-# OffsetFetchResponseTopics], cannot be wrapped under 100 columns.)
+# (E501 off: qualified names of nested structs, such as
+# OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics, cannot wrap at 100.)
 # Generated by scripts/kafka_codegen.py from laminar/kafka/schema/*.json: do not edit.
 # Regenerate with `.venv/bin/python scripts/kafka_codegen.py` (tests/kafka checks it is current).
 """Kafka's messages as slotted dataclasses, with straight-line decoders and
@@ -637,7 +677,10 @@ def generate() -> str:
     STRUCTS_USED.clear()
     for msg in messages:
         generate_codecs(msg, functions, decoders, encoders)
-    structs = [f'{name} = Struct(">{fmt}")' for fmt, name in sorted(STRUCTS_USED.items(), key=lambda x: x[1])]
+    structs = [
+        f'{name} = Struct(">{fmt}")'
+        for fmt, name in sorted(STRUCTS_USED.items(), key=lambda x: x[1])
+    ]
     api = [m for m in messages if m.api_key is not None and m.kind == "request"]
     tables = [
         "API_KEYS: dict[str, int] = {",
@@ -649,7 +692,11 @@ def generate() -> str:
         *(f"    {m.api_key}: {m.name}," for m in api),
         "}",
         "RESPONSES: dict[int, type[Any]] = {",
-        *(f"    {m.api_key}: {m.name}," for m in messages if m.api_key is not None and m.kind == "response"),
+        *(
+            f"    {m.api_key}: {m.name},"
+            for m in messages
+            if m.api_key is not None and m.kind == "response"
+        ),
         "}",
         "",
         "_DECODERS: dict[tuple[type[Any], int], Callable[[memoryview, int], tuple[Any, int]]] = {",
