@@ -136,9 +136,10 @@ void laminar_fetch_table(uint64_t first_index, const uint64_t *timestamps,
 
 /* A fetch answer's records, located (the caller checked that the table fits):
    each blob's start and end, and where its value starts (after the attrs
-   byte, a key and headers, or after a stamp-only prefix). Returns 0 if every
-   blob is a bare value, perhaps stamped (nothing else to show), 1 if some
-   have a key or other headers, or a negative reason with the record in *at:
+   byte, a key and headers, or after a stamp-only prefix; a null value is
+   empty, at the blob's end). Returns 0 if every blob is a bare value, perhaps
+   stamped (nothing else to show), 1 if some have a key, other headers or a
+   null value, or a negative reason with the record in *at:
    -1 the lengths do not add up to the payload, -2 an empty blob, -3 unknown
    attrs bits, -4 a blob ends inside a key or headers length, -5 a key or
    headers run past the blob's end. */
@@ -163,7 +164,7 @@ int laminar_locate(const unsigned char *payload, size_t size, size_t count,
         if (length == 0) return -2;
         unsigned char attrs = payload[start];
         if (attrs == 0) { value_starts[k] = start + 1; continue; }
-        if (attrs & ~0x03) return -3;
+        if (attrs & ~0x07) return -3;
         if (length >= stamp_value_start
             && memcmp(payload + start, stamp_prefix, stamp_prefix_size) == 0) {
             value_starts[k] = start + stamp_value_start;

@@ -101,9 +101,7 @@ def _decode_one(view: memoryview, max_bytes: int) -> ProducedBatch:
             f"record batch magic {view[_MAGIC_AT]}: only RecordBatch v2 (magic 2) is taken",
         )
     if size < BATCH_HEADER_BYTES:
-        raise KafkaError(
-            ErrorCode.CORRUPT_MESSAGE, f"{size} bytes are shorter than a batch header"
-        )
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{size} bytes are shorter than a batch header")
     (
         _base_offset,
         batch_length,
