@@ -23,8 +23,7 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, NamedTuple, Protocol
 
 import cramjam
 
@@ -83,11 +82,12 @@ _SPLIT_ERRORS: Final = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class ProducedBatch:
+class ProducedBatch(NamedTuple):
     """One produced RecordBatch v2, checked and split into laminar blobs (one
     per Kafka record, in offset order), with the batch fields the produce path
-    needs for idempotence (-1 when the producer is not idempotent)."""
+    needs for idempotence (-1 when the producer is not idempotent). A
+    NamedTuple: one is made per produce, and a frozen dataclass costs 1.5 us
+    more to make."""
 
     blobs: tuple[bytes, ...]
     producer_id: int
@@ -146,7 +146,7 @@ def _decode_one(view: memoryview, max_bytes: int) -> ProducedBatch:
             ErrorCode.INVALID_RECORD,
             f"{size - end} bytes follow the batch: a produce carries exactly one batch",
         )
-    if _crc32c(view[_CRC_START:]) != crc:
+    if _crc32c(view, _CRC_START) != crc:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "the batch's CRC-32C does not match")
     if attributes & _CONTROL:
         raise KafkaError(ErrorCode.INVALID_RECORD, "control batches are not produced by clients")
@@ -170,9 +170,11 @@ def _decode_one(view: memoryview, max_bytes: int) -> ProducedBatch:
     )
 
 
-def _crc32c(data: memoryview) -> int:
+def _crc32c(data: memoryview, start: int) -> int:
+    """CRC-32C of `data[start:]`, without copying it (google-crc32c takes only
+    bytes: a slice copy per batch)."""
     with _ffi.from_buffer(data) as buffer:
-        crc: int = _native.laminar_crc32c(buffer, len(data))
+        crc: int = _native.laminar_crc32c(buffer + start, len(data) - start)
     return crc
 
 
