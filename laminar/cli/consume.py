@@ -115,7 +115,8 @@ class Printer:
             if self.as_json:
                 self._put(b"\n".join(_json_line(r.partition, r) for r in shown), len(shown))
             else:
-                self._put(b"\n".join(r.value for r in shown), len(shown))
+                # a null value prints as an empty line, as `batch.values()` has it
+                self._put(b"\n".join(r.value or b"" for r in shown), len(shown))
         return shown
 
     def _room(self, n: int) -> int:

@@ -32,6 +32,7 @@ from laminar.wire.writes import WRITE_HEADER
 _ENTRY: Final = np.dtype([("index", ">u8"), ("timestamp_ms", ">u8"), ("length", ">u4")])
 _HAS_KEY: Final = 0x01
 _HAS_HEADERS: Final = 0x02
+_NULL_VALUE: Final = 0x04
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
 _SYSTEM_HEADERS: Final = frozenset({PRODUCER_HEADER, WRITE_HEADER})
 """Stamps laminar puts on records (idempotent producers, atomic writes): not data."""
@@ -112,8 +113,9 @@ def _decode_sections(
     starts: Ints,
     ends: Ints,
 ) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """Keys, values and headers of blobs that may have keys and headers."""
-    if (attrs & ~np.uint8(_HAS_KEY | _HAS_HEADERS)).any():
+    """Keys, values and headers of blobs that may have keys, headers and
+    null values (Kafka tombstones: null in the value column)."""
+    if (attrs & ~np.uint8(_HAS_KEY | _HAS_HEADERS | _NULL_VALUE)).any():
         raise CorruptFetchError("a record's attrs byte has unknown bits")
     has_key = (attrs & _HAS_KEY).astype(bool)
     has_headers = (attrs & _HAS_HEADERS).astype(bool)
@@ -122,9 +124,12 @@ def _decode_sections(
     pos = np.where(has_key, key_end, pos)
     headers_start, headers_end = _section(buf, pos, ends, has_headers, "headers")
     pos = np.where(has_headers, headers_end, pos)
+    has_value = ~(attrs & _NULL_VALUE).astype(bool)
+    if (~has_value & (pos != ends)).any():
+        raise CorruptFetchError("a record with a null value has value bytes")
     key = _gather(buf, key_start, key_end, has_key)
-    value = _gather(buf, pos, ends)
-    headers_list: list[list[tuple[str, bytes]] | None] = [None] * len(starts)
+    value = _gather(buf, pos, ends, has_value)
+    headers_list: list[list[tuple[str, bytes | None]] | None] = [None] * len(starts)
     shown = has_headers & ~_stamp_only(buf, headers_start, headers_end)
     for i in np.flatnonzero(shown).tolist():
         headers_list[i] = _headers(payload[int(headers_start[i]) : int(headers_end[i])])
@@ -204,8 +209,9 @@ def _gather(
     )
 
 
-def _headers(packed: bytes) -> list[tuple[str, bytes]] | None:
-    """A record's headers without the system's producer stamp; None if empty."""
+def _headers(packed: bytes) -> list[tuple[str, bytes | None]] | None:
+    """A record's headers without the system's producer stamp; None if empty
+    (a header value is None where a Kafka client wrote a null one)."""
     try:
         headers = msgpack.unpackb(packed)
     except Exception as exc:  # any failure to decode is the record's fault
@@ -214,8 +220,8 @@ def _headers(packed: bytes) -> list[tuple[str, bytes]] | None:
         raise CorruptFetchError("record headers must be a msgpack map of str to bin")
     items = []
     for name, value in headers.items():
-        if type(name) is not str or type(value) is not bytes:
-            raise CorruptFetchError("record headers must be a msgpack map of str to bin")
+        if type(name) is not str or not (type(value) is bytes or value is None):
+            raise CorruptFetchError("record headers must be a msgpack map of str to bin or nil")
         if name not in _SYSTEM_HEADERS:
             items.append((name, value))
     return items or None

@@ -131,7 +131,8 @@ class RecordBatch:
 
     def values(self) -> list[memoryview]:
         """Every record's value as a memoryview into the answer's one buffer
-        (no copies; `bytes(view)` when a copy is wanted)."""
+        (no copies; `bytes(view)` when a copy is wanted). A null value (a
+        Kafka tombstone) is an empty view here; iterating tells it (None)."""
         view = memoryview(self._payload)
         return list(map(view.__getitem__, map(slice, self._value_starts, self._ends)))
 

@@ -53,6 +53,7 @@ from laminar.groups.frames import (
 from laminar.groups.member import ASSIGNED, REVOKED, MemberCore
 from laminar.groups.messages import CommitRequest, TopicPartition
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES
+from laminar.wire.records import Headers
 
 logger = logging.getLogger("laminar.client")
 
@@ -77,9 +78,9 @@ class ConsumedRecord(NamedTuple):
     partition: int
     index: int  # type: ignore[assignment]
     timestamp_ms: int
-    value: bytes
+    value: bytes | None  # None: a null value (a Kafka tombstone)
     key: bytes | None
-    headers: dict[str, bytes] | None
+    headers: Headers | None
 
 
 class CommitFailedError(LaminarError):

@@ -30,7 +30,7 @@ from laminar.wire import (
     TopicInfo,
     decode_user_record,
 )
-from laminar.wire.records import locate_fetch_records
+from laminar.wire.records import Headers, locate_fetch_records
 
 M = TypeVar("M", bound=Message)
 
@@ -57,9 +57,9 @@ class Record(NamedTuple):
 
     index: int  # type: ignore[assignment]
     timestamp_ms: int
-    value: bytes
+    value: bytes | None  # None: a null value (a Kafka tombstone)
     key: bytes | None
-    headers: dict[str, bytes] | None
+    headers: Headers | None
 
 
 def fetched_records(frame: Frame) -> list[Record]:

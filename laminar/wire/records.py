@@ -4,14 +4,19 @@ A record blob is what the log stores as one record's value, opaque to the
 server: the client encodes it once, the server appends it as is, a consumer
 decodes it. Layout (big-endian)::
 
-    u8 attrs                      bit 0: has key, bit 1: has headers, others 0
+    u8 attrs                      bit 0: has key, bit 1: has headers,
+                                  bit 2: null value, others 0
     [u32 key_len, key]            when bit 0
-    [u32 headers_len, headers]    when bit 1: msgpack map {str: bin}
-    value                         the rest of the blob
+    [u32 headers_len, headers]    when bit 1: msgpack map {str: bin or nil}
+    value                         the rest of the blob (nothing when bit 2)
 
 A record without key and headers is one zero byte then the value, and
 decoding it is one slice. An empty key (b"") is a key; empty headers are the
-same as no headers and decode as None.
+same as no headers and decode as None. A null value (bit 2: a Kafka
+tombstone) decodes as None, unlike an empty one (b""); so does a nil header
+value (Kafka headers may be null; laminar's own producers write bin only).
+Kafka's door keeps repeated header names in the map in order (msgpack allows
+it); a dict of them holds the last.
 
 Batches put the blobs back to back after a table of lengths, so the blob
 region of a produce request is exactly what the store file will hold, and the
@@ -38,7 +43,15 @@ from laminar.wire.errors import CorruptRecord, InvalidMessage, WireUsageError
 
 HAS_KEY: Final = 0x01
 HAS_HEADERS: Final = 0x02
-_KNOWN_ATTRS: Final = HAS_KEY | HAS_HEADERS
+NULL_VALUE: Final = 0x04
+_KNOWN_ATTRS: Final = HAS_KEY | HAS_HEADERS | NULL_VALUE
+
+Headers = dict[str, bytes | None]
+"""A record's headers as decoded: a value is None only where a Kafka client
+wrote a null header."""
+Decoded = tuple[bytes | None, bytes | None, Headers | None]
+"""`(value, key, headers)` of a decoded record; the value is None for a null
+value (a Kafka tombstone)."""
 
 _U32 = struct.Struct(">I")
 _new_tuple = tuple.__new__
@@ -53,25 +66,32 @@ _U32_CODE: Final[Literal["I", "L"]] = "I" if array("I").itemsize == 4 else "L"
 
 
 def encode_record(
-    value: bytes, key: bytes | None = None, headers: Mapping[str, bytes] | None = None
+    value: bytes | None,
+    key: bytes | None = None,
+    headers: Mapping[str, bytes | None] | None = None,
 ) -> bytes:
-    """The blob for one record (see the module docstring for the layout)."""
-    if key is None and not headers:
+    """The blob for one record (see the module docstring for the layout);
+    `value` None is a null value."""
+    if value is None:
+        attrs = NULL_VALUE
+        value = b""
+    elif key is None and not headers:
         return _PLAIN + value
-    attrs = 0
+    else:
+        attrs = 0
     parts: list[bytes] = []
     if key is not None:
         attrs |= HAS_KEY
         parts += (_U32.pack(len(key)), key)
     if headers:
-        check_header_types(headers)
+        check_header_types(headers, nullable=True)
         packed = msgpack.packb(dict(headers), use_bin_type=True)
         attrs |= HAS_HEADERS
         parts += (_U32.pack(len(packed)), packed)
     return b"".join((bytes((attrs,)), *parts, value))
 
 
-def decode_record(blob: Buffer) -> tuple[bytes, bytes | None, dict[str, bytes] | None]:
+def decode_record(blob: Buffer) -> Decoded:
     """`(value, key, headers)` from a blob; raises `CorruptRecord` on a bad layout."""
     if not blob:
         raise CorruptRecord("record blob is empty (it must start with the attrs byte)")
@@ -82,12 +102,16 @@ def decode_record(blob: Buffer) -> tuple[bytes, bytes | None, dict[str, bytes] |
         raise CorruptRecord(f"record attrs byte 0x{attrs:02x} has unknown bits")
     pos = 1
     key: bytes | None = None
-    headers: dict[str, bytes] | None = None
+    headers: Headers | None = None
     if attrs & HAS_KEY:
         key, pos = _section(blob, pos, "key")
     if attrs & HAS_HEADERS:
         packed, pos = _section(blob, pos, "headers")
         headers = _decode_headers(packed)
+    if attrs & NULL_VALUE:
+        if pos != len(blob):
+            raise CorruptRecord("a record with a null value has value bytes")
+        return None, key, headers
     return bytes(blob[pos:]), key, headers
 
 
@@ -110,15 +134,15 @@ def _section(blob: Buffer, pos: int, what: str) -> tuple[bytes, int]:
     return bytes(blob[start:end]), end
 
 
-def _decode_headers(packed: bytes) -> dict[str, bytes]:
+def _decode_headers(packed: bytes) -> Headers:
     try:
         headers = msgpack.unpackb(packed)
     except Exception as exc:  # any failure to decode is the blob's fault
         raise CorruptRecord(f"record headers do not decode: {type(exc).__name__}") from None
     if type(headers) is not dict or not all(
-        type(k) is str and type(v) is bytes for k, v in headers.items()
+        type(k) is str and (type(v) is bytes or v is None) for k, v in headers.items()
     ):
-        raise CorruptRecord("record headers must be a msgpack map of str to bin")
+        raise CorruptRecord("record headers must be a msgpack map of str to bin or nil")
     return headers
 
 
@@ -209,7 +233,7 @@ def producer_stamp(blob: Buffer) -> ProducerStamp | None:
     return None if value is None else ProducerStamp.decode(value)
 
 
-def decode_user_record(blob: Buffer) -> tuple[bytes, bytes | None, dict[str, bytes] | None]:
+def decode_user_record(blob: Buffer) -> Decoded:
     """`decode_record` as a consumer sees it: without the producer stamp, which
     is laminar's own bookkeeping (the name is reserved: no produce can carry it
     as data). Headers that held only the stamp decode as None."""
@@ -235,7 +259,7 @@ class FetchedRecord(NamedTuple):
     timestamp_ms: int
     blob: bytes
 
-    def decode(self) -> tuple[bytes, bytes | None, dict[str, bytes] | None]:
+    def decode(self) -> Decoded:
         """`(value, key, headers)` of this record."""
         return decode_record(self.blob)
 
@@ -291,9 +315,13 @@ def decode_produce_batch(
     return tuple(blobs)
 
 
-def check_header_types(headers: Mapping[str, bytes]) -> None:
+def check_header_types(headers: Mapping[str, bytes | None], *, nullable: bool = False) -> None:
+    """Header names are str, values bytes (or None where `nullable`: a record
+    from the Kafka door being re-encoded; laminar's produce API takes bytes)."""
     for name, hv in headers.items():
-        if type(name) is not str or not isinstance(hv, bytes | bytearray):
+        if type(name) is not str or not (
+            isinstance(hv, bytes | bytearray) or (nullable and hv is None)
+        ):
             raise WireUsageError(
                 f"record headers map str to bytes; got {name!r}: {type(hv).__name__}"
             )
@@ -408,7 +436,8 @@ class LocatedRecords(NamedTuple):
     """Where the records of a fetch answer are (`locate_fetch_records`): each
     blob is `payload[starts[k]:ends[k]]`, its value `payload[value_starts[k]:
     ends[k]]`; `simple` when every blob is a bare value, perhaps stamped
-    (nothing but the value to show)."""
+    (nothing but the value to show). A null value's slice is empty (such a
+    record is not simple: decoding it tells null from empty)."""
 
     indexes: array[int]
     timestamps_ms: array[int]

@@ -13,10 +13,12 @@ from laminar.client.arrow import ARROW_SCHEMA, CorruptFetchError, fetch_to_arrow
 from laminar.wire import PRODUCER_HEADER, ProducerStamp, decode_record, encode_record
 from laminar.wire.records import encode_fetch_batch
 
-headers = st.none() | st.dictionaries(st.sampled_from(["a", "b", "ü"]), st.binary(max_size=6))
+headers = st.none() | st.dictionaries(
+    st.sampled_from(["a", "b", "ü"]), st.none() | st.binary(max_size=6)
+)
 records = st.lists(
     st.tuples(
-        st.binary(max_size=40),
+        st.none() | st.binary(max_size=40),  # None: a null value, null in the column
         st.none() | st.binary(max_size=8),
         headers,
         st.booleans(),
@@ -32,7 +34,9 @@ def _payload(blobs: list[bytes], first: int) -> bytes:
 
 @given(records, st.integers(0, 2**40), st.integers(0, 45))
 def test_bulk_decoding_matches_the_wire(
-    recs: list[tuple[bytes, bytes | None, dict[str, bytes] | None, bool]], first: int, cut: int
+    recs: list[tuple[bytes | None, bytes | None, dict[str, bytes | None] | None, bool]],
+    first: int,
+    cut: int,
 ) -> None:
     blobs = []
     for value, key, hdrs, stamped in recs:
@@ -56,10 +60,11 @@ def test_bulk_decoding_matches_the_wire(
     ("blob", "match"),
     [
         (b"", "empty"),
-        (b"\x04abc", "unknown bits"),
+        (b"\x08abc", "unknown bits"),
         (b"\x01\x00\x00", "inside its key length"),
         (b"\x01\x00\x00\x00\x09ab", "key runs past"),
         (b"\x02\x00\x00\x00\x01\xc1", "do not decode"),
+        (b"\x04v", "null value has value bytes"),
     ],
 )
 def test_corrupt_records_are_refused(blob: bytes, match: str) -> None:

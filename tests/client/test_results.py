@@ -22,9 +22,10 @@ from laminar.wire.records import decode_fetch_batch
 
 records = st.lists(
     st.tuples(
-        st.binary(max_size=40),
+        st.none() | st.binary(max_size=40),  # None: a null value (a Kafka tombstone)
         st.none() | st.binary(max_size=8),
-        st.none() | st.dictionaries(st.text(max_size=4), st.binary(max_size=4), max_size=2),
+        st.none()
+        | st.dictionaries(st.text(max_size=4), st.none() | st.binary(max_size=4), max_size=2),
         st.integers(0, 2**63),
     ),
     max_size=20,
@@ -45,6 +46,16 @@ def test_fetch_fast_path_agrees_with_the_wire(items: list[tuple]) -> None:  # ty
     got = fetched_records(frame)
     expected = [(r.index, r.timestamp_ms, *r.decode()) for r in decode_fetch_batch(frame.payload)]
     assert [tuple(r) for r in got] == expected
+
+
+def test_a_null_value_reads_as_none_not_empty() -> None:
+    blobs = [encode_record(None), encode_record(b""), encode_record(None, b"k", {"h": None})]
+    got = fetched_records(fetch_frame([FetchedRecord(i, 5, b) for i, b in enumerate(blobs)]))
+    assert [(r.value, r.key, r.headers) for r in got] == [
+        (None, None, None),
+        (b"", None, None),
+        (None, b"k", {"h": None}),
+    ]
 
 
 def test_fetch_errors_are_typed() -> None:

@@ -32,13 +32,17 @@ from laminar.wire.records import (
     stamp_only_record,
 )
 
-values = st.binary(max_size=200)
+values = st.none() | st.binary(max_size=200)  # None: a null value (Kafka tombstone)
 keys = st.none() | st.binary(max_size=30)
-headers = st.none() | st.dictionaries(st.text(max_size=10), st.binary(max_size=20), max_size=4)
+headers = st.none() | st.dictionaries(
+    st.text(max_size=10), st.none() | st.binary(max_size=20), max_size=4
+)
 
 
 @given(values, keys, headers)
-def test_record_round_trip(value: bytes, key: bytes | None, hdrs: dict[str, bytes] | None) -> None:
+def test_record_round_trip(
+    value: bytes | None, key: bytes | None, hdrs: dict[str, bytes | None] | None
+) -> None:
     blob = encode_record(value, key, hdrs)
     check_record(blob)
     assert decode_record(blob) == (value, key, hdrs or None)
@@ -49,6 +53,15 @@ def test_plain_record_is_one_byte_then_the_value() -> None:
     assert encode_record(b"hello") == b"\x00hello"
     assert encode_record(b"hello", None, {}) == b"\x00hello"  # empty headers = none
     assert decode_record(b"\x00") == (b"", None, None)
+
+
+def test_null_value_is_the_attrs_bit_and_no_value_bytes() -> None:
+    assert encode_record(None) == b"\x04"
+    assert encode_record(None, b"k") == b"\x05\x00\x00\x00\x01k"
+    assert decode_record(b"\x04") == (None, None, None)
+    assert decode_record(b"\x00") == (b"", None, None)  # empty is not null
+    with pytest.raises(CorruptRecord, match="null value has value bytes"):
+        decode_record(b"\x04v")
 
 
 def test_keyed_record_layout() -> None:
@@ -63,7 +76,7 @@ def test_keyed_record_layout() -> None:
     ("blob", "match"),
     [
         (b"", "empty"),
-        (b"\x04abc", "unknown bits"),
+        (b"\x08abc", "unknown bits"),
         (b"\x01\x00\x00", "inside its key length"),
         (b"\x01\x00\x00\x00\x09abc", "key of 9 bytes runs past"),
         (b"\x02\x00\x00\x00\x01\xc1", "headers do not decode"),
@@ -117,7 +130,9 @@ def test_produce_batch_checks_each_record() -> None:
     assert decode_produce_batch(payload, check=False) == (b"\x00ok", b"\x07bad", b"")
 
 
-fetched = st.builds(FetchedRecord, st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), values)
+fetched = st.builds(
+    FetchedRecord, st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.binary(max_size=200)
+)
 
 
 @given(st.lists(fetched, max_size=20))
@@ -180,7 +195,7 @@ def test_fetched_record_decodes_its_blob() -> None:
 
 
 _blobs = st.one_of(
-    st.binary(max_size=40).map(encode_record),
+    (st.none() | st.binary(max_size=40)).map(encode_record),
     st.tuples(st.binary(max_size=20), st.binary(max_size=8)).map(lambda kv: encode_record(*kv)),
     st.tuples(
         st.binary(max_size=20),
@@ -207,8 +222,10 @@ def test_located_records_match_the_reference_decoder(rows: list[tuple[int, bytes
     ]
     decoded = [decode_user_record(r.blob) for r in reference]
     values = [payload[s:e] for s, e in zip(located.value_starts, located.ends, strict=True)]
-    assert values == [value for value, _, _ in decoded]
-    assert located.simple == all(key is None and headers is None for _, key, headers in decoded)
+    assert values == [b"" if value is None else value for value, _, _ in decoded]
+    assert located.simple == all(
+        value is not None and key is None and headers is None for value, key, headers in decoded
+    )
 
 
 @pytest.mark.parametrize(
@@ -220,7 +237,7 @@ def test_located_records_match_the_reference_decoder(rows: list[tuple[int, bytes
         (struct.pack(">IQQII", 1, 0, 0, 2**32 - 16, 2**31) + b"\x03" + bytes(12), InvalidMessage),
         (struct.pack(">IQQI", 2, 0, 0, 1), InvalidMessage),  # the table does not fit
         (struct.pack(">IQQI", 1, 0, 0, 0), CorruptRecord),  # an empty blob
-        (struct.pack(">IQQI", 1, 0, 0, 1) + b"\x04", CorruptRecord),  # unknown attrs bits
+        (struct.pack(">IQQI", 1, 0, 0, 1) + b"\x08", CorruptRecord),  # unknown attrs bits
         (struct.pack(">IQQI", 1, 0, 0, 3) + b"\x01\x00\x00", CorruptRecord),  # inside a length
         (
             struct.pack(">IQQI", 1, 0, 0, 6) + b"\x01\x00\x00\x00\x09k",
