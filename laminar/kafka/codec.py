@@ -198,12 +198,22 @@ def unsupported_response(err: UnsupportedVersion) -> bytes:
     if err.api_key == _API_VERSIONS_KEY:
         body = m.ApiVersionsResponse(error_code=code, api_keys=advertised_versions())
         return _response_frame(err.correlation_id, False, body, 0)
-    versions = DECODED.get(err.api_key)
+    return error_response(err.api_key, err.api_version, err.correlation_id, code)
+
+
+def error_response(api_key: int, api_version: int, correlation_id: int, code: ErrorCode) -> bytes:
+    """The default response of `api_key` at the nearest decoded version, with
+    `code` in its top-level error_code where that version has one (a request
+    whose body was not decoded, or whose handler failed, has no topics or
+    partitions to carry it otherwise); for an unknown key, the correlation
+    id and an int16 error code."""
+    versions = DECODED.get(api_key)
     if versions is None:
-        return _UNKNOWN_KEY_ANSWER.pack(6, err.correlation_id, code)
-    version = min(max(err.api_version, versions[0]), versions[1])
-    cls = m.RESPONSES[err.api_key]
+        return _UNKNOWN_KEY_ANSWER.pack(6, correlation_id, code)
+    version = min(max(api_version, versions[0]), versions[1])
+    cls = m.RESPONSES[api_key]
     answer = cls()
     if hasattr(answer, "error_code"):
         answer.error_code = code
-    return _response_frame(err.correlation_id, _flexible(cls, version), answer, version)
+    flexible = api_key != _API_VERSIONS_KEY and _flexible(cls, version)
+    return _response_frame(correlation_id, flexible, answer, version)

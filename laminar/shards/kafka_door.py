@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import struct
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -170,7 +171,13 @@ class KafkaDoor:
         except codec.UnsupportedVersion as exc:
             return codec.unsupported_response(exc)
         except codec.MalformedRequest as exc:
-            return codec.malformed_response(exc)
+            if exc.correlation_id is None:
+                return None  # not even a header: nothing to answer to
+            api_key, api_version = struct.unpack_from(">hh", frame)
+            logger.info("a malformed Kafka request (api key %d): %s", api_key, exc)
+            return codec.error_response(
+                api_key, api_version, exc.correlation_id, Kafka.INVALID_REQUEST
+            )
         handler = self._table.get(type(request.body))
         if handler is None:
             return codec.unsupported_response(
@@ -183,8 +190,10 @@ class KafkaDoor:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug: the request's own failures are in its fields
-            code, message = kafka_error(exc)
-            return codec.error_response(request, code, message)
+            code, _ = kafka_error(exc)
+            return codec.error_response(
+                request.api_key, request.api_version, request.correlation_id, code
+            )
         if body is None:
             return None
         return codec.encode_response(request, body)
@@ -236,7 +245,7 @@ class KafkaDoor:
     async def api_versions(
         self, req: m.ApiVersionsRequest, ctx: RequestContext
     ) -> m.ApiVersionsResponse:
-        return codec.api_versions_response()
+        return m.ApiVersionsResponse(api_keys=codec.advertised_versions())
 
     async def metadata(self, req: m.MetadataRequest, ctx: RequestContext) -> m.MetadataResponse:
         metadata = self.handlers.metadata
@@ -368,7 +377,7 @@ class KafkaDoor:
         return m.ProduceResponse(responses=responses)
 
     async def _produce_one(
-        self, name: str, index: int, records: bytes | None, ctx: RequestContext
+        self, name: str, index: int, records: bytes | memoryview | None, ctx: RequestContext
     ) -> m.ProduceResponse.TopicProduceResponse.PartitionProduceResponse:
         answer = m.ProduceResponse.TopicProduceResponse.PartitionProduceResponse(index=index)
         try:

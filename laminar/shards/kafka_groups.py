@@ -391,8 +391,8 @@ class KafkaGroups:
     async def describe(self, group: str, ctx: RequestContext) -> GroupView | None:
         pid = await self.coordinator(group, ctx)
         frame = await self._laminar(DescribeFrame(pid, group), ctx)
-        answer = DescribeAnswerFrame.from_frame(frame).body
-        return answer.group
+        view: GroupView | None = DescribeAnswerFrame.from_frame(frame).body.group
+        return view
 
     async def list_groups(self, pids: list[int], ctx: RequestContext) -> list[GroupView]:
         """The groups of the positions partitions `pids` (those this shard leads)."""
