@@ -431,7 +431,7 @@ class KafkaDoor:
             parts = []
             for part in topic.partitions:
                 answer = m.FetchResponse.FetchableTopicResponse.PartitionData(
-                    partition_index=part.partition
+                    partition_index=part.partition, records=b""
                 )
                 try:
                     replica = await self._partition(topic.topic, part.partition, write=False)

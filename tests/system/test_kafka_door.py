@@ -236,7 +236,7 @@ def test_admin_client_creates_describes_and_deletes_topics(node: RunningNode) ->
     done = admin.create_topics([NewTopic(name, 3, config={"retention.ms": "60000"})])
     done[name].result(30)
     with Client(node.bootstrap) as client:
-        info = client.topic(name)
+        (info,) = [t for t in client.list_topics() if t.name == name]
     assert info.partitions == 3 and info.config["retention.ms"] == 60000
     again = admin.create_topics([NewTopic(name, 1)])
     with pytest.raises(confluent_kafka.KafkaException) as exists:
