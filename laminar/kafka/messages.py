@@ -22093,12 +22093,8 @@ def _d_RequestHeader_v2(buf: memoryview, pos: int) -> tuple[RequestHeader, int]:
     f_request_api_key, f_request_api_version, f_correlation_id = _S_hhi.unpack_from(buf, pos)
     pos += 8
     f_client_id: str | None
-    n1 = buf[pos]
-    if n1 & 0x80:
-        n1, pos = _read_uvarint(buf, pos)
-    else:
-        pos += 1
-    n1 -= 1
+    (n1,) = _S_h.unpack_from(buf, pos)
+    pos += 2
     if n1 < 0:
         f_client_id = None
     else:
