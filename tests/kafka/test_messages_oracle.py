@@ -56,3 +56,14 @@ def test_defaults_round_trip_at_every_version() -> None:
     """A message built by naming no field encodes at each of its versions."""
     for name, version in cases():
         round_trip(name, version, getattr(m, name)())
+
+
+@pytest.mark.parametrize("version", [3, 9])
+def test_long_values_take_multi_byte_lengths(version: int) -> None:
+    """Lengths and counts past 127 (multi-byte varints in flexible versions)."""
+    data = m.ProduceRequest.TopicProduceData
+    parts = [data.PartitionProduceData(index=i, records=bytes([i]) * 20000) for i in range(130)]
+    topic = data(name="t" * 300, partition_data=parts)
+    round_trip(
+        "ProduceRequest", version, m.ProduceRequest(transactional_id="x" * 200, topic_data=[topic])
+    )
