@@ -88,7 +88,8 @@ class Field:
     tagged: Range
     tag: int | None
     default: str | None
-    compact_versions: Range | None  # None: follow the message's flexible versions
+    compact_versions: Range  # the field's own flexibleVersions ("none": never compact)
+    own_flexible: bool  # whether the field has its own flexibleVersions
 
     def nullable_ever(self) -> bool:
         return self.nullable is not None or self.default == "null"
@@ -163,9 +164,8 @@ def fill(
             tagged=parse_versions(raw.get("taggedVersions")),  # type: ignore[arg-type]
             tag=raw.get("tag"),  # type: ignore[arg-type]
             default=None if "default" not in raw else str(raw["default"]),
-            compact_versions=parse_versions(str(raw["flexibleVersions"]))
-            if "flexibleVersions" in raw
-            else None,
+            compact_versions=parse_versions(str(raw.get("flexibleVersions", "none"))),
+            own_flexible="flexibleVersions" in raw,
         )
         if sub is not None and not is_array and f.nullable is not None:
             raise SystemExit(f"{owner.path}.{f.name}: nullable struct fields are not generated")
@@ -265,7 +265,7 @@ def struct_name(fmt: str) -> str:
 
 
 def compact(f: Field, version: int, flexible: bool) -> bool:
-    if f.compact_versions is not None:
+    if f.own_flexible:
         return in_range(version, f.compact_versions)
     return flexible
 
@@ -713,7 +713,8 @@ def main() -> None:
     target = Path(sys.argv[1]) if len(sys.argv) > 1 else OUTPUT
     target.write_text(generate())
     for step in (["format"], ["check", "--fix"], ["format"]):
-        subprocess.run([str(RUFF), *step, "--quiet", str(target)], check=True, cwd=REPO)
+        config = ["--config", str(REPO / "pyproject.toml")]  # also for a target outside the repo
+        subprocess.run([str(RUFF), *step, *config, "--quiet", str(target)], check=True, cwd=REPO)
 
 
 if __name__ == "__main__":

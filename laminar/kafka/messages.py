@@ -22093,7 +22093,7 @@ def _d_RequestHeader_v2(buf: memoryview, pos: int) -> tuple[RequestHeader, int]:
     f_request_api_key, f_request_api_version, f_correlation_id = _S_hhi.unpack_from(buf, pos)
     pos += 8
     f_client_id: str | None
-    (n1,) = _S_h.unpack_from(buf, pos)
+    n1 = _S_h.unpack_from(buf, pos)[0]
     pos += 2
     if n1 < 0:
         f_client_id = None
@@ -22119,14 +22119,10 @@ def _e_RequestHeader_v2(out: bytearray, o: RequestHeader) -> None:
     out += _S_hhi.pack(o.request_api_key, o.request_api_version, o.correlation_id)
     v1 = o.client_id
     if v1 is None:
-        out.append(0)
+        out += b"\xff\xff"
     else:
         raw2 = v1.encode()
-        n3 = len(raw2) + 1
-        if n3 < 0x80:
-            out.append(n3)
-        else:
-            _write_uvarint(out, n3)
+        out += _S_h.pack(len(raw2))
         out += raw2
     out.append(0)
 
