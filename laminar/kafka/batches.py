@@ -23,7 +23,7 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Sequence
-from typing import Final, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 import cramjam
 import google_crc32c
@@ -48,6 +48,8 @@ _COMPRESSION_MASK: Final = 0x07
 _TRANSACTIONAL: Final = 0x10
 _CONTROL: Final = 0x20
 _RESERVED: Final = PRODUCER_HEADER.encode()
+_uncleared = _ffi.new_allocator(should_clear_after_alloc=False)
+_Buffer = Any  # a cffi buffer: slicing it makes bytes
 
 
 class _Into(Protocol):
@@ -256,12 +258,12 @@ def _split(section: memoryview, count: int) -> tuple[bytes, ...]:
     pos = 0
     for length in lengths:
         end = pos + length
-        blobs.append(out[pos:end])
+        blobs.append(out[pos:end])  # one copy per blob, straight into its bytes
         pos = end
     return tuple(blobs)
 
 
-def _split_into(section: memoryview, count: int) -> tuple[int, int, bytes, array[int]]:
+def _split_into(section: memoryview, count: int) -> tuple[int, int, _Buffer, array[int]]:
     """`(status, record, blobs, lengths)` from the C loop. Its buffers are
     released here, before any error is raised: a traceback that kept a cffi
     buffer over a memoryview crashed CPython 3.11's garbage collector."""
@@ -272,11 +274,11 @@ def _split_into(section: memoryview, count: int) -> tuple[int, int, bytes, array
         args = (source, len(section), count, _RESERVED, len(_RESERVED))
         status = _native.laminar_kafka_split(*args, _ffi.NULL, _ffi.NULL, total, at)
         if status != 0:
-            return status, at[0], b"", lengths
-        out = bytearray(total[0])
-        with _ffi.from_buffer(out) as target, _ffi.from_buffer("uint32_t[]", lengths) as sizes:
-            status = _native.laminar_kafka_split(*args, target, sizes, total, at)
-    return status, at[0], bytes(out), lengths
+            return status, at[0], _ffi.buffer(_ffi.NULL, 0), lengths
+        out = _uncleared("unsigned char[]", total[0])  # C writes every byte
+        with _ffi.from_buffer("uint32_t[]", lengths) as sizes:
+            status = _native.laminar_kafka_split(*args, out, sizes, total, at)
+    return status, at[0], _ffi.buffer(out), lengths
 
 
 def encode_fetch(batch: LogBatch, *, leader_epoch: int = 0) -> bytes:
