@@ -313,10 +313,9 @@ def _batch_into(batch: LogBatch, leader_epoch: int) -> tuple[int, int, bytes]:
         )
         if size < 0:
             return size, at[0], b""
-        out = bytearray(size)
-        with _ffi.from_buffer(out) as target:
-            _native.laminar_kafka_batch(*args, leader_epoch, _RESERVED, len(_RESERVED), target, at)
-    return 0, 0, bytes(out)
+        out = _uncleared("unsigned char[]", size)  # C writes every byte
+        _native.laminar_kafka_batch(*args, leader_epoch, _RESERVED, len(_RESERVED), out, at)
+    return 0, 0, _ffi.buffer(out)[:]
 
 
 def _column(values: Sequence[int], typecode: str) -> array[int]:
