@@ -23,9 +23,10 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Sequence
-from typing import Final, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 import cramjam
+import google_crc32c
 
 from laminar._native import ffi as _ffi
 from laminar._native import lib as _native
@@ -47,6 +48,8 @@ _COMPRESSION_MASK: Final = 0x07
 _TRANSACTIONAL: Final = 0x10
 _CONTROL: Final = 0x20
 _RESERVED: Final = PRODUCER_HEADER.encode()
+_uncleared = _ffi.new_allocator(should_clear_after_alloc=False)
+_Buffer = Any  # a cffi buffer: slicing it makes bytes
 
 
 class _Into(Protocol):
@@ -146,7 +149,9 @@ def _decode_one(view: memoryview, max_bytes: int) -> ProducedBatch:
             ErrorCode.INVALID_RECORD,
             f"{size - end} bytes follow the batch: a produce carries exactly one batch",
         )
-    if _crc32c(view, _CRC_START) != crc:
+    # google-crc32c takes bytes only: the slice copy costs less than its lead
+    # over laminar_crc32c (10 against 6.6 GB/s, 0.5 against 0.9 us per call)
+    if google_crc32c.value(bytes(view[_CRC_START:])) != crc:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "the batch's CRC-32C does not match")
     if attributes & _CONTROL:
         raise KafkaError(ErrorCode.INVALID_RECORD, "control batches are not produced by clients")
@@ -168,14 +173,6 @@ def _decode_one(view: memoryview, max_bytes: int) -> ProducedBatch:
     return ProducedBatch(
         _split(section, count), producer_id, producer_epoch, base_sequence, count, max_timestamp
     )
-
-
-def _crc32c(data: memoryview, start: int) -> int:
-    """CRC-32C of `data[start:]`, without copying it (google-crc32c takes only
-    bytes: a slice copy per batch)."""
-    with _ffi.from_buffer(data) as buffer:
-        crc: int = _native.laminar_crc32c(buffer + start, len(data) - start)
-    return crc
 
 
 def _decompress(codec: int, data: memoryview, max_bytes: int) -> memoryview:
@@ -261,12 +258,12 @@ def _split(section: memoryview, count: int) -> tuple[bytes, ...]:
     pos = 0
     for length in lengths:
         end = pos + length
-        blobs.append(out[pos:end])
+        blobs.append(out[pos:end])  # one copy per blob, straight into its bytes
         pos = end
     return tuple(blobs)
 
 
-def _split_into(section: memoryview, count: int) -> tuple[int, int, bytes, array[int]]:
+def _split_into(section: memoryview, count: int) -> tuple[int, int, _Buffer, array[int]]:
     """`(status, record, blobs, lengths)` from the C loop. Its buffers are
     released here, before any error is raised: a traceback that kept a cffi
     buffer over a memoryview crashed CPython 3.11's garbage collector."""
@@ -277,11 +274,11 @@ def _split_into(section: memoryview, count: int) -> tuple[int, int, bytes, array
         args = (source, len(section), count, _RESERVED, len(_RESERVED))
         status = _native.laminar_kafka_split(*args, _ffi.NULL, _ffi.NULL, total, at)
         if status != 0:
-            return status, at[0], b"", lengths
-        out = bytearray(total[0])
-        with _ffi.from_buffer(out) as target, _ffi.from_buffer("uint32_t[]", lengths) as sizes:
-            status = _native.laminar_kafka_split(*args, target, sizes, total, at)
-    return status, at[0], bytes(out), lengths
+            return status, at[0], _ffi.buffer(_ffi.NULL, 0), lengths
+        out = _uncleared("unsigned char[]", total[0])  # C writes every byte
+        with _ffi.from_buffer("uint32_t[]", lengths) as sizes:
+            status = _native.laminar_kafka_split(*args, out, sizes, total, at)
+    return status, at[0], _ffi.buffer(out), lengths
 
 
 def encode_fetch(batch: LogBatch, *, leader_epoch: int = 0) -> bytes:
@@ -316,10 +313,9 @@ def _batch_into(batch: LogBatch, leader_epoch: int) -> tuple[int, int, bytes]:
         )
         if size < 0:
             return size, at[0], b""
-        out = bytearray(size)
-        with _ffi.from_buffer(out) as target:
-            _native.laminar_kafka_batch(*args, leader_epoch, _RESERVED, len(_RESERVED), target, at)
-    return 0, 0, bytes(out)
+        out = _uncleared("unsigned char[]", size)  # C writes every byte
+        _native.laminar_kafka_batch(*args, leader_epoch, _RESERVED, len(_RESERVED), out, at)
+    return 0, 0, _ffi.buffer(out)[:]
 
 
 def _column(values: Sequence[int], typecode: str) -> array[int]:
