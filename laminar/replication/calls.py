@@ -26,6 +26,7 @@ import socket
 from collections.abc import Callable
 from typing import Final
 
+from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.placement import shard_for
 from laminar.replication.auth import PeerAuth
 from laminar.replication.nodes import NodeView
@@ -35,12 +36,15 @@ from laminar.replication.transport import (
     PeerLinkError,
     ShardConnection,
     fetch_layout,
+    fetch_metadata,
     read_frame,
 )
 from laminar.wire import Frame, FrameDecoder, Message, ProtocolError, encode_frame
 
 logger = logging.getLogger("laminar.replication")
 
+LEADERS_TTL_S: Final = 1.0
+"""How long another node's answer on who leads what is reused."""
 CALL_TIMEOUT_S: Final = 15.0
 """How long a request waits for its answer (a Raft append commits within 10 s
 or answers OUTCOME_UNKNOWN; a slower answer counts as lost)."""
@@ -113,11 +117,19 @@ class _Connection:
 class PeerCalls:
     """This shard's requests to other nodes (see the module docstring)."""
 
-    def __init__(self, auth: PeerAuth, view: Callable[[], NodeView], max_frame_bytes: int) -> None:
+    def __init__(
+        self,
+        auth: PeerAuth,
+        view: Callable[[], NodeView],
+        max_frame_bytes: int,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.auth = auth
         self.view = view
         self.max_frame_bytes = max_frame_bytes
         self._layouts: dict[str, NodeLayout] = {}
+        self._leaders: dict[str, tuple[float, dict[int, str]]] = {}
+        self._clock = clock
         self._connections: dict[tuple[str, int], _Connection] = {}
         self._opening: dict[tuple[str, int], asyncio.Lock] = {}
 
@@ -155,6 +167,25 @@ class PeerCalls:
             )
             self._layouts[node_id] = layout
         return layout
+
+    async def leaders(self, node_id: str) -> dict[int, str]:
+        """The partition leaders `node_id` knows (its metadata answer, as a
+        client asks it), kept for `LEADERS_TTL_S`: what a node that hosts no
+        replica of a partition asks one that does. Raises `PeerLinkError`,
+        OSError or TimeoutError."""
+        now = self._clock.monotonic()
+        known = self._leaders.get(node_id)
+        if known is not None and now - known[0] < LEADERS_TTL_S:
+            return known[1]
+        member = self.view().get(node_id)
+        if member is None:
+            raise PeerLinkError(f"{node_id!r} is not a member of the cluster")
+        response = await asyncio.wait_for(
+            fetch_metadata(member.host, member.port, layout_only=False), HANDSHAKE_TIMEOUT_S
+        )
+        leaders = dict(response.leaders)
+        self._leaders[node_id] = (now, leaders)
+        return leaders
 
     async def _connection(self, node_id: str, pid: int) -> _Connection:
         host, ports, _ = await self.layout(node_id)

@@ -144,7 +144,7 @@ class ShardGroups:
         """The first wait before a failed group is reopened (doubling after each failure)."""
         """Offline retries and peer silence are timed on it (links and host share it)."""
         self.links = PeerLinks(auth, lambda: self.view, max_frame_bytes, clock)
-        self.calls = PeerCalls(auth, lambda: self.view, max_frame_bytes)
+        self.calls = PeerCalls(auth, lambda: self.view, max_frame_bytes, clock)
         self._serve_peers: tuple[ServeRequest, frozenset[int]] | None = None
         self._reopened_by_message: set[int] = set()
         budget = ByteBudget(max(1, round(move_bytes_per_s * TICK_S))) if move_bytes_per_s else None

@@ -294,9 +294,19 @@ class NodeLayout(NamedTuple):
 
 async def fetch_layout(host: str, port: int) -> NodeLayout:
     """The layout of the node at host:port, from its metadata."""
+    response = await fetch_metadata(host, port, layout_only=True)
+    shards = sorted(response.shards, key=lambda s: s.shard_id)
+    kafka = tuple(s.kafka_port for s in shards if s.kafka_port is not None)
+    return NodeLayout(
+        host, tuple(s.port for s in shards), kafka if len(kafka) == len(shards) else ()
+    )
+
+
+async def fetch_metadata(host: str, port: int, *, layout_only: bool) -> MetadataResponse:
+    """The metadata answer of the node at host:port (as a client asks it)."""
     sock = await _connect(host, port)
     try:
-        request = MetadataRequest(layout_only=True).encode(1)
+        request = MetadataRequest(layout_only=layout_only).encode(1)
         await asyncio.get_running_loop().sock_sendall(sock, request)
         frame = await asyncio.wait_for(
             read_frame(sock, FrameDecoder(16 << 20)), HANDSHAKE_TIMEOUT_S
@@ -306,11 +316,7 @@ async def fetch_layout(host: str, port: int) -> NodeLayout:
     response = decode_response(frame)
     if not isinstance(response, MetadataResponse):
         raise PeerLinkError(f"{host}:{port} answered metadata with {type(response).__name__}")
-    shards = sorted(response.shards, key=lambda s: s.shard_id)
-    kafka = tuple(s.kafka_port for s in shards if s.kafka_port is not None)
-    return NodeLayout(
-        host, tuple(s.port for s in shards), kafka if len(kafka) == len(shards) else ()
-    )
+    return response
 
 
 class PeerLinks:

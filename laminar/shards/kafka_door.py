@@ -40,9 +40,11 @@ from laminar.kafka.classic import assignment_bytes
 from laminar.kafka.errors import ErrorCode as Kafka
 from laminar.kafka.errors import KafkaError
 from laminar.placement import partition_id, shard_for
+from laminar.replication.calls import PeerCalls
 from laminar.replication.metadata import METADATA_PID, is_internal_topic
 from laminar.replication.replica import PartitionReplica
-from laminar.replication.transport import NodeLayout, PeerLinkError
+from laminar.replication.routes import NodeRoutes
+from laminar.replication.transport import PeerLinkError
 from laminar.shards.dispatch import Dispatcher
 from laminar.shards.errors import error_for
 from laminar.shards.handlers import Handlers, RequestContext
@@ -117,7 +119,6 @@ def laminar_producer_id(producer_id: int, epoch: int) -> int:
 
 
 Handler = Callable[[Any, RequestContext], Awaitable[Any]]
-Layouts = Callable[[str], Awaitable[NodeLayout]]
 
 
 class KafkaDoor:
@@ -127,13 +128,15 @@ class KafkaDoor:
         self,
         handlers: Handlers,
         dispatcher: Dispatcher,
-        layouts: Layouts | None = None,
+        routes: NodeRoutes,
+        peers: PeerCalls | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.handlers = handlers
         self.dispatcher = dispatcher
-        self._layouts = layouts
-        """Other nodes' shard layouts (their Kafka ports): None on a single node."""
+        self._peers = peers
+        """Other nodes' layouts (their Kafka ports) and the leaders they know:
+        None on a single node."""
         self.ident = handlers.ident
         self._clock = clock
         self._table: dict[type, Handler] = {
@@ -156,7 +159,7 @@ class KafkaDoor:
             m.DescribeGroupsRequest: self.describe_groups,
             m.ListGroupsRequest: self.list_groups,
         }
-        self.groups = KafkaGroups(self._laminar)
+        self.groups = KafkaGroups(self._laminar, routes)
 
     @property
     def fetch_bytes_max(self) -> int:
@@ -258,13 +261,18 @@ class KafkaDoor:
             for node, (host, ports) in kafka_ports.items()
             for shard, port in enumerate(ports)
         ]
-        clustered = self._layouts is not None
-        leaders = dict(await self.handlers.node_leaders(ctx, clustered=clustered))
         state = metadata.state
         if req.topics is None:
             wanted: list[tuple[str, TopicInfo | None]] = [(t.name, t) for t in state.topics()]
         else:
             wanted = [(t.name or "", state.by_name(t.name or "")) for t in req.topics]
+        pids = [
+            partition_id(t.topic_id, i)
+            for _, t in wanted
+            if t is not None
+            for i in range(t.partitions)
+        ]
+        leaders = await self._leaders([*pids, METADATA_PID], kafka_ports, ctx)
         topics = []
         for name, topic in wanted:
             if topic is None:
@@ -299,18 +307,52 @@ class KafkaDoor:
         (a node that cannot be reached is left out: no partition leads there)."""
         ident = self.ident
         out = {ident.node_id: (self._host(ctx), ident.kafka_ports)}
-        if self._layouts is None:
+        if self._peers is None:
             return out
         for node in self.handlers.replicas.nodes():
             if node.node_id == ident.node_id:
                 continue
             try:
-                layout = await self._layouts(node.node_id)
+                layout = await self._peers.layout(node.node_id)
             except (OSError, TimeoutError, ProtocolError, PeerLinkError):
                 continue
             if layout.kafka_ports:
                 out[node.node_id] = (layout.host, layout.kafka_ports)
         return out
+
+    async def _leaders(
+        self,
+        pids: list[int],
+        kafka_ports: dict[str, tuple[str, tuple[int, ...]]],
+        ctx: RequestContext,
+    ) -> dict[int, str]:
+        """The leader of each partition of `pids` that can be named: those this
+        node knows, then, for a partition it hosts no replica of, what one of its
+        replicas says (asked once a second at most per node: `PeerCalls.leaders`)."""
+        if self._peers is None:
+            return {}
+        leaders = dict(await self.handlers.node_leaders(ctx, clustered=True))
+        ask: dict[str, list[int]] = {}
+        for pid in pids:
+            if pid in leaders:
+                continue
+            topic = self.handlers.metadata.state.by_id(pid >> 32)
+            if topic is None:
+                continue
+            others = [
+                n
+                for n in self.handlers.replicas.placed_on(pid, topic)
+                if n and n != self.ident.node_id and n in kafka_ports
+            ]
+            if others:
+                ask.setdefault(others[0], []).append(pid)
+        for node, wanted in ask.items():
+            try:
+                known = await self._peers.leaders(node)
+            except (OSError, TimeoutError, ProtocolError, PeerLinkError):
+                continue
+            leaders.update((pid, known[pid]) for pid in wanted if pid in known)
+        return leaders
 
     def _partition_metadata(
         self,
@@ -650,8 +692,8 @@ class KafkaDoor:
         """(broker id, host, port) of the broker leading partition `pid`, if known."""
         kafka_ports = await self._kafka_ports(ctx)
         node: str | None = self.ident.node_id
-        if self._layouts is not None:
-            node = dict(await self.handlers.node_leaders(ctx, clustered=True)).get(pid)
+        if self._peers is not None:
+            node = (await self._leaders([pid], kafka_ports, ctx)).get(pid)
         if node is None or node not in kafka_ports:
             return None
         host, ports = kafka_ports[node]

@@ -71,6 +71,7 @@ from laminar.kafka.classic import (
 )
 from laminar.kafka.errors import ErrorCode as Kafka
 from laminar.kafka.errors import KafkaError
+from laminar.replication.routes import NodeRoutes, NodeUnreachable
 from laminar.shards.handlers import RequestContext
 from laminar.wire import Frame, Message
 
@@ -162,14 +163,19 @@ class KafkaGroups:
     (a coordinator elsewhere answers NOT_COORDINATOR: Kafka clients then ask
     FindCoordinator again)."""
 
-    def __init__(self, laminar: Laminar) -> None:
+    def __init__(self, laminar: Laminar, routes: NodeRoutes) -> None:
         self._laminar = laminar
+        self._routes = routes
         self.members = ClassicMembers()
 
     async def coordinator(self, group: str, ctx: RequestContext) -> int:
-        """The positions partition that holds `group` (the positions topic is
-        made on the first ask)."""
-        answer = await self._laminar(FindCoordinatorRequest(group), ctx)
+        """The positions partition that holds `group`. The positions topic is
+        made on the first ask, by the metadata leader: the request follows
+        NOT_LEADER answers there."""
+        try:
+            answer = await self._routes.to_leader(FindCoordinatorRequest(group))
+        except NodeUnreachable as exc:
+            raise KafkaError(Kafka.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
         return FindCoordinatorResponse.from_frame(answer).partition_id
 
     # -- membership ---------------------------------------------------------------

@@ -79,10 +79,12 @@ COORDINATOR_OPS: Final = frozenset({Op.COMMIT_WRITE, Op.ABORT_WRITE, Op.WRITE_ST
 INTERNAL_WRITE_OPS: Final = frozenset(
     {Op.CHECK_STAGED, Op.PUBLISH_STAGED, Op.DROP_STAGED, Op.APPEND_STAGED}
 )
-PEER_OPS: Final = INTERNAL_WRITE_OPS | {Op.WRITE_STATUS, Op.LIST_OFFSETS}
+PEER_OPS: Final = INTERNAL_WRITE_OPS | {Op.WRITE_STATUS, Op.LIST_OFFSETS, Op.FIND_COORDINATOR}
 """What another node may ask over an authenticated peer session: the write
-protocol's internal ops, a commit's state (a staging node's expiry asks), and
-a partition's range (a group coordinator checks a commit against its end)."""
+protocol's internal ops, a commit's state (a staging node's expiry asks), a
+partition's range (a group coordinator checks a commit against its end), and
+where a group lives (the Kafka door asks the metadata leader, which makes the
+positions topic on the first ask)."""
 NODE_OPS: Final = frozenset({Op.METADATA, Op.LIST_TOPICS})
 METADATA_WRITE_OPS: Final = frozenset(
     {Op.CREATE_TOPIC, Op.DELETE_TOPIC, Op.ALTER_TOPIC, Op.DECOMMISSION_NODE, Op.FIND_COORDINATOR}

@@ -374,8 +374,14 @@ class Shard:
         self._listen(self.sockets.shard_tcp, internal=False)
         self._listen(self.sockets.node_tcp, internal=False)
         if self.sockets.kafka_tcp is not None:
-            layouts = None if self.replication is None else self.replication.calls.layout
-            self.kafka = KafkaDoor(self.handlers, self.dispatcher, layouts, self.clock)
+            peers = None if self.replication is None else self.replication.calls
+            routes = NodeRoutes(
+                config.node_id,
+                self._internal_request,
+                None if self.replication is None else self.replication.calls,
+                self.clock,
+            )
+            self.kafka = KafkaDoor(self.handlers, self.dispatcher, routes, peers, self.clock)
             self._listen(self.sockets.kafka_tcp, internal=False, kafka=True)
         self.datagrams = None
         if self.sockets.node_udp is not None:

@@ -118,8 +118,12 @@ def start(name: str, tmp: Path) -> Topology:
     }
     for i in range(1, 5):
         (tmp / f"n{i}").mkdir()
-    if name == "single":
-        node = start_node(tmp / "n1", cores=2, data_dir=tmp / "n1" / "data", **common)
+    if name == "single":  # a fixed port, so its Kafka ports (port+2022+i) survive a restart
+        node = retry_on_port_in_use(
+            lambda: start_node(
+                tmp / "n1", cores=2, data_dir=tmp / "n1" / "data", port=free_port(), **common
+            )
+        )
         return Topology(name, 1, {"n1": node})
     if name == "static3":
         secret = _secret(tmp / "secret")
