@@ -149,6 +149,7 @@ class KafkaDoor:
             m.CreateTopicsRequest: self.create_topics,
             m.DeleteTopicsRequest: self.delete_topics,
             m.DescribeConfigsRequest: self.describe_configs,
+            m.DescribeClusterRequest: self.describe_cluster,
             m.FindCoordinatorRequest: self.find_coordinator,
             m.JoinGroupRequest: self.join_group,
             m.SyncGroupRequest: self.sync_group,
@@ -255,11 +256,8 @@ class KafkaDoor:
         await metadata.ready()
         kafka_ports = await self._kafka_ports(ctx)
         brokers = [
-            m.MetadataResponse.MetadataResponseBroker(
-                node_id=broker_id(node, shard), host=host, port=port
-            )
-            for node, (host, ports) in kafka_ports.items()
-            for shard, port in enumerate(ports)
+            m.MetadataResponse.MetadataResponseBroker(node_id=b, host=h, port=p)
+            for b, h, p in _brokers(kafka_ports)
         ]
         state = metadata.state
         if req.topics is None:
@@ -299,6 +297,20 @@ class KafkaDoor:
             cluster_id=CLUSTER_ID,
             controller_id=self._controller(leaders, kafka_ports),
             topics=topics,
+        )
+
+    async def describe_cluster(
+        self, req: m.DescribeClusterRequest, ctx: RequestContext
+    ) -> m.DescribeClusterResponse:
+        kafka_ports = await self._kafka_ports(ctx)
+        leaders = await self._leaders([METADATA_PID], kafka_ports, ctx)
+        return m.DescribeClusterResponse(
+            cluster_id=CLUSTER_ID,
+            controller_id=self._controller(leaders, kafka_ports),
+            brokers=[
+                m.DescribeClusterResponse.DescribeClusterBroker(broker_id=b, host=h, port=p)
+                for b, h, p in _brokers(kafka_ports)
+            ],
         )
 
     async def _kafka_ports(self, ctx: RequestContext) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -893,6 +905,15 @@ class KafkaDoor:
                 result.error_message = f"resource type {resource.resource_type} has no configs here"
             results.append(result)
         return m.DescribeConfigsResponse(results=results)
+
+
+def _brokers(kafka_ports: dict[str, tuple[str, tuple[int, ...]]]) -> list[tuple[int, str, int]]:
+    """(broker id, host, port) of every shard of every node named."""
+    return [
+        (broker_id(node, shard), host, port)
+        for node, (host, ports) in kafka_ports.items()
+        for shard, port in enumerate(ports)
+    ]
 
 
 RESOURCE_TOPIC: Final = 2

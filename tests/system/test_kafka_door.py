@@ -14,8 +14,11 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from laminar.client import Client
+from laminar.kafka import messages as m
+from laminar.placement import partition_id, shard_for
 from tests.system.nodes import RunningNode, start_node
 
 pytestmark = pytest.mark.timeout(120)
@@ -253,8 +256,9 @@ def test_admin_client_creates_describes_and_deletes_topics(node: RunningNode) ->
 # -- bad input ----------------------------------------------------------------------
 
 
-def _raw(node: RunningNode, frame: bytes) -> bytes:
-    with socket.create_connection((node.host, node.kafka_ports[0]), timeout=10) as sock:
+def _raw(node: RunningNode, frame: bytes, port: int | None = None) -> bytes:
+    """The answer to one request frame sent on a connection of its own."""
+    with socket.create_connection((node.host, port or node.kafka_ports[0]), timeout=10) as sock:
         sock.sendall(struct.pack(">i", len(frame)) + frame)
         size = struct.unpack(">i", _read(sock, 4))[0]
         return _read(sock, size)
@@ -281,3 +285,127 @@ def test_an_unknown_api_key_gets_unsupported_version_and_the_node_serves_on(
     assert (correlation, code) == (78, 35)
     listing = json.loads(_kcat(node, "-L", "-J"))
     assert listing["brokers"]
+
+
+def _request(api_key: int, version: int, correlation: int, body: object) -> bytes:
+    """A request frame (without its size) as a Kafka client writes it."""
+    out = bytearray(struct.pack(">hhih", api_key, version, correlation, 4) + b"test")
+    if version >= 9 and api_key == 0:  # Produce v9+ is flexible: header v2
+        out.append(0)
+    m.encode(body, version, out)
+    return bytes(out)
+
+
+def _produce_answer(node: RunningNode, topic: str, records: bytes) -> m.ProduceResponse:
+    body = m.ProduceRequest(
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[
+            m.ProduceRequest.TopicProduceData(
+                name=topic,
+                partition_data=[
+                    m.ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)
+                ],
+            )
+        ],
+    )
+    with Client(node.bootstrap) as client:
+        (info,) = [t for t in client.list_topics() if t.name == topic]
+    owner = shard_for(partition_id(info.topic_id, 0), len(node.kafka_ports))
+    raw = _raw(node, _request(0, 8, 5, body), node.kafka_ports[owner])
+    assert struct.unpack(">i", raw[:4])[0] == 5
+    answer, _ = m.decode(m.ProduceResponse, 8, memoryview(raw), 4)
+    return answer
+
+
+def _batch(values: list[bytes]) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
+    for k, value in enumerate(values):
+        builder.append(k, timestamp=1_700_000_000_000, key=None, value=value, headers=[])
+    return bytes(builder.build())
+
+
+def test_a_batch_with_a_wrong_crc_is_refused_and_nothing_is_stored(node: RunningNode) -> None:
+    topic = _topic(node, partitions=1)
+    good = _batch([b"a", b"b"])
+    damaged = bytearray(good)
+    damaged[-1] ^= 0x01  # the last value's byte: inside the CRC
+    answer = _produce_answer(node, topic, bytes(damaged))
+    (part,) = answer.responses[0].partition_responses
+    assert part.error_code == 2  # CORRUPT_MESSAGE
+    assert _laminar_records(node, topic, 0) == []
+    answer = _produce_answer(node, topic, good)  # the same connection path serves on
+    assert answer.responses[0].partition_responses[0].error_code == 0
+    assert [v for _, _, v, _ in _laminar_records(node, topic, 0)] == [b"a", b"b"]
+
+
+def test_a_malformed_request_gets_an_error_and_an_oversized_one_a_closed_connection(
+    node: RunningNode,
+) -> None:
+    truncated = _request(3, 4, 9, m.MetadataRequest(topics=None))[:-1]  # its last byte missing
+    answer = _raw(node, truncated)
+    assert struct.unpack(">i", answer[:4])[0] == 9
+    with socket.create_connection((node.host, node.kafka_ports[0]), timeout=10) as sock:
+        sock.sendall(struct.pack(">i", 1 << 30) + b"\x00" * 64)  # a 1 GiB frame announced
+        assert sock.recv(1) == b"", "the node closes the connection"
+    listing = json.loads(_kcat(node, "-L", "-J"))  # and serves everyone else
+    assert listing["brokers"]
+
+
+# -- Spark's Kafka source, step by step -------------------------------------------
+
+
+def test_the_calls_spark_s_kafka_source_makes(node: RunningNode) -> None:
+    """Spark's Kafka source (its jars cannot be fetched on this machine) asks
+    Admin for the topic's partitions and for earliest, latest and by-timestamp
+    offsets, then assign()s, seek()s, poll()s and asks position(): the same
+    calls, with confluent-kafka."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    topic = _topic(node, partitions=2)
+    with Client(node.bootstrap) as client:
+        client.produce(topic, 0, [b"x%d" % i for i in range(10)])
+        middle = client.fetch(topic, 0, 5)[0]
+        client.produce(topic, 1, [b"y"])
+    admin = AdminClient({"bootstrap.servers": node.kafka_bootstrap})
+    (described,) = admin.describe_topics(TopicCollection([topic])).values()
+    assert [p.id for p in described.result(30).partitions] == [0, 1]
+    tp = confluent_kafka.TopicPartition(topic, 0)
+    specs = {
+        "earliest": OffsetSpec.earliest(),
+        "latest": OffsetSpec.latest(),
+        "at": OffsetSpec.for_timestamp(middle.timestamp_ms),
+    }
+    found = {
+        name: next(iter(admin.list_offsets({tp: spec}).values())).result(30).offset
+        for name, spec in specs.items()
+    }
+    assert found["earliest"] == 0 and found["latest"] == 10
+    assert found["at"] <= middle.index  # records stamped in one append share a timestamp
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": node.kafka_bootstrap,
+            "group.id": "spark",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+        consumer.seek(confluent_kafka.TopicPartition(topic, 0, 7))
+        message = None
+        while message is None:
+            message = consumer.poll(10)
+        assert (message.offset(), message.value()) == (7, b"x7")
+        (position,) = consumer.position([confluent_kafka.TopicPartition(topic, 0)])
+        assert position.offset == 8
+    finally:
+        consumer.close()
