@@ -186,7 +186,7 @@ class NodeConfig:
         metadata=setting(
             "--kafka-port",
             "Kafka protocol listener: shard i on PORT+i, shard 0's is the bootstrap "
-            "(default: port+2022, 9092; ephemeral if --port 0; 0 turns it off)",
+            "(default: port+2022, 9092; ephemeral if --port 0 or past 65535; 0 turns it off)",
             checks=(PORT,),
         ),
     )
@@ -606,7 +606,9 @@ class NodeConfig:
         if self.kafka_port == 0:
             return None
         if self.kafka_port is None:
-            return self.port + KAFKA_PORT_OFFSET + shard_id if self.port else 0
+            base = self.port + KAFKA_PORT_OFFSET
+            # ephemeral when the default would run past the last port
+            return base + shard_id if self.port and base + self.cores <= 65536 else 0
         return self.kafka_port + shard_id
 
     def log_config(self, *, pipelined: bool) -> LogConfig:

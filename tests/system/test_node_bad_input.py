@@ -155,7 +155,7 @@ def test_request_errors_name_the_problem(node: RunningNode) -> None:
         (produce(tid + 500, 0), ErrorCode.UNKNOWN_TOPIC, "no topic"),
         (produce(tid, 4), ErrorCode.UNKNOWN_PARTITION, "partitions 0..3"),
         (produce(0, 0), ErrorCode.UNKNOWN_TOPIC, "metadata"),
-        (ProduceRequest(good, (b"\x07garbage",)), ErrorCode.CORRUPT_RECORD, "attrs"),
+        (ProduceRequest(good, (b"\x0fgarbage",)), ErrorCode.CORRUPT_RECORD, "attrs"),
         (ProduceRequest(good, ()), ErrorCode.INVALID_REQUEST, "record"),
         (FetchRequest(good, 10_000), ErrorCode.OFFSET_OUT_OF_RANGE, "outside"),
         (FetchRequest(good, 0, max_bytes=0), ErrorCode.INVALID_REQUEST, "max_bytes"),
