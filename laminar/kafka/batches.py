@@ -105,10 +105,7 @@ def decode_produce(records: bytes | memoryview, *, max_bytes: int) -> ProducedBa
     RecordBatch v2 (Kafka requires one for Produce v3+) of at most `max_bytes`,
     compressed or not; its records at most `max_bytes` once decompressed.
     Raises `KafkaError` with the code a Kafka broker answers."""
-    return _decode_one(memoryview(records), max_bytes)
-
-
-def _decode_one(view: memoryview, max_bytes: int) -> ProducedBatch:
+    view = memoryview(records)
     size = len(view)
     if size == 0:
         raise KafkaError(ErrorCode.INVALID_RECORD, "a produce must carry exactly one batch")

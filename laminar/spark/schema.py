@@ -9,7 +9,7 @@ timestampType (1: append time), headers ARRAY<STRUCT<key, value>>):
   index      BIGINT               its index in that partition
   timestamp  TIMESTAMP            when the node appended it (ms precision)
   key        BINARY               its key; null when it has none
-  value      BINARY               its value
+  value      BINARY               its value; null for a null value (a Kafka tombstone)
   headers    MAP<STRING,BINARY>   its headers; null when it has none
 
 The headers `laminar.producer` (idempotent producers,

@@ -377,6 +377,19 @@ def test_corrupt_compressed_records_are_corrupt(codec: int) -> None:
     assert refused(junk).code == ErrorCode.CORRUPT_MESSAGE
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([GZIP, SNAPPY, LZ4, ZSTD]), st.binary(max_size=200), st.binary(max_size=40))
+def test_random_compressed_bytes_are_refused_with_a_kafka_error(
+    codec: int, head: bytes, noise: bytes
+) -> None:
+    """Whatever a codec makes of junk (the codec's magic first, to get past it),
+    only a KafkaError comes out."""
+    magic = {GZIP: b"\x1f\x8b\x08", SNAPPY: b"\x82SNAPPY\x00", LZ4: b"\x04\x22\x4d\x18"}
+    data = rebatch(ONE, magic.get(codec, b"\x28\xb5\x2f\xfd") + head + noise, attributes=codec)
+    with pytest.raises(KafkaError):
+        decode_produce(data, max_bytes=MAX_BYTES)
+
+
 GIB = 1 << 30
 
 
