@@ -28,7 +28,7 @@ from laminar.bench.targets import (
     SystemOptions,
     SystemUnavailable,
     make_system,
-    parse_target,
+    server_of,
 )
 
 LATENCY_FIELDS = ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")
@@ -200,12 +200,12 @@ class Comparison:
         comparison."""
         summaries = self.summaries()
         base = summaries[0]
-        family = parse_target(base.target).system
+        family = server_of(base.target)
         peers = [
             s
             for s in summaries[1:]
             if s.durability.get("fsync_before_ack")
-            and parse_target(s.target).system != family
+            and server_of(s.target) != family
             and s.runs > s.failed
         ]
         if not peers or base.runs == base.failed or self.config.consumes_backlog:
