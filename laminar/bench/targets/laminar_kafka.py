@@ -12,8 +12,9 @@ Kafka ports, the way a Kafka application would:
   all: the door answers after its group-commit flush (write + fdatasync). A
   thread polls the producer and hands each poll's finished batches to the
   event loop in one call;
-- a reader is a `Consumer` with `assign()` at offset 0 (a backlog) or the end
-  (a tail), no group: `consume(num_messages=...)`. librdkafka fetches ahead
+- a reader is a `Consumer` with `assign()` at offset 0 (a backlog) or at the
+  high watermark asked when it opens (a tail), no group:
+  `consume(num_messages=...)`. librdkafka fetches ahead
   in its own threads whatever the harness's prefetch says (it cannot be
   turned off), so a Kafka consumer always reads with prefetch.
 
@@ -29,6 +30,7 @@ import asyncio
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -182,9 +184,14 @@ class LaminarKafkaTarget:
                 "enable.auto.offset.store": False,
             }
         )
-        offset = 0 if start == "beginning" else confluent_kafka.OFFSET_END
+        waiter = ThreadPoolExecutor(1, thread_name_prefix="kafka-consume")
+        offset = 0
+        if start == "tail":  # the end now, not when librdkafka gets to OFFSET_END
+            here = confluent_kafka.TopicPartition(stream, partition)
+            watermarks = partial(consumer.get_watermark_offsets, here, ADMIN_TIMEOUT_S)
+            _, offset = await asyncio.get_running_loop().run_in_executor(waiter, watermarks)
         consumer.assign([confluent_kafka.TopicPartition(stream, partition, offset)])
-        return KafkaReader(consumer, ThreadPoolExecutor(1, thread_name_prefix="kafka-consume"))
+        return KafkaReader(consumer, waiter)
 
     async def close(self) -> None:
         deliveries, producer = self._deliveries, self._producer
