@@ -3,6 +3,8 @@ on synthetic results (its real run is in `test_smoke_peers.py`)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from laminar.bench.compare import Comparison
@@ -88,3 +90,30 @@ def test_a_missed_redis_goal_is_missed() -> None:
     )
     [redis] = kafka_checks(c.config, c.summaries())
     assert not redis.met and "(goal >= 2x: missed)" in redis.line()
+
+
+def test_a_produce_is_settled_only_by_its_last_delivery_report_and_fails_with_any() -> None:
+    """The delivery callbacks of a batch (run in the delivery thread) settle its
+    future once every record is reported, with the first error if any."""
+    kafka = pytest.importorskip("confluent_kafka")
+    from laminar.bench.targets.laminar_kafka import _Batch, _settle
+
+    class Reports:
+        done: list[_Batch] = []
+
+    async def produce(errors: list[object]) -> BaseException | None:
+        future = asyncio.get_running_loop().create_future()
+        batch = _Batch(future, len(errors), Reports)  # type: ignore[arg-type]
+        for error in errors[:-1]:
+            batch(error, None)
+            assert Reports.done == []  # not settled before the last report
+        batch(errors[-1], None)
+        finished, Reports.done = Reports.done, []
+        assert finished == [batch]
+        _settle(finished)
+        return future.exception()
+
+    assert asyncio.run(produce([None, None, None])) is None
+    failure = kafka.KafkaError(kafka.KafkaError.REQUEST_TIMED_OUT)
+    error = asyncio.run(produce([None, failure, None]))
+    assert isinstance(error, kafka.KafkaException) and error.args[0] == failure
