@@ -79,7 +79,8 @@ class KafkaFrameDecoder:
         end = pos + SIZE_BYTES + size
         if end > len(buf):
             return NEED_DATA
-        frame = bytes(buf[pos + SIZE_BYTES : end])
+        with memoryview(buf) as view:  # one copy, not two (slice, then bytes)
+            frame = view[pos + SIZE_BYTES : end].tobytes()
         self.last_frame_bytes = end - pos
         if end == len(buf):
             buf.clear()
