@@ -36,6 +36,7 @@ from laminar.wire.records import (
     PRODUCER_HEADER,
     FetchedRecord,
     ProducerStamp,
+    add_header,
     check_parallel,
     decode_fetch_batch,
     decode_produce_batch,
@@ -336,10 +337,10 @@ def _stamped(blob: bytes, stamp: ProducerStamp) -> bytes:
     """`blob` re-encoded with `stamp` added to its headers (the name is reserved)."""
     if blob[:1] == b"\x00":  # a bare value: the common case, without msgpack
         return stamp_only_record(memoryview(blob)[1:], stamp)
-    value, key, headers = decode_record(blob)
+    _, _, headers = decode_record(blob)
     if headers and PRODUCER_HEADER in headers:
         raise WireUsageError(f"the record header {PRODUCER_HEADER!r} is reserved")
-    return encode_record(value, key, {**(headers or {}), PRODUCER_HEADER: stamp.encode()})
+    return add_header(blob, PRODUCER_HEADER, stamp.encode())
 
 
 @dataclass(frozen=True, slots=True)
