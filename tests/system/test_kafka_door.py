@@ -409,3 +409,15 @@ def test_the_calls_spark_s_kafka_source_makes(node: RunningNode) -> None:
         assert position.offset == 8
     finally:
         consumer.close()
+
+
+def test_a_transactional_producer_is_refused_with_a_clear_error(node: RunningNode) -> None:
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": node.kafka_bootstrap, "transactional.id": "billing-tx"}
+    )
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        producer.init_transactions(20)
+    assert (
+        refused.value.args[0].code()
+        == confluent_kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    )
