@@ -149,10 +149,9 @@ def describe_group_plan(client: ClientCore, group: str) -> Plan[GroupDescription
         raise GroupRequestError(group, answer.error, "describe")
     view: GroupView = answer.group
     owners = {tp: m.member_id for m in view.members for tp in m.assignment}
-    topics = {t for m in view.members for t in m.topics} | {t for t, _ in view.positions}
     cluster = client._view or (yield REFRESH)
     parts: list[PartitionLag] = []
-    for topic in sorted(topics):
+    for topic in sorted(view.topics):
         info = cluster.topics.get(topic)
         if info is None:
             continue  # deleted since

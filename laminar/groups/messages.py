@@ -133,6 +133,11 @@ class GroupView:
     positions: Mapping[TopicPartition, Position]
 
     @property
+    def topics(self) -> set[str]:
+        """The topics it reads: subscribed or with a committed position (its lag's)."""
+        return {t for m in self.members for t in m.topics} | {t for t, _ in self.positions}
+
+    @property
     def state(self) -> str:
         """empty, stable (every member has its target) or reconciling."""
         if not self.members:

@@ -51,7 +51,8 @@ from laminar.groups.frames import (
     PositionsAnswerFrame,
     ResetAnswerFrame,
 )
-from laminar.groups.messages import TopicPartition
+from laminar.groups.lag import LagWatch
+from laminar.groups.messages import GroupView, TopicPartition
 from laminar.groups.positions import (
     POSITIONS_CONFIG,
     POSITIONS_TOPIC,
@@ -193,6 +194,8 @@ class GroupService:
         """Positions partition id -> where its last committed checkpoint starts."""
         self._scanned: dict[int, int] = {}
         """Positions partition id -> the index its checkpoint scan goes on from."""
+        self.lag = LagWatch(self.group_views, metadata, routes)
+        """The hosted groups' lag, for /metrics."""
 
     def table(self) -> dict[int, Handler]:
         """The dispatcher's handlers for the group ops."""
@@ -403,6 +406,7 @@ class GroupService:
             await self._persist(hosted, core.set_partitions(name, count))
         hosted.ticker = asyncio.get_running_loop().create_task(self._tick(hosted))
         self._hosted[pid] = hosted
+        self.lag.start()
         logger.info("group coordinator of partition %#x loaded %d records", pid, len(steps))
         return hosted
 
@@ -426,7 +430,18 @@ class GroupService:
                     task = asyncio.get_running_loop().create_task(self._persist(hosted, step))
                     task.add_done_callback(_ignore_failure)
 
+    async def group_views(self) -> list[GroupView]:
+        """Every group of the cores this shard hosts, as committed."""
+        views: list[GroupView] = []
+        for hosted in list(self._hosted.values()):
+            step = hosted.core.list_groups()
+            with contextlib.suppress(RequestError):
+                await self._persist(hosted, step)
+                views += step.answer.groups
+        return views
+
     async def close(self) -> None:
+        self.lag.stop()
         for hosted in list(self._hosted.values()):
             self._break(hosted, "the shard stops")
 
