@@ -32,7 +32,7 @@ from typing import Any
 
 from laminar.cli.common import address
 from laminar.cli.decommission import partitions_held
-from laminar.cli.output import ENTRIES_NOTE, print_json, say, table
+from laminar.cli.output import ENTRIES_NOTE, print_json, ranges, say, table
 from laminar.client import Client, LaminarError, RetryPolicy, parse_address
 from laminar.client.results import TopicDescription
 from laminar.client.routing import Address, ClusterView, format_address
@@ -518,7 +518,7 @@ def status(client: Client, args: argparse.Namespace) -> int:
         print()
         headers = ["TOPIC"] + [f"SHARD {s['shard_id']}" for s in doc["shards"]]
         ownership = [
-            [t["name"]] + [_ranges(s["owned"].get(t["name"], [])) for s in doc["shards"]]
+            [t["name"]] + [ranges(s["owned"].get(t["name"], [])) for s in doc["shards"]]
             for t in doc["topics"]
         ]
         print("partition ownership")
@@ -629,19 +629,3 @@ def _size(n: int | None) -> str | None:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     raise AssertionError("unreachable")
-
-
-def _ranges(indexes: list[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8"."""
-    if not indexes:
-        return "-"
-    parts = []
-    start = prev = indexes[0]
-    for i in [*indexes[1:], None]:
-        if i is not None and i == prev + 1:
-            prev = i
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if i is not None:
-            start = prev = i
-    return ",".join(parts)

@@ -137,6 +137,8 @@ class GroupCoordinator:
         """Derived from the members: who holds each partition."""
         self._deadlines: dict[tuple[str, str], float] = {}
         """Volatile: when each member's session ends (monotonic seconds)."""
+        self._paused: dict[tuple[str, str], frozenset[TopicPartition]] = {}
+        """Volatile, for `describe` only: what each member's last heartbeat said it paused."""
         self._counts: dict[str, int] = {}
         """Input from the cluster's metadata: partitions per topic."""
         self._seq = 0
@@ -217,6 +219,7 @@ class GroupCoordinator:
         if resubscribed and self._topics_over_limit(group, member_id, topics):
             return self._finish(HeartbeatAnswer(GroupError.LIMIT, 0))
         self._deadlines[group, member_id] = self._clock.monotonic() + request.session_timeout_s
+        self._paused[group, member_id] = request.paused
         updated = dataclasses.replace(
             m,
             away=False,
@@ -517,6 +520,7 @@ class GroupCoordinator:
                 revoking=m.revoking,
                 pending=m.target - m.assigned,
                 away=m.away,
+                paused=self._paused.get((group, mid), _NO_PARTITIONS) & m.assigned,
             )
             for mid, m in sorted(self._members.get(group, {}).items())
         )
@@ -619,6 +623,7 @@ class GroupCoordinator:
                 del owners[tp]
         if value is None:
             self._deadlines.pop((group, member_id), None)
+            self._paused.pop((group, member_id), None)
         else:
             for tp in value.held:
                 holder = owners.setdefault(tp, member_id)

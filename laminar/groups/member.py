@@ -172,6 +172,7 @@ class MemberCore:
             owned=self._assigned | self._releasing,
             session_timeout_s=self.session_timeout_s,
             assignor=self.assignor,
+            paused=frozenset(self._paused & self._assigned),
         )
 
     def on_heartbeat_answer(self, request: HeartbeatRequest, answer: HeartbeatAnswer) -> None:

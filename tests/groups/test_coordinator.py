@@ -427,3 +427,31 @@ def test_a_step_says_where_its_checkpoint_starts_and_that_part_alone_is_the_stat
     _churn(h, 40)
     assert seen, "no checkpoint"
     assert all(0 < s.checkpoint_at <= len(s.records) for s in seen if s.checkpoint_at is not None)
+
+
+def test_describe_says_why_a_member_is_idle() -> None:
+    """No partition left for it, waiting for another member's release, or
+    every partition it owns paused (as its heartbeat reported); a member
+    that delivers has no reason."""
+    h = Harness(partitions=2)
+    a = h.beat(h.join())
+    b = h.join()  # a must release one before b gets it
+    views = {m.member_id: m for m in h.step(h.core.describe(G)).group.members}
+    assert views[b.member_id].idle_reason == (
+        "waiting: for 1 partition(s) another member is releasing"
+    )
+    a = h.beat(a)  # told to revoke: a now releases
+    a = h.beat(a)
+    b = h.beat(b)
+    c = h.join()
+    paused = HeartbeatRequest(
+        G, b.member_id, b.epoch, b.revision, None, ("t",), b.assignment, 10.0,
+        paused=b.assignment,
+    )  # fmt: skip
+    h.step(h.core.heartbeat(paused))
+    views = {m.member_id: m for m in h.step(h.core.describe(G)).group.members}
+    assert (views[a.member_id].idle_reason, len(views[a.member_id].assignment)) == (None, 1)
+    assert views[b.member_id].idle_reason == "paused: it paused every partition it owns"
+    assert views[c.member_id].idle_reason == (
+        "no partitions left to give it (more members than partitions)"
+    )
