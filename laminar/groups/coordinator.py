@@ -188,8 +188,13 @@ class GroupCoordinator:
 
     # -- members ----------------------------------------------------------
 
-    def heartbeat(self, request: HeartbeatRequest) -> Step[HeartbeatAnswer]:
-        """Join (epoch 0), leave (-1, -2) or stay: the answer says what to hold."""
+    def heartbeat(
+        self, request: HeartbeatRequest, *, received_at: float | None = None
+    ) -> Step[HeartbeatAnswer]:
+        """Join (epoch 0), leave (-1, -2) or stay: the answer says what to hold.
+
+        `received_at` (monotonic seconds): when a held heartbeat (`hold_s`)
+        arrived; its session runs from then, not from the answer again."""
         error = self._check_heartbeat(request)
         if error is not GroupError.NONE:
             return self._finish(HeartbeatAnswer(error, 0))
@@ -203,10 +208,15 @@ class GroupCoordinator:
             return self._leave(group, member_id, m, request.member_epoch)
         if not 0 < request.member_epoch <= m.epoch:  # an epoch never given
             return self._finish(HeartbeatAnswer(GroupError.FENCED, 0))
-        return self._stay(group, member_id, m, request)
+        return self._stay(group, member_id, m, request, received_at)
 
     def _stay(
-        self, group: str, member_id: str, m: MemberValue, request: HeartbeatRequest
+        self,
+        group: str,
+        member_id: str,
+        m: MemberValue,
+        request: HeartbeatRequest,
+        received_at: float | None = None,
     ) -> Step[HeartbeatAnswer]:
         """A known member's heartbeat: session, subscription, reconciliation.
 
@@ -218,7 +228,8 @@ class GroupCoordinator:
         resubscribed = topics != m.topics
         if resubscribed and self._topics_over_limit(group, member_id, topics):
             return self._finish(HeartbeatAnswer(GroupError.LIMIT, 0))
-        self._deadlines[group, member_id] = self._clock.monotonic() + request.session_timeout_s
+        received = self._clock.monotonic() if received_at is None else received_at
+        self._deadlines[group, member_id] = received + request.session_timeout_s
         self._paused[group, member_id] = request.paused
         updated = dataclasses.replace(
             m,
@@ -382,8 +393,10 @@ class GroupCoordinator:
         assigned, revoking = assigned - revoke, revoking | revoke
         if not revoking and epoch != group_epoch:
             epoch = group_epoch
-        if epoch == group_epoch:
-            assigned |= {tp for tp in m.target - assigned if tp not in owners}
+        # Partitions nobody holds (a leaver's, an expired member's, new ones)
+        # are given at once, even while the member still releases others: only
+        # a partition another member holds must wait for its release.
+        assigned |= {tp for tp in m.target - assigned if tp not in owners}
         if (epoch, assigned, revoking) != (m.epoch, m.assigned, m.revoking):
             m = dataclasses.replace(
                 m,
@@ -399,6 +412,38 @@ class GroupCoordinator:
         return HeartbeatAnswer(
             GroupError.NONE, 0, member_id, m.epoch, m.revision, m.assigned, interval
         )
+
+    def hold_s(self, request: HeartbeatRequest, answer: HeartbeatAnswer) -> float:
+        """How long the shell may hold this heartbeat's answer (0: send it now).
+
+        A settled member (at the group epoch, its target all its own, nothing
+        to release) that already has this answer has nothing to learn until
+        the group changes. Its answer is held (a long poll): as soon as
+        `group_epoch` moves (a join, a leave, an expiry, new partitions) the
+        shell answers the same request again (`heartbeat(request,
+        received_at=...)`), else it sends the held answer when this time is up,
+        with `heartbeat_interval_s` 0 so the member asks again at once. A
+        change then reaches every member in a round trip, not a heartbeat
+        interval, for no more heartbeats than before. The hold stays well
+        within the member's request timeout (a third of its session).
+        """
+        m = self._members.get(request.group, {}).get(request.member_id or "")
+        g = self._groups.get(request.group)
+        settled = (
+            m is not None
+            and g is not None
+            and answer.error is GroupError.NONE
+            and request.member_epoch == answer.epoch == m.epoch == g.epoch
+            and request.revision == answer.revision
+            and not m.revoking
+            and m.target == m.assigned
+        )
+        return min(self.heartbeat_interval_s, request.session_timeout_s / 6) if settled else 0.0
+
+    def group_epoch(self, group: str) -> int | None:
+        """The group's epoch (None: no such group): it moves on every rebalance."""
+        g = self._groups.get(group)
+        return None if g is None else g.epoch
 
     def tick(self) -> Step[None]:
         """Expire the members whose session ended (their leases ended before)."""

@@ -258,6 +258,7 @@ class MemberCore:
         self._drop(LOST)
         self._active = False
         self._closed = True
+        self._in_flight = None  # a held heartbeat's late answer is ignored
         return leave
 
     # -- inside -----------------------------------------------------------

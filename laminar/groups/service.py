@@ -21,12 +21,16 @@ of the positions partitions it leads.
   its leader, asked over `NodeRoutes` and cached: ends only grow).
 - Sessions expire on a timer (`TICK_S`), so a member that died is gone within
   its session timeout and a tick.
+- A settled member's heartbeat is held (`GroupCoordinator.hold_s`, a long
+  poll) and answered again as soon as its group's epoch moves: a leave
+  reaches the other members in a round trip.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -142,6 +146,8 @@ class Hosted:
     appending: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
     """Answers waiting for a record to commit: (its sequence number, woken)."""
+    held: dict[str, tuple[int | None, asyncio.Future[None]]] = field(default_factory=dict)
+    """Held heartbeats per group: (the group epoch they saw, woken when it moves)."""
     ticker: asyncio.Task[None] | None = None
 
     def advance(self, seq: int) -> None:
@@ -149,6 +155,23 @@ class Hosted:
         self.committed_seq = max(self.committed_seq, seq)
         self.core.committed(self.committed_seq)
         self._wake(lambda waited: waited <= self.committed_seq)
+        self._wake_held(lambda group, epoch: self.core.group_epoch(group) != epoch)
+
+    def epoch_moved(self, group: str, epoch: int | None) -> asyncio.Future[None]:
+        """Done once the group's epoch is no longer `epoch` (or the core is dropped)."""
+        seen = self.held.get(group)
+        if seen is None or seen[0] != epoch:
+            seen = (epoch, asyncio.get_running_loop().create_future())
+            self.held[group] = seen
+            self._wake_held(lambda group, epoch: self.core.group_epoch(group) != epoch)
+        return seen[1]
+
+    def _wake_held(self, due: Callable[[str, int | None], bool]) -> None:
+        for group, (epoch, moved) in list(self.held.items()):
+            if due(group, epoch):
+                if not moved.done():
+                    moved.set_result(None)
+                del self.held[group]
 
     def _wake(self, due: Callable[[int], bool]) -> None:
         still = []
@@ -164,6 +187,7 @@ class Hosted:
         """Broken: wake everyone (they find it broken), stop expiring sessions."""
         self.broken = True
         self._wake(lambda waited: True)
+        self._wake_held(lambda group, epoch: True)
         if self.ticker is not None:
             self.ticker.cancel()
 
@@ -241,9 +265,28 @@ class GroupService:
     # -- the coordinator's ops ---------------------------------------------------
 
     async def heartbeat(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
-        body = req.body
-        answer = await self._serve(req.partition_id, body.group, lambda c: c.heartbeat(body))
-        return HeartbeatAnswerFrame(req.partition_id, answer).encode_buffers(corr)
+        body, pid = req.body, req.partition_id
+        received = self._clock.monotonic()
+        seen: list[tuple[Hosted, int | None, float]] = []
+
+        def beat(core: GroupCoordinator) -> Step[Any]:
+            step = core.heartbeat(body, received_at=received)
+            seen[:] = [
+                (self._hosted[pid], core.group_epoch(body.group), core.hold_s(body, step.answer))
+            ]
+            return step
+
+        answer = await self._serve(pid, body.group, beat)
+        hosted, epoch, hold = seen[0]
+        if hold > 0:  # a long poll: answered again once the group moves
+            moved = hosted.epoch_moved(body.group, epoch)
+            timeout = received + hold - self._clock.monotonic()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(moved), timeout)
+                answer = await self._serve(pid, body.group, beat)
+            if seen[0][2] > 0:  # nothing new for it: it asks again at once, to be held
+                answer = dataclasses.replace(answer, heartbeat_interval_s=0.0)
+        return HeartbeatAnswerFrame(pid, answer).encode_buffers(corr)
 
     async def commit(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
         body = req.body
