@@ -137,6 +137,8 @@ class GroupCoordinator:
         """Derived from the members: who holds each partition."""
         self._deadlines: dict[tuple[str, str], float] = {}
         """Volatile: when each member's session ends (monotonic seconds)."""
+        self._versions: dict[str, int] = {}
+        """Volatile: `group_version` per group."""
         self._paused: dict[tuple[str, str], frozenset[TopicPartition]] = {}
         """Volatile, for `describe` only: what each member's last heartbeat said it paused."""
         self._counts: dict[str, int] = {}
@@ -416,34 +418,34 @@ class GroupCoordinator:
     def hold_s(self, request: HeartbeatRequest, answer: HeartbeatAnswer) -> float:
         """How long the shell may hold this heartbeat's answer (0: send it now).
 
-        A settled member (at the group epoch, its target all its own, nothing
-        to release) that already has this answer has nothing to learn until
-        the group changes. Its answer is held (a long poll): as soon as
-        `group_epoch` moves (a join, a leave, an expiry, new partitions) the
-        shell answers the same request again (`heartbeat(request,
-        received_at=...)`), else it sends the held answer when this time is up,
-        with `heartbeat_interval_s` 0 so the member asks again at once. A
-        change then reaches every member in a round trip, not a heartbeat
-        interval, for no more heartbeats than before. The hold stays well
-        within the member's request timeout (a third of its session).
+        A member at the group epoch with nothing to release, that already has
+        this answer, has nothing to do until the group changes: a settled
+        member, or one waiting for partitions another member still releases.
+        Its answer is held (a long poll): as soon as `group_version` moves (a
+        join, a leave, an expiry, new partitions, a release) the shell answers
+        the same request again (`heartbeat(request, received_at=...)`), else
+        it sends the held answer when this time is up, with
+        `heartbeat_interval_s` 0 so the member asks again at once. A change
+        then reaches the members in a round trip, not a heartbeat interval,
+        for no more heartbeats than before. The hold stays well within the
+        member's request timeout (a third of its session).
         """
         m = self._members.get(request.group, {}).get(request.member_id or "")
         g = self._groups.get(request.group)
-        settled = (
+        idle = (
             m is not None
             and g is not None
             and answer.error is GroupError.NONE
             and request.member_epoch == answer.epoch == m.epoch == g.epoch
             and request.revision == answer.revision
             and not m.revoking
-            and m.target == m.assigned
         )
-        return min(self.heartbeat_interval_s, request.session_timeout_s / 6) if settled else 0.0
+        return min(self.heartbeat_interval_s, request.session_timeout_s / 6) if idle else 0.0
 
-    def group_epoch(self, group: str) -> int | None:
-        """The group's epoch (None: no such group): it moves on every rebalance."""
-        g = self._groups.get(group)
-        return None if g is None else g.epoch
+    def group_version(self, group: str) -> int:
+        """Moves whenever the group or one of its members changes (not on
+        commits): what a held heartbeat waits for. Volatile."""
+        return self._versions.get(group, 0)
 
     def tick(self) -> Step[None]:
         """Expire the members whose session ended (their leases ended before)."""
@@ -641,6 +643,8 @@ class GroupCoordinator:
     def _apply(self, record: Record) -> None:
         """Fold one record into the state: the only place durable state changes."""
         group = record.group
+        if not isinstance(record, PositionRecord):
+            self._versions[group] = self._versions.get(group, 0) + 1
         if isinstance(record, GroupRecord):
             existed = self._groups.pop(group, None) is not None
             if record.value is not None:

@@ -21,9 +21,9 @@ of the positions partitions it leads.
   its leader, asked over `NodeRoutes` and cached: ends only grow).
 - Sessions expire on a timer (`TICK_S`), so a member that died is gone within
   its session timeout and a tick.
-- A settled member's heartbeat is held (`GroupCoordinator.hold_s`, a long
-  poll) and answered again as soon as its group's epoch moves: a leave
-  reaches the other members in a round trip.
+- A settled (or waiting) member's heartbeat is held
+  (`GroupCoordinator.hold_s`, a long poll) and answered again as soon as its
+  group changes: a leave reaches the other members in a round trip.
 """
 
 from __future__ import annotations
@@ -146,8 +146,8 @@ class Hosted:
     appending: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
     """Answers waiting for a record to commit: (its sequence number, woken)."""
-    held: dict[str, tuple[int | None, asyncio.Future[None]]] = field(default_factory=dict)
-    """Held heartbeats per group: (the group epoch they saw, woken when it moves)."""
+    held: dict[str, tuple[int, asyncio.Future[None]]] = field(default_factory=dict)
+    """Held heartbeats per group: (the group version they saw, woken when it moves)."""
     ticker: asyncio.Task[None] | None = None
 
     def advance(self, seq: int) -> None:
@@ -155,20 +155,20 @@ class Hosted:
         self.committed_seq = max(self.committed_seq, seq)
         self.core.committed(self.committed_seq)
         self._wake(lambda waited: waited <= self.committed_seq)
-        self._wake_held(lambda group, epoch: self.core.group_epoch(group) != epoch)
+        self._wake_held(lambda group, version: self.core.group_version(group) != version)
 
-    def epoch_moved(self, group: str, epoch: int | None) -> asyncio.Future[None]:
-        """Done once the group's epoch is no longer `epoch` (or the core is dropped)."""
+    def group_moved(self, group: str, version: int) -> asyncio.Future[None]:
+        """Done once the group's version is no longer `version` (or the core is dropped)."""
         seen = self.held.get(group)
-        if seen is None or seen[0] != epoch:
-            seen = (epoch, asyncio.get_running_loop().create_future())
+        if seen is None or seen[0] != version:
+            seen = (version, asyncio.get_running_loop().create_future())
             self.held[group] = seen
-            self._wake_held(lambda group, epoch: self.core.group_epoch(group) != epoch)
+            self._wake_held(lambda group, version: self.core.group_version(group) != version)
         return seen[1]
 
-    def _wake_held(self, due: Callable[[str, int | None], bool]) -> None:
-        for group, (epoch, moved) in list(self.held.items()):
-            if due(group, epoch):
+    def _wake_held(self, due: Callable[[str, int], bool]) -> None:
+        for group, (version, moved) in list(self.held.items()):
+            if due(group, version):
                 if not moved.done():
                     moved.set_result(None)
                 del self.held[group]
@@ -187,7 +187,7 @@ class Hosted:
         """Broken: wake everyone (they find it broken), stop expiring sessions."""
         self.broken = True
         self._wake(lambda waited: True)
-        self._wake_held(lambda group, epoch: True)
+        self._wake_held(lambda group, version: True)
         if self.ticker is not None:
             self.ticker.cancel()
 
@@ -267,19 +267,19 @@ class GroupService:
     async def heartbeat(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
         body, pid = req.body, req.partition_id
         received = self._clock.monotonic()
-        seen: list[tuple[Hosted, int | None, float]] = []
+        seen: list[tuple[Hosted, int, float]] = []
 
         def beat(core: GroupCoordinator) -> Step[Any]:
             step = core.heartbeat(body, received_at=received)
             seen[:] = [
-                (self._hosted[pid], core.group_epoch(body.group), core.hold_s(body, step.answer))
+                (self._hosted[pid], core.group_version(body.group), core.hold_s(body, step.answer))
             ]
             return step
 
         answer = await self._serve(pid, body.group, beat)
-        hosted, epoch, hold = seen[0]
+        hosted, version, hold = seen[0]
         if hold > 0:  # a long poll: answered again once the group moves
-            moved = hosted.epoch_moved(body.group, epoch)
+            moved = hosted.group_moved(body.group, version)
             timeout = received + hold - self._clock.monotonic()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(moved), timeout)

@@ -459,16 +459,16 @@ def test_describe_says_why_a_member_is_idle() -> None:
 
 def test_a_settled_member_s_heartbeat_is_held_and_its_session_runs_from_receipt() -> None:
     """`hold_s`: only a member with nothing to learn is held (a long poll the
-    shell answers again when the group epoch moves); answered again later,
+    shell answers again when the group changes); answered again later,
     its session still runs from when the heartbeat arrived."""
     h = Harness(partitions=2)
     a = h.beat(h.join())
     request = HeartbeatRequest(G, a.member_id, a.epoch, a.revision, None, ("t",), a.assignment, 6.0)
     settled = h.step(h.core.heartbeat(request))
     assert h.core.hold_s(request, settled) == 1.0  # min(interval, session / 6)
-    epoch = h.core.group_epoch(G)
-    b = h.join()  # a must give one up: the epoch moves, a is not settled
-    assert h.core.group_epoch(G) != epoch
+    version = h.core.group_version(G)
+    b = h.join()  # a must give one up: the group moves, a is not idle
+    assert h.core.group_version(G) != version
     assert h.core.hold_s(request, h.step(h.core.heartbeat(request))) == 0.0
     assert h.core.hold_s(HeartbeatRequest(G, None, JOIN, 0, None, ("t",), frozenset(), 6.0), b) == 0
     received = h.clock.monotonic()

@@ -8,7 +8,7 @@ new core by replaying the committed log, decoded from its bytes. A committed
 checkpoint lets the log drop what precedes it. Requests sent to a coordinator
 that has since failed over are lost with it. A settled member's heartbeat is
 held as the node's shell holds it (`GroupCoordinator.hold_s`): answered again
-once the group's epoch moves, else sent as it was when the hold is up.
+once the group changes (its version), else sent as it was when the hold is up.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ COORDINATOR = "coordinator"
 
 @dataclass(frozen=True)
 class Parked:
-    """A held heartbeat: its answer so far and the group epoch it was made at."""
+    """A held heartbeat: its answer so far and the group version it was made at."""
 
     sender: str
     request: HeartbeatRequest
     answer: HeartbeatAnswer
-    epoch: int | None
+    version: int
     received_at: float
     until: float
 
@@ -102,20 +102,20 @@ class SimCoordinatorNode:
         hold = self.core.hold_s(request, step.answer)
         if hold > 0:
             self._take(step)
-            epoch = self.core.group_epoch(request.group)
+            version = self.core.group_version(request.group)
             received = now if received_at is None else received_at
             # answered again, it is held only for what is left of its first hold
             until = received + hold
-            self.parked.append(Parked(sender, request, step.answer, epoch, received, until))
+            self.parked.append(Parked(sender, request, step.answer, version, received, until))
             return
         self._take(step, lambda answer: (sender, ("hb", request, answer)))
 
     def _unpark(self) -> None:
-        """Answer the held heartbeats whose group moved (again) or whose hold is up."""
+        """Answer the held heartbeats whose group changed or whose hold is up."""
         now = self._clock.monotonic()
         parked, self.parked = self.parked, []
         for p in parked:
-            if self.core.group_epoch(p.request.group) != p.epoch:
+            if self.core.group_version(p.request.group) != p.version:
                 self.heartbeat(p.sender, p.request, p.received_at)
             elif now >= p.until:
                 answer = dataclasses.replace(p.answer, heartbeat_interval_s=0.0)
