@@ -425,7 +425,8 @@ class GroupCoordinator:
         join, a leave, an expiry, new partitions, a release) the shell answers
         the same request again (`heartbeat(request, received_at=...)`), else
         it sends the held answer when this time is up, with
-        `heartbeat_interval_s` 0 so the member asks again at once. A change
+        `heartbeat_interval_s` 0 so the member asks again at once (see
+        `next_is_held`: an answer that makes a member idle says 0 too). A change
         then reaches the members in a round trip, not a heartbeat interval,
         for no more heartbeats than before. The hold stays well within the
         member's request timeout (a third of its session).
@@ -441,6 +442,13 @@ class GroupCoordinator:
             and not m.revoking
         )
         return min(self.heartbeat_interval_s, request.session_timeout_s / 6) if idle else 0.0
+
+    def next_is_held(self, request: HeartbeatRequest, answer: HeartbeatAnswer) -> bool:
+        """Whether the member's next heartbeat, with this answer applied,
+        would be held: then the shell tells it to send that at once (interval
+        0), so a member is in a held heartbeat nearly all the time."""
+        after = dataclasses.replace(request, member_epoch=answer.epoch, revision=answer.revision)
+        return self.hold_s(after, answer) > 0
 
     def group_version(self, group: str) -> int:
         """Moves whenever the group or one of its members changes (not on

@@ -33,7 +33,7 @@ import contextlib
 import dataclasses
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -146,8 +146,8 @@ class Hosted:
     appending: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
     """Answers waiting for a record to commit: (its sequence number, woken)."""
-    held: dict[str, tuple[int, asyncio.Future[None]]] = field(default_factory=dict)
-    """Held heartbeats per group: (the group version they saw, woken when it moves)."""
+    held: dict[tuple[str, int], asyncio.Future[None]] = field(default_factory=dict)
+    """Held heartbeats: (group, the version they saw) -> woken when it moves."""
     ticker: asyncio.Task[None] | None = None
 
     def advance(self, seq: int) -> None:
@@ -159,19 +159,11 @@ class Hosted:
 
     def group_moved(self, group: str, version: int) -> asyncio.Future[None]:
         """Done once the group's version is no longer `version` (or the core is dropped)."""
-        seen = self.held.get(group)
-        if seen is None or seen[0] != version:
-            seen = (version, asyncio.get_running_loop().create_future())
-            self.held[group] = seen
+        moved = self.held.get((group, version))
+        if moved is None:
+            moved = self.held[group, version] = asyncio.get_running_loop().create_future()
             self._wake_held(lambda group, version: self.core.group_version(group) != version)
-        return seen[1]
-
-    def _wake_held(self, due: Callable[[str, int], bool]) -> None:
-        for group, (version, moved) in list(self.held.items()):
-            if due(group, version):
-                if not moved.done():
-                    moved.set_result(None)
-                del self.held[group]
+        return moved
 
     def _wake(self, due: Callable[[int], bool]) -> None:
         still = []
@@ -182,6 +174,13 @@ class Hosted:
             else:
                 still.append((seq, waiter))
         self.waiters = still
+
+    def _wake_held(self, due: Callable[[str, int], bool]) -> None:
+        for (group, version), moved in list(self.held.items()):
+            if due(group, version):
+                if not moved.done():
+                    moved.set_result(None)
+                del self.held[group, version]
 
     def drop(self) -> None:
         """Broken: wake everyone (they find it broken), stop expiring sessions."""
@@ -284,8 +283,8 @@ class GroupService:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(moved), timeout)
                 answer = await self._serve(pid, body.group, beat)
-            if seen[0][2] > 0:  # nothing new for it: it asks again at once, to be held
-                answer = dataclasses.replace(answer, heartbeat_interval_s=0.0)
+        if seen[0][0].core.next_is_held(body, answer):  # so it asks again at once
+            answer = dataclasses.replace(answer, heartbeat_interval_s=0.0)
         return HeartbeatAnswerFrame(pid, answer).encode_buffers(corr)
 
     async def commit(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
@@ -373,19 +372,33 @@ class GroupService:
         core (the next request replays the log) and fails this request."""
         wait_for = getattr(step.answer, "wait_for", hosted.committed_seq)
         if step.records:
+            blobs = encode_step(step)
             async with hosted.appending:
                 self._check(hosted)
-                try:
-                    await hosted.replica.append_stamped(encode_step(step))
-                except BaseException:
-                    self._break(hosted, "an append to the positions log failed")
-                    raise
-                hosted.advance(step.first_seq + len(step.records) - 1)
+                with self._breaking(hosted):
+                    # Placed in the log's order now, durable later: steps made
+                    # one after another share flushes (and fail together).
+                    placed = hosted.replica.place(blobs)
+                    if placed is None:  # placing must wait: append in turn
+                        await hosted.replica.append_stamped(blobs)
+            if placed is not None:
+                with self._breaking(hosted):
+                    await placed
+            hosted.advance(step.first_seq + len(step.records) - 1)
         if hosted.committed_seq < wait_for:
             waiter = asyncio.get_running_loop().create_future()
             hosted.waiters.append((wait_for, waiter))
             await waiter
             self._check(hosted)
+
+    @contextlib.contextmanager
+    def _breaking(self, hosted: Hosted) -> Iterator[None]:
+        """A failed append breaks the core: the next request replays the log."""
+        try:
+            yield
+        except BaseException:
+            self._break(hosted, "an append to the positions log failed")
+            raise
 
     @staticmethod
     def _check(hosted: Hosted) -> None:

@@ -27,9 +27,9 @@ from .sim.mutations import (
 
 CATCHING_SEEDS = {
     NO_FENCE.name: (0, 1),
-    BACKWARDS.name: (1, 2),
-    REASSIGN_EARLY.name: (7, 9),
-    LONG_LEASE.name: (0, 32),
+    BACKWARDS.name: (0, 1),
+    REASSIGN_EARLY.name: (7, 8),
+    LONG_LEASE.name: (17, 19),
 }
 
 

@@ -108,7 +108,13 @@ class SimCoordinatorNode:
             until = received + hold
             self.parked.append(Parked(sender, request, step.answer, version, received, until))
             return
-        self._take(step, lambda answer: (sender, ("hb", request, answer)))
+        self._take(step, lambda answer: (sender, ("hb", request, self._interval(request, answer))))
+
+    def _interval(self, request: HeartbeatRequest, answer: HeartbeatAnswer) -> HeartbeatAnswer:
+        """As the shell: a member whose next heartbeat would be held asks at once."""
+        if self.core.next_is_held(request, answer):
+            return dataclasses.replace(answer, heartbeat_interval_s=0.0)
+        return answer
 
     def _unpark(self) -> None:
         """Answer the held heartbeats whose group changed or whose hold is up."""
@@ -118,7 +124,7 @@ class SimCoordinatorNode:
             if self.core.group_version(p.request.group) != p.version:
                 self.heartbeat(p.sender, p.request, p.received_at)
             elif now >= p.until:
-                answer = dataclasses.replace(p.answer, heartbeat_interval_s=0.0)
+                answer = self._interval(p.request, p.answer)
                 self._held.append((answer.wait_for, p.sender, ("hb", p.request, answer)))
             else:
                 self.parked.append(p)
