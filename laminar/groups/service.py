@@ -282,6 +282,7 @@ class GroupService:
             timeout = received + hold - self._clock.monotonic()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(moved), timeout)
+                self._check(hosted)  # dropped meanwhile: NOT_READY, the member retries
                 answer = await self._serve(pid, body.group, beat)
         if seen[0][0].core.next_is_held(body, answer):  # so it asks again at once
             answer = dataclasses.replace(answer, heartbeat_interval_s=0.0)
