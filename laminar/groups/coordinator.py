@@ -232,7 +232,7 @@ class GroupCoordinator:
             return self._finish(HeartbeatAnswer(GroupError.LIMIT, 0))
         received = self._clock.monotonic() if received_at is None else received_at
         self._deadlines[group, member_id] = received + request.session_timeout_s
-        self._paused[group, member_id] = request.paused
+        self._paused[group, member_id] = request.paused & request.owned
         updated = dataclasses.replace(
             m,
             away=False,
@@ -258,7 +258,7 @@ class GroupCoordinator:
             return GroupError.INVALID
         if len(r.topics) > lim.topics_per_subscription_max:
             return GroupError.LIMIT
-        if len(r.owned) > lim.partitions_per_request_max:
+        if max(len(r.owned), len(r.paused)) > lim.partitions_per_request_max:
             return GroupError.LIMIT
         if not all(self._valid_name(t) for t in r.topics):
             return GroupError.INVALID

@@ -254,6 +254,11 @@ def test_every_input_is_bounded() -> None:
     assert h.join().error is GroupError.LIMIT
     assert h.join(topics=("a", "b", "c")).error is GroupError.LIMIT
     assert h.beat(a, owned=parts(0, 1, 2, 3)).error is GroupError.LIMIT
+    paused = HeartbeatRequest(
+        G, a.member_id, a.epoch, a.revision, None, ("t",), frozenset(), 10.0,
+        paused=parts(0, 1, 2, 3),
+    )  # fmt: skip
+    assert h.step(h.core.heartbeat(paused)).error is GroupError.LIMIT
     assert (
         h.step(
             h.core.commit(
