@@ -255,6 +255,7 @@ def _encode_heartbeat(r: HeartbeatRequest) -> dict[str, Any]:
         "session_ms": round(r.session_timeout_s * 1000),
         "assignor": r.assignor,
         "paused": _encode_parts(r.paused),
+        **({} if r.may_hold else {"may_hold": False}),
     }
 
 
@@ -270,6 +271,7 @@ def _heartbeat(h: dict[str, Any]) -> HeartbeatRequest:
         session_timeout_s=_int(h, "session_ms", 0, f.U32 - 1) / 1000,
         assignor=f.opt_string(h, "assignor"),
         paused=_parts(h, "paused"),
+        may_hold=h.get("may_hold", True) is not False,
     )
 
 

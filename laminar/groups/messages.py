@@ -50,6 +50,10 @@ class HeartbeatRequest:
     assignor: str | None = None
     paused: frozenset[TopicPartition] = frozenset()
     """What of `owned` the application paused (shown by describe: why a member is idle)."""
+    may_hold: bool = True
+    """Whether the coordinator may hold the answer (a long poll). A Kafka
+    classic member's heartbeat shares its connection with its commits, served
+    one at a time: it is never held."""
 
 
 @dataclass(frozen=True, slots=True)

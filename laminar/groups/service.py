@@ -277,7 +277,7 @@ class GroupService:
 
         answer = await self._serve(pid, body.group, beat)
         hosted, version, hold = seen[0]
-        if hold > 0:  # a long poll: answered again once the group moves
+        if hold > 0 and body.may_hold:  # a long poll: answered again once the group moves
             moved = hosted.group_moved(body.group, version)
             timeout = received + hold - self._clock.monotonic()
             with contextlib.suppress(TimeoutError):

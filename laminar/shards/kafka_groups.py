@@ -197,6 +197,7 @@ class KafkaGroups:
             topics=tuple(sorted(set(topics))),
             owned=owned if cooperative else frozenset(),
             session_timeout_s=session_s,
+            may_hold=False,
         )
         answer = await self._heartbeat(pid, request, ctx)
         if answer.error is not GroupError.NONE or answer.member_id is None:
@@ -258,6 +259,7 @@ class KafkaGroups:
                 topics=member.topics,
                 owned=member.given,
                 session_timeout_s=member.session_s,
+                may_hold=False,
             ),
             ctx,
         )
