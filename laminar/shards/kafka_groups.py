@@ -125,7 +125,6 @@ class ClassicMember:
     session_s: float
     instance_id: str | None
     protocol: str
-    cooperative: bool
     given: frozenset[TopicPartition] = field(default_factory=frozenset)
     """What the member holds: the assignment its last SyncGroup handed it."""
 
@@ -151,9 +150,6 @@ class ClassicMembers:
 
     def drop(self, group: str, member_id: str) -> None:
         self._members.pop((group, member_id), None)
-
-    def __len__(self) -> int:
-        return len(self._members)
 
 
 class KafkaGroups:
@@ -216,7 +212,6 @@ class KafkaGroups:
                 session_s=session_s,
                 instance_id=req.group_instance_id,
                 protocol=protocol,
-                cooperative=cooperative,
                 given=owned if cooperative else frozenset(),
             ),
         )
