@@ -60,6 +60,7 @@ bench:
 	$(PY) benchmarks/routing_bench.py
 	benchmarks/compare.sh
 	SUITE=replication benchmarks/compare.sh
+	SUITE=kafka benchmarks/compare.sh
 
 clean:
 	rm -rf laminar-data laminar-cluster $(VENV) .setup-stamp .pytest_cache .mypy_cache .ruff_cache

@@ -28,7 +28,7 @@ from laminar.bench.targets import (
     SystemOptions,
     SystemUnavailable,
     make_system,
-    parse_target,
+    server_of,
 )
 
 LATENCY_FIELDS = ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")
@@ -75,6 +75,14 @@ class TargetSummary:
     def generator_bound(self) -> bool:
         return self.generator_bound_rounds > 0
 
+    @property
+    def server_cpu_us_per_record(self) -> float | None:
+        """The server's CPU time per record (medians of both): what a door costs
+        the server, comparable across clients that batch differently."""
+        if self.server_cpu_cores is None or not self.records_per_s:
+            return None
+        return 1e6 * self.server_cpu_cores / self.records_per_s
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "target": self.target,
@@ -92,6 +100,7 @@ class TargetSummary:
             "generator_core_share_max": self.generator_core_share,
             "server_cpu_cores_median": self.server_cpu_cores,
             "server_cpu_by_process_median": self.server_cpu_by_process,
+            "server_cpu_us_per_record": self.server_cpu_us_per_record,
             "generator_bound_rounds": self.generator_bound_rounds,
             "delivery_failures": self.delivery_failures,
             "failures": self.failures,
@@ -200,12 +209,12 @@ class Comparison:
         comparison."""
         summaries = self.summaries()
         base = summaries[0]
-        family = parse_target(base.target).system
+        family = server_of(base.target)
         peers = [
             s
             for s in summaries[1:]
             if s.durability.get("fsync_before_ack")
-            and parse_target(s.target).system != family
+            and server_of(s.target) != family
             and s.runs > s.failed
         ]
         if not peers or base.runs == base.failed or self.config.consumes_backlog:

@@ -8,6 +8,7 @@ from typing import Any
 
 from laminar.bench.compare import Comparison
 from laminar.bench.config import RunConfig
+from laminar.bench.kafka_goal import kafka_checks
 from laminar.bench.replication_goal import replication_checks
 from laminar.bench.results import run_from_dict
 
@@ -32,6 +33,9 @@ def results_document(
         "goal": comparison.goal(),
         "replication_goal": [
             c.to_dict() for c in replication_checks(comparison.config, comparison.summaries())
+        ],
+        "kafka_goal": [
+            c.to_dict() for c in kafka_checks(comparison.config, comparison.summaries())
         ],
         "runs": [r.to_dict() for r in comparison.runs],
     }

@@ -33,7 +33,7 @@ MIN_VS_PEER: Final = 1.0
 class GoalCheck:
     baseline: str
     other: str
-    metric: Literal["throughput", "p99"]
+    metric: Literal["throughput", "p99", "server CPU per record"]
     ratio: float | None
     """baseline / other."""
     bound: float
@@ -70,7 +70,7 @@ def replication_checks(config: RunConfig, summaries: Sequence[TargetSummary]) ->
         theirs = parse_target(other.target)
         if theirs.system == name.system and (theirs.replicas or 1) == 1:
             if config.load == "closed":
-                checks.append(_throughput(base, other, MIN_VS_SINGLE))
+                checks.append(throughput_check(base, other, MIN_VS_SINGLE))
             else:
                 checks.append(_p99(base, other, MAX_P99_VS_SINGLE))
         elif (
@@ -78,35 +78,35 @@ def replication_checks(config: RunConfig, summaries: Sequence[TargetSummary]) ->
             and theirs.replicas == name.replicas
             and config.load == "closed"
         ):
-            checks.append(_throughput(base, other, MIN_VS_PEER))
+            checks.append(throughput_check(base, other, MIN_VS_PEER))
     return checks
 
 
-def _notes(base: TargetSummary, other: TargetSummary) -> tuple[str, ...]:
-    notes = []
-    if not other.durability.get("fsync_before_ack", True):
-        notes.append(f"{other.target} acknowledges before fsync")
-    bound = [s.target for s in (base, other) if s.generator_bound]
+def notes(base: TargetSummary, other: TargetSummary | None = None) -> tuple[str, ...]:
+    """What qualifies a check: a peer acknowledging before fsync, a generator
+    that bound a run."""
+    out = []
+    if other is not None and not other.durability.get("fsync_before_ack", True):
+        out.append(f"{other.target} acknowledges before fsync")
+    bound = [s.target for s in (base, other) if s is not None and s.generator_bound]
     if bound:
-        notes.append(f"{', '.join(bound)}: generator-bound, not a server comparison")
-    return tuple(notes)
+        out.append(f"{', '.join(bound)}: generator-bound, not a server comparison")
+    return tuple(out)
 
 
-def _throughput(base: TargetSummary, other: TargetSummary, bound: float) -> GoalCheck:
-    ratio = _ratio(base.records_per_s, other.records_per_s)
+def throughput_check(base: TargetSummary, other: TargetSummary, bound: float) -> GoalCheck:
+    ratio = ratio_of(base.records_per_s, other.records_per_s)
     met = ratio is not None and ratio >= bound
-    return GoalCheck(
-        base.target, other.target, "throughput", ratio, bound, met, _notes(base, other)
-    )
+    return GoalCheck(base.target, other.target, "throughput", ratio, bound, met, notes(base, other))
 
 
 def _p99(base: TargetSummary, other: TargetSummary, bound: float) -> GoalCheck:
-    ratio = _ratio(base.latency_us.get("p99_us"), other.latency_us.get("p99_us"))
+    ratio = ratio_of(base.latency_us.get("p99_us"), other.latency_us.get("p99_us"))
     met = ratio is not None and ratio <= bound
-    return GoalCheck(base.target, other.target, "p99", ratio, bound, met, _notes(base, other))
+    return GoalCheck(base.target, other.target, "p99", ratio, bound, met, notes(base, other))
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
+def ratio_of(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b == 0:
         return None
     return a / b

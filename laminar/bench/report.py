@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from laminar.bench.compare import LATENCY_FIELDS, RATE_HELD, Comparison, TargetSummary
+from laminar.bench.kafka_goal import kafka_checks
 from laminar.bench.replication_goal import replication_checks
 from laminar.bench.runner import headline
 
@@ -54,6 +55,7 @@ def summary_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
         "errors",
         "generator CPU (busiest, of a core)",
         "server CPU (cores; per process)",
+        "server CPU us/record",
         "flags",
     ]
     open_loop = comparison.config.load == "open" and not comparison.config.consumes_backlog
@@ -71,6 +73,7 @@ def summary_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
             str(s.errors),
             _share(s.generator_core_share),
             _server_cpu(s.server_cpu_cores, s.server_cpu_by_process),
+            _us(s.server_cpu_us_per_record),
             "; ".join(summary_flags(s)) or "-",
         ]
         if open_loop:
@@ -93,6 +96,10 @@ def _server_cpu(total: float | None, by_process: dict[str, float]) -> str:
         return f"{total:.2f}"
     parts = ", ".join(f"{name} {cores:.2f}" for name, cores in sorted(by_process.items()))
     return f"{total:.2f} ({parts})"
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _share(value: float | None) -> str:
@@ -186,8 +193,11 @@ def goal_lines(comparison: Comparison) -> list[str]:
 
 
 def all_goal_lines(comparison: Comparison) -> list[str]:
-    """The peer goal and the replication goals (`laminar.bench.replication_goal`)."""
-    checks = replication_checks(comparison.config, comparison.summaries())
+    """The peer goal, the replication goals (`laminar.bench.replication_goal`)
+    and the Kafka door's (`laminar.bench.kafka_goal`)."""
+    summaries = comparison.summaries()
+    checks = replication_checks(comparison.config, summaries)
+    checks += kafka_checks(comparison.config, summaries)
     return goal_lines(comparison) + [check.line() for check in checks]
 
 

@@ -49,6 +49,7 @@ class KafkaFrameDecoder(FrameDecoder):
         end = pos + SIZE_BYTES + size
         if end > len(buf):
             return NEED_DATA
-        frame = bytes(buf[pos + SIZE_BYTES : end])
+        with memoryview(buf) as view:  # one copy, not two (slice, then bytes)
+            frame = view[pos + SIZE_BYTES : end].tobytes()
         self._advance(pos, end)
         return frame

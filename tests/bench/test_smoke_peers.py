@@ -1,5 +1,6 @@
 """Short runs against the peers when their servers are installed (`make bench`
-installs them; `make test` may not have them)."""
+installs them; `make test` may not have them), and against laminar's Kafka
+door through confluent-kafka (a node the harness starts)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,15 @@ SERVERS = {"nats-jetstream": "nats-server", "redis-streams": "redis-server"}
 
 
 def _need(target: str) -> None:
+    if target.startswith("laminar-kafka"):
+        pytest.importorskip("confluent_kafka")
+        return
     binary = SERVERS[target.split(":")[0]]
     if shutil.which(binary) is None:
         pytest.skip(f"{binary} is not installed (scripts/setup --bench installs it)")
 
 
-@pytest.mark.parametrize("target", ["nats-jetstream", "redis-streams"])
+@pytest.mark.parametrize("target", ["nats-jetstream", "redis-streams", "laminar-kafka"])
 def test_end_to_end_open_loop(target: str, tmp_path: Path) -> None:
     _need(target)
     config = RunConfig(

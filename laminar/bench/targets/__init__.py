@@ -9,6 +9,8 @@ with N replicas:
 - `nats-jetstream` (server default), `nats-jetstream:sync-always` (needs
   nats-server >= 2.10); `nats-jetstream-r3` (three clustered servers, R3 streams)
 - `redis-streams` (`appendfsync always`), `redis-streams:everysec`
+- `laminar-kafka` (the `laminar` node through its Kafka door, confluent-kafka's
+  producer defaults), `laminar-kafka:linger5` (`linger.ms=5`)
 
 Imports are lazy so that a missing client library only fails the targets that
 need it, with a message, instead of the whole harness.
@@ -30,7 +32,7 @@ from laminar.bench.targets.base import (
     Target,
 )
 
-SYSTEMS = ("laminar", "nats-jetstream", "redis-streams")
+SYSTEMS = ("laminar", "laminar-kafka", "nats-jetstream", "redis-streams")
 REPLICATED_SYSTEMS = ("laminar", "nats-jetstream")
 MAX_REPLICAS = 5
 KNOWN_TARGETS = (
@@ -39,6 +41,8 @@ KNOWN_TARGETS = (
     "laminar:plain",
     "laminar-r1",
     "laminar-r3",
+    "laminar-kafka",
+    "laminar-kafka:linger5",
     "nats-jetstream",
     "nats-jetstream:sync-always",
     "nats-jetstream-r3",
@@ -62,6 +66,7 @@ __all__ = [
     "connect_target",
     "make_system",
     "parse_target",
+    "server_of",
 ]
 
 
@@ -99,6 +104,13 @@ def parse_target(name: str) -> TargetName:
     return TargetName(system, variant or None, replicas)
 
 
+def server_of(name: str) -> str:
+    """The server a target runs, whichever door its client uses: `laminar-kafka`
+    is the `laminar` node (a goal compares laminar with other servers only)."""
+    system = parse_target(name).system
+    return "laminar" if system == "laminar-kafka" else system
+
+
 def make_system(name: str, options: SystemOptions | None = None) -> System:
     """The coordinator-side `System` for a target name."""
     options = options or SystemOptions()
@@ -112,6 +124,12 @@ def make_system(name: str, options: SystemOptions | None = None) -> System:
             cores=options.laminar_cores,
             runtime=options.laminar_runtime,
             replicas=replicas,
+        )
+    if system == "laminar-kafka":
+        from laminar.bench.targets.laminar_kafka import LaminarKafkaSystem
+
+        return LaminarKafkaSystem(
+            variant or "default", cores=options.laminar_cores, runtime=options.laminar_runtime
         )
     if system == "nats-jetstream":
         from laminar.bench.targets.nats_jetstream import NatsJetStreamSystem
@@ -128,6 +146,10 @@ def connect_target(endpoint: Endpoint) -> Target:
         from laminar.bench.targets.laminar_target import LaminarTarget
 
         return LaminarTarget(endpoint)
+    if endpoint.kind == "laminar-kafka":
+        from laminar.bench.targets.laminar_kafka import LaminarKafkaTarget
+
+        return LaminarKafkaTarget(endpoint)
     if endpoint.kind == "nats-jetstream":
         from laminar.bench.targets.nats_jetstream import NatsJetStreamTarget
 
