@@ -2,22 +2,21 @@
 (issue 27: the codec is generated, a maintained library is the test oracle;
 this is the measurement behind that choice).
 
-    .venv/bin/python benchmarks/kafka_codec_bench.py [--rounds 5]
+    .venv/bin/python benchmarks/kafka_codec_bench.py [--alternations 15]
 
 Three messages, at the highest version laminar serves: a ProduceRequest v9
 with one partition (a 1 KiB records blob), a FetchResponse v12 with one
 partition and a 64 KiB records blob, a MetadataResponse v11 with 10 topics x
 4 partitions. For each, microseconds per encode and per decode, ours and
-kafka-python's, interleaved in one run (medians over rounds; each round the
-best of 5 timeit repeats), plus ours through the codec's framing
-(`decode_request`, `encode_response`) where that applies. Prints a Markdown
-table.
+kafka-python's, alternated in one run (the best of `--alternations` timings
+of each, which a neighbour's load on a shared machine moves least), plus
+ours through the codec's framing (`decode_request`, `encode_response`) where
+that applies. Prints a Markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import timeit
 from collections.abc import Callable
@@ -74,62 +73,54 @@ CASES: list[tuple[str, Any, int, int]] = [  # label, message, version, api key
 ]
 
 
-def best_us(fn: Callable[[], object], number: int) -> float:
-    return min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e6
-
-
-def measure(message: Any, version: int, key: int) -> dict[str, float]:
+def measure(message: Any, version: int, key: int, alternations: int) -> dict[str, float]:
+    """Best microseconds per call of each variant, the variants alternated
+    `alternations` times so that a neighbour's load hits them alike."""
     cls = type(message)
     name = cls.__name__
     out = bytearray()
     m.encode(message, version, out)
     data = bytes(out)
+    view = memoryview(data)
     theirs_cls = kp_class(name)
     theirs = to_kp(message, SCHEMAS[name].root, theirs_cls, version)
-    number = 2000
-    row = {
-        "ours encode": best_us(lambda: m.encode(message, version, bytearray()), number),
-        "ours decode": best_us(lambda: m.decode(cls, version, memoryview(data)), number),
-        "kafka-python encode": best_us(theirs.encode, number),
-        "kafka-python decode": best_us(lambda: theirs_cls.decode(data, version=version), number),
+    variants: dict[str, Callable[[], object]] = {
+        "ours encode": lambda: m.encode(message, version, bytearray()),
+        "ours decode": lambda: m.decode(cls, version, view),
+        "kafka-python encode": theirs.encode,
+        "kafka-python decode": lambda: theirs_cls.decode(data, version=version),
     }
     if name.endswith("Request"):
         header = bytearray()
         m.encode(
-            m.RequestHeader(
-                request_api_key=key, request_api_version=version, correlation_id=1, client_id="c"
-            ),
+            m.RequestHeader(request_api_key=key, request_api_version=version, client_id="c"),
             2,
             header,
         )
         frame = bytes(header) + data
-        row["ours decode_request"] = best_us(lambda: codec.decode_request(frame), number)
+        variants["ours framed"] = lambda: codec.decode_request(frame)
     else:
         request = codec.Request(key, version, 1, "c", m.REQUESTS[key]())
-        row["ours encode_response"] = best_us(
-            lambda: codec.encode_response(request, message), number
-        )
-    return row
+        variants["ours framed"] = lambda: codec.encode_response(request, message)
+    number = max(20, int(20000 / (1 + len(data) // 1024 + 20 * ("Metadata" in name))))
+    best = dict.fromkeys(variants, float("inf"))
+    for _ in range(alternations):
+        for label, fn in variants.items():
+            best[label] = min(best[label], timeit.timeit(fn, number=number) / number * 1e6)
+    return best
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--alternations", type=int, default=15)
     args = parser.parse_args()
-    rounds: dict[str, list[dict[str, float]]] = {label: [] for label, *_ in CASES}
-    for _ in range(args.rounds):
-        for label, message, version, key in CASES:
-            rounds[label].append(measure(message, version, key))
     columns = ["ours encode", "ours decode", "kafka-python encode", "kafka-python decode"]
     print("| message | " + " | ".join(columns) + " | ours framed |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for label, rows in rounds.items():
-        med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-        framed = med.get("ours decode_request", med.get("ours encode_response", 0.0))
-        print(
-            f"| {label} | {med['ours encode']:.1f} | {med['ours decode']:.1f} | "
-            f"{med['kafka-python encode']:.1f} | {med['kafka-python decode']:.1f} | {framed:.1f} |"
-        )
+    for label, message, version, key in CASES:
+        best = measure(message, version, key, args.alternations)
+        cells = " | ".join(f"{best[c]:.1f}" for c in [*columns, "ours framed"])
+        print(f"| {label} | {cells} |")
 
 
 if __name__ == "__main__":

@@ -11,11 +11,13 @@ Reset and delete need a group without members (stop its consumers first).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 from typing import Any
 
 from laminar.cli.common import UsageError
-from laminar.cli.output import Cell, print_json, say, table
+from laminar.cli.output import Cell, print_json, ranges, say, table
 from laminar.client import Client, GroupDescription
+from laminar.groups.messages import TopicPartition
 
 
 def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -96,6 +98,8 @@ def describe_json(d: GroupDescription) -> dict[str, Any]:
                 "epoch": m.epoch,
                 "topics": list(m.topics),
                 "partitions": [[t, p] for t, p in sorted(m.assignment)],
+                "paused": [[t, p] for t, p in sorted(m.paused)],
+                "idle_reason": m.idle_reason,
             }
             for m in d.members
         ],
@@ -124,9 +128,16 @@ def describe_group(client: Client, args: argparse.Namespace) -> int:
     if d.members:
         print(
             table(
-                ["MEMBER", "INSTANCE", "STATE", "EPOCH", "PARTITIONS"],
+                ["MEMBER", "INSTANCE", "STATE", "EPOCH", "PARTITIONS", "IDLE BECAUSE"],
                 [
-                    (m.member_id, m.instance_id, m.state, m.epoch, len(m.assignment))
+                    (
+                        m.member_id,
+                        m.instance_id,
+                        m.state,
+                        m.epoch,
+                        _owned(m.assignment),
+                        m.idle_reason,
+                    )
                     for m in d.members
                 ],
             )
@@ -137,6 +148,14 @@ def describe_group(client: Client, args: argparse.Namespace) -> int:
     if rows:
         print(table(["TOPIC", "PARTITION", "MEMBER", "COMMITTED", "END", "LAG"], rows))
     return 0
+
+
+def _owned(partitions: Iterable[TopicPartition]) -> str:
+    """A member's partitions, as topic:ranges ("events:0-2,5")."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    return " ".join(f"{t}:{ranges(ps)}" for t, ps in by_topic.items()) or "-"
 
 
 def reset_group(client: Client, args: argparse.Namespace) -> int:

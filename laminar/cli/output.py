@@ -76,3 +76,19 @@ def put_bytes(document: dict[str, Any], name: str, data: bytes | None) -> None:
         document[name] = data.decode("utf-8")
     except UnicodeDecodeError:
         document[f"{name}_base64"] = base64.b64encode(data).decode("ascii")
+
+
+def ranges(indexes: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8"."""
+    if not indexes:
+        return "-"
+    parts = []
+    start = prev = indexes[0]
+    for i in [*indexes[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return ",".join(parts)

@@ -21,6 +21,7 @@ partitions they still hold (as each partition's leader reports its replicas).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import urllib.error
@@ -31,13 +32,15 @@ from typing import Any
 
 from laminar.cli.common import address
 from laminar.cli.decommission import partitions_held
-from laminar.cli.output import ENTRIES_NOTE, print_json, say, table
+from laminar.cli.output import ENTRIES_NOTE, print_json, ranges, say, table
 from laminar.client import Client, LaminarError, RetryPolicy, parse_address
 from laminar.client.results import TopicDescription
 from laminar.client.routing import Address, ClusterView, format_address
 from laminar.wire import ListOffsetsResponse
 
 ADMIN_PORT_OFFSET = 2000
+GROUPS_LAGGED_MAX = 50
+"""Groups whose lag `status` counts (the rest are listed without it)."""
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -332,9 +335,30 @@ def gather(client: Client, admin: Address, timeout_s: float) -> dict[str, Any]:
         "peer_auth": peer_auth(samples) if samples is not None else None,
         "members": fetch_members(admin, min(timeout_s, 3.0)) if samples is not None else None,
         "cluster": replication,
+        "groups": group_status(client),
         "decommissioning": leaving,
         "admin": {"address": format_address(admin), "reachable": samples is not None},
     }
+
+
+def group_status(client: Client) -> list[dict[str, Any]] | None:
+    """Consumer groups: state, members and total lag (records not yet
+    committed) of the first `GROUPS_LAGGED_MAX` by name (lag None past them:
+    each costs a count per partition); None if the groups did not answer."""
+    try:
+        views = client.list_groups()
+    except LaminarError:
+        return None
+    out = []
+    for n, view in enumerate(views):
+        lag = None
+        if n < GROUPS_LAGGED_MAX:
+            with contextlib.suppress(LaminarError):
+                lag = client.describe_group(view.group).lag
+        out.append(
+            {"group": view.group, "state": view.state, "members": len(view.members), "lag": lag}
+        )
+    return out
 
 
 def replication_status(
@@ -485,11 +509,16 @@ def status(client: Client, args: argparse.Namespace) -> int:
             for m in doc["members"]
         ]
         print(table(["NODE", "ADDRESS", "STATE", "INCARNATION", "WEIGHT"], members))
+    if doc.get("groups"):
+        print()
+        print(f"consumer groups ({len(doc['groups'])})")
+        groups = [(g["group"], g["state"], g["members"], g["lag"]) for g in doc["groups"]]
+        print(table(["GROUP", "STATE", "MEMBERS", "LAG"], groups))
     if doc["topics"]:
         print()
         headers = ["TOPIC"] + [f"SHARD {s['shard_id']}" for s in doc["shards"]]
         ownership = [
-            [t["name"]] + [_ranges(s["owned"].get(t["name"], [])) for s in doc["shards"]]
+            [t["name"]] + [ranges(s["owned"].get(t["name"], [])) for s in doc["shards"]]
             for t in doc["topics"]
         ]
         print("partition ownership")
@@ -600,19 +629,3 @@ def _size(n: int | None) -> str | None:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     raise AssertionError("unreachable")
-
-
-def _ranges(indexes: list[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8"."""
-    if not indexes:
-        return "-"
-    parts = []
-    start = prev = indexes[0]
-    for i in [*indexes[1:], None]:
-        if i is not None and i == prev + 1:
-            prev = i
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if i is not None:
-            start = prev = i
-    return ",".join(parts)

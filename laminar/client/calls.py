@@ -185,17 +185,24 @@ def _fetch(
 
 
 def list_offsets(
-    topic: str, partition: int, timestamp_ms: int | None = None, node: str | None = None
+    topic: str,
+    partition: int,
+    timestamp_ms: int | None = None,
+    node: str | None = None,
+    count_from: int | None = None,
 ) -> Call[ListOffsetsResponse]:
     """A partition's range and, with `timestamp_ms`, the first index at that time;
-    with `node`, as that node's replica sees it (cluster only)."""
+    with `node`, as that node's replica sees it (cluster only); with
+    `count_from`, how many records lie from there to the committed end."""
 
     def target(view: ClusterView) -> tuple[Address, Message]:
         route = view.route_read(topic, partition)
         any_replica = view.hints.read_from_followers
         if node is not None:  # that replica's own view, whatever its role
             route, any_replica = view.route_to(route.partition_id, node), True
-        return route.address, ListOffsetsRequest(route.partition_id, timestamp_ms, any_replica)
+        return route.address, ListOffsetsRequest(
+            route.partition_id, timestamp_ms, any_replica, count_from
+        )
 
     return Call(
         f"list offsets of {topic}/{partition}",

@@ -461,8 +461,10 @@ class Consumer(_Face):
         self._closed = True
         self._stopping.set()
         self._nudge.set()
-        self._thread.join()
+        # Leave before joining the heartbeat thread: its heartbeat may be held
+        # by the coordinator (a long poll) for up to a second.
         self._client._run(self._core.leave_plan())
+        self._thread.join()
 
     def __enter__(self) -> Consumer:
         return self

@@ -137,6 +137,10 @@ class GroupCoordinator:
         """Derived from the members: who holds each partition."""
         self._deadlines: dict[tuple[str, str], float] = {}
         """Volatile: when each member's session ends (monotonic seconds)."""
+        self._versions: dict[str, int] = {}
+        """Volatile: `group_version` per group."""
+        self._paused: dict[tuple[str, str], frozenset[TopicPartition]] = {}
+        """Volatile, for `describe` only: what each member's last heartbeat said it paused."""
         self._counts: dict[str, int] = {}
         """Input from the cluster's metadata: partitions per topic."""
         self._seq = 0
@@ -186,8 +190,13 @@ class GroupCoordinator:
 
     # -- members ----------------------------------------------------------
 
-    def heartbeat(self, request: HeartbeatRequest) -> Step[HeartbeatAnswer]:
-        """Join (epoch 0), leave (-1, -2) or stay: the answer says what to hold."""
+    def heartbeat(
+        self, request: HeartbeatRequest, *, received_at: float | None = None
+    ) -> Step[HeartbeatAnswer]:
+        """Join (epoch 0), leave (-1, -2) or stay: the answer says what to hold.
+
+        `received_at` (monotonic seconds): when a held heartbeat (`hold_s`)
+        arrived; its session runs from then, not from the answer again."""
         error = self._check_heartbeat(request)
         if error is not GroupError.NONE:
             return self._finish(HeartbeatAnswer(error, 0))
@@ -201,10 +210,15 @@ class GroupCoordinator:
             return self._leave(group, member_id, m, request.member_epoch)
         if not 0 < request.member_epoch <= m.epoch:  # an epoch never given
             return self._finish(HeartbeatAnswer(GroupError.FENCED, 0))
-        return self._stay(group, member_id, m, request)
+        return self._stay(group, member_id, m, request, received_at)
 
     def _stay(
-        self, group: str, member_id: str, m: MemberValue, request: HeartbeatRequest
+        self,
+        group: str,
+        member_id: str,
+        m: MemberValue,
+        request: HeartbeatRequest,
+        received_at: float | None = None,
     ) -> Step[HeartbeatAnswer]:
         """A known member's heartbeat: session, subscription, reconciliation.
 
@@ -216,7 +230,9 @@ class GroupCoordinator:
         resubscribed = topics != m.topics
         if resubscribed and self._topics_over_limit(group, member_id, topics):
             return self._finish(HeartbeatAnswer(GroupError.LIMIT, 0))
-        self._deadlines[group, member_id] = self._clock.monotonic() + request.session_timeout_s
+        received = self._clock.monotonic() if received_at is None else received_at
+        self._deadlines[group, member_id] = received + request.session_timeout_s
+        self._paused[group, member_id] = request.paused & request.owned
         updated = dataclasses.replace(
             m,
             away=False,
@@ -242,7 +258,7 @@ class GroupCoordinator:
             return GroupError.INVALID
         if len(r.topics) > lim.topics_per_subscription_max:
             return GroupError.LIMIT
-        if len(r.owned) > lim.partitions_per_request_max:
+        if max(len(r.owned), len(r.paused)) > lim.partitions_per_request_max:
             return GroupError.LIMIT
         if not all(self._valid_name(t) for t in r.topics):
             return GroupError.INVALID
@@ -379,8 +395,10 @@ class GroupCoordinator:
         assigned, revoking = assigned - revoke, revoking | revoke
         if not revoking and epoch != group_epoch:
             epoch = group_epoch
-        if epoch == group_epoch:
-            assigned |= {tp for tp in m.target - assigned if tp not in owners}
+        # Partitions nobody holds (a leaver's, an expired member's, new ones)
+        # are given at once, even while the member still releases others: only
+        # a partition another member holds must wait for its release.
+        assigned |= {tp for tp in m.target - assigned if tp not in owners}
         if (epoch, assigned, revoking) != (m.epoch, m.assigned, m.revoking):
             m = dataclasses.replace(
                 m,
@@ -396,6 +414,46 @@ class GroupCoordinator:
         return HeartbeatAnswer(
             GroupError.NONE, 0, member_id, m.epoch, m.revision, m.assigned, interval
         )
+
+    def hold_s(self, request: HeartbeatRequest, answer: HeartbeatAnswer) -> float:
+        """How long the shell may hold this heartbeat's answer (0: send it now).
+
+        A member at the group epoch with nothing to release, that already has
+        this answer, has nothing to do until the group changes: a settled
+        member, or one waiting for partitions another member still releases.
+        Its answer is held (a long poll): as soon as `group_version` moves (a
+        join, a leave, an expiry, new partitions, a release) the shell answers
+        the same request again (`heartbeat(request, received_at=...)`), else
+        it sends the held answer when this time is up, with
+        `heartbeat_interval_s` 0 so the member asks again at once (see
+        `next_is_held`: an answer that makes a member idle says 0 too). A change
+        then reaches the members in a round trip, not a heartbeat interval,
+        for no more heartbeats than before. The hold stays well within the
+        member's request timeout (a third of its session).
+        """
+        m = self._members.get(request.group, {}).get(request.member_id or "")
+        g = self._groups.get(request.group)
+        idle = (
+            m is not None
+            and g is not None
+            and answer.error is GroupError.NONE
+            and request.member_epoch == answer.epoch == m.epoch == g.epoch
+            and request.revision == answer.revision
+            and not m.revoking
+        )
+        return min(self.heartbeat_interval_s, request.session_timeout_s / 6) if idle else 0.0
+
+    def next_is_held(self, request: HeartbeatRequest, answer: HeartbeatAnswer) -> bool:
+        """Whether the member's next heartbeat, with this answer applied,
+        would be held: then the shell tells it to send that at once (interval
+        0), so a member is in a held heartbeat nearly all the time."""
+        after = dataclasses.replace(request, member_epoch=answer.epoch, revision=answer.revision)
+        return self.hold_s(after, answer) > 0
+
+    def group_version(self, group: str) -> int:
+        """Moves whenever the group or one of its members changes (not on
+        commits): what a held heartbeat waits for. Volatile."""
+        return self._versions.get(group, 0)
 
     def tick(self) -> Step[None]:
         """Expire the members whose session ended (their leases ended before)."""
@@ -517,6 +575,7 @@ class GroupCoordinator:
                 revoking=m.revoking,
                 pending=m.target - m.assigned,
                 away=m.away,
+                paused=self._paused.get((group, mid), _NO_PARTITIONS) & m.assigned,
             )
             for mid, m in sorted(self._members.get(group, {}).items())
         )
@@ -592,6 +651,8 @@ class GroupCoordinator:
     def _apply(self, record: Record) -> None:
         """Fold one record into the state: the only place durable state changes."""
         group = record.group
+        if not isinstance(record, PositionRecord):
+            self._versions[group] = self._versions.get(group, 0) + 1
         if isinstance(record, GroupRecord):
             existed = self._groups.pop(group, None) is not None
             if record.value is not None:
@@ -619,6 +680,7 @@ class GroupCoordinator:
                 del owners[tp]
         if value is None:
             self._deadlines.pop((group, member_id), None)
+            self._paused.pop((group, member_id), None)
         else:
             for tp in value.held:
                 holder = owners.setdefault(tp, member_id)

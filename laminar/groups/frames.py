@@ -134,6 +134,7 @@ def _encode_view(view: GroupView) -> dict[str, Any]:
                 "revoking": _encode_parts(m.revoking),
                 "pending": _encode_parts(m.pending),
                 "away": m.away,
+                "paused": _encode_parts(m.paused),
             }
             for m in view.members
         ],
@@ -151,6 +152,7 @@ def _member_view(h: dict[str, Any]) -> MemberView:
         revoking=_parts(h, "revoking"),
         pending=_parts(h, "pending"),
         away=f.flag(h, "away"),
+        paused=_parts(h, "paused"),
     )
 
 
@@ -252,6 +254,8 @@ def _encode_heartbeat(r: HeartbeatRequest) -> dict[str, Any]:
         "owned": _encode_parts(r.owned),
         "session_ms": round(r.session_timeout_s * 1000),
         "assignor": r.assignor,
+        "paused": _encode_parts(r.paused),
+        **({} if r.may_hold else {"may_hold": False}),
     }
 
 
@@ -266,6 +270,8 @@ def _heartbeat(h: dict[str, Any]) -> HeartbeatRequest:
         owned=_parts(h, "owned"),
         session_timeout_s=_int(h, "session_ms", 0, f.U32 - 1) / 1000,
         assignor=f.opt_string(h, "assignor"),
+        paused=_parts(h, "paused"),
+        may_hold=h.get("may_hold", True) is not False,
     )
 
 

@@ -172,6 +172,7 @@ class MemberCore:
             owned=self._assigned | self._releasing,
             session_timeout_s=self.session_timeout_s,
             assignor=self.assignor,
+            paused=frozenset(self._paused & self._assigned),
         )
 
     def on_heartbeat_answer(self, request: HeartbeatRequest, answer: HeartbeatAnswer) -> None:
@@ -257,6 +258,7 @@ class MemberCore:
         self._drop(LOST)
         self._active = False
         self._closed = True
+        self._in_flight = None  # a held heartbeat's late answer is ignored
         return leave
 
     # -- inside -----------------------------------------------------------

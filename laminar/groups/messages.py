@@ -48,6 +48,12 @@ class HeartbeatRequest:
     owned: frozenset[TopicPartition]
     session_timeout_s: float
     assignor: str | None = None
+    paused: frozenset[TopicPartition] = frozenset()
+    """What of `owned` the application paused (shown by describe: why a member is idle)."""
+    may_hold: bool = True
+    """Whether the coordinator may hold the answer (a long poll). A Kafka
+    classic member's heartbeat shares its connection with its commits, served
+    one at a time: it is never held."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +117,8 @@ class MemberView:
     """Partitions of its target still held by another member."""
     away: bool
     """A static member between its temporary leave and its return or expiry."""
+    paused: frozenset[TopicPartition] = frozenset()
+    """Partitions of its assignment it paused itself (as its last heartbeat said)."""
 
     @property
     def state(self) -> str:
@@ -123,6 +131,21 @@ class MemberView:
             return "waiting"
         return "stable" if self.assignment else "idle"
 
+    @property
+    def idle_reason(self) -> str | None:
+        """Why it delivers nothing now, if it does not (None: it delivers)."""
+        if self.away:
+            return "away: a static member between restarts (its partitions wait for it)"
+        if self.assignment - self.paused:
+            return None
+        if self.assignment:
+            return "paused: it paused every partition it owns"
+        if self.revoking:
+            return "releasing: it must give up partitions before it gets new ones"
+        if self.pending:
+            return f"waiting: for {len(self.pending)} partition(s) another member is releasing"
+        return "no partitions left to give it (more members than partitions)"
+
 
 @dataclass(frozen=True, slots=True)
 class GroupView:
@@ -131,6 +154,11 @@ class GroupView:
     assignor: str
     members: tuple[MemberView, ...]
     positions: Mapping[TopicPartition, Position]
+
+    @property
+    def topics(self) -> set[str]:
+        """The topics it reads: subscribed or with a committed position (its lag's)."""
+        return {t for m in self.members for t in m.topics} | {t for t, _ in self.positions}
 
     @property
     def state(self) -> str:

@@ -21,15 +21,19 @@ of the positions partitions it leads.
   its leader, asked over `NodeRoutes` and cached: ends only grow).
 - Sessions expire on a timer (`TICK_S`), so a member that died is gone within
   its session timeout and a tick.
+- A settled (or waiting) member's heartbeat is held
+  (`GroupCoordinator.hold_s`, a long poll) and answered again as soon as its
+  group changes: a leave reaches the other members in a round trip.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -51,7 +55,8 @@ from laminar.groups.frames import (
     PositionsAnswerFrame,
     ResetAnswerFrame,
 )
-from laminar.groups.messages import TopicPartition
+from laminar.groups.lag import LagWatch
+from laminar.groups.messages import GroupView, TopicPartition
 from laminar.groups.positions import (
     POSITIONS_CONFIG,
     POSITIONS_TOPIC,
@@ -141,6 +146,8 @@ class Hosted:
     appending: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
     """Answers waiting for a record to commit: (its sequence number, woken)."""
+    held: dict[tuple[str, int], asyncio.Future[None]] = field(default_factory=dict)
+    """Held heartbeats: (group, the version they saw) -> woken when it moves."""
     ticker: asyncio.Task[None] | None = None
 
     def advance(self, seq: int) -> None:
@@ -148,6 +155,15 @@ class Hosted:
         self.committed_seq = max(self.committed_seq, seq)
         self.core.committed(self.committed_seq)
         self._wake(lambda waited: waited <= self.committed_seq)
+        self._wake_held(lambda group, version: self.core.group_version(group) != version)
+
+    def group_moved(self, group: str, version: int) -> asyncio.Future[None]:
+        """Done once the group's version is no longer `version` (or the core is dropped)."""
+        moved = self.held.get((group, version))
+        if moved is None:
+            moved = self.held[group, version] = asyncio.get_running_loop().create_future()
+            self._wake_held(lambda group, version: self.core.group_version(group) != version)
+        return moved
 
     def _wake(self, due: Callable[[int], bool]) -> None:
         still = []
@@ -159,10 +175,18 @@ class Hosted:
                 still.append((seq, waiter))
         self.waiters = still
 
+    def _wake_held(self, due: Callable[[str, int], bool]) -> None:
+        for (group, version), moved in list(self.held.items()):
+            if due(group, version):
+                if not moved.done():
+                    moved.set_result(None)
+                del self.held[group, version]
+
     def drop(self) -> None:
         """Broken: wake everyone (they find it broken), stop expiring sessions."""
         self.broken = True
         self._wake(lambda waited: True)
+        self._wake_held(lambda group, version: True)
         if self.ticker is not None:
             self.ticker.cancel()
 
@@ -193,6 +217,8 @@ class GroupService:
         """Positions partition id -> where its last committed checkpoint starts."""
         self._scanned: dict[int, int] = {}
         """Positions partition id -> the index its checkpoint scan goes on from."""
+        self.lag = LagWatch(self.group_views, metadata, routes)
+        """The hosted groups' lag, for /metrics."""
 
     def table(self) -> dict[int, Handler]:
         """The dispatcher's handlers for the group ops."""
@@ -238,9 +264,29 @@ class GroupService:
     # -- the coordinator's ops ---------------------------------------------------
 
     async def heartbeat(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
-        body = req.body
-        answer = await self._serve(req.partition_id, body.group, lambda c: c.heartbeat(body))
-        return HeartbeatAnswerFrame(req.partition_id, answer).encode_buffers(corr)
+        body, pid = req.body, req.partition_id
+        received = self._clock.monotonic()
+        seen: list[tuple[Hosted, int, float]] = []
+
+        def beat(core: GroupCoordinator) -> Step[Any]:
+            step = core.heartbeat(body, received_at=received)
+            seen[:] = [
+                (self._hosted[pid], core.group_version(body.group), core.hold_s(body, step.answer))
+            ]
+            return step
+
+        answer = await self._serve(pid, body.group, beat)
+        hosted, version, hold = seen[0]
+        if hold > 0 and body.may_hold:  # a long poll: answered again once the group moves
+            moved = hosted.group_moved(body.group, version)
+            timeout = received + hold - self._clock.monotonic()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(moved), timeout)
+                self._check(hosted)  # dropped meanwhile: NOT_READY, the member retries
+                answer = await self._serve(pid, body.group, beat)
+        if seen[0][0].core.next_is_held(body, answer):  # so it asks again at once
+            answer = dataclasses.replace(answer, heartbeat_interval_s=0.0)
+        return HeartbeatAnswerFrame(pid, answer).encode_buffers(corr)
 
     async def commit(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
         body = req.body
@@ -327,19 +373,33 @@ class GroupService:
         core (the next request replays the log) and fails this request."""
         wait_for = getattr(step.answer, "wait_for", hosted.committed_seq)
         if step.records:
+            blobs = encode_step(step)
             async with hosted.appending:
                 self._check(hosted)
-                try:
-                    await hosted.replica.append_stamped(encode_step(step))
-                except BaseException:
-                    self._break(hosted, "an append to the positions log failed")
-                    raise
-                hosted.advance(step.first_seq + len(step.records) - 1)
+                with self._breaking(hosted):
+                    # Placed in the log's order now, durable later: steps made
+                    # one after another share flushes (and fail together).
+                    placed = hosted.replica.place(blobs)
+                    if placed is None:  # placing must wait: append in turn
+                        await hosted.replica.append_stamped(blobs)
+            if placed is not None:
+                with self._breaking(hosted):
+                    await placed
+            hosted.advance(step.first_seq + len(step.records) - 1)
         if hosted.committed_seq < wait_for:
             waiter = asyncio.get_running_loop().create_future()
             hosted.waiters.append((wait_for, waiter))
             await waiter
             self._check(hosted)
+
+    @contextlib.contextmanager
+    def _breaking(self, hosted: Hosted) -> Iterator[None]:
+        """A failed append breaks the core: the next request replays the log."""
+        try:
+            yield
+        except BaseException:
+            self._break(hosted, "an append to the positions log failed")
+            raise
 
     @staticmethod
     def _check(hosted: Hosted) -> None:
@@ -403,6 +463,7 @@ class GroupService:
             await self._persist(hosted, core.set_partitions(name, count))
         hosted.ticker = asyncio.get_running_loop().create_task(self._tick(hosted))
         self._hosted[pid] = hosted
+        self.lag.start()
         logger.info("group coordinator of partition %#x loaded %d records", pid, len(steps))
         return hosted
 
@@ -426,7 +487,18 @@ class GroupService:
                     task = asyncio.get_running_loop().create_task(self._persist(hosted, step))
                     task.add_done_callback(_ignore_failure)
 
+    async def group_views(self) -> list[GroupView]:
+        """Every group of the cores this shard hosts, as committed."""
+        views: list[GroupView] = []
+        for hosted in list(self._hosted.values()):
+            step = hosted.core.list_groups()
+            with contextlib.suppress(RequestError):
+                await self._persist(hosted, step)
+                views += step.answer.groups
+        return views
+
     async def close(self) -> None:
+        self.lag.stop()
         for hosted in list(self._hosted.values()):
             self._break(hosted, "the shard stops")
 

@@ -60,6 +60,7 @@ HEADER = struct.Struct("<4sHHQ")
 HEADER_BYTES = HEADER.size  # 16
 ENTRY = struct.Struct("<QIHHQQqIB3x")
 ENTRY_BYTES = ENTRY.size  # 48
+TERM_OFFSET = struct.calcsize("<QIHHQ")  # 24: where an entry's term starts
 _ENTRY_FIELDS = struct.Struct("<QIHHQQq")  # the checksummed part: 40 bytes
 _CHECKSUMMED = _ENTRY_FIELDS.size
 _TRAILER = struct.Struct("<IB3x")  # entry checksum, marks

@@ -356,6 +356,20 @@ class SegmentedLog:
         Raft reads terms synchronously. Raises IndexOutOfRange."""
         return self._segment_for(index).term_of(index)
 
+    def count_top_bit_terms(self, start: int, end: int) -> int:
+        """How many records in [start, end) (within the log) have the top bit
+        of their term set, from the in-memory index (no I/O)."""
+        self._check_open()
+        count = 0
+        first = max(bisect.bisect_right(self._bases, start) - 1, 0)
+        for segment in self._segments[first:]:
+            if segment.base_index >= end:
+                break
+            lo, hi = max(start, segment.base_index), min(end, segment.end_index)
+            if lo < hi:
+                count += segment.count_top_bit_terms(lo, hi)
+        return count
+
     async def index_for_timestamp(self, timestamp_ms: int) -> int:
         """The first index whose record was appended at or after `timestamp_ms`
         (`highest_index` if none was)."""

@@ -273,6 +273,7 @@ def render(
             w.sample("laminar_partition_offline", labels, 1)
 
     _moves(w, live)
+    _group_lag(w, live)
 
     w.family(
         "laminar_task_queue_runtime_seconds_total",
@@ -290,6 +291,32 @@ def render(
     for block in extra:
         text += block if block.endswith("\n") else block + "\n"
     return text
+
+
+def _group_lag(w: _Writer, live: list[tuple[int, Mapping[str, Any]]]) -> None:
+    """Consumer group lag, from the shards coordinating the groups
+    (`laminar.groups.lag`: refreshed every 5 s, at most 1,000 series a shard)."""
+    w.family(
+        "laminar_group_lag_records",
+        "gauge",
+        "Records of a partition after its consumer group's committed position "
+        "(reported by the node coordinating the group).",
+    )
+    for _, stats in live:
+        for group, topic, partition, lag in (stats.get("group_lag") or {}).get("series", ()):
+            w.sample(
+                "laminar_group_lag_records",
+                {"group": group, "topic": topic, "partition": partition},
+                lag,
+            )
+    w.family(
+        "laminar_group_lag_series_dropped",
+        "gauge",
+        "Group partitions left out of laminar_group_lag_records (past 1,000 a shard).",
+    )
+    for shard_id, stats in live:
+        dropped = (stats.get("group_lag") or {}).get("dropped", 0)
+        w.sample("laminar_group_lag_series_dropped", {"shard": shard_id}, dropped)
 
 
 def _moves(w: _Writer, live: list[tuple[int, Mapping[str, Any]]]) -> None:

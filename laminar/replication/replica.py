@@ -115,6 +115,11 @@ class PartitionReplica(Protocol):
         committed entries there (a Raft replica), else `index` itself."""
         ...
 
+    def records_between(self, start: int, end: int) -> int:
+        """How many records (not the protocol's own entries) lie in
+        [start, end), both clamped to the retained, committed range."""
+        ...
+
     async def confirm_reads(self) -> None: ...
 
     async def wait_for_append(self, index: int, timeout_s: float) -> None: ...
@@ -188,6 +193,10 @@ class LocalReplica:
 
     def next_readable(self, index: int) -> int:
         return index
+
+    def records_between(self, start: int, end: int) -> int:
+        log = self.log
+        return max(min(end, log.highest_index) - max(start, log.lowest_index), 0)
 
     async def confirm_reads(self) -> None:
         return None  # nobody else can lead a partition this node holds alone
@@ -402,6 +411,13 @@ class RaftReplica:
         while index < end and term_of(index) & CONTROL_TERM_BIT:
             index += 1
         return index
+
+    def records_between(self, start: int, end: int) -> int:
+        # Raft's entries carry CONTROL_TERM_BIT, the top bit of the stored term.
+        lo, hi = max(start, self.lowest_index), min(end, self.group.committed_end)
+        if lo >= hi:
+            return 0
+        return hi - lo - self.log.count_top_bit_terms(lo, hi)
 
     async def wait_for_append(self, index: int, timeout_s: float) -> None:
         await self.group.wait_committed(index + 1, timeout_s)

@@ -361,6 +361,9 @@ class Handlers:
         committed = replica.highest_index
         highest = replica.log_end
         voters, learners = replica.members
+        records = None
+        if req.count_from is not None:
+            records = replica.records_between(req.count_from, committed)
         return ListOffsetsResponse(
             req.partition_id,
             replica.lowest_index,
@@ -370,6 +373,7 @@ class Handlers:
             replica.leader,
             voters,
             learners,
+            records,
         ).encode_buffers(corr)
 
     async def ping(self, req: Ping, corr: int, ctx: RequestContext) -> list[Buffer]:

@@ -59,7 +59,7 @@ class KafkaConnection(Connection):
             sock, dispatcher, metrics, ctx, max_frame_bytes, on_close, budget, None, clock
         )
 
-    def _new_decoder(self, max_frame_bytes: int) -> KafkaFrameDecoder:  # type: ignore[override]
+    def _new_decoder(self, max_frame_bytes: int) -> KafkaFrameDecoder:
         return KafkaFrameDecoder(max_frame_bytes)
 
     def _new_fast_path(self) -> RequestFastPath | None:

@@ -408,14 +408,25 @@ class KafkaDoor:
 
     async def produce(self, req: m.ProduceRequest, ctx: RequestContext) -> m.ProduceResponse | None:
         if req.transactional_id is not None:
-            raise KafkaError(
+            refusal = KafkaError(
                 Kafka.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported"
             )
-        jobs = []
-        for topic in req.topic_data:
-            for part in topic.partition_data:
-                jobs.append(self._produce_one(topic.name, part.index, part.records, ctx))
-        answers = await asyncio.gather(*jobs)
+            answers = [
+                _refused(
+                    m.ProduceResponse.TopicProduceResponse.PartitionProduceResponse(index=p.index),
+                    refusal,
+                )
+                for t in req.topic_data
+                for p in t.partition_data
+            ]
+        else:
+            answers = await asyncio.gather(
+                *(
+                    self._produce_one(t.name, p.index, p.records, ctx)
+                    for t in req.topic_data
+                    for p in t.partition_data
+                )
+            )
         if req.acks == 0:
             return None
         at = 0
@@ -458,7 +469,7 @@ class KafkaDoor:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            answer.error_code, answer.error_message = kafka_error(exc)
+            _refused(answer, exc)
         return answer
 
     async def fetch(self, req: m.FetchRequest, ctx: RequestContext) -> m.FetchResponse:
@@ -664,13 +675,14 @@ class KafkaDoor:
     async def find_coordinator(
         self, req: m.FindCoordinatorRequest, ctx: RequestContext
     ) -> m.FindCoordinatorResponse:
-        if req.key_type != 0:
+        if req.key_type != 0:  # a transaction's coordinator
+            refused = Kafka.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             return m.FindCoordinatorResponse(
-                error_code=Kafka.INVALID_REQUEST,
+                error_code=refused,
                 error_message="transactions are not supported",
                 coordinators=[
                     m.FindCoordinatorResponse.Coordinator(
-                        key=key, node_id=-1, host="", port=-1, error_code=Kafka.INVALID_REQUEST
+                        key=key, node_id=-1, host="", port=-1, error_code=refused
                     )
                     for key in req.coordinator_keys
                 ],
@@ -905,6 +917,13 @@ class KafkaDoor:
                 result.error_message = f"resource type {resource.resource_type} has no configs here"
             results.append(result)
         return m.DescribeConfigsResponse(results=results)
+
+
+def _refused(answer: Any, exc: BaseException) -> Any:
+    """`answer` (a partition's, with error_code and error_message) carrying
+    the Kafka error for `exc`."""
+    answer.error_code, answer.error_message = kafka_error(exc)
+    return answer
 
 
 def _brokers(kafka_ports: dict[str, tuple[str, tuple[int, ...]]]) -> list[tuple[int, str, int]]:

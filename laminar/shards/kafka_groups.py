@@ -125,7 +125,6 @@ class ClassicMember:
     session_s: float
     instance_id: str | None
     protocol: str
-    cooperative: bool
     given: frozenset[TopicPartition] = field(default_factory=frozenset)
     """What the member holds: the assignment its last SyncGroup handed it."""
 
@@ -151,9 +150,6 @@ class ClassicMembers:
 
     def drop(self, group: str, member_id: str) -> None:
         self._members.pop((group, member_id), None)
-
-    def __len__(self) -> int:
-        return len(self._members)
 
 
 class KafkaGroups:
@@ -197,6 +193,7 @@ class KafkaGroups:
             topics=tuple(sorted(set(topics))),
             owned=owned if cooperative else frozenset(),
             session_timeout_s=session_s,
+            may_hold=False,
         )
         answer = await self._heartbeat(pid, request, ctx)
         if answer.error is not GroupError.NONE or answer.member_id is None:
@@ -215,7 +212,6 @@ class KafkaGroups:
                 session_s=session_s,
                 instance_id=req.group_instance_id,
                 protocol=protocol,
-                cooperative=cooperative,
                 given=owned if cooperative else frozenset(),
             ),
         )
@@ -258,6 +254,7 @@ class KafkaGroups:
                 topics=member.topics,
                 owned=member.given,
                 session_timeout_s=member.session_s,
+                may_hold=False,
             ),
             ctx,
         )

@@ -825,6 +825,7 @@ class Shard:
                 "topics": len(self.metadata.state.topics()),
                 "uptime_s": self.clock.monotonic() - self._started_at,
                 "task_queues": self._queue_stats(),
+                "group_lag": self.groups.lag.snapshot(),
                 **self.writes.stats(),
             }
         )

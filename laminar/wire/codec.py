@@ -535,13 +535,17 @@ class FrameDecoder:
         except ProtocolError as exc:
             self._error = exc
             raise
+        self._advance(pos, end)
+        return frame
+
+    def _advance(self, pos: int, end: int) -> None:
+        """The frame at `pos`..`end` was taken: move past it."""
         self.last_frame_bytes = end - pos
-        if end == len(buf):
-            buf.clear()
+        if end == len(self._buf):
+            self._buf.clear()
             self._pos = 0
         else:
             self._pos = end
-        return frame
 
     def discard(self) -> None:
         """Drop whatever is buffered (the stream is being closed): the memory goes

@@ -36,6 +36,7 @@ from laminar.wire.records import (
     PRODUCER_HEADER,
     FetchedRecord,
     ProducerStamp,
+    add_header,
     check_parallel,
     decode_fetch_batch,
     decode_produce_batch,
@@ -336,10 +337,10 @@ def _stamped(blob: bytes, stamp: ProducerStamp) -> bytes:
     """`blob` re-encoded with `stamp` added to its headers (the name is reserved)."""
     if blob[:1] == b"\x00":  # a bare value: the common case, without msgpack
         return stamp_only_record(memoryview(blob)[1:], stamp)
-    value, key, headers = decode_record(blob)
+    _, _, headers = decode_record(blob)
     if headers and PRODUCER_HEADER in headers:
         raise WireUsageError(f"the record header {PRODUCER_HEADER!r} is reserved")
-    return encode_record(value, key, {**(headers or {}), PRODUCER_HEADER: stamp.encode()})
+    return add_header(blob, PRODUCER_HEADER, stamp.encode())
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,8 +400,10 @@ class ListOffsetsRequest(Message):
     appended at or after that time. Consistency as for `FetchRequest`: the
     leader answers linearizably; with `any_replica` any replica answers with
     its own view (what it committed, its log's end, the leader it knows).
+    With `count_from`, the answer also counts the records (not Raft's own
+    entries) from there to the committed end: a consumer group's lag.
 
-    Header: {timestamp_ms?, any_replica?}.
+    Header: {timestamp_ms?, any_replica?, count_from?}.
     """
 
     OP: ClassVar[int] = Op.LIST_OFFSETS
@@ -408,6 +411,7 @@ class ListOffsetsRequest(Message):
     partition_id: int
     timestamp_ms: int | None = None
     any_replica: bool = False
+    count_from: int | None = None
 
     def _partition(self) -> int:
         return self.partition_id
@@ -418,12 +422,19 @@ class ListOffsetsRequest(Message):
             header["timestamp_ms"] = self.timestamp_ms
         if self.any_replica:
             header["any_replica"] = True
+        if self.count_from is not None:
+            header["count_from"] = self.count_from
         return header
 
     @classmethod
     def _decode(cls, frame: Frame) -> Self:
         h = frame.header
-        return cls(frame.partition_id, f.opt_uint(h, "timestamp_ms"), f.flag(h, "any_replica"))
+        return cls(
+            frame.partition_id,
+            f.opt_uint(h, "timestamp_ms"),
+            f.flag(h, "any_replica"),
+            f.opt_uint(h, "count_from"),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -753,10 +764,12 @@ class ListOffsetsResponse(Message):
     of the partition's `leader` as this replica knows it (None: unknown, or a
     single node). A replica of a Raft group also names the group's `voters`
     and `learners` as it applied them (empty on a single node): a group's
-    real members, which moves make differ from placement's.
+    real members, which moves make differ from placement's. `records` (when
+    `count_from` was asked) is how many records lie in [count_from,
+    committed_index), Raft's own entries not counted.
 
     Header: {lowest_index, highest_index, committed_index, timestamp_index?, leader?,
-    voters?, learners?}.
+    voters?, learners?, records?}.
     """
 
     OP: ClassVar[int] = Op.LIST_OFFSETS
@@ -770,6 +783,7 @@ class ListOffsetsResponse(Message):
     leader: str | None = None
     voters: tuple[str, ...] = ()
     learners: tuple[str, ...] = ()
+    records: int | None = None
 
     def _partition(self) -> int:
         return self.partition_id
@@ -788,6 +802,8 @@ class ListOffsetsResponse(Message):
             h["voters"] = list(self.voters)
         if self.learners:
             h["learners"] = list(self.learners)
+        if self.records is not None:
+            h["records"] = self.records
         return h
 
     @classmethod
@@ -802,6 +818,7 @@ class ListOffsetsResponse(Message):
             f.opt_string(h, "leader"),
             f.strings(h, "voters"),
             f.strings(h, "learners"),
+            f.opt_uint(h, "records"),
         )
 
 

@@ -214,6 +214,42 @@ def is_stamp_only(blob: Buffer) -> bool:
     )
 
 
+def add_header(blob: bytes, name: str, value: bytes) -> bytes:
+    """`blob` with one more header, appended to its headers' msgpack map as it
+    is: entries with repeated names (which Kafka records may carry) stay, in
+    order. The blob must decode (`decode_record`); `CorruptRecord` otherwise."""
+    attrs = blob[0]
+    at = 1
+    if attrs & HAS_KEY:
+        at += 4 + _U32.unpack_from(blob, at)[0]
+    entry = msgpack.packb(name) + msgpack.packb(value, use_bin_type=True)
+    if not attrs & HAS_HEADERS:
+        packed = b"\x81" + entry
+        return b"".join(
+            (bytes((attrs | HAS_HEADERS,)), blob[1:at], _U32.pack(len(packed)), packed, blob[at:])
+        )
+    (size,) = _U32.unpack_from(blob, at)
+    start, end = at + 4, at + 4 + size
+    kind = blob[start]
+    if kind & 0xF0 == 0x80:
+        count, body = kind & 0x0F, start + 1
+    elif kind == 0xDE:
+        count, body = struct.unpack_from(">H", blob, start + 1)[0], start + 3
+    elif kind == 0xDF:
+        count, body = _U32.unpack_from(blob, start + 1)[0], start + 5
+    else:
+        raise CorruptRecord("record headers are not a msgpack map")
+    count += 1
+    if count < 16:
+        head = bytes((0x80 | count,))
+    elif count < 1 << 16:
+        head = struct.pack(">BH", 0xDE, count)
+    else:
+        head = struct.pack(">BI", 0xDF, count)
+    packed = b"".join((head, blob[body:end], entry))
+    return b"".join((blob[:at], _U32.pack(len(packed)), packed, blob[end:]))
+
+
 def stamp_only_record(value: Buffer, stamp: ProducerStamp) -> bytes:
     """The blob of a bare `value` stamped with `stamp`: the same bytes as
     `encode_record(value, None, {PRODUCER_HEADER: stamp.encode()})`."""

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from laminar.cli.main import main
-from laminar.cli.output import put_bytes, table
-from laminar.cli.status import _kernel_lines, _ranges, parse_prometheus, peer_auth, shard_loads
+from laminar.cli.output import put_bytes, ranges, table
+from laminar.cli.status import _kernel_lines, parse_prometheus, peer_auth, shard_loads
 from laminar.client import Client, partition_for_key
 from laminar.wire import ErrorCode, Op, producer_stamp
 
@@ -79,9 +79,9 @@ def test_table_aligns_numbers_right_and_text_left() -> None:
 
 
 def test_ranges() -> None:
-    assert _ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
-    assert _ranges([3]) == "3"
-    assert _ranges([]) == "-"
+    assert ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert ranges([3]) == "3"
+    assert ranges([]) == "-"
 
 
 def test_prometheus_parsing_and_shard_loads() -> None:

@@ -43,6 +43,7 @@ members = st.builds(
     parts,
     parts,
     st.booleans(),
+    parts,
 )
 views = st.builds(GroupView, names, u32, names, st.lists(members, max_size=2).map(tuple), positions)
 
@@ -66,6 +67,7 @@ REQUESTS: list[st.SearchStrategy[Any]] = [
             parts,
             ms,
             st.none() | names,
+            parts,
         ),
     ),
     _frame(

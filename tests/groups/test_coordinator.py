@@ -254,6 +254,11 @@ def test_every_input_is_bounded() -> None:
     assert h.join().error is GroupError.LIMIT
     assert h.join(topics=("a", "b", "c")).error is GroupError.LIMIT
     assert h.beat(a, owned=parts(0, 1, 2, 3)).error is GroupError.LIMIT
+    paused = HeartbeatRequest(
+        G, a.member_id, a.epoch, a.revision, None, ("t",), frozenset(), 10.0,
+        paused=parts(0, 1, 2, 3),
+    )  # fmt: skip
+    assert h.step(h.core.heartbeat(paused)).error is GroupError.LIMIT
     assert (
         h.step(
             h.core.commit(
@@ -427,3 +432,54 @@ def test_a_step_says_where_its_checkpoint_starts_and_that_part_alone_is_the_stat
     _churn(h, 40)
     assert seen, "no checkpoint"
     assert all(0 < s.checkpoint_at <= len(s.records) for s in seen if s.checkpoint_at is not None)
+
+
+def test_describe_says_why_a_member_is_idle() -> None:
+    """No partition left for it, waiting for another member's release, or
+    every partition it owns paused (as its heartbeat reported); a member
+    that delivers has no reason."""
+    h = Harness(partitions=2)
+    a = h.beat(h.join())
+    b = h.join()  # a must release one before b gets it
+    views = {m.member_id: m for m in h.step(h.core.describe(G)).group.members}
+    assert views[b.member_id].idle_reason == (
+        "waiting: for 1 partition(s) another member is releasing"
+    )
+    a = h.beat(a)  # told to revoke: a now releases
+    a = h.beat(a)
+    b = h.beat(b)
+    c = h.join()
+    paused = HeartbeatRequest(
+        G, b.member_id, b.epoch, b.revision, None, ("t",), b.assignment, 10.0,
+        paused=b.assignment,
+    )  # fmt: skip
+    h.step(h.core.heartbeat(paused))
+    views = {m.member_id: m for m in h.step(h.core.describe(G)).group.members}
+    assert (views[a.member_id].idle_reason, len(views[a.member_id].assignment)) == (None, 1)
+    assert views[b.member_id].idle_reason == "paused: it paused every partition it owns"
+    assert views[c.member_id].idle_reason == (
+        "no partitions left to give it (more members than partitions)"
+    )
+
+
+def test_a_settled_member_s_heartbeat_is_held_and_its_session_runs_from_receipt() -> None:
+    """`hold_s`: only a member with nothing to learn is held (a long poll the
+    shell answers again when the group changes); answered again later,
+    its session still runs from when the heartbeat arrived."""
+    h = Harness(partitions=2)
+    a = h.beat(h.join())
+    request = HeartbeatRequest(G, a.member_id, a.epoch, a.revision, None, ("t",), a.assignment, 6.0)
+    settled = h.step(h.core.heartbeat(request))
+    assert h.core.hold_s(request, settled) == 1.0  # min(interval, session / 6)
+    version = h.core.group_version(G)
+    b = h.join()  # a must give one up: the group moves, a is not idle
+    assert h.core.group_version(G) != version
+    assert h.core.hold_s(request, h.step(h.core.heartbeat(request))) == 0.0
+    assert h.core.hold_s(HeartbeatRequest(G, None, JOIN, 0, None, ("t",), frozenset(), 6.0), b) == 0
+    received = h.clock.monotonic()
+    h.clock.advance(1.0)
+    h.step(h.core.heartbeat(request, received_at=received))
+    h.clock.advance(5.0)  # 6 s after the heartbeat arrived, 5 s after its answer
+    h.step(h.core.tick())
+    members = h.step(h.core.describe(G)).group.members
+    assert a.member_id not in {m.member_id for m in members}

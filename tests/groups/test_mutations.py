@@ -28,8 +28,8 @@ from .sim.mutations import (
 CATCHING_SEEDS = {
     NO_FENCE.name: (0, 1),
     BACKWARDS.name: (0, 1),
-    REASSIGN_EARLY.name: (5, 7),
-    LONG_LEASE.name: (16, 26),
+    REASSIGN_EARLY.name: (7, 8),
+    LONG_LEASE.name: (17, 19),
 }
 
 

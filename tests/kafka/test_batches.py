@@ -23,7 +23,14 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from laminar.kafka.batches import BATCH_HEADER_BYTES, ProducedBatch, decode_produce, encode_fetch
 from laminar.kafka.errors import ErrorCode, KafkaError
 from laminar.log.record import LogBatch
-from laminar.wire.records import PRODUCER_HEADER, ProducerStamp, decode_record, encode_record
+from laminar.wire import ProduceRequest
+from laminar.wire.records import (
+    PRODUCER_HEADER,
+    ProducerStamp,
+    decode_record,
+    encode_record,
+    producer_stamp,
+)
 
 Header = tuple[str, bytes | None]
 KafkaRecord = tuple[bytes | None, bytes | None, list[Header]]  # key, value, headers
@@ -448,3 +455,20 @@ def test_a_compression_bomb_fails_fast_in_bounded_memory(
         tracemalloc.stop()
     assert error.code == ErrorCode.RECORD_LIST_TOO_LARGE
     assert peak < 3 * max_bytes, peak
+
+
+@pytest.mark.parametrize(
+    "headers", [[("h", b"1"), ("h", b"2"), ("n", None)], [], [("x", b"")] * 17]
+)
+def test_the_idempotent_stamp_keeps_every_header_of_the_first_record(
+    headers: list[tuple[str, bytes | None]],
+) -> None:
+    """The first record of an idempotent batch gets the producer stamp added to
+    its headers in place: repeated names and null values stay as Kafka sent them
+    (and the stamp stays out of what a Kafka consumer reads)."""
+    records = [(b"k", b"v", headers), (None, b"w", [])]
+    produced = decode_produce(build(records, producer=(42, 0, 0)), max_bytes=MAX_BYTES)
+    request = ProduceRequest.stamped(0, produced.blobs, 42 << 16, 0)
+    assert producer_stamp(request.blobs[0]) == ProducerStamp(42 << 16, 0, 2)
+    data = encode_fetch(log_batch(request.blobs, 0, [1, 1]))
+    assert_kafka_view(data, records, 0)

@@ -230,3 +230,32 @@ def test_append_stamped_reports_the_stored_timestamp(env: LogEnv) -> None:
         await log.close()
 
     env.run(main)
+
+
+def test_top_bit_terms_are_counted_over_segments_and_after_a_truncation(env: LogEnv) -> None:
+    """What lag counts on: records whose term has the top bit set (Raft's own
+    entries), over any range; a segment's kept count is dropped when a
+    truncation rewrites its end with as many records as before."""
+    top = 1 << 63
+
+    async def main() -> None:
+        config = LogConfig(segment_bytes=1000)
+        log = await SegmentedLog.open(env.directory, config, backend=env.backend)
+        terms = [top | 2 if i % 5 == 0 else 2 for i in range(60)]
+        for term in terms:
+            await log.append([bytes(40)], term=term)
+        assert log.segment_count > 2
+
+        def expected(lo: int, hi: int) -> int:
+            return sum(1 for t in terms[lo:hi] if t & top)
+
+        for lo, hi in ((0, 60), (0, 1), (3, 41), (17, 60), (59, 60), (30, 30)):
+            assert log.count_top_bit_terms(lo, hi) == expected(lo, hi), (lo, hi)
+        await log.truncate(55)  # within the last segment: then as many records again
+        terms[55:] = [3] * 5
+        for term in terms[55:]:
+            await log.append([bytes(40)], term=term)
+        assert log.count_top_bit_terms(0, 60) == expected(0, 60)
+        await log.close()
+
+    env.run(main)

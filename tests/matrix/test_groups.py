@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 from laminar.client import AsyncClient, Client, LaminarError, calls
 from laminar.groups.frames import FindCoordinatorResponse
@@ -125,3 +126,48 @@ def test_a_group_delivers_every_acknowledged_record_across_a_coordinator_kill(
                 "the late member holds every partition",
             )
             assert late.poll(timeout_s=0.5) == []
+
+
+def test_lag_counts_the_records_not_yet_committed_across_a_leader_change(
+    healed: Topology,
+) -> None:
+    """A group commits part of a partition; its leader is killed (a new term:
+    Raft writes a no-op into the partition's indexes) and more is produced.
+    The lag `describe` shows is the number of records after the committed
+    position, by identity, not the index distance with Raft's entries in it."""
+    topic, group = topic_name("lag"), f"lagging-{healed.name}"
+    with Client(healed.bootstrap) as client:
+        client.create_topic(topic, 1, replication_factor=healed.replication_factor)
+        produced = [b"lag-%d" % n for n in range(30)]
+        for value in produced[:20]:
+            client.produce(topic, 0, [value])
+        with client.consumer(group, [topic]) as consumer:
+            read: list[Any] = []
+            wait_until(
+                lambda: read.extend(consumer.poll(timeout_s=0.2)) or len(read) >= 12,
+                "twelve records read",
+            )
+            done = read[11]
+            consumer.commit({(topic, 0): done.index + 1})
+        healed.kill_leader(topic, 0)
+        for value in produced[20:]:
+            client.produce(topic, 0, [value])
+        rest = wait_until(lambda: _values_from(client, topic, done.index + 1, 18), "the rest")
+        assert rest == produced[12:]  # by identity: what the group has not committed
+        described = client.describe_group(group)
+        (lag,) = described.partitions
+        assert (lag.committed, lag.lag, described.lag) == (done.index + 1, 18, 18)
+        if healed.clustered:  # the new term's no-op lies among them
+            assert lag.end - done.index - 1 > 18
+
+
+def _values_from(client: Client, topic: str, index: int, count: int) -> list[bytes] | None:
+    """`count` records of partition 0 from `index` on, reading as a reader does."""
+    values: list[bytes] = []
+    while len(values) < count:
+        batch = client.fetch_batch(topic, 0, index, max_records=count)
+        if not len(batch):
+            return None
+        values += [bytes(r.value) for r in batch]
+        index = batch.next_index
+    return values

@@ -409,3 +409,42 @@ def test_the_calls_spark_s_kafka_source_makes(node: RunningNode) -> None:
         assert position.offset == 8
     finally:
         consumer.close()
+
+
+def test_a_transactional_producer_is_refused_with_a_clear_error(node: RunningNode) -> None:
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": node.kafka_bootstrap, "transactional.id": "billing-tx"}
+    )
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        producer.init_transactions(20)
+    assert (
+        refused.value.args[0].code()
+        == confluent_kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    )
+
+
+def test_admin_lists_and_describes_groups_and_the_cluster(node: RunningNode) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    topic = _topic(node, partitions=2)
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": node.kafka_bootstrap, "group.id": f"g-{topic}"}
+    )
+    try:
+        consumer.subscribe([topic])
+        while not consumer.assignment():
+            consumer.poll(0.2)
+        admin = AdminClient({"bootstrap.servers": node.kafka_bootstrap})
+        listed = admin.list_consumer_groups().result(30)
+        assert f"g-{topic}" in {g.group_id for g in listed.valid}
+        described = admin.describe_consumer_groups([f"g-{topic}"])[f"g-{topic}"].result(30)
+        (member,) = described.members
+        assert {(tp.topic, tp.partition) for tp in member.assignment.topic_partitions} == {
+            (topic, 0),
+            (topic, 1),
+        }
+        cluster = admin.describe_cluster().result(30)
+        ports = sorted(n.port for n in cluster.nodes)
+        assert ports == sorted(node.kafka_ports)
+    finally:
+        consumer.close()

@@ -286,3 +286,37 @@ def test_killed_stopped_and_added_member_processes_deliver_every_record(tmp_path
     }
     assert uncovered <= {"a", "b"}  # only the killed and the stopped member's tails
     assert "FENCED" in logs["b"].refused
+
+
+def test_group_describe_says_why_a_member_is_idle(tmp_path: Path) -> None:
+    """Two members, one partition: the one without it has none left to get;
+    the holder pauses it and says so in its next heartbeat."""
+    with start_node(tmp_path, cores=2, flush="never") as node, Client(node.bootstrap) as client:
+        client.create_topic(TOPIC, 1)
+        with client.consumer("billing", [TOPIC]) as a, client.consumer("billing", [TOPIC]) as b:
+
+            def reasons() -> dict[tuple[str, ...], str | None]:
+                """Each member's partitions ("topic:n") -> why it is idle."""
+                a.poll(timeout_s=0.05), b.poll(timeout_s=0.05)
+                shown = _laminar(node.bootstrap, "group", "describe", "billing", "--json")
+                return {
+                    tuple(f"{t}:{p}" for t, p in m["partitions"]): m["idle_reason"]
+                    for m in json.loads(shown.stdout)["members"]
+                }
+
+            wait_until(
+                lambda: reasons()
+                == {(f"{TOPIC}:0",): None, (): "no partitions left to give it (more members "
+                    "than partitions)"},
+                "one member holds the partition, the other has none to get",
+            )  # fmt: skip
+            holder = a if a.assignment() else b
+            holder.pause([(TOPIC, 0)])
+            wait_until(
+                lambda: (
+                    reasons().get((f"{TOPIC}:0",)) == "paused: it paused every partition it owns"
+                ),
+                "the pause reported",
+            )
+            human = _laminar(node.bootstrap, "group", "describe", "billing").stdout
+            assert "IDLE BECAUSE" in human and f"{TOPIC}:0" in human, human

@@ -3,6 +3,8 @@ positions topic it lives in is the node's own."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,8 @@ from laminar.wire import (
 )
 from tests.support import wait_until
 from tests.system.nodes import start_node
+from tests.system.routed import metrics, total
+from tests.system.test_cli_system import laminar
 from tests.system.wireclient import NodeClient, ServerError, WireConnection
 
 
@@ -199,3 +203,34 @@ def test_group_ops_are_served_only_on_the_positions_topic(tmp_path: Path) -> Non
             assert refused.value.code is ErrorCode.INVALID_REQUEST
             assert "is not a partition of __consumer_offsets" in str(refused.value)
         assert client.fetch_all("events", 0) == [b"mine"]
+
+
+def test_lag_is_in_metrics_and_in_status(tmp_path: Path) -> None:
+    """A group commits part of one partition and nothing of the other: the
+    node's /metrics and `laminar status` show the records it has not
+    committed, per partition and in total."""
+    with start_node(tmp_path, cores=2, flush="never") as node, Client(node.bootstrap) as client:
+        client.create_topic("orders", 2)
+        client.produce("orders", 0, [b"a%d" % n for n in range(10)])
+        client.produce("orders", 1, [b"b%d" % n for n in range(5)])
+        with client.consumer("billing", ["orders"]) as consumer:
+            wait_until(lambda: len(consumer.assignment()) == 2, "both partitions assigned")
+            consumer.commit({("orders", 0): 4})
+
+        def lag_samples() -> dict[str, float]:
+            samples = metrics(node)
+            return {
+                dict(labels)["partition"]: value
+                for (name, labels), value in samples.items()
+                if name == "laminar_group_lag_records"
+                and {("group", "billing"), ("topic", "orders")} <= labels
+            }
+
+        wait_until(lambda: lag_samples() == {"0": 6, "1": 5}, "lag of both partitions in /metrics")
+        assert total(metrics(node), "laminar_group_lag_series_dropped") == 0
+        admin = f"{node.admin_host}:{node.admin_port}"
+        doc = json.loads(laminar(node, "status", "--json", "--admin", admin).stdout)
+        assert doc["groups"] == [{"group": "billing", "state": "empty", "members": 0, "lag": 11}]
+        human = laminar(node, "status", "--admin", admin).stdout
+        assert "consumer groups (1)" in human
+        assert re.search(r"^billing\s+empty\s+0\s+11$", human, re.MULTILINE), human

@@ -3,10 +3,11 @@
 A new user types them one after the other: the shell lines of "Trying it",
 the Python of "From Python" (one interpreter, as in `python -m asyncio`, so a
 block may use what an earlier one made), the shell part of "Spark", the
-atomic write and the consumer groups. Spark's own queries and the cluster
-sections need more than one node and a Spark session; their parts are
-tested in tests/spark and tests/cluster. The README's address
-(127.0.0.1:7070) becomes the test node's.
+atomic write, the consumer groups and the Kafka protocol. Spark's own
+queries and the cluster sections need more than one node and a Spark
+session; their parts are tested in tests/spark and tests/cluster. The
+README's addresses (127.0.0.1:7070, and 127.0.0.1:9092 for Kafka) become the
+test node's.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .nodes import RunningNode
 
 REPO = Path(__file__).resolve().parents[2]
 README_ADDRESS = "127.0.0.1:7070"
+README_KAFKA_ADDRESS = "127.0.0.1:9092"
 
 RUN = {
     "Trying it": {"sh"},
@@ -35,6 +37,7 @@ RUN = {
     "Spark": {"sh"},
     "Atomic writes from Python": {"python"},
     "Consumer groups": {"sh", "python"},
+    "The Kafka protocol": {"sh", "python"},
 }
 """The sections whose examples run here, and which of their blocks."""
 
@@ -92,17 +95,20 @@ def test_the_readme_examples_run_in_order(node: RunningNode, tmp_path: Path) -> 
         ("Atomic writes from Python", "python"),
         ("Consumer groups", "sh"),
         ("Consumer groups", "python"),
+        ("The Kafka protocol", "sh"),
+        ("The Kafka protocol", "python"),
     ]
     env = {**os.environ, "LAMINAR_BOOTSTRAP": node.bootstrap}
     i = 0
     while i < len(chosen):
         if chosen[i].language == "sh":
             for line in chosen[i].source.splitlines():
+                line = line.replace(README_KAFKA_ADDRESS, node.kafka_bootstrap)
                 _run_shell_line(line, env, node.bootstrap)
             i += 1
             continue
         section = [e.source for e in chosen[i:] if e.section == chosen[i].section]
-        _run_python(section, node.bootstrap, tmp_path)
+        _run_python(section, node, tmp_path)
         i += len(section)
 
 
@@ -145,8 +151,13 @@ def _run_shell_line(line: str, env: dict[str, str], bootstrap: str) -> None:
     assert lines[0] == "followed\n"
 
 
-def _run_python(blocks: list[str], bootstrap: str, cwd: Path) -> None:
-    sources = [block.replace(README_ADDRESS, bootstrap) for block in blocks]
+def _run_python(blocks: list[str], node: RunningNode, cwd: Path) -> None:
+    sources = [
+        block.replace(README_ADDRESS, node.bootstrap).replace(
+            README_KAFKA_ADDRESS, node.kafka_bootstrap
+        )
+        for block in blocks
+    ]
     done = subprocess.run(
         [sys.executable, "-c", PYTHON_RUNNER],
         input=json.dumps(sources),

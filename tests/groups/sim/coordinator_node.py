@@ -6,22 +6,44 @@ batches commit after a random delay; an answer is sent only once its
 core away with every uncommitted record and every unsent answer, and builds a
 new core by replaying the committed log, decoded from its bytes. A committed
 checkpoint lets the log drop what precedes it. Requests sent to a coordinator
-that has since failed over are lost with it.
+that has since failed over are lost with it. A settled member's heartbeat is
+held as the node's shell holds it (`GroupCoordinator.hold_s`): answered again
+once the group changes (its version), else sent as it was when the hold is up.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from laminar.groups.coordinator import GroupCoordinator, Step
-from laminar.groups.messages import CommitRequest, HeartbeatRequest, Position, TopicPartition
+from laminar.groups.messages import (
+    CommitRequest,
+    HeartbeatAnswer,
+    HeartbeatRequest,
+    Position,
+    TopicPartition,
+)
 from laminar.groups.records import PositionRecord, decode, encode
 
 from .history import History
 
 COORDINATOR = "coordinator"
+
+
+@dataclass(frozen=True)
+class Parked:
+    """A held heartbeat: its answer so far and the group version it was made at."""
+
+    sender: str
+    request: HeartbeatRequest
+    answer: HeartbeatAnswer
+    version: int
+    received_at: float
+    until: float
 
 
 class SimCoordinatorNode:
@@ -44,6 +66,7 @@ class SimCoordinatorNode:
         self.pending: list[list[bytes]] = []
         """Batches appended, not committed yet: one per call that wrote."""
         self._held: list[tuple[int, str, Any]] = []
+        self.parked: list[Parked] = []
         self.generation = 0
         self.failovers = 0
         self._build([])
@@ -71,9 +94,40 @@ class SimCoordinatorNode:
             destination, message = reply(step.answer)
             self._held.append((step.answer.wait_for, destination, message))
 
-    def heartbeat(self, sender: str, request: HeartbeatRequest) -> None:
-        step = self.core.heartbeat(request)
-        self._take(step, lambda answer: (sender, ("hb", request, answer)))
+    def heartbeat(
+        self, sender: str, request: HeartbeatRequest, received_at: float | None = None
+    ) -> None:
+        now = self._clock.monotonic()
+        step = self.core.heartbeat(request, received_at=received_at)
+        hold = self.core.hold_s(request, step.answer)
+        if hold > 0:
+            self._take(step)
+            version = self.core.group_version(request.group)
+            received = now if received_at is None else received_at
+            # answered again, it is held only for what is left of its first hold
+            until = received + hold
+            self.parked.append(Parked(sender, request, step.answer, version, received, until))
+            return
+        self._take(step, lambda answer: (sender, ("hb", request, self._interval(request, answer))))
+
+    def _interval(self, request: HeartbeatRequest, answer: HeartbeatAnswer) -> HeartbeatAnswer:
+        """As the shell: a member whose next heartbeat would be held asks at once."""
+        if self.core.next_is_held(request, answer):
+            return dataclasses.replace(answer, heartbeat_interval_s=0.0)
+        return answer
+
+    def _unpark(self) -> None:
+        """Answer the held heartbeats whose group changed or whose hold is up."""
+        now = self._clock.monotonic()
+        parked, self.parked = self.parked, []
+        for p in parked:
+            if self.core.group_version(p.request.group) != p.version:
+                self.heartbeat(p.sender, p.request, p.received_at)
+            elif now >= p.until:
+                answer = self._interval(p.request, p.answer)
+                self._held.append((answer.wait_for, p.sender, ("hb", p.request, answer)))
+            else:
+                self.parked.append(p)
 
     def commit(self, sender: str, request: CommitRequest, ends: dict[TopicPartition, int]) -> Any:
         step = self.core.commit(request, ends)
@@ -90,6 +144,7 @@ class SimCoordinatorNode:
     def progress(self, commit_probability: float) -> list[tuple[str, Any]]:
         """Commit what the log has appended (maybe), then release the answers
         that waited for it; returns them to send."""
+        self._unpark()
         if self.pending and self._rng.random() < commit_probability:
             count = self._rng.randint(1, len(self.pending))
             for raw in (r for batch in self.pending[:count] for r in batch):
@@ -113,6 +168,7 @@ class SimCoordinatorNode:
         the same one after a failed append (requests in flight still arrive)."""
         self.pending.clear()
         self._held.clear()
+        self.parked.clear()
         self.base = 1
         self._build(self.log)
         self.failovers += 1
