@@ -39,6 +39,7 @@ from laminar.kafka.brokers import broker_id, topic_uuid
 from laminar.kafka.classic import assignment_bytes
 from laminar.kafka.errors import ErrorCode as Kafka
 from laminar.kafka.errors import KafkaError
+from laminar.lograte import RateLimitedLog
 from laminar.placement import partition_id, shard_for
 from laminar.replication.calls import PeerCalls
 from laminar.replication.metadata import METADATA_PID, is_internal_topic
@@ -62,6 +63,8 @@ from laminar.wire import (
 from laminar.wire.errors import ProtocolError
 
 logger = logging.getLogger("laminar.kafka")
+_refusals = RateLimitedLog(logger)
+"""Refused requests are logged at a bounded rate: a client cannot flood the log."""
 
 CLUSTER_ID: Final = "laminar"
 PRODUCER_ID_BITS: Final = 47
@@ -178,7 +181,9 @@ class KafkaDoor:
             if exc.correlation_id is None:
                 return None  # not even a header: nothing to answer to
             api_key, api_version = struct.unpack_from(">hh", frame)
-            logger.info("a malformed Kafka request (api key %d): %s", api_key, exc)
+            _refusals.warning(
+                "malformed", "a malformed Kafka request (api key %d): %s", api_key, exc
+            )
             return codec.error_response(
                 api_key, api_version, exc.correlation_id, Kafka.INVALID_REQUEST
             )
