@@ -145,7 +145,8 @@ class Handlers:
         self.fetch_bytes_max = max(1, ident.max_frame_bytes // 2)
         """The most record bytes a fetch answer carries (past one record); what a
         connection reserves for a fetch in flight (`laminar.shards.budget`)."""
-        self._fetch_records_max = max(1, ident.max_frame_bytes // 64)
+        self.fetch_records_max = max(1, ident.max_frame_bytes // 64)
+        """The most records a fetch answer carries (its per-record columns stay bounded)."""
 
     # -- partition resolution --------------------------------------------------
 
@@ -309,7 +310,7 @@ class Handlers:
         """A fetch response must fit a frame: the request's limits, capped."""
         return (
             min(req.max_bytes, self.fetch_bytes_max),
-            min(req.max_records, self._fetch_records_max),
+            min(req.max_records, self.fetch_records_max),
         )
 
     def _fetch_answer(

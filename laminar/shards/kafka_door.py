@@ -520,7 +520,9 @@ class KafkaDoor:
                         waits.append((replica, start))
                     elif size < budget:
                         limit = max(1, min(part.partition_max_bytes, budget - size))
-                        batch = await replica.read_batch(start, limit, 1 << 20)
+                        batch = await replica.read_batch(
+                            start, limit, self.handlers.fetch_records_max
+                        )
                         records = encode_fetch(batch)
                         answer.records = records
                         size += len(records)
