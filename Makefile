@@ -45,6 +45,7 @@ soak: setup
 	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/cluster/test_gossip_netns.py
 	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/system/test_membership.py tests/bench/test_move_bench.py
 	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/cluster/test_workload.py tests/cluster/test_rolling_restart.py
+	LAMINAR_SOAK=1 $(PY) -m pytest -q tests/system/test_kafka_groups.py
 	LAMINAR_MODEL_EXAMPLES=4000 LAMINAR_CRASH_ROUNDS=60 $(PY) -m pytest -q -p no:cacheprovider tests/log/test_log_model.py tests/log/test_crash.py
 	$(PY) -m tests.cluster.workload --minutes 10
 
