@@ -29,7 +29,7 @@ from typing import Final
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.placement import shard_for
 from laminar.replication.auth import PeerAuth
-from laminar.replication.nodes import NodeView
+from laminar.replication.nodes import Node, NodeView
 from laminar.replication.transport import (
     HANDSHAKE_TIMEOUT_S,
     NodeLayout,
@@ -154,14 +154,18 @@ class PeerCalls:
             self._layouts.pop(node_id, None)
             raise PeerCallError(node_id, f"lost the connection ({exc})", sent=True) from None
 
+    def _member(self, node_id: str) -> Node:
+        member = self.view().get(node_id)
+        if member is None:
+            raise PeerLinkError(f"{node_id!r} is not a member of the cluster")
+        return member
+
     async def layout(self, node_id: str) -> NodeLayout:
         """Where `node_id`'s shards listen (asked once, then kept until a call
         to it fails). Raises `PeerLinkError`, OSError or TimeoutError."""
         layout = self._layouts.get(node_id)
         if layout is None:
-            member = self.view().get(node_id)
-            if member is None:
-                raise PeerLinkError(f"{node_id!r} is not a member of the cluster")
+            member = self._member(node_id)
             layout = await asyncio.wait_for(
                 fetch_layout(member.host, member.port), HANDSHAKE_TIMEOUT_S
             )
@@ -177,9 +181,7 @@ class PeerCalls:
         known = self._leaders.get(node_id)
         if known is not None and now - known[0] < LEADERS_TTL_S:
             return known[1]
-        member = self.view().get(node_id)
-        if member is None:
-            raise PeerLinkError(f"{node_id!r} is not a member of the cluster")
+        member = self._member(node_id)
         response = await asyncio.wait_for(
             fetch_metadata(member.host, member.port, layout_only=False), HANDSHAKE_TIMEOUT_S
         )

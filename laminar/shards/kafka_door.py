@@ -45,6 +45,7 @@ from laminar.replication.calls import PeerCalls
 from laminar.replication.metadata import METADATA_PID, is_internal_topic
 from laminar.replication.replica import PartitionReplica
 from laminar.replication.routes import NodeRoutes
+from laminar.replication.topic_config import TOPIC_CONFIG_KEYS
 from laminar.replication.transport import PeerLinkError
 from laminar.shards.dispatch import Dispatcher
 from laminar.shards.errors import error_for
@@ -486,10 +487,7 @@ class KafkaDoor:
             remaining = deadline - self._clock.monotonic()
             if size >= max(1, req.min_bytes) or not waits or remaining <= 0:
                 return m.FetchResponse(responses=responses)
-            await self._wait_any(waits, remaining)
-            if self._clock.monotonic() >= deadline:  # nothing came: answer what there is
-                responses, _, _ = await self._fetch_once(req, budget)
-                return m.FetchResponse(responses=responses)
+            await self._wait_any(waits, remaining)  # then read again
 
     async def _fetch_once(
         self, req: m.FetchRequest, budget: int
@@ -895,8 +893,6 @@ class KafkaDoor:
     async def describe_configs(
         self, req: m.DescribeConfigsRequest, ctx: RequestContext
     ) -> m.DescribeConfigsResponse:
-        from laminar.replication.topic_config import TOPIC_CONFIG_KEYS
-
         results = []
         for resource in req.resources:
             result = m.DescribeConfigsResponse.DescribeConfigsResult(
