@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from laminar.client.errors import (
     CannotConnectError,
+    CommitPendingError,
     ConnectionLostError,
     LaminarError,
     OutcomeUnknownError,
@@ -105,11 +106,14 @@ def no_answer(exc: LaminarError) -> bool:
 def may_have_applied(exc: LaminarError) -> bool:
     """Whether a request that failed with `exc` may have been applied all the
     same: it was sent and its answer was lost or late (a node that timed out
-    or lost track of what it handed on counts too), as opposed to refused or
-    never sent."""
+    or lost track of what it handed on counts too), or the node said it was
+    applied and is still being finished (COMMIT_PENDING: the commit was
+    decided, publishing it goes on), as opposed to refused or never sent."""
     if isinstance(exc, CannotConnectError):
         return False
-    return isinstance(exc, ConnectionLostError | RequestTimeoutError | ServerTimeoutError)
+    return isinstance(
+        exc, ConnectionLostError | RequestTimeoutError | ServerTimeoutError | CommitPendingError
+    )
 
 
 def final_error(exc: LaminarError, idempotent: bool, what: str) -> LaminarError | None:

@@ -75,6 +75,14 @@ def test_a_commit_whose_answer_was_lost_published_what_its_retry_hears_of() -> N
     assert result == CommitResult(42, True, PUBLISHED)
 
 
+def test_a_commit_answered_pending_published_what_its_retry_hears_of() -> None:
+    """COMMIT_PENDING says the first attempt decided the commit (publishing
+    it failed for now); the retry hears "committed before" of that attempt."""
+    pending = ErrorResponse(Op.COMMIT_WRITE, ErrorCode.COMMIT_PENDING, "pending").to_frame(1)
+    result = run(core()._call_plan(commit_write(42, ())), [pending, committed(False)])
+    assert result == CommitResult(42, True, PUBLISHED)
+
+
 def test_a_refused_attempt_is_no_attempt_that_may_have_committed() -> None:
     """Only an attempt that may have been applied makes a later "committed
     before" this call's own: a node that refused it (not the leader) did not."""
