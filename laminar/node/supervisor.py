@@ -646,12 +646,14 @@ class Supervisor:
     def _log_ready(self) -> None:
         info = self.node_info()
         logger.info(
-            "laminar-node ready: node %s, port %d (tcp+udp), %d shards on ports %s, "
-            "admin http://%s:%s, runtime %s, routing %s, data %s",
+            "laminar-node ready: node %s, port %d (%s), %d shards on ports %s, "
+            "admin %s://%s:%s, runtime %s, routing %s, data %s",
             info["node_id"],
             info["port"],
+            "tls, no udp" if self.tls is not None else "tcp+udp",
             info["cores"],
             ",".join(map(str, info["shard_ports"])),
+            "https" if self.tls is not None else "http",
             info["admin_host"],
             info["admin_port"],
             info["runtime"],

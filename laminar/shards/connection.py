@@ -249,7 +249,8 @@ class Connection:
                 metrics.tls_refused += 1
                 _tls_refusals.warning(
                     "tls",
-                    "shard %d: TLS with %s failed, connection closed: %s",
+                    "shard %d: TLS with %s failed (a client without TLS, or one that does "
+                    "not trust this node's certificate?), connection closed: %s",
                     self._ctx.received_by,
                     _peer_name(self.sock),
                     exc,
