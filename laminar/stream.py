@@ -23,6 +23,7 @@ and fast paths above see plaintext either way and do not change.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import socket
 import ssl
@@ -36,7 +37,9 @@ _IOV_MAX: Final = 1024
 CHUNK_BYTES: Final = 64 << 10
 """Plaintext encrypted and sent at once (four full TLS records)."""
 RECV_BYTES_MIN: Final = 16 << 10 | 256
-"""A TLS read asks the socket for at least one whole record."""
+"""A TLS read asks the socket for at least one whole record..."""
+RECV_BYTES_MAX: Final = 256 << 10
+"""...and at most this (the ciphertext held is charged to the budget)."""
 HANDSHAKE_BYTES_MAX: Final = 64 << 10
 """Ciphertext a client may send before its handshake is done."""
 
@@ -161,7 +164,12 @@ class TlsStream:
         """Run the handshake; `ssl.SSLError` if it fails or the peer leaves."""
         session = self._session
         while True:
-            done = session.handshake()
+            try:
+                done = session.handshake()
+            except ssl.SSLError:
+                with contextlib.suppress(OSError):  # the alert, so the peer knows why
+                    self.sock.send(session.take_output())
+                raise
             out = session.take_output()
             if out:
                 await self._loop.sock_sendall(self.sock, out)
@@ -191,7 +199,8 @@ class TlsStream:
 
     async def _fill(self, want: int) -> bool:
         """Feed the session what the socket has; False at end of stream."""
-        data = await self._loop.sock_recv(self.sock, max(want, RECV_BYTES_MIN))
+        size = min(max(want, RECV_BYTES_MIN), RECV_BYTES_MAX)
+        data = await self._loop.sock_recv(self.sock, size)
         if not data:
             return False
         self._session.feed(data)

@@ -17,6 +17,7 @@ times out breaks the connection as before.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import threading
@@ -47,7 +48,12 @@ class TlsSocket:
         (certificate verification included) or `OSError` if it fails."""
         session = self._session
         while True:
-            done = session.handshake()
+            try:
+                done = session.handshake()
+            except ssl.SSLError:
+                with contextlib.suppress(OSError):  # the alert, so the node knows why
+                    self._sock.sendall(session.take_output())
+                raise
             out = session.take_output()
             if out:
                 self._sock.sendall(out)

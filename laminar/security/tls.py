@@ -144,21 +144,23 @@ class TlsSession:
         (close_notify). Raises `ssl.SSLError` on a broken stream, bytes
         after close_notify included."""
         try:
-            return self._obj.read(n)
+            data = self._obj.read(n)
         except ssl.SSLWantReadError:
             return None
         except ssl.SSLZeroReturnError:
             return self._closed()
+        return data if data or not n else self._closed()  # b"": close_notify came
 
     def read_into(self, view: memoryview) -> int | None:
         """`read`, into `view`: the count, None (feed more) or 0 (closed)."""
         try:
             # With a buffer the read answers a count (typeshed says bytes).
-            return cast(int, self._obj.read(len(view), view))
+            got = cast(int, self._obj.read(len(view), view))
         except ssl.SSLWantReadError:
             return None
         except ssl.SSLZeroReturnError:
             return len(self._closed())
+        return got if got or not len(view) else len(self._closed())
 
     def _closed(self) -> bytes:
         if self._in.pending:
