@@ -82,9 +82,11 @@ def _values(node: RunningNode, certs: Certs, topic: str, partition: int) -> list
 def _peer_subject(port: int, certs: Certs) -> str:
     """The common name of the certificate a new TLS connection to `port` is shown."""
     context = ssl.create_default_context(cafile=certs.ca.cert)
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-        with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-            cert = tls.getpeercert()
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        cert = tls.getpeercert()
     assert cert is not None
     return dict(pair[0] for pair in cert["subject"])["commonName"]
 
