@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,7 +89,8 @@ def _peer_subject(port: int, certs: Certs) -> str:
     ):
         cert = tls.getpeercert()
     assert cert is not None
-    return dict(pair[0] for pair in cert["subject"])["commonName"]
+    subject: Any = cert["subject"]  # ((("commonName", "node"),),)
+    return next(value for rdn in subject for key, value in rdn if key == "commonName")
 
 
 def _wait_for(predicate: object, what: str, timeout_s: float = 30.0) -> None:
