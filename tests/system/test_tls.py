@@ -90,7 +90,7 @@ def _peer_subject(port: int, certs: Certs) -> str:
         cert = tls.getpeercert()
     assert cert is not None
     subject: Any = cert["subject"]  # ((("commonName", "node"),),)
-    return next(value for rdn in subject for key, value in rdn if key == "commonName")
+    return str(next(value for rdn in subject for key, value in rdn if key == "commonName"))
 
 
 def _wait_for(predicate: object, what: str, timeout_s: float = 30.0) -> None:
