@@ -414,7 +414,12 @@ def replication_status(
 def _node_answers(client: Client, address: Address) -> bool:
     """True if a node answers a metadata request (a node holding no partition)."""
     try:
-        with Client(format_address(address), timeout_s=2.0, retry=RetryPolicy(budget_s=0)):
+        with Client(
+            format_address(address),
+            timeout_s=2.0,
+            retry=RetryPolicy(budget_s=0),
+            tls=client.tls or False,
+        ):
             return True
     except LaminarError:
         return False

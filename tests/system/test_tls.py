@@ -12,6 +12,8 @@ import shutil
 import signal
 import socket
 import ssl
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -117,6 +119,23 @@ def test_both_clients_produce_and_consume_over_tls(node: RunningNode, certs: Cer
     got = asyncio.run(run())
     assert sorted(v for v in got if v is not None) == sorted(async_values)
     assert _values(node, certs, topic, 0) == sync_values
+
+
+def test_the_cli_speaks_tls(node: RunningNode, certs: Certs) -> None:
+    def laminar(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "laminar.cli.main", "--tls", "--ca-file", certs.ca.cert,
+             "-b", node.bootstrap, *args],
+            input=stdin, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    topic = f"cli-{uuid.uuid4().hex[:8]}"
+    assert laminar("topic", "create", topic).returncode == 0
+    lines = [f"line {i}" for i in range(20)]
+    produced = laminar("produce", topic, "--partition", "0", stdin="\n".join(lines))
+    assert produced.returncode == 0, produced.stderr
+    consumed = laminar("consume", topic, "--partition", "0", "--from-beginning")
+    assert consumed.stdout.splitlines() == lines, consumed.stderr
 
 
 def test_a_plaintext_client_is_closed_and_the_node_serves_the_others(
