@@ -405,7 +405,8 @@ class Supervisor:
         admin = None
         if self.admin_sock is not None:
             token = create_token_file(self.config.run_dir)
-            admin = AdminServer(self.admin_sock, self._admin_source(), token)
+            tls = None if self.tls is None else self.tls.switching_context()
+            admin = AdminServer(self.admin_sock, self._admin_source(), token, tls)
             await admin.start()
         if self.membership is not None:
             self.membership.start(self._publish_view)

@@ -17,7 +17,8 @@ Rules:
   by default, against `ca_file` or the system's trust store.
 - `ServerTls.reload` (SIGHUP) builds a new context from the same files: new
   handshakes use it, sessions already made keep theirs. A reload that fails
-  keeps the old context and says why.
+  keeps the old context and says why. A server that holds one context for
+  good (the admin endpoint, on asyncio) gets `switching_context`.
 - `--tls-ca-file` is loaded now (a bad file stops start-up) for client
   certificates later; clients are not asked for one yet.
 """
@@ -90,6 +91,18 @@ class ServerTls:
             return False
         logger.info("TLS certificate reloaded from %s", self.files.cert_file)
         return True
+
+    def switching_context(self) -> ssl.SSLContext:
+        """A context for a server that keeps the one it is given (asyncio's
+        `start_server`, the admin endpoint): every handshake switches to the
+        current `context` as it reads the ClientHello (an SNI callback, which
+        OpenSSL calls with or without a server name)."""
+        front = server_context(self.files)
+        front.sni_callback = self._switch
+        return front
+
+    def _switch(self, obj: ssl.SSLObject, _name: str | None, _front: ssl.SSLContext) -> None:
+        obj.context = self.context
 
 
 class TlsSession:

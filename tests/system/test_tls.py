@@ -7,6 +7,7 @@ the `openssl` command; records are checked by identity."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -136,6 +137,8 @@ def test_the_cli_speaks_tls(node: RunningNode, certs: Certs) -> None:
     assert produced.returncode == 0, produced.stderr
     consumed = laminar("consume", topic, "--partition", "0", "--from-beginning")
     assert consumed.stdout.splitlines() == lines, consumed.stderr
+    status = laminar("status", "--json")  # the admin endpoint too, over HTTPS
+    assert json.loads(status.stdout)["admin"]["reachable"] is True, status.stderr
 
 
 def test_a_plaintext_client_is_closed_and_the_node_serves_the_others(
@@ -268,13 +271,14 @@ def test_sighup_swaps_the_certificate_for_new_connections_only(
     node: RunningNode, certs: Certs
 ) -> None:
     """After the files change and SIGHUP, new connections are shown the new
-    certificate on every port; a connection made before keeps working."""
+    certificate on every port (the admin endpoint's HTTPS too); a connection
+    made before keeps working."""
     context = ssl.create_default_context(cafile=certs.ca.cert)
     address = ("127.0.0.1", node.shard_ports[0])
     old = BlockingConnection(address, 5.0, tls=context)
     try:
         assert Pong.from_frame(old.wait(old.send(Ping()), time.monotonic() + 10))
-        ports = [*node.shard_ports, node.port, *node.kafka_ports]
+        ports = [*node.shard_ports, node.port, *node.kafka_ports, node.admin_port]
         assert {_peer_subject(p, certs) for p in ports} == {"node"}
         renewed = make_cert(certs.dir, certs.ca, "node-renewed")
         shutil.copy(renewed.cert, certs.served.cert)
