@@ -140,8 +140,9 @@ class AdminServer:
 
     async def start(self) -> None:
         self._sock.setblocking(False)
+        handshake_s = None if self._tls is None else REQUEST_TIMEOUT_S
         self._server = await asyncio.start_server(
-            self._handle, sock=self._sock, ssl=self._tls, ssl_handshake_timeout=REQUEST_TIMEOUT_S
+            self._handle, sock=self._sock, ssl=self._tls, ssl_handshake_timeout=handshake_s
         )
 
     async def close(self) -> None:
