@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from laminar.bench.servers.certs import Pem, make_ca, make_cert
 from laminar.outbox import Outbox
 from laminar.security.tls import TlsFiles, TlsSession, client_context, server_context
 from laminar.shards.budget import InputBudget
 from laminar.stream import CHUNK_BYTES, TlsStream, _chunks
-from tests.support.certs import Pem, make_ca, make_cert
 
 pytestmark = pytest.mark.timeout(60)
 

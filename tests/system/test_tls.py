@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
+from laminar.bench.servers.certs import Pem, make_ca, make_cert
 from laminar.client import AsyncClient, Client
 from laminar.client.blocking import BlockingConnection
 from laminar.client.errors import CannotConnectError, ConnectionLostError
 from laminar.wire import Pong
 from laminar.wire.messages import Ping
-from tests.support.certs import Pem, make_ca, make_cert
 from tests.system.nodes import RunningNode, start_node
 
 pytestmark = pytest.mark.timeout(120)

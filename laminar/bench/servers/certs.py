@@ -1,5 +1,6 @@
-"""Test certificates made with the `openssl` command (the `cryptography`
-package is not installed): a CA, and certificates it signs for 127.0.0.1.
+"""Throwaway certificates for tests and benchmarks, made with the `openssl`
+command (the `cryptography` package is not a dependency): a CA, and
+certificates it signs for 127.0.0.1 and localhost.
 
     ca = make_ca(tmp, "ca")                    # Pem(cert, key)
     node = make_cert(tmp, ca, "node")          # SAN IP:127.0.0.1, DNS:localhost
