@@ -213,9 +213,8 @@ class TlsStream:
             self._tail += out
 
     async def recv(self, n: int) -> bytes:
-        session = self._session
         while True:
-            data = session.read(n)
+            data = self._read_bytes(n)
             if data is not None:
                 self._after_read()
                 return data
@@ -223,16 +222,44 @@ class TlsStream:
                 self._hold()
                 return b""  # end of stream without close_notify: a plain close
 
-    async def recv_into(self, view: memoryview) -> int:
+    def _read_bytes(self, n: int) -> bytes | None:
+        """Up to `n` bytes of the plaintext of the records fed (one read per
+        record); None: feed more; b"": the peer closed."""
         session = self._session
+        parts: list[bytes] = []
+        left = n
+        data: bytes | None = b""  # n == 0 reads nothing, as a socket's recv(0)
+        while left:
+            data = session.read(left)
+            if not data:  # None: feed more; b"": the peer closed
+                break
+            parts.append(data)
+            left -= len(data)
+        if not parts:
+            return data
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def recv_into(self, view: memoryview) -> int:
         while True:
-            got = session.read_into(view)
+            got = self._read_available(view)
             if got is not None:
                 self._after_read()
                 return got
             if not await self._fill(len(view)):
                 self._hold()
-                return 0
+                return 0  # end of stream without close_notify: a plain close
+
+    def _read_available(self, view: memoryview) -> int | None:
+        """Fill `view` with the plaintext of every whole record fed (one read
+        per record: a fetch answer is many); None: feed more."""
+        session = self._session
+        total = 0
+        while total < len(view):
+            got = session.read_into(view[total:])
+            if not got:  # None: feed more; 0: the peer closed
+                return total if total else got
+            total += got
+        return total
 
     def send_gathered(self, buffers: Sequence[Buffer]) -> int:
         if self._tail and not self._send_tail_now():
