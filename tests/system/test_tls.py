@@ -30,6 +30,7 @@ from laminar.client.errors import CannotConnectError, ConnectionLostError
 from laminar.wire import Pong
 from laminar.wire.messages import Ping
 from tests.system.nodes import RunningNode, start_node
+from tests.system.test_readme import README_KAFKA_ADDRESS, REPO, _run_python, examples
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -293,3 +294,38 @@ def test_sighup_swaps_the_certificate_for_new_connections_only(
         old.close()
     assert "TLS certificate reloaded" in node.log_text()
     assert node.alive()
+
+
+def test_the_readme_tls_section_runs_as_written(tmp_path: Path) -> None:
+    """The README's "TLS" section, in a fresh directory: its openssl lines make
+    the certificates, its `laminar-node` line is the node started here (on
+    ephemeral ports), then its CLI, kcat and Python lines run against it."""
+    blocks = [e for e in examples((REPO / "README.md").read_text()) if e.section == "TLS"]
+    assert [e.language for e in blocks] == ["sh", "sh", "python"]
+    make_certs, start_line = blocks[0].source.strip().rsplit("\n", 1)
+    assert start_line == ".venv/bin/laminar-node --tls-cert-file node.crt --tls-key-file node.key"
+    for line in make_certs.splitlines():
+        made = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, timeout=60)
+        assert made.returncode == 0, f"{line}\n{made.stderr.decode()}"
+    with start_node(
+        tmp_path,
+        cores=2,
+        tls_cert_file=tmp_path / "node.crt",
+        tls_key_file=tmp_path / "node.key",
+    ) as running:
+        env = {**os.environ, "LAMINAR_BOOTSTRAP": running.bootstrap}
+        for line in blocks[1].source.strip().splitlines():
+            line = line.replace(".venv/bin/", f"{REPO}/.venv/bin/")
+            line = line.replace(README_KAFKA_ADDRESS, running.kafka_bootstrap)
+            done = subprocess.run(
+                ["bash", "-c", f"set -o pipefail; {line}"],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 0, f"{line}\n{done.stderr}"
+        _run_python([blocks[2].source], running, tmp_path)
+        with Client(running.bootstrap, tls=True, ca_file=str(tmp_path / "ca.crt")) as client:
+            assert [r.value for r in client.fetch("secured", 0, 0)] == [b"hello", b"over TLS"]
