@@ -177,3 +177,27 @@ def test_a_client_with_another_ca_refuses_the_node(
         assert isinstance(results[0], ssl.SSLError) and "UNKNOWN_CA" in str(results[0])
 
     asyncio.run(main())
+
+
+def test_a_handshake_longer_than_its_bound_fails(
+    contexts: tuple[ssl.SSLContext, ssl.SSLContext], pair: tuple[socket.socket, socket.socket]
+) -> None:
+    """A ClientHello may be up to 128 KiB, which OpenSSL buffers whole before
+    parsing it: the stream stops at `HANDSHAKE_BYTES_MAX` instead."""
+    body = (1).to_bytes(1, "big") + (100_000).to_bytes(3, "big") + bytes(100_000)
+    records = b"".join(
+        b"\x16\x03\x01" + len(part).to_bytes(2, "big") + part
+        for part in (body[i : i + 16_384] for i in range(0, len(body), 16_384))
+    )
+
+    async def main() -> None:
+        budget = InputBudget(1 << 20)
+        server, _ = _streams(contexts, pair, budget)
+        sender = asyncio.ensure_future(asyncio.get_running_loop().sock_sendall(pair[1], records))
+        with pytest.raises(ssl.SSLError, match="handshake sent over"):
+            await server.handshake()
+        sender.cancel()
+        server.close()
+        assert budget.used == 0
+
+    asyncio.run(main())
