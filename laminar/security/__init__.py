@@ -9,7 +9,8 @@
   the same log.
 - `principal`: what a principal is, and the rule that names a TLS client by
   its certificate.
-- `errors`: why an authentication failed, why a change was refused.
+- `errors`: why an authentication failed, why a change was refused;
+  `entries`: the msgpack form of the metadata entries.
 
 Nothing here opens a socket, reads a clock or a file: the node and the
 clients wire these into their connections (issue 28's next steps).

@@ -42,8 +42,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
-import msgpack
-
+from laminar.security.entries import pack, unpack
 from laminar.security.errors import Refusal, SecurityRefusal
 from laminar.security.principal import WILDCARD_PRINCIPAL, PrincipalError, check_acl_principal
 
@@ -317,17 +316,12 @@ class AclSet:
 def encode_entry(entry: AclEntry) -> bytes:
     op = "acl_add" if isinstance(entry, AddAcls) else "acl_remove"
     body = {"op": op, "acls": [acl.to_wire() for acl in entry.acls]}
-    packed: bytes = msgpack.packb(body, use_bin_type=True)
-    return packed
+    return pack(body)
 
 
 def decode_entry(value: bytes) -> AclEntry | None:
     """The entry in `value`, or None if it is not a valid ACL entry."""
-    try:
-        body = msgpack.unpackb(value)
-    except Exception:  # damaged or foreign bytes: skip them, never crash a replay
-        return None
-    return decode_body(body)
+    return decode_body(unpack(value))
 
 
 def decode_body(body: Any) -> AclEntry | None:

@@ -34,8 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-import msgpack
-
+from laminar.security.entries import pack, unpack
 from laminar.security.errors import Refusal, SecurityRefusal
 from laminar.security.principal import user_principal
 from laminar.security.scram import Mechanism, ScramCredential
@@ -200,25 +199,14 @@ def encode_user(user: PutUser) -> dict[str, Any]:
 
 
 def encode_entry(entry: UserEntry) -> bytes:
-    body = (
-        encode_user(entry)
-        if isinstance(entry, PutUser)
-        else {
-            "op": "user_delete",
-            "name": entry.name,
-        }
-    )
-    packed: bytes = msgpack.packb(body, use_bin_type=True)
-    return packed
+    if isinstance(entry, PutUser):
+        return pack(encode_user(entry))
+    return pack({"op": "user_delete", "name": entry.name})
 
 
 def decode_entry(value: bytes) -> UserEntry | None:
     """The entry in `value`, or None if it is not a valid user entry."""
-    try:
-        body = msgpack.unpackb(value)
-    except Exception:  # damaged or foreign bytes: skip them, never crash a replay
-        return None
-    return decode_body(body)
+    return decode_body(unpack(value))
 
 
 def decode_body(body: object) -> UserEntry | None:

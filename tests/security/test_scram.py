@@ -136,6 +136,25 @@ def test_scramps_own_client_logs_in(mechanism: Mechanism) -> None:
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_kafka_pythons_sasl_mechanism_logs_in(mechanism: Mechanism) -> None:
+    """The bytes a real Kafka client puts in SaslAuthenticate, unmodified."""
+    kafka_scram = pytest.importorskip("kafka.net.sasl.scram")
+    server = server_for({"alice": make_credential(mechanism, "s3cret")}, mechanism)
+    client = kafka_scram.SaslMechanismScram(
+        sasl_plain_username="alice",
+        sasl_plain_password="s3cret",
+        sasl_mechanism=mechanism.value,
+        security_protocol="SASL_SSL",
+    )
+    first = server.receive(client.auth_bytes())
+    assert isinstance(first, Challenge)
+    client.receive(first.message)
+    outcome = server.receive(client.auth_bytes())
+    assert isinstance(outcome, Authenticated) and outcome.principal == "User:alice"
+    assert client.receive(outcome.message) and client.is_authenticated()
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_laminars_client_logs_in_and_a_wrong_password_does_not(mechanism: Mechanism) -> None:
     users = {"alice": make_credential(mechanism, "s3cret")}
     ok = login(server_for(users, mechanism), ScramClient(mechanism, "alice", "s3cret"))
