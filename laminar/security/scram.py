@@ -164,7 +164,7 @@ class Refused:
     failure: AuthFailure
     detail: str
     message: bytes
-    reason: str = "authentication failed: invalid user name or password"
+    reason: str
 
 
 Step = Challenge | Authenticated | Refused
@@ -184,6 +184,15 @@ _SERVER_ERRORS: Final = {
     AuthFailure.CHANNEL_BINDING: "channel-binding-not-supported",
 }
 """RFC 5802's server-error values for the `e=` answer (others: other-error)."""
+_REASONS: Final = {
+    AuthFailure.UNKNOWN_USER: "invalid user name or password",
+    AuthFailure.INVALID_PROOF: "invalid user name or password",
+    AuthFailure.MALFORMED: "not a valid SCRAM message at this point of the exchange",
+    AuthFailure.TOO_LARGE: f"a SCRAM message over {MESSAGE_BYTES_MAX} bytes",
+    AuthFailure.CHANNEL_BINDING: "channel binding (SCRAM-*-PLUS) is not offered",
+    AuthFailure.FINISHED: "the exchange has ended",
+}
+"""What the client is told (an unknown user and a wrong password alike)."""
 
 
 class ScramServer:
@@ -261,7 +270,12 @@ class ScramServer:
     def _refuse(self, failure: AuthFailure, detail: str) -> Refused:
         error = _SERVER_ERRORS.get(failure, "other-error")
         user = "" if self._user is None else f" (user {self._user[:64]!r})"
-        self.outcome = Refused(failure, detail + user, f"e={error}".encode())
+        self.outcome = Refused(
+            failure,
+            detail + user,
+            f"e={error}".encode(),
+            f"authentication failed: {_REASONS[failure]}",
+        )
         return self.outcome
 
 
