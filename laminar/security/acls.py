@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 from laminar.security.entries import pack, unpack
 from laminar.security.errors import Refusal, SecurityRefusal
@@ -161,6 +161,47 @@ def check_acl(acl: Acl) -> None:
         )
 
 
+MATCH: Final = "match"
+"""An `AclFilter.pattern` that selects the ACLs that apply to a resource named
+`name`: literal ones of that name or `*`, and prefixed ones it starts with."""
+
+
+@dataclass(frozen=True, slots=True)
+class AclFilter:
+    """Which ACLs to list or delete, as Kafka's DescribeAcls and DeleteAcls
+    filter them: a field left None matches anything; principals and names
+    compare exactly (`User:*` selects only the ACLs written for anyone)."""
+
+    principal: str | None = None
+    resource_type: ResourceType | None = None
+    pattern: PatternType | Literal["match"] | None = None
+    name: str | None = None
+    operation: Operation | None = None
+    permission: Permission | None = None
+
+    def matches(self, acl: Acl) -> bool:
+        if self.principal is not None and acl.principal != self.principal:
+            return False
+        if self.resource_type is not None and acl.resource_type is not self.resource_type:
+            return False
+        if self.operation is not None and acl.operation is not self.operation:
+            return False
+        if self.permission is not None and acl.permission is not self.permission:
+            return False
+        if self.pattern == MATCH:
+            return self.name is None or _applies_to(acl, self.name)
+        if self.pattern is not None and acl.pattern is not self.pattern:
+            return False
+        return self.name is None or acl.name == self.name
+
+
+def _applies_to(acl: Acl, name: str) -> bool:
+    """Does `acl`'s pattern match a resource named `name`?"""
+    if acl.pattern is PatternType.PREFIXED:
+        return name.startswith(acl.name)
+    return acl.name == name or acl.name == ANY_NAME
+
+
 @dataclass(frozen=True, slots=True)
 class AddAcls:
     acls: tuple[Acl, ...]
@@ -238,6 +279,11 @@ class AclSet:
         """Every ACL, in a stable order (also what a snapshot stores)."""
         every = (acl for group in self._by_pattern.values() for acl in group)
         return tuple(sorted(every, key=Acl.sort_key))
+
+    def select(self, wanted: AclFilter) -> tuple[Acl, ...]:
+        """The ACLs `wanted` matches, in `acls()` order (DescribeAcls; DeleteAcls
+        plans the removal of these)."""
+        return tuple(acl for acl in self.acls() if wanted.matches(acl))
 
     def __len__(self) -> int:
         return self._count

@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from laminar.security.acls import (
     ACLS_PER_CHANGE_MAX,
     CLUSTER,
+    MATCH,
     Acl,
+    AclFilter,
     AclSet,
     AddAcls,
     Operation,
@@ -63,6 +65,15 @@ def acl_set(*acls: Acl, superusers: tuple[str, ...] = ()) -> AclSet:
     return acls_
 
 
+def applies(a: Acl, resource: Resource) -> bool:
+    """Does ACL `a`'s pattern cover `resource`?"""
+    if a.resource_type is not resource.type:
+        return False
+    if a.pattern is LITERAL:
+        return a.name in (resource.name, "*")
+    return resource.name.startswith(a.name)
+
+
 def reference(
     acls: tuple[Acl, ...] | list[Acl],
     superusers: frozenset[str],
@@ -73,15 +84,7 @@ def reference(
     """Kafka's rule written the plain way: every ACL looked at, one by one."""
     if principal in superusers:
         return True
-
-    def applies(a: Acl) -> bool:
-        if a.resource_type is not resource.type or a.principal not in (principal, "User:*"):
-            return False
-        if a.pattern is LITERAL:
-            return a.name in (resource.name, "*")
-        return resource.name.startswith(a.name)
-
-    relevant = [a for a in acls if applies(a)]
+    relevant = [a for a in acls if a.principal in (principal, "User:*") and applies(a, resource)]
     if any(a.permission is DENY and a.operation in (operation, ALL) for a in relevant):
         return False
     implied = {operation}
@@ -217,6 +220,28 @@ def test_entries_round_trip_and_foreign_bytes_decode_to_nothing() -> None:
         assert decode_entry(foreign) is None
 
 
+def test_filters_select_as_describe_and_delete_acls_do() -> None:
+    every = (
+        acl(READ, "events"),
+        acl(WRITE, "ev", pattern=PREFIXED),
+        acl(CREATE, "*", principal="User:*"),
+        acl(READ, "events", kind=GROUP, permission=DENY),
+    )
+    acls = acl_set(*every)
+    assert acls.select(AclFilter()) == acls.acls()
+    assert acls.select(AclFilter(name="events")) == (every[3], every[0])
+    assert acls.select(AclFilter(resource_type=TOPIC, pattern=MATCH, name="events")) == (
+        every[2],
+        every[0],
+        every[1],
+    )
+    assert acls.select(AclFilter(principal="User:*")) == (every[2],)  # exact, not a wildcard
+    assert acls.select(AclFilter(pattern=PREFIXED)) == (every[1],)
+    assert acls.select(AclFilter(permission=DENY, operation=READ)) == (every[3],)
+    acls.apply(acls.plan_remove(acls.select(AclFilter(resource_type=TOPIC))))
+    assert acls.acls() == (every[3],)
+
+
 # -- the reference model as oracle ------------------------------------------------------
 
 NAMES = st.sampled_from(["a", "ab", "abc", "b", "ba", "*"])
@@ -245,6 +270,13 @@ def test_authorize_agrees_with_the_reference_model(acls: list[Acl], queries: lis
     for principal, operation, resource in queries:
         expected = reference(acls, frozenset(), principal, operation, resource)
         assert acls_.authorize(principal, operation, resource) is expected
+
+
+@given(st.lists(ACLS, max_size=12), QUERIES)
+def test_a_match_filter_selects_the_acls_that_apply(acls: list[Acl], query: tuple) -> None:
+    _, _, resource = query
+    wanted = AclFilter(resource_type=resource.type, pattern=MATCH, name=resource.name)
+    assert set(acl_set(*acls).select(wanted)) == {a for a in acls if applies(a, resource)}
 
 
 @given(st.lists(ACLS, max_size=12), QUERIES, st.booleans(), st.booleans())
