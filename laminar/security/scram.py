@@ -234,8 +234,8 @@ class ScramServer:
 
     def receive(self, message: bytes) -> Step:
         """The step that answers the client's next message."""
-        if self.outcome is not None:
-            return self._refuse(AuthFailure.FINISHED, "a message after the exchange ended")
+        if self.outcome is not None:  # refused, and `outcome` stays what it was
+            return self._refusal(AuthFailure.FINISHED, "a message after the exchange ended")
         self._messages += 1
         if len(message) > MESSAGE_BYTES_MAX:
             return self._refuse(
@@ -268,15 +268,18 @@ class ScramServer:
         return self.outcome
 
     def _refuse(self, failure: AuthFailure, detail: str) -> Refused:
-        error = _SERVER_ERRORS.get(failure, "other-error")
+        """End the exchange with a refusal."""
+        self.outcome = self._refusal(failure, detail)
+        return self.outcome
+
+    def _refusal(self, failure: AuthFailure, detail: str) -> Refused:
         user = "" if self._user is None else f" (user {self._user[:64]!r})"
-        self.outcome = Refused(
+        return Refused(
             failure,
             detail + user,
-            f"e={error}".encode(),
+            f"e={_SERVER_ERRORS.get(failure, 'other-error')}".encode(),
             f"authentication failed: {_REASONS[failure]}",
         )
-        return self.outcome
 
 
 class ScramClient:

@@ -214,6 +214,7 @@ def test_messages_after_the_end_are_refused() -> None:
     assert isinstance(login(server, ScramClient(SHA256, "alice", "s3cret")), Authenticated)
     outcome = server.receive(b"n,,n=alice,r=again")
     assert isinstance(outcome, Refused) and outcome.failure is AuthFailure.FINISHED
+    assert isinstance(server.outcome, Authenticated)  # the exchange's outcome stands
 
 
 def test_an_oversized_message_is_refused_before_it_is_parsed() -> None:
