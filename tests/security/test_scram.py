@@ -265,3 +265,24 @@ def test_a_damaged_client_final_is_refused(data: st.DataObject) -> None:
         at = data.draw(st.integers(0, len(message) - 1), label="at")
         message[at] ^= data.draw(st.integers(1, 255), label="flip")
     assert isinstance(server.receive(bytes(message)), Refused)
+
+
+SCRAM_TEXT = st.text(alphabet=st.sampled_from("ab=,2CD3\x00\u00e9 *:~-"), max_size=12)
+
+
+@given(
+    gs2=st.sampled_from(["n,,", "y,,", "p=tls-unique,,", "n,a=user,", "x,,", "n,", ""]),
+    name=SCRAM_TEXT,
+    nonce=SCRAM_TEXT,
+    extra=st.lists(SCRAM_TEXT, max_size=3),
+    final=st.lists(SCRAM_TEXT, max_size=4),
+)
+def test_scram_shaped_nonsense_never_raises_and_never_authenticates(
+    gs2: str, name: str, nonce: str, extra: list[str], final: list[str]
+) -> None:
+    """Messages with SCRAM's shape and hostile values: escapes, NULs, commas,
+    missing and extra attributes, every gs2 header."""
+    server = server_for({"user": rfc_credential()})
+    first = ",".join([f"{gs2}n={name}", f"r={nonce}", *extra]).encode()
+    steps = [server.receive(first), server.receive(",".join(final).encode())]
+    assert all(isinstance(step, Challenge | Refused) for step in steps)
