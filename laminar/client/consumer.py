@@ -517,6 +517,15 @@ class ConsumerCore:
         with self._lock:
             self.member.resume(parts)
 
+    def seek(self, tp: TopicPartition, index: int) -> None:
+        """Read `tp` from `index` from the next poll on (a batch fetched ahead
+        from elsewhere is dropped when that poll comes to it)."""
+        with self._lock:
+            if tp not in self._next:
+                raise ValueError(f"{tp[0]}/{tp[1]} is not assigned to this member")
+            self._next[tp] = index
+            self._at_end.discard(tp)
+
     def extend_poll(self, seconds: float) -> None:
         with self._lock:
             self.member.extend_poll(seconds)
@@ -541,6 +550,11 @@ class _Face:
 
     def resume(self, partitions: Iterable[TopicPartition]) -> None:
         self._core.resume(partitions)
+
+    def seek(self, partition: TopicPartition, index: int) -> None:
+        """Read `partition` from `index` on, from the next poll (the committed
+        position stays until the next commit)."""
+        self._core.seek(partition, index)
 
     def extend_poll(self, seconds: float) -> None:
         """Processing takes longer: keep the membership `seconds` more."""
