@@ -13,7 +13,7 @@ next, until every record was read once:
 - laminar-group: `Client.consumer(group, [topic], start="earliest")`, `poll()`
   then `commit()` (durable on the positions log: fsynced before the answer);
   a fresh group per run. The topic has 4 partitions.
-- laminar-group-noprefetch: the same with `prefetch=False` (each poll fetches
+- laminar-group-noprefetch: the same with `prefetch=0` (each poll fetches
   only when called, so a batch costs fetch + commit: the consumer before
   prefetch).
 - laminar-plain: `Client.fetch` of the partitions split by hand (no group, no
@@ -88,13 +88,11 @@ def _cpu_s() -> float:
 
 
 def _laminar_group(
-    address: str, group: str, me: int, n: int, shared: dict[str, Any], *, prefetch: bool = True
+    address: str, group: str, me: int, n: int, shared: dict[str, Any], **options: Any
 ) -> None:
     with (
         Client(address) as client,
-        client.consumer(
-            group, [TOPIC], start="earliest", max_records=BATCH, prefetch=prefetch
-        ) as consumer,
+        client.consumer(group, [TOPIC], start="earliest", max_records=BATCH, **options) as consumer,
     ):
         _ready(shared)
         while not shared["stop"].is_set():
@@ -173,7 +171,7 @@ def _nats_group(address: str, group: str, me: int, n: int, shared: dict[str, Any
 
 CONSUME: dict[str, Callable[..., None]] = {
     "laminar-group": _laminar_group,
-    "laminar-group-noprefetch": functools.partial(_laminar_group, prefetch=False),
+    "laminar-group-noprefetch": functools.partial(_laminar_group, prefetch=0),
     "laminar-plain": _laminar_plain,
     "redis-group": _redis_group,
     "nats-group": _nats_group,

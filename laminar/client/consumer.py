@@ -22,10 +22,11 @@ A partition is delivered only while the member holds a valid lease on it
 it was sent): the coordinator gives it to another member only after that.
 A revoked partition is committed (with `auto_commit`), then released.
 
-Prefetch (`prefetch=True`, the default): a poll that returns records starts,
-before it returns, a fetch of every partition it delivers that has none in
-flight and was not at its end, from where the partition is read next; the
-app processes and commits while they travel, so a batch costs about
+Prefetch (`prefetch=2`, the default; 0 turns it off): a poll that returns
+records starts, before it returns, fetches of the partitions the next polls
+visit first (in their turn order) that have none in flight and were not at
+their end, from where each is read next, until `prefetch` batches are ahead;
+the app processes and commits while they travel, so a batch costs about
 max(fetch, commit) instead of their sum. The rules, as `PartitionReader`'s
 (`laminar.client.reader`): a batch fetched ahead is handed out only by a
 later poll, only while the partition is still delivered (assigned, leased,
@@ -36,8 +37,8 @@ move of the position (a reset past retention, a new assignment). So what
 only fetched ahead. A fetch ahead that failed is made again by the poll that
 wants it, which then meets (and raises) what a fetch made without prefetch
 would: leader changes and retries are the call's own, as for any fetch.
-Bounded: at most one batch (`max_records`, `max_bytes`) ahead per delivered
-partition; `prefetch_stats` counts them.
+Bounded: at most `prefetch` batches (each `max_records`, `max_bytes`) ahead,
+one per partition at most; `prefetch_stats` counts them.
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ class ConsumerOptions(TypedDict, total=False):
     max_bytes: int
     on_assign: Partitions | None
     on_revoke: Partitions | None
-    prefetch: bool
+    prefetch: int
 
 
 class ConsumerCore:
@@ -167,8 +168,8 @@ class ConsumerCore:
     how long a silent member keeps its partitions; `poll_timeout_s`: how long
     processing may take between polls before the member leaves; `on_assign`,
     `on_revoke`: called from `poll` with the (topic, partition) pairs that
-    came and went; `prefetch`: fetch the next batches while the app works
-    (see the module docstring)."""
+    came and went; `prefetch`: how many batches may be fetched ahead while
+    the app works (see the module docstring; 0: none)."""
 
     def __init__(
         self,
@@ -186,11 +187,13 @@ class ConsumerCore:
         max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
         on_assign: Partitions | None = None,
         on_revoke: Partitions | None = None,
-        prefetch: bool = True,
+        prefetch: int = 2,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if start not in STARTS:
             raise ValueError(f"start is 'earliest' or 'latest', not {start!r}")
+        if prefetch < 0:
+            raise ValueError(f"prefetch is a count of batches (0: none), not {prefetch!r}")
         self._client = client
         self.group = group
         self._clock = clock
@@ -389,17 +392,20 @@ class ConsumerCore:
         return list(map(tuple.__new__, repeat(ConsumedRecord), map(tuple.__add__, repeat(tp), got)))
 
     def _prefetch_plan(self) -> Plan[None]:
-        """Start a fetch of each partition delivered now that has none ahead
-        and was not at its end, from where it is read next."""
-        if not self._prefetch:
-            return
+        """Start fetches of the partitions the next polls visit first that
+        have none ahead and were not at their end, from where each is read
+        next, until `prefetch` batches are ahead."""
         with self._lock:
-            wanted = sorted(self.member.assignment - self._ahead.keys() - self._at_end)
+            held = sorted(tp for tp in self.member.assignment if tp in self._next)
+        room = self._prefetch - len(self._ahead)
+        if room <= 0 or not held:
+            return
+        first = (self._turn + 1) % len(held)  # where the next poll starts (see poll_plan)
+        turn_order = held[first:] + held[:first]
+        wanted = [tp for tp in turn_order if tp not in self._ahead and tp not in self._at_end]
         stats = self.prefetch_stats
-        for tp in wanted:
-            index = self._next.get(tp)
-            if index is None:
-                continue
+        for tp in wanted[:room]:
+            index = self._next[tp]
             handle = yield Start(self._fetch_call(tp, index, self._max_records, 0))
             with self._lock:
                 self._ahead[tp] = _Ahead(index, handle)

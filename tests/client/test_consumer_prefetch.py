@@ -191,7 +191,7 @@ def _answer(assignment: set[tuple[str, int]], revision: int) -> HeartbeatAnswer:
 class _Member:
     """A consumer core, its shell, and the coordinator's word on its assignment."""
 
-    def __init__(self, shell: _Shell, *, prefetch: bool = True, max_records: int = 100) -> None:
+    def __init__(self, shell: _Shell, *, prefetch: int = 2, max_records: int = 100) -> None:
         self.shell = shell
         self.core = _Core(
             _FakeClient(),  # type: ignore[arg-type]
@@ -225,9 +225,9 @@ def _all(lengths: dict[tuple[str, int], int], start: int = 0) -> list[Identity]:
     return [(t, p, i) for (t, p), n in sorted(lengths.items()) for i in range(start, n)]
 
 
-@pytest.mark.parametrize("prefetch", [True, False])
+@pytest.mark.parametrize("prefetch", [2, 1, 0])
 def test_every_record_is_delivered_once_in_order_and_commits_name_what_poll_returned(
-    prefetch: bool,
+    prefetch: int,
 ) -> None:
     lengths = {P0: 450, P1: 330}
     m = _Member(_Shell(lengths), prefetch=prefetch)
@@ -251,18 +251,22 @@ def test_every_record_is_delivered_once_in_order_and_commits_name_what_poll_retu
         assert m.shell.handles == [] and stats.started == 0
 
 
-def test_at_most_one_batch_is_ahead_per_partition_and_the_count_says_so() -> None:
+@pytest.mark.parametrize("prefetch", [1, 2, 3, 5])
+def test_at_most_prefetch_batches_are_ahead_one_per_partition_and_the_count_says_so(
+    prefetch: int,
+) -> None:
     lengths = {P0: 1000, P1: 1000, (TOPIC, 2): 1000}
-    m = _Member(_Shell(lengths), max_records=50)
+    m = _Member(_Shell(lengths), prefetch=prefetch, max_records=50)
     m.assign(*lengths)
     for _ in range(30):
         m.poll()
         m.commit()
         stats = m.core.prefetch_stats
         in_flight = sum(1 for h in m.shell.handles if h.fate == "in flight")
-        assert stats.ahead == in_flight <= len(lengths)
+        assert stats.ahead == in_flight <= prefetch
     assert max(m.shell.ahead_seen_max.values()) == 1
-    assert m.core.prefetch_stats.ahead_max == len(lengths)
+    assert m.core.prefetch_stats.ahead_max == min(prefetch, len(lengths))
+    assert m.core.prefetch_stats.used >= 29, "the next poll's partition is the one ahead"
 
 
 def test_a_revoked_partition_s_batch_fetched_ahead_is_dropped_never_delivered() -> None:
@@ -327,8 +331,8 @@ def test_a_fetch_ahead_that_meets_retention_is_made_again_and_the_position_moves
     assert m.core.prefetch_stats.failed == 1
 
 
-@pytest.mark.parametrize("prefetch", [True, False])
-def test_a_batch_that_comes_after_the_lease_ran_out_is_not_delivered(prefetch: bool) -> None:
+@pytest.mark.parametrize("prefetch", [2, 0])
+def test_a_batch_that_comes_after_the_lease_ran_out_is_not_delivered(prefetch: int) -> None:
     shell = _Shell({P0: 1000})
     m = _Member(shell, prefetch=prefetch)
     m.assign(P0)
@@ -338,7 +342,7 @@ def test_a_batch_that_comes_after_the_lease_ran_out_is_not_delivered(prefetch: b
     assert m.delivered == [(TOPIC, 0, i) for i in range(100)]
 
 
-def _script(prefetch: bool, steps: list[str]) -> tuple[list[Identity], list[str]]:
+def _script(prefetch: int, steps: list[str]) -> tuple[list[Identity], list[str]]:
     """The same app run with and without prefetch: what it got, what it saw."""
     shell = _Shell({P0: 600, P1: 600})
     m = _Member(shell, prefetch=prefetch)
@@ -380,7 +384,7 @@ def _script(prefetch: bool, steps: list[str]) -> tuple[list[Identity], list[str]
     ids=["fenced", "leader-away-and-back", "leader-away-at-poll"],
 )
 def test_fencing_and_failed_fetches_end_as_they_do_without_prefetch(steps: list[str]) -> None:
-    assert _script(True, steps) == _script(False, steps)
+    assert _script(2, steps) == _script(0, steps)
 
 
 def test_leaving_drops_every_batch_ahead() -> None:
