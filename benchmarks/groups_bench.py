@@ -4,6 +4,7 @@ JetStream, in one run.
 
     .venv/bin/python benchmarks/groups_bench.py [--records 200000] [--rounds 3]
         [--session-s 10] [--trials 3] [--json benchmarks/out/groups_bench.json]
+        [--systems laminar-group,laminar-group-noprefetch,laminar-plain,redis-group,nats-group]
 
 Consume: a backlog of `--records` 1 KiB records, read by 1, 2 and 4 consumer
 processes, each taking batches of 500 and acknowledging each batch before the
@@ -12,6 +13,9 @@ next, until every record was read once:
 - laminar-group: `Client.consumer(group, [topic], start="earliest")`, `poll()`
   then `commit()` (durable on the positions log: fsynced before the answer);
   a fresh group per run. The topic has 4 partitions.
+- laminar-group-noprefetch: the same with `prefetch=0` (each poll fetches
+  only when called, so a batch costs fetch + commit: the consumer before
+  prefetch).
 - laminar-plain: `Client.fetch` of the partitions split by hand (no group, no
   commit): what the group costs on top.
 - redis-group: one stream, `XREADGROUP ... COUNT 500` then `XACK` of the batch
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -62,7 +67,13 @@ BATCH = 500
 RECORD = 1024
 PARTITIONS = 4
 CONSUMERS = (1, 2, 4)
-SYSTEMS = ("laminar-group", "laminar-plain", "redis-group", "nats-group")
+SYSTEMS = (
+    "laminar-group",
+    "laminar-group-noprefetch",
+    "laminar-plain",
+    "redis-group",
+    "nats-group",
+)
 TOPIC = "backlog"
 STREAM = "backlog"
 WAIT_S = 300.0
@@ -76,10 +87,12 @@ def _cpu_s() -> float:
 # -- consumer processes (one function per system) --------------------------------
 
 
-def _laminar_group(address: str, group: str, me: int, n: int, shared: dict[str, Any]) -> None:
+def _laminar_group(
+    address: str, group: str, me: int, n: int, shared: dict[str, Any], **options: Any
+) -> None:
     with (
         Client(address) as client,
-        client.consumer(group, [TOPIC], start="earliest", max_records=BATCH) as consumer,
+        client.consumer(group, [TOPIC], start="earliest", max_records=BATCH, **options) as consumer,
     ):
         _ready(shared)
         while not shared["stop"].is_set():
@@ -158,6 +171,7 @@ def _nats_group(address: str, group: str, me: int, n: int, shared: dict[str, Any
 
 CONSUME: dict[str, Callable[..., None]] = {
     "laminar-group": _laminar_group,
+    "laminar-group-noprefetch": functools.partial(_laminar_group, prefetch=0),
     "laminar-plain": _laminar_plain,
     "redis-group": _redis_group,
     "nats-group": _nats_group,
@@ -403,7 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--session-s", type=float, default=10.0)
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--json", default="benchmarks/out/groups_bench.json")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated")
     args = parser.parse_args(argv)
+    systems = tuple(s for s in SYSTEMS if s in args.systems.split(","))
     workdir = Path(tempfile.mkdtemp(prefix="groups-bench-"))
     floor_before = fsync_floor_us(workdir)
     servers = Servers(workdir, args.records)
@@ -411,9 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     rebalance: dict[str, list[float]] = {"leave": [], "sigkill": []}
     try:
         servers.load()
-        pairs = [(s, c) for c in CONSUMERS for s in SYSTEMS]
+        pairs = [(s, c) for c in CONSUMERS for s in systems]
         for round_no in range(args.rounds):
-            shift = round_no * len(SYSTEMS) % len(pairs) + round_no
+            shift = round_no * len(systems) % len(pairs) + round_no
             for system, consumers in pairs[shift % len(pairs) :] + pairs[: shift % len(pairs)]:
                 run = consume_run(servers, system, consumers)
                 run["round"] = round_no
@@ -427,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         servers.stop()
     floor_after = fsync_floor_us(workdir)
-    summary = summarize(runs)
+    summary = summarize(runs, systems)
     doc = {
         "records": args.records,
         "rounds": args.rounds,
@@ -444,10 +460,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def summarize(runs: list[dict[str, Any]], systems: Sequence[str]) -> list[dict[str, Any]]:
     out = []
     for consumers in CONSUMERS:
-        for system in SYSTEMS:
+        for system in systems:
             mine = [r for r in runs if (r["system"], r["consumers"]) == (system, consumers)]
             out.append(
                 {
@@ -469,14 +485,16 @@ def markdown(doc: dict[str, Any]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for consumers in CONSUMERS:
-        plain = by["laminar-plain", consumers]["records_per_s"]
-        redis = by["redis-group", consumers]["records_per_s"]
+        plain = by.get(("laminar-plain", consumers), {}).get("records_per_s")
+        redis = by.get(("redis-group", consumers), {}).get("records_per_s")
         for system in SYSTEMS:
-            s = by[system, consumers]
+            s = by.get((system, consumers))
+            if s is None:
+                continue
             rate = s["records_per_s"]
             lines.append(
-                f"| {consumers} | {system} | {rate:,.0f} | {rate / plain:.2f}x "
-                f"| {rate / redis:.2f}x | {s['client_cores']:.2f} | {s['server_cores']:.2f} |"
+                f"| {consumers} | {system} | {rate:,.0f} | {_ratio(rate, plain)} "
+                f"| {_ratio(rate, redis)} | {s['client_cores']:.2f} | {s['server_cores']:.2f} |"
             )
     for how, times in doc["rebalance_s"].items():
         if times:
@@ -491,6 +509,10 @@ def markdown(doc: dict[str, Any]) -> str:
             f"p50 {floor['p50_us']:.0f} us, p99 {floor['p99_us']:.0f} us"
         )
     return "\n".join(lines)
+
+
+def _ratio(rate: float, base: float | None) -> str:
+    return f"{rate / base:.2f}x" if base else "-"
 
 
 if __name__ == "__main__":

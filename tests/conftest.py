@@ -23,24 +23,49 @@ settings.load_profile("ci")
 
 SESSION_GROUPS = ("tests/matrix", "tests/spark")
 """Test folders whose session-scoped fixtures (the matrix's topologies, the
-SparkSession) all their tests share: each folder runs on one worker."""
+SparkSession) all their tests share: each folder runs on one worker, the
+matrix one worker per topology (its checks are parametrized by it)."""
+
+LONG_FIRST = ("tests/matrix", "tests/spark", "tests/cluster", "tests/system")
+"""Folders whose scopes take longest (nodes, clusters, Spark), in that order:
+their scopes are dispatched first so that no long scope starts last."""
+
+
+def scope_of(nodeid: str) -> str:
+    """The unit `make test` hands a worker: a file, a `SESSION_GROUPS` folder,
+    or one topology of the matrix."""
+    path = nodeid.split("::", 1)[0]
+    folder = path.rsplit("/", 1)[0]
+    if folder == "tests/matrix" and nodeid.endswith("]"):
+        topology = nodeid.rsplit("[", 1)[1].rstrip("]").split("-", 1)[0]  # its first parameter
+        return f"{folder}[{topology}]"
+    return folder if folder in SESSION_GROUPS else path
+
+
+def dispatch_rank(scope: str) -> int:
+    """Where a scope's folder stands in `LONG_FIRST` (others after them)."""
+    for rank, folder in enumerate(LONG_FIRST):
+        if scope.startswith(folder):
+            return rank
+    return len(LONG_FIRST)
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, when it is there
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under `pytest -n N` (`make test`) the tests of one file run on one
-    worker, in order, sharing its module fixtures (a file's cluster), and a
-    folder of `SESSION_GROUPS` on one worker too; files are spread over the
-    workers. (xdist's own `--dist loadgroup` marks are lost on pytest 9.)"""
+    """Under `pytest -n N` (`make test`) the tests of one scope (`scope_of`)
+    run on one worker, in order, sharing its module fixtures (a file's
+    cluster) or session fixtures; scopes are spread over the workers, the
+    long ones first (collection order, `pytest_collection_modifyitems`).
+    (xdist's own `--dist loadgroup` marks are lost on pytest 9.)"""
     from xdist.scheduler import LoadScopeScheduling
 
-    class ByFileScheduling(LoadScopeScheduling):  # type: ignore[misc]
-        def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            folder = path.rsplit("/", 1)[0]
-            return folder if folder in SESSION_GROUPS else path
+    config.option.loadscopereorder = False  # keep the order given at collection
 
-    return ByFileScheduling(config, log)
+    class ByScopeScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return ByScopeScheduling(config, log)
 
 
 SOAK = os.environ.get("LAMINAR_SOAK") == "1"
@@ -50,13 +75,14 @@ SOAK = os.environ.get("LAMINAR_SOAK") == "1"
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect the `soak` tests unless LAMINAR_SOAK=1 or `-m` names them:
     deselected, not skipped, so that every skip a default run reports is a
-    capability this machine lacks."""
-    if SOAK or "soak" in config.option.markexpr:
-        return
-    soak = [item for item in items if item.get_closest_marker("soak")]
-    if soak:
-        config.hook.pytest_deselected(items=soak)
-        items[:] = [item for item in items if not item.get_closest_marker("soak")]
+    capability this machine lacks. Then order the long scopes first."""
+    if not (SOAK or "soak" in config.option.markexpr):
+        soak = [item for item in items if item.get_closest_marker("soak")]
+        if soak:
+            config.hook.pytest_deselected(items=soak)
+            items[:] = [item for item in items if not item.get_closest_marker("soak")]
+    # Long scopes first (a stable sort: each scope's tests keep their order).
+    items.sort(key=lambda item: dispatch_rank(scope_of(item.nodeid)))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -33,12 +33,12 @@ from laminar.client import calls, groups, writes
 from laminar.client.aio_connection import AsyncConnection
 from laminar.client.batch import RecordBatch
 from laminar.client.consumer import AsyncConsumer, ConsumerCore, ConsumerOptions
-from laminar.client.core import REFRESH, ClientCore, Plan, Send, Sleep, sent
+from laminar.client.core import REFRESH, ClientCore, Drop, Join, Plan, Send, Sleep, Start, sent
 from laminar.client.errors import ConnectionLostError, LaminarError
 from laminar.client.groups import GroupDescription
 from laminar.client.producer import AsyncProducer, is_idempotent, produce_call
 from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
-from laminar.client.reader import PartitionReader
+from laminar.client.reader import PartitionReader, abandon
 from laminar.client.results import Offsets, PingResult, Record, Sent, TopicDescription, describe
 from laminar.client.retry import RetryPolicy
 from laminar.client.routing import Address, ClusterView
@@ -466,6 +466,12 @@ class AsyncClient(ClientCore):
                     await asyncio.sleep(action.delay_s)
                 elif action is REFRESH:
                     value = await self.refresh_metadata()
+                elif type(action) is Start:
+                    value = self._start(action.call)
+                elif type(action) is Join:  # shielded: a cancelled caller leaves it running
+                    value = await asyncio.shield(action.handle)
+                elif type(action) is Drop:
+                    abandon(action.handle)
                 else:
                     await self._recover()
             except LaminarError as exc:

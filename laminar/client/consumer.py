@@ -21,6 +21,24 @@ A partition is delivered only while the member holds a valid lease on it
 (its last heartbeat answered within the session timeout, measured from when
 it was sent): the coordinator gives it to another member only after that.
 A revoked partition is committed (with `auto_commit`), then released.
+
+Prefetch (`prefetch=2`, the default; 0 turns it off): a poll that returns
+records starts, before it returns, fetches of the partitions the next polls
+visit first (in their turn order) that have none in flight and were not at
+their end, from where each is read next, until `prefetch` batches are ahead;
+the app processes and commits while they travel, so a batch costs about
+max(fetch, commit) instead of their sum. The rules, as `PartitionReader`'s
+(`laminar.client.reader`): a batch fetched ahead is handed out only by a
+later poll, only while the partition is still delivered (assigned, leased,
+not paused) and still read from exactly the index the fetch asked from;
+otherwise it is dropped unread: at a revocation or loss, at `pause`, at a
+move of the position (a reset past retention, a new assignment). So what
+`commit()` commits is still "after what poll returned", never after what was
+only fetched ahead. A fetch ahead that failed is made again by the poll that
+wants it, which then meets (and raises) what a fetch made without prefetch
+would: leader changes and retries are the call's own, as for any fetch.
+Bounded: at most `prefetch` batches (each `max_records`, `max_bytes`) ahead,
+one per partition at most; `prefetch_stats` counts them.
 """
 
 from __future__ import annotations
@@ -31,13 +49,15 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Final, NamedTuple, Protocol, TypedDict
 
 from laminar.client import calls
-from laminar.client.core import RECOVER, REFRESH, ClientCore, Plan, Send, Sleep
+from laminar.client.core import RECOVER, REFRESH, ClientCore, Drop, Join, Plan, Send, Sleep, Start
 from laminar.client.errors import LaminarError, OffsetOutOfRangeError
 from laminar.client.groups import coordinator_plan, group_plan
-from laminar.client.results import expect
+from laminar.client.results import Record, expect
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.groups.errors import GroupError
 from laminar.groups.frames import (
@@ -83,6 +103,32 @@ class ConsumedRecord(NamedTuple):
     headers: Headers | None
 
 
+class _Ahead(NamedTuple):
+    """A fetch started by a poll for a later one."""
+
+    start: int
+    """The index it reads from: taken only while the partition is read from there."""
+    handle: Any
+    """The shell's handle of the call (`Start`)."""
+
+
+@dataclass(slots=True)
+class PrefetchStats:
+    """What the prefetch did since the consumer was made (counts of batches)."""
+
+    started: int = 0
+    used: int = 0
+    """Handed out by a poll."""
+    dropped: int = 0
+    """Abandoned unread: revoked, lost, paused, moved, or the consumer closed."""
+    failed: int = 0
+    """Failed: fetched again by the poll that wanted them."""
+    ahead: int = 0
+    """In flight or waiting now (at most one per delivered partition)."""
+    ahead_max: int = 0
+    """The most ever ahead at once."""
+
+
 class CommitFailedError(LaminarError):
     """Some positions were not committed; `refused` says why, per partition
     (FENCED: the member lost the partition, e.g. after a pause past its
@@ -108,6 +154,7 @@ class ConsumerOptions(TypedDict, total=False):
     max_bytes: int
     on_assign: Partitions | None
     on_revoke: Partitions | None
+    prefetch: int
 
 
 class ConsumerCore:
@@ -121,7 +168,8 @@ class ConsumerCore:
     how long a silent member keeps its partitions; `poll_timeout_s`: how long
     processing may take between polls before the member leaves; `on_assign`,
     `on_revoke`: called from `poll` with the (topic, partition) pairs that
-    came and went."""
+    came and went; `prefetch`: how many batches may be fetched ahead while
+    the app works (see the module docstring; 0: none)."""
 
     def __init__(
         self,
@@ -139,10 +187,13 @@ class ConsumerCore:
         max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
         on_assign: Partitions | None = None,
         on_revoke: Partitions | None = None,
+        prefetch: int = 2,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if start not in STARTS:
             raise ValueError(f"start is 'earliest' or 'latest', not {start!r}")
+        if prefetch < 0:
+            raise ValueError(f"prefetch is a count of batches (0: none), not {prefetch!r}")
         self._client = client
         self.group = group
         self._clock = clock
@@ -169,6 +220,14 @@ class ConsumerCore:
         self._delivered: dict[TopicPartition, int] = {}
         """The index after the last record `poll` returned, per partition."""
         self._turn = 0
+        self._prefetch = prefetch
+        self._ahead: dict[TopicPartition, _Ahead] = {}
+        """The fetch started ahead for a partition (one at most)."""
+        self._dropping: list[Any] = []
+        """Handles set aside by `pause` (app thread, no plan): dropped by the next plan."""
+        self._at_end: set[TopicPartition] = set()
+        """Partitions whose last fetch found nothing: not fetched ahead."""
+        self.prefetch_stats = PrefetchStats()
         self.wake: Callable[[], None] = lambda: None
         """Set by the shell: wakes its heartbeat loop (something is due sooner)."""
 
@@ -216,6 +275,7 @@ class ConsumerCore:
         if self.auto_commit:
             with contextlib.suppress(LaminarError):
                 yield from self.commit_plan(None)
+        yield from self._drop_plan(list(self._ahead))
         with self._lock:
             leave = self.member.close()
         if leave is None or self._pid is None:
@@ -238,17 +298,21 @@ class ConsumerCore:
         self.wake()
         while True:
             yield from self._changes_plan()
+            yield from self._drop_plan(())
             with self._lock:
                 held = sorted(tp for tp in self.member.assignment if tp in self._next)
             self._turn += 1
             first = self._turn % len(held) if held else 0
             records: list[ConsumedRecord] = []
             for tp in held[first:] + held[:first]:
-                records += yield from self._fetch_plan(tp, self._max_records - len(records), 0)
+                records += yield from self._take_plan(tp, self._max_records - len(records))
                 if len(records) >= self._max_records:
                     break
             left_s = deadline - self._clock.monotonic()
-            if records or left_s <= 0:
+            if records:
+                yield from self._prefetch_plan()
+                return records
+            if left_s <= 0:
                 return records
             if not held:  # nothing assigned yet: the heartbeats bring it
                 yield Sleep(min(left_s, ASSIGNMENT_WAIT_S))
@@ -258,6 +322,7 @@ class ConsumerCore:
                 held[self._turn % len(held)], self._max_records, wait_ms
             )
             if waited:
+                yield from self._prefetch_plan()
                 return waited
 
     def _changes_plan(self) -> Plan[None]:
@@ -271,24 +336,95 @@ class ConsumerCore:
             else:
                 yield from self._revoked_plan(change.partitions, committed=change.kind == REVOKED)
 
+    def _take_plan(self, tp: TopicPartition, max_records: int) -> Plan[list[ConsumedRecord]]:
+        """The next records of `tp`: the batch fetched ahead if it starts where
+        `tp` is read next, else a fetch made now."""
+        ahead = self._ahead.get(tp)
+        if ahead is not None and ahead.start != self._next[tp]:
+            yield from self._drop_plan((tp,))  # the position moved since
+        elif ahead is not None:
+            try:
+                got: list[Record] | None = yield Join(ahead.handle)
+            except LaminarError:
+                got = None  # what a fetch made earlier met: this poll's own decides
+                self.prefetch_stats.failed += 1
+            with self._lock:
+                if self._ahead.get(tp) is ahead:
+                    del self._ahead[tp]
+                    self.prefetch_stats.ahead -= 1
+            if got is not None:
+                self.prefetch_stats.used += 1
+                return self._deliver(tp, ahead.start, got[:max_records])
+        return (yield from self._fetch_plan(tp, max_records, 0))
+
     def _fetch_plan(
         self, tp: TopicPartition, max_records: int, wait_ms: int
     ) -> Plan[list[ConsumedRecord]]:
-        topic, partition = tp
         index = self._next[tp]
-        call = calls.fetch(topic, partition, index, self._max_bytes, max_records, wait_ms)
         try:
-            got = yield from self._client._call_plan(call)
+            got = yield from self._client._call_plan(
+                self._fetch_call(tp, index, max_records, wait_ms)
+            )
         except OffsetOutOfRangeError:
             self._next[tp] = yield from self._start_plan(tp)  # retention passed it
+            yield from self._drop_plan((tp,))
             return []
+        return self._deliver(tp, index, got)
+
+    def _fetch_call(
+        self, tp: TopicPartition, index: int, max_records: int, wait_ms: int
+    ) -> calls.Call[list[Record]]:
+        return calls.fetch(tp[0], tp[1], index, self._max_bytes, max_records, wait_ms)
+
+    def _deliver(self, tp: TopicPartition, index: int, got: list[Record]) -> list[ConsumedRecord]:
+        """`got`, read from `index`, as what poll returns, if `tp` is still
+        delivered and read from there (else nothing: lost, paused or moved)."""
         with self._lock:
-            if not self.member.holds(tp) or self._next.get(tp) != index:
-                return []  # lost or moved meanwhile: not delivered
+            if tp not in self.member.assignment or self._next.get(tp) != index:
+                return []
         if not got:
+            self._at_end.add(tp)
             return []
+        self._at_end.discard(tp)
         self._next[tp] = self._delivered[tp] = got[-1].index + 1
-        return [ConsumedRecord(topic, partition, *r) for r in got]
+        # (topic, partition) + each record, made a ConsumedRecord in C loops:
+        # a Python call per record cost more than the rest of a poll.
+        return list(map(tuple.__new__, repeat(ConsumedRecord), map(tuple.__add__, repeat(tp), got)))
+
+    def _prefetch_plan(self) -> Plan[None]:
+        """Start fetches of the partitions the next polls visit first that
+        have none ahead and were not at their end, from where each is read
+        next, until `prefetch` batches are ahead."""
+        with self._lock:
+            held = sorted(tp for tp in self.member.assignment if tp in self._next)
+        room = self._prefetch - len(self._ahead)
+        if room <= 0 or not held:
+            return
+        first = (self._turn + 1) % len(held)  # where the next poll starts (see poll_plan)
+        turn_order = held[first:] + held[:first]
+        wanted = [tp for tp in turn_order if tp not in self._ahead and tp not in self._at_end]
+        stats = self.prefetch_stats
+        for tp in wanted[:room]:
+            index = self._next[tp]
+            handle = yield Start(self._fetch_call(tp, index, self._max_records, 0))
+            with self._lock:
+                self._ahead[tp] = _Ahead(index, handle)
+            stats.started += 1
+            stats.ahead += 1
+        stats.ahead_max = max(stats.ahead_max, stats.ahead)
+
+    def _drop_plan(self, parts: Iterable[TopicPartition]) -> Plan[None]:
+        """Abandon the fetches ahead of `parts`, and those `pause` set aside."""
+        with self._lock:
+            handles, self._dropping = self._dropping, []
+            for tp in parts:
+                ahead = self._ahead.pop(tp, None)
+                if ahead is not None:
+                    handles.append(ahead.handle)
+                    self.prefetch_stats.ahead -= 1
+        for handle in handles:
+            self.prefetch_stats.dropped += 1
+            yield Drop(handle)
 
     def _assigned_plan(self, parts: frozenset[TopicPartition]) -> Plan[None]:
         """Start each new partition at the group's committed position (else `start`)."""
@@ -300,6 +436,7 @@ class ConsumerCore:
             position = committed.positions.get(tp)
             index = position.index if position is not None else (yield from self._start_plan(tp))
             self._next[tp] = index
+            self._at_end.discard(tp)
         if self._on_assign is not None:
             self._on_assign(parts)
 
@@ -318,9 +455,11 @@ class ConsumerCore:
                     yield from self.commit_plan(done)
         if self._on_revoke is not None:
             self._on_revoke(parts)
+        yield from self._drop_plan(parts)
         for tp in parts:
             self._next.pop(tp, None)
             self._delivered.pop(tp, None)
+            self._at_end.discard(tp)
         if committed:
             with self._lock:
                 self.member.release(parts)
@@ -374,12 +513,26 @@ class ConsumerCore:
             return self.member.assignment
 
     def pause(self, parts: Iterable[TopicPartition]) -> None:
+        """Stop delivering `parts`; their fetches ahead are dropped by the next plan."""
+        parts = frozenset(parts)
         with self._lock:
             self.member.pause(parts)
+            for tp in parts & self._ahead.keys():
+                self._dropping.append(self._ahead.pop(tp).handle)
+                self.prefetch_stats.ahead -= 1
 
     def resume(self, parts: Iterable[TopicPartition]) -> None:
         with self._lock:
             self.member.resume(parts)
+
+    def seek(self, tp: TopicPartition, index: int) -> None:
+        """Read `tp` from `index` from the next poll on (a batch fetched ahead
+        from elsewhere is dropped when that poll comes to it)."""
+        with self._lock:
+            if tp not in self._next:
+                raise ValueError(f"{tp[0]}/{tp[1]} is not assigned to this member")
+            self._next[tp] = index
+            self._at_end.discard(tp)
 
     def extend_poll(self, seconds: float) -> None:
         with self._lock:
@@ -406,9 +559,19 @@ class _Face:
     def resume(self, partitions: Iterable[TopicPartition]) -> None:
         self._core.resume(partitions)
 
+    def seek(self, partition: TopicPartition, index: int) -> None:
+        """Read `partition` from `index` on, from the next poll (the committed
+        position stays until the next commit)."""
+        self._core.seek(partition, index)
+
     def extend_poll(self, seconds: float) -> None:
         """Processing takes longer: keep the membership `seconds` more."""
         self._core.extend_poll(seconds)
+
+    @property
+    def prefetch_stats(self) -> PrefetchStats:
+        """What the prefetch did so far (`PrefetchStats`)."""
+        return self._core.prefetch_stats
 
 
 class _Runner(Protocol):

@@ -12,7 +12,12 @@ returns the result (or raises the typed error). It yields
   fetch among concurrent callers if it can) and answer with the new view;
 - `RECOVER` (before a retry): drop the connections that broke and fetch the
   metadata again, leaving any failure for the retry itself to meet; answer
-  None.
+  None;
+- `Start(call)`: send `call` now without waiting for it (retried as any call)
+  and answer with a handle; `Join(handle)` answers with its result (or
+  throws its error), `Drop(handle)` abandons it (its answer is never looked
+  at). A plan keeps a request in flight while its caller does something else
+  (a group consumer's prefetch, `laminar.client.consumer`).
 
 A shell throws the `LaminarError` an action failed with into the plan
 instead of answering (`generator.throw`); the plan decides what it means. So
@@ -100,13 +105,32 @@ class _Recover:
     __slots__ = ()
 
 
+class Start(NamedTuple):
+    """Send `call` now (retried as `_call_plan` retries it); answer with a
+    handle for `Join` or `Drop` (the shell's own: `Pending`, or a task)."""
+
+    call: calls.Call[Any]
+
+
+class Join(NamedTuple):
+    """Wait for a `Start`ed call; answer with its result, or throw its error."""
+
+    handle: Any
+
+
+class Drop(NamedTuple):
+    """Abandon a `Start`ed call: its answer or error is never looked at; answer None."""
+
+    handle: Any
+
+
 REFRESH: Final = _Refresh()
 """Fetch the metadata (`_metadata_plan`); answer with the new `ClusterView`."""
 RECOVER: Final = _Recover()
 """Before a retry: drop broken connections, refresh the metadata (a failure
 here is left for the retry to meet); answer None."""
 
-Action = Send | Sleep | _Refresh | _Recover
+Action = Send | Sleep | _Refresh | _Recover | Start | Join | Drop
 Plan = Generator[Action, Any, T]
 """An operation as the actions it needs (see the module docstring)."""
 

@@ -36,9 +36,11 @@ import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from laminar.client.batch import RecordBatch
+
+T = TypeVar("T")
 
 FetchFrom = Callable[[int], Awaitable[RecordBatch]]
 """A fetch of the batch starting at an index (`AsyncClient.fetch_batch` with
@@ -121,9 +123,7 @@ class PartitionReader:
         """Abandon the fetches ahead (their answers, or errors, are never looked at)."""
         ahead = self._ahead
         while ahead:
-            answer = ahead.pop().answer
-            answer.cancel()
-            answer.add_done_callback(_outcome_seen)
+            abandon(ahead.pop().answer)
 
     async def close(self) -> None:
         """Drop the fetches in flight, if any (their answers are abandoned)."""
@@ -146,7 +146,14 @@ class PartitionReader:
         await self.close()
 
 
-def _outcome_seen(answer: asyncio.Future[RecordBatch]) -> None:
+def abandon(answer: asyncio.Future[T]) -> None:
+    """Cancel a fetch nobody waits for any more; its outcome is never looked at
+    (also `AsyncClient`'s `Drop`)."""
+    answer.cancel()
+    answer.add_done_callback(_outcome_seen)
+
+
+def _outcome_seen(answer: asyncio.Future[T]) -> None:
     """Mark a dropped fetch's error as seen (asyncio logs unseen ones)."""
     if not answer.cancelled():
         answer.exception()

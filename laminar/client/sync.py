@@ -26,7 +26,18 @@ from laminar.client import calls, groups, writes
 from laminar.client.batch import RecordBatch
 from laminar.client.blocking import BlockingConnection
 from laminar.client.consumer import Consumer, ConsumerCore, ConsumerOptions
-from laminar.client.core import REFRESH, Action, ClientCore, Plan, Send, Sleep, sent
+from laminar.client.core import (
+    REFRESH,
+    Action,
+    ClientCore,
+    Drop,
+    Join,
+    Plan,
+    Send,
+    Sleep,
+    Start,
+    sent,
+)
 from laminar.client.errors import ConnectionLostError, LaminarError
 from laminar.client.groups import GroupDescription
 from laminar.client.producer import BlockingProducer, Produced, is_idempotent, produce_call
@@ -126,6 +137,12 @@ class Pending(Generic[T]):
                     time.sleep(action.delay_s)
                 elif action is REFRESH:
                     value = client.refresh_metadata_view()
+                elif type(action) is Start:
+                    value = client._start(action.call)
+                elif type(action) is Join:  # waits even while being sent
+                    value = action.handle.result()
+                elif type(action) is Drop:
+                    action.handle.abandon()
                 else:
                     client._recover()
             except LaminarError as exc:
@@ -135,6 +152,19 @@ class Pending(Generic[T]):
     def done(self) -> bool:
         """Whether the final answer is in: `result()` will not wait."""
         return self._result is not _NO_RESULT or self._failed is not None
+
+    def abandon(self) -> None:
+        """Give up on the answer (a prefetch nobody wants any more): the request
+        in flight is forgotten, its answer dropped when it comes; `result()`
+        raises from now on."""
+        with self._lock:
+            if self.done:
+                return
+            if self._backoff is None and self._conn is not None:
+                self._conn.abandon(self._corr)
+            if self._plan is not None:
+                self._plan.close()
+            self._failed = LaminarError("the request was abandoned by its caller")
 
     def settle(self) -> None:
         """Wait for the final answer without raising it (`result()` still will)."""

@@ -30,7 +30,7 @@ import os
 import signal
 import socket
 from collections import Counter
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from laminar.channels.siblings import Channels
 from laminar.channels.sockets import ShardSockets, is_sibling_shard, peer_credentials
@@ -68,8 +68,6 @@ from laminar.shards.control import (
 from laminar.shards.datagram import DatagramServer
 from laminar.shards.dispatch import CHANNEL_FRAME_SLACK, Dispatcher
 from laminar.shards.handlers import Handlers, RequestContext, ShardIdentity
-from laminar.shards.kafka_connection import KafkaConnection
-from laminar.shards.kafka_door import KafkaDoor
 from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.replicas import ClusterReplicas, NodeReplicas, Replicas
 from laminar.shards.retention import Retention
@@ -95,6 +93,9 @@ from laminar.writes.decision_logs import (
     decision_log_config,
 )
 from laminar.writes.service import WriteService, WriteSettings
+
+if TYPE_CHECKING:  # imported at the first Kafka connection (`Shard._kafka_door`)
+    from laminar.shards.kafka_door import KafkaDoor
 
 logger = logging.getLogger("laminar.shards")
 _refusals = RateLimitedLog(logger)
@@ -196,9 +197,9 @@ class Shard:
         self._owned_partitions = 0
         self._started_at = self.clock.monotonic()
         self.kafka: KafkaDoor | None = None
+        """The Kafka door (None until the first Kafka connection, and when --kafka-port is 0)."""
         self.tls: ServerTls | None = None
         """The client ports' TLS context (None: plaintext); SIGHUP reloads it."""
-        """The Kafka door (None while starting, or when --kafka-port is 0)."""
 
     # -- helpers ---------------------------------------------------------------
 
@@ -384,14 +385,6 @@ class Shard:
         self._listen(self.sockets.shard_tcp, internal=False)
         self._listen(self.sockets.node_tcp, internal=False)
         if self.sockets.kafka_tcp is not None:
-            peers = None if self.replication is None else self.replication.calls
-            routes = NodeRoutes(
-                config.node_id,
-                self._internal_request,
-                None if self.replication is None else self.replication.calls,
-                self.clock,
-            )
-            self.kafka = KafkaDoor(self.handlers, self.dispatcher, routes, peers, self.clock)
             self._listen(self.sockets.kafka_tcp, internal=False, kafka=True)
         self.datagrams = None
         if self.sockets.node_udp is not None and self.tls is None:
@@ -478,6 +471,18 @@ class Shard:
 
     # -- listening -------------------------------------------------------------
 
+    def _kafka_door(self) -> KafkaDoor:
+        """The Kafka door, made at the first Kafka connection: its generated
+        codec costs a few hundred milliseconds of CPU to import, which a shard
+        that never meets a Kafka client does not pay at each start."""
+        if self.kafka is None:
+            from laminar.shards.kafka_door import KafkaDoor
+
+            calls = None if self.replication is None else self.replication.calls
+            routes = NodeRoutes(self.config.node_id, self._internal_request, calls, self.clock)
+            self.kafka = KafkaDoor(self.handlers, self.dispatcher, routes, calls, self.clock)
+        return self.kafka
+
     def _listen(self, sock: socket.socket, *, internal: bool, kafka: bool = False) -> None:
         self._listeners.append(self._spawn(self._accept_loop(sock, internal, kafka)))
 
@@ -525,10 +530,11 @@ class Shard:
             tls = None if internal or self.tls is None else self.tls.context
             conn: Connection
             if kafka:
-                assert self.kafka is not None
+                from laminar.shards.kafka_connection import KafkaConnection
+
                 conn = KafkaConnection(
                     sock,
-                    self.kafka,
+                    self._kafka_door(),
                     self.dispatcher,
                     self.metrics,
                     ctx,

@@ -402,9 +402,15 @@ def test_a_restarted_replica_resumes_with_the_membership_its_log_applied(tmp_pat
 
 
 async def _change(net: FakeNetwork, step: Callable[[RaftCore], object], done: Membership) -> None:
-    """Apply one membership step through whoever leads, until it is in effect there."""
+    """Apply one membership step through whoever leads, until it is in effect
+    there. A leader elected meanwhile may have it in effect already (the step
+    committed before the old one stepped down): then it is done, not refused."""
+    deadline = time.monotonic() + 30.0
     while True:
         leader = await _until(lambda: _leader(net))
+        if leader.core.membership == done:
+            return
+        assert time.monotonic() < deadline, f"membership step to {done} not in effect in 30 s"
         try:
             step(leader.core)
         except (NotLeader, ConfigChangeRefused):

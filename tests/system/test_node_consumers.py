@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from laminar.cli.common import Exit
 from laminar.client import AsyncClient, Client, ConsumedRecord
@@ -320,3 +321,90 @@ def test_group_describe_says_why_a_member_is_idle(tmp_path: Path) -> None:
             )
             human = _laminar(node.bootstrap, "group", "describe", "billing").stdout
             assert "IDLE BECAUSE" in human and f"{TOPIC}:0" in human, human
+
+
+PAUSED, SOUGHT = (TOPIC, 1), (TOPIC, 0)
+
+
+def test_batches_fetched_ahead_are_dropped_at_pause_and_seek_on_both_clients(
+    tmp_path: Path,
+) -> None:
+    """Through each shell's Start/Join/Drop: a paused partition delivers
+    nothing, a seek delivers from its index, every record comes once, and
+    the fetches dropped leave no answer behind on the client's connections."""
+    with start_node(tmp_path, cores=2, flush="never", group_partitions=1) as node:
+        with Client(node.bootstrap) as producer:
+            producer.create_topic(TOPIC, 2)
+            for p in range(2):
+                producer.produce(TOPIC, p, [b"%d-%d" % (p, i) for i in range(400)])
+        with Client(node.bootstrap) as client:
+            with client.consumer("sync", [TOPIC], max_records=50) as consumer:
+                runs = [_pause_and_seek(consumer)]
+            for conn in client._conns.values():
+                assert not conn._done and not conn._proto.in_flight, "an answer left behind"
+        with asyncio.Runner() as loop:
+            aclient = loop.run(AsyncClient(node.bootstrap).connect())
+            aconsumer = loop.run(_async_consumer(aclient, "async"))
+            runs.append(_pause_and_seek(_Blocking(loop, aconsumer)))
+            loop.run(aconsumer.close())
+            assert not loop.run(_calls_running()), "a fetch ahead left running"
+            loop.run(aclient.close())
+    for seen, stats in runs:
+        assert stats.dropped >= 2 and stats.used >= 1, stats  # the pause's and the seek's
+        assert stats.ahead == 0, "dropped at close"
+        paused = [r.index for r in seen[PAUSED]]
+        assert paused == list(range(400)), "in order, once, no gap across the pause"
+        sought = [r.index for r in seen[SOUGHT]]
+        cut = next(i for i in range(1, len(sought)) if sought[i] <= sought[i - 1])  # the seek
+        assert sought[:cut] == list(range(cut)) and sought[cut:] == list(range(10, 400))
+
+
+def _pause_and_seek(consumer: Any) -> tuple[dict[Any, list[ConsumedRecord]], Any]:
+    """Read, pause one partition, seek the other back to 10, resume, read all."""
+    seen: dict[Any, list[ConsumedRecord]] = {PAUSED: [], SOUGHT: []}
+
+    def poll(timeout_s: float) -> None:
+        for r in consumer.poll(timeout_s=timeout_s):
+            seen[r.topic, r.partition].append(r)
+
+    while len(consumer.assignment()) < 2 or sum(map(len, seen.values())) < 100:
+        poll(0.2)
+    consumer.pause([PAUSED])
+    held = len(seen[PAUSED])
+    for _ in range(3):
+        poll(0.05)
+    assert len(seen[PAUSED]) == held, "a paused partition delivers nothing"
+    consumer.seek(SOUGHT, 10)
+    consumer.resume([PAUSED])
+    while len(seen[PAUSED]) < 400 or seen[SOUGHT][-1].index < 399:
+        poll(0.2)
+    return seen, consumer.prefetch_stats
+
+
+class _Blocking:
+    """An `AsyncConsumer` whose polls run on `loop` till done: one script for both."""
+
+    def __init__(self, loop: asyncio.Runner, consumer: Any) -> None:
+        self._loop = loop
+        self._consumer = consumer
+
+    def poll(self, timeout_s: float) -> list[ConsumedRecord]:
+        got: list[ConsumedRecord] = self._loop.run(self._consumer.poll(timeout_s))
+        return got
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+
+async def _async_consumer(client: AsyncClient, group: str) -> Any:
+    return client.consumer(group, [TOPIC], max_records=50)
+
+
+async def _calls_running() -> list[asyncio.Task[Any]]:
+    """`AsyncClient` calls still under way (a fetch ahead neither joined nor dropped)."""
+    await asyncio.sleep(0)
+    return [
+        t
+        for t in asyncio.all_tasks()
+        if getattr(t.get_coro(), "__qualname__", "") == "AsyncClient._call" and not t.done()
+    ]

@@ -1,0 +1,126 @@
+"""Principals: the certificate rule on subjects that a real TLS handshake
+(memory BIOs, certificates made by openssl) hands the server, and on subjects
+that must name nobody."""
+
+from __future__ import annotations
+
+import shutil
+import ssl
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from laminar.security.principal import (
+    PrincipalError,
+    Subject,
+    check_acl_principal,
+    principal_from_certificate,
+    user_principal,
+)
+
+needs_openssl = pytest.mark.skipif(
+    shutil.which("openssl") is None, reason="openssl is not installed"
+)
+
+
+def openssl(*args: str | Path) -> None:
+    subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True)
+
+
+def issue(ca: Path, folder: Path, name: str, subject: str, *extra: str) -> tuple[Path, Path]:
+    """A P-256 key and a certificate for it, signed by the CA `ca` (.key/.crt)."""
+    key, csr, crt = folder / f"{name}.key", folder / f"{name}.csr", folder / f"{name}.crt"
+    openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key)
+    openssl("req", "-new", "-key", key, "-subj", subject, "-out", csr)
+    openssl(
+        "x509", "-req", "-in", csr, "-CA", ca.with_suffix(".crt"), "-CAkey", ca.with_suffix(".key"),
+        "-CAcreateserial", "-days", "2", "-out", crt, *extra,
+    )  # fmt: skip
+    return crt, key
+
+
+def peer_subject(tmp_path: Path, client_subject: str) -> Subject:
+    """The client certificate's subject as the server side of a verified TLS
+    handshake sees it (`SSLObject.getpeercert()`), all in memory."""
+    ca = tmp_path / "ca"
+    openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", ca.with_suffix(".key"))
+    openssl(
+        "req", "-x509", "-new", "-key", ca.with_suffix(".key"), "-subj", "/CN=test CA",
+        "-days", "2", "-out", ca.with_suffix(".crt"),
+    )  # fmt: skip
+    san = tmp_path / "san.ext"
+    san.write_text("subjectAltName=DNS:localhost\n")
+    server_crt, server_key = issue(ca, tmp_path, "server", "/CN=localhost", "-extfile", str(san))
+    client_crt, client_key = issue(ca, tmp_path, "client", client_subject)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(server_crt, server_key)
+    server_ctx.load_verify_locations(ca.with_suffix(".crt"))
+    server_ctx.verify_mode = ssl.CERT_REQUIRED
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.load_verify_locations(ca.with_suffix(".crt"))
+    client_ctx.load_cert_chain(client_crt, client_key)
+    to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    server_in, client_in = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = client_ctx.wrap_bio(client_in, to_server, server_hostname="localhost")
+    server = server_ctx.wrap_bio(server_in, to_client, server_side=True)
+    done = {"client": False, "server": False}
+    for _ in range(10):
+        for side, end in (("client", client), ("server", server)):
+            try:
+                end.do_handshake()
+                done[side] = True
+            except ssl.SSLWantReadError:
+                pass
+        server_in.write(to_server.read())
+        client_in.write(to_client.read())
+        if all(done.values()):
+            break
+    assert all(done.values()), "the in-memory handshake did not finish"
+    cert = server.getpeercert()
+    assert cert, "the server verified no client certificate"
+    subject: Subject = cert["subject"]
+    return subject
+
+
+@needs_openssl
+def test_a_verified_client_certificate_is_named_by_its_cn(tmp_path: Path) -> None:
+    subject = peer_subject(tmp_path, "/C=NL/O=Acme/OU=billing/CN=alice")
+    assert principal_from_certificate(subject) == "User:alice"
+
+
+@needs_openssl
+def test_a_verified_certificate_without_a_cn_names_nobody(tmp_path: Path) -> None:
+    subject = peer_subject(tmp_path, "/O=Acme/OU=billing")
+    with pytest.raises(PrincipalError):
+        principal_from_certificate(subject)
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        ((("commonName", "alice"),), (("commonName", "bob"),)),  # two CNs: ambiguous
+        ((("commonName", "*"),),),  # would match every ACL for anyone
+        ((("commonName", " alice"),),),
+        ((("commonName", "al\nice"),),),
+        ((("commonName", "x" * 256),),),
+        ((("organizationName", "Acme"),),),
+    ],
+)
+def test_subjects_that_name_nobody(subject: Subject) -> None:
+    with pytest.raises(PrincipalError):
+        principal_from_certificate(subject)
+
+
+def test_a_multi_valued_rdn_is_searched_too() -> None:
+    subject = ((("organizationName", "Acme"), ("commonName", "svc-billing")),)
+    assert principal_from_certificate(subject) == "User:svc-billing"
+
+
+def test_acl_principals() -> None:
+    for good in ("User:alice", "User:*", "User:CN with spaces"):
+        check_acl_principal(good)
+    for bad in ("alice", "Group:ops", "User:", "user:alice", "User: alice"):
+        with pytest.raises(PrincipalError):
+            check_acl_principal(bad)
+    assert user_principal("alice") == "User:alice"
