@@ -30,7 +30,13 @@ from laminar.client.errors import CannotConnectError, ConnectionLostError
 from laminar.wire import Pong
 from laminar.wire.messages import Ping
 from tests.system.nodes import RunningNode, start_node
-from tests.system.test_readme import README_KAFKA_ADDRESS, REPO, _run_python, examples
+from tests.system.test_readme import (
+    README_KAFKA_ADDRESS,
+    REPO,
+    _run_python,
+    _run_shell_line,
+    examples,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -305,8 +311,7 @@ def test_the_readme_tls_section_runs_as_written(tmp_path: Path) -> None:
     make_certs, start_line = blocks[0].source.strip().rsplit("\n", 1)
     assert start_line == ".venv/bin/laminar-node --tls-cert-file node.crt --tls-key-file node.key"
     for line in make_certs.splitlines():
-        made = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, timeout=60)
-        assert made.returncode == 0, f"{line}\n{made.stderr.decode()}"
+        _run_shell_line(line, dict(os.environ), "", tmp_path)
     with start_node(
         tmp_path,
         cores=2,
@@ -317,15 +322,7 @@ def test_the_readme_tls_section_runs_as_written(tmp_path: Path) -> None:
         for line in blocks[1].source.strip().splitlines():
             line = line.replace(".venv/bin/", f"{REPO}/.venv/bin/")
             line = line.replace(README_KAFKA_ADDRESS, running.kafka_bootstrap)
-            done = subprocess.run(
-                ["bash", "-c", f"set -o pipefail; {line}"],
-                cwd=tmp_path,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            assert done.returncode == 0, f"{line}\n{done.stderr}"
+            _run_shell_line(line, env, running.bootstrap, tmp_path)
         _run_python([blocks[2].source], running, tmp_path)
         with Client(running.bootstrap, tls=True, ca_file=str(tmp_path / "ca.crt")) as client:
             assert [r.value for r in client.fetch("secured", 0, 0)] == [b"hello", b"over TLS"]
