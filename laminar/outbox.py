@@ -1,4 +1,4 @@
-"""Writing whole frames to one stream socket from many concurrent requests.
+"""Writing whole frames to one stream from many concurrent requests.
 
 Responses to pipelined requests finish in any order, from different tasks and
 callbacks, and two `sock_sendall` calls in flight on one socket may
@@ -8,9 +8,10 @@ interleave their bytes. An `Outbox` serialises them and coalesces them:
   iteration schedules one flush with `call_soon`, so it runs once everything
   that was ready in this iteration has run: the responses completed together
   (a group-commit flush acknowledges many produces at once) leave in one
-  gathering `sendmsg`, one syscall and one wakeup of the client instead of one
-  per response. A lone response is not held back: the flush runs in the very
-  next iteration, never on a timer.
+  gathering `sendmsg` (`laminar.stream`: through TLS when the stream is), one
+  syscall and one wakeup of the client instead of one per response. A lone
+  response is not held back: the flush runs in the very next iteration,
+  never on a timer.
 - The flush hands the buffers to the kernel directly (a fetch's record blobs
   are never joined into one copy). Whatever does not fit, and everything
   queued behind it, is written by one writer task, which joins small
@@ -29,13 +30,12 @@ budget releases exactly what it charged.
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from laminar.stream import Stream
 from laminar.wire.codec import Buffer
 
-_IOV_MAX: Final = 1024
 JOIN_BYTES: Final = 64 << 10
 """Buffers smaller than this are joined for the writer task's sends; larger ones
 go as they are (no copy)."""
@@ -76,27 +76,8 @@ def _sends(buffers: Sequence[Buffer]) -> list[Buffer]:
     return sends
 
 
-def send_gathered(sock: socket.socket, buffers: Sequence[Buffer]) -> int:
-    """Send `buffers` with as few `sendmsg` calls as IOV_MAX allows; return the
-    bytes the kernel took (fewer than all when the socket buffer filled).
-    Raises OSError other than EAGAIN/EINTR."""
-    sent = 0
-    start = 0
-    try:
-        while start < len(buffers):
-            chunk = buffers[start : start + _IOV_MAX]
-            n = sock.sendmsg(chunk)
-            sent += n
-            if n < sum(map(len, chunk)):
-                break
-            start += _IOV_MAX
-    except (BlockingIOError, InterruptedError):
-        pass
-    return sent
-
-
 class Outbox:
-    """Ordered, coalescing writer for one stream socket."""
+    """Ordered, coalescing writer for one stream."""
 
     __slots__ = (
         "_drained",
@@ -106,7 +87,7 @@ class Outbox:
         "_on_error",
         "_on_written",
         "_queue",
-        "_sock",
+        "_stream",
         "_task",
         "pending_bytes",
     )
@@ -114,12 +95,12 @@ class Outbox:
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        sock: socket.socket,
+        stream: Stream,
         on_error: Callable[[BaseException], None] | None = None,
         on_written: Callable[[int], None] | None = None,
     ) -> None:
         self._loop = loop
-        self._sock = sock
+        self._stream = stream
         self._on_error = on_error
         self._on_written = on_written
         self._queue: list[Buffer] = []
@@ -154,7 +135,7 @@ class Outbox:
             return
         queue, self._queue = self._queue, []
         try:
-            sent = send_gathered(self._sock, queue)
+            sent = self._stream.send_gathered(queue)
         except OSError as exc:
             self._fail(exc)
             return
@@ -174,7 +155,7 @@ class Outbox:
                 sends.reverse()  # popped from the end: a sent buffer is let go at once
                 while sends:
                     data = sends.pop()
-                    await self._loop.sock_sendall(self._sock, data)
+                    await self._stream.sendall(data)
                     self._left(len(data))
                     del data
         except asyncio.CancelledError:

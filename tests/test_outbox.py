@@ -28,6 +28,13 @@ class RecordingSocket:
         return len(data)
 
 
+def _plain(sock: Any) -> Any:
+    """The stream a connection would give its outbox over `sock`."""
+    from laminar.stream import PlainStream
+
+    return PlainStream(asyncio.get_running_loop(), sock)
+
+
 async def _iterations(n: int) -> None:
     for _ in range(n):
         await asyncio.sleep(0)
@@ -38,7 +45,7 @@ def test_frames_queued_in_one_iteration_leave_in_one_write() -> None:
 
     async def main() -> None:
         sock = RecordingSocket()
-        box = Outbox(asyncio.get_running_loop(), sock)  # type: ignore[arg-type]
+        box = Outbox(asyncio.get_running_loop(), _plain(sock))
         for n in range(64):
             box.send([b"head%d|" % n, b"body"])
         assert sock.writes == [] and box.pending_bytes > 0  # nothing before the iteration ends
@@ -55,7 +62,7 @@ def test_a_lone_frame_leaves_in_the_next_iteration() -> None:
 
     async def main() -> None:
         sock = RecordingSocket()
-        box = Outbox(asyncio.get_running_loop(), sock)  # type: ignore[arg-type]
+        box = Outbox(asyncio.get_running_loop(), _plain(sock))
         box.send([b"alone"])
         await _iterations(2)
         assert sock.writes == [b"alone"]
@@ -75,7 +82,7 @@ def test_what_the_socket_does_not_take_is_written_in_order_later() -> None:
         b.setblocking(False)
         a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         try:
-            box = Outbox(asyncio.get_running_loop(), a)
+            box = Outbox(asyncio.get_running_loop(), _plain(a))
             frames = [bytes([n]) * 100_000 for n in range(8)]
             for frame in frames:
                 box.send([frame[:10], frame[10:]])
@@ -100,7 +107,7 @@ def test_a_broken_socket_is_reported_once_and_later_frames_are_dropped() -> None
     async def main() -> None:
         errors: list[BaseException] = []
         sock = RecordingSocket(error=BrokenPipeError(32, "Broken pipe"))
-        box = Outbox(asyncio.get_running_loop(), sock, errors.append)  # type: ignore[arg-type]
+        box = Outbox(asyncio.get_running_loop(), _plain(sock), errors.append)
         box.send([b"x"])
         await _iterations(2)
         assert box.failed and len(errors) == 1
@@ -118,7 +125,7 @@ def test_abort_drops_what_is_queued(abort_before_flush: bool) -> None:
 
     async def main() -> None:
         sock = RecordingSocket(room=3)
-        box = Outbox(asyncio.get_running_loop(), sock)  # type: ignore[arg-type]
+        box = Outbox(asyncio.get_running_loop(), _plain(sock))
         box.send([b"abcdef"])
         if not abort_before_flush:
             await _iterations(2)  # 3 bytes out, the rest with the writer task

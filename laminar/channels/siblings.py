@@ -26,6 +26,7 @@ import socket
 
 from laminar.channels.sockets import channel_address
 from laminar.outbox import Outbox
+from laminar.stream import PlainStream
 from laminar.wire import NEED_DATA, Frame, FrameDecoder, Message, ProtocolError
 
 logger = logging.getLogger("laminar.shards")
@@ -99,7 +100,7 @@ class PeerChannel:
                 sock.close()
                 raise ChannelUnreachable(f"cannot reach shard {self.peer}: {exc}") from None
             self._sock = sock
-            self._outbox = Outbox(loop, sock, self._on_write_error)
+            self._outbox = Outbox(loop, PlainStream(loop, sock), self._on_write_error)
             self._reader = loop.create_task(self._read(sock))
             return self._outbox
 

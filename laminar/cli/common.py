@@ -7,7 +7,7 @@ import math
 import os
 from collections.abc import Callable
 from enum import IntEnum
-from typing import Final
+from typing import Any, Final
 
 from laminar.client.routing import parse_address, parse_addresses
 
@@ -106,6 +106,11 @@ def parser_default_bootstrap() -> str:
     return os.environ.get("LAMINAR_BOOTSTRAP") or DEFAULT_BOOTSTRAP
 
 
+def client_tls(args: argparse.Namespace) -> dict[str, Any]:
+    """The `tls` and `ca_file` arguments of a client, from --tls and --ca-file."""
+    return {"tls": bool(args.tls or args.ca_file), "ca_file": args.ca_file}
+
+
 def common_parser() -> argparse.ArgumentParser:
     """The flags every leaf command takes: --bootstrap, --json, --timeout."""
     common = argparse.ArgumentParser(add_help=False)
@@ -118,6 +123,17 @@ def common_parser() -> argparse.ArgumentParser:
         default=parser_default_bootstrap(),
         help="the node to talk to, or several nodes of a cluster (any that answers; "
         "default: $LAMINAR_BOOTSTRAP or %(default)s)",
+    )
+    group.add_argument(
+        "--tls",
+        action="store_true",
+        help="connect through TLS, checking the node's certificate (--ca-file, else the "
+        "system's CAs) and its name",
+    )
+    group.add_argument(
+        "--ca-file",
+        metavar="FILE",
+        help="PEM CA certificates that sign the node's certificate (implies --tls)",
     )
     group.add_argument("--json", action="store_true", help="print JSON for scripts")
     group.add_argument(

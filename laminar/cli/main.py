@@ -26,6 +26,7 @@ from laminar.cli.common import (
     Exit,
     UsageError,
     addresses,
+    client_tls,
     common_parser,
     parser_default_bootstrap,
 )
@@ -99,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="as a command's --bootstrap, given before the command",
     )
     parser.add_argument(
+        "--tls", dest="global_tls", action="store_true", help="as a command's --tls"
+    )
+    parser.add_argument(
+        "--ca-file", dest="global_ca_file", metavar="FILE", help="as a command's --ca-file"
+    )
+    parser.add_argument(
         "--json",
         dest="global_json",
         action="store_true",
@@ -131,6 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.global_bootstrap and args.bootstrap == parser_default_bootstrap():
         args.bootstrap = args.global_bootstrap  # `laminar -b X topic ...`; a command's own wins
     args.json = args.json or args.global_json
+    args.tls = args.tls or args.global_tls
+    args.ca_file = args.ca_file or args.global_ca_file
     try:
         return _run(args)
     except KeyboardInterrupt:
@@ -156,7 +165,11 @@ def _run(args: argparse.Namespace) -> int:
     retry = RetryPolicy(budget_s=min(args.timeout, RetryPolicy().budget_s))
     idempotent = getattr(args, "idempotent", True)  # `produce --no-idempotence`
     with Client(
-        args.bootstrap, timeout_s=args.timeout, retry=retry, idempotent=idempotent
+        args.bootstrap,
+        timeout_s=args.timeout,
+        retry=retry,
+        idempotent=idempotent,
+        **client_tls(args),
     ) as client:
         code = args.run(client, args)
         return code

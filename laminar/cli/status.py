@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import json
 import re
+import ssl
 import urllib.error
 import urllib.request
 from collections import defaultdict
@@ -236,22 +237,40 @@ def describe_what_answers(client: Client, names: list[str]) -> tuple[list[Any], 
     return described, skipped
 
 
-def scrape(address: Address, timeout_s: float) -> list[Sample] | None:
+def admin_open(
+    address: Address,
+    path: str,
+    timeout_s: float,
+    tls: ssl.SSLContext | None,
+    request: urllib.request.Request | None = None,
+) -> Any:
+    """Open `path` on the admin endpoint: over HTTPS with the client's TLS
+    context when it has one (the node then serves HTTPS only). With
+    `request`, that request (its URL is replaced)."""
+    url = f"{'https' if tls else 'http'}://{format_address(address)}{path}"
+    if request is not None:
+        request.full_url = url
+    return urllib.request.urlopen(request or url, timeout=timeout_s, context=tls)
+
+
+def scrape(
+    address: Address, timeout_s: float, tls: ssl.SSLContext | None = None
+) -> list[Sample] | None:
     """The node's /metrics samples, or None when the endpoint cannot be read."""
-    url = f"http://{format_address(address)}/metrics"
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with admin_open(address, "/metrics", timeout_s, tls) as response:
             return parse_prometheus(response.read().decode("utf-8", "replace"))
     except (urllib.error.URLError, OSError, ValueError):
         return None
 
 
-def fetch_members(address: Address, timeout_s: float) -> list[dict[str, Any]] | None:
+def fetch_members(
+    address: Address, timeout_s: float, tls: ssl.SSLContext | None = None
+) -> list[dict[str, Any]] | None:
     """The members the node's membership agent knows ([] when membership is off),
     or None when the admin endpoint cannot be read."""
-    url = f"http://{format_address(address)}/status"
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with admin_open(address, "/status", timeout_s, tls) as response:
             doc = json.loads(response.read().decode("utf-8", "replace"))
     except (urllib.error.URLError, OSError, ValueError):
         return None
@@ -311,7 +330,7 @@ def gather(client: Client, admin: Address, timeout_s: float) -> dict[str, Any]:
         }
         for node in md.decommissioned
     ]
-    samples = scrape(admin, min(timeout_s, 3.0))
+    samples = scrape(admin, min(timeout_s, 3.0), client.tls)
     loads = shard_loads(samples) if samples is not None else {}
     for s in shards:
         s.load = loads.get(s.shard_id)
@@ -333,7 +352,9 @@ def gather(client: Client, admin: Address, timeout_s: float) -> dict[str, Any]:
         "steering": steering_counts(samples) if samples is not None else None,
         "xdp": xdp_state(samples) if samples is not None else None,
         "peer_auth": peer_auth(samples) if samples is not None else None,
-        "members": fetch_members(admin, min(timeout_s, 3.0)) if samples is not None else None,
+        "members": (
+            fetch_members(admin, min(timeout_s, 3.0), client.tls) if samples is not None else None
+        ),
         "cluster": replication,
         "groups": group_status(client),
         "decommissioning": leaving,
@@ -414,7 +435,12 @@ def replication_status(
 def _node_answers(client: Client, address: Address) -> bool:
     """True if a node answers a metadata request (a node holding no partition)."""
     try:
-        with Client(format_address(address), timeout_s=2.0, retry=RetryPolicy(budget_s=0)):
+        with Client(
+            format_address(address),
+            timeout_s=2.0,
+            retry=RetryPolicy(budget_s=0),
+            tls=client.tls or False,
+        ):
             return True
     except LaminarError:
         return False

@@ -20,7 +20,7 @@ from typing import Any
 
 from laminar.cli.common import CommandError, Exit, UsageError
 from laminar.cli.output import print_json
-from laminar.cli.status import add_admin_argument, admin_address
+from laminar.cli.status import add_admin_argument, admin_address, admin_open
 from laminar.client import Client
 from laminar.client.routing import Address, format_address
 
@@ -57,15 +57,15 @@ def _weight(text: str) -> float:
 
 def set_weight(client: Client, args: argparse.Namespace) -> int:
     admin = admin_address(client, args.admin)
-    token = _admin_token(args.admin_token_file or _token_file(admin, args.timeout))
+    token = _admin_token(args.admin_token_file or _token_file(admin, args.timeout, client))
     request = urllib.request.Request(
-        f"http://{format_address(admin)}/weight",
+        "http://placeholder/weight",
         data=repr(args.weight).encode(),
         method="POST",
         headers={"Content-Type": "text/plain", "Authorization": f"Bearer {token}"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=args.timeout) as response:
+        with admin_open(admin, "/weight", args.timeout, client.tls, request) as response:
             answer = json.loads(response.read())
     except urllib.error.HTTPError as exc:
         if exc.code == 400:  # the weight itself is wrong
@@ -91,12 +91,10 @@ def set_weight(client: Client, args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def _token_file(admin: Address, timeout_s: float) -> str:
+def _token_file(admin: Address, timeout_s: float, client: Client) -> str:
     """Where the node keeps its admin token, as its /status says."""
     try:
-        with urllib.request.urlopen(
-            f"http://{format_address(admin)}/status", timeout=timeout_s
-        ) as r:
+        with admin_open(admin, "/status", timeout_s, client.tls) as r:
             path = json.loads(r.read()).get("admin_token_file")
     except (urllib.error.URLError, OSError, ValueError, AttributeError) as exc:
         raise CommandError(

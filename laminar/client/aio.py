@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, Unpack
 
@@ -51,7 +52,7 @@ T = TypeVar("T")
 
 class AsyncClient(ClientCore):
     """An asyncio laminar client; see the module docstring. Use it from one
-    event loop (the one it first ran on)."""
+    event loop (the one it first ran on). `tls` and `ca_file` as for `Client`."""
 
     def __init__(
         self,
@@ -63,6 +64,8 @@ class AsyncClient(ClientCore):
         max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
         read_from: str = "leader",
         idempotent: bool = True,
+        tls: bool | ssl.SSLContext = False,
+        ca_file: str | None = None,
     ) -> None:
         super().__init__(
             bootstrap,
@@ -72,6 +75,8 @@ class AsyncClient(ClientCore):
             max_frame_bytes=max_frame_bytes,
             read_from=read_from,
             idempotent=idempotent,
+            tls=tls,
+            ca_file=ca_file,
         )
         self._conns: dict[Address, AsyncConnection] = {}
         self._connecting: dict[Address, asyncio.Task[AsyncConnection]] = {}
@@ -487,7 +492,9 @@ class AsyncClient(ClientCore):
         return await asyncio.shield(task)
 
     async def _open(self, address: Address) -> AsyncConnection:
-        conn = await AsyncConnection.open(address, self.connect_timeout_s, self._max_frame_bytes)
+        conn = await AsyncConnection.open(
+            address, self.connect_timeout_s, self._max_frame_bytes, self.tls
+        )
         if self._closed:
             await conn.close()
             raise ConnectionLostError("the client is closed")

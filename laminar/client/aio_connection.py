@@ -26,6 +26,9 @@ a request costs no stream buffering. Theory of operation:
   (`laminar.client.protocol`). Deadlines are kept by one `Deadlines` per connection with a single
   timer, not a timer per request (a TimerHandle made and cancelled for every
   request was a tenth of the client's time per produce).
+- TLS: reads and writes go through a `laminar.stream.TlsStream` (the same
+  seam the shards use), whose handshake runs in `open` within the connect
+  timeout; without TLS the stream is the loop's socket calls themselves.
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ import asyncio
 import contextlib
 import math
 import socket
+import ssl
 from collections.abc import Callable
 from typing import Final
 
+from laminar.client.blocking import tls_reason
 from laminar.client.errors import (
     CannotConnectError,
     ConnectionLostError,
@@ -51,6 +56,8 @@ from laminar.client.protocol import (
 )
 from laminar.client.routing import Address, format_address
 from laminar.outbox import Outbox
+from laminar.security.tls import TlsSession
+from laminar.stream import PlainStream, Stream, TlsStream
 from laminar.wire import Frame, Message
 
 _READ_BYTES: Final = 256 << 10
@@ -172,14 +179,18 @@ class AsyncConnection:
     """One pipelined connection; see the module docstring."""
 
     def __init__(
-        self, sock: socket.socket, address: Address, max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES
+        self,
+        stream: Stream,
+        address: Address,
+        max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
     ) -> None:
         self.address = address
-        self._sock = sock
+        self._stream = stream
+        self._sock = stream.sock
         self._loop = asyncio.get_running_loop()
         self._proto = ClientProtocol(max_frame_bytes)
         self._waiters: dict[int, asyncio.Future[Frame]] = {}
-        self._outbox = Outbox(self._loop, sock, self._on_write_error)
+        self._outbox = Outbox(self._loop, stream, self._on_write_error)
         self._deadlines = Deadlines(self._loop, self._expire)
         self._error: ConnectionLostError | None = None
         self._write_error: ConnectionLostError | None = None
@@ -194,8 +205,25 @@ class AsyncConnection:
         address: Address,
         connect_timeout_s: float = 5.0,
         max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
+        tls: ssl.SSLContext | None = None,
     ) -> AsyncConnection:
-        return cls(await open_socket(address, connect_timeout_s), address, max_frame_bytes)
+        sock = await open_socket(address, connect_timeout_s)
+        loop = asyncio.get_running_loop()
+        if tls is None:
+            return cls(PlainStream(loop, sock), address, max_frame_bytes)
+        session = TlsSession(tls, server_side=False, server_hostname=address[0])
+        stream = TlsStream(loop, sock, session)
+        try:
+            await asyncio.wait_for(stream.handshake(), connect_timeout_s)
+        except (OSError, TimeoutError, ValueError) as exc:
+            sock.close()
+            raise CannotConnectError(
+                f"TLS handshake with {format_address(address)} failed: {tls_reason(exc)}"
+            ) from exc
+        except BaseException:
+            sock.close()
+            raise
+        return cls(stream, address, max_frame_bytes)
 
     @property
     def broken(self) -> bool:
@@ -268,10 +296,10 @@ class AsyncConnection:
         view = memoryview(bytearray(_READ_BYTES))
         proto = self._proto
         waiters = self._waiters
-        recv_into = self._loop.sock_recv_into
+        recv_into = self._stream.recv_into
         try:
             while True:
-                n = await recv_into(self._sock, view[: min(_READ_BYTES, proto.receive_room)])
+                n = await recv_into(view[: min(_READ_BYTES, proto.receive_room)])
                 if n == 0:
                     raise ConnectionLostError(
                         f"{format_address(self.address)} closed the connection"

@@ -22,12 +22,17 @@ the reader can check its deadline, SO_SNDTIMEO ends a send to a node that
 stopped reading (the connection is then broken: a partial frame was written).
 A connection found silent at a request's deadline is closed
 (`laminar.client.protocol`).
+
+With a TLS context the handshake runs at connect, within the connect
+timeout, and the connection talks through a `TlsSocket` (same calls, same
+blocking and time limits).
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -45,6 +50,8 @@ from laminar.client.protocol import (
     silent_error,
 )
 from laminar.client.routing import Address, format_address
+from laminar.client.tls_socket import TlsSocket
+from laminar.security.tls import TlsSession
 from laminar.wire import Frame, Message
 from laminar.wire.codec import Buffer
 
@@ -59,18 +66,42 @@ def _timeval(seconds: float) -> bytes:
     return struct.pack("ll", whole, int((seconds - whole) * 1e6))
 
 
-def connect(address: Address, timeout_s: float) -> socket.socket:
-    """A connected blocking TCP socket with Nagle off; `CannotConnectError` if not."""
+def connect(
+    address: Address, timeout_s: float, tls: ssl.SSLContext | None = None
+) -> socket.socket | TlsSocket:
+    """A connected blocking TCP socket with Nagle off, through TLS with `tls`
+    (the node's name checked against the host dialled); `CannotConnectError` if not."""
     try:
         sock = socket.create_connection(address, timeout=timeout_s)
     except OSError as exc:
         reason = exc.strerror or str(exc) or type(exc).__name__
         raise CannotConnectError(f"cannot reach {format_address(address)}: {reason}") from exc
+    conn: socket.socket | TlsSocket = sock
+    if tls is not None:
+        conn = TlsSocket(sock, TlsSession(tls, server_side=False, server_hostname=address[0]))
+        try:
+            conn.handshake()
+        except (OSError, ValueError) as exc:
+            sock.close()
+            raise CannotConnectError(
+                f"TLS handshake with {format_address(address)} failed: {tls_reason(exc)}"
+            ) from exc
     sock.settimeout(None)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(_READ_TICK_S))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(_SEND_TIMEOUT_S))
-    return sock
+    return conn
+
+
+def tls_reason(exc: BaseException) -> str:
+    """Why a TLS handshake failed, in words (a verification failure says what was wrong)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"the node's certificate was not accepted: {exc.verify_message}"
+    if isinstance(exc, TimeoutError):
+        return "no answer in time (is the port speaking TLS?)"
+    if isinstance(exc, ssl.SSLError):
+        return f"{exc.reason or exc} (does the port speak TLS?)"
+    return str(exc) or type(exc).__name__
 
 
 class BlockingConnection:
@@ -81,9 +112,10 @@ class BlockingConnection:
         address: Address,
         connect_timeout_s: float = 5.0,
         max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.address = address
-        self._sock = connect(address, connect_timeout_s)
+        self._sock = connect(address, connect_timeout_s, tls)
         self._proto = ClientProtocol(max_frame_bytes)
         self._liveness = Liveness()
         self._send_lock = threading.Lock()

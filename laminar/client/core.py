@@ -41,6 +41,7 @@ are calls too, and their per-attempt bookkeeping is I/O-free there.
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Generator, Mapping, Sequence
@@ -73,6 +74,7 @@ from laminar.client.routing import (
     parse_addresses,
 )
 from laminar.memory import tune_allocator
+from laminar.security.tls import client_context
 from laminar.wire import Message, MetadataRequest, MetadataResponse, TopicInfo
 
 T = TypeVar("T")
@@ -148,6 +150,8 @@ class ClientCore:
         max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
         read_from: str,
         idempotent: bool,
+        tls: bool | ssl.SSLContext = False,
+        ca_file: str | None = None,
     ) -> None:
         if read_from not in ("leader", "follower"):
             raise ValueError(f"read_from is 'leader' or 'follower', not {read_from!r}")
@@ -156,6 +160,8 @@ class ClientCore:
         self.bootstrap: Address = self.bootstraps[0]
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
+        self.tls = client_context(tls, ca_file)
+        """The context every connection handshakes with (None: plaintext)."""
         self.retry = retry or RetryPolicy()
         self._max_frame_bytes = max_frame_bytes
         self.idempotent = idempotent

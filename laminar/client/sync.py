@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -211,7 +212,10 @@ class Client(ClientCore):
     past it the node counts as unreachable (`laminar.client.retry`), so it also
     bounds how long a silent leader (stopped, or cut off by the network) holds
     up the client. `connect_timeout_s` bounds a connect and, per address, a
-    metadata answer. `retry` bounds how long idempotent requests are retried
+    metadata answer (and a TLS handshake). `tls=True` connects through TLS,
+    checking the node's certificate against `ca_file` (else the system's CAs)
+    and its name against the host dialled; `tls=ssl.SSLContext(...)` uses
+    that context as it is. `retry` bounds how long idempotent requests are retried
     after connection loss, timeouts or retriable errors. In a cluster,
     `bootstrap` may list several nodes ("h1:p1,h2:p2": the first that answers
     gives the metadata); writes go to each partition's leader, reads too
@@ -229,6 +233,8 @@ class Client(ClientCore):
         max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
         read_from: str = "leader",
         idempotent: bool = True,
+        tls: bool | ssl.SSLContext = False,
+        ca_file: str | None = None,
     ) -> None:
         super().__init__(
             bootstrap,
@@ -238,6 +244,8 @@ class Client(ClientCore):
             max_frame_bytes=max_frame_bytes,
             read_from=read_from,
             idempotent=idempotent,
+            tls=tls,
+            ca_file=ca_file,
         )
         self._conns: dict[Address, BlockingConnection] = {}
         self._producer = BlockingProducer(self._produce_batch)
@@ -619,7 +627,9 @@ class Client(ClientCore):
             if conn is not None and (conn.broken or (fresh_check and conn.peer_closed())):
                 conn = None
             if conn is None:
-                conn = BlockingConnection(address, self.connect_timeout_s, self._max_frame_bytes)
+                conn = BlockingConnection(
+                    address, self.connect_timeout_s, self._max_frame_bytes, self.tls
+                )
                 self._conns[address] = conn
             return conn
 

@@ -28,7 +28,9 @@ Who may ask, and why:
   read `/status` either. Scrape by IP address.
 
 One request per connection (`Connection: close`); requests are bounded in size
-and time, so a stuck client cannot hold the endpoint. The supervisor supplies
+and time, so a stuck client cannot hold the endpoint. With the node's TLS on,
+the endpoint speaks HTTPS only, with the node's certificate (reloaded on
+SIGHUP with the rest). The supervisor supplies
 the content through `AdminSource`; this module only speaks HTTP.
 """
 
@@ -42,6 +44,7 @@ import logging
 import os
 import secrets
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -122,15 +125,25 @@ class AdminServer:
     """Serves the admin routes on a listening socket the supervisor bound;
     writes need `token`."""
 
-    def __init__(self, sock: socket.socket, source: AdminSource, token: str) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        source: AdminSource,
+        token: str,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self._sock = sock
+        self._tls = tls
         self._source = source
         self._token = token.encode()
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
         self._sock.setblocking(False)
-        self._server = await asyncio.start_server(self._handle, sock=self._sock)
+        handshake_s = None if self._tls is None else REQUEST_TIMEOUT_S
+        self._server = await asyncio.start_server(
+            self._handle, sock=self._sock, ssl=self._tls, ssl_handshake_timeout=handshake_s
+        )
 
     async def close(self) -> None:
         if self._server is not None:

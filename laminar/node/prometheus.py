@@ -94,6 +94,8 @@ _SCALARS: tuple[tuple[str, str, str, str], ...] = (
      "Peer handshakes under way (counted as client connections until they end)."),
     ("handshakes_refused", "laminar_peer_handshakes_refused_total", "counter",
      "Peer handshakes refused: too many under way on the shard."),
+    ("tls_refused", "laminar_tls_refused_total", "counter",
+     "Client connections closed for a failed TLS handshake or a broken TLS stream."),
     ("retention_segments_deleted", "laminar_retention_deleted_segments_total", "counter",
      "Segments removed by retention (topic configs retention.ms and retention.bytes)."),
     ("retention_bytes_deleted", "laminar_retention_deleted_bytes_total", "counter",

@@ -28,6 +28,9 @@ Theory of operation:
 - SIGTERM / SIGINT: every shard is sent SIGTERM and drains (see `shard`); the
   supervisor waits (bounded, then SIGKILL), removes node.json, and exits 0 if
   every shard drained cleanly.
+- SIGHUP: the TLS certificate and key are loaded again, here (the admin
+  endpoint) and in every shard, which the supervisor forwards it to; new
+  handshakes use them, connections already open keep theirs.
 - The admin endpoint (`admin`) runs here and asks the shards for their stats
   over the control sockets.
 - Membership (`membership`, when the node has a cluster secret) runs here too,
@@ -50,6 +53,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -68,6 +72,7 @@ from laminar.node.gossip import NodeGossip, prepare_gossip
 from laminar.node.listeners import NodeSockets, StartupError, bind_admin, bind_node
 from laminar.node.prometheus import ShardSample, render
 from laminar.node.steering import Steering, prepare_steering
+from laminar.security.tls import ServerTls, TlsFiles
 from laminar.shards.config import NodeConfig
 from laminar.shards.control import (
     CONTROL_MAX_FRAME_BYTES,
@@ -218,6 +223,7 @@ class Supervisor:
         self.config = config
         self.sockets: NodeSockets | None = None
         self.admin_sock: socket.socket | None = None
+        self.tls: ServerTls | None = None
         self.steering: Steering | None = None
         self.membership: NodeGossip | None = None
         self.runtime = ""
@@ -235,6 +241,7 @@ class Supervisor:
         self._prepare_data_dir()
         node_id = self._node_id()
         self._warn_unauthenticated_peers()
+        self.tls = self._load_tls()
         self.runtime = self._resolve_runtime()
         self.sockets = bind_node(config)
         self.admin_sock = bind_admin(config)
@@ -289,6 +296,28 @@ class Supervisor:
                 "--insecure-peers: peer connections are NOT authenticated; any process on "
                 "this host can claim to be a peer and rewrite or erase the cluster's logs"
             )
+
+    def _load_tls(self) -> ServerTls | None:
+        """The TLS files, loaded once here so a bad one stops start-up before any
+        shard runs (each shard loads its own copy, and again on SIGHUP)."""
+        config = self.config
+        if not config.tls:
+            return None
+        try:
+            return ServerTls(
+                TlsFiles(config.tls_cert_file, config.tls_key_file, config.tls_ca_file)
+            )
+        except (OSError, ssl.SSLError) as exc:
+            raise StartupError(f"the TLS certificate or key cannot be loaded: {exc}") from None
+
+    def _reload_tls(self) -> None:
+        """SIGHUP: every shard and the admin endpoint load the TLS files again."""
+        if self.tls is None:
+            logger.info("SIGHUP: no TLS to reload")
+            return
+        self.tls.reload()
+        for slot in self.slots:
+            slot.signal(signal.SIGHUP)
 
     def _node_id(self) -> str:
         path = os.path.join(self.config.data_dir, "node_id")
@@ -354,6 +383,7 @@ class Supervisor:
         self._stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self._reload_tls)
         assert self.sockets is not None and self.steering is not None
         logger.info(
             "starting %d shard%s (runtime %s, routing %s: %s; data %s)",
@@ -375,7 +405,8 @@ class Supervisor:
         admin = None
         if self.admin_sock is not None:
             token = create_token_file(self.config.run_dir)
-            admin = AdminServer(self.admin_sock, self._admin_source(), token)
+            tls = None if self.tls is None else self.tls.switching_context()
+            admin = AdminServer(self.admin_sock, self._admin_source(), token, tls)
             await admin.start()
         if self.membership is not None:
             self.membership.start(self._publish_view)
@@ -616,12 +647,14 @@ class Supervisor:
     def _log_ready(self) -> None:
         info = self.node_info()
         logger.info(
-            "laminar-node ready: node %s, port %d (tcp+udp), %d shards on ports %s, "
-            "admin http://%s:%s, runtime %s, routing %s, data %s",
+            "laminar-node ready: node %s, port %d (%s), %d shards on ports %s, "
+            "admin %s://%s:%s, runtime %s, routing %s, data %s",
             info["node_id"],
             info["port"],
+            "tls, no udp" if self.tls is not None else "tcp+udp",
             info["cores"],
             ",".join(map(str, info["shard_ports"])),
+            "https" if self.tls is not None else "http",
             info["admin_host"],
             info["admin_port"],
             info["runtime"],

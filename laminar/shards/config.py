@@ -551,6 +551,32 @@ class NodeConfig:
     )
     """Membership's own UDP port; None: the node port when eBPF steering carries
     membership there, else node port + 1000 (ephemeral with port 0)."""
+    tls_cert_file: str = field(
+        default="",
+        metadata=setting(
+            "--tls-cert-file",
+            "PEM certificate chain of the node: with --tls-key-file, every client-facing "
+            "port (node, shard and Kafka ports, admin endpoint) speaks TLS 1.2+ only, UDP is "
+            "off; SIGHUP reloads the files (README: TLS)",
+            parse=_absolute_or_empty,
+        ),
+    )
+    """The node's certificate chain (PEM); with `tls_key_file`, TLS on every client port."""
+    tls_key_file: str = field(
+        default="",
+        metadata=setting(
+            "--tls-key-file", "PEM private key of --tls-cert-file", parse=_absolute_or_empty
+        ),
+    )
+    tls_ca_file: str = field(
+        default="",
+        metadata=setting(
+            "--tls-ca-file",
+            "PEM CA certificates for client certificates (loaded, not yet asked for)",
+            parse=_absolute_or_empty,
+        ),
+    )
+    """CAs for client certificates: loaded now, verified in a later step (issue 28)."""
     log_level: str = field(
         default="INFO",
         metadata=setting("--log-level", "what the node logs", choices=LOG_LEVELS, parse=str.upper),
@@ -574,6 +600,11 @@ class NodeConfig:
         if self.cluster_secret_file:
             return "node-keys"
         return "insecure" if self.peers.strip() else ""
+
+    @property
+    def tls(self) -> bool:
+        """True when the client-facing ports speak TLS."""
+        return bool(self.tls_cert_file)
 
     @property
     def clustered(self) -> bool:
@@ -757,6 +788,24 @@ def _peers_are_authenticated(c: NodeConfig) -> str | None:
     return None
 
 
+def _tls_files_pair(c: NodeConfig) -> str | None:
+    if bool(c.tls_cert_file) != bool(c.tls_key_file):
+        return "--tls-cert-file and --tls-key-file go together"
+    if c.tls_ca_file and not c.tls_cert_file:
+        return "--tls-ca-file needs --tls-cert-file and --tls-key-file"
+    return None
+
+
+def _tls_single_node(c: NodeConfig) -> str | None:
+    if not c.tls or not (c.peers.strip() or c.cluster_secret_file):
+        return None
+    return (
+        "--tls-cert-file serves single nodes for now: peers reach each other through "
+        "the node port, and node-to-node TLS (mutual, per-node certificates) is not "
+        "built yet; run a cluster without TLS for now"
+    )
+
+
 _RULES: Final[tuple[Callable[[NodeConfig], str | None], ...]] = (
     _cores_fit_this_machine,
     _shard_ports_fit,
@@ -766,6 +815,8 @@ _RULES: Final[tuple[Callable[[NodeConfig], str | None], ...]] = (
     _peers_know_this_node,
     _replicas_flush_always,
     _peers_are_authenticated,
+    _tls_files_pair,
+    _tls_single_node,
 )
 
 

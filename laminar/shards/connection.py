@@ -40,6 +40,12 @@ Rules, and why:
   which authenticates it) and leaves this class, releasing what it charged.
   Without `on_peer` (a single node) the frame is served like any other: an
   unknown op.
+- With a TLS context the connection reads and writes through a
+  `laminar.stream.TlsStream`: the handshake runs first, in the reader, so
+  the first-request timeout bounds it (the sweeper's `stop` cancels it) and
+  its ciphertext is charged to the budget; everything above sees plaintext.
+  A failed handshake (a plaintext client, an untrusted peer) or a broken TLS
+  stream is logged at a bounded rate and closes this connection only.
 """
 
 from __future__ import annotations
@@ -48,17 +54,21 @@ import asyncio
 import functools
 import logging
 import socket
+import ssl
 from collections.abc import Callable
 from typing import Final
 
 from laminar.clock import SYSTEM_CLOCK, Clock
+from laminar.lograte import RateLimitedLog
 from laminar.outbox import Outbox
 from laminar.replication.transport import PEER_HELLO
+from laminar.security.tls import TlsSession
 from laminar.shards.budget import InputBudget, answer_reserve_bytes
 from laminar.shards.dispatch import Dispatcher
 from laminar.shards.fastpath import RequestFastPath
 from laminar.shards.handlers import RequestContext
 from laminar.shards.metrics import ShardMetrics
+from laminar.stream import PlainStream, Stream, TlsStream
 from laminar.wire import (
     NEED_DATA,
     REQUEST_HEADER_LIMITS,
@@ -72,6 +82,7 @@ from laminar.wire import (
 from laminar.wire.codec import HEADER_OFFSET, Buffer
 
 logger = logging.getLogger("laminar.shards")
+_tls_refusals = RateLimitedLog(logger)
 
 OnPeer = Callable[[socket.socket, Frame], None]
 
@@ -105,6 +116,7 @@ class Connection:
         budget: InputBudget,
         on_peer: OnPeer | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.sock = sock
         self._clock = clock
@@ -121,7 +133,12 @@ class Connection:
         their answer reserve) and queued answers."""
         self._answer_bytes = 0
         """Answers reserved (fetches in flight) or queued and not yet written."""
-        self._outbox = Outbox(self._loop, sock, self._on_write_error, self._answer_written)
+        self._stream: Stream = (
+            PlainStream(self._loop, sock)
+            if tls is None
+            else TlsStream(self._loop, sock, TlsSession(tls, server_side=True), budget)
+        )
+        self._outbox = Outbox(self._loop, self._stream, self._on_write_error, self._answer_written)
         self._on_close = on_close
         self._reader: asyncio.Task[None] | None = None
         self._tasks: dict[asyncio.Task[None], tuple[int, int]] = {}
@@ -217,6 +234,7 @@ class Connection:
         try:
             try:
                 self._reading = True
+                await self._stream.handshake()
                 await self._read_loop()
             except asyncio.CancelledError:
                 if not self._stopping:
@@ -227,6 +245,16 @@ class Connection:
                 answer = self._fatal_answer(exc)
                 if answer is not None:
                     self._outbox.send(answer)
+            except ssl.SSLError as exc:
+                metrics.tls_refused += 1
+                _tls_refusals.warning(
+                    "tls",
+                    "shard %d: TLS with %s failed (a client without TLS, or one that does "
+                    "not trust this node's certificate?), connection closed: %s",
+                    self._ctx.received_by,
+                    _peer_name(self.sock),
+                    exc,
+                )
             except OSError:
                 pass  # reset by peer: answers could not be delivered anyway
             self._reading = False
@@ -245,8 +273,7 @@ class Connection:
         return True
 
     async def _read_loop(self) -> None:
-        loop = self._loop
-        sock = self.sock
+        recv = self._stream.recv
         decoder = self._decoder
         metrics = self._metrics
         budget = self._budget
@@ -271,7 +298,7 @@ class Connection:
                 await self._wait_resume()
                 self.starved = False
                 continue
-            data = await loop.sock_recv(sock, min(READ_BYTES, decoder.room))
+            data = await recv(min(READ_BYTES, decoder.room))
             if not data:
                 return
             received = len(data)
@@ -462,8 +489,17 @@ class Connection:
         self._decoder.discard()  # the connection may live on in a reference cycle
         self._not_holding()
         self._outbox.abort()
+        self._stream.close()
         for task in list(self._tasks):
             task.cancel()
         if not self._hand_over():
             self.sock.close()
         self._on_close(self)
+
+
+def _peer_name(sock: socket.socket) -> str:
+    try:
+        host, port = sock.getpeername()[:2]
+    except OSError:
+        return "a client"
+    return f"{host}:{port}"

@@ -7,12 +7,14 @@ client matches answers to requests by their order on the connection, so
 requests are served one at a time, as a Kafka broker does. A framing error
 (a size no client sends, a frame over `--max-frame-bytes`) closes the
 connection without an answer: the stream is out of step and Kafka has no
-error frame for it.
+error frame for it. With TLS, the same `TlsStream` as laminar's door
+(Kafka's `security.protocol=SSL`).
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -53,10 +55,11 @@ class KafkaConnection(Connection):
         on_close: Callable[[Connection], None],
         budget: InputBudget,
         clock: Clock = SYSTEM_CLOCK,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._door = door
         super().__init__(
-            sock, dispatcher, metrics, ctx, max_frame_bytes, on_close, budget, None, clock
+            sock, dispatcher, metrics, ctx, max_frame_bytes, on_close, budget, None, clock, tls
         )
 
     def _new_decoder(self, max_frame_bytes: int) -> KafkaFrameDecoder:

@@ -96,6 +96,7 @@ class ShardMetrics:
         self.connections_refused_address = 0
         self.channel_refused = 0
         self.handshakes_refused = 0
+        self.tls_refused = 0
         self.retention_segments_deleted = 0
         self.retention_bytes_deleted = 0
         self.protocol_errors = 0
@@ -135,6 +136,7 @@ class ShardMetrics:
             "connections_refused_address": self.connections_refused_address,
             "channel_refused": self.channel_refused,
             "handshakes_refused": self.handshakes_refused,
+            "tls_refused": self.tls_refused,
             "retention_segments_deleted": self.retention_segments_deleted,
             "retention_bytes_deleted": self.retention_bytes_deleted,
             "protocol_errors": self.protocol_errors,

@@ -3,11 +3,13 @@
 Start-up, in order (each step depends on the one before):
 
 1. task queues (requests 1000, flush 800, background 100) where the loop has
-   them; signal handlers (SIGTERM, SIGINT: drain);
+   them; signal handlers (SIGTERM, SIGINT: drain; SIGHUP: reload the TLS
+   certificate, which the supervisor forwards);
 2. the inter-shard channel listener, so peers can reach this shard (the
    metadata owner must serve followers before it is "ready" itself);
 3. the metadata: replay (owner) or catch up with the owner (followers);
-4. the client listeners: the shard's own port, the node port (TCP and UDP);
+4. the client listeners: the shard's own port, the node port (TCP, and UDP
+   unless TLS is on: a datagram cannot be encrypted by TLS);
 5. READY to the supervisor over the control socket.
 
 Drain (SIGTERM, SIGINT, or the supervisor's end of the control socket closing):
@@ -51,6 +53,7 @@ from laminar.replication.shard_groups import ShardGroups
 from laminar.replication.topic_config import log_config
 from laminar.replication.transport import HANDSHAKE_FRAME_BYTES
 from laminar.replication.transport import READ_BYTES as TRANSPORT_READ_BYTES
+from laminar.security.tls import ServerTls, TlsFiles
 from laminar.shards.budget import InputBudget
 from laminar.shards.config import NodeConfig
 from laminar.shards.connection import Connection
@@ -195,6 +198,8 @@ class Shard:
         self._started_at = self.clock.monotonic()
         self.kafka: KafkaDoor | None = None
         """The Kafka door (None until the first Kafka connection, and when --kafka-port is 0)."""
+        self.tls: ServerTls | None = None
+        """The client ports' TLS context (None: plaintext); SIGHUP reloads it."""
 
     # -- helpers ---------------------------------------------------------------
 
@@ -253,6 +258,11 @@ class Shard:
             loop.add_signal_handler(sig, self.request_drain)
 
         config = self.config
+        if config.tls:
+            self.tls = ServerTls(
+                TlsFiles(config.tls_cert_file, config.tls_key_file, config.tls_ca_file)
+            )
+            loop.add_signal_handler(signal.SIGHUP, self.tls.reload)
         self.files = FilePool(config.open_files_per_shard)
         backend = self.files.backend(
             TimedBackend(_storage_backend(self.runtime), self.metrics.fsync)
@@ -377,7 +387,7 @@ class Shard:
         if self.sockets.kafka_tcp is not None:
             self._listen(self.sockets.kafka_tcp, internal=False, kafka=True)
         self.datagrams = None
-        if self.sockets.node_udp is not None:
+        if self.sockets.node_udp is not None and self.tls is None:
             self.datagrams = DatagramServer(
                 self.sockets.node_udp,
                 self.dispatcher,
@@ -517,6 +527,7 @@ class Shard:
                 client=None if internal else (self.shard_id << 48) | next(self._client_ids),
             )
             max_frame = self.config.max_frame_bytes + (CHANNEL_FRAME_SLACK if internal else 0)
+            tls = None if internal or self.tls is None else self.tls.context
             conn: Connection
             if kafka:
                 from laminar.shards.kafka_connection import KafkaConnection
@@ -531,6 +542,7 @@ class Shard:
                     self._closed,
                     self.budget,
                     self.clock,
+                    tls,
                 )
             else:
                 on_peer = None
@@ -546,6 +558,7 @@ class Shard:
                     self.budget,
                     on_peer,
                     self.clock,
+                    tls,
                 )
             self.connections.add(conn)
             if not internal:

@@ -133,6 +133,12 @@ PEERS: dict[str, Any] = {"node_id": "n1", "peers": "n2=127.0.0.1:7170"}
         ({**PEERS, "flush": "never"}, "a node with --peers needs --flush always"),
         ({**PEERS, "host": "10.0.0.1"}, "10.0.0.1 is not a loopback address"),
         (PEERS, "a node with --peers needs --cluster-secret-file"),
+        ({"tls_cert_file": "/c.pem"}, "--tls-cert-file and --tls-key-file go together"),
+        ({"tls_ca_file": "/ca.pem"}, "--tls-ca-file needs --tls-cert-file"),
+        (
+            {**PEERS, "insecure_peers": True, "tls_cert_file": "/c", "tls_key_file": "/k"},
+            "--tls-cert-file serves single nodes for now",
+        ),
     ],
 )
 def test_each_rule_names_the_flag_and_what_is_allowed(

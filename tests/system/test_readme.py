@@ -112,13 +112,13 @@ def test_the_readme_examples_run_in_order(node: RunningNode, tmp_path: Path) -> 
         i += len(section)
 
 
-def _run_shell_line(line: str, env: dict[str, str], bootstrap: str) -> None:
+def _run_shell_line(line: str, env: dict[str, str], bootstrap: str, cwd: Path = REPO) -> None:
     if not line.strip():
         return
     if "--follow" not in line:
         done = subprocess.run(
             ["bash", "-c", f"set -o pipefail; {line}"],
-            cwd=REPO,
+            cwd=cwd,
             env=env,
             capture_output=True,
             text=True,

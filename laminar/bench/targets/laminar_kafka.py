@@ -44,8 +44,13 @@ from laminar.bench.targets.base import Durability, Endpoint, Start, SystemUnavai
 from laminar.bench.targets.laminar_target import LaminarSystem
 
 KIND = "laminar-kafka"
-VARIANTS: dict[str, dict[str, str]] = {"default": {}, "linger5": {"linger.ms": "5"}}
-"""Producer settings per variant, on top of confluent's defaults."""
+VARIANTS: dict[str, dict[str, str]] = {
+    "default": {},
+    "linger5": {"linger.ms": "5"},
+    "tls": {},
+}
+"""Producer settings per variant, on top of confluent's defaults (`tls` sets
+`security.protocol=SSL` on every client instead: `LaminarKafkaSystem.start`)."""
 POLL_S = 0.1
 """The delivery thread's longest wait (it returns as soon as a report is in)."""
 ADMIN_TIMEOUT_S = 30.0
@@ -135,7 +140,15 @@ class LaminarKafkaTarget:
     """The confluent-kafka side: one `Producer` per worker process."""
 
     def __init__(self, endpoint: Endpoint) -> None:
-        self._bootstrap = endpoint.address
+        self._client_settings = {
+            "bootstrap.servers": endpoint.address,
+            **{
+                k.removeprefix("client."): v
+                for k, v in endpoint.options.items()
+                if k.startswith("client.")
+            },
+        }
+        """What every confluent client of this target is given (TLS included)."""
         self._producer_settings = {
             k.removeprefix("producer."): v
             for k, v in endpoint.options.items()
@@ -145,15 +158,13 @@ class LaminarKafkaTarget:
         self._deliveries: _Deliveries | None = None
 
     async def connect(self) -> None:
-        producer = confluent_kafka.Producer(
-            {"bootstrap.servers": self._bootstrap, **self._producer_settings}
-        )
+        producer = confluent_kafka.Producer({**self._client_settings, **self._producer_settings})
         self._producer = producer
         self._deliveries = _Deliveries(producer, asyncio.get_running_loop())
         self._deliveries.start()
 
     async def create_stream(self, stream: str, partitions: int) -> None:
-        admin = AdminClient({"bootstrap.servers": self._bootstrap})
+        admin = AdminClient({**self._client_settings})
         (created,) = admin.create_topics([NewTopic(stream, partitions, 1)]).values()
         try:
             await asyncio.wrap_future(created)
@@ -178,7 +189,7 @@ class LaminarKafkaTarget:
         del prefetch
         consumer = confluent_kafka.Consumer(
             {
-                "bootstrap.servers": self._bootstrap,
+                **self._client_settings,
                 "group.id": f"laminar-bench-{stream}",  # required; no group is joined
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
@@ -208,16 +219,20 @@ class LaminarKafkaSystem(LaminarSystem):
     def __init__(self, variant: str = "default", *, cores: int | None, runtime: str) -> None:
         if variant not in VARIANTS:
             raise SystemUnavailable(f"{KIND} has variants {', '.join(VARIANTS)}, not {variant!r}")
-        super().__init__("always", cores=cores, runtime=runtime)
+        super().__init__("tls" if variant == "tls" else "always", cores=cores, runtime=runtime)
         self.kafka_variant = variant
         self.name = KIND if variant == "default" else f"{KIND}:{variant}"
 
     def start(self, workdir: Path) -> Endpoint:
-        host = super().start(workdir).address.rpartition(":")[0]
+        endpoint = super().start(workdir)
+        host = endpoint.address.rpartition(":")[0]
         ports = [] if self._node is None else self._node.info.get("kafka_ports") or []
         if not ports:
             raise SystemUnavailable("the node opened no Kafka port")
         options = {f"producer.{k}": v for k, v in VARIANTS[self.kafka_variant].items()}
+        ca_file = endpoint.options.get("tls_ca_file")
+        if ca_file is not None:
+            options.update({"client.security.protocol": "SSL", "client.ssl.ca.location": ca_file})
         return Endpoint(KIND, ",".join(f"{host}:{p}" for p in ports), options)
 
     def durability(self) -> Durability:
