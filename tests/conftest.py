@@ -23,8 +23,9 @@ settings.load_profile("ci")
 
 SESSION_GROUPS = ("tests/matrix", "tests/spark")
 """Test folders whose session-scoped fixtures (the matrix's topologies, the
-SparkSession) all their tests share: each folder runs on one worker, the
-matrix one worker per topology (its checks are parametrized by it)."""
+SparkSession) all their tests share: each folder runs on one worker. (The
+matrix split by topology, one worker each, ran four SparkSessions at once;
+on a loaded machine their Python workers missed Spark's fixed 10 s to connect back.)"""
 
 LONG_FIRST = ("tests/matrix", "tests/spark", "tests/cluster", "tests/system")
 """Folders whose scopes take longest (nodes, clusters, Spark), in that order:
@@ -32,13 +33,9 @@ their scopes are dispatched first so that no long scope starts last."""
 
 
 def scope_of(nodeid: str) -> str:
-    """The unit `make test` hands a worker: a file, a `SESSION_GROUPS` folder,
-    or one topology of the matrix."""
+    """The unit `make test` hands a worker: a file, or a `SESSION_GROUPS` folder."""
     path = nodeid.split("::", 1)[0]
     folder = path.rsplit("/", 1)[0]
-    if folder == "tests/matrix" and nodeid.endswith("]"):
-        topology = nodeid.rsplit("[", 1)[1].rstrip("]").split("-", 1)[0]  # its first parameter
-        return f"{folder}[{topology}]"
     return folder if folder in SESSION_GROUPS else path
 
 
