@@ -204,10 +204,15 @@ class RunningNode:
                 time.sleep(0.01)
 
     def restart(self, **changes: Any) -> RunningNode:
-        """A new node on the same data dir (stop this one first)."""
+        """A new node on the same data dir (stop this one first). A node first
+        started on ephemeral ports and now given a fixed one keeps its Kafka
+        door off unless `kafka_port` is given: the ports a fixed `--port`
+        implies for it (port+2022+i) may be anyone's ephemeral ports by now."""
         if self.alive():
             self.terminate()
         flags = {**self.flags, **changes}
+        if changes.get("port") and not self.flags.get("port") and "kafka_port" not in flags:
+            flags["kafka_port"] = 0
         return _start(self.data_dir, self.log_path.parent, self.cores, flags, self.prefix)
 
     # -- context manager ----------------------------------------------------------

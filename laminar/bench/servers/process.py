@@ -36,6 +36,21 @@ _live_lock = threading.Lock()
 _installed = False
 
 
+def _await_exec(pid: int, launcher: str, timeout_s: float = 5.0) -> None:
+    """Wait until `pid` runs past `launcher` (its command line changed): only
+    then has setpriv set the death signal, so a harness killed from here on
+    takes the server with it (killed sooner, the server would outlive it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().split(b"\0", 1)[0] != launcher.encode():
+                    return
+        except FileNotFoundError:
+            return  # gone already: `wait_ready` reports it
+        time.sleep(0.001)
+
+
 class ServerStartError(RuntimeError):
     """A server did not come up; the message carries the end of its log."""
 
@@ -80,6 +95,8 @@ class ManagedProcess:
             )
         with _live_lock:
             _live[self._proc.pid] = self
+        if setpriv is not None:
+            _await_exec(self._proc.pid, setpriv)
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
