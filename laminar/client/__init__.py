@@ -23,6 +23,7 @@ from laminar.client.aio import AsyncClient
 from laminar.client.batch import RecordBatch
 from laminar.client.consumer import AsyncConsumer, CommitFailedError, ConsumedRecord, Consumer
 from laminar.client.errors import (
+    AuthenticationFailedError,
     CannotConnectError,
     CommitPendingError,
     ConnectionLostError,
@@ -30,6 +31,8 @@ from laminar.client.errors import (
     DuplicateSequenceError,
     InvalidRequestError,
     LaminarError,
+    LimitReachedError,
+    NotAuthorizedError,
     NotEnoughReplicasError,
     NotLeaderError,
     NotOwnerError,
@@ -51,6 +54,8 @@ from laminar.client.errors import (
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
+    UnknownUserError,
+    UserExistsError,
     WriteAbortedError,
     WriteCommittedError,
 )
@@ -84,6 +89,7 @@ __all__ = [
     "AsyncConsumer",
     "AsyncStager",
     "AtomicWrite",
+    "AuthenticationFailedError",
     "CannotConnectError",
     "Client",
     "ClusterView",
@@ -99,7 +105,9 @@ __all__ = [
     "GroupRequestError",
     "InvalidRequestError",
     "LaminarError",
+    "LimitReachedError",
     "MetadataResponse",
+    "NotAuthorizedError",
     "NotEnoughReplicasError",
     "NotLeaderError",
     "NotOwnerError",
@@ -136,6 +144,8 @@ __all__ = [
     "TopicInfo",
     "UnknownPartitionError",
     "UnknownTopicError",
+    "UnknownUserError",
+    "UserExistsError",
     "WriteAbortedError",
     "WriteCommittedError",
     "new_write_id",

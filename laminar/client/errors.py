@@ -219,6 +219,34 @@ class NotReadyError(ServerError):
     code = ErrorCode.NOT_READY
 
 
+class AuthenticationFailedError(ServerError):
+    """The node did not accept this client's credentials (or it sent a request
+    before logging in); nothing was applied. Not retriable with the same ones."""
+
+    code = ErrorCode.AUTHENTICATION_FAILED
+
+
+class NotAuthorizedError(ServerError):
+    """The client's principal may not do this; nothing was applied. An ACL
+    granting it (`laminar acl add`) makes the same request succeed."""
+
+    code = ErrorCode.NOT_AUTHORIZED
+
+
+class UnknownUserError(ServerError):
+    code = ErrorCode.UNKNOWN_USER
+
+
+class UserExistsError(ServerError):
+    code = ErrorCode.USER_EXISTS
+
+
+class LimitReachedError(ServerError):
+    """The cluster holds as many users or ACLs as it may."""
+
+    code = ErrorCode.LIMIT_REACHED
+
+
 _BY_CODE: dict[ErrorCode, type[ServerError]] = {
     ErrorCode.MALFORMED_FRAME: InvalidRequestError,
     ErrorCode.UNSUPPORTED_VERSION: InvalidRequestError,
@@ -247,6 +275,11 @@ _BY_CODE: dict[ErrorCode, type[ServerError]] = {
     ErrorCode.SHUTTING_DOWN: ShuttingDownError,
     ErrorCode.TIMEOUT: ServerTimeoutError,
     ErrorCode.NOT_READY: NotReadyError,
+    ErrorCode.AUTHENTICATION_FAILED: AuthenticationFailedError,
+    ErrorCode.NOT_AUTHORIZED: NotAuthorizedError,
+    ErrorCode.UNKNOWN_USER: UnknownUserError,
+    ErrorCode.USER_EXISTS: UserExistsError,
+    ErrorCode.LIMIT_REACHED: LimitReachedError,
 }
 
 

@@ -76,6 +76,9 @@ from laminar.replication.topic_config import (
     check_topic_config,
     known_entries,
 )
+from laminar.security.state import SECURITY_OPS, SecurityEntry, SecurityState
+from laminar.security.state import decode_body as decode_security_body
+from laminar.security.state import encode_entry as encode_security_entry
 from laminar.wire import ErrorCode, TopicInfo
 
 METADATA_TOPIC_ID: Final = 0
@@ -160,6 +163,8 @@ class Snapshot:
     """Each topic's `CreateTopic.placed_on` (those that had one), by topic id:
     compaction must not forget whom a topic's first replicas were placed on."""
     decommissioned: tuple[str, ...] = ()
+    security: dict[str, Any] = field(default_factory=dict)
+    """Users, ACLs and the decoy key (`SecurityState.snapshot_body`; empty: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,13 +174,17 @@ class UnknownEntry:
     raw: Any
 
 
-Entry = CreateTopic | DeleteTopic | AlterTopic | Decommission | Snapshot | UnknownEntry
-Change = CreateTopic | DeleteTopic | AlterTopic | Decommission
+Entry = (
+    CreateTopic | DeleteTopic | AlterTopic | Decommission | SecurityEntry | Snapshot | UnknownEntry
+)
+Change = CreateTopic | DeleteTopic | AlterTopic | Decommission | SecurityEntry
 """What a client's request becomes: one entry the metadata leader plans."""
 
 
 def encode_entry(entry: Change | Snapshot) -> bytes:
     body: dict[str, Any]
+    if not isinstance(entry, CreateTopic | DeleteTopic | AlterTopic | Decommission | Snapshot):
+        return encode_security_entry(entry)
     if isinstance(entry, CreateTopic):
         body = {
             "op": "create",
@@ -213,6 +222,7 @@ def encode_entry(entry: Change | Snapshot) -> bytes:
             body["placements"] = [[list(member) for member in members] for members in distinct]
         if entry.decommissioned:
             body["decommissioned"] = list(entry.decommissioned)
+        body.update(entry.security)
     elif isinstance(entry, Decommission):
         body = {"op": "decommission", "node": entry.node_id}
         if entry.cancel:
@@ -232,6 +242,9 @@ def decode_entry(value: bytes) -> Entry:
     if type(body) is not dict:
         return UnknownEntry(body)
     op = body.get("op")
+    if op in SECURITY_OPS:
+        security = decode_security_body(body)
+        return UnknownEntry(body) if security is None else security
     try:
         if op == "create":
             config = body.get("config") or {}
@@ -271,6 +284,7 @@ def decode_entry(value: bytes) -> Entry:
                 None if at is None else _int(at),
                 tuple((_int(topic_id), _pick(distinct, i)) for topic_id, i in placed),
                 tuple(map(_str, decommissioned)),
+                _security_of(body),
             )
         if op == "decommission":
             cancel = body.get("cancel", False)
@@ -280,6 +294,16 @@ def decode_entry(value: bytes) -> Entry:
     except (KeyError, TypeError, ValueError):
         pass
     return UnknownEntry(body)
+
+
+_SECURITY_SNAPSHOT_KEYS: Final = ("users", "acls", "decoy_key")
+
+
+def _security_of(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot's security part, checked whole (TypeError/ValueError if not)."""
+    body: dict[str, Any] = {k: snapshot[k] for k in _SECURITY_SNAPSHOT_KEYS if k in snapshot}
+    SecurityState().restore(body)
+    return body
 
 
 def _placement(value: object) -> Placement:
@@ -414,6 +438,8 @@ class MetadataState:
         """Index of the last snapshot entry applied (None: none yet)."""
         self.awaiting_snapshot = False
         """Entries before this point are missing (`resync`): skip until a snapshot."""
+        self.security = SecurityState()
+        """Users, ACLs and the decoy key (`laminar.security.state`)."""
 
     # -- queries ---------------------------------------------------------------
 
@@ -550,14 +576,19 @@ class MetadataState:
             for topic_id in sorted(self._placed_on)
         )
         return Snapshot(
-            self.next_topic_id, self.topics(), at, placed, tuple(sorted(self.decommissioned))
+            self.next_topic_id,
+            self.topics(),
+            at,
+            placed,
+            tuple(sorted(self.decommissioned)),
+            self.security.snapshot_body(),
         )
 
     def needs_snapshot(self) -> bool:
         """True once the entries since the last snapshot outnumber twice the
-        topics (so a snapshot costs O(1) per entry, amortized)."""
+        topics, users and ACLs (so a snapshot costs O(1) per entry, amortized)."""
         since = self.applied_index - (self.snapshot_index or 0)
-        return since >= max(SNAPSHOT_MIN_ENTRIES, 2 * len(self._by_id))
+        return since >= max(SNAPSHOT_MIN_ENTRIES, 2 * (len(self._by_id) + len(self.security)))
 
     def plan_delete(self, name: str) -> DeleteTopic:
         """The entry that deletes `name`, or `MetadataError` (UNKNOWN_TOPIC)."""
@@ -630,6 +661,9 @@ class MetadataState:
             )
             self._by_id[topic.topic_id] = self._by_name[topic.name] = topic
             return Applied(index, altered=(topic,))
+        if not isinstance(entry, Decommission | UnknownEntry):
+            self.security.apply(entry)
+            return Applied(index)
         if isinstance(entry, Decommission):
             if entry.cancel:
                 self.decommissioned -= {entry.node_id}
@@ -647,6 +681,7 @@ class MetadataState:
         }
         self.next_topic_id = max(self.next_topic_id, snap.next_topic_id)
         self.decommissioned = frozenset(snap.decommissioned)
+        self.security.restore(snap.security)
         self.snapshot_index = index
         return Applied(
             index,

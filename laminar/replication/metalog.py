@@ -57,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
@@ -81,6 +82,10 @@ from laminar.replication.metadata import (
 )
 from laminar.replication.metadata_home import MetadataHome
 from laminar.replication.replica import LocalReplica, PartitionReplica, RaftReplica
+from laminar.security.acls import Acl, AclFilter, AddAcls, RemoveAcls
+from laminar.security.errors import SecurityRefusal
+from laminar.security.scram import ScramCredential
+from laminar.security.state import DECOY_KEY_BYTES
 from laminar.wire import (
     ErrorCode,
     ErrorResponse,
@@ -440,6 +445,47 @@ class MetadataService:
         members, placed = self._home.decommission_view()
         await self._write(lambda: self.state.plan_decommission(node_id, cancel, members, placed))
         return self.state.decommissioned
+
+    # -- users, ACLs (owner only; `laminar.security.state`) --------------------
+
+    async def create_user(
+        self, name: str, credentials: tuple[ScramCredential, ...], superuser: bool = False
+    ) -> None:
+        """Create a user (raises `SecurityRefusal`, `MetadataError`); the first
+        user also writes the cluster's decoy key."""
+        if self.state.security.decoy_key is None:
+            with contextlib.suppress(SecurityRefusal):  # a racing create wrote it first
+                key = secrets.token_bytes(DECOY_KEY_BYTES)
+                await self._write(lambda: self.state.security.plan_decoy_key(key))
+        users = self.state.security.users
+        await self._write(lambda: users.plan_create(name, credentials, superuser))
+
+    async def set_user_credentials(
+        self, name: str, credentials: tuple[ScramCredential, ...]
+    ) -> None:
+        users = self.state.security.users
+        await self._write(lambda: users.plan_set_credentials(name, credentials))
+
+    async def delete_user(self, name: str) -> None:
+        users = self.state.security.users
+        await self._write(lambda: users.plan_delete(name))
+
+    async def add_acls(self, acls: tuple[Acl, ...]) -> tuple[Acl, ...]:
+        """Add ACLs; those that were there already are left out of the answer."""
+        entry = await self._write(lambda: self.state.security.acls.plan_add(acls))
+        assert isinstance(entry, AddAcls)
+        return entry.acls
+
+    async def remove_acls(self, wanted: tuple[AclFilter, ...]) -> tuple[Acl, ...]:
+        """Remove every ACL a filter selects; the ACLs removed."""
+        acls = self.state.security.acls
+
+        def plan() -> RemoveAcls:
+            return acls.plan_remove({acl: None for f in wanted for acl in acls.select(f)})
+
+        entry = await self._write(plan)
+        assert isinstance(entry, RemoveAcls)
+        return entry.acls
 
     async def _write(self, plan: Callable[[], Change]) -> Change:
         """Plan, append and apply one entry, compact if due, then wait until every

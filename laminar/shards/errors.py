@@ -20,6 +20,7 @@ from laminar.log import (
 )
 from laminar.log.partitions import PartitionOffline
 from laminar.replication.metadata import MetadataError
+from laminar.security.errors import Refusal, SecurityRefusal
 from laminar.wire import ErrorCode, ProtocolError, RequestError
 
 
@@ -30,6 +31,8 @@ def error_for(exc: BaseException) -> tuple[ErrorCode, str, bool]:
         return exc.code, exc.message, True
     if isinstance(exc, ProtocolError):
         return exc.code, exc.message, True
+    if isinstance(exc, SecurityRefusal):
+        return _REFUSALS[exc.refusal], exc.message, True
     if isinstance(exc, AppendTooLarge):
         return ErrorCode.RECORD_TOO_LARGE, str(exc), True
     if isinstance(exc, IndexOutOfRange):
@@ -51,3 +54,11 @@ def error_for(exc: BaseException) -> tuple[ErrorCode, str, bool]:
     if isinstance(exc, OSError):
         return ErrorCode.STORAGE_ERROR, f"storage failed: {exc}", True
     return ErrorCode.INTERNAL, f"the server failed unexpectedly ({type(exc).__name__})", False
+
+
+_REFUSALS = {
+    Refusal.INVALID: ErrorCode.INVALID_REQUEST,
+    Refusal.EXISTS: ErrorCode.USER_EXISTS,
+    Refusal.UNKNOWN: ErrorCode.UNKNOWN_USER,
+    Refusal.LIMIT: ErrorCode.LIMIT_REACHED,
+}

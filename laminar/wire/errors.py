@@ -61,6 +61,11 @@ class ErrorCode(IntEnum):
     OUTCOME_UNKNOWN = 37
     NOT_READY = 38
     TOO_MANY_CONNECTIONS = 39
+    AUTHENTICATION_FAILED = 40
+    NOT_AUTHORIZED = 41
+    USER_EXISTS = 42
+    UNKNOWN_USER = 43
+    LIMIT_REACHED = 44
     NOT_LEADER = 50
     NOT_ENOUGH_REPLICAS = 51
     INTERNAL = 99
@@ -127,6 +132,17 @@ _DEFAULT_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.TOO_MANY_CONNECTIONS: (
         "the shard serves as many connections as it may; nothing was read; retry later"
     ),
+    ErrorCode.AUTHENTICATION_FAILED: (
+        "authentication failed (a wrong user name or password, or a request before "
+        "logging in); nothing was applied"
+    ),
+    ErrorCode.NOT_AUTHORIZED: (
+        "the authenticated principal is not allowed this operation on this resource; "
+        "nothing was applied"
+    ),
+    ErrorCode.USER_EXISTS: "a user by that name exists already",
+    ErrorCode.UNKNOWN_USER: "no user by that name exists",
+    ErrorCode.LIMIT_REACHED: "the cluster holds as many users or ACLs as it may",
     ErrorCode.NOT_LEADER: (
         "this node is not the partition's leader; nothing was applied; send it to the "
         "leader the error names (or refresh metadata)"
