@@ -72,7 +72,9 @@ from laminar.node.gossip import NodeGossip, prepare_gossip
 from laminar.node.listeners import NodeSockets, StartupError, bind_admin, bind_node
 from laminar.node.prometheus import ShardSample, render
 from laminar.node.steering import Steering, prepare_steering
+from laminar.replication.auth import SecretFileError
 from laminar.security.tls import ServerTls, TlsFiles
+from laminar.shards.bootstrap_user import read_user_file
 from laminar.shards.config import NodeConfig
 from laminar.shards.control import (
     CONTROL_MAX_FRAME_BYTES,
@@ -241,6 +243,7 @@ class Supervisor:
         self._prepare_data_dir()
         node_id = self._node_id()
         self._warn_unauthenticated_peers()
+        self._check_client_security()
         self.tls = self._load_tls()
         self.runtime = self._resolve_runtime()
         self.sockets = bind_node(config)
@@ -295,6 +298,26 @@ class Supervisor:
             logger.warning(
                 "--insecure-peers: peer connections are NOT authenticated; any process on "
                 "this host can claim to be a peer and rewrite or erase the cluster's logs"
+            )
+
+    def _check_client_security(self) -> None:
+        """A bad bootstrap user file stops start-up here (the shards read it
+        again); a node facing a network without TLS and logins runs only with
+        --insecure (NodeConfig checks), and never quietly."""
+        config = self.config
+        if config.bootstrap_user_file:
+            try:
+                read_user_file(config.bootstrap_user_file)
+            except SecretFileError as exc:
+                raise StartupError(str(exc)) from None
+        if config.insecure and not (config.tls and config.authenticated):
+            logger.warning(
+                "--insecure: clients on %s are served without %s; whoever reaches this "
+                "node's ports may read, write and delete every topic",
+                config.host,
+                "TLS and authentication"
+                if not (config.tls or config.authenticated)
+                else ("TLS" if not config.tls else "authentication"),
             )
 
     def _load_tls(self) -> ServerTls | None:

@@ -68,30 +68,36 @@ class SecretFileError(Exception):
 
 
 def load_secret(path: str) -> bytes:
-    """The secret in `path`: at least 16 bytes once surrounding whitespace is
-    stripped, in a regular file owned by this user (or root) and not
-    accessible by group or others (refused, as ssh does). The file is opened
-    once, without following a symlink, and checked through that descriptor,
-    so it cannot be swapped between the check and the read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as exc:
-        raise SecretFileError(f"cannot read the cluster secret file {path}: {exc}") from None
-    with os.fdopen(fd, "rb") as f:
-        _check_secret_file(path, os.fstat(fd))
-        try:
-            data = f.read(SECRET_FILE_BYTES_MAX + 1)
-        except OSError as exc:
-            raise SecretFileError(f"cannot read the cluster secret file {path}: {exc}") from None
-    if len(data) > SECRET_FILE_BYTES_MAX:
-        raise SecretFileError(f"the cluster secret file {path} is over {SECRET_FILE_BYTES_MAX} B")
-    secret = data.strip()
+    """The cluster secret in `path` (`read_private_file`): at least 16 bytes
+    once surrounding whitespace is stripped."""
+    secret = read_private_file(path, "the cluster secret file").strip()
     if len(secret) < SECRET_BYTES_MIN:
         raise SecretFileError(
             f"the cluster secret in {path} has {len(secret)} bytes; it needs at least "
             f"{SECRET_BYTES_MIN} (e.g. `head -c 32 /dev/urandom | base64 > {path}`)"
         )
     return secret
+
+
+def read_private_file(path: str, what: str) -> bytes:
+    """The bytes of `path`, a secret (`what` names it in errors): a regular file
+    of at most 4 KiB owned by this user (or root) and not accessible by group
+    or others (refused, as ssh does). The file is opened once, without
+    following a symlink, and checked through that descriptor, so it cannot be
+    swapped between the check and the read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        raise SecretFileError(f"cannot read {what} {path}: {exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        _check_private_file(path, what, os.fstat(fd))
+        try:
+            data = f.read(SECRET_FILE_BYTES_MAX + 1)
+        except OSError as exc:
+            raise SecretFileError(f"cannot read {what} {path}: {exc}") from None
+    if len(data) > SECRET_FILE_BYTES_MAX:
+        raise SecretFileError(f"{what} {path} is over {SECRET_FILE_BYTES_MAX} B")
+    return data
 
 
 def write_secret(path: str | os.PathLike[str]) -> None:
@@ -103,17 +109,17 @@ def write_secret(path: str | os.PathLike[str]) -> None:
         f.write(base64.b64encode(secrets.token_bytes(32)) + b"\n")
 
 
-def _check_secret_file(path: str, info: os.stat_result) -> None:
+def _check_private_file(path: str, what: str, info: os.stat_result) -> None:
     if not stat.S_ISREG(info.st_mode):
-        raise SecretFileError(f"the cluster secret file {path} is not a regular file")
+        raise SecretFileError(f"{what} {path} is not a regular file")
     if info.st_uid not in (os.geteuid(), 0):
         raise SecretFileError(
-            f"the cluster secret file {path} belongs to uid {info.st_uid}, not to this "
+            f"{what} {path} belongs to uid {info.st_uid}, not to this "
             f"user (uid {os.geteuid()}) or root; run: chown {os.geteuid()} {path}"
         )
     if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise SecretFileError(
-            f"the cluster secret file {path} is accessible by group or others "
+            f"{what} {path} is accessible by group or others "
             f"(mode {stat.filemode(info.st_mode)}); run: chmod 600 {path}"
         )
 

@@ -37,6 +37,7 @@ from laminar.log import LogConfig
 from laminar.log.config import FLUSH_POLICIES, FlushPolicy
 from laminar.replication.metadata import MAX_PARTITIONS, TopicLimits
 from laminar.replication.nodes import check_node_id, parse_peers
+from laminar.security.principal import PrincipalError, check_acl_principal
 from laminar.shards.settings import (
     absolute_path,
     at_least,
@@ -117,6 +118,7 @@ def _addresses(text: str) -> tuple[str, ...]:
 
 
 Runtime = Literal["auto", "uring", "asyncio"]
+AUTH_MODES: Final = ("none", "scram")
 
 
 class ConfigError(ValueError):
@@ -577,6 +579,47 @@ class NodeConfig:
         ),
     )
     """CAs for client certificates: loaded now, verified in a later step (issue 28)."""
+    auth: str = field(
+        default="none",
+        metadata=setting(
+            "--auth",
+            "how clients log in: none, or scram (SASL/SCRAM-SHA-256 and -512 on both doors, "
+            "users in the cluster metadata); with scram every request needs a logged-in "
+            "principal the ACLs allow",
+            choices=AUTH_MODES,
+        ),
+    )
+    """"none" (anyone who reaches a port may do anything) or "scram"."""
+    bootstrap_user_file: str = field(
+        default="",
+        metadata=setting(
+            "--bootstrap-user-file",
+            "owner-only file holding NAME:PASSWORD: that user is created once, as a "
+            "superuser, when the cluster has no user of that name (with --auth scram)",
+            parse=_absolute_or_empty,
+        ),
+    )
+    """The first user's file: created as a superuser if the cluster lacks it."""
+    superusers: tuple[str, ...] = field(
+        default=(),
+        metadata=setting(
+            "--superusers",
+            "principals allowed everything whatever the ACLs say (User:NAME,...), "
+            "beside the users created as superusers",
+            parse=_addresses,
+            metavar="User:NAME,...",
+            flag_default="",
+        ),
+    )
+    insecure: bool = field(
+        default=False,
+        metadata=setting(
+            "--insecure",
+            "let a node whose --host is not loopback serve without TLS and client "
+            "authentication: whoever reaches its ports may read, write and delete "
+            "every topic (logged as a warning at every start)",
+        ),
+    )
     log_level: str = field(
         default="INFO",
         metadata=setting("--log-level", "what the node logs", choices=LOG_LEVELS, parse=str.upper),
@@ -605,6 +648,11 @@ class NodeConfig:
     def tls(self) -> bool:
         """True when the client-facing ports speak TLS."""
         return bool(self.tls_cert_file)
+
+    @property
+    def authenticated(self) -> bool:
+        """True when clients must log in (and every request is authorized)."""
+        return self.auth != "none"
 
     @property
     def clustered(self) -> bool:
@@ -696,7 +744,8 @@ class NodeConfig:
     @classmethod
     def from_json(cls, text: str) -> NodeConfig:
         data = json.loads(text)
-        data["join"] = tuple(data.get("join", ()))
+        for key in ("join", "superusers"):
+            data[key] = tuple(data.get(key, ()))
         return cls(**data)
 
 
@@ -806,6 +855,37 @@ def _tls_single_node(c: NodeConfig) -> str | None:
     )
 
 
+def _auth_settings(c: NodeConfig) -> str | None:
+    if c.bootstrap_user_file and not c.authenticated:
+        return "--bootstrap-user-file needs --auth scram"
+    for principal in c.superusers:
+        try:
+            check_acl_principal(principal)
+        except PrincipalError as exc:
+            return f"--superusers: {exc}"
+    if c.superusers and not c.authenticated:
+        return "--superusers needs --auth scram"
+    return None
+
+
+def _exposed_needs_security(c: NodeConfig) -> str | None:
+    if _is_loopback(c.host) or c.insecure or (c.tls and c.authenticated):
+        return None
+    missing = " and ".join(
+        what
+        for what, given in (
+            ("TLS (--tls-cert-file, --tls-key-file)", c.tls),
+            ("client authentication (--auth scram)", c.authenticated),
+        )
+        if not given
+    )
+    return (
+        f"--host {c.host} is not a loopback address: a node facing a network needs "
+        f"{missing}, or whoever reaches its ports may read, write and delete every "
+        "topic. --insecure runs it without (logged at every start; README: Security)"
+    )
+
+
 _RULES: Final[tuple[Callable[[NodeConfig], str | None], ...]] = (
     _cores_fit_this_machine,
     _shard_ports_fit,
@@ -817,6 +897,8 @@ _RULES: Final[tuple[Callable[[NodeConfig], str | None], ...]] = (
     _peers_are_authenticated,
     _tls_files_pair,
     _tls_single_node,
+    _auth_settings,
+    _exposed_needs_security,
 )
 
 

@@ -117,6 +117,10 @@ class RequestContext:
     client: int | None = None
     """The client connection it came from (unique per node; carried by a
     FORWARD): owns the idempotent producers it introduces."""
+    principal: str | None = None
+    """Who the client connection logged in as (`User:NAME`); None on a node
+    without --auth, and on internal traffic. With --auth the connection serves
+    nothing before its login succeeded."""
 
 
 class Handlers:

@@ -54,6 +54,7 @@ from laminar.replication.topic_config import log_config
 from laminar.replication.transport import HANDSHAKE_FRAME_BYTES
 from laminar.replication.transport import READ_BYTES as TRANSPORT_READ_BYTES
 from laminar.security.tls import ServerTls, TlsFiles
+from laminar.shards.bootstrap_user import keep_bootstrap_user, read_user_file
 from laminar.shards.budget import InputBudget
 from laminar.shards.config import NodeConfig
 from laminar.shards.connection import Connection
@@ -299,6 +300,8 @@ class Shard:
             config.topic_limits,
             self.clock,
         )
+        self.metadata.state.security.set_flagged_superusers(config.superusers)
+        self._bootstrap_user: asyncio.Task[None] | None = None
         self.replicas: Replicas = (
             NodeReplicas(self.partitions)
             if self.replication is None
@@ -400,6 +403,11 @@ class Shard:
             self._listeners.append(self._spawn(self.datagrams.serve()))
         sweeper = self._spawn(self._sweep_idle(), "background")
         retention = self._spawn(self.retention.run(), "background")
+        if config.bootstrap_user_file and self.metadata.is_owner:
+            name, password = read_user_file(config.bootstrap_user_file)
+            self._bootstrap_user = self._spawn(
+                keep_bootstrap_user(self.metadata, name, password), "background"
+            )
         self._send_control(
             ready_frame(
                 {

@@ -114,7 +114,7 @@ class Cluster:
             count,
             host=lambda node_id: net.address(host_index(node_id)),
             prefix=lambda node_id: net.exec_prefix(host_index(node_id)),
-            **flags,
+            **{"insecure": True, **flags},
         )
 
     def _start(self, node_id: str, **changes: Any) -> RunningNode:

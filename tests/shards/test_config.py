@@ -65,6 +65,36 @@ def test_a_cluster_never_runs_without_peer_authentication() -> None:
     assert "--insecure-peers" in build_parser().format_help()
 
 
+def test_a_node_facing_a_network_needs_tls_and_logins_unless_insecure() -> None:
+    """Safe by default: a non-loopback --host without TLS and --auth is refused
+    (the message names what is missing), --insecure lets it run."""
+    parse = build_parser().parse_args
+    tls = ["--tls-cert-file", "/c.pem", "--tls-key-file", "/k.pem"]
+    exposed = ["--host", "0.0.0.0"]
+    with pytest.raises(ConfigError, match=r"needs TLS .* and client authentication"):
+        config_from_args(parse(exposed))
+    with pytest.raises(ConfigError, match=r"needs client authentication \(--auth scram\)"):
+        config_from_args(parse([*exposed, *tls]))
+    with pytest.raises(ConfigError, match=r"needs TLS \(--tls-cert-file"):
+        config_from_args(parse([*exposed, "--auth", "scram"]))
+    assert config_from_args(parse([*exposed, *tls, "--auth", "scram"])).authenticated
+    assert config_from_args(parse([*exposed, "--insecure"])).insecure
+    assert not config_from_args(parse([])).authenticated  # loopback: as before
+
+
+def test_login_settings_go_with_auth() -> None:
+    parse = build_parser().parse_args
+    with pytest.raises(ConfigError, match="--bootstrap-user-file needs --auth scram"):
+        config_from_args(parse(["--bootstrap-user-file", "/admin.cred"]))
+    with pytest.raises(ConfigError, match="--superusers needs --auth scram"):
+        config_from_args(parse(["--superusers", "User:ops"]))
+    with pytest.raises(ConfigError, match="--superusers"):
+        config_from_args(parse(["--auth", "scram", "--superusers", "ops"]))
+    config = config_from_args(parse(["--auth", "scram", "--superusers", "User:ops,User:sre"]))
+    assert config.superusers == ("User:ops", "User:sre")
+    assert NodeConfig.from_json(config.to_json()) == config
+
+
 def test_every_setting_has_a_flag_a_help_and_a_default_it_accepts() -> None:
     """The table is complete: every field but the plug-ins' `extra` is a setting,
     each with its own flag in --help, and each flag's default passes the checks."""

@@ -215,8 +215,10 @@ def test_the_admin_endpoint_stays_on_loopback_unless_asked(tmp_path: Path) -> No
 
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-    with start_node(tmp_path / "a", cores=1, host="0.0.0.0") as node:
+    with start_node(tmp_path / "a", cores=1, host="0.0.0.0", insecure=True) as node:
         assert admin_address(node) == "127.0.0.1"
         assert _get(node, "/health")[0] == 200
-    with start_node(tmp_path / "b", cores=1, host="0.0.0.0", admin_host="0.0.0.0") as node:
+    with start_node(
+        tmp_path / "b", cores=1, host="0.0.0.0", admin_host="0.0.0.0", insecure=True
+    ) as node:
         assert admin_address(node) == "0.0.0.0"

@@ -74,7 +74,12 @@ def pair() -> Iterator[Pair]:
 
 def _start(pair: Pair, tmp_path: Path) -> RunningNode:
     return start_node(
-        tmp_path, cores=SHARDS, prefix=pair.exec_in(pair.node), host=NODE_V4, xdp="auto"
+        tmp_path,
+        cores=SHARDS,
+        prefix=pair.exec_in(pair.node),
+        host=NODE_V4,
+        xdp="auto",
+        insecure=True,
     )
 
 
