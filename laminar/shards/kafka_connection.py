@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.kafka.framing import KafkaFrameDecoder
+from laminar.security.login import Login
 from laminar.shards.budget import InputBudget
-from laminar.shards.connection import Connection
+from laminar.shards.connection import Connection, LoginReply
 from laminar.shards.dispatch import Dispatcher
 from laminar.shards.handlers import RequestContext
 from laminar.shards.kafka_door import KafkaDoor
@@ -56,10 +57,21 @@ class KafkaConnection(Connection):
         budget: InputBudget,
         clock: Clock = SYSTEM_CLOCK,
         tls: ssl.SSLContext | None = None,
+        login: Login | None = None,
     ) -> None:
         self._door = door
         super().__init__(
-            sock, dispatcher, metrics, ctx, max_frame_bytes, on_close, budget, None, clock, tls
+            sock,
+            dispatcher,
+            metrics,
+            ctx,
+            max_frame_bytes,
+            on_close,
+            budget,
+            None,
+            clock,
+            tls,
+            login,
         )
 
     def _new_decoder(self, max_frame_bytes: int) -> KafkaFrameDecoder:
@@ -69,6 +81,12 @@ class KafkaConnection(Connection):
         return None
 
     def _fatal_answer(self, exc: ProtocolError) -> list[Buffer] | None:
+        return None
+
+    def _login_step(self, login: Login, frame: bytes) -> LoginReply | None:  # type: ignore[override]
+        """Kafka's frames are served as before a login: a client certificate
+        logs a connection in (`Connection._certificate_login`); SASL is not
+        served here yet."""
         return None
 
     def _answer_reserve(self, frame: bytes) -> int:  # type: ignore[override]

@@ -79,6 +79,8 @@ class ShardMetrics:
     def __init__(self) -> None:
         self.requests: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
+        self.auth_failures: Counter[str] = Counter()
+        """Refused logins, by `AuthFailure` value (both doors)."""
         self.latency: dict[str, LatencySummary] = {}
         self.bytes_in = 0
         self.bytes_out = 0
@@ -119,6 +121,7 @@ class ShardMetrics:
         return {
             "requests": dict(self.requests),
             "errors": dict(self.errors),
+            "auth_failures": dict(self.auth_failures),
             "latency": {op: s.snapshot() for op, s in self.latency.items()},
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
