@@ -37,9 +37,19 @@ from laminar.client import (
 )
 from laminar.client.tls_socket import TlsSocket
 from laminar.placement import partition_id
-from laminar.security.frames import AuthenticateRequest
+from laminar.security.frames import AuthenticateRequest, AuthenticateResponse
+from laminar.security.scram import Mechanism, ScramClient
 from laminar.security.tls import TlsSession, client_context
-from laminar.wire import NEED_DATA, ErrorCode, ErrorResponse, FrameDecoder, ProduceRequest
+from laminar.shards.connection import LOGIN_FAILURE_DELAY_S
+from laminar.wire import (
+    NEED_DATA,
+    ErrorCode,
+    ErrorResponse,
+    Frame,
+    FrameDecoder,
+    Message,
+    ProduceRequest,
+)
 from tests.system.nodes import RunningNode, start_node
 
 pytestmark = pytest.mark.timeout(180)
@@ -174,16 +184,16 @@ def test_requests_before_login_are_never_applied(
         conn = _raw(files, port)
         conn.sendmsg(
             [
-                ProduceRequest(pid, [first]).encode(1),
+                ProduceRequest(pid, (first,)).encode(1),
                 AuthenticateRequest("SCRAM-SHA-256", b"n,,n=admin,r=abc").encode(2),
-                ProduceRequest(pid, [behind]).encode(3),
+                ProduceRequest(pid, (behind,)).encode(3),
             ]
         )
         data = _until_closed(conn)
         conn.close()
         decoder = FrameDecoder(1 << 20)
         decoder.feed(data)
-        answers = list(iter(decoder.next_frame, NEED_DATA))
+        answers = [f for f in iter(decoder.next_frame, NEED_DATA) if isinstance(f, Frame)]
         assert [a.correlation_id for a in answers] == [1]  # one answer, then closed
         refusal = ErrorResponse.from_frame(answers[0])
         assert refusal.code is ErrorCode.AUTHENTICATION_FAILED
@@ -346,3 +356,56 @@ def test_the_async_client_logs_in_and_is_refused(node: RunningNode, files: Files
 def test_an_existing_user_is_refused_by_name(admin: Client) -> None:
     with pytest.raises(UserExistsError):
         admin.create_user(ADMIN, "another-password")
+
+
+def _exchange(conn: TlsSocket, decoder: FrameDecoder, message: Message, corr: int) -> Frame:
+    conn.sendmsg(message.encode_buffers(corr))
+    buf = memoryview(bytearray(65536))
+    while (frame := decoder.next_frame()) is NEED_DATA:
+        n = conn.recv_into(buf)
+        assert n, "the node closed the connection"
+        decoder.feed(buf[:n])
+    assert isinstance(frame, Frame)
+    return frame
+
+
+def test_a_replayed_or_oversized_login_is_refused_late_and_alone(
+    node: RunningNode, files: Files, admin: Client
+) -> None:
+    """A client-final recorded on one connection fails on another (its nonce
+    is not this exchange's); the refusal comes after the door's delay while
+    other clients are served at once; an oversized login frame is refused
+    before it is buffered."""
+    recorded = _raw(files, node.port)
+    client = ScramClient(Mechanism.SCRAM_SHA_256, ADMIN, ADMIN_PASSWORD)
+    challenge = _exchange(
+        recorded, FrameDecoder(), AuthenticateRequest("SCRAM-SHA-256", client.first()), 1
+    )
+    final = client.final(AuthenticateResponse.from_frame(challenge).message)
+
+    victim = _raw(files, node.port)
+    other = ScramClient(Mechanism.SCRAM_SHA_256, ADMIN, "guessing")
+    decoder = FrameDecoder()
+    _exchange(victim, decoder, AuthenticateRequest("SCRAM-SHA-256", other.first()), 1)
+    sent = time.monotonic()
+    victim.sendmsg(AuthenticateRequest("SCRAM-SHA-256", final).encode_buffers(2))
+    pinged = time.monotonic()
+    admin.ping()
+    assert time.monotonic() - pinged < LOGIN_FAILURE_DELAY_S  # others are not held up
+    answer = _until_closed(victim)
+    assert time.monotonic() - sent >= LOGIN_FAILURE_DELAY_S * 0.9
+    decoder.feed(answer)
+    refusal = ErrorResponse.from_frame(decoder.next_frame())  # type: ignore[arg-type]
+    assert refusal.code is ErrorCode.AUTHENTICATION_FAILED
+    assert "not a valid SCRAM message" in refusal.message  # the nonce is another exchange's
+    recorded.close()
+    victim.close()
+
+    huge = _raw(files, node.port)
+    huge.sendmsg(
+        AuthenticateRequest("SCRAM-SHA-256", b"n,,n=admin,r=" + b"x" * 4096).encode_buffers(1)
+    )
+    decoder = FrameDecoder()
+    decoder.feed(_until_closed(huge))
+    assert ErrorResponse.from_frame(decoder.next_frame()).code is ErrorCode.FRAME_TOO_LARGE  # type: ignore[arg-type]
+    huge.close()
