@@ -49,8 +49,10 @@ Rules, and why:
 - With a `Login` (a node with --auth) the connection serves nothing before it
   has logged in (`laminar.security.login`): a client certificate verified
   by the handshake logs it in at once; otherwise every frame goes to the
-  `_login_step` hook (laminar's door: AUTHENTICATE only, answered inline,
-  so a frame behind the last login message already sees the principal).
+  `_login_step` hook (laminar's door: AUTHENTICATE, answered inline, so a
+  frame behind the last login message already sees the principal; and a
+  layout-only METADATA, the node id and shard ports, public, which another
+  node asks before it opens its Raft links).
   A refusal (a failed exchange, any other request first) is counted by
   reason, logged at a bounded rate, answered after `LOGIN_FAILURE_DELAY_S`
   (on the loop: other connections go on) and closes the connection; the
@@ -251,6 +253,8 @@ class Connection:
         """The reply to `frame` before the connection logged in; None serves it
         as usual (an op a door serves before login; laminar's has none). The
         Kafka door overrides this with its SASL exchange."""
+        if frame.op == Op.METADATA and frame.header.get("layout_only") is True:
+            return None  # the node's ports, which a peer asks before opening Raft links
         if frame.op != Op.AUTHENTICATE:
             return self._login_refusal(frame, login.not_logged_in())
         try:
