@@ -80,7 +80,7 @@ from laminar.security.frames import (
     AuthenticateResponse,
 )
 from laminar.security.login import Login
-from laminar.security.scram import Authenticated, Challenge, Refused
+from laminar.security.scram import Authenticated, Refused
 from laminar.security.tls import TlsSession
 from laminar.shards.budget import InputBudget, answer_reserve_bytes
 from laminar.shards.dispatch import Dispatcher
@@ -264,11 +264,8 @@ class Connection:
         step = login.step(request.mechanism, request.message)
         if isinstance(step, Refused):
             return self._login_refusal(frame, step)
-        done = isinstance(step, Authenticated)
-        assert isinstance(step, Challenge | Authenticated)
-        return LoginReply(
-            AuthenticateResponse(step.message, done).encode_buffers(frame.correlation_id)
-        )
+        answer = AuthenticateResponse(step.message, done=isinstance(step, Authenticated))
+        return LoginReply(answer.encode_buffers(frame.correlation_id))
 
     @staticmethod
     def _login_refusal(frame: Frame, refused: Refused) -> LoginReply:

@@ -6,11 +6,13 @@ switched midway) never log anyone in; a refusal is for good."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+import contextlib
+
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from laminar.security.credentials import PutUser
-from laminar.security.errors import AuthFailure
+from laminar.security.errors import AuthenticationError, AuthFailure
 from laminar.security.login import Login
 from laminar.security.scram import (
     MESSAGE_BYTES_MAX,
@@ -87,6 +89,7 @@ STEPS = st.one_of(
     st.just(("first",)),
     st.just(("final",)),
     st.just(("replayed",)),
+    st.just(("forged",)),
     st.tuples(st.just("truncated"), st.sampled_from(["first", "final"]), st.integers(0, 200)),
     st.tuples(st.just("garbage"), st.binary(max_size=80)),
     st.just(("oversized",)),
@@ -94,13 +97,18 @@ STEPS = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(STEPS, min_size=1, max_size=5), st.sampled_from(Mechanism))
+@example([("first",), ("forged",)], SHA256)
+@example([("first",), ("replayed",)], Mechanism.SCRAM_SHA_512)
+@example([("first",), ("mechanism",), ("final",)], SHA256)
+@example([("first",), ("final",), ("final",)], SHA256)
 def test_hostile_login_messages_never_log_in(
     steps: list[tuple[object, ...]], mechanism: Mechanism
 ) -> None:
     """Logged in iff the first two messages are this exchange's genuine
-    client-first and client-final; once refused, never logged in."""
+    client-first and client-final (not one made for its challenge with a
+    wrong password); once refused, never logged in."""
     login = Login(SECURITY, FALLBACK_KEY, nonce="server-nonce-of-this-exchange")
     client = ScramClient(mechanism, "alice", PASSWORD, nonce="client-nonce-a")
     first = client.first()
@@ -118,8 +126,24 @@ def test_hostile_login_messages_never_log_in(
     def genuine_final() -> bytes:
         nonlocal final
         if final is None:
-            final = client.final(challenge) if challenge is not None else replayed
+            final = replayed  # what a confused client sends without this exchange's challenge
+            if challenge is not None:
+                # The challenge may answer a truncated client-first (another nonce).
+                with contextlib.suppress(AuthenticationError):
+                    final = client.final(challenge)
         return final
+
+    forger = ScramClient(mechanism, "alice", "a guess", nonce="client-nonce-a")
+    forger.first()
+
+    def forged_final() -> bytes:
+        """A client-final for this very challenge, from a wrong password."""
+        if challenge is None:
+            return replayed
+        try:
+            return forger.final(challenge)
+        except AuthenticationError:
+            return replayed
 
     refused_once = False
     for step in steps:
@@ -131,6 +155,8 @@ def test_hostile_login_messages_never_log_in(
             message = genuine_final()
         elif name == "replayed":
             message = replayed
+        elif name == "forged":
+            message = forged_final()
         elif name == "truncated":
             whole = first if step[1] == "first" else genuine_final()
             message = whole[: min(int(step[2]), len(whole) - 1)]  # type: ignore[call-overload]

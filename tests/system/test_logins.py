@@ -18,6 +18,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,6 +97,11 @@ def node(tmp_path_factory: pytest.TempPathFactory, files: Files) -> Iterator[Run
         yield running
 
 
+def tls_client(node: RunningNode, files: Files, **options: Any) -> Client:
+    """A client of the node through TLS, with `options` (a login, a certificate)."""
+    return Client(node.bootstrap, tls=True, ca_file=files.ca.cert, **options)
+
+
 def logged_in(node: RunningNode, files: Files, user: str, password: str) -> Client:
     """A client logged in as `user`, once the node has the user (the bootstrap
     user is created a moment after the node is up): a refusal is retried
@@ -103,9 +109,7 @@ def logged_in(node: RunningNode, files: Files, user: str, password: str) -> Clie
     deadline = time.monotonic() + LOGIN_DEADLINE_S
     while True:
         try:
-            return Client(
-                node.bootstrap, tls=True, ca_file=files.ca.cert, username=user, password=password
-            )
+            return tls_client(node, files, username=user, password=password)
         except AuthenticationFailedError:
             if time.monotonic() > deadline:
                 raise
@@ -136,7 +140,7 @@ def test_refused_clients_get_a_clear_error(
     node: RunningNode, files: Files, admin: Client, user: str | None, password: str | None
 ) -> None:
     with pytest.raises(AuthenticationFailedError) as refused:
-        Client(node.bootstrap, tls=True, ca_file=files.ca.cert, username=user, password=password)
+        tls_client(node, files, username=user, password=password)
     if user is None:
         assert "log in first" in refused.value.message
     else:  # an unknown user hears exactly what a wrong password hears
@@ -232,10 +236,9 @@ def test_cli_creates_a_user_who_then_logs_in(
         "superuser": False,
     }
     for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-        with Client(
-            node.bootstrap,
-            tls=True,
-            ca_file=files.ca.cert,
+        with tls_client(
+            node,
+            files,
             username="alice",
             password="alice-secret-1",
             mechanism=mechanism,
@@ -250,23 +253,19 @@ def test_cli_creates_a_user_who_then_logs_in(
     changed = _cli(node, files, *login, "user", "passwd", "alice", "--password-file", new_pw)
     assert changed.returncode == 0, changed.stderr
     with pytest.raises(AuthenticationFailedError):
-        Client(
-            node.bootstrap,
-            tls=True,
-            ca_file=files.ca.cert,
+        tls_client(
+            node,
+            files,
             username="alice",
             password="alice-secret-1",
         )
-    Client(
-        node.bootstrap, tls=True, ca_file=files.ca.cert, username="alice", password="alice-secret-2"
-    ).close()
+    tls_client(node, files, username="alice", password="alice-secret-2").close()
     deleted = _cli(node, files, *login, "user", "delete", "alice")
     assert deleted.returncode == 0, deleted.stderr
     with pytest.raises(AuthenticationFailedError):
-        Client(
-            node.bootstrap,
-            tls=True,
-            ca_file=files.ca.cert,
+        tls_client(
+            node,
+            files,
             username="alice",
             password="alice-secret-2",
         )
@@ -321,10 +320,9 @@ def test_acls_round_trip(node: RunningNode, files: Files, admin: Client) -> None
 
 
 def test_a_client_certificate_logs_in(node: RunningNode, files: Files, admin: Client) -> None:
-    with Client(
-        node.bootstrap,
-        tls=True,
-        ca_file=files.ca.cert,
+    with tls_client(
+        node,
+        files,
         cert_file=files.carol.cert,
         key_file=files.carol.key,
     ) as carol:
@@ -332,10 +330,9 @@ def test_a_client_certificate_logs_in(node: RunningNode, files: Files, admin: Cl
     # TLS 1.3: the client's handshake ends before the node checks its
     # certificate; the node's alert ends the connection at the first read.
     with pytest.raises(ConnectionLostError, match="unknown ca"):
-        Client(
-            node.bootstrap,
-            tls=True,
-            ca_file=files.ca.cert,
+        tls_client(
+            node,
+            files,
             cert_file=files.stranger.cert,
             key_file=files.stranger.key,
         )
