@@ -226,6 +226,8 @@ def test_cli_creates_a_user_who_then_logs_in(
     assert created.returncode == 0, created.stderr
     again = _cli(node, files, *login, "user", "create", "alice", "--password-file", alice_pw)
     assert again.returncode == 1 and "USER_EXISTS" in again.stderr
+    status = _cli(node, files, *login, "status", "--json")
+    assert status.returncode == 0, status.stderr
     listed = _cli(node, files, *login, "user", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     users = {u["name"]: u for u in json.loads(listed.stdout)}
