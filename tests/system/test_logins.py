@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from laminar.bench.servers.certs import make_ca, make_cert
+from laminar.bench.servers.certs import Pem, make_ca, make_cert
 from laminar.client import (
     Acl,
     AclFilter,
@@ -60,6 +60,22 @@ LOGIN_DEADLINE_S = 30.0
 LAMINAR = [sys.executable, "-m", "laminar.cli.main"]
 
 
+def expired_cert(directory: Path, ca: Pem, name: str) -> Pem:
+    """A certificate `ca` signed that expired a day before it began."""
+    cert, key, csr = (str(directory / f"{name}.{ext}") for ext in ("crt", "key", "csr"))
+    subprocess.run(
+        ["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+         "-keyout", key, "-out", csr, "-subj", f"/CN={name}"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    subprocess.run(
+        ["openssl", "x509", "-req", "-in", csr, "-CA", ca.cert, "-CAkey", ca.key,
+         "-CAcreateserial", "-out", cert, "-days", "-1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return Pem(cert, key)
+
+
 class Files:
     def __init__(self, directory: Path) -> None:
         self.dir = directory
@@ -67,6 +83,7 @@ class Files:
         self.node = make_cert(directory, self.ca, "node")
         self.carol = make_cert(directory, self.ca, "carol")
         self.stranger = make_cert(directory, make_ca(directory, "other-ca"), "mallory")
+        self.expired = expired_cert(directory, self.ca, "old-carol")
         self.admin_cred = self.secret("admin.cred", f"{ADMIN}:{ADMIN_PASSWORD}")
         self.admin_pw = self.secret("admin.pw", ADMIN_PASSWORD + "\n")
 
@@ -331,13 +348,9 @@ def test_a_client_certificate_logs_in(node: RunningNode, files: Files, admin: Cl
         assert "admin-topic" in {t.name for t in carol.list_topics()}
     # TLS 1.3: the client's handshake ends before the node checks its
     # certificate; the node's alert ends the connection at the first read.
-    with pytest.raises(ConnectionLostError, match="unknown ca"):
-        tls_client(
-            node,
-            files,
-            cert_file=files.stranger.cert,
-            key_file=files.stranger.key,
-        )
+    for refused, alert in ((files.stranger, "unknown ca"), (files.expired, "certificate expired")):
+        with pytest.raises(ConnectionLostError, match=alert):
+            tls_client(node, files, cert_file=refused.cert, key_file=refused.key)
 
 
 def test_the_async_client_logs_in_and_is_refused(node: RunningNode, files: Files) -> None:
