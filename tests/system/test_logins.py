@@ -399,8 +399,16 @@ def test_a_replayed_or_oversized_login_is_refused_late_and_alone(
     other = ScramClient(Mechanism.SCRAM_SHA_256, ADMIN, "guessing")
     decoder = FrameDecoder()
     _exchange(victim, decoder, AuthenticateRequest("SCRAM-SHA-256", other.first()), 1)
+    admin.create_topic("behind-a-replay", 1)
+    pid = partition_id(admin.refresh_metadata_view().topic("behind-a-replay").topic_id, 0)
+    mark = uuid.uuid4().bytes
     sent = time.monotonic()
-    victim.sendmsg(AuthenticateRequest("SCRAM-SHA-256", final).encode_buffers(2))
+    victim.sendmsg(
+        [
+            AuthenticateRequest("SCRAM-SHA-256", final).encode(2),
+            ProduceRequest(pid, (mark,)).encode(3),  # pipelined behind the replay
+        ]
+    )
     pinged = time.monotonic()
     admin.ping()
     assert time.monotonic() - pinged < LOGIN_FAILURE_DELAY_S  # others are not held up
@@ -410,8 +418,10 @@ def test_a_replayed_or_oversized_login_is_refused_late_and_alone(
     refusal = ErrorResponse.from_frame(decoder.next_frame())  # type: ignore[arg-type]
     assert refusal.code is ErrorCode.AUTHENTICATION_FAILED
     assert "not a valid SCRAM message" in refusal.message  # the nonce is another exchange's
+    assert decoder.next_frame() is NEED_DATA  # that one answer, then closed
     recorded.close()
     victim.close()
+    assert mark not in {r.value for r in admin.fetch("behind-a-replay", partition=0, index=0)}
 
     huge = _raw(files, node.port)
     huge.sendmsg(
