@@ -55,14 +55,13 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any, Final, NamedTuple, Protocol, TypedDict
 
 from laminar.client import calls
 from laminar.client.core import RECOVER, REFRESH, ClientCore, Drop, Join, Plan, Send, Sleep, Start
 from laminar.client.errors import LaminarError, OffsetOutOfRangeError
 from laminar.client.groups import coordinator_plan, group_call, group_plan
-from laminar.client.results import Record, expect
+from laminar.client.results import expect, fetched_records
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.groups.errors import GroupError
 from laminar.groups.frames import (
@@ -362,7 +361,7 @@ class ConsumerCore:
             yield from self._drop_plan((tp,))  # the position moved since
         elif ahead is not None:
             try:
-                got: list[Record] | None = yield Join(ahead.handle)
+                got: list[ConsumedRecord] | None = yield Join(ahead.handle)
             except LaminarError:
                 got = None  # what a fetch made earlier met: this poll's own decides
                 self.prefetch_stats.failed += 1
@@ -391,10 +390,13 @@ class ConsumerCore:
 
     def _fetch_call(
         self, tp: TopicPartition, index: int, max_records: int, wait_ms: int
-    ) -> calls.Call[list[Record]]:
-        return calls.fetch(tp[0], tp[1], index, self._max_bytes, max_records, wait_ms)
+    ) -> calls.Call[list[ConsumedRecord]]:
+        parse = functools.partial(fetched_records, prefix=tp, kind=ConsumedRecord)
+        return calls.fetch_parsed(tp[0], tp[1], index, self._max_bytes, max_records, wait_ms, parse)
 
-    def _deliver(self, tp: TopicPartition, index: int, got: list[Record]) -> list[ConsumedRecord]:
+    def _deliver(
+        self, tp: TopicPartition, index: int, got: list[ConsumedRecord]
+    ) -> list[ConsumedRecord]:
         """`got`, read from `index`, as what poll returns, if `tp` is still
         delivered and read from there (else nothing: lost, paused or moved)."""
         with self._lock:
@@ -405,9 +407,7 @@ class ConsumerCore:
             return []
         self._at_end.discard(tp)
         self._next[tp] = self._delivered[tp] = got[-1].index + 1
-        # (topic, partition) + each record, made a ConsumedRecord in C loops:
-        # a Python call per record cost more than the rest of a poll.
-        return list(map(tuple.__new__, repeat(ConsumedRecord), map(tuple.__add__, repeat(tp), got)))
+        return got  # made as ConsumedRecords by the fetch's parse, in C loops
 
     def _prefetch_plan(self) -> Plan[None]:
         """Start fetches of the partitions the next polls visit first that

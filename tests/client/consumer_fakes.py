@@ -16,7 +16,6 @@ from laminar.client import consumer as consumer_module
 from laminar.client.consumer import ConsumedRecord, ConsumerCore
 from laminar.client.core import Drop, Join, Plan, Sleep, Start
 from laminar.client.errors import LaminarError, OffsetOutOfRangeError, RequestTimeoutError
-from laminar.client.results import Record
 from laminar.groups.errors import GroupError
 from laminar.groups.frames import CommitAnswerFrame, PositionsAnswerFrame
 from laminar.groups.messages import CommitAnswer, HeartbeatAnswer, PositionsAnswer
@@ -91,7 +90,7 @@ class Shell:
         for h in self.handles:
             h.lost = h.lost or h.fate == "in flight"
 
-    def fetch(self, ask: Fetch) -> list[Record]:
+    def fetch(self, ask: Fetch) -> list[ConsumedRecord]:
         self.clock.advance(self.fetch_s)
         if self.unreachable:
             raise RequestTimeoutError("the partition's leader is away")
@@ -99,7 +98,7 @@ class Shell:
         if ask.index < self.lowest.get(tp, 0):
             raise OffsetOutOfRangeError("before the partition's start")
         end = min(self.lengths[tp], ask.index + ask.max_records)
-        return [Record(i, 0, b"%d" % i, None, None) for i in range(ask.index, end)]
+        return [ConsumedRecord(*tp, i, 0, b"%d" % i, None, None) for i in range(ask.index, end)]
 
     def call(self, ask: Any) -> Any:
         if isinstance(ask, Fetch):
@@ -206,8 +205,8 @@ class Core(ConsumerCore):
 def fake_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         consumer_module.calls,
-        "fetch",
-        lambda t, p, i, _max_bytes, n, wait: Fetch(t, p, i, n, wait),
+        "fetch_parsed",
+        lambda t, p, i, _max_bytes, n, wait, _parse: Fetch(t, p, i, n, wait),
     )
     monkeypatch.setattr(consumer_module.calls, "list_offsets", lambda t, p, *a, **k: Offsets(t, p))
 
