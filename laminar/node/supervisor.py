@@ -73,7 +73,7 @@ from laminar.node.listeners import NodeSockets, StartupError, bind_admin, bind_n
 from laminar.node.prometheus import ShardSample, render
 from laminar.node.steering import Steering, prepare_steering
 from laminar.security.tls import ServerTls, TlsFiles
-from laminar.shards.config import NodeConfig
+from laminar.shards.config import UDP_OFF, NodeConfig
 from laminar.shards.control import (
     CONTROL_MAX_FRAME_BYTES,
     CONTROL_READY,
@@ -631,6 +631,7 @@ class Supervisor:
             "runtime": self.runtime,
             "routing_mode": self.steering.mode,
             "routing_detail": self.steering.detail,
+            "udp": self.steering.mode != UDP_OFF,
             "shard_pids": [slot.pid for slot in self.slots],
             "data_dir": self.config.data_dir,
             "admin_token_file": os.path.join(self.config.run_dir, TOKEN_FILE),

@@ -60,6 +60,8 @@ KAFKA_PORT_OFFSET: Final = 2022
 ROUTING_MODES: Final = ("auto", "ebpf", "cbpf", "userspace")
 """`--routing` choices (`laminar.xdp.routing.REQUESTED_MODES`, kept here so the
 config does not import the BPF layer)."""
+UDP_OFF: Final = "off"
+"""The routing mode a node with TLS reports: it serves no UDP (`laminar.node.steering`)."""
 XDP_MODES: Final = ("auto", "native", "generic", "off")
 """`--xdp`: auto attaches the classifier in native mode when the node can;
 native/generic insist on that mode; off never attaches. Generic (skb) mode is
@@ -796,6 +798,16 @@ def _tls_files_pair(c: NodeConfig) -> str | None:
     return None
 
 
+def _tls_has_no_udp(c: NodeConfig) -> str | None:
+    if not c.tls:
+        return None
+    if c.routing != "auto":
+        return f"--routing {c.routing} steers UDP; with TLS the node serves no UDP"
+    if c.xdp not in ("auto", "off"):
+        return f"--xdp {c.xdp} classifies UDP; with TLS the node serves no UDP"
+    return None
+
+
 def _tls_single_node(c: NodeConfig) -> str | None:
     if not c.tls or not (c.peers.strip() or c.cluster_secret_file):
         return None
@@ -816,6 +828,7 @@ _RULES: Final[tuple[Callable[[NodeConfig], str | None], ...]] = (
     _replicas_flush_always,
     _peers_are_authenticated,
     _tls_files_pair,
+    _tls_has_no_udp,
     _tls_single_node,
 )
 

@@ -387,7 +387,7 @@ class Shard:
         if self.sockets.kafka_tcp is not None:
             self._listen(self.sockets.kafka_tcp, internal=False, kafka=True)
         self.datagrams = None
-        if self.sockets.node_udp is not None and self.tls is None:
+        if self.sockets.node_udp is not None:  # None with TLS (`laminar.node.steering`)
             self.datagrams = DatagramServer(
                 self.sockets.node_udp,
                 self.dispatcher,

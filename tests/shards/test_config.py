@@ -90,6 +90,7 @@ def test_flags_set_their_fields() -> None:
 
 BASE: dict[str, Any] = {"cores": 1, "data_dir": "/tmp/x"}
 PEERS: dict[str, Any] = {"node_id": "n1", "peers": "n2=127.0.0.1:7170"}
+TLS: dict[str, Any] = {"tls_cert_file": "/c.pem", "tls_key_file": "/k.pem"}
 
 
 @pytest.mark.parametrize(
@@ -135,6 +136,8 @@ PEERS: dict[str, Any] = {"node_id": "n1", "peers": "n2=127.0.0.1:7170"}
         (PEERS, "a node with --peers needs --cluster-secret-file"),
         ({"tls_cert_file": "/c.pem"}, "--tls-cert-file and --tls-key-file go together"),
         ({"tls_ca_file": "/ca.pem"}, "--tls-ca-file needs --tls-cert-file"),
+        ({**TLS, "routing": "cbpf"}, "--routing cbpf steers UDP; with TLS the node serves no UDP"),
+        ({**TLS, "xdp": "generic"}, "--xdp generic classifies UDP; with TLS the node serves no"),
         (
             {**PEERS, "insecure_peers": True, "tls_cert_file": "/c", "tls_key_file": "/k"},
             "--tls-cert-file serves single nodes for now",
@@ -152,6 +155,7 @@ def test_each_rule_names_the_flag_and_what_is_allowed(
 @pytest.mark.parametrize(
     "changes",
     [
+        {**TLS, "xdp": "off"},
         {"port": 0},
         {"port": 65535, "membership_port": 65535},
         {"dead_grace_s": 0, "max_wait_ms": 0, "move_bytes_per_s": 0},
