@@ -465,8 +465,9 @@ class NodeConfig:
         metadata=setting(
             "--cluster-secret-file",
             "file with the cluster secret (chmod 600, at least 16 bytes, the same on every "
-            "node): authenticates every node-to-node connection and membership datagram; "
-            "turns membership on; required with --peers and --join",
+            "node): authenticates every node-to-node connection (with TLS: certificates "
+            "do) and membership datagram; turns membership on; required with --join, and "
+            "with --peers unless TLS",
             parse=_absolute_or_empty,
         ),
     )
@@ -574,11 +575,14 @@ class NodeConfig:
         default="",
         metadata=setting(
             "--tls-ca-file",
-            "PEM CA certificates for client certificates (loaded, not yet asked for)",
+            "PEM CA certificates: a client certificate shown is verified against them; "
+            "required with peers, whose links are then mutual TLS: every node's certificate "
+            "is signed by them and names its node (URI laminar-node:NODE_ID)",
             parse=_absolute_or_empty,
         ),
     )
-    """CAs for client certificates: loaded now, verified in a later step (issue 28)."""
+    """CAs that sign client certificates and, with peers, every node's certificate
+    (peer links are then mutual TLS, `laminar.replication.auth`)."""
     log_level: str = field(
         default="INFO",
         metadata=setting("--log-level", "what the node logs", choices=LOG_LEVELS, parse=str.upper),
@@ -597,8 +601,10 @@ class NodeConfig:
 
     @property
     def peer_auth(self) -> str:
-        """How peers authenticate: "node-keys", "insecure" (--insecure-peers) or
-        "" (a single node)."""
+        """How peers authenticate: "certificates" (TLS with peers), "node-keys",
+        "insecure" (--insecure-peers) or "" (a single node)."""
+        if self.tls and self.clustered:
+            return "certificates"
         if self.cluster_secret_file:
             return "node-keys"
         return "insecure" if self.peers.strip() else ""
@@ -772,7 +778,7 @@ def _replicas_flush_always(c: NodeConfig) -> str | None:
 
 def _peers_are_authenticated(c: NodeConfig) -> str | None:
     peers = parse_peers(c.peers)
-    if not peers or c.cluster_secret_file:
+    if not peers or c.cluster_secret_file or c.tls:  # certificates: `_tls_peers_show_...`
         return None
     exposed = [a for a in (c.host, *(p.host for p in peers)) if not _is_loopback(a)]
     if exposed:
@@ -808,13 +814,13 @@ def _tls_has_no_udp(c: NodeConfig) -> str | None:
     return None
 
 
-def _tls_single_node(c: NodeConfig) -> str | None:
-    if not c.tls or not (c.peers.strip() or c.cluster_secret_file):
+def _tls_peers_show_certificates(c: NodeConfig) -> str | None:
+    if not c.tls or c.tls_ca_file or not (c.peers.strip() or c.cluster_secret_file or c.join):
         return None
     return (
-        "--tls-cert-file serves single nodes for now: peers reach each other through "
-        "the node port, and node-to-node TLS (mutual, per-node certificates) is not "
-        "built yet; run a cluster without TLS for now"
+        "with TLS, peers prove who they are by certificate: give --tls-ca-file, the CA "
+        "that signed every node's certificate (each naming its node as the subjectAltName "
+        "URI laminar-node:NODE_ID; README: TLS between nodes)"
     )
 
 
@@ -829,7 +835,7 @@ _RULES: Final[tuple[Callable[[NodeConfig], str | None], ...]] = (
     _peers_are_authenticated,
     _tls_files_pair,
     _tls_has_no_udp,
-    _tls_single_node,
+    _tls_peers_show_certificates,
 )
 
 

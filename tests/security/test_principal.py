@@ -15,6 +15,7 @@ from laminar.security.principal import (
     PrincipalError,
     Subject,
     check_acl_principal,
+    node_id_from_certificate,
     principal_from_certificate,
     user_principal,
 )
@@ -124,3 +125,26 @@ def test_acl_principals() -> None:
         with pytest.raises(PrincipalError):
             check_acl_principal(bad)
     assert user_principal("alice") == "User:alice"
+
+
+@pytest.mark.parametrize(
+    ("alt_names", "node_id"),
+    [
+        ((("DNS", "localhost"), ("URI", "laminar-node:n1")), "n1"),
+        ((("IP Address", "127.0.0.1"),), None),  # a client's or a plain server's
+        ((("URI", "spiffe://acme/n1"),), None),
+        ((("URI", "laminar-node:"),), None),
+        ((), None),
+    ],
+)
+def test_a_node_certificate_names_its_node_by_its_uri(
+    alt_names: tuple[tuple[str, str], ...], node_id: str | None
+) -> None:
+    certificate = {"subject": ((("commonName", "n2"),),), "subjectAltName": alt_names}
+    assert node_id_from_certificate(certificate) == node_id  # never by the CN
+
+
+def test_a_certificate_naming_two_nodes_names_none() -> None:
+    both = {"subjectAltName": (("URI", "laminar-node:n1"), ("URI", "laminar-node:n2"))}
+    with pytest.raises(PrincipalError, match="names 2 nodes"):
+        node_id_from_certificate(both)

@@ -138,10 +138,8 @@ TLS: dict[str, Any] = {"tls_cert_file": "/c.pem", "tls_key_file": "/k.pem"}
         ({"tls_ca_file": "/ca.pem"}, "--tls-ca-file needs --tls-cert-file"),
         ({**TLS, "routing": "cbpf"}, "--routing cbpf steers UDP; with TLS the node serves no UDP"),
         ({**TLS, "xdp": "generic"}, "--xdp generic classifies UDP; with TLS the node serves no"),
-        (
-            {**PEERS, "insecure_peers": True, "tls_cert_file": "/c", "tls_key_file": "/k"},
-            "--tls-cert-file serves single nodes for now",
-        ),
+        ({**PEERS, **TLS}, "with TLS, peers prove who they are by certificate: give --tls-ca"),
+        ({**TLS, "join": ("a:1",)}, "with TLS, peers prove who they are by certificate"),
     ],
 )
 def test_each_rule_names_the_flag_and_what_is_allowed(
@@ -156,6 +154,7 @@ def test_each_rule_names_the_flag_and_what_is_allowed(
     "changes",
     [
         {**TLS, "xdp": "off"},
+        {**PEERS, **TLS, "tls_ca_file": "/ca.pem", "host": "10.0.0.1"},
         {"port": 0},
         {"port": 65535, "membership_port": 65535},
         {"dead_grace_s": 0, "max_wait_ms": 0, "move_bytes_per_s": 0},

@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
-from laminar.bench.servers.certs import Pem, make_ca, make_cert
+from laminar.certs import Pem, make_ca, make_cert
 from laminar.client import AsyncClient, Client
 from laminar.client.blocking import BlockingConnection
 from laminar.client.errors import CannotConnectError, ConnectionLostError
