@@ -471,14 +471,12 @@ class PeerSession:
                     await stream.sendall(refusal.encode(0))
                 return
             except (OSError, ProtocolError) as exc:
-                # The initiator checks our proof first: one with another secret hangs up.
+                # The initiator checks our proof first: one with another secret
+                # hangs up (in certificate mode it checked our certificate before).
                 who = hello.header.get("node_id")
                 name = who if isinstance(who, str) else "?"
-                self._refusals.note(
-                    HANDSHAKE,
-                    f"peer {name!r} gave up the handshake ({exc}): "
-                    "does it have another cluster secret?",
-                )
+                hint = "" if self._auth.certificates else ": does it have another cluster secret?"
+                self._refusals.note(HANDSHAKE, f"peer {name!r} gave up the handshake ({exc}){hint}")
                 return
             finally:
                 if self._on_handshake_done is not None:
