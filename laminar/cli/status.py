@@ -619,7 +619,7 @@ def _kernel_lines(doc: dict[str, Any]) -> list[str]:
             "can claim to be a peer"
         )
     if doc.get("routing_mode") == UDP_OFF:
-        lines.append(f"udp       off: {doc.get('routing_detail') or 'TLS or logins are on'}")
+        lines.append("udp       off: TLS or logins are on (a datagram can carry neither)")
     steering = doc.get("steering")
     if steering:
         lines.append(

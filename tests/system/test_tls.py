@@ -228,7 +228,7 @@ def test_udp_is_off_with_tls(node: RunningNode, certs: Certs) -> None:
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert "routing off" in status.stdout
-    assert "udp       off: TLS is on" in status.stdout
+    assert "udp       off: TLS or logins are on" in status.stdout
 
 
 def test_confluent_kafka_over_ssl(node: RunningNode, certs: Certs) -> None:
