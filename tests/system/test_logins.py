@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from laminar.bench.servers.certs import Pem, make_ca, make_cert
+from laminar.certs import make_ca, make_cert
 from laminar.client import (
     Acl,
     AclFilter,
@@ -60,22 +60,6 @@ LOGIN_DEADLINE_S = 30.0
 LAMINAR = [sys.executable, "-m", "laminar.cli.main"]
 
 
-def expired_cert(directory: Path, ca: Pem, name: str) -> Pem:
-    """A certificate `ca` signed that expired a day before it began."""
-    cert, key, csr = (str(directory / f"{name}.{ext}") for ext in ("crt", "key", "csr"))
-    subprocess.run(
-        ["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-         "-keyout", key, "-out", csr, "-subj", f"/CN={name}"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    subprocess.run(
-        ["openssl", "x509", "-req", "-in", csr, "-CA", ca.cert, "-CAkey", ca.key,
-         "-CAcreateserial", "-out", cert, "-days", "-1"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return Pem(cert, key)
-
-
 class Files:
     def __init__(self, directory: Path) -> None:
         self.dir = directory
@@ -83,7 +67,7 @@ class Files:
         self.node = make_cert(directory, self.ca, "node")
         self.carol = make_cert(directory, self.ca, "carol")
         self.stranger = make_cert(directory, make_ca(directory, "other-ca"), "mallory")
-        self.expired = expired_cert(directory, self.ca, "old-carol")
+        self.expired = make_cert(directory, self.ca, "old-carol", days=-1)  # expired
         self.admin_cred = self.secret("admin.cred", f"{ADMIN}:{ADMIN_PASSWORD}")
         self.admin_pw = self.secret("admin.pw", ADMIN_PASSWORD + "\n")
 
