@@ -217,9 +217,13 @@ class Connection:
         return self._answer_bytes
 
     @property
-    def requests_started(self) -> int:
-        """Complete frames taken so far (0: the client has sent no whole request yet)."""
-        return self._frames
+    def before_first_request(self) -> bool:
+        """Whether the client has not sent a whole request yet, or (a node with
+        --auth) has not finished logging in: the sweeper closes such a
+        connection after the first-request timeout, counted from its last
+        frame (a stalled handshake, or a login stalled between messages)."""
+        login = self._login
+        return not self._frames or (login is not None and not login.done)
 
     @property
     def handed_over(self) -> bool:

@@ -669,7 +669,7 @@ class Shard:
                 if conn.partial_since is not None and now - conn.partial_since > frame_timeout:
                     self.metrics.connections_closed_slow += 1
                     conn.stop()
-                elif idle > timeout or (not conn.requests_started and idle > first_timeout):
+                elif idle > timeout or (conn.before_first_request and idle > first_timeout):
                     self.metrics.connections_closed_idle += 1
                     conn.stop()
             self._shed_for_starved()

@@ -56,6 +56,7 @@ pytestmark = pytest.mark.timeout(180)
 
 ADMIN, ADMIN_PASSWORD = "admin", "admin-secret-1"
 LOGIN_DEADLINE_S = 30.0
+FIRST_REQUEST_TIMEOUT_S = 2
 LAMINAR = [sys.executable, "-m", "laminar.cli.main"]
 
 
@@ -93,6 +94,7 @@ def node(tmp_path_factory: pytest.TempPathFactory, files: Files) -> Iterator[Run
         tls_cert_file=files.node.cert,
         tls_key_file=files.node.key,
         tls_ca_file=files.ca.cert,
+        first_request_timeout=FIRST_REQUEST_TIMEOUT_S,
     ) as running:
         yield running
 
@@ -412,3 +414,18 @@ def test_a_replayed_or_oversized_login_is_refused_late_and_alone(
     decoder.feed(_until_closed(huge))
     assert ErrorResponse.from_frame(decoder.next_frame()).code is ErrorCode.FRAME_TOO_LARGE  # type: ignore[arg-type]
     huge.close()
+
+
+def test_a_login_stalled_midway_is_closed_by_the_first_request_timeout(
+    node: RunningNode, files: Files
+) -> None:
+    """A client that sends its client-first and nothing more is closed like one
+    that never sent a request, not left to the idle timeout (minutes)."""
+    conn = _raw(files, node.port)
+    client = ScramClient(Mechanism.SCRAM_SHA_256, ADMIN, ADMIN_PASSWORD)
+    decoder = FrameDecoder()
+    _exchange(conn, decoder, AuthenticateRequest("SCRAM-SHA-256", client.first()), 1)
+    started = time.monotonic()
+    assert _until_closed(conn) == b""  # waits for the node to close it
+    assert time.monotonic() - started < FIRST_REQUEST_TIMEOUT_S * 5
+    conn.close()
