@@ -206,6 +206,9 @@ class Connection:
         self._frames = 0
         self._login = login
         """None: nothing to log in to (no --auth, or the inter-shard channel)."""
+        self._login_messages = 0
+        """Frames the login hook answered (a door that serves frames before a
+        login, as the Kafka door does until SASL, answers none)."""
 
     @property
     def in_flight(self) -> int:
@@ -219,11 +222,13 @@ class Connection:
     @property
     def before_first_request(self) -> bool:
         """Whether the client has not sent a whole request yet, or (a node with
-        --auth) has not finished logging in: the sweeper closes such a
-        connection after the first-request timeout, counted from its last
+        --auth) has begun logging in and not finished: the sweeper closes such
+        a connection after the first-request timeout, counted from its last
         frame (a stalled handshake, or a login stalled between messages)."""
         login = self._login
-        return not self._frames or (login is not None and not login.done)
+        return not self._frames or (
+            self._login_messages > 0 and login is not None and not login.done
+        )
 
     @property
     def handed_over(self) -> bool:
@@ -452,6 +457,7 @@ class Connection:
         if login is not None and not login.done:
             reply = self._login_step(login, frame)
             if reply is not None:
+                self._login_messages += 1
                 self._release(frame_bytes)  # answered here and now: nothing stays held
                 self._login_reply(login, reply)
                 return
