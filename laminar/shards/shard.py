@@ -9,7 +9,8 @@ Start-up, in order (each step depends on the one before):
    metadata owner must serve followers before it is "ready" itself);
 3. the metadata: replay (owner) or catch up with the owner (followers);
 4. the client listeners: the shard's own port, the node port (TCP, and UDP
-   unless TLS is on: a datagram cannot be encrypted by TLS);
+   unless TLS or logins are on: a datagram can be neither encrypted nor
+   tied to a login);
 5. READY to the supervisor over the control socket.
 
 Drain (SIGTERM, SIGINT, or the supervisor's end of the control socket closing):
@@ -54,6 +55,7 @@ from laminar.replication.topic_config import log_config
 from laminar.replication.transport import HANDSHAKE_FRAME_BYTES
 from laminar.replication.transport import READ_BYTES as TRANSPORT_READ_BYTES
 from laminar.security.tls import ServerTls, TlsFiles
+from laminar.shards.authorization import Authorizer
 from laminar.shards.bootstrap_user import keep_bootstrap_user, read_user_file
 from laminar.shards.budget import InputBudget
 from laminar.shards.config import NodeConfig
@@ -315,6 +317,7 @@ class Shard:
             self.polls,
             self.replicas,
             self.channels,
+            Authorizer(self.metadata.state) if config.authenticated else None,
         )
         if self.replication is not None:
             self.replication.adopt_known(self._replicated_owned)
@@ -390,7 +393,7 @@ class Shard:
         if self.sockets.kafka_tcp is not None:
             self._listen(self.sockets.kafka_tcp, internal=False, kafka=True)
         self.datagrams = None
-        if self.sockets.node_udp is not None and self.tls is None:
+        if self.sockets.node_udp is not None and self.tls is None and not config.authenticated:
             self.datagrams = DatagramServer(
                 self.sockets.node_udp,
                 self.dispatcher,

@@ -106,7 +106,9 @@ REQUESTS: list[st.SearchStrategy[Any]] = [
     st.builds(ListTopicsRequest),
     st.builds(Ping, u64),
     st.builds(AlterTopicRequest, names, configs, st.lists(names, max_size=3).map(tuple)),
-    st.builds(ForwardRequest, u64, u16, st.binary(max_size=100)),
+    st.builds(
+        ForwardRequest, u64, u16, st.binary(max_size=100), st.none() | u64, st.none() | names
+    ),
     st.builds(w.StageRequest, u64, u64, u32, u64, u32, st.lists(blobs, max_size=5).map(tuple), u32),
     st.builds(w.CommitWriteRequest, u64, parts_tuple),
     st.builds(w.AbortWriteRequest, u64, st.booleans(), parts_tuple),
