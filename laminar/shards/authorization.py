@@ -24,7 +24,7 @@ Rules, and why:
   given its row before any client can use it.
 - Internal traffic (sibling channels, peer sessions, the shard's own
   requests) is never checked: it carries no client
-  (`laminar.shards.handlers.is_client_request`). A
+  (`RequestContext.from_client`). A
   client's frame forwarded to the owning shard carries the client's id and
   principal, and the owner checks it: a forwarded client frame without a
   principal is refused, not waved through.

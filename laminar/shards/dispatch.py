@@ -29,7 +29,7 @@ from typing import Any, Final
 from laminar.channels.siblings import ChannelError, Channels, ChannelUnreachable
 from laminar.shards.authorization import UnresolvedTopic
 from laminar.shards.errors import error_for
-from laminar.shards.handlers import Handlers, RequestContext, is_client_request
+from laminar.shards.handlers import Handlers, RequestContext
 from laminar.shards.metrics import ShardMetrics
 from laminar.shards.router import Action, route
 from laminar.wire import (
@@ -136,7 +136,7 @@ class Dispatcher:
             if frame.op == Op.FORWARD:
                 return await self._unwrap(frame)
             request = decode_request(frame)
-            if self.authorizer is not None and is_client_request(ctx):
+            if self.authorizer is not None and ctx.from_client:
                 await self._authorize(frame.op, request, ctx.principal)
             out = await self._table[frame.op](request, frame.correlation_id, ctx)
         except asyncio.CancelledError:

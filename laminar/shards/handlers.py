@@ -125,13 +125,13 @@ class RequestContext:
     without --auth, and on internal traffic. With --auth the connection serves
     nothing before its login succeeded. A FORWARD carries it to the owner."""
 
-
-def is_client_request(ctx: RequestContext) -> bool:
-    """Whether a request came from a client (authorized), not from the node
-    itself (sibling channels, peer sessions, the shard's own requests). A
-    forwarded client frame keeps its client id and principal, so the shard
-    that serves it checks it."""
-    return not ctx.internal or ctx.client is not None or ctx.principal is not None
+    @property
+    def from_client(self) -> bool:
+        """Whether a client sent it (authorized, owners checked), not the node
+        itself (sibling channels, peer sessions, the shard's own requests). A
+        forwarded client frame keeps its client id and principal, so the shard
+        that serves it checks it."""
+        return not self.internal or self.client is not None or self.principal is not None
 
 
 class Handlers:
@@ -477,7 +477,7 @@ class Handlers:
     def _visible_topics(self, ctx: RequestContext) -> tuple[TopicInfo, ...]:
         """The topics a metadata answer lists: with logins, those the client may describe."""
         topics = self.metadata.state.topics()
-        if self.authorizer is None or not is_client_request(ctx):
+        if self.authorizer is None or not ctx.from_client:
             return topics
         return self.authorizer.visible(ctx.principal, topics)
 

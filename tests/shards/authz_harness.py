@@ -1,5 +1,5 @@
 """Shards of one node in one process, for authorization tests: real handlers,
-dispatchers, fast path and partition logs, a real metadata state whose users
+dispatchers, fast path, partition logs and atomic writes, a real metadata state whose users
 and ACLs are applied from encoded metadata entries, and the inter-shard
 channel replaced by a direct call that encodes and decodes the FORWARD as the
 channel would. A client is a `RequestContext` with a principal (the seam the
@@ -37,6 +37,8 @@ from laminar.wire import (
     decode_response,
 )
 from laminar.wire.codec import Buffer
+from laminar.writes.decision_logs import LocalDecisionLogs
+from laminar.writes.service import WriteService, WriteSettings
 
 CONFIG = LogConfig(segment_bytes=1 << 20, preallocate_bytes=0, flush="always")
 FRAME_BYTES = 1 << 20
@@ -121,6 +123,7 @@ class Shards:
         self.metadata = Metadata()
         self.dispatchers: list[Dispatcher] = []
         self.fast_paths: list[RequestFastPath] = []
+        self.writes: list[WriteService] = []
         self._clients = itertools.count(1)
         self._partitions: list[PartitionManager] = []
         ports = tuple(range(1, count + 1))
@@ -149,12 +152,33 @@ class Shards:
             dispatcher = Dispatcher(i, count, handlers, Channels(self), metrics, FRAME_BYTES)  # type: ignore[arg-type]
             self.dispatchers.append(dispatcher)
             self.fast_paths.append(RequestFastPath(dispatcher))
+            owns = functools.partial(_owns, i, count)
+            writes = WriteService(
+                WriteSettings(str(root / f"staging-{i}"), 1 << 26, 60.0, 3_600_000, 1 << 20),
+                SyscallBackend(),
+                owns,
+                handlers.write_replica_of,
+                handlers.write_topic_of,
+                functools.partial(self._internal_request, i),
+                LocalDecisionLogs(str(root / f"decisions-{i}"), SyscallBackend(), owns, 3_600_000),
+            )
+            dispatcher.add_handlers(writes.table())
+            self.writes.append(writes)
+
+    async def _internal_request(self, shard: int, message: Message) -> Frame:
+        """A write protocol request of the node's own (as `Shard._internal_request`)."""
+        out = await self.dispatchers[shard].dispatch(message.to_frame(0), self.internal(shard))
+        return decode_frame(b"".join(out), FRAME_BYTES * 2)
 
     async def start(self) -> None:
         for partitions in self._partitions:
             await partitions.recover()
+        for writes in self.writes:
+            await writes.start()
 
     async def close(self) -> None:
+        for writes in self.writes:
+            await writes.close()
         for partitions in self._partitions:
             await partitions.close_all()
 

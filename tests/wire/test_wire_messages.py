@@ -113,9 +113,9 @@ REQUESTS: list[st.SearchStrategy[Any]] = [
     st.builds(w.CommitWriteRequest, u64, parts_tuple),
     st.builds(w.AbortWriteRequest, u64, st.booleans(), parts_tuple),
     st.builds(w.WriteStatusRequest, u64),
-    _partition_parts(w.CheckStagedRequest),
+    _partition_parts(w.CheckStagedRequest, st.none() | names),
     _partition_parts(w.PublishStagedRequest, st.integers(0, w.SLOTS_MAX - 1)),
-    _partition_parts(w.DropStagedRequest),
+    _partition_parts(w.DropStagedRequest, st.none() | names),
     st.builds(
         w.AppendStagedRequest,
         u64,

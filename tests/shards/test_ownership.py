@@ -1,0 +1,156 @@
+"""Atomic writes are owned: only the principal that staged an attempt stages
+more into it or commits it, and only the principal that decided a commit id
+commits it again, aborts it or reads its state; owners survive a restart
+(staging files and decision logs replayed). Driven through real dispatchers
+(`authz_harness`), with principals on the request context."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from laminar.security.acls import Operation
+from laminar.wire.writes import (
+    AbortWriteRequest,
+    CommitWriteRequest,
+    CommitWriteResponse,
+    StagedPart,
+    StageRequest,
+    StageResponse,
+    WriteState,
+    WriteStateResponse,
+    WriteStatusRequest,
+)
+from laminar.writes.frames import AttemptKey
+from tests.shards.authz_harness import ALICE, BOB, Shards, acl, refused
+from tests.support import wait_until_async
+
+WRITE = 0xA11CE
+COMMIT = 0xC0FFEE
+
+
+async def setup(root: Path) -> Shards:
+    shards = Shards(root)
+    await shards.start()
+    if shards.metadata.state.by_name("events") is None:
+        shards.metadata.apply(shards.metadata.state.plan_create("events", 4))
+    shards.metadata.allow(
+        acl(Operation.WRITE, "events"), acl(Operation.WRITE, "events", principal=BOB)
+    )
+    return shards
+
+
+def run(tmp_path: Path, scenario: Callable[[Shards], Awaitable[None]]) -> None:
+    async def main() -> None:
+        shards = await setup(tmp_path)
+        try:
+            await scenario(shards)
+        finally:
+            await shards.close()
+
+    asyncio.run(main())
+
+
+def stage(pid: int, sequence: int, value: bytes, task: int = 0) -> StageRequest:
+    return StageRequest(pid, WRITE, task, 1, sequence, (b"\x00" + value,))
+
+
+def part(pid: int, batches: int, task: int = 0) -> StagedPart:
+    return StagedPart(pid, WRITE, task, 1, batches, batches)
+
+
+def test_only_the_stager_stages_more_or_commits_and_only_the_decider_sees_the_outcome(
+    tmp_path: Path,
+) -> None:
+    async def scenario(s: Shards) -> None:
+        pid = s.pid_on("events", 1)
+        alice, bob = s.client(ALICE), s.client(BOB)
+        assert isinstance(await s.ask(stage(pid, 0, b"a0"), alice), StageResponse)
+        assert refused(await s.ask(stage(pid, 1, b"b1"), bob), "another principal")
+        got = await s.ask(CommitWriteRequest(COMMIT + 1, (part(pid, 1),)), bob)
+        assert refused(got, "another principal"), got
+        assert await s.values(pid) == []
+        assert isinstance(await s.ask(stage(pid, 1, b"a1"), alice), StageResponse)
+        got = await s.ask(CommitWriteRequest(COMMIT, (part(pid, 2),)), alice)
+        assert isinstance(got, CommitWriteResponse) and got.first, got
+        assert await s.values(pid) == [b"a0", b"a1"]
+        for request in (
+            WriteStatusRequest(COMMIT),
+            AbortWriteRequest(COMMIT),
+            CommitWriteRequest(COMMIT, (part(pid, 2),)),
+        ):
+            assert refused(await s.ask(request, bob), f"write {COMMIT:#x}", BOB), request
+        status = await s.ask(WriteStatusRequest(COMMIT), alice)
+        assert isinstance(status, WriteStateResponse) and status.state == WriteState.DONE
+        # A commit id another principal decided first (here: aborted) is not Alice's.
+        assert (await s.ask(AbortWriteRequest(COMMIT + 2), bob)).state == WriteState.ABORTED
+        got = await s.ask(CommitWriteRequest(COMMIT + 2, (part(pid, 2),)), alice)
+        assert refused(got, "another principal"), got
+        assert await s.values(pid) == [b"a0", b"a1"]
+
+    run(tmp_path, scenario)
+
+
+def test_an_abort_drops_only_the_aborters_own_staged_data(tmp_path: Path) -> None:
+    async def scenario(s: Shards) -> None:
+        pid = s.pid_on("events", 0)
+        alice, bob = s.client(ALICE), s.client(BOB)
+        assert isinstance(await s.ask(stage(pid, 0, b"kept"), alice), StageResponse)
+        assert isinstance(await s.ask(stage(pid, 0, b"bob's", task=1), bob), StageResponse)
+        parts = (part(pid, 1), part(pid, 1, task=1))
+        dropped = await s.ask(AbortWriteRequest(COMMIT + 3, False, parts), bob)
+        assert dropped.state == WriteState.UNKNOWN
+        area = s.writes[s.owner(pid)].area
+        # The drop runs in the background: Bob's own attempt going is its witness.
+        await wait_until_async(
+            lambda: area.attempt(pid, AttemptKey(WRITE, 1, 1)) is None, "bob's attempt dropped"
+        )
+        assert area.attempt(pid, AttemptKey(WRITE, 0, 1)) is not None
+        got = await s.ask(CommitWriteRequest(COMMIT, (part(pid, 1),)), alice)
+        assert isinstance(got, CommitWriteResponse), got
+        assert await s.values(pid) == [b"kept"]
+
+    run(tmp_path, scenario)
+
+
+def test_owners_survive_a_restart(tmp_path: Path) -> None:
+    async def before(s: Shards) -> None:
+        alice = s.client(ALICE)
+        assert isinstance(await s.ask(stage(s.pid_on("events", 0), 0, b"x"), alice), StageResponse)
+        assert (await s.ask(AbortWriteRequest(COMMIT + 4), alice)).state == WriteState.ABORTED
+
+    async def main() -> None:
+        shards = await setup(tmp_path)
+        try:
+            await before(shards)
+        finally:
+            await shards.close()
+        s = await setup(tmp_path)  # staging files and decision logs replayed
+        try:
+            pid = s.pid_on("events", 0)
+            alice, bob = s.client(ALICE), s.client(BOB)
+            assert refused(await s.ask(WriteStatusRequest(COMMIT + 4), bob), BOB)
+            assert (await s.ask(WriteStatusRequest(COMMIT + 4), alice)).state == "aborted"
+            got = await s.ask(CommitWriteRequest(COMMIT + 5, (part(pid, 1),)), bob)
+            assert refused(got, "another principal"), got
+            got = await s.ask(CommitWriteRequest(COMMIT, (part(pid, 1),)), alice)
+            assert isinstance(got, CommitWriteResponse), got
+            assert await s.values(pid) == [b"x"]
+        finally:
+            await s.close()
+
+    asyncio.run(main())
+
+
+def test_the_nodes_own_requests_are_not_refused(tmp_path: Path) -> None:
+    async def scenario(s: Shards) -> None:
+        pid = s.pid_on("events", 1)
+        alice = s.client(ALICE)
+        assert isinstance(await s.ask(stage(pid, 0, b"a"), alice), StageResponse)
+        got = await s.ask(CommitWriteRequest(COMMIT, (part(pid, 1),)), alice)
+        assert isinstance(got, CommitWriteResponse), got
+        status = await s.ask(WriteStatusRequest(COMMIT), s.internal(0))  # an expiry's question
+        assert isinstance(status, WriteStateResponse) and status.state == WriteState.DONE
+
+    run(tmp_path, scenario)
