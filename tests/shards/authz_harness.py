@@ -1,5 +1,5 @@
 """Shards of one node in one process, for authorization tests: real handlers,
-dispatchers, fast path, partition logs and atomic writes, a real metadata state whose users
+dispatchers, fast path, partition logs, atomic writes and groups, a real metadata state whose users
 and ACLs are applied from encoded metadata entries, and the inter-shard
 channel replaced by a direct call that encodes and decodes the FORWARD as the
 channel would. A client is a `RequestContext` with a principal (the seam the
@@ -13,11 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from laminar.groups.service import GroupService
 from laminar.log import LogConfig
 from laminar.log.partitions import LongPolls, PartitionManager
 from laminar.log.storage import SyscallBackend
 from laminar.placement import partition_id, shard_for
 from laminar.replication.metadata import MetadataState, encode_entry
+from laminar.replication.routes import NodeRoutes
 from laminar.security.acls import Acl, Operation, PatternType, Permission, ResourceType
 from laminar.shards.authorization import Authorizer
 from laminar.shards.dispatch import Dispatcher
@@ -118,12 +120,20 @@ class Channels:
 class Shards:
     """`count` shards of one node sharing one metadata state."""
 
-    def __init__(self, root: Path, count: int = 2, authenticated: bool = True) -> None:
+    def __init__(
+        self,
+        root: Path,
+        count: int = 2,
+        authenticated: bool = True,
+        metadata: Metadata | None = None,
+    ) -> None:
+        """`metadata`: a restarted node's (what its metadata log replays)."""
         self.count = count
-        self.metadata = Metadata()
+        self.metadata = metadata or Metadata()
         self.dispatchers: list[Dispatcher] = []
         self.fast_paths: list[RequestFastPath] = []
         self.writes: list[WriteService] = []
+        self.groups: list[GroupService] = []
         self._clients = itertools.count(1)
         self._partitions: list[PartitionManager] = []
         ports = tuple(range(1, count + 1))
@@ -164,6 +174,16 @@ class Shards:
             )
             dispatcher.add_handlers(writes.table())
             self.writes.append(writes)
+            send = functools.partial(self._internal_request, i)
+            groups = GroupService(
+                self.metadata,  # type: ignore[arg-type]
+                4,
+                handlers.replica_of,
+                NodeRoutes("n1", send, None),
+                handlers.replicas.placed_on,
+            )
+            dispatcher.add_handlers(groups.table())
+            self.groups.append(groups)
 
     async def _internal_request(self, shard: int, message: Message) -> Frame:
         """A write protocol request of the node's own (as `Shard._internal_request`)."""
@@ -179,6 +199,8 @@ class Shards:
     async def close(self) -> None:
         for writes in self.writes:
             await writes.close()
+        for groups in self.groups:
+            await groups.close()
         for partitions in self._partitions:
             await partitions.close_all()
 
@@ -204,9 +226,13 @@ class Shards:
 
     async def ask(self, message: Message, ctx: RequestContext) -> Any:
         """Send `message` on `ctx`'s shard through its dispatcher; the decoded answer."""
+        return decode_response(await self.ask_frame(message, ctx))
+
+    async def ask_frame(self, message: Message, ctx: RequestContext) -> Frame:
+        """`ask`, the answer frame undecoded."""
         frame = decode_frame(message.encode(7), FRAME_BYTES)
-        out = await self.dispatchers[ctx.received_by].dispatch(frame, ctx)
-        return answer(out)
+        raw = b"".join(await self.dispatchers[ctx.received_by].dispatch(frame, ctx))
+        return decode_frame(raw, len(raw))
 
     async def values(self, pid: int) -> list[bytes]:
         """What the partition holds, read as the node itself (unchecked)."""
