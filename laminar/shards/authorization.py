@@ -29,8 +29,9 @@ Rules, and why:
   principal, and the owner checks it: a forwarded client frame without a
   principal is refused, not waved through.
 - Decisions come from `AclSet.authorize`, cached per (principal, operation,
-  resource) and invalidated by the ACL generation: a request costs the
-  topic-name lookup and one dict hit, no metadata read.
+  resource) and invalidated by the ACL generation; a partition op's is
+  cached again per (principal, op, topic id) (`Authorizer.allows_partition`),
+  so a produce or fetch costs one dict hit, no metadata read.
 """
 
 from __future__ import annotations
@@ -171,10 +172,17 @@ def _internal(req: Any, _: NameOf) -> tuple[Need, ...]:
     raise RequestError(ErrorCode.NOT_AUTHORIZED, "an internal op is not a client's to send")
 
 
+PARTITION_OPS: Final[dict[int, Operation]] = {
+    Op.PRODUCE: _WRITE,
+    Op.FETCH: _READ,
+    Op.LIST_OFFSETS: _DESCRIBE,
+    Op.STAGE: _WRITE,
+}
+"""The ops that need one operation on their partition's topic (decided per
+topic id, `Authorizer.allows_partition`)."""
+
 NEEDS: Final[dict[int, Needs]] = {
-    Op.PRODUCE: _on_partition(_WRITE),
-    Op.FETCH: _on_partition(_READ),
-    Op.LIST_OFFSETS: _on_partition(_DESCRIBE),
+    **{op: _on_partition(operation) for op, operation in PARTITION_OPS.items()},
     Op.METADATA: _nothing,  # the answer lists only what the principal may describe
     Op.LIST_TOPICS: _nothing,  # likewise
     Op.CREATE_TOPIC: _on_named_topic(Operation.CREATE, or_cluster=True),
@@ -182,7 +190,6 @@ NEEDS: Final[dict[int, Needs]] = {
     Op.ALTER_TOPIC: _on_named_topic(Operation.ALTER),
     Op.DECOMMISSION_NODE: _on_cluster(Operation.ALTER),
     Op.PING: _nothing,
-    Op.STAGE: _on_partition(_WRITE),
     Op.COMMIT_WRITE: _commit_write,
     Op.ABORT_WRITE: _commit_write,  # its parts' topics (none for a final abort)
     Op.WRITE_STATUS: _nothing,  # ownership of the commit id decides
@@ -216,14 +223,26 @@ def refusal(principal: str | None, need: Need) -> RequestError:
     )
 
 
-class Authorizer:
-    """The shard's ACL checks, over its applied metadata (users, ACLs, topic names)."""
+DECISIONS_MAX: Final = 100_000
+"""Per-topic-id decisions kept (`Authorizer.allows_partition`); past it, all go."""
 
-    __slots__ = ("_acls", "_state")
+
+class Authorizer:
+    """The shard's ACL checks, over its applied metadata (users, ACLs, topic names).
+
+    Partition ops are decided per (principal, op, topic id) in a dict of plain
+    keys, dropped whenever the ACL generation moves: a produce or fetch costs
+    one lookup, no topic-name read. Topic ids are never reused, so a decision
+    for an id cannot outlive its topic's name (a deleted topic's requests fail
+    on their own)."""
+
+    __slots__ = ("_acls", "_decisions", "_generation", "_state")
 
     def __init__(self, state: MetadataState) -> None:
         self._state = state
         self._acls = state.security.acls
+        self._decisions: dict[tuple[str | None, int, int], bool] = {}
+        self._generation = -1
 
     def _name_of(self, topic_id: int) -> str | None:
         topic = self._state.by_id(topic_id)
@@ -232,6 +251,14 @@ class Authorizer:
     def check(self, op: int, request: Any, principal: str | None) -> None:
         """Raise NOT_AUTHORIZED (a `RequestError`) unless `principal` may send
         `request`; `UnresolvedTopic` when a topic id must be resolved first."""
+        if op in PARTITION_OPS:
+            pid = request.partition_id
+            allowed = self.allows_partition(principal, op, pid)
+            if allowed is None:
+                raise UnresolvedTopic(pid)
+            if not allowed:
+                raise refusal(principal, NEEDS[op](request, self._name_of)[0])
+            return
         needs = NEEDS.get(op)
         if needs is None:
             raise RequestError(ErrorCode.NOT_AUTHORIZED, f"op {op} has no ACL rule")
@@ -247,17 +274,31 @@ class Authorizer:
             return True
         return need.or_cluster and authorize(principal, need.operation, CLUSTER)
 
-    def allows_partition(self, principal: str | None, operation: Operation, pid: int) -> bool:
-        """The fast path's check: `operation` on the topic of `pid` (False when
-        the topic is not applied: the general path then resolves and answers)."""
+    def allows_partition(self, principal: str | None, op: int, pid: int) -> bool | None:
+        """May `principal` send partition op `op` (one of `PARTITION_OPS`) to
+        `pid`? None when the topic is not applied here (the caller resolves it,
+        or leaves the request to the general path)."""
+        acls = self._acls
+        if acls.generation != self._generation:
+            self._decisions.clear()
+            self._generation = acls.generation
+        key = (principal, op, pid >> 32)
+        decision = self._decisions.get(key)
+        if decision is not None:
+            return decision
         topic = self._state.by_id(pid >> 32)
-        if topic is None or principal is None:
-            return False
-        return self._acls.authorize(principal, operation, Resource(_TOPIC, topic.name))
+        if topic is None:
+            return None
+        decision = principal is not None and acls.authorize(
+            principal, PARTITION_OPS[op], Resource(_TOPIC, topic.name)
+        )
+        if len(self._decisions) >= DECISIONS_MAX:
+            self._decisions.clear()
+        self._decisions[key] = decision
+        return decision
 
     def visible(self, principal: str | None, topics: Iterable[TopicInfo]) -> tuple[TopicInfo, ...]:
-        """The topics `principal` may describe (what a metadata answer lists)."""
-        if principal is None:
-            return ()
-        authorize = self._acls.authorize
-        return tuple(t for t in topics if authorize(principal, _DESCRIBE, Resource(_TOPIC, t.name)))
+        """The topics `principal` may describe (what a metadata answer lists):
+        those whose offsets it may list, decided per topic id."""
+        allows = self.allows_partition
+        return tuple(t for t in topics if allows(principal, Op.LIST_OFFSETS, t.topic_id << 32))

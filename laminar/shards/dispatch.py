@@ -137,7 +137,10 @@ class Dispatcher:
                 return await self._unwrap(frame)
             request = decode_request(frame)
             if self.authorizer is not None and ctx.from_client:
-                await self._authorize(frame.op, request, ctx.principal)
+                try:
+                    self.authorizer.check(frame.op, request, ctx.principal)
+                except UnresolvedTopic as unresolved:
+                    await self._authorize_resolved(unresolved, frame.op, request, ctx.principal)
             out = await self._table[frame.op](request, frame.correlation_id, ctx)
         except asyncio.CancelledError:
             raise
@@ -146,16 +149,15 @@ class Dispatcher:
         self.metrics.request_done(OP_NAMES[frame.op], time.perf_counter() - start)
         return out
 
-    async def _authorize(self, op: int, request: Any, principal: str | None) -> None:
-        """Refuse (NOT_AUTHORIZED) before anything is applied; a topic id not
-        applied here yet is resolved first (waiting for the metadata, or
-        UNKNOWN_TOPIC / NOT_READY as its handler would answer)."""
+    async def _authorize_resolved(
+        self, unresolved: UnresolvedTopic, op: int, request: Any, principal: str | None
+    ) -> None:
+        """The check again once the topic id it named is applied here (waiting
+        for the metadata, or UNKNOWN_TOPIC / NOT_READY as its handler would
+        answer)."""
         assert self.authorizer is not None
-        try:
-            self.authorizer.check(op, request, principal)
-        except UnresolvedTopic as unresolved:
-            await self.handlers.topic_of(unresolved.partition_id)
-            self.authorizer.check(op, request, principal)
+        await self.handlers.topic_of(unresolved.partition_id)
+        self.authorizer.check(op, request, principal)
 
     def failure_response(self, frame: Frame, exc: Exception) -> list[Buffer]:
         """The error response to `frame` for a failure while serving it; server

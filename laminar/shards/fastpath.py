@@ -40,10 +40,8 @@ import contextvars
 import functools
 import time
 from collections.abc import Callable
-from typing import Final
 
 from laminar.placement import shard_for
-from laminar.security.acls import Operation
 from laminar.shards.dispatch import Dispatcher
 from laminar.shards.handlers import RequestContext
 from laminar.wire import FetchRequest, Flags, Frame, Op, ProduceRequest, ProduceResponse
@@ -52,8 +50,6 @@ from laminar.wire.codec import Buffer
 Respond = Callable[[list[Buffer]], None]
 
 _NOT_PLAIN_REQUEST = Flags.RESPONSE | Flags.ERROR
-_READ: Final = Operation.READ
-_WRITE: Final = Operation.WRITE
 
 
 class RequestFastPath:
@@ -94,7 +90,7 @@ class RequestFastPath:
             return False
         authorizer = self._authorizer
         if authorizer is not None and not authorizer.allows_partition(
-            ctx.principal, _READ if op == Op.FETCH else _WRITE, frame.partition_id
+            ctx.principal, op, frame.partition_id
         ):
             return False  # the general path refuses it, naming what is missing
         if op == Op.FETCH:

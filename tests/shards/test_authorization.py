@@ -32,6 +32,8 @@ from laminar.wire import (
     CreateTopicResponse,
     DecommissionNodeRequest,
     DeleteTopicRequest,
+    ErrorCode,
+    ErrorResponse,
     FetchRequest,
     FetchResponse,
     Frame,
@@ -351,5 +353,17 @@ def test_a_forwarded_request_is_checked_by_its_owner_with_the_clients_principal(
         assert s.dispatchers[0].metrics.forwarded_out == 2
         assert s.dispatchers[1].metrics.forwarded_in == 2
         assert await s.values(pid) == [b"alice"]
+
+    run(tmp_path, scenario)
+
+
+def test_a_topic_this_shard_has_not_applied_is_looked_up_before_it_is_judged(
+    tmp_path: Path,
+) -> None:
+    async def scenario(s: Shards) -> None:
+        got = await s.ask(produce(partition_id(9, 0), b"x"), s.client(ALICE))
+        assert isinstance(got, ErrorResponse) and got.code is ErrorCode.UNKNOWN_TOPIC, got
+        s.metadata.apply(s.metadata.state.plan_create("late", 1))  # topic id 3
+        assert refused(await s.ask(produce(partition_id(3, 0), b"x"), s.client(ALICE)), "'late'")
 
     run(tmp_path, scenario)
