@@ -207,8 +207,12 @@ class GroupService:
         routes: NodeRoutes,
         placed_on: Callable[[int, TopicInfo], Sequence[str]],
         clock: Clock = SYSTEM_CLOCK,
+        lists_group: Callable[[Requester, str], bool] | None = None,
     ) -> None:
+        """`lists_group`: whether a group list shows a group to a requester
+        (a node with logins: what its ACLs let it describe; None: every group)."""
         self._metadata = metadata
+        self._lists_group = lists_group
         self._positions_partitions = positions_partitions
         self._replica_of = replica_of
         self._routes = routes
@@ -318,8 +322,12 @@ class GroupService:
         answer = await self._serve(req.partition_id, group, lambda c: c.describe(group))
         return DescribeAnswerFrame(req.partition_id, answer).encode_buffers(corr)
 
-    async def list_groups(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
+    async def list_groups(self, req: GroupMessage, corr: int, ctx: Requester) -> list[Buffer]:
         answer = await self._serve(req.partition_id, None, lambda c: c.list_groups())
+        shown = self._lists_group
+        if shown is not None:
+            groups = tuple(view for view in answer.groups if shown(ctx, view.group))
+            answer = dataclasses.replace(answer, groups=groups)
         return ListAnswerFrame(req.partition_id, answer).encode_buffers(corr)
 
     async def reset(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:

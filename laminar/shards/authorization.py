@@ -13,13 +13,15 @@ Rules, and why:
   (a status names none: ownership, `laminar.writes.decisions`, guards it).
   Group ops need READ on the group (a heartbeat also DESCRIBE on each
   subscribed topic, a commit READ on each committed topic), finding a
-  coordinator, reading positions and describing a group DESCRIBE, listing
-  groups DESCRIBE on the cluster, a reset READ on the group and each topic
+  coordinator, reading positions and describing a group DESCRIBE, a reset
+  READ on the group and each topic
   (DELETE on the group when it forgets positions), a group's delete DELETE.
   Users and ACLs (ops 28, 29) need ALTER on the cluster to change and
-  DESCRIBE to list. PING and AUTHENTICATE need nothing. METADATA and
-  LIST_TOPICS need nothing either: their answers list only the topics the
-  principal may describe (`Authorizer.visible`).
+  DESCRIBE to list. PING and AUTHENTICATE need nothing. METADATA,
+  LIST_TOPICS and GROUP_LIST need nothing either: their answers list only the
+  topics (`Authorizer.visible`) and groups (`Authorizer.lists_group`: DESCRIBE
+  on the group or on the cluster, as Kafka's ListGroups) the principal may
+  describe.
 - An op missing from the table is refused (fail closed): a new op must be
   given its row before any client can use it.
 - Internal traffic (sibling channels, peer sessions, the shard's own
@@ -42,6 +44,7 @@ from typing import Any, Final, NamedTuple
 from laminar.groups.frames import GroupMessage
 from laminar.replication.metadata import MetadataState
 from laminar.security.acls import CLUSTER, Operation, Resource, ResourceType
+from laminar.security.ownership import Requester
 from laminar.wire import ErrorCode, Op, TopicInfo
 from laminar.wire.errors import RequestError
 from laminar.wire.writes import StagedPart
@@ -202,7 +205,7 @@ NEEDS: Final[dict[int, Needs]] = {
     Op.GROUP_COMMIT: _group_commit,
     Op.GROUP_POSITIONS: _positions,
     Op.GROUP_DESCRIBE: _describe_group,
-    Op.GROUP_LIST: _on_cluster(_DESCRIBE),
+    Op.GROUP_LIST: _nothing,  # the answer lists only what the principal may describe
     Op.GROUP_RESET: _reset,
     Op.GROUP_DELETE: _delete_group,
     AUTHENTICATE_OP: _nothing,
@@ -296,6 +299,13 @@ class Authorizer:
             self._decisions.clear()
         self._decisions[key] = decision
         return decision
+
+    def lists_group(self, requester: Requester, group: str) -> bool:
+        """Does a group list answer to `requester` show `group`? (A node's own
+        request sees every group.)"""
+        if not requester.from_client:
+            return True
+        return self.allows(requester.principal, _group(_DESCRIBE, group)._replace(or_cluster=True))
 
     def visible(self, principal: str | None, topics: Iterable[TopicInfo]) -> tuple[TopicInfo, ...]:
         """The topics `principal` may describe (what a metadata answer lists):

@@ -370,6 +370,7 @@ class Shard:
             ),
             self.replicas.placed_on,
             self.clock,
+            None if self.handlers.authorizer is None else self.handlers.authorizer.lists_group,
         )
         self.dispatcher.add_handlers(self.groups.table())
         if self.replication is not None:

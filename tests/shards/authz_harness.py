@@ -181,6 +181,9 @@ class Shards:
                 handlers.replica_of,
                 NodeRoutes("n1", send, None),
                 handlers.replicas.placed_on,
+                lists_group=None
+                if handlers.authorizer is None
+                else handlers.authorizer.lists_group,
             )
             dispatcher.add_handlers(groups.table())
             self.groups.append(groups)

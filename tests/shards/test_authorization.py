@@ -152,7 +152,7 @@ TABLE = [
         [(Operation.DESCRIBE, _group("g")), (Operation.DESCRIBE, _topic("events"))],
     ),
     (Op.GROUP_DESCRIBE, DescribeFrame(0, "g"), [(Operation.DESCRIBE, _group("g"))]),
-    (Op.GROUP_LIST, ListFrame(0, None), [(Operation.DESCRIBE, CLUSTER)]),
+    (Op.GROUP_LIST, ListFrame(0, None), []),
     (
         Op.GROUP_RESET,
         ResetFrame(0, PositionsReset("g", {("events", 0): 5})),

@@ -20,6 +20,8 @@ from laminar.groups.frames import (
     FindCoordinatorResponse,
     HeartbeatAnswerFrame,
     HeartbeatFrame,
+    ListAnswerFrame,
+    ListFrame,
 )
 from laminar.groups.messages import JOIN, LEAVE, LEAVE_STATIC, CommitRequest, HeartbeatRequest
 from laminar.security.acls import Operation, ResourceType
@@ -180,26 +182,30 @@ def allow_group(s: Shards) -> None:
         )
 
 
-async def coordinator(s: Shards, ctx: RequestContext) -> int:
-    found = await s.ask(FindCoordinatorRequest("g"), ctx)
+async def coordinator(s: Shards, ctx: RequestContext, group: str = "g") -> int:
+    found = await s.ask(FindCoordinatorRequest(group), ctx)
     assert isinstance(found, FindCoordinatorResponse), found
     return found.partition_id
 
 
-def beat(member: str | None, epoch: int, instance: str | None = None) -> HeartbeatRequest:
+def beat(
+    member: str | None, epoch: int, instance: str | None = None, group: str = "g"
+) -> HeartbeatRequest:
     return HeartbeatRequest(
-        "g", member, epoch, 0, instance, ("events",), frozenset(), 10.0, may_hold=False
+        group, member, epoch, 0, instance, ("events",), frozenset(), 10.0, may_hold=False
     )
 
 
-async def join(s: Shards, ctx: RequestContext, member: str, instance: str | None = None) -> int:
-    """Join as `member`; the epoch it got (once it holds its partitions)."""
-    pid = await coordinator(s, ctx)
-    got = await s.ask(HeartbeatFrame(pid, beat(member, JOIN, instance)), ctx)
+async def join(
+    s: Shards, ctx: RequestContext, member: str, instance: str | None = None, group: str = "g"
+) -> int:
+    """Join `group` as `member`; the epoch it got (once it holds its partitions)."""
+    pid = await coordinator(s, ctx, group)
+    got = await s.ask(HeartbeatFrame(pid, beat(member, JOIN, instance, group)), ctx)
     assert isinstance(got, HeartbeatAnswerFrame) and got.body.error is GroupError.NONE, got
     answer = got.body
     while not answer.assignment or answer.epoch == 0:
-        got = await s.ask(HeartbeatFrame(pid, beat(member, answer.epoch, instance)), ctx)
+        got = await s.ask(HeartbeatFrame(pid, beat(member, answer.epoch, instance, group)), ctx)
         answer = got.body
     return answer.epoch
 
@@ -266,3 +272,32 @@ def test_a_members_owner_survives_a_restart(tmp_path: Path) -> None:
             await s.close()
 
     asyncio.run(main())
+
+
+def test_a_group_list_shows_only_the_groups_the_principal_may_describe(tmp_path: Path) -> None:
+    async def scenario(s: Shards) -> None:
+        allow_group(s)
+        s.metadata.allow(
+            acl(Operation.READ, "h", ResourceType.GROUP, principal=BOB),
+            acl(Operation.DESCRIBE, "kafka-cluster", ResourceType.CLUSTER, principal="User:ops"),
+        )
+        await join(s, s.client(ALICE), "m-alice")
+        await join(s, s.client(BOB), "m-bob", group="h")
+        topic = s.metadata.state.by_name("__consumer_offsets")
+        assert topic is not None
+
+        async def listed(principal: str) -> set[str]:
+            names = set()
+            for idx in range(topic.partitions):
+                frame = ListFrame((topic.topic_id << 32) | idx, None)
+                got = await s.ask(frame, s.client(principal))
+                assert isinstance(got, ListAnswerFrame), got
+                names |= {view.group for view in got.body.groups}
+            return names
+
+        assert await listed(ALICE) == {"g"}  # READ on g implies describing it
+        assert await listed(BOB) == {"g", "h"}
+        assert await listed("User:ops") == {"g", "h"}  # DESCRIBE on the cluster: every group
+        assert await listed("User:nobody") == set()
+
+    run(tmp_path, scenario)
