@@ -28,7 +28,7 @@ import functools
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from laminar.security.tls import TlsSession
 from laminar.wire.codec import Buffer
@@ -98,6 +98,13 @@ class Stream(Protocol):
     def close(self) -> None:
         """Release what the stream holds (the socket is its owner's to close)."""
 
+    def peer_certificate(self) -> dict[str, Any] | None:
+        """The verified certificate the other end showed (TLS), else None."""
+
+    def detach(self) -> Stream:
+        """This stream for a new owner that charges its own budget (a
+        connection handed to the replication): it charges none."""
+
 
 class PlainStream:
     """The socket as it is: the loop's calls bound to it."""
@@ -116,6 +123,12 @@ class PlainStream:
 
     def close(self) -> None:
         return None
+
+    def peer_certificate(self) -> None:
+        return None
+
+    def detach(self) -> PlainStream:
+        return self
 
 
 def _chunks(buffers: Sequence[Buffer], size: int) -> Iterator[Buffer]:
@@ -300,3 +313,14 @@ class TlsStream:
             self._budget.release(self._charged)
         self._charged = 0
         self._tail = b""
+
+    def peer_certificate(self) -> dict[str, Any] | None:
+        return self._session.peer_certificate()
+
+    def detach(self) -> TlsStream:
+        """`close`d here; the new stream keeps the session and unsent output."""
+        tail = self._tail
+        self.close()
+        detached = TlsStream(self._loop, self.sock, self._session)
+        detached._tail = tail
+        return detached

@@ -7,8 +7,8 @@
   from metadata log entries.
 - `acls`: Kafka's ACL model and the cached `authorize` decision, applied from
   the same log.
-- `principal`: what a principal is, and the rule that names a TLS client by
-  its certificate.
+- `principal`: what a principal is, and the rules that name a TLS client,
+  and a node, by its certificate.
 - `errors`: why an authentication failed, why a change was refused;
   `entries`: the msgpack form of the metadata entries.
 
