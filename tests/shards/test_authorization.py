@@ -38,6 +38,7 @@ from laminar.wire import (
     FetchResponse,
     Frame,
     ListOffsetsRequest,
+    ListOffsetsResponse,
     ListTopicsRequest,
     ListTopicsResponse,
     Message,
@@ -229,7 +230,9 @@ def test_reads_and_topic_changes_need_their_own_operations(tmp_path: Path) -> No
         s.metadata.allow(acl(Operation.WRITE, "events"))
         await s.ask(produce(pid, b"a"), alice)
         assert refused(await s.ask(FetchRequest(pid, 0), alice), "read")
-        assert isinstance(await s.ask(ListOffsetsRequest(pid), alice), object)  # write: describe
+        offsets = await s.ask(ListOffsetsRequest(pid), alice)  # WRITE implies DESCRIBE
+        assert isinstance(offsets, ListOffsetsResponse), offsets
+        assert refused(await s.ask(ListOffsetsRequest(pid), s.client(BOB)), BOB, "describe")
         s.metadata.allow(acl(Operation.READ, "events"))
         got = await s.ask(FetchRequest(pid, 0), alice)
         assert isinstance(got, FetchResponse) and [r.decode()[0] for r in got.records] == [b"a"]
@@ -350,8 +353,10 @@ def test_a_forwarded_request_is_checked_by_its_owner_with_the_clients_principal(
         s.metadata.allow(acl(Operation.WRITE, "events"))
         assert isinstance(await s.ask(produce(pid, b"alice"), alice), ProduceResponse)
         assert refused(await s.ask(produce(pid, b"bob"), bob), BOB, "write")
-        assert s.dispatchers[0].metrics.forwarded_out == 2
-        assert s.dispatchers[1].metrics.forwarded_in == 2
+        anonymous = await s.ask(produce(pid, b"anonymous"), s.client(None, 0))
+        assert refused(anonymous, "has not logged in"), anonymous  # the owner refuses it
+        assert s.dispatchers[0].metrics.forwarded_out == 3
+        assert s.dispatchers[1].metrics.forwarded_in == 3
         assert await s.values(pid) == [b"alice"]
 
     run(tmp_path, scenario)
