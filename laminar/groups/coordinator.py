@@ -20,6 +20,9 @@ Rules, and why:
   the latest answer (`revision`) no longer lists it, or when the member leaves
   or its session expires. Only then may another member be given it. Members
   keep what stays theirs: no barrier, nobody stops.
+- Owned members. A member records the principal that joined it; the shell
+  refuses (before calling in) a heartbeat or commit that names a member,
+  or a static member's instance, another principal owns (`owners_named`).
 - Fencing. A commit is applied only from a known member at its current epoch
   for a partition it holds, never below the committed position, never past
   the partition's end. Only an admin reset (no members) or delete goes back.
@@ -191,17 +194,23 @@ class GroupCoordinator:
     # -- members ----------------------------------------------------------
 
     def heartbeat(
-        self, request: HeartbeatRequest, *, received_at: float | None = None
+        self,
+        request: HeartbeatRequest,
+        *,
+        received_at: float | None = None,
+        principal: str | None = None,
     ) -> Step[HeartbeatAnswer]:
         """Join (epoch 0), leave (-1, -2) or stay: the answer says what to hold.
 
         `received_at` (monotonic seconds): when a held heartbeat (`hold_s`)
-        arrived; its session runs from then, not from the answer again."""
+        arrived; its session runs from then, not from the answer again.
+        `principal`: who sent it; a new member is theirs (the shell refuses
+        another principal's heartbeats first, `owners_named`)."""
         error = self._check_heartbeat(request)
         if error is not GroupError.NONE:
             return self._finish(HeartbeatAnswer(error, 0))
         if request.member_epoch == JOIN:
-            return self._join(request)
+            return self._join(request, principal)
         group, member_id = request.group, request.member_id
         m = self._members.get(group, {}).get(member_id) if member_id is not None else None
         if m is None or member_id is None:
@@ -273,7 +282,19 @@ class GroupCoordinator:
         union.update(topics)
         return len(union) > self.limits.topics_per_group_max
 
-    def _join(self, r: HeartbeatRequest) -> Step[HeartbeatAnswer]:
+    def owners_named(self, request: HeartbeatRequest | CommitRequest) -> list[str | None]:
+        """The owners of the members `request` acts as: the member its id names
+        and, for a heartbeat with an instance id, the static member holding it
+        (a join under a new id takes that one's partitions over)."""
+        members = self._members.get(request.group, {})
+        named = members.get(request.member_id) if request.member_id is not None else None
+        owners = [] if named is None else [named.principal]
+        instance = request.instance_id if isinstance(request, HeartbeatRequest) else None
+        if instance is not None:
+            owners += [m.principal for m in members.values() if m.instance_id == instance]
+        return owners
+
+    def _join(self, r: HeartbeatRequest, principal: str | None) -> Step[HeartbeatAnswer]:
         """A new member, under the id it chose (or one made here if None).
 
         A join from a member the group knows is the same join sent again (its
@@ -314,6 +335,7 @@ class GroupCoordinator:
             revoking=_NO_PARTITIONS,
             target=_NO_PARTITIONS,
             away=False,
+            principal=principal,
         )
         rebalance = True
         if static is not None:

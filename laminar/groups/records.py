@@ -4,7 +4,7 @@ Every record is an upsert or a tombstone (value None) of one key, so folding
 the log in order gives the state and a compaction keeps one record per key:
 
     group     (group)                     -> GroupValue: epoch, assignor, partition counts
-    member    (group, member id)          -> MemberValue: subscription, epoch, assignment
+    member    (group, member id)          -> MemberValue: subscription, epoch, assignment, owner
     position  (group, topic, partition)   -> Position: index, member, epoch, commit time
 
 Encoded as a msgpack array `[version, kind, key..., value or nil]`; partition
@@ -32,6 +32,8 @@ RECORD_BYTES_MAX: Final = 4 << 20
 """A member record lists its partitions; 4 MiB holds ~100k of them."""
 NAME_BYTES_MAX: Final = 255
 """Group ids, member ids, instance ids, topic names and assignor names."""
+PRINCIPAL_BYTES_MAX: Final = 5 + 4 * 255
+"""A member's principal: `User:` and a name of up to 255 characters (UTF-8)."""
 _I64_MAX: Final = (1 << 63) - 1
 
 
@@ -57,6 +59,9 @@ class MemberValue:
     revoking: frozenset[TopicPartition]
     target: frozenset[TopicPartition]
     away: bool
+    principal: str | None = None
+    """Who joined it (`laminar.security.ownership`): only that principal may
+    heartbeat or commit as this member. None on a node without logins."""
 
     @property
     def held(self) -> frozenset[TopicPartition]:
@@ -110,6 +115,7 @@ def encode(record: Record) -> bytes:
                 _encode_parts(m.revoking),
                 _encode_parts(m.target),
                 m.away,
+                *(() if m.principal is None else (m.principal,)),
             ]
         row = [VERSION, KIND_MEMBER, record.group, record.member_id, value]
     else:
@@ -129,7 +135,7 @@ def decode(data: bytes) -> Record:
             data,
             raw=False,
             use_list=True,
-            max_str_len=NAME_BYTES_MAX,
+            max_str_len=PRINCIPAL_BYTES_MAX,  # names are held to NAME_BYTES_MAX below
             max_bin_len=0,
             max_array_len=len(data),
             max_map_len=0,
@@ -176,9 +182,16 @@ def _int(value: Any, name: str, low: int = 0) -> int:
 
 
 def _name(value: Any, name: str) -> str:
-    if type(value) is not str or not value:
-        raise RecordCodecError(f"record field {name} must be a non-empty string")
+    if type(value) is not str or not value or _over(value, NAME_BYTES_MAX):
+        raise RecordCodecError(
+            f"record field {name} must be a non-empty string of at most {NAME_BYTES_MAX} bytes"
+        )
     return value
+
+
+def _over(value: str, bytes_max: int) -> bool:
+    """Is `value` longer than `bytes_max` in UTF-8? (Cheap for ASCII.)"""
+    return len(value) > bytes_max or (not value.isascii() and len(value.encode()) > bytes_max)
 
 
 def _names(value: Any, name: str) -> tuple[str, ...]:
@@ -220,11 +233,13 @@ def _group_value(value: Any) -> GroupValue | None:
 def _member_value(value: Any) -> MemberValue | None:
     if value is None:
         return None
-    fields = _fields(value, 10, "member")
+    owned = type(value) is list and len(value) == 11  # a principal joined it
+    fields = _fields(value, 11 if owned else 10, "member")
     instance, epoch, revision, topics, session_ms, assignor = fields[:6]
-    assigned, revoking, target, away = fields[6:]
+    assigned, revoking, target, away = fields[6:10]
     if type(away) is not bool:
         raise RecordCodecError("record field away must be a bool")
+    principal = _principal(fields[10]) if owned else None
     return MemberValue(
         instance_id=_optional_name(instance, "instance id"),
         epoch=_int(epoch, "epoch"),
@@ -236,7 +251,14 @@ def _member_value(value: Any) -> MemberValue | None:
         revoking=_parts(revoking, "revoking"),
         target=_parts(target, "target"),
         away=away,
+        principal=principal,
     )
+
+
+def _principal(value: Any) -> str:
+    if type(value) is not str or not value or _over(value, PRINCIPAL_BYTES_MAX):
+        raise RecordCodecError("record field principal must be a non-empty string")
+    return value
 
 
 def _position(value: Any) -> Position | None:

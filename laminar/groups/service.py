@@ -17,6 +17,10 @@ of the positions partitions it leads.
   in the order the steps were made, and the answer goes out once the record
   its `wait_for` names is committed. The partition's topic has
   `flush.messages=1`: committed means fsynced on a majority.
+- Members are owned: a heartbeat or commit acting as a member (or a static
+  member's instance) that another principal joined is refused
+  (NOT_AUTHORIZED) before the core is called; the member record carries its
+  principal, so a new leader's core, replayed from the log, knows it.
 - A commit is checked against each partition's end (the committed index of
   its leader, asked over `NodeRoutes` and cached: ends only grow).
 - Sessions expire on a timer (`TICK_S`), so a member that died is gone within
@@ -56,7 +60,7 @@ from laminar.groups.frames import (
     ResetAnswerFrame,
 )
 from laminar.groups.lag import LagWatch
-from laminar.groups.messages import GroupView, TopicPartition
+from laminar.groups.messages import CommitRequest, GroupView, HeartbeatRequest, TopicPartition
 from laminar.groups.positions import (
     POSITIONS_CONFIG,
     POSITIONS_TOPIC,
@@ -68,6 +72,7 @@ from laminar.replication.metadata import MetadataError
 from laminar.replication.metalog import MetadataService
 from laminar.replication.replica import PartitionReplica
 from laminar.replication.routes import NodeRoutes, NodeUnreachable
+from laminar.security.ownership import Requester, may_act_for, not_owner_message
 from laminar.wire import ErrorCode, Frame, ListOffsetsRequest, ListOffsetsResponse, Op, TopicInfo
 from laminar.wire.codec import Buffer
 from laminar.wire.errors import ProtocolError, RequestError
@@ -202,8 +207,12 @@ class GroupService:
         routes: NodeRoutes,
         placed_on: Callable[[int, TopicInfo], Sequence[str]],
         clock: Clock = SYSTEM_CLOCK,
+        lists_group: Callable[[Requester, str], bool] | None = None,
     ) -> None:
+        """`lists_group`: whether a group list shows a group to a requester
+        (a node with logins: what its ACLs let it describe; None: every group)."""
         self._metadata = metadata
+        self._lists_group = lists_group
         self._positions_partitions = positions_partitions
         self._replica_of = replica_of
         self._routes = routes
@@ -263,13 +272,14 @@ class GroupService:
 
     # -- the coordinator's ops ---------------------------------------------------
 
-    async def heartbeat(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
+    async def heartbeat(self, req: GroupMessage, corr: int, ctx: Requester) -> list[Buffer]:
         body, pid = req.body, req.partition_id
         received = self._clock.monotonic()
         seen: list[tuple[Hosted, int, float]] = []
 
         def beat(core: GroupCoordinator) -> Step[Any]:
-            step = core.heartbeat(body, received_at=received)
+            _check_owners(core, body, ctx)
+            step = core.heartbeat(body, received_at=received, principal=ctx.principal)
             seen[:] = [
                 (self._hosted[pid], core.group_version(body.group), core.hold_s(body, step.answer))
             ]
@@ -288,11 +298,16 @@ class GroupService:
             answer = dataclasses.replace(answer, heartbeat_interval_s=0.0)
         return HeartbeatAnswerFrame(pid, answer).encode_buffers(corr)
 
-    async def commit(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
+    async def commit(self, req: GroupMessage, corr: int, ctx: Requester) -> list[Buffer]:
         body = req.body
         await self._coordinator_partition(req.partition_id, body.group)
         ends = await self._ends_of(body.positions)
-        answer = await self._serve(req.partition_id, body.group, lambda c: c.commit(body, ends))
+
+        def commit(core: GroupCoordinator) -> Step[Any]:
+            _check_owners(core, body, ctx)
+            return core.commit(body, ends)
+
+        answer = await self._serve(req.partition_id, body.group, commit)
         return CommitAnswerFrame(req.partition_id, answer).encode_buffers(corr)
 
     async def positions(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
@@ -307,8 +322,12 @@ class GroupService:
         answer = await self._serve(req.partition_id, group, lambda c: c.describe(group))
         return DescribeAnswerFrame(req.partition_id, answer).encode_buffers(corr)
 
-    async def list_groups(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
+    async def list_groups(self, req: GroupMessage, corr: int, ctx: Requester) -> list[Buffer]:
         answer = await self._serve(req.partition_id, None, lambda c: c.list_groups())
+        shown = self._lists_group
+        if shown is not None:
+            groups = tuple(view for view in answer.groups if shown(ctx, view.group))
+            answer = dataclasses.replace(answer, groups=groups)
         return ListAnswerFrame(req.partition_id, answer).encode_buffers(corr)
 
     async def reset(self, req: GroupMessage, corr: int, ctx: Any) -> list[Buffer]:
@@ -586,6 +605,18 @@ def _checkpoint_count(blob: bytes) -> int | None:
         return None
     count = (headers or {}).get(CHECKPOINT_HEADER)
     return int(count) if count is not None and count.isdigit() and int(count) > 0 else None
+
+
+def _check_owners(
+    core: GroupCoordinator, request: HeartbeatRequest | CommitRequest, requester: Requester
+) -> None:
+    """NOT_AUTHORIZED (nothing applied) if `request` acts as a member another
+    principal joined (`laminar.security.ownership`)."""
+    if not all(may_act_for(owner, requester) for owner in core.owners_named(request)):
+        raise RequestError(
+            ErrorCode.NOT_AUTHORIZED,
+            not_owner_message(f"a member of group {request.group[:60]!r}", requester),
+        )
 
 
 def _check_group(group: str) -> None:

@@ -197,6 +197,8 @@ class _NodeLink:
         self.connections: dict[int, ShardConnection] = {}
         self.sent_this_tick = False
         self.failures = 0
+        self.last_logged: str | None = None
+        """The last failure logged (a new one is logged at once)."""
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     def put(self, pid: int, message: Message) -> None:
@@ -252,7 +254,11 @@ class _NodeLink:
         return self.layout
 
     def _broken(self, exc: BaseException) -> None:
-        if self.failures in (0, 5) or self.failures % 50 == 49:
+        """Log the failure when it is new (another reason than the last one
+        logged), else at the 1st, 6th and every 50th in a row."""
+        reason = f"{type(exc).__name__}: {exc}"
+        if self.failures in (0, 5) or self.failures % 50 == 49 or reason != self.last_logged:
+            self.last_logged = reason
             logger.warning("raft link to node %s: %s", self.node_id, exc)
         for conn in self.connections.values():
             conn.close()

@@ -8,6 +8,11 @@ runs the handler; and turns any failure into an error response with the
 request's correlation id, op and partition id. It never raises for a bad
 request: the connection decides only about fatal framing errors.
 
+Authorization (`laminar.shards.authorization`): on a node with logins, a
+client's request is checked after decoding, on the shard that serves it,
+before its handler runs; a FORWARD carries the client's principal so the
+owner checks it, never the forwarder.
+
 Counting: a request is counted (by op, with its latency) by the shard that
 serves it; the receiving shard of a forwarded request counts it as
 `forwarded_out`, the owner as `forwarded_in`.
@@ -22,6 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 from laminar.channels.siblings import ChannelError, Channels, ChannelUnreachable
+from laminar.shards.authorization import UnresolvedTopic
 from laminar.shards.errors import error_for
 from laminar.shards.handlers import Handlers, RequestContext
 from laminar.shards.metrics import ShardMetrics
@@ -88,6 +94,8 @@ class Dispatcher:
         self.channels = channels
         self.metrics = metrics
         self.max_frame_bytes = max_frame_bytes
+        self.authorizer = handlers.authorizer
+        """The ACL checks (None: the node has no logins and checks nothing)."""
         self._table: dict[int, Handler] = {
             Op.PRODUCE: handlers.produce,
             Op.FETCH: handlers.fetch,
@@ -122,12 +130,17 @@ class Dispatcher:
                 clustered=self.clustered,
             )
             if decision.action is Action.FORWARD:
-                return await self._forward(decision.target, frame, ctx.client)
+                return await self._forward(decision.target, frame, ctx)
             if decision.action is Action.REJECT:
                 return self._error(frame, decision.code, decision.message)
             if frame.op == Op.FORWARD:
                 return await self._unwrap(frame)
             request = decode_request(frame)
+            if self.authorizer is not None and ctx.from_client:
+                try:
+                    self.authorizer.check(frame.op, request, ctx.principal)
+                except UnresolvedTopic as unresolved:
+                    await self._authorize_resolved(unresolved, frame.op, request, ctx.principal)
             out = await self._table[frame.op](request, frame.correlation_id, ctx)
         except asyncio.CancelledError:
             raise
@@ -135,6 +148,16 @@ class Dispatcher:
             return self.failure_response(frame, exc)
         self.metrics.request_done(OP_NAMES[frame.op], time.perf_counter() - start)
         return out
+
+    async def _authorize_resolved(
+        self, unresolved: UnresolvedTopic, op: int, request: Any, principal: str | None
+    ) -> None:
+        """The check again once the topic id it named is applied here (waiting
+        for the metadata, or UNKNOWN_TOPIC / NOT_READY as its handler would
+        answer)."""
+        assert self.authorizer is not None
+        await self.handlers.topic_of(unresolved.partition_id)
+        self.authorizer.check(op, request, principal)
 
     def failure_response(self, frame: Frame, exc: Exception) -> list[Buffer]:
         """The error response to `frame` for a failure while serving it; server
@@ -158,11 +181,13 @@ class Dispatcher:
             frame.correlation_id
         )
 
-    async def _forward(self, target: int, frame: Frame, client: int | None) -> list[Buffer]:
-        """Serve `frame` (of connection `client`) on shard `target` and return
-        its response frame."""
+    async def _forward(self, target: int, frame: Frame, ctx: RequestContext) -> list[Buffer]:
+        """Serve `frame` on shard `target` and return its response frame. The
+        client's connection id and principal go with it: the owner checks it."""
         self.metrics.forwarded_out += 1
-        wrapped = ForwardRequest(frame.partition_id, self.shard_id, frame.encode(), client)
+        wrapped = ForwardRequest(
+            frame.partition_id, self.shard_id, frame.encode(), ctx.client, ctx.principal
+        )
         try:
             response = await self.channels.to(target).request(
                 wrapped, FORWARD_TIMEOUT_S + _max_wait_s(frame, self.handlers.ident.max_wait_ms)
@@ -198,6 +223,7 @@ class Dispatcher:
             forwarded=True,
             origin_shard=forward.origin_shard,
             client=forward.client,
+            principal=forward.principal,
         )
         response = b"".join(await self.dispatch(inner, ctx))
         return ForwardResponse(frame.partition_id, response).encode_buffers(frame.correlation_id)

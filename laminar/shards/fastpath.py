@@ -22,6 +22,10 @@ wait:
   (`Handlers.fetch_nowait`: read with `RWF_NOWAIT`, checksums verified as on
   the general path): answered at once, no task, no io_uring round trip.
 
+On a node with logins both are served here only when the client's principal
+may (WRITE or READ on the topic, `Authorizer.allows_partition`: one cached
+decision); otherwise the general path refuses them, naming what is missing.
+
 Everything else returns False before anything happened, and the general path
 serves it with the same answers: this module decides only *how* a request is
 served, never *what* the answer is.
@@ -51,7 +55,15 @@ _NOT_PLAIN_REQUEST = Flags.RESPONSE | Flags.ERROR
 class RequestFastPath:
     """Serves produces and fetches without a task (see the module docstring)."""
 
-    __slots__ = ("_context", "_dispatcher", "_handlers", "_metrics", "_shard_count", "_shard_id")
+    __slots__ = (
+        "_authorizer",
+        "_context",
+        "_dispatcher",
+        "_handlers",
+        "_metrics",
+        "_shard_count",
+        "_shard_id",
+    )
 
     def __init__(self, dispatcher: Dispatcher) -> None:
         self._dispatcher = dispatcher
@@ -59,6 +71,7 @@ class RequestFastPath:
         self._metrics = dispatcher.metrics
         self._shard_id = dispatcher.shard_id
         self._shard_count = dispatcher.shard_count
+        self._authorizer = dispatcher.authorizer
         # Answers are encoded in the caller's context (its task queue), not in
         # the flusher's, which resolves the future.
         self._context = contextvars.copy_context()
@@ -75,6 +88,11 @@ class RequestFastPath:
             or shard_for(frame.partition_id, self._shard_count) != self._shard_id
         ):
             return False
+        authorizer = self._authorizer
+        if authorizer is not None and not authorizer.allows_partition(
+            ctx.principal, op, frame.partition_id
+        ):
+            return False  # the general path refuses it, naming what is missing
         if op == Op.FETCH:
             return self._fetch(frame, respond)
         start = time.perf_counter()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from laminar.channels.siblings import ChannelError, Channels
 from laminar.log import LogBatch, LogClosed, LogConfig, SegmentedLog
@@ -74,6 +74,9 @@ from laminar.wire.codec import Buffer
 from laminar.wire.errors import RequestError
 from laminar.wire.records import encode_fetch_columns
 
+if TYPE_CHECKING:  # authorization imports this module's RequestContext
+    from laminar.shards.authorization import Authorizer
+
 _UNSPECIFIED_HOSTS: Final = frozenset({"0.0.0.0", "::", ""})
 SIBLING_LEADERS_TIMEOUT_S: Final = 1.0
 """How long a metadata answer waits for a sibling shard's leaders."""
@@ -120,7 +123,15 @@ class RequestContext:
     principal: str | None = None
     """Who the client connection logged in as (`User:NAME`); None on a node
     without --auth, and on internal traffic. With --auth the connection serves
-    nothing before its login succeeded."""
+    nothing before its login succeeded. A FORWARD carries it to the owner."""
+
+    @property
+    def from_client(self) -> bool:
+        """Whether a client sent it (authorized, owners checked), not the node
+        itself (sibling channels, peer sessions, the shard's own requests). A
+        forwarded client frame keeps its client id and principal, so the shard
+        that serves it checks it."""
+        return not self.internal or self.client is not None or self.principal is not None
 
 
 class Handlers:
@@ -135,8 +146,11 @@ class Handlers:
         polls: LongPolls,
         replicas: Replicas,
         channels: Channels | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
         self.ident = ident
+        self.authorizer = authorizer
+        """The ACL checks of a node with logins (None: nothing is checked)."""
         self.channels = channels
         """To sibling shards (for the leaders a metadata answer names)."""
         self.metadata = metadata
@@ -213,6 +227,7 @@ class Handlers:
     write_topic_of = _writable_topic_of
     write_replica_of = _writable_replica_of
     replica_of = _replica_of
+    topic_of = _topic_of
 
     # -- partition ops ---------------------------------------------------------
 
@@ -410,7 +425,7 @@ class Handlers:
             ident.port,
             ident.routing_mode,
             shards,
-            () if req.layout_only else self.metadata.state.topics(),
+            () if req.layout_only else self._visible_topics(ctx),
             ident.admin_port,
             nodes,
             () if req.layout_only else await self.node_leaders(ctx, clustered=bool(nodes)),
@@ -457,7 +472,14 @@ class Handlers:
         self, req: ListTopicsRequest, corr: int, ctx: RequestContext
     ) -> list[Buffer]:
         await self.metadata.ready()
-        return ListTopicsResponse(self.metadata.state.topics()).encode_buffers(corr)
+        return ListTopicsResponse(self._visible_topics(ctx)).encode_buffers(corr)
+
+    def _visible_topics(self, ctx: RequestContext) -> tuple[TopicInfo, ...]:
+        """The topics a metadata answer lists: with logins, those the client may describe."""
+        topics = self.metadata.state.topics()
+        if self.authorizer is None or not ctx.from_client:
+            return topics
+        return self.authorizer.visible(ctx.principal, topics)
 
     async def create_topic(
         self, req: CreateTopicRequest, corr: int, ctx: RequestContext

@@ -57,6 +57,7 @@ from laminar.replication.transport import READ_BYTES as TRANSPORT_READ_BYTES
 from laminar.security.login import Login
 from laminar.security.state import DECOY_KEY_BYTES
 from laminar.security.tls import ServerTls, TlsFiles
+from laminar.shards.authorization import Authorizer
 from laminar.shards.bootstrap_user import keep_bootstrap_user, read_user_file
 from laminar.shards.budget import InputBudget
 from laminar.shards.config import NodeConfig
@@ -322,6 +323,7 @@ class Shard:
             self.polls,
             self.replicas,
             self.channels,
+            Authorizer(self.metadata.state) if config.authenticated else None,
         )
         if self.replication is not None:
             self.replication.adopt_known(self._replicated_owned)
@@ -374,6 +376,7 @@ class Shard:
             ),
             self.replicas.placed_on,
             self.clock,
+            None if self.handlers.authorizer is None else self.handlers.authorizer.lists_group,
         )
         self.dispatcher.add_handlers(self.groups.table())
         self.dispatcher.add_handlers(SecurityOps(self.metadata, config.authenticated).table())

@@ -605,9 +605,10 @@ class ForwardRequest(Message):
     `frame` is the client's frame, byte for byte; the owner answers with a
     `ForwardResponse` holding the response frame, which the origin sends back.
 
-    Header: {origin_shard, client?} (client: the id of the client connection
-    the frame came on, which owns the idempotent producers it introduces).
-    Payload: the client's frame.
+    Header: {origin_shard, client?, principal?} (client: the id of the client
+    connection the frame came on, which owns the idempotent producers it
+    introduces; principal: who that connection logged in as, which the owner
+    authorizes). Payload: the client's frame.
     """
 
     OP: ClassVar[int] = Op.FORWARD
@@ -617,6 +618,7 @@ class ForwardRequest(Message):
     origin_shard: int
     frame: bytes
     client: int | None = None
+    principal: str | None = None
 
     def _partition(self) -> int:
         return self.partition_id
@@ -625,6 +627,8 @@ class ForwardRequest(Message):
         header: dict[str, Any] = {"origin_shard": self.origin_shard}
         if self.client is not None:
             header["client"] = self.client
+        if self.principal is not None:
+            header["principal"] = self.principal
         return header
 
     def _payload(self) -> list[Buffer]:
@@ -638,6 +642,7 @@ class ForwardRequest(Message):
             f.uint(h, "origin_shard", f.U16),
             frame.payload,
             f.opt_uint(h, "client"),
+            f.opt_string(h, "principal"),
         )
 
 

@@ -439,10 +439,31 @@ class _PartitionParts(Message):
 
 
 @dataclass(frozen=True, slots=True)
-class CheckStagedRequest(_PartitionParts):
-    """Internal (op 13): is every named part staged in full on this partition? If
-    so the partition records, durably, that `commit_id` claims them (so expiry
-    asks the coordinator before dropping them)."""
+class _OwnedParts(_PartitionParts):
+    """Internal: a request about parts on behalf of the commit's owner
+    (`principal`, None on a node without logins): only attempts that principal
+    staged are claimed or dropped.
+
+    Header: {commit_id, principal?}. Payload: parts, as for a commit."""
+
+    principal: str | None = None
+
+    def _header(self) -> dict[str, Any]:
+        header: dict[str, Any] = {"commit_id": self.commit_id}
+        if self.principal is not None:
+            header["principal"] = self.principal
+        return header
+
+    @classmethod
+    def _more(cls, h: dict[str, Any]) -> tuple[Any, ...]:
+        return (f.opt_string(h, "principal"),)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckStagedRequest(_OwnedParts):
+    """Internal (op 13): is every named part staged in full on this partition,
+    by `principal`? If so the partition records, durably, that `commit_id`
+    claims them (so expiry asks the coordinator before dropping them)."""
 
     OP: ClassVar[int] = Op.CHECK_STAGED
 
@@ -523,10 +544,10 @@ class AppendStagedRequest(Message):
 
 
 @dataclass(frozen=True, slots=True)
-class DropStagedRequest(_PartitionParts):
+class DropStagedRequest(_OwnedParts):
     """Internal (op 15): forget `commit_id` on this partition and drop the named
     parts' staged data, and any other attempt of their writes that no commit
-    claims (a finished or aborted commit's losers)."""
+    claims (a finished or aborted commit's losers), of those `principal` staged."""
 
     OP: ClassVar[int] = Op.DROP_STAGED
 

@@ -29,7 +29,11 @@ Rules:
    checking the same parts right then). Why an attempt went (expired,
    published, dropped by a commit or an abort) is remembered for the last
    `GONE_REMEMBERED` ones, so a commit that names it later is told the cause.
-5. A publish is planned once: its batches, in the order the commit names them,
+5. Attempts are owned (`laminar.security.ownership`): the principal that
+   staged an attempt's first batch is its owner; a batch from another is
+   refused, a commit claims an attempt only on its owner's behalf, and a drop
+   on an owner's behalf drops only that owner's attempts.
+6. A publish is planned once: its batches, in the order the commit names them,
    cut into chunks of at most `chunk_bytes` (one log append each). The plan is
    recorded durably (INTENT) before the first append, so after a crash the same
    chunks are looked for in the log and only the missing ones appended.
@@ -74,6 +78,9 @@ class Attempt:
     claimed_by: int | None = None
     """The commit id whose latest claim names this attempt."""
     publishing: bool = False
+    principal: str | None = None
+    """Its owner: who staged its first batch (None on a node without logins).
+    Only the owner stages more into it, and only the owner's commit claims it."""
 
 
 @dataclass(slots=True)
@@ -96,6 +103,7 @@ class Verdict(enum.Enum):
     DUPLICATE = "duplicate"
     OUT_OF_ORDER = "out of order"
     FULL = "full"
+    NOT_OWNER = "not the owner"
 
 
 class StageDecision(NamedTuple):
@@ -132,6 +140,10 @@ class PublishPlan(NamedTuple):
     chunks: tuple[Chunk, ...]
     fresh: bool
     """True if no INTENT is recorded yet (nothing can be in the log)."""
+
+
+class NotOwner(Exception):
+    """A commit names attempts another principal staged."""
 
 
 class MissingStagedData(Exception):
@@ -189,10 +201,23 @@ class StagingArea:
     # -- staging (rules 1, 2) ----------------------------------------------------------
 
     def decide_stage(
-        self, pid: int, key: AttemptKey, sequence: int, records: int, frame_bytes: int
+        self,
+        pid: int,
+        key: AttemptKey,
+        sequence: int,
+        records: int,
+        frame_bytes: int,
+        principal: str | None = None,
     ) -> StageDecision:
-        """What to do with a batch; a STAGE verdict reserves `frame_bytes`."""
+        """What to do with a batch `principal` sends; a STAGE verdict reserves
+        `frame_bytes`."""
         attempt = self._attempts.get((pid, key))
+        if attempt is not None and attempt.principal != principal:
+            return StageDecision(
+                Verdict.NOT_OWNER,
+                reason=f"task {key.task} attempt {key.attempt:#x} of write {key.write_id:#x} "
+                "was staged by another principal",
+            )
         expected = 0 if attempt is None else len(attempt.batches)
         if sequence < expected:
             assert attempt is not None
@@ -231,12 +256,13 @@ class StagingArea:
         reserved: int,
         timeout_ms: int,
         now: float,
+        principal: str | None = None,
     ) -> Attempt:
         """Record a batch now durable (its frame `reserved` bytes, header included
-        for a new file)."""
+        for a new file; `principal` owns a new attempt)."""
         attempt = self._attempts.get((pid, key))
         if attempt is None:
-            attempt = Attempt(pid, key, self.timeout_for(timeout_ms), now)
+            attempt = Attempt(pid, key, self.timeout_for(timeout_ms), now, principal=principal)
             self._attempts[(pid, key)] = attempt
             self._write_attempts[key.write_id] += 1
         if batch.sequence != len(attempt.batches):
@@ -253,6 +279,17 @@ class StagingArea:
         self.bytes -= reserved
 
     # -- claims (rule 3) -----------------------------------------------------------------
+
+    def check_owner(self, pid: int, parts: Sequence[StagedPart], principal: str | None) -> None:
+        """Raise `NotOwner` if any of `parts` staged on `pid` is not `principal`'s
+        (rule 5; a commit claims them on its owner's behalf)."""
+        for part in parts:
+            attempt = self._attempts.get((pid, AttemptKey.of(part)))
+            if attempt is not None and attempt.principal != principal:
+                raise NotOwner(
+                    f"task {part.task} attempt {part.attempt:#x} of write {part.write_id:#x} "
+                    "was staged by another principal"
+                )
 
     def check(self, pid: int, parts: Sequence[StagedPart]) -> int:
         """The records of `parts` if each is staged in full on `pid`; else raise
@@ -310,7 +347,7 @@ class StagingArea:
             self._commits[(pid, commit_id)] = record
         return record
 
-    # -- publishing (rule 5) ---------------------------------------------------------------
+    # -- publishing (rule 6) ---------------------------------------------------------------
 
     def plan_publish(
         self, pid: int, commit_id: int, parts: Sequence[StagedPart], chunk_bytes: int
@@ -445,10 +482,11 @@ class StagingArea:
         batches: Iterable[StagedBatch],
         file_bytes: int,
         now: float,
+        principal: str | None = None,
     ) -> Attempt:
         """An attempt found on disk after a restart (its batches in sequence
         order); it gets a whole timeout from `now`."""
-        attempt = Attempt(pid, key, self.timeout_for(timeout_ms), now)
+        attempt = Attempt(pid, key, self.timeout_for(timeout_ms), now, principal=principal)
         for batch in batches:
             if batch.sequence != len(attempt.batches):
                 break  # cannot happen for a file written by this module

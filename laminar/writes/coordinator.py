@@ -25,6 +25,12 @@ anywhere after 2, the coordinator finishes the commit itself, and so does a new
 leader of the decisions group if the coordinator's node dies. Requests about
 one commit id run one at a time here (a lock per id), so a commit sent again
 waits for the first and is answered with its outcome.
+
+Ownership (`laminar.security.ownership`): a decision records the principal
+that made it; a commit, abort or status request about a decided id from
+another client principal is refused (NOT_AUTHORIZED), and the checks and
+drops a coordinator sends name that owner, so a partition claims or drops
+only the attempts the owner staged.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from typing import Final
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.replication.replica import PartitionReplica
 from laminar.replication.routes import NodeRoutes, NodeUnreachable
+from laminar.security.ownership import Requester, may_act_for, not_owner_message
 from laminar.wire import ErrorCode
 from laminar.wire.errors import RequestError
 from laminar.wire.writes import (
@@ -69,6 +76,15 @@ REPLAY_READ_BYTES: Final = 4 << 20
 Holding = tuple[str, int]
 """(node, partition id): where a commit's parts are staged."""
 ByHolding = dict[Holding, tuple[StagedPart, ...]]
+
+
+def _check_owner(decisions: Decisions, commit_id: int, requester: Requester) -> None:
+    """NOT_AUTHORIZED unless `requester` may act on `commit_id`'s decision."""
+    decision = decisions.get(commit_id)
+    if decision is not None and not may_act_for(decision.principal, requester):
+        raise RequestError(
+            ErrorCode.NOT_AUTHORIZED, not_owner_message(f"write {commit_id:#x}", requester)
+        )
 
 
 class CommitPartsError(RequestError):
@@ -204,24 +220,30 @@ class Coordinator:
 
     # -- requests ---------------------------------------------------------------------
 
-    async def state(self, commit_id: int) -> str:
-        return (await self._decisions(commit_id))[1].state_of(commit_id)
+    async def state(self, commit_id: int, requester: Requester) -> str:
+        decisions = (await self._decisions(commit_id))[1]
+        _check_owner(decisions, commit_id, requester)
+        return decisions.state_of(commit_id)
 
     async def commit(
-        self, commit_id: int, parts: tuple[StagedPart, ...]
+        self, commit_id: int, parts: tuple[StagedPart, ...], requester: Requester
     ) -> tuple[bool, tuple[Published, ...]]:
-        """`(first, published)`: see `CommitWriteRequest`."""
+        """`(first, published)`: see `CommitWriteRequest`. Only the owner of a
+        decided id may send it again; the parts must be the requester's own."""
         by_holding = check_parts(parts)
-        return await shielded(self._commit(commit_id, parts, by_holding))
+        return await shielded(self._commit(commit_id, parts, by_holding, requester))
 
     async def _commit(
         self,
         commit_id: int,
         parts: tuple[StagedPart, ...],
         by_holding: ByHolding,
+        requester: Requester,
     ) -> tuple[bool, tuple[Published, ...]]:
+        owner = requester.principal
         async with self._locks.hold(commit_id):
             _, decisions = await self._decisions(commit_id)
+            _check_owner(decisions, commit_id, requester)
             action = decisions.action_for_commit(commit_id)
             if action is Action.REFUSE:
                 raise RequestError(
@@ -231,10 +253,13 @@ class Coordinator:
                 if not parts:
                     raise CommitPartsError("a commit needs at least one staged part")
                 await asyncio.gather(
-                    *(self._check(commit_id, holding, p) for holding, p in by_holding.items())
+                    *(
+                        self._check(commit_id, holding, p, owner)
+                        for holding, p in by_holding.items()
+                    )
                 )
                 decision = await self._record(
-                    commit_id, committed_entry(commit_id, parts, self._clock.wall_ms())
+                    commit_id, committed_entry(commit_id, parts, self._clock.wall_ms(), owner)
                 )
                 self.commits += 1
             else:
@@ -247,13 +272,15 @@ class Coordinator:
             if decision.state == WriteState.COMMITTED:
                 decision = await self._finish(decision)
             if extra:  # a commit sent again with other attempts: theirs are not needed
-                self._spawn(self._drop(commit_id, check_parts(extra)))
+                self._spawn(self._drop(commit_id, check_parts(extra), decision.principal))
             return first, decision.published
 
-    async def _check(self, commit_id: int, holding: Holding, parts: tuple[StagedPart, ...]) -> None:
+    async def _check(
+        self, commit_id: int, holding: Holding, parts: tuple[StagedPart, ...], owner: str | None
+    ) -> None:
         node, pid = holding
         try:
-            await self._routes.to_node(node, CheckStagedRequest(pid, commit_id, parts))
+            await self._routes.to_node(node, CheckStagedRequest(pid, commit_id, parts, owner))
         except NodeUnreachable as exc:
             tasks = ", ".join(str(p.task) for p in parts[:5]) + (", ..." if len(parts) > 5 else "")
             raise RequestError(
@@ -286,10 +313,11 @@ class Coordinator:
                 "and the node retries it",
             ) from None
         self._retry_after.pop(commit_id, None)
+        owner = decision.principal
         done = await self._record(
-            commit_id, done_entry(commit_id, tuple(published), self._clock.wall_ms())
+            commit_id, done_entry(commit_id, tuple(published), self._clock.wall_ms(), owner)
         )
-        self._spawn(self._drop(commit_id, by_holding))
+        self._spawn(self._drop(commit_id, by_holding, owner))
         return done
 
     async def _publish_partition(
@@ -330,10 +358,11 @@ class Coordinator:
         answer = PublishStagedResponse.from_frame(frame)
         return Published(pid, answer.first_index, answer.count)
 
-    async def _drop(self, commit_id: int, by_holding: ByHolding) -> None:
+    async def _drop(self, commit_id: int, by_holding: ByHolding, owner: str | None) -> None:
+        """Drop the parts (and their writes' losers) that `owner` staged."""
         for (node, pid), parts in by_holding.items():
             try:
-                await self._routes.to_node(node, DropStagedRequest(pid, commit_id, parts))
+                await self._routes.to_node(node, DropStagedRequest(pid, commit_id, parts, owner))
             except Exception as exc:  # the partition expires it later
                 logger.info(
                     "commit %#x: dropping on %s at node %s failed: %s",
@@ -343,23 +372,31 @@ class Coordinator:
                     exc,
                 )
 
-    async def abort(self, commit_id: int, final: bool, parts: tuple[StagedPart, ...]) -> str:
-        """The state after the abort (see `AbortWriteRequest`)."""
+    async def abort(
+        self, commit_id: int, final: bool, parts: tuple[StagedPart, ...], requester: Requester
+    ) -> str:
+        """The state after the abort (see `AbortWriteRequest`); only the owner of
+        a decided id may abort it, and only the requester's own parts are dropped."""
         by_holding = check_parts(parts) if parts else {}
-        return await shielded(self._abort(commit_id, final, by_holding))
+        return await shielded(self._abort(commit_id, final, by_holding, requester))
 
-    async def _abort(self, commit_id: int, final: bool, by_holding: ByHolding) -> str:
+    async def _abort(
+        self, commit_id: int, final: bool, by_holding: ByHolding, requester: Requester
+    ) -> str:
+        owner = requester.principal
         async with self._locks.hold(commit_id):
             _, decisions = await self._decisions(commit_id)
+            _check_owner(decisions, commit_id, requester)
             state = decisions.state_of(commit_id)
             if state in (WriteState.COMMITTED, WriteState.DONE):
                 return state
             if final and state == WriteState.UNKNOWN:
-                await self._record(commit_id, aborted_entry(commit_id, self._clock.wall_ms()))
+                entry = aborted_entry(commit_id, self._clock.wall_ms(), owner)
+                await self._record(commit_id, entry)
                 self.aborts += 1
                 state = WriteState.ABORTED
             if by_holding:
-                self._spawn(self._drop(commit_id, by_holding))
+                self._spawn(self._drop(commit_id, by_holding, owner))
             return state
 
     # -- upkeep -------------------------------------------------------------------------
@@ -400,7 +437,9 @@ class Coordinator:
                 if now_ms - decision.decided_ms > self.retention_ms // 2:
                     await self._record(
                         decision.commit_id,
-                        committed_entry(decision.commit_id, decision.parts, now_ms),
+                        committed_entry(
+                            decision.commit_id, decision.parts, now_ms, decision.principal
+                        ),
                     )
             table.decisions.forget_old(now_ms)
         await self.logs.apply_retention(now_ms)

@@ -4,9 +4,15 @@ The shell (`laminar.writes.coordinator`) appends every entry to the
 bucket's decision log (fsync) before `apply`ing it, so this table is always
 what the disk says. Entries, as msgpack maps:
 
-    {"k": "c", "id": commit_id, "t": ms, "parts": [[pid, write, task, attempt, batches, records]]}
-    {"k": "d", "id": commit_id, "t": ms, "pub": [[pid, first_index, count]]}
-    {"k": "a", "id": commit_id, "t": ms}
+    {"k": "c", "id": commit_id, "t": ms, "parts": [[pid, write, task, attempt, batches, records]],
+     "p"?: principal}
+    {"k": "d", "id": commit_id, "t": ms, "pub": [[pid, first_index, count]], "p"?: principal}
+    {"k": "a", "id": commit_id, "t": ms, "p"?: principal}
+
+`p` is the owner (`laminar.security.ownership`): the principal that decided
+the commit id, absent for a node without logins. Only the owner may commit it
+again, abort it or read its state. "done" repeats it: retention may take the
+"committed" entry before it.
 
 Rules:
 
@@ -49,6 +55,8 @@ class Decision:
     parts: tuple[StagedPart, ...] = ()
     """The claimed parts (kept until done)."""
     published: tuple[Published, ...] = ()
+    principal: str | None = None
+    """Its owner: who decided it (None on a node without logins)."""
 
 
 class Action(enum.Enum):
@@ -60,16 +68,28 @@ class Action(enum.Enum):
     REFUSE = "refuse: aborted"
 
 
-def committed_entry(commit_id: int, parts: tuple[StagedPart, ...], now_ms: int) -> bytes:
-    return _pack({"k": "c", "id": commit_id, "t": now_ms, "parts": [p.to_wire() for p in parts]})
+def committed_entry(
+    commit_id: int, parts: tuple[StagedPart, ...], now_ms: int, principal: str | None = None
+) -> bytes:
+    entry = {"k": "c", "id": commit_id, "t": now_ms, "parts": [p.to_wire() for p in parts]}
+    return _pack(_owned(entry, principal))
 
 
-def done_entry(commit_id: int, published: tuple[Published, ...], now_ms: int) -> bytes:
-    return _pack({"k": "d", "id": commit_id, "t": now_ms, "pub": [list(p) for p in published]})
+def done_entry(
+    commit_id: int, published: tuple[Published, ...], now_ms: int, principal: str | None = None
+) -> bytes:
+    entry = {"k": "d", "id": commit_id, "t": now_ms, "pub": [list(p) for p in published]}
+    return _pack(_owned(entry, principal))
 
 
-def aborted_entry(commit_id: int, now_ms: int) -> bytes:
-    return _pack({"k": "a", "id": commit_id, "t": now_ms})
+def aborted_entry(commit_id: int, now_ms: int, principal: str | None = None) -> bytes:
+    return _pack(_owned({"k": "a", "id": commit_id, "t": now_ms}, principal))
+
+
+def _owned(entry: dict[str, Any], principal: str | None) -> dict[str, Any]:
+    if principal is not None:
+        entry["p"] = principal
+    return entry
 
 
 def _pack(entry: dict[str, Any]) -> bytes:
@@ -118,19 +138,22 @@ class Decisions:
             raise DecisionLogError(f"a decision entry does not decode: {exc}") from None
         if type(commit_id) is not int or type(at) is not int:
             raise DecisionLogError(f"a decision entry has a bad id or time: {entry!r}")
+        principal = entry.get("p")
+        if principal is not None and type(principal) is not str:
+            raise DecisionLogError(f"a decision entry has a bad owner: {entry!r}")
         decision = self._by_id.get(commit_id)
         if kind == "c":
             parts = tuple(StagedPart.from_wire(p) for p in entry["parts"])
             if decision is None or decision.state == WriteState.COMMITTED:
-                decision = Decision(commit_id, WriteState.COMMITTED, at, parts)
+                decision = Decision(commit_id, WriteState.COMMITTED, at, parts, (), principal)
         elif kind == "d":
             published = tuple(Published.from_wire(p) for p in entry["pub"])
             if decision is None or decision.state != WriteState.ABORTED:
                 at = at if decision is None else decision.decided_ms
-                decision = Decision(commit_id, WriteState.DONE, at, (), published)
+                decision = Decision(commit_id, WriteState.DONE, at, (), published, principal)
         elif kind == "a":
             if decision is None:
-                decision = Decision(commit_id, WriteState.ABORTED, at)
+                decision = Decision(commit_id, WriteState.ABORTED, at, principal=principal)
         else:
             raise DecisionLogError(f"unknown decision entry kind {kind!r}")
         self._by_id[commit_id] = decision

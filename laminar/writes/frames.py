@@ -12,8 +12,9 @@ which no one was told was durable).
 Two kinds of file (`laminar.writes` says why):
 
 - an *attempt file* per (partition, write id, task, attempt): an ATTEMPT
-  header, then one BATCH frame per staged batch (its sequence, its record
-  count, and the records as a produce batch payload, stored as received);
+  header (with its owner: the principal that staged it), then one BATCH
+  frame per staged batch (its sequence, its record count, and the records
+  as a produce batch payload, stored as received);
 - a *commit file* per (partition, commit id): a COMMIT header, then CLAIM
   frames (the parts a commit claims here; the last one counts), an INTENT
   (where a publish started and how its batches are cut into appends) and
@@ -127,16 +128,28 @@ class AttemptHeader:
     partition_id: int
     key: AttemptKey
     timeout_ms: int
+    principal: str | None = None
+    """Who staged it (its owner); None on a node without logins."""
 
 
-def attempt_header(partition_id: int, key: AttemptKey, timeout_ms: int) -> list[Buffer]:
-    return frame(Kind.ATTEMPT, _ATTEMPT.pack(partition_id, *key, timeout_ms))
+def attempt_header(
+    partition_id: int, key: AttemptKey, timeout_ms: int, principal: str | None = None
+) -> list[Buffer]:
+    """The ATTEMPT frame: the fixed fields, then the owner's principal in UTF-8
+    (nothing for None; files written before owners existed end there too)."""
+    owner = b"" if principal is None else principal.encode()
+    return frame(Kind.ATTEMPT, _ATTEMPT.pack(partition_id, *key, timeout_ms), owner)
 
 
 def read_attempt_header(f: FileFrame) -> AttemptHeader:
-    body = _expect(f, Kind.ATTEMPT, _ATTEMPT.size)
-    pid, write_id, task, attempt, timeout_ms = _ATTEMPT.unpack(body)
-    return AttemptHeader(pid, AttemptKey(write_id, task, attempt), timeout_ms)
+    if f.kind is not Kind.ATTEMPT or len(f.body) < _ATTEMPT.size:
+        raise StagingFormatError(f"expected an ATTEMPT frame at {f.offset}")
+    pid, write_id, task, attempt, timeout_ms = _ATTEMPT.unpack_from(f.body)
+    try:
+        principal = f.body[_ATTEMPT.size :].decode() or None
+    except UnicodeDecodeError:
+        raise StagingFormatError(f"an ATTEMPT frame's owner is not UTF-8 at {f.offset}") from None
+    return AttemptHeader(pid, AttemptKey(write_id, task, attempt), timeout_ms, principal)
 
 
 def batch_frame(sequence: int, blobs: Sequence[bytes]) -> list[Buffer]:

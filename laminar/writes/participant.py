@@ -65,6 +65,7 @@ from laminar.wire.writes import (
 from laminar.writes.area import (
     Ask,
     MissingStagedData,
+    NotOwner,
     PublishPlan,
     StagedBatch,
     StagingArea,
@@ -202,16 +203,17 @@ class Participant:
 
     # -- stage ------------------------------------------------------------------------
 
-    async def stage(self, req: StageRequest) -> tuple[int, bool]:
-        """Stage a batch durably; `(records, duplicate)`."""
+    async def stage(self, req: StageRequest, principal: str | None = None) -> tuple[int, bool]:
+        """Stage a batch durably for `principal` (a new attempt's owner; an
+        existing one's must be it); `(records, duplicate)`."""
         if not req.blobs:
             raise RequestError(ErrorCode.INVALID_REQUEST, "a staged batch needs a record")
         for blob in req.blobs:
             if blob[:1] != b"\x00" and any(name in blob for name in _RESERVED):
                 _check_no_reserved_header(blob)
-        return await shielded(self._stage(req))
+        return await shielded(self._stage(req, principal))
 
-    async def _stage(self, req: StageRequest) -> tuple[int, bool]:
+    async def _stage(self, req: StageRequest, principal: str | None) -> tuple[int, bool]:
         pid = req.partition_id
         key = AttemptKey(req.write_id, req.task, req.attempt)
         async with self._locks.hold(("attempt", pid, key)):
@@ -225,7 +227,7 @@ class Participant:
                     f"node {log.leader} leads the partition; an attempt stages there first",
                     leader=log.leader,
                 )
-            header = attempt_header(pid, key, req.timeout_ms) if new else []
+            header = attempt_header(pid, key, req.timeout_ms, principal) if new else []
             batch = batch_frame(req.sequence, req.blobs)
             limit = self._append_bytes(log)
             if frame_bytes(batch) > limit:
@@ -235,7 +237,11 @@ class Participant:
                     f"publish append size of {limit} bytes; send smaller batches",
                 )
             size = frame_bytes(header) + frame_bytes(batch)
-            decision = self.area.decide_stage(pid, key, req.sequence, len(req.blobs), size)
+            decision = self.area.decide_stage(
+                pid, key, req.sequence, len(req.blobs), size, principal
+            )
+            if decision.verdict is Verdict.NOT_OWNER:
+                raise RequestError(ErrorCode.NOT_AUTHORIZED, decision.reason)
             if decision.verdict is Verdict.DUPLICATE:
                 return len(req.blobs), True
             if decision.verdict is Verdict.FULL:
@@ -253,23 +259,34 @@ class Participant:
                 raise
             start = offset + frame_bytes(header)
             staged = StagedBatch(req.sequence, len(req.blobs), start, frame_bytes(batch))
-            self.area.staged(pid, key, staged, size, req.timeout_ms, self._clock.monotonic())
+            now = self._clock.monotonic()
+            self.area.staged(pid, key, staged, size, req.timeout_ms, now, principal)
             self.stats.batches_staged += 1
             self.stats.bytes_staged += size
             return len(req.blobs), False
 
     # -- check (a coordinator's prepare) ---------------------------------------------------
 
-    async def check(self, pid: int, commit_id: int, parts: tuple[StagedPart, ...]) -> int:
-        """Claim `parts` for `commit_id` durably if each is staged in full; their records."""
-        return await shielded(self._check(pid, commit_id, parts))
+    async def check(
+        self, pid: int, commit_id: int, parts: tuple[StagedPart, ...], principal: str | None = None
+    ) -> int:
+        """Claim `parts` for `commit_id` durably if each is staged in full by
+        `principal` (the commit's owner); their records."""
+        return await shielded(self._check(pid, commit_id, parts, principal))
 
-    async def _check(self, pid: int, commit_id: int, parts: tuple[StagedPart, ...]) -> int:
+    async def _check(
+        self, pid: int, commit_id: int, parts: tuple[StagedPart, ...], principal: str | None
+    ) -> int:
         async with self._locks.hold(("commit", pid, commit_id)):
             try:
+                self.area.check_owner(pid, parts, principal)
                 records = self.area.check(pid, parts)
             except MissingStagedData as exc:
                 raise self._missing(pid, exc) from None
+            except NotOwner as exc:
+                raise RequestError(
+                    ErrorCode.NOT_AUTHORIZED, f"{self._describe(pid)}: {exc}"
+                ) from None
             new = self.area.commit_record(pid, commit_id) is None
             # In memory first: expiry keeps the parts from now on (conservative).
             self.area.claimed(pid, commit_id, parts, self._clock.monotonic())
@@ -428,13 +445,18 @@ class Participant:
 
     # -- drop ---------------------------------------------------------------------------------
 
-    async def drop(self, pid: int, commit_id: int, parts: tuple[StagedPart, ...]) -> int:
+    async def drop(
+        self, pid: int, commit_id: int, parts: tuple[StagedPart, ...], principal: str | None = None
+    ) -> int:
         """Forget `commit_id` here and drop the named parts' staged data, and every
         other attempt of their writes no commit claims (the losers: failed and
-        speculative attempts); how many attempts were dropped."""
-        return await shielded(self._drop(pid, commit_id, parts))
+        speculative attempts), of those `principal` owns; how many attempts were
+        dropped."""
+        return await shielded(self._drop(pid, commit_id, parts, principal))
 
-    async def _drop(self, pid: int, commit_id: int, parts: tuple[StagedPart, ...]) -> int:
+    async def _drop(
+        self, pid: int, commit_id: int, parts: tuple[StagedPart, ...], principal: str | None
+    ) -> int:
         async with self._locks.hold(("commit", pid, commit_id)):
             record = self.area.commit_record(pid, commit_id)
             if record is not None and record.intent is not None and record.published is None:
@@ -452,7 +474,11 @@ class Participant:
         dropped = 0
         for key in [*named, *(k for w in writes for k in self.area.keys_of_write(pid, w))]:
             attempt = self.area.attempt(pid, key)
-            if attempt is not None and attempt.claimed_by in (None, commit_id):
+            if (
+                attempt is not None
+                and attempt.claimed_by in (None, commit_id)
+                and attempt.principal == principal
+            ):
                 dropped += await self._drop_attempt(pid, key, why)
         self.stats.attempts_dropped += dropped
         return dropped
@@ -573,7 +599,9 @@ class Participant:
         for f in frames[1:]:
             sequence, records = read_batch_head(f)
             batches.append(StagedBatch(sequence, records, f.offset, f.length))
-        self.area.restore_attempt(pid, header.key, header.timeout_ms, batches, end, now)
+        self.area.restore_attempt(
+            pid, header.key, header.timeout_ms, batches, end, now, header.principal
+        )
 
     async def _recover_commit(self, pid: int, name: str, now: float) -> None:
         path = os.path.join(self.directory(pid), name)

@@ -24,6 +24,7 @@ from laminar.log.storage import StorageBackend
 from laminar.replication.calls import PeerCalls
 from laminar.replication.replica import PartitionReplica
 from laminar.replication.routes import NodeRoutes, Send
+from laminar.security.ownership import Requester
 from laminar.wire import Op
 from laminar.wire.codec import Buffer
 from laminar.wire.writes import (
@@ -153,28 +154,30 @@ class WriteService:
 
     # -- handlers ----------------------------------------------------------------------
 
-    async def stage(self, req: StageRequest, corr: int, ctx: object) -> list[Buffer]:
+    async def stage(self, req: StageRequest, corr: int, ctx: Requester) -> list[Buffer]:
         await self._check_partition(req.partition_id)
-        records, duplicate = await self.participant.stage(req)
+        records, duplicate = await self.participant.stage(req, ctx.principal)
         return StageResponse(
             req.partition_id, req.sequence, records, duplicate, self.node_id
         ).encode_buffers(corr)
 
-    async def commit(self, req: CommitWriteRequest, corr: int, ctx: object) -> list[Buffer]:
-        first, published = await self.coordinator.commit(req.commit_id, req.parts)
+    async def commit(self, req: CommitWriteRequest, corr: int, ctx: Requester) -> list[Buffer]:
+        first, published = await self.coordinator.commit(req.commit_id, req.parts, ctx)
         return CommitWriteResponse(req.commit_id, first, published).encode_buffers(corr)
 
-    async def abort(self, req: AbortWriteRequest, corr: int, ctx: object) -> list[Buffer]:
-        state = await self.coordinator.abort(req.commit_id, req.final, req.parts)
+    async def abort(self, req: AbortWriteRequest, corr: int, ctx: Requester) -> list[Buffer]:
+        state = await self.coordinator.abort(req.commit_id, req.final, req.parts, ctx)
         return AbortWriteResponse(req.commit_id, state).encode_buffers(corr)
 
-    async def status(self, req: WriteStatusRequest, corr: int, ctx: object) -> list[Buffer]:
-        state = await self.coordinator.state(req.commit_id)
+    async def status(self, req: WriteStatusRequest, corr: int, ctx: Requester) -> list[Buffer]:
+        state = await self.coordinator.state(req.commit_id, ctx)
         return WriteStateResponse(req.commit_id, state).encode_buffers(corr)
 
     async def check(self, req: CheckStagedRequest, corr: int, ctx: object) -> list[Buffer]:
         await self._check_partition(req.partition_id)
-        records = await self.participant.check(req.partition_id, req.commit_id, req.parts)
+        records = await self.participant.check(
+            req.partition_id, req.commit_id, req.parts, req.principal
+        )
         return CheckStagedResponse(req.partition_id, 0, records).encode_buffers(corr)
 
     async def publish(self, req: PublishStagedRequest, corr: int, ctx: object) -> list[Buffer]:
@@ -190,7 +193,9 @@ class WriteService:
         return AppendStagedResponse(req.partition_id, first, found).encode_buffers(corr)
 
     async def drop(self, req: DropStagedRequest, corr: int, ctx: object) -> list[Buffer]:
-        dropped = await self.participant.drop(req.partition_id, req.commit_id, req.parts)
+        dropped = await self.participant.drop(
+            req.partition_id, req.commit_id, req.parts, req.principal
+        )
         return DropStagedResponse(req.partition_id, 0, dropped).encode_buffers(corr)
 
     # -- the shard's life --------------------------------------------------------------

@@ -43,6 +43,7 @@ RECORDS: list[Record] = [
     MemberRecord("g", "00ff", MEMBER),
     MemberRecord("g", "00ff", dataclasses.replace(MEMBER, instance_id=None, away=True)),
     MemberRecord("g", "00ff", None),
+    MemberRecord("g", "00ff", dataclasses.replace(MEMBER, principal="User:al\u00efce")),
     PositionRecord("g", "a", 3, Position(1234, "00ff", 7, 1_800_000_000_000)),
     PositionRecord("g", "a", 3, Position(0, "", 0, 0)),
     PositionRecord("g", "a", 3, None),
@@ -64,6 +65,10 @@ def test_a_record_of_another_version_or_kind_is_refused() -> None:
 def test_oversized_names_and_records_are_refused_before_decoding() -> None:
     with pytest.raises(RecordCodecError):
         decode(encode(GroupRecord("g" * 256, None)))
+    with pytest.raises(RecordCodecError):  # 255 bytes in UTF-8 at most, not characters
+        decode(encode(GroupRecord("\u00e9" * 128, None)))
+    longest = dataclasses.replace(MEMBER, principal="User:" + "\u00e9" * 255)
+    assert decode(encode(MemberRecord("g", "m", longest))) == MemberRecord("g", "m", longest)
     with pytest.raises(RecordCodecError):
         decode(b"\x91" + b"\x00" * (5 << 20))
 

@@ -107,14 +107,16 @@ REQUESTS: list[st.SearchStrategy[Any]] = [
     st.builds(ListTopicsRequest),
     st.builds(Ping, u64),
     st.builds(AlterTopicRequest, names, configs, st.lists(names, max_size=3).map(tuple)),
-    st.builds(ForwardRequest, u64, u16, st.binary(max_size=100)),
+    st.builds(
+        ForwardRequest, u64, u16, st.binary(max_size=100), st.none() | u64, st.none() | names
+    ),
     st.builds(w.StageRequest, u64, u64, u32, u64, u32, st.lists(blobs, max_size=5).map(tuple), u32),
     st.builds(w.CommitWriteRequest, u64, parts_tuple),
     st.builds(w.AbortWriteRequest, u64, st.booleans(), parts_tuple),
     st.builds(w.WriteStatusRequest, u64),
-    _partition_parts(w.CheckStagedRequest),
+    _partition_parts(w.CheckStagedRequest, st.none() | names),
     _partition_parts(w.PublishStagedRequest, st.integers(0, w.SLOTS_MAX - 1)),
-    _partition_parts(w.DropStagedRequest),
+    _partition_parts(w.DropStagedRequest, st.none() | names),
     st.builds(
         w.AppendStagedRequest,
         u64,

@@ -87,3 +87,16 @@ def test_entries_written_before_parts_named_their_node_replay() -> None:
     decisions = Decisions(retention_ms=10_000)
     old = msgpack.packb({"k": "c", "id": 7, "t": 1, "parts": [[5, 1, 0, 9, 2, 20]]})
     assert decisions.apply(old).parts == (StagedPart(5, 1, 0, 9, 2, 20, ""),)
+
+
+def test_a_decision_keeps_its_owner_and_done_repeats_it() -> None:
+    d = Decisions(DAY_MS)
+    d.apply(committed_entry(1, PARTS, 1, "User:alice"))
+    d.apply(aborted_entry(2, 2, "User:bob"))
+    d.apply(committed_entry(3, PARTS, 3))
+    assert [d.get(c).principal for c in (1, 2, 3)] == ["User:alice", "User:bob", None]  # type: ignore[union-attr]
+    alone = Decisions(DAY_MS)  # retention took the "committed" entry before "done"
+    alone.apply(done_entry(1, PUB, 4, "User:alice"))
+    assert alone.get(1).principal == "User:alice"  # type: ignore[union-attr]
+    old = msgpack.packb({"k": "a", "id": 4, "t": 5})  # written before owners existed
+    assert d.apply(old).principal is None
