@@ -104,6 +104,19 @@ def tls_client(node: RunningNode, files: Files, **options: Any) -> Client:
     return Client(node.bootstrap, tls=True, ca_file=files.ca.cert, **options)
 
 
+def may_see_admin_topic(principal: str) -> Acl:
+    """The ACL that lets `principal` see admin-topic (a login shows as whom it
+    is logged in by what the node lets it see)."""
+    return Acl(
+        principal,
+        ResourceType.TOPIC,
+        PatternType.LITERAL,
+        "admin-topic",
+        Operation.DESCRIBE,
+        Permission.ALLOW,
+    )
+
+
 def logged_in(node: RunningNode, files: Files, user: str, password: str) -> Client:
     """A client logged in as `user`, once the node has the user (the bootstrap
     user is created a moment after the node is up): a refusal is retried
@@ -237,6 +250,7 @@ def test_cli_creates_a_user_who_then_logs_in(
         "mechanisms": ["SCRAM-SHA-256", "SCRAM-SHA-512"],
         "superuser": False,
     }
+    admin.add_acls([may_see_admin_topic("User:alice")])
     for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
         with tls_client(
             node,
@@ -262,6 +276,7 @@ def test_cli_creates_a_user_who_then_logs_in(
             password="alice-secret-1",
         )
     tls_client(node, files, username="alice", password="alice-secret-2").close()
+    admin.remove_acls(AclFilter(principal="User:alice"))
     deleted = _cli(node, files, *login, "user", "delete", "alice")
     assert deleted.returncode == 0, deleted.stderr
     with pytest.raises(AuthenticationFailedError):
@@ -322,13 +337,15 @@ def test_acls_round_trip(node: RunningNode, files: Files, admin: Client) -> None
 
 
 def test_a_client_certificate_logs_in(node: RunningNode, files: Files, admin: Client) -> None:
-    with tls_client(
-        node,
-        files,
-        cert_file=files.carol.cert,
-        key_file=files.carol.key,
-    ) as carol:
-        assert "admin-topic" in {t.name for t in carol.list_topics()}
+    """carol's certificate logs her in as User:carol: she sees admin-topic once
+    an ACL lets User:carol see it, and not before."""
+    carol_files = {"cert_file": files.carol.cert, "key_file": files.carol.key}
+    with tls_client(node, files, **carol_files) as carol:
+        assert carol.list_topics() == []
+    admin.add_acls([may_see_admin_topic("User:carol")])
+    with tls_client(node, files, **carol_files) as carol:
+        assert [t.name for t in carol.list_topics()] == ["admin-topic"]
+    admin.remove_acls(AclFilter(principal="User:carol"))
     # TLS 1.3: the client's handshake ends before the node checks its
     # certificate; the node's alert ends the connection at the first read.
     for refused, alert in ((files.stranger, "unknown ca"), (files.expired, "certificate expired")):
