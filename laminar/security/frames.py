@@ -183,7 +183,7 @@ class UsersRequest(Message):
 
     def _header(self) -> dict[str, Any]:
         h: dict[str, Any] = {"action": self.action}
-        if self.name:
+        if self.action != UserAction.LIST:
             h["name"] = self.name
         if self.superuser:
             h["superuser"] = True
