@@ -108,8 +108,8 @@ def parser_default_bootstrap() -> str:
 
 
 def client_security(args: argparse.Namespace) -> dict[str, Any]:
-    """A client's `tls`, `ca_file`, `username` and `password` arguments, from
-    --tls, --ca-file, --user and --password-file (or $LAMINAR_USER and
+    """A client's TLS and login arguments, from --tls, --ca-file, --cert-file,
+    --key-file, --user and --password-file (or $LAMINAR_USER and
     $LAMINAR_PASSWORD_FILE)."""
     login: dict[str, Any] = {}
     user = getattr(args, "user", None) or os.environ.get("LAMINAR_USER") or None
@@ -125,7 +125,13 @@ def client_security(args: argparse.Namespace) -> dict[str, Any]:
                 "(or $LAMINAR_USER and $LAMINAR_PASSWORD_FILE)"
             )
         login = {"username": user, "password": read_password(password_file)}
-    return {"tls": bool(args.tls or args.ca_file), "ca_file": args.ca_file, **login}
+    return {
+        "tls": bool(args.tls or args.ca_file or args.cert_file),
+        "ca_file": args.ca_file,
+        "cert_file": args.cert_file,
+        "key_file": args.key_file,
+        **login,
+    }
 
 
 def read_password(path: str) -> str:
@@ -166,6 +172,15 @@ def common_parser() -> argparse.ArgumentParser:
         "--ca-file",
         metavar="FILE",
         help="PEM CA certificates that sign the node's certificate (implies --tls)",
+    )
+    group.add_argument(
+        "--cert-file",
+        metavar="FILE",
+        help="PEM client certificate to show the node (implies --tls): a node with "
+        "--tls-ca-file logs the client in as User:<its CN>",
+    )
+    group.add_argument(
+        "--key-file", metavar="FILE", help="the --cert-file's private key (if not in it)"
     )
     group.add_argument("--json", action="store_true", help="print JSON for scripts")
     group.add_argument(

@@ -119,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--ca-file", dest="global_ca_file", metavar="FILE", help="as a command's --ca-file"
     )
     parser.add_argument(
+        "--cert-file", dest="global_cert_file", metavar="FILE", help="as a command's --cert-file"
+    )
+    parser.add_argument(
+        "--key-file", dest="global_key_file", metavar="FILE", help="as a command's --key-file"
+    )
+    parser.add_argument(
         "--user",
         metavar="NAME",
         help="log in as this user (with --password-file; default $LAMINAR_USER)",
@@ -166,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.json = args.json or args.global_json
     args.tls = args.tls or args.global_tls
     args.ca_file = args.ca_file or args.global_ca_file
+    args.cert_file = args.cert_file or args.global_cert_file
+    args.key_file = args.key_file or args.global_key_file
     try:
         return _run(args)
     except KeyboardInterrupt:

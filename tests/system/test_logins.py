@@ -345,6 +345,10 @@ def test_a_client_certificate_logs_in(node: RunningNode, files: Files, admin: Cl
     admin.add_acls([may_see_admin_topic("User:carol")])
     with tls_client(node, files, **carol_files) as carol:
         assert [t.name for t in carol.list_topics()] == ["admin-topic"]
+    by_cli = _cli(node, files, "--cert-file", files.carol.cert, "--key-file", files.carol.key,
+                  "topic", "list", "--json")  # fmt: skip
+    assert by_cli.returncode == 0, by_cli.stderr
+    assert [t["name"] for t in json.loads(by_cli.stdout)] == ["admin-topic"]
     admin.remove_acls(AclFilter(principal="User:carol"))
     # TLS 1.3: the client's handshake ends before the node checks its
     # certificate; the node's alert ends the connection at the first read.
