@@ -24,7 +24,7 @@ from laminar.shards.budget import InputBudget
 from laminar.shards.connection import Connection
 from laminar.shards.dispatch import Dispatcher
 from laminar.shards.handlers import RequestContext
-from laminar.shards.kafka_door import KafkaDoor
+from laminar.shards.kafka_door import KafkaDoor, LoginEnded
 from laminar.shards.metrics import ShardMetrics
 from laminar.wire import ProtocolError
 from laminar.wire.codec import Buffer
@@ -58,6 +58,7 @@ class KafkaConnection(Connection):
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self._door = door
+        self._login = door.new_login()
         super().__init__(
             sock, dispatcher, metrics, ctx, max_frame_bytes, on_close, budget, None, clock, tls
         )
@@ -88,6 +89,12 @@ class KafkaConnection(Connection):
         return len(frame) - len(frame) // PRODUCE_DECODED_SHARE
 
     async def _serve_one(self, frame: bytes) -> None:  # type: ignore[override]
-        answer = await self._door.serve(frame, self._ctx)
+        try:
+            answer = await self._door.serve(frame, self._ctx, self._login)
+        except LoginEnded as ended:
+            if ended.answer is not None:
+                self._send([ended.answer])
+            self.stop()  # what was received is still answered, then the socket closes
+            return
         if answer is not None:
             self._send([answer])

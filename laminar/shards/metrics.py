@@ -97,6 +97,8 @@ class ShardMetrics:
         self.channel_refused = 0
         self.handshakes_refused = 0
         self.tls_refused = 0
+        self.auth_failures: Counter[str] = Counter()
+        """Failed logins, by `laminar.security.errors.AuthFailure` value."""
         self.retention_segments_deleted = 0
         self.retention_bytes_deleted = 0
         self.protocol_errors = 0
@@ -137,6 +139,7 @@ class ShardMetrics:
             "channel_refused": self.channel_refused,
             "handshakes_refused": self.handshakes_refused,
             "tls_refused": self.tls_refused,
+            "auth_failures": dict(self.auth_failures),
             "retention_segments_deleted": self.retention_segments_deleted,
             "retention_bytes_deleted": self.retention_bytes_deleted,
             "protocol_errors": self.protocol_errors,
