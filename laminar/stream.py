@@ -28,7 +28,7 @@ import functools
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from laminar.security.tls import TlsSession
 from laminar.wire.codec import Buffer
@@ -98,6 +98,9 @@ class Stream(Protocol):
     def close(self) -> None:
         """Release what the stream holds (the socket is its owner's to close)."""
 
+    def peer_certificate(self) -> dict[str, Any] | None:
+        """The verified certificate the other end showed (TLS), else None."""
+
 
 class PlainStream:
     """The socket as it is: the loop's calls bound to it."""
@@ -115,6 +118,9 @@ class PlainStream:
         return None
 
     def close(self) -> None:
+        return None
+
+    def peer_certificate(self) -> None:
         return None
 
 
@@ -300,3 +306,6 @@ class TlsStream:
             self._budget.release(self._charged)
         self._charged = 0
         self._tail = b""
+
+    def peer_certificate(self) -> dict[str, Any] | None:
+        return self._session.peer_certificate()

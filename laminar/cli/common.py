@@ -10,6 +10,7 @@ from enum import IntEnum
 from typing import Any, Final
 
 from laminar.client.routing import parse_address, parse_addresses
+from laminar.replication.auth import SecretFileError, read_private_file
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:7070"
 
@@ -106,9 +107,40 @@ def parser_default_bootstrap() -> str:
     return os.environ.get("LAMINAR_BOOTSTRAP") or DEFAULT_BOOTSTRAP
 
 
-def client_tls(args: argparse.Namespace) -> dict[str, Any]:
-    """The `tls` and `ca_file` arguments of a client, from --tls and --ca-file."""
-    return {"tls": bool(args.tls or args.ca_file), "ca_file": args.ca_file}
+def client_security(args: argparse.Namespace) -> dict[str, Any]:
+    """A client's `tls`, `ca_file`, `username` and `password` arguments, from
+    --tls, --ca-file, --user and --password-file (or $LAMINAR_USER and
+    $LAMINAR_PASSWORD_FILE)."""
+    login: dict[str, Any] = {}
+    user = getattr(args, "user", None) or os.environ.get("LAMINAR_USER") or None
+    password_file = (
+        getattr(args, "password_file_login", None)
+        or os.environ.get("LAMINAR_PASSWORD_FILE")
+        or None
+    )
+    if user or password_file:
+        if not (user and password_file):
+            raise UsageError(
+                "logging in takes both --user NAME and --password-file FILE "
+                "(or $LAMINAR_USER and $LAMINAR_PASSWORD_FILE)"
+            )
+        login = {"username": user, "password": read_password(password_file)}
+    return {"tls": bool(args.tls or args.ca_file), "ca_file": args.ca_file, **login}
+
+
+def read_password(path: str) -> str:
+    """The password in an owner-only file (one line; a trailing newline is not
+    part of it); `UsageError` saying what is wrong."""
+    try:
+        text = read_private_file(path, "the password file").decode("utf-8")
+    except SecretFileError as exc:
+        raise UsageError(str(exc)) from None
+    except UnicodeDecodeError:
+        raise UsageError(f"the password file {path} is not UTF-8 text") from None
+    password = text.removesuffix("\n").removesuffix("\r")
+    if not password or "\n" in password:
+        raise UsageError(f"the password file {path} must hold the password on one line")
+    return password
 
 
 def common_parser() -> argparse.ArgumentParser:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any, BinaryIO
 
-from laminar.cli.common import UsageError, client_tls
+from laminar.cli.common import UsageError, client_security
 from laminar.cli.output import put_bytes, say
 from laminar.client import (
     AsyncClient,
@@ -162,13 +162,13 @@ async def consume(args: argparse.Namespace) -> int:
             if value is not None:
                 raise UsageError(f"--group reads the partitions the group gives: no {flag}")
         async with AsyncClient(
-            args.bootstrap, timeout_s=args.timeout, **client_tls(args)
+            args.bootstrap, timeout_s=args.timeout, **client_security(args)
         ) as client:
             await _consume_as_member(client, args, printer)
         return 0
     retry = FOLLOW_RETRY if args.follow else None
     async with AsyncClient(
-        args.bootstrap, timeout_s=args.timeout, retry=retry, **client_tls(args)
+        args.bootstrap, timeout_s=args.timeout, retry=retry, **client_security(args)
     ) as client:
         topic = await _topic(client, args.topic)
         if args.partition is None:

@@ -5,7 +5,7 @@ turns every failure into a message that says what to do and an exit code
 scripts can trust (`laminar.cli.common.Exit`); with --json the message is one
 JSON line on stderr. The commands live in their own modules: `topics`,
 `produce`, `consume`, `status`, `weight`, `decommission`,
-`repair`.
+`repair`, `users`, `acls`.
 """
 
 from __future__ import annotations
@@ -19,14 +19,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from laminar.cli import consume, decommission, groups, produce, repair, status, topics, weight
+from laminar.cli import (
+    acls,
+    consume,
+    decommission,
+    groups,
+    produce,
+    repair,
+    status,
+    topics,
+    users,
+    weight,
+)
 from laminar.cli.common import (
     EXIT_CODES_HELP,
     CommandError,
     Exit,
     UsageError,
     addresses,
-    client_tls,
+    client_security,
     common_parser,
     parser_default_bootstrap,
 )
@@ -58,6 +69,8 @@ examples:
   laminar weight 2                           # this node takes more partitions
   laminar node decommission n3 --wait 600    # n3's partitions move away; then stop it
   laminar repair data/partitions/1-0         # rebuild a damaged replica (node stopped)
+  laminar --user admin --password-file admin.pw user create alice --password-file alice.pw
+  laminar acl add --principal User:alice --operation write --topic events
 """
 
 
@@ -106,6 +119,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--ca-file", dest="global_ca_file", metavar="FILE", help="as a command's --ca-file"
     )
     parser.add_argument(
+        "--user",
+        metavar="NAME",
+        help="log in as this user (with --password-file; default $LAMINAR_USER)",
+    )
+    parser.add_argument(
+        "--password-file",
+        dest="password_file_login",
+        metavar="FILE",
+        help="an owner-only file holding the --user's password (default $LAMINAR_PASSWORD_FILE)",
+    )
+    parser.add_argument(
         "--json",
         dest="global_json",
         action="store_true",
@@ -120,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     weight.add_parser(commands, common)
     decommission.add_parsers(commands, common)
     repair.add_parser(commands, common)
+    users.add_parsers(commands, common)
+    acls.add_parsers(commands, common)
     return parser
 
 
@@ -169,7 +195,7 @@ def _run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         retry=retry,
         idempotent=idempotent,
-        **client_tls(args),
+        **client_security(args),
     ) as client:
         code = args.run(client, args)
         return code

@@ -15,7 +15,8 @@ both clients perform), `routing` (addresses, the cluster view), `protocol`
 writes), `retry` (what may
 be sent again), `results`, `batch` (`RecordBatch`, a fetch answer without an
 object per record), `reader` (`PartitionReader`, a partition read in order
-one fetch ahead), `arrow` (fetch answers to Arrow) and `errors` (what callers get), `blocking` and
+one fetch ahead), `arrow` (fetch answers to Arrow) and `errors` (what callers get), `login`
+(a connection's SCRAM login), `security` (users and ACLs), `blocking` and
 `sync` (the sync client), `aio_connection` and `aio` (the asyncio client).
 """
 
@@ -81,9 +82,20 @@ from laminar.client.writes import (
     Stager,
     new_write_id,
 )
+from laminar.security.acls import (
+    Acl,
+    AclFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
+from laminar.security.credentials import UserInfo
 from laminar.wire import MetadataResponse, ShardInfo, TopicInfo
 
 __all__ = [
+    "Acl",
+    "AclFilter",
     "AsyncAtomicWrite",
     "AsyncClient",
     "AsyncConsumer",
@@ -114,12 +126,15 @@ __all__ = [
     "NotReadyError",
     "OffsetOutOfRangeError",
     "Offsets",
+    "Operation",
     "OutOfOrderSequenceError",
     "OutcomeUnknownError",
     "PartitionDescription",
     "PartitionLag",
     "PartitionReader",
+    "PatternType",
     "Pending",
+    "Permission",
     "PingResult",
     "Produced",
     "ProtocolViolationError",
@@ -127,6 +142,7 @@ __all__ = [
     "RecordBatch",
     "RecordTooLargeError",
     "RequestTimeoutError",
+    "ResourceType",
     "RetryPolicy",
     "Sent",
     "ServerError",
@@ -146,6 +162,7 @@ __all__ = [
     "UnknownTopicError",
     "UnknownUserError",
     "UserExistsError",
+    "UserInfo",
     "WriteAbortedError",
     "WriteCommittedError",
     "new_write_id",

@@ -26,16 +26,17 @@ import asyncio
 import contextlib
 import functools
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar, Unpack
 
-from laminar.client import calls, groups, writes
+from laminar.client import calls, groups, security, writes
 from laminar.client.aio_connection import AsyncConnection
 from laminar.client.batch import RecordBatch
 from laminar.client.consumer import AsyncConsumer, ConsumerCore, ConsumerOptions
 from laminar.client.core import REFRESH, ClientCore, Drop, Join, Plan, Send, Sleep, Start, sent
 from laminar.client.errors import ConnectionLostError, LaminarError
 from laminar.client.groups import GroupDescription
+from laminar.client.login import ClientLogin, Credentials
 from laminar.client.producer import AsyncProducer, is_idempotent, produce_call
 from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
 from laminar.client.reader import PartitionReader, abandon
@@ -43,6 +44,9 @@ from laminar.client.results import Offsets, PingResult, Record, Sent, TopicDescr
 from laminar.client.retry import RetryPolicy
 from laminar.client.routing import Address, ClusterView
 from laminar.groups.messages import GroupView
+from laminar.security.acls import Acl, AclFilter
+from laminar.security.credentials import UserInfo
+from laminar.security.frames import AuthenticateRequest
 from laminar.wire import ListOffsetsResponse, MetadataResponse, TopicInfo
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES, DEFAULT_FETCH_MAX_RECORDS
 from laminar.wire.writes import StagedPart
@@ -66,6 +70,11 @@ class AsyncClient(ClientCore):
         idempotent: bool = True,
         tls: bool | ssl.SSLContext = False,
         ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        mechanism: str = "SCRAM-SHA-256",
     ) -> None:
         super().__init__(
             bootstrap,
@@ -77,6 +86,11 @@ class AsyncClient(ClientCore):
             idempotent=idempotent,
             tls=tls,
             ca_file=ca_file,
+            cert_file=cert_file,
+            key_file=key_file,
+            username=username,
+            password=password,
+            mechanism=mechanism,
         )
         self._conns: dict[Address, AsyncConnection] = {}
         self._connecting: dict[Address, asyncio.Task[AsyncConnection]] = {}
@@ -376,6 +390,38 @@ class AsyncClient(ClientCore):
     async def delete_topic(self, name: str) -> None:
         await self._run(self._delete_topic_plan(name))
 
+    # --- users and ACLs (`laminar.client.security`) ------------------------------------
+
+    async def create_user(self, name: str, password: str, *, superuser: bool = False) -> None:
+        """Create a user who logs in with `password` (salted here: the node
+        never sees it); `UserExistsError` if the name is taken."""
+        await self._call(security.create_user(name, password, superuser))
+
+    async def set_password(self, name: str, password: str) -> None:
+        """Change a user's password (connections logged in stay so);
+        `UnknownUserError` if there is no such user."""
+        await self._call(security.set_password(name, password))
+
+    async def delete_user(self, name: str) -> None:
+        """Delete a user (its ACLs stay: remove them with `remove_acls`)."""
+        await self._call(security.delete_user(name))
+
+    async def list_users(self) -> list[UserInfo]:
+        """Every user: name, mechanisms, superuser flag (never a key)."""
+        return await self._call(security.list_users())
+
+    async def add_acls(self, acls: Iterable[Acl]) -> list[Acl]:
+        """Add ACLs; the ones added (not those that were there already)."""
+        return [acl for call in security.add_acls(acls) for acl in await self._call(call)]
+
+    async def remove_acls(self, wanted: AclFilter) -> list[Acl]:
+        """Remove every ACL `wanted` selects; the ones removed."""
+        return await self._call(security.remove_acls(wanted))
+
+    async def list_acls(self, wanted: AclFilter | None = None) -> list[Acl]:
+        """The ACLs `wanted` selects (all of them by default)."""
+        return await self._call(security.list_acls(wanted or AclFilter()))
+
     async def list_topics(self) -> list[TopicInfo]:
         return await self._call(calls.list_topics())
 
@@ -495,11 +541,24 @@ class AsyncClient(ClientCore):
         conn = await AsyncConnection.open(
             address, self.connect_timeout_s, self._max_frame_bytes, self.tls
         )
+        if self.credentials is not None:
+            try:
+                await self._log_in(conn, self.credentials)
+            except BaseException:
+                await conn.close()
+                raise
         if self._closed:
             await conn.close()
             raise ConnectionLostError("the client is closed")
         self._conns[address] = conn
         return conn
+
+    async def _log_in(self, conn: AsyncConnection, credentials: Credentials) -> None:
+        """Log `conn` in (`laminar.client.login`)."""
+        login = ClientLogin(credentials)
+        request: AuthenticateRequest | None = login.first()
+        while request is not None:
+            request = login.answer(await conn.request(request, self.timeout_s))
 
     async def _recover(self) -> None:
         """`RECOVER`: forget broken connections and refresh the metadata."""

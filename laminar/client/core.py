@@ -54,6 +54,7 @@ from laminar.client.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from laminar.client.login import Credentials
 from laminar.client.partitioner import Records, StickyPartitioner
 from laminar.client.producer import ProducerSequences
 from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
@@ -152,6 +153,11 @@ class ClientCore:
         idempotent: bool,
         tls: bool | ssl.SSLContext = False,
         ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        mechanism: str = "SCRAM-SHA-256",
     ) -> None:
         if read_from not in ("leader", "follower"):
             raise ValueError(f"read_from is 'leader' or 'follower', not {read_from!r}")
@@ -160,8 +166,10 @@ class ClientCore:
         self.bootstrap: Address = self.bootstraps[0]
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
-        self.tls = client_context(tls, ca_file)
+        self.tls = client_context(tls, ca_file, cert_file, key_file)
         """The context every connection handshakes with (None: plaintext)."""
+        self.credentials = Credentials.of(username, password, mechanism)
+        """Who every connection logs in as (None: it does not log in)."""
         self.retry = retry or RetryPolicy()
         self._max_frame_bytes = max_frame_bytes
         self.idempotent = idempotent

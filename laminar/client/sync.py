@@ -19,10 +19,10 @@ import functools
 import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar, Unpack
 
-from laminar.client import calls, groups, writes
+from laminar.client import calls, groups, security, writes
 from laminar.client.batch import RecordBatch
 from laminar.client.blocking import BlockingConnection
 from laminar.client.consumer import Consumer, ConsumerCore, ConsumerOptions
@@ -40,12 +40,16 @@ from laminar.client.core import (
 )
 from laminar.client.errors import ConnectionLostError, LaminarError
 from laminar.client.groups import GroupDescription
+from laminar.client.login import ClientLogin, Credentials
 from laminar.client.producer import BlockingProducer, Produced, is_idempotent, produce_call
 from laminar.client.protocol import CLIENT_MAX_FRAME_BYTES
 from laminar.client.results import Offsets, PingResult, Record, Sent, TopicDescription, describe
 from laminar.client.retry import RetryPolicy
 from laminar.client.routing import Address, ClusterView
 from laminar.groups.messages import GroupView
+from laminar.security.acls import Acl, AclFilter
+from laminar.security.credentials import UserInfo
+from laminar.security.frames import AuthenticateRequest
 from laminar.wire import ListOffsetsResponse, Message, MetadataResponse, TopicInfo
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES, DEFAULT_FETCH_MAX_RECORDS
 from laminar.wire.writes import StagedPart
@@ -215,7 +219,12 @@ class Client(ClientCore):
     metadata answer (and a TLS handshake). `tls=True` connects through TLS,
     checking the node's certificate against `ca_file` (else the system's CAs)
     and its name against the host dialled; `tls=ssl.SSLContext(...)` uses
-    that context as it is. `retry` bounds how long idempotent requests are retried
+    that context as it is; `cert_file` (and `key_file`) shows a client
+    certificate, which a node with --tls-ca-file takes as a login
+    (`User:<its CN>`). `username` and `password` log every connection in
+    (SCRAM, `mechanism` "SCRAM-SHA-256" or "SCRAM-SHA-512";
+    `laminar.client.login`): a refusal raises `AuthenticationFailedError`
+    and is never retried. `retry` bounds how long idempotent requests are retried
     after connection loss, timeouts or retriable errors. In a cluster,
     `bootstrap` may list several nodes ("h1:p1,h2:p2": the first that answers
     gives the metadata); writes go to each partition's leader, reads too
@@ -235,6 +244,11 @@ class Client(ClientCore):
         idempotent: bool = True,
         tls: bool | ssl.SSLContext = False,
         ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        mechanism: str = "SCRAM-SHA-256",
     ) -> None:
         super().__init__(
             bootstrap,
@@ -246,6 +260,11 @@ class Client(ClientCore):
             idempotent=idempotent,
             tls=tls,
             ca_file=ca_file,
+            cert_file=cert_file,
+            key_file=key_file,
+            username=username,
+            password=password,
+            mechanism=mechanism,
         )
         self._conns: dict[Address, BlockingConnection] = {}
         self._producer = BlockingProducer(self._produce_batch)
@@ -522,6 +541,38 @@ class Client(ClientCore):
         call = calls.create_topic(name, partitions, config or {}, replication_factor)
         return self._run(self._topic_change_plan(call))
 
+    # --- users and ACLs (`laminar.client.security`) ------------------------------------
+
+    def create_user(self, name: str, password: str, *, superuser: bool = False) -> None:
+        """Create a user who logs in with `password` (salted here: the node
+        never sees it); `UserExistsError` if the name is taken."""
+        self._start(security.create_user(name, password, superuser)).result()
+
+    def set_password(self, name: str, password: str) -> None:
+        """Change a user's password (connections logged in stay so);
+        `UnknownUserError` if there is no such user."""
+        self._start(security.set_password(name, password)).result()
+
+    def delete_user(self, name: str) -> None:
+        """Delete a user (its ACLs stay: remove them with `remove_acls`)."""
+        self._start(security.delete_user(name)).result()
+
+    def list_users(self) -> list[UserInfo]:
+        """Every user: name, mechanisms, superuser flag (never a key)."""
+        return self._start(security.list_users()).result()
+
+    def add_acls(self, acls: Iterable[Acl]) -> list[Acl]:
+        """Add ACLs; the ones added (not those that were there already)."""
+        return [acl for call in security.add_acls(acls) for acl in self._start(call).result()]
+
+    def remove_acls(self, wanted: AclFilter) -> list[Acl]:
+        """Remove every ACL `wanted` selects; the ones removed."""
+        return self._start(security.remove_acls(wanted)).result()
+
+    def list_acls(self, wanted: AclFilter | None = None) -> list[Acl]:
+        """The ACLs `wanted` selects (all of them by default)."""
+        return self._start(security.list_acls(wanted or AclFilter())).result()
+
     def decommission_node(self, node_id: str, *, cancel: bool = False) -> tuple[str, ...]:
         """Decide that node `node_id` leaves the cluster for good (a gossip
         cluster: its replicas move to the others first; `laminar status` shows
@@ -630,8 +681,22 @@ class Client(ClientCore):
                 conn = BlockingConnection(
                     address, self.connect_timeout_s, self._max_frame_bytes, self.tls
                 )
+                if self.credentials is not None:
+                    self._log_in(conn, self.credentials)
                 self._conns[address] = conn
             return conn
+
+    def _log_in(self, conn: BlockingConnection, credentials: Credentials) -> None:
+        """Log `conn` in (`laminar.client.login`); closed if that fails."""
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            login = ClientLogin(credentials)
+            request: AuthenticateRequest | None = login.first()
+            while request is not None:
+                request = login.answer(conn.wait(conn.send(request), deadline))
+        except BaseException:
+            conn.close()
+            raise
 
     def _recover(self) -> None:
         """`RECOVER`: forget broken connections and refresh the metadata."""

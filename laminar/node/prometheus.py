@@ -232,7 +232,7 @@ def render(
     for shard_id, stats in live:
         for code, n in sorted(stats.get("errors", {}).items()):
             w.sample("laminar_request_errors_total", {"shard": shard_id, "code": code}, n)
-    w.family("laminar_auth_failures_total", "counter", "Failed client logins, by reason.")
+    w.family("laminar_auth_failures_total", "counter", "Client logins refused, by reason.")
     for shard_id, stats in live:
         for reason, n in sorted(stats.get("auth_failures", {}).items()):
             w.sample("laminar_auth_failures_total", {"shard": shard_id, "reason": reason}, n)

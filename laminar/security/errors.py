@@ -29,6 +29,8 @@ class AuthFailure(Enum):
     """The client asked for channel binding (SCRAM-*-PLUS), which is not offered."""
     FINISHED = "finished"
     """A message after the exchange ended."""
+    NOT_LOGGED_IN = "not-logged-in"
+    """A request other than a login before the connection logged in."""
 
 
 class AuthenticationError(Exception):

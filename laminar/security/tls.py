@@ -19,8 +19,11 @@ Rules:
   handshakes use it, sessions already made keep theirs. A reload that fails
   keeps the old context and says why. A server that holds one context for
   good (the admin endpoint, on asyncio) gets `switching_context`.
-- `--tls-ca-file` is loaded now (a bad file stops start-up) for client
-  certificates later; clients are not asked for one yet.
+- With `--tls-ca-file` the node's ports ask for a client certificate and
+  verify one if shown (`CERT_OPTIONAL`: a client without one still
+  connects, and logs in with SCRAM; a certificate the CA file does not
+  verify fails the handshake). A verified one logs the client in as
+  `User:<its CN>` (`laminar.security.login`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import logging
 import ssl
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Any, Final, cast
 
 from laminar.wire.codec import Buffer
 
@@ -55,22 +58,36 @@ def server_context(files: TlsFiles) -> ssl.SSLContext:
     context.load_cert_chain(files.cert_file, files.key_file)
     if files.ca_file:
         context.load_verify_locations(files.ca_file)
+        context.verify_mode = ssl.CERT_OPTIONAL
     return context
 
 
-def client_context(tls: bool | ssl.SSLContext, ca_file: str | None = None) -> ssl.SSLContext | None:
+def client_context(
+    tls: bool | ssl.SSLContext,
+    ca_file: str | None = None,
+    cert_file: str | None = None,
+    key_file: str | None = None,
+) -> ssl.SSLContext | None:
     """The context a client connects with: `tls` itself if it is one, a
-    verifying context (`ca_file`, else the system's CAs) if True, else None."""
+    verifying context (`ca_file`, else the system's CAs) if True, else None;
+    with `cert_file` (and `key_file`, unless the key is in it) it shows that
+    client certificate (mutual TLS: the node names the client by it)."""
+    if key_file and not cert_file:
+        raise ValueError("key_file needs cert_file")
     if isinstance(tls, ssl.SSLContext):
-        if ca_file:
-            raise ValueError("give ca_file or an SSLContext, not both (load it into the context)")
+        if ca_file or cert_file:
+            raise ValueError(
+                "give ca_file/cert_file or an SSLContext, not both (load them into the context)"
+            )
         return tls
     if not tls:
-        if ca_file:
-            raise ValueError("ca_file needs tls=True")
+        if ca_file or cert_file:
+            raise ValueError("ca_file and cert_file need tls=True")
         return None
     context = ssl.create_default_context(cafile=ca_file or None)
     context.minimum_version = MIN_VERSION
+    if cert_file:
+        context.load_cert_chain(cert_file, key_file or None)
     return context
 
 
@@ -135,6 +152,11 @@ class TlsSession:
     @property
     def version(self) -> str | None:
         return self._obj.version()
+
+    def peer_certificate(self) -> dict[str, Any] | None:
+        """The certificate the other end showed and the context verified
+        (`getpeercert()`), None if it showed none."""
+        return self._obj.getpeercert() or None
 
     def feed(self, data: bytes) -> None:
         if not self.handshaken:

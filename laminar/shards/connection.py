@@ -46,6 +46,15 @@ Rules, and why:
   its ciphertext is charged to the budget; everything above sees plaintext.
   A failed handshake (a plaintext client, an untrusted peer) or a broken TLS
   stream is logged at a bounded rate and closes this connection only.
+- With a `Login` (a node with --auth) the connection serves nothing before it
+  has logged in (`laminar.security.login`): a client certificate verified
+  by the handshake logs it in at once; otherwise every frame goes to the
+  `_login_step` hook (laminar's door: AUTHENTICATE only, answered inline,
+  so a frame behind the last login message already sees the principal).
+  A refusal (a failed exchange, any other request first) is counted by
+  reason, logged at a bounded rate, answered after `LOGIN_FAILURE_DELAY_S`
+  (on the loop: other connections go on) and closes the connection; the
+  frames behind it are never started, so nothing they carry is applied.
 """
 
 from __future__ import annotations
@@ -56,12 +65,20 @@ import logging
 import socket
 import ssl
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.lograte import RateLimitedLog
 from laminar.outbox import Outbox
 from laminar.replication.transport import PEER_HELLO
+from laminar.security.frames import (
+    AUTHENTICATE_FRAME_BYTES,
+    AuthenticateRequest,
+    AuthenticateResponse,
+)
+from laminar.security.login import Login
+from laminar.security.scram import Authenticated, Challenge, Refused
 from laminar.security.tls import TlsSession
 from laminar.shards.budget import InputBudget, answer_reserve_bytes
 from laminar.shards.dispatch import Dispatcher
@@ -73,9 +90,11 @@ from laminar.wire import (
     NEED_DATA,
     REQUEST_HEADER_LIMITS,
     BadMagic,
+    ErrorCode,
     ErrorResponse,
     Frame,
     FrameDecoder,
+    Op,
     ProtocolError,
     request_frame_limits,
 )
@@ -83,6 +102,7 @@ from laminar.wire.codec import HEADER_OFFSET, Buffer
 
 logger = logging.getLogger("laminar.shards")
 _tls_refusals = RateLimitedLog(logger)
+_login_refusals = RateLimitedLog(logger)
 
 OnPeer = Callable[[socket.socket, Frame], None]
 
@@ -92,6 +112,18 @@ MAX_ANSWER_BYTES: Final = 16 << 20
 more frames (one answer may pass it: a connection with nothing queued may
 always start one)."""
 READ_BYTES: Final = 256 << 10
+LOGIN_FAILURE_DELAY_S: Final = 0.5
+"""How long a refused login waits for its answer: each guess at a password
+costs a connection and this long (the loop serves others meanwhile)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoginReply:
+    """What `Connection._login_step` answers a frame before the login succeeded."""
+
+    answer: list[Buffer]
+    refused: Refused | None = None
+    """Set when the login failed: the answer leaves late and the connection closes."""
 
 
 @functools.lru_cache(maxsize=4)
@@ -99,6 +131,7 @@ def _frame_limits(max_frame_bytes: int) -> list[int]:
     header_bytes = REQUEST_HEADER_LIMITS.max_header_bytes
     limits = request_frame_limits(max_frame_bytes, header_bytes)
     limits[PEER_HELLO] = min(max_frame_bytes, HEADER_OFFSET + header_bytes)  # no payload
+    limits[Op.AUTHENTICATE] = min(max_frame_bytes, AUTHENTICATE_FRAME_BYTES)
     return limits
 
 
@@ -117,6 +150,7 @@ class Connection:
         on_peer: OnPeer | None = None,
         clock: Clock = SYSTEM_CLOCK,
         tls: ssl.SSLContext | None = None,
+        login: Login | None = None,
     ) -> None:
         self.sock = sock
         self._clock = clock
@@ -166,6 +200,8 @@ class Connection:
         self._peer_hello: Frame | None = None
         self._handed_over = False
         self._frames = 0
+        self._login = login
+        """None: nothing to log in to (no --auth, or the inter-shard channel)."""
 
     @property
     def in_flight(self) -> int:
@@ -211,6 +247,30 @@ class Connection:
     def _answer_reserve(self, frame: Frame) -> int:
         return answer_reserve_bytes(frame, self._fetch_bytes_max)
 
+    def _login_step(self, login: Login, frame: Frame) -> LoginReply | None:
+        """The reply to `frame` before the connection logged in; None serves it
+        as usual (an op a door serves before login; laminar's has none). The
+        Kafka door overrides this with its SASL exchange."""
+        if frame.op != Op.AUTHENTICATE:
+            return self._login_refusal(frame, login.not_logged_in())
+        try:
+            request = AuthenticateRequest.from_frame(frame)
+        except ProtocolError as exc:
+            return self._login_refusal(frame, login.malformed(exc.message))
+        step = login.step(request.mechanism, request.message)
+        if isinstance(step, Refused):
+            return self._login_refusal(frame, step)
+        done = isinstance(step, Authenticated)
+        assert isinstance(step, Challenge | Authenticated)
+        return LoginReply(
+            AuthenticateResponse(step.message, done).encode_buffers(frame.correlation_id)
+        )
+
+    @staticmethod
+    def _login_refusal(frame: Frame, refused: Refused) -> LoginReply:
+        answer = ErrorResponse(frame.op, ErrorCode.AUTHENTICATION_FAILED, refused.reason)
+        return LoginReply(answer.encode_buffers(frame.correlation_id), refused)
+
     @staticmethod
     def _payload_bytes(frame: Frame) -> int:
         """Bytes of the frame kept as they came (not decoded into objects)."""
@@ -235,6 +295,8 @@ class Connection:
             try:
                 self._reading = True
                 await self._stream.handshake()
+                if self._login is not None:
+                    self._certificate_login(self._login)
                 await self._read_loop()
             except asyncio.CancelledError:
                 if not self._stopping:
@@ -280,7 +342,7 @@ class Connection:
         while not self._stopping:
             now = self._clock.monotonic()
             started = self._take_frames()
-            if self._peer_hello is not None:
+            if self._peer_hello is not None or self._stopping:
                 return
             if started:
                 self.last_frame_at = now
@@ -340,7 +402,7 @@ class Connection:
     def _take_buffered(self) -> bool:
         decoder = self._decoder
         started = False
-        while True:
+        while not self._stopping:
             frame = self._next
             if frame is None:
                 decoded = decoder.next_frame()
@@ -362,6 +424,7 @@ class Connection:
             self._next, self._next_bytes = None, 0
             self._start(frame, frame_bytes, reserve)
             started = True
+        return started
 
     def _may_start(self, reserve: int) -> bool:
         """Whether a frame whose answer reserves `reserve` bytes may start now
@@ -378,6 +441,13 @@ class Connection:
         return not (busy and budget.exhausted)
 
     def _start(self, frame: Frame, frame_bytes: int, reserve: int) -> None:
+        login = self._login
+        if login is not None and not login.done:
+            reply = self._login_step(login, frame)
+            if reply is not None:
+                self._release(frame_bytes)  # answered here and now: nothing stays held
+                self._login_reply(login, reply)
+                return
         budget = self._budget
         cost = budget.admit(frame_bytes, self._payload_bytes(frame)) + reserve
         budget.charge(reserve)
@@ -393,6 +463,41 @@ class Connection:
         task = self._loop.create_task(self._serve_one(frame))
         self._tasks[task] = (cost, reserve)
         task.add_done_callback(self._task_done)
+
+    def _certificate_login(self, login: Login) -> None:
+        """Log in by the client certificate the handshake verified, if any."""
+        refused = login.by_certificate(self._stream.peer_certificate())
+        if refused is not None:
+            self._login_failed(refused)
+            self._stopping = True
+        elif login.done:
+            self._ctx.principal = login.principal
+
+    def _login_reply(self, login: Login, reply: LoginReply) -> None:
+        if reply.refused is None:
+            self._send(reply.answer)
+            self._ctx.principal = login.principal
+            return
+        self._login_failed(reply.refused)
+        self._stopping = True  # no frame behind this one starts
+        task = self._loop.create_task(self._answer_late(reply.answer))
+        self._tasks[task] = (0, 0)
+        task.add_done_callback(self._task_done)
+
+    def _login_failed(self, refused: Refused) -> None:
+        self._metrics.auth_failures[refused.failure.value] += 1
+        _login_refusals.warning(
+            "login",
+            "shard %d: login from %s refused (%s): %s",
+            self._ctx.received_by,
+            _peer_name(self.sock),
+            refused.failure.value,
+            refused.detail,
+        )
+
+    async def _answer_late(self, answer: list[Buffer]) -> None:
+        await asyncio.sleep(LOGIN_FAILURE_DELAY_S)
+        self._send(answer)
 
     def _release(self, cost: int) -> None:
         self._held -= cost

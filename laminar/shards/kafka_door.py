@@ -39,7 +39,6 @@ from laminar.kafka.brokers import broker_id, topic_uuid
 from laminar.kafka.classic import assignment_bytes
 from laminar.kafka.errors import ErrorCode as Kafka
 from laminar.kafka.errors import KafkaError
-from laminar.kafka.sasl import KafkaLogin
 from laminar.lograte import RateLimitedLog
 from laminar.placement import partition_id, shard_for
 from laminar.replication.calls import PeerCalls
@@ -49,7 +48,6 @@ from laminar.replication.routes import NodeRoutes
 from laminar.replication.topic_config import TOPIC_CONFIG_KEYS
 from laminar.replication.transport import PeerLinkError
 from laminar.security.acls import CLUSTER, Operation, Resource, ResourceType
-from laminar.security.state import DECOY_KEY_BYTES
 from laminar.shards.dispatch import Dispatcher
 from laminar.shards.errors import error_for
 from laminar.shards.handlers import Handlers, RequestContext
@@ -83,9 +81,6 @@ GROUP_REFUSED: Final = Kafka.GROUP_AUTHORIZATION_FAILED
 PRODUCER_ID_BITS: Final = 47
 """Kafka producer ids the door hands out: random, positive, and with the epoch
 (16 bits) still inside laminar's u64 producer id."""
-AUTH_FAILURE_DELAY_S: Final = 1.0
-"""How long a failed login waits before its answer: a guesser gets one try per
-second per connection (other connections are not held up)."""
 DEFAULT_PARTITIONS: Final = 1
 """What CreateTopics with `num_partitions = -1` gets (Kafka's `num.partitions`)."""
 
@@ -108,15 +103,6 @@ _LAMINAR_TO_KAFKA: Final = {
     ErrorCode.OUTCOME_UNKNOWN: Kafka.REQUEST_TIMED_OUT,
     ErrorCode.INVALID_REQUEST: Kafka.INVALID_REQUEST,
 }
-
-
-class LoginEnded(Exception):
-    """The connection must close after sending `answer` (None: close at once):
-    a request before the login, or a login that failed."""
-
-    def __init__(self, answer: bytes | None) -> None:
-        super().__init__("the login ended the connection")
-        self.answer = answer
 
 
 def kafka_error(exc: BaseException) -> tuple[Kafka, str]:
@@ -164,9 +150,7 @@ class KafkaDoor:
         self.handlers = handlers
         self.authenticated = authenticated
         """Clients must log in (SASL) and every request is authorized."""
-        self._decoy_fallback = secrets.token_bytes(DECOY_KEY_BYTES)
-        """The decoy key while the cluster has none (no users yet: every name is
-        unknown alike, so any key will do)."""
+
         self.dispatcher = dispatcher
         self._peers = peers
         """Other nodes' layouts (their Kafka ports) and the leaders they know:
@@ -203,21 +187,9 @@ class KafkaDoor:
         """The most record bytes one fetch answer carries (what its connection reserves)."""
         return self.handlers.fetch_bytes_max
 
-    def new_login(self) -> KafkaLogin | None:
-        """A connection's login, when clients must log in (else None)."""
-        if not self.authenticated:
-            return None
-        security = self.handlers.metadata.state.security
-        return KafkaLogin(security.users.credential, security.decoy_key_or(self._decoy_fallback))
-
-    async def serve(
-        self, frame: bytes, ctx: RequestContext, login: KafkaLogin | None = None
-    ) -> bytes | None:
+    async def serve(self, frame: bytes, ctx: RequestContext) -> bytes | None:
         """The answer to one request frame (None: a produce with acks=0, which
-        Kafka never answers). Until `login` is done only the login's requests
-        are served: `LoginEnded` (close the connection after its answer, if
-        any) for anything else and for a failed login. Never raises otherwise,
-        except CancelledError."""
+        Kafka never answers). Never raises, except CancelledError."""
         try:
             request = codec.decode_request(frame)
         except codec.UnsupportedVersion as exc:
@@ -232,8 +204,6 @@ class KafkaDoor:
             return codec.error_response(
                 api_key, api_version, exc.correlation_id, Kafka.INVALID_REQUEST
             )
-        if login is not None and not login.done and ctx.principal is None:
-            return await self._log_in(request, ctx, login)
         handler = self._table.get(type(request.body))
         if handler is None:
             return codec.unsupported_response(
@@ -253,42 +223,6 @@ class KafkaDoor:
         if body is None:
             return None
         return codec.encode_response(request, body)
-
-    async def _log_in(
-        self, request: codec.Request, ctx: RequestContext, login: KafkaLogin
-    ) -> bytes:
-        """Serve one request of a connection that has not logged in yet: only
-        ApiVersions and the login's own requests (`laminar.kafka.sasl`)."""
-        body = request.body
-        if isinstance(body, m.ApiVersionsRequest):
-            return codec.encode_response(request, await self.api_versions(body, ctx))
-        if isinstance(body, m.SaslHandshakeRequest):
-            step = login.handshake(body)
-        elif isinstance(body, m.SaslAuthenticateRequest):
-            step = login.authenticate(body)
-        else:
-            _refusals.warning(
-                "before-login",
-                "a Kafka request (api key %d) before the login: connection closed",
-                request.api_key,
-            )
-            raise LoginEnded(None)
-        if login.done:
-            ctx.principal = login.principal
-        refusal = step.refusal
-        if refusal is not None:
-            self.handlers.metrics.auth_failures[refusal.failure.value] += 1
-            _refusals.warning(
-                "login",
-                "a Kafka client's login failed (%s): %s",
-                refusal.failure.value,
-                refusal.detail,
-            )
-            await asyncio.sleep(AUTH_FAILURE_DELAY_S)
-        answer = codec.encode_response(request, step.body)
-        if step.ended:
-            raise LoginEnded(answer)
-        return answer
 
     async def sasl_handshake(
         self, req: m.SaslHandshakeRequest, ctx: RequestContext

@@ -79,6 +79,8 @@ class ShardMetrics:
     def __init__(self) -> None:
         self.requests: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
+        self.auth_failures: Counter[str] = Counter()
+        """Refused logins, by `AuthFailure` value (both doors)."""
         self.latency: dict[str, LatencySummary] = {}
         self.bytes_in = 0
         self.bytes_out = 0
@@ -97,8 +99,6 @@ class ShardMetrics:
         self.channel_refused = 0
         self.handshakes_refused = 0
         self.tls_refused = 0
-        self.auth_failures: Counter[str] = Counter()
-        """Failed logins, by `laminar.security.errors.AuthFailure` value."""
         self.retention_segments_deleted = 0
         self.retention_bytes_deleted = 0
         self.protocol_errors = 0
@@ -121,6 +121,7 @@ class ShardMetrics:
         return {
             "requests": dict(self.requests),
             "errors": dict(self.errors),
+            "auth_failures": dict(self.auth_failures),
             "latency": {op: s.snapshot() for op, s in self.latency.items()},
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
@@ -139,7 +140,6 @@ class ShardMetrics:
             "channel_refused": self.channel_refused,
             "handshakes_refused": self.handshakes_refused,
             "tls_refused": self.tls_refused,
-            "auth_failures": dict(self.auth_failures),
             "retention_segments_deleted": self.retention_segments_deleted,
             "retention_bytes_deleted": self.retention_bytes_deleted,
             "protocol_errors": self.protocol_errors,

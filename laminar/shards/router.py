@@ -10,8 +10,8 @@ Rules, and why:
 - A forwarded frame is never forwarded again: if the receiving shard does not
   own the partition (the two shards disagree on the shard count, a bug), it
   answers NOT_OWNER instead of bouncing the frame around.
-- Topic creation, deletion and changes, node decommissions, and finding a
-  group's coordinator (which may make the positions topic), go to the owner
+- Topic creation, deletion and changes, node decommissions, users and ACLs,
+  and finding a group's coordinator (which may make the positions topic), go to the owner
   of the metadata partition, the one shard that appends to the metadata log
   and assigns topic ids.
 - Metadata and topic listing are answered by whichever shard received them:
@@ -87,9 +87,19 @@ where a group lives (the Kafka door asks the metadata leader, which makes the
 positions topic on the first ask)."""
 NODE_OPS: Final = frozenset({Op.METADATA, Op.LIST_TOPICS})
 METADATA_WRITE_OPS: Final = frozenset(
-    {Op.CREATE_TOPIC, Op.DELETE_TOPIC, Op.ALTER_TOPIC, Op.DECOMMISSION_NODE, Op.FIND_COORDINATOR}
+    {
+        Op.CREATE_TOPIC,
+        Op.DELETE_TOPIC,
+        Op.ALTER_TOPIC,
+        Op.DECOMMISSION_NODE,
+        Op.FIND_COORDINATOR,
+        Op.USERS,
+        Op.ACLS,
+    }
 )
-"""FIND_COORDINATOR is one: a group's first makes the positions topic."""
+"""FIND_COORDINATOR is one: a group's first makes the positions topic. USERS
+and ACLS are, lists included (the router sees only the op): the owner shard
+answers a list from its applied state."""
 INTERNAL_OPS: Final = frozenset({Op.FORWARD, Op.METADATA_TAIL})
 
 

@@ -27,6 +27,7 @@ import functools
 import itertools
 import logging
 import os
+import secrets
 import signal
 import socket
 from collections import Counter
@@ -53,6 +54,8 @@ from laminar.replication.shard_groups import ShardGroups
 from laminar.replication.topic_config import log_config
 from laminar.replication.transport import HANDSHAKE_FRAME_BYTES
 from laminar.replication.transport import READ_BYTES as TRANSPORT_READ_BYTES
+from laminar.security.login import Login
+from laminar.security.state import DECOY_KEY_BYTES
 from laminar.security.tls import ServerTls, TlsFiles
 from laminar.shards.bootstrap_user import keep_bootstrap_user, read_user_file
 from laminar.shards.budget import InputBudget
@@ -73,6 +76,7 @@ from laminar.shards.metrics import ShardMetrics, TimedBackend
 from laminar.shards.replicas import ClusterReplicas, NodeReplicas, Replicas
 from laminar.shards.retention import Retention
 from laminar.shards.router import PEER_OPS
+from laminar.shards.security_ops import SecurityOps
 from laminar.swim import MembershipView
 from laminar.wire import (
     NEED_DATA,
@@ -201,6 +205,8 @@ class Shard:
         """The Kafka door (None until the first Kafka connection, and when --kafka-port is 0)."""
         self.tls: ServerTls | None = None
         """The client ports' TLS context (None: plaintext); SIGHUP reloads it."""
+        self._decoy_key = secrets.token_bytes(DECOY_KEY_BYTES)
+        """Unknown users' salts before the cluster writes its decoy key (no users yet)."""
 
     # -- helpers ---------------------------------------------------------------
 
@@ -369,6 +375,7 @@ class Shard:
             self.clock,
         )
         self.dispatcher.add_handlers(self.groups.table())
+        self.dispatcher.add_handlers(SecurityOps(self.metadata, config.authenticated).table())
         if self.replication is not None:
             self.replication.serve_peers(self._serve_peer, PEER_OPS)
         self.retention = Retention(
@@ -390,7 +397,7 @@ class Shard:
         if self.sockets.kafka_tcp is not None:
             self._listen(self.sockets.kafka_tcp, internal=False, kafka=True)
         self.datagrams = None
-        if self.sockets.node_udp is not None and self.tls is None:
+        if self.sockets.node_udp is not None and self.tls is None and not config.authenticated:
             self.datagrams = DatagramServer(
                 self.sockets.node_udp,
                 self.dispatcher,
@@ -543,6 +550,9 @@ class Shard:
             )
             max_frame = self.config.max_frame_bytes + (CHANNEL_FRAME_SLACK if internal else 0)
             tls = None if internal or self.tls is None else self.tls.context
+            login = None
+            if not internal and self.config.authenticated:
+                login = Login(self.metadata.state.security, self._decoy_key)
             conn: Connection
             if kafka:
                 from laminar.shards.kafka_connection import KafkaConnection
@@ -558,6 +568,7 @@ class Shard:
                     self.budget,
                     self.clock,
                     tls,
+                    login,
                 )
             else:
                 on_peer = None
@@ -574,6 +585,7 @@ class Shard:
                     on_peer,
                     self.clock,
                     tls,
+                    login,
                 )
             self.connections.add(conn)
             if not internal:

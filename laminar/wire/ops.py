@@ -50,6 +50,11 @@ class Op(IntEnum):
     GROUP_LIST = 24
     GROUP_RESET = 25
     GROUP_DELETE = 26
+    # Client security (`laminar.security.frames`): a connection's login, and
+    # the users and ACLs of the cluster.
+    AUTHENTICATE = 27
+    USERS = 28
+    ACLS = 29
     FORWARD = 32
     METADATA_TAIL = 33
 
