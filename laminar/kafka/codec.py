@@ -92,6 +92,10 @@ DECODED: dict[int, tuple[int, int]] = SERVED | _with_json(_KAFKA_3_0_UNADVERTISE
 handlers answer with an error (AddPartitionsToTxn, EndTxn)."""
 
 _API_VERSIONS_KEY = API_KEYS["ApiVersions"]
+_EXTRA_EMPTY_TAGS: frozenset[int] = frozenset({API_KEYS["AlterUserScramCredentials"]})
+"""Requests whose body may end with one more empty tagged-field section than
+the schema has: librdkafka (confluent-kafka 2.x) writes AlterUserScramCredentials
+so, and Kafka, which ignores bytes after a request's body, accepts it."""
 _REQUEST_HEAD = Struct(">hhi")  # api key, api version, correlation id
 _INT32 = Struct(">i")
 _UNKNOWN_KEY_ANSWER = Struct(">iih")  # size, correlation id, error code
@@ -153,6 +157,8 @@ def decode_request(frame: bytes | memoryview) -> Request:
         body, pos = m.decode(cls, api_version, buf, pos)
     except WireError as exc:
         raise MalformedRequest(str(exc), correlation_id) from exc
+    if pos == len(buf) - 1 and api_key in _EXTRA_EMPTY_TAGS and buf[pos] == 0:
+        pos += 1
     if pos != len(buf):
         raise MalformedRequest(
             f"{cls.__name__} v{api_version}: {len(buf) - pos} trailing bytes", correlation_id

@@ -44,13 +44,15 @@ from laminar.placement import partition_id, shard_for
 from laminar.replication.calls import PeerCalls
 from laminar.replication.metadata import METADATA_PID, is_internal_topic
 from laminar.replication.replica import PartitionReplica
-from laminar.replication.routes import NodeRoutes
+from laminar.replication.routes import NodeRoutes, NodeUnreachable
 from laminar.replication.topic_config import TOPIC_CONFIG_KEYS
 from laminar.replication.transport import PeerLinkError
 from laminar.security.acls import CLUSTER, Operation, Resource, ResourceType
+from laminar.security.state import SecurityState
 from laminar.shards.dispatch import Dispatcher
 from laminar.shards.errors import error_for
 from laminar.shards.handlers import Handlers, RequestContext
+from laminar.shards.kafka_admin import KafkaSecurityAdmin
 from laminar.shards.kafka_groups import PROTOCOL_TYPE, KafkaGroups, describe_state
 from laminar.wire import (
     CreateTopicRequest,
@@ -58,11 +60,13 @@ from laminar.wire import (
     DeleteTopicRequest,
     ErrorCode,
     ErrorResponse,
+    Frame,
+    Message,
     ProduceRequest,
     TopicInfo,
     decode_frame,
 )
-from laminar.wire.errors import ProtocolError
+from laminar.wire.errors import ProtocolError, RequestError
 
 logger = logging.getLogger("laminar.kafka")
 _refusals = RateLimitedLog(logger)
@@ -102,6 +106,9 @@ _LAMINAR_TO_KAFKA: Final = {
     ErrorCode.TIMEOUT: Kafka.REQUEST_TIMED_OUT,
     ErrorCode.OUTCOME_UNKNOWN: Kafka.REQUEST_TIMED_OUT,
     ErrorCode.INVALID_REQUEST: Kafka.INVALID_REQUEST,
+    ErrorCode.USER_EXISTS: Kafka.DUPLICATE_RESOURCE,
+    ErrorCode.UNKNOWN_USER: Kafka.RESOURCE_NOT_FOUND,
+    ErrorCode.LIMIT_REACHED: Kafka.POLICY_VIOLATION,
 }
 
 
@@ -181,6 +188,9 @@ class KafkaDoor:
             m.SaslAuthenticateRequest: self.sasl_authenticate,
         }
         self.groups = KafkaGroups(self._laminar, routes)
+        self._routes = routes
+        admin = KafkaSecurityAdmin(self._security, self._denied, self._to_metadata_leader)
+        self._table.update(admin.table())
 
     @property
     def fetch_bytes_max(self) -> int:
@@ -740,6 +750,20 @@ class KafkaDoor:
                 result.error_code, result.error_message = kafka_error(exc)
             results.append(result)
         return m.DeleteTopicsResponse(responses=results)
+
+    def _security(self) -> SecurityState:
+        return self.handlers.metadata.state.security
+
+    async def _to_metadata_leader(self, message: Message) -> Frame:
+        """The metadata leader's answer to a laminar request of this node's own
+        (users and ACLs: the Kafka door checked the client's rights); a failure
+        raised as the KafkaError a Kafka client expects."""
+        try:
+            return await self._routes.to_leader(message)
+        except NodeUnreachable as exc:
+            raise KafkaError(Kafka.REQUEST_TIMED_OUT, str(exc)) from None
+        except RequestError as exc:
+            raise KafkaError(*kafka_error(exc)) from None
 
     async def _laminar(self, request: Any, ctx: RequestContext) -> Any:
         """Serve a laminar request through this shard's dispatcher (which takes
