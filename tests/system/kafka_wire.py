@@ -5,11 +5,13 @@ this shows both."""
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import struct
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -155,3 +157,11 @@ def confluent_round_trip(config: dict[str, Any], topic: str, values: list[bytes]
             got.append(message.value())
     consumer.close()
     return got
+
+
+def write_user_file(directory: Path, user: str, password: str) -> str:
+    """An owner-only `--bootstrap-user-file` naming `user`."""
+    path = directory / "admin.cred"
+    path.write_text(f"{user}:{password}\n")
+    os.chmod(path, 0o600)
+    return str(path)

@@ -6,13 +6,11 @@ and nothing they sent is applied (checked by identity, as the admin)."""
 
 from __future__ import annotations
 
-import os
 import ssl
 import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +19,13 @@ from laminar.bench.servers.certs import Pem, make_ca, make_cert
 from laminar.kafka import messages as m
 from laminar.kafka.errors import ErrorCode
 from laminar.security.scram import Mechanism
-from tests.system.kafka_wire import Closed, KafkaWire, confluent_round_trip, record_batch
+from tests.system.kafka_wire import (
+    Closed,
+    KafkaWire,
+    confluent_round_trip,
+    record_batch,
+    write_user_file,
+)
 from tests.system.nodes import RunningNode, start_node
 
 pytestmark = pytest.mark.timeout(180)
@@ -107,13 +111,6 @@ class SecuredNode:
                 labels, _, value = line.rpartition(" ")
                 out[labels[len(name) :]] = float(value)
         return out
-
-
-def write_user_file(directory: Path, user: str, password: str) -> str:
-    path = directory / "admin.cred"
-    path.write_text(f"{user}:{password}\n")
-    os.chmod(path, 0o600)
-    return str(path)
 
 
 @pytest.fixture(scope="module")
