@@ -35,6 +35,7 @@ from laminar.cli.common import address
 from laminar.cli.decommission import partitions_held
 from laminar.cli.output import ENTRIES_NOTE, print_json, ranges, say, table
 from laminar.client import Client, LaminarError, RetryPolicy, parse_address
+from laminar.client.login import login_options
 from laminar.client.results import TopicDescription
 from laminar.client.routing import Address, ClusterView, format_address
 from laminar.wire import ListOffsetsResponse
@@ -440,6 +441,7 @@ def _node_answers(client: Client, address: Address) -> bool:
             timeout_s=2.0,
             retry=RetryPolicy(budget_s=0),
             tls=client.tls or False,
+            **login_options(client.credentials),
         ):
             return True
     except LaminarError:

@@ -390,6 +390,27 @@ class AsyncClient(ClientCore):
     async def delete_topic(self, name: str) -> None:
         await self._run(self._delete_topic_plan(name))
 
+    async def list_topics(self) -> list[TopicInfo]:
+        return await self._call(calls.list_topics())
+
+    async def describe_topic(self, name: str) -> TopicDescription:
+        """A topic with each partition's owner, endpoint and index range."""
+        return (await self.describe_topics([name]))[0]
+
+    async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
+        """`describe_topic` for several topics (all by default, sorted by name)."""
+        view = await self.refresh_metadata()
+        topics = [view.topic(name) for name in (sorted(view.topics) if names is None else names)]
+        answers = await asyncio.gather(
+            *(
+                asyncio.gather(
+                    *(self._call(calls.list_offsets(t.name, p)) for p in range(t.partitions))
+                )
+                for t in topics
+            )
+        )
+        return [describe(view, t, a) for t, a in zip(topics, answers, strict=True)]
+
     # --- users and ACLs (`laminar.client.security`) ------------------------------------
 
     async def create_user(self, name: str, password: str, *, superuser: bool = False) -> None:
@@ -421,27 +442,6 @@ class AsyncClient(ClientCore):
     async def list_acls(self, wanted: AclFilter | None = None) -> list[Acl]:
         """The ACLs `wanted` selects (all of them by default)."""
         return await self._call(security.list_acls(wanted or AclFilter()))
-
-    async def list_topics(self) -> list[TopicInfo]:
-        return await self._call(calls.list_topics())
-
-    async def describe_topic(self, name: str) -> TopicDescription:
-        """A topic with each partition's owner, endpoint and index range."""
-        return (await self.describe_topics([name]))[0]
-
-    async def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
-        """`describe_topic` for several topics (all by default, sorted by name)."""
-        view = await self.refresh_metadata()
-        topics = [view.topic(name) for name in (sorted(view.topics) if names is None else names)]
-        answers = await asyncio.gather(
-            *(
-                asyncio.gather(
-                    *(self._call(calls.list_offsets(t.name, p)) for p in range(t.partitions))
-                )
-                for t in topics
-            )
-        )
-        return [describe(view, t, a) for t, a in zip(topics, answers, strict=True)]
 
     # --- the node --------------------------------------------------------------------
 

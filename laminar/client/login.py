@@ -14,6 +14,7 @@ check out (it does not hold our credential) fails the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from laminar.client.errors import AuthenticationFailedError
 from laminar.client.results import expect
@@ -46,6 +47,26 @@ class Credentials:
         except ValueError:
             offered = ", ".join(m.value for m in Mechanism)
             raise ValueError(f"mechanism must be one of {offered}, not {mechanism!r}") from None
+
+
+class LoginOptions(TypedDict, total=False):
+    """A client's login keyword arguments."""
+
+    username: str
+    password: str
+    mechanism: str
+
+
+def login_options(credentials: Credentials | None) -> LoginOptions:
+    """`credentials` as a client's keyword arguments (another client that logs
+    in as the same user; none without credentials)."""
+    if credentials is None:
+        return {}
+    return {
+        "username": credentials.username,
+        "password": credentials.password,
+        "mechanism": credentials.mechanism.value,
+    }
 
 
 class ClientLogin:

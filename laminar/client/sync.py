@@ -541,38 +541,6 @@ class Client(ClientCore):
         call = calls.create_topic(name, partitions, config or {}, replication_factor)
         return self._run(self._topic_change_plan(call))
 
-    # --- users and ACLs (`laminar.client.security`) ------------------------------------
-
-    def create_user(self, name: str, password: str, *, superuser: bool = False) -> None:
-        """Create a user who logs in with `password` (salted here: the node
-        never sees it); `UserExistsError` if the name is taken."""
-        self._start(security.create_user(name, password, superuser)).result()
-
-    def set_password(self, name: str, password: str) -> None:
-        """Change a user's password (connections logged in stay so);
-        `UnknownUserError` if there is no such user."""
-        self._start(security.set_password(name, password)).result()
-
-    def delete_user(self, name: str) -> None:
-        """Delete a user (its ACLs stay: remove them with `remove_acls`)."""
-        self._start(security.delete_user(name)).result()
-
-    def list_users(self) -> list[UserInfo]:
-        """Every user: name, mechanisms, superuser flag (never a key)."""
-        return self._start(security.list_users()).result()
-
-    def add_acls(self, acls: Iterable[Acl]) -> list[Acl]:
-        """Add ACLs; the ones added (not those that were there already)."""
-        return [acl for call in security.add_acls(acls) for acl in self._start(call).result()]
-
-    def remove_acls(self, wanted: AclFilter) -> list[Acl]:
-        """Remove every ACL `wanted` selects; the ones removed."""
-        return self._start(security.remove_acls(wanted)).result()
-
-    def list_acls(self, wanted: AclFilter | None = None) -> list[Acl]:
-        """The ACLs `wanted` selects (all of them by default)."""
-        return self._start(security.list_acls(wanted or AclFilter())).result()
-
     def decommission_node(self, node_id: str, *, cancel: bool = False) -> tuple[str, ...]:
         """Decide that node `node_id` leaves the cluster for good (a gossip
         cluster: its replicas move to the others first; `laminar status` shows
@@ -617,6 +585,38 @@ class Client(ClientCore):
             describe(view, t, [w.result() for w in waiting])
             for t, waiting in zip(topics, pending, strict=True)
         ]
+
+    # --- users and ACLs (`laminar.client.security`) ------------------------------------
+
+    def create_user(self, name: str, password: str, *, superuser: bool = False) -> None:
+        """Create a user who logs in with `password` (salted here: the node
+        never sees it); `UserExistsError` if the name is taken."""
+        self._start(security.create_user(name, password, superuser)).result()
+
+    def set_password(self, name: str, password: str) -> None:
+        """Change a user's password (connections logged in stay so);
+        `UnknownUserError` if there is no such user."""
+        self._start(security.set_password(name, password)).result()
+
+    def delete_user(self, name: str) -> None:
+        """Delete a user (its ACLs stay: remove them with `remove_acls`)."""
+        self._start(security.delete_user(name)).result()
+
+    def list_users(self) -> list[UserInfo]:
+        """Every user: name, mechanisms, superuser flag (never a key)."""
+        return self._start(security.list_users()).result()
+
+    def add_acls(self, acls: Iterable[Acl]) -> list[Acl]:
+        """Add ACLs; the ones added (not those that were there already)."""
+        return [acl for call in security.add_acls(acls) for acl in self._start(call).result()]
+
+    def remove_acls(self, wanted: AclFilter) -> list[Acl]:
+        """Remove every ACL `wanted` selects; the ones removed."""
+        return self._start(security.remove_acls(wanted)).result()
+
+    def list_acls(self, wanted: AclFilter | None = None) -> list[Acl]:
+        """The ACLs `wanted` selects (all of them by default)."""
+        return self._start(security.list_acls(wanted or AclFilter())).result()
 
     # --- the node --------------------------------------------------------------------
 

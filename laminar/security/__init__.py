@@ -9,9 +9,13 @@
   the same log.
 - `principal`: what a principal is, and the rule that names a TLS client by
   its certificate.
+- `login`: one client connection's login (SCRAM or a verified client
+  certificate), which the connections of both doors drive.
+- `frames`: AUTHENTICATE, USERS and ACLS on laminar's wire.
 - `errors`: why an authentication failed, why a change was refused;
   `entries`: the msgpack form of the metadata entries.
 
 Nothing here opens a socket, reads a clock or a file: the node and the
-clients wire these into their connections (issue 28's next steps).
+clients wire these into their connections (`laminar.shards.connection`,
+`laminar.client.login`).
 """

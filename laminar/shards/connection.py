@@ -49,8 +49,10 @@ Rules, and why:
 - With a `Login` (a node with --auth) the connection serves nothing before it
   has logged in (`laminar.security.login`): a client certificate verified
   by the handshake logs it in at once; otherwise every frame goes to the
-  `_login_step` hook (laminar's door: AUTHENTICATE only, answered inline,
-  so a frame behind the last login message already sees the principal).
+  `_login_step` hook (laminar's door: AUTHENTICATE, answered inline, so a
+  frame behind the last login message already sees the principal; and a
+  layout-only METADATA, the node id and shard ports, public, which another
+  node asks before it opens its Raft links).
   A refusal (a failed exchange, any other request first) is counted by
   reason, logged at a bounded rate, answered after `LOGIN_FAILURE_DELAY_S`
   (on the loop: other connections go on) and closes the connection; the
@@ -78,7 +80,7 @@ from laminar.security.frames import (
     AuthenticateResponse,
 )
 from laminar.security.login import Login
-from laminar.security.scram import Authenticated, Challenge, Refused
+from laminar.security.scram import Authenticated, Refused
 from laminar.security.tls import TlsSession
 from laminar.shards.budget import InputBudget, answer_reserve_bytes
 from laminar.shards.dispatch import Dispatcher
@@ -251,6 +253,8 @@ class Connection:
         """The reply to `frame` before the connection logged in; None serves it
         as usual (an op a door serves before login; laminar's has none). The
         Kafka door overrides this with its SASL exchange."""
+        if frame.op == Op.METADATA and frame.header.get("layout_only") is True:
+            return None  # the node's ports, which a peer asks before opening Raft links
         if frame.op != Op.AUTHENTICATE:
             return self._login_refusal(frame, login.not_logged_in())
         try:
@@ -260,11 +264,8 @@ class Connection:
         step = login.step(request.mechanism, request.message)
         if isinstance(step, Refused):
             return self._login_refusal(frame, step)
-        done = isinstance(step, Authenticated)
-        assert isinstance(step, Challenge | Authenticated)
-        return LoginReply(
-            AuthenticateResponse(step.message, done).encode_buffers(frame.correlation_id)
-        )
+        answer = AuthenticateResponse(step.message, done=isinstance(step, Authenticated))
+        return LoginReply(answer.encode_buffers(frame.correlation_id))
 
     @staticmethod
     def _login_refusal(frame: Frame, refused: Refused) -> LoginReply:

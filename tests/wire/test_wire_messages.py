@@ -60,6 +60,7 @@ from laminar.wire import (
 from laminar.wire import writes as w
 from laminar.wire.ops import RAFT_OPS
 from tests.groups import frame_strategies as group_frames
+from tests.security import frame_strategies as security_frames
 
 u16 = st.integers(0, 2**16 - 1)
 u32 = st.integers(0, 2**32 - 1)
@@ -126,6 +127,7 @@ REQUESTS: list[st.SearchStrategy[Any]] = [
     ),
     st.builds(MetadataTailRequest, u64, u16, u32),
     *group_frames.REQUESTS,
+    *security_frames.REQUESTS,
 ]
 RESPONSES: list[st.SearchStrategy[Any]] = [
     st.builds(ProduceResponse, u64, u64, u32, u64),
@@ -191,6 +193,7 @@ RESPONSES: list[st.SearchStrategy[Any]] = [
         u64,
     ),
     *group_frames.RESPONSES,
+    *security_frames.RESPONSES,
     st.builds(ErrorResponse, st.integers(0, 255), st.sampled_from(ErrorCode), names, u64),
 ]
 

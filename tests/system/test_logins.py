@@ -18,6 +18,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,9 +38,19 @@ from laminar.client import (
 )
 from laminar.client.tls_socket import TlsSocket
 from laminar.placement import partition_id
-from laminar.security.frames import AuthenticateRequest
+from laminar.security.frames import AuthenticateRequest, AuthenticateResponse
+from laminar.security.scram import Mechanism, ScramClient
 from laminar.security.tls import TlsSession, client_context
-from laminar.wire import NEED_DATA, ErrorCode, ErrorResponse, FrameDecoder, ProduceRequest
+from laminar.shards.connection import LOGIN_FAILURE_DELAY_S
+from laminar.wire import (
+    NEED_DATA,
+    ErrorCode,
+    ErrorResponse,
+    Frame,
+    FrameDecoder,
+    Message,
+    ProduceRequest,
+)
 from tests.system.nodes import RunningNode, start_node
 
 pytestmark = pytest.mark.timeout(180)
@@ -86,6 +97,11 @@ def node(tmp_path_factory: pytest.TempPathFactory, files: Files) -> Iterator[Run
         yield running
 
 
+def tls_client(node: RunningNode, files: Files, **options: Any) -> Client:
+    """A client of the node through TLS, with `options` (a login, a certificate)."""
+    return Client(node.bootstrap, tls=True, ca_file=files.ca.cert, **options)
+
+
 def logged_in(node: RunningNode, files: Files, user: str, password: str) -> Client:
     """A client logged in as `user`, once the node has the user (the bootstrap
     user is created a moment after the node is up): a refusal is retried
@@ -93,9 +109,7 @@ def logged_in(node: RunningNode, files: Files, user: str, password: str) -> Clie
     deadline = time.monotonic() + LOGIN_DEADLINE_S
     while True:
         try:
-            return Client(
-                node.bootstrap, tls=True, ca_file=files.ca.cert, username=user, password=password
-            )
+            return tls_client(node, files, username=user, password=password)
         except AuthenticationFailedError:
             if time.monotonic() > deadline:
                 raise
@@ -126,7 +140,7 @@ def test_refused_clients_get_a_clear_error(
     node: RunningNode, files: Files, admin: Client, user: str | None, password: str | None
 ) -> None:
     with pytest.raises(AuthenticationFailedError) as refused:
-        Client(node.bootstrap, tls=True, ca_file=files.ca.cert, username=user, password=password)
+        tls_client(node, files, username=user, password=password)
     if user is None:
         assert "log in first" in refused.value.message
     else:  # an unknown user hears exactly what a wrong password hears
@@ -174,16 +188,16 @@ def test_requests_before_login_are_never_applied(
         conn = _raw(files, port)
         conn.sendmsg(
             [
-                ProduceRequest(pid, [first]).encode(1),
+                ProduceRequest(pid, (first,)).encode(1),
                 AuthenticateRequest("SCRAM-SHA-256", b"n,,n=admin,r=abc").encode(2),
-                ProduceRequest(pid, [behind]).encode(3),
+                ProduceRequest(pid, (behind,)).encode(3),
             ]
         )
         data = _until_closed(conn)
         conn.close()
         decoder = FrameDecoder(1 << 20)
         decoder.feed(data)
-        answers = list(iter(decoder.next_frame, NEED_DATA))
+        answers = [f for f in iter(decoder.next_frame, NEED_DATA) if isinstance(f, Frame)]
         assert [a.correlation_id for a in answers] == [1]  # one answer, then closed
         refusal = ErrorResponse.from_frame(answers[0])
         assert refusal.code is ErrorCode.AUTHENTICATION_FAILED
@@ -212,6 +226,8 @@ def test_cli_creates_a_user_who_then_logs_in(
     assert created.returncode == 0, created.stderr
     again = _cli(node, files, *login, "user", "create", "alice", "--password-file", alice_pw)
     assert again.returncode == 1 and "USER_EXISTS" in again.stderr
+    status = _cli(node, files, *login, "status", "--json")
+    assert status.returncode == 0, status.stderr
     listed = _cli(node, files, *login, "user", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     users = {u["name"]: u for u in json.loads(listed.stdout)}
@@ -222,10 +238,9 @@ def test_cli_creates_a_user_who_then_logs_in(
         "superuser": False,
     }
     for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-        with Client(
-            node.bootstrap,
-            tls=True,
-            ca_file=files.ca.cert,
+        with tls_client(
+            node,
+            files,
             username="alice",
             password="alice-secret-1",
             mechanism=mechanism,
@@ -240,23 +255,19 @@ def test_cli_creates_a_user_who_then_logs_in(
     changed = _cli(node, files, *login, "user", "passwd", "alice", "--password-file", new_pw)
     assert changed.returncode == 0, changed.stderr
     with pytest.raises(AuthenticationFailedError):
-        Client(
-            node.bootstrap,
-            tls=True,
-            ca_file=files.ca.cert,
+        tls_client(
+            node,
+            files,
             username="alice",
             password="alice-secret-1",
         )
-    Client(
-        node.bootstrap, tls=True, ca_file=files.ca.cert, username="alice", password="alice-secret-2"
-    ).close()
+    tls_client(node, files, username="alice", password="alice-secret-2").close()
     deleted = _cli(node, files, *login, "user", "delete", "alice")
     assert deleted.returncode == 0, deleted.stderr
     with pytest.raises(AuthenticationFailedError):
-        Client(
-            node.bootstrap,
-            tls=True,
-            ca_file=files.ca.cert,
+        tls_client(
+            node,
+            files,
             username="alice",
             password="alice-secret-2",
         )
@@ -311,10 +322,9 @@ def test_acls_round_trip(node: RunningNode, files: Files, admin: Client) -> None
 
 
 def test_a_client_certificate_logs_in(node: RunningNode, files: Files, admin: Client) -> None:
-    with Client(
-        node.bootstrap,
-        tls=True,
-        ca_file=files.ca.cert,
+    with tls_client(
+        node,
+        files,
         cert_file=files.carol.cert,
         key_file=files.carol.key,
     ) as carol:
@@ -322,10 +332,9 @@ def test_a_client_certificate_logs_in(node: RunningNode, files: Files, admin: Cl
     # TLS 1.3: the client's handshake ends before the node checks its
     # certificate; the node's alert ends the connection at the first read.
     with pytest.raises(ConnectionLostError, match="unknown ca"):
-        Client(
-            node.bootstrap,
-            tls=True,
-            ca_file=files.ca.cert,
+        tls_client(
+            node,
+            files,
             cert_file=files.stranger.cert,
             key_file=files.stranger.key,
         )
@@ -346,3 +355,56 @@ def test_the_async_client_logs_in_and_is_refused(node: RunningNode, files: Files
 def test_an_existing_user_is_refused_by_name(admin: Client) -> None:
     with pytest.raises(UserExistsError):
         admin.create_user(ADMIN, "another-password")
+
+
+def _exchange(conn: TlsSocket, decoder: FrameDecoder, message: Message, corr: int) -> Frame:
+    conn.sendmsg(message.encode_buffers(corr))
+    buf = memoryview(bytearray(65536))
+    while (frame := decoder.next_frame()) is NEED_DATA:
+        n = conn.recv_into(buf)
+        assert n, "the node closed the connection"
+        decoder.feed(buf[:n])
+    assert isinstance(frame, Frame)
+    return frame
+
+
+def test_a_replayed_or_oversized_login_is_refused_late_and_alone(
+    node: RunningNode, files: Files, admin: Client
+) -> None:
+    """A client-final recorded on one connection fails on another (its nonce
+    is not this exchange's); the refusal comes after the door's delay while
+    other clients are served at once; an oversized login frame is refused
+    before it is buffered."""
+    recorded = _raw(files, node.port)
+    client = ScramClient(Mechanism.SCRAM_SHA_256, ADMIN, ADMIN_PASSWORD)
+    challenge = _exchange(
+        recorded, FrameDecoder(), AuthenticateRequest("SCRAM-SHA-256", client.first()), 1
+    )
+    final = client.final(AuthenticateResponse.from_frame(challenge).message)
+
+    victim = _raw(files, node.port)
+    other = ScramClient(Mechanism.SCRAM_SHA_256, ADMIN, "guessing")
+    decoder = FrameDecoder()
+    _exchange(victim, decoder, AuthenticateRequest("SCRAM-SHA-256", other.first()), 1)
+    sent = time.monotonic()
+    victim.sendmsg(AuthenticateRequest("SCRAM-SHA-256", final).encode_buffers(2))
+    pinged = time.monotonic()
+    admin.ping()
+    assert time.monotonic() - pinged < LOGIN_FAILURE_DELAY_S  # others are not held up
+    answer = _until_closed(victim)
+    assert time.monotonic() - sent >= LOGIN_FAILURE_DELAY_S * 0.9
+    decoder.feed(answer)
+    refusal = ErrorResponse.from_frame(decoder.next_frame())  # type: ignore[arg-type]
+    assert refusal.code is ErrorCode.AUTHENTICATION_FAILED
+    assert "not a valid SCRAM message" in refusal.message  # the nonce is another exchange's
+    recorded.close()
+    victim.close()
+
+    huge = _raw(files, node.port)
+    huge.sendmsg(
+        AuthenticateRequest("SCRAM-SHA-256", b"n,,n=admin,r=" + b"x" * 4096).encode_buffers(1)
+    )
+    decoder = FrameDecoder()
+    decoder.feed(_until_closed(huge))
+    assert ErrorResponse.from_frame(decoder.next_frame()).code is ErrorCode.FRAME_TOO_LARGE  # type: ignore[arg-type]
+    huge.close()
