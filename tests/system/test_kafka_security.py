@@ -458,3 +458,134 @@ def test_a_user_without_alter_on_the_cluster_changes_no_acl_and_no_user(
         assert admin.describe_acls(everything)[0] == []
     finally:
         admin.close()
+
+
+def _group_acl(principal: str, group: str) -> Any:
+    return kafka.admin.ACL(
+        principal=principal,
+        host="*",
+        operation=kafka.admin.ACLOperation.READ,
+        permission_type=kafka.admin.ACLPermissionType.ALLOW,
+        resource_pattern=kafka.admin.ResourcePattern(kafka.admin.ResourceType.GROUP, group),
+    )
+
+
+def test_a_reader_consumes_in_its_group_and_is_refused_other_groups_and_topics(
+    secured: SecuredNode,
+) -> None:
+    topic, other = secured.create_topic(), secured.create_topic()
+    values = [f"r-{i}-{uuid.uuid4().hex[:6]}".encode() for i in range(5)]
+    producer = kafka.KafkaProducer(**secured.kafka_python(*ADMIN, MECHANISMS[0]))
+    for value in values:
+        producer.send(topic, value=value, partition=0)
+    producer.flush(30)
+    producer.close()
+    reader, password = _new_user(secured)
+    group, foreign = f"g-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    principal = f"User:{reader}"
+    _grant(secured, _acl(principal, "READ", topic), _group_acl(principal, group))
+    consumer = kafka.KafkaConsumer(
+        topic,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **secured.kafka_python(reader, password, MECHANISMS[0]),
+    )
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < len(values) and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            got.extend(r.value for r in records)
+    consumer.commit()
+    assert consumer.committed(kafka.TopicPartition(topic, 0)) == len(values)
+    consumer.close()
+    assert got == values
+    with secured.wire() as wire:
+        assert wire.log_in(reader, password).error_code == 0
+        found = wire.call(m.FindCoordinatorRequest(key_type=0, coordinator_keys=[foreign]), 4)
+        assert [c.error_code for c in found.coordinators] == [ErrorCode.GROUP_AUTHORIZATION_FAILED]
+        joined = wire.call(
+            m.JoinGroupRequest(
+                group_id=foreign,
+                session_timeout_ms=10_000,
+                rebalance_timeout_ms=10_000,
+                member_id="",
+                protocol_type="consumer",
+                protocols=[m.JoinGroupRequest.JoinGroupRequestProtocol(name="range")],
+            ),
+            5,
+        )
+        assert joined.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        described = wire.call(m.DescribeGroupsRequest(groups=[foreign]), 4)
+        assert described.groups[0].error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        partition = m.OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+        committed = wire.call(
+            m.OffsetCommitRequest(
+                group_id=group,
+                generation_id_or_member_epoch=-1,
+                topics=[
+                    m.OffsetCommitRequest.OffsetCommitRequestTopic(
+                        name=other, partitions=[partition(partition_index=0, committed_offset=0)]
+                    )
+                ],
+            ),
+            8,
+        )
+        assert [(t.name, [p.error_code for p in t.partitions]) for t in committed.topics] == [
+            (other, [ErrorCode.TOPIC_AUTHORIZATION_FAILED])
+        ]
+        fetched = wire.call(
+            m.OffsetFetchRequest(
+                group_id=group,
+                topics=[
+                    m.OffsetFetchRequest.OffsetFetchRequestTopic(name=other, partition_indexes=[0])
+                ],
+            ),
+            7,
+        )
+        assert [(t.name, [p.error_code for p in t.partitions]) for t in fetched.topics] == [
+            (other, [ErrorCode.TOPIC_AUTHORIZATION_FAILED])
+        ]
+
+
+def test_topic_changes_producer_ids_and_configs_need_their_acls(secured: SecuredNode) -> None:
+    topic = secured.create_topic()
+    name, password = _new_user(secured)
+    new_topic = f"t-{uuid.uuid4().hex[:10]}"
+    with secured.wire() as wire:
+        assert wire.log_in(name, password).error_code == 0
+        created = wire.call(
+            m.CreateTopicsRequest(
+                topics=[
+                    m.CreateTopicsRequest.CreatableTopic(
+                        name=new_topic, num_partitions=1, replication_factor=-1
+                    )
+                ],
+                timeout_ms=10_000,
+            ),
+            4,
+        )
+        assert created.topics[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        deleted = wire.call(m.DeleteTopicsRequest(topic_names=[topic], timeout_ms=10_000), 4)
+        assert deleted.responses[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        producer_id = wire.call(
+            m.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1), 4
+        )
+        assert producer_id.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        configs = wire.call(
+            m.DescribeConfigsRequest(
+                resources=[
+                    m.DescribeConfigsRequest.DescribeConfigsResource(
+                        resource_type=2, resource_name=topic
+                    )
+                ]
+            ),
+            4,
+        )
+        assert configs.results[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    assert secured.values(topic) == []  # still there, readable by the admin
+    admin = secured.admin()
+    try:
+        assert new_topic not in admin.list_topics()
+    finally:
+        admin.close()
