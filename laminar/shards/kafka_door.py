@@ -17,6 +17,13 @@ through either door is read through both:
 - Topic changes go to the metadata owner through the shard's dispatcher, as
   laminar frames: one code path decides them whichever door asked.
 
+- With --auth, every API is authorized here by the connection's principal
+  (`_denied`: one cached `AclSet.authorize`), with Kafka's mapping of APIs to
+  operations and resources (the table in docs/architecture.md, "SASL, ACLs
+  and authorization"); the login itself happens before a request reaches
+  the door (`kafka_connection`, `laminar.kafka.sasl`). The ACL and
+  SCRAM-user APIs are `kafka_admin`'s.
+
 Errors inside a request are Kafka error codes in the answer's own fields;
 only a request that cannot be decoded gets the codec's error answer.
 """
