@@ -59,6 +59,8 @@ class KafkaSasl:
 
     def step(self, body: object) -> SaslReply:
         """The reply to one decoded request body sent before the login succeeded."""
+        if self.login.refused is not None:  # ended: the connection is closing
+            return SaslReply(None, self.login.refused)
         if isinstance(body, m.ApiVersionsRequest):
             return SaslReply(None)
         if isinstance(body, m.SaslHandshakeRequest):

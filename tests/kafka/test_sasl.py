@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from laminar.kafka import messages as m
 from laminar.kafka.errors import ErrorCode
@@ -116,3 +118,40 @@ def test_a_replayed_client_final_from_another_exchange_fails(security: SecurityS
     authenticate(replay, client_first)
     reply = authenticate(replay, final)
     assert reply.refused is not None and not replay.login.done
+
+
+_REQUESTS = st.one_of(
+    st.builds(m.ApiVersionsRequest),
+    st.builds(
+        m.SaslHandshakeRequest,
+        mechanism=st.sampled_from([*MECHANISMS, "PLAIN", "", "SCRAM-SHA-1"]),
+    ),
+    st.builds(m.SaslAuthenticateRequest, auth_bytes=st.binary(max_size=2048)),
+    st.builds(
+        m.SaslAuthenticateRequest,
+        auth_bytes=st.sampled_from(
+            [b"n,,n=alice,r=abc", b"n,,n=mallory,r=abc", b"c=biws,r=abc,p=AAAA", b"n,,n=,r="]
+        ),
+    ),
+    st.builds(m.MetadataRequest),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(requests=st.lists(_REQUESTS, max_size=8))
+def test_no_sequence_of_requests_without_the_password_logs_in(
+    security: SecurityState, requests: list[object]
+) -> None:
+    """Fuzzed like the frame decoder: whatever comes in, in whatever order,
+    the answers are well formed, nothing raises, and no one logs in; after a
+    refusal every later request is refused too."""
+    door = sasl(security)
+    refused = False
+    for request in requests:
+        reply = door.step(request)
+        assert not door.login.done
+        if refused:
+            assert reply.refused is not None
+        refused = refused or reply.refused is not None
+        if reply.body is not None:
+            m.encode(reply.body, 1, bytearray())
