@@ -87,6 +87,7 @@ READ, WRITE, CREATE, DELETE, DESCRIBE = (
     Operation.DELETE,
     Operation.DESCRIBE,
 )
+TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
 TOPIC_REFUSED: Final = Kafka.TOPIC_AUTHORIZATION_FAILED
 GROUP_REFUSED: Final = Kafka.GROUP_AUTHORIZATION_FAILED
 PRODUCER_ID_BITS: Final = 47
@@ -270,10 +271,10 @@ class KafkaDoor:
         )
 
     def _topic_denied(self, ctx: RequestContext, operation: Operation, name: str) -> bool:
-        return self._denied(ctx, operation, Resource(ResourceType.TOPIC, name))
+        return self.authenticated and self._denied(ctx, operation, Resource(TOPIC, name))
 
     def _group_denied(self, ctx: RequestContext, operation: Operation, group: str) -> bool:
-        return self._denied(ctx, operation, Resource(ResourceType.GROUP, group))
+        return self.authenticated and self._denied(ctx, operation, Resource(GROUP, group))
 
     # -- the layout -------------------------------------------------------------
 
