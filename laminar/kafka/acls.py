@@ -34,7 +34,9 @@ from laminar.security.acls import (
     PatternType,
     Permission,
     ResourceType,
+    check_acl,
 )
+from laminar.security.errors import SecurityRefusal
 from laminar.security.scram import Mechanism, ScramCredential, credential_from_salted_password
 
 ANY: Final = 1
@@ -94,13 +96,15 @@ def _pick(table: dict[int, Any], code: int, what: str, names: dict[int, str]) ->
 
 def acl_of(creation: m.CreateAclsRequest.AclCreation) -> Acl:
     """The ACL a CreateAcls creation asks for; KafkaError INVALID_REQUEST if
-    laminar cannot store it (see the module docstring)."""
+    laminar cannot store it (see the module docstring) or it is not valid (a
+    principal that is not `User:<name>`, a name too long, another name for
+    the cluster than `kafka-cluster`)."""
     if creation.host != ANY_HOST:
         raise KafkaError(
             ErrorCode.INVALID_REQUEST,
             f"laminar's ACLs hold for every host: use host '*', not {creation.host[:60]!r}",
         )
-    return Acl(
+    acl = Acl(
         creation.principal,
         _pick(RESOURCE_TYPES, creation.resource_type, "resource type", _KIND_NAMES),
         _pick(PATTERNS, creation.resource_pattern_type, "pattern type", {}),
@@ -108,6 +112,11 @@ def acl_of(creation: m.CreateAclsRequest.AclCreation) -> Acl:
         _pick(OPERATIONS, creation.operation, "operation", _OPERATION_NAMES),
         _pick(PERMISSIONS, creation.permission_type, "permission", {}),
     )
+    try:
+        check_acl(acl)  # here, so one bad ACL does not fail the others sent with it
+    except SecurityRefusal as exc:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, exc.message) from None
+    return acl
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,6 +75,8 @@ def test_a_creation_becomes_the_acl_it_names() -> None:
         ({"resource_pattern_type": 2}, "pattern type code 2"),
         ({"permission_type": 1}, "permission code 1"),
         ({"host": "10.0.0.1"}, "every host"),
+        ({"principal": "alice"}, "User:<name>"),
+        ({"resource_type": 4, "resource_name": "c"}, "kafka-cluster"),
     ],
 )
 def test_what_laminar_does_not_model_is_refused_not_mapped(

@@ -339,6 +339,11 @@ def test_kafka_python_creates_describes_and_deletes_acls(secured: SecuredNode) -
         assert error is kafka.errors.NoError
         assert sorted(removed, key=repr) == sorted([read, write], key=repr)
         assert admin.describe_acls(wanted)[0] == []
+        # one invalid ACL (no "User:") fails alone: the other one sent with it holds
+        invalid = _acl(principal.removeprefix("User:"), "READ", topic)
+        result = admin.create_acls([read, invalid])
+        assert result == {"succeeded": [read], "failed": [kafka.errors.InvalidRequestError]}
+        assert admin.describe_acls(wanted)[0] == [read]
     finally:
         admin.close()
 
