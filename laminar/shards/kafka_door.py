@@ -256,7 +256,7 @@ class KafkaDoor:
             error_message="no login to make: not asked for, or done already",
         )
 
-    # -- authorization (the table is in the module docstring) ----------------------
+    # -- authorization (the table: docs/architecture.md) ---------------------------
 
     def _denied(self, ctx: RequestContext, operation: Operation, resource: Resource) -> bool:
         """Whether the connection's principal may not do `operation` on
@@ -688,8 +688,9 @@ class KafkaDoor:
         )
 
     def _may_not_write(self, ctx: RequestContext) -> bool:
-        """An idempotent producer's id: WRITE on the cluster (laminar's stand-in
-        for Kafka's IDEMPOTENT_WRITE) or on any topic (Kafka >= 2.8)."""
+        """Whether the principal may not have an idempotent producer's id, which
+        needs WRITE on the cluster (laminar's stand-in for Kafka's
+        IDEMPOTENT_WRITE) or on any topic (Kafka >= 2.8)."""
         if not self._denied(ctx, WRITE, CLUSTER):
             return False
         topics = self.handlers.metadata.state.topics()
