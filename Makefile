@@ -3,7 +3,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run cluster demo-log test lint bench soak log-mutants clean
+.PHONY: setup run certs cluster demo-log test lint bench soak log-mutants clean
 
 setup:
 	@scripts/setup
@@ -17,7 +17,16 @@ run: setup
 	@echo "  .venv/bin/laminar status"
 	@exec $(VENV)/bin/laminar-node
 
-# Three nodes on loopback, every partition replicated; Ctrl-C stops all.
+# A CA and certificates in ./certs (owner-only, git-ignored; CERTS_DIR=DIR elsewhere) for
+# `make cluster`: nodes n1..n3 (each named by the URI laminar-node:ID, for 127.0.0.1 and
+# localhost) and a client "admin". Made once: remove the directory to make new ones.
+CERTS_DIR ?= certs
+certs: setup
+	@if [ -e $(CERTS_DIR)/ca.crt ]; then echo "$(CERTS_DIR)/ exists (remove it to make new ones)"; \
+	else $(PY) -m laminar.certs $(CERTS_DIR); fi
+
+# Three nodes on loopback, every partition replicated; Ctrl-C stops all. With certs/ca.crt
+# (make certs) every port speaks TLS and the nodes' links are mutual TLS.
 cluster: setup
 	@scripts/cluster
 
@@ -64,4 +73,4 @@ bench:
 	SUITE=kafka benchmarks/compare.sh
 
 clean:
-	rm -rf laminar-data laminar-cluster $(VENV) .setup-stamp .pytest_cache .mypy_cache .ruff_cache
+	rm -rf laminar-data laminar-cluster certs $(VENV) .setup-stamp .pytest_cache .mypy_cache .ruff_cache

@@ -4,7 +4,8 @@ JetStream, in one run.
 
     .venv/bin/python benchmarks/groups_bench.py [--records 200000] [--rounds 3]
         [--session-s 10] [--trials 3] [--json benchmarks/out/groups_bench.json]
-        [--systems laminar-group,laminar-group-noprefetch,laminar-plain,redis-group,nats-group]
+        [--systems laminar-group,laminar-group-noprefetch,laminar-group-unwaited,laminar-plain,
+                   redis-group,nats-group]
 
 Consume: a backlog of `--records` 1 KiB records, read by 1, 2 and 4 consumer
 processes, each taking batches of 500 and acknowledging each batch before the
@@ -16,6 +17,9 @@ next, until every record was read once:
 - laminar-group-noprefetch: the same with `prefetch=0` (each poll fetches
   only when called, so a batch costs fetch + commit: the consumer before
   prefetch).
+- laminar-group-unwaited: the same with `commit(wait=False)` per batch (Kafka's
+  commitAsync: the batch's commit travels while the next is processed; one in
+  flight at most, its answer taken by the next commit).
 - laminar-plain: `Client.fetch` of the partitions split by hand (no group, no
   commit): what the group costs on top.
 - redis-group: one stream, `XREADGROUP ... COUNT 500` then `XACK` of the batch
@@ -70,6 +74,7 @@ CONSUMERS = (1, 2, 4)
 SYSTEMS = (
     "laminar-group",
     "laminar-group-noprefetch",
+    "laminar-group-unwaited",
     "laminar-plain",
     "redis-group",
     "nats-group",
@@ -88,7 +93,13 @@ def _cpu_s() -> float:
 
 
 def _laminar_group(
-    address: str, group: str, me: int, n: int, shared: dict[str, Any], **options: Any
+    address: str,
+    group: str,
+    me: int,
+    n: int,
+    shared: dict[str, Any],
+    wait: bool = True,
+    **options: Any,
 ) -> None:
     with (
         Client(address) as client,
@@ -98,8 +109,9 @@ def _laminar_group(
         while not shared["stop"].is_set():
             got = len(consumer.poll(timeout_s=0.2))
             if got:
-                consumer.commit()
+                consumer.commit(wait=wait)
                 _count(shared, got)
+        consumer.commit()  # the last unwaited one answered
         _report_cpu(shared)
 
 
@@ -172,6 +184,7 @@ def _nats_group(address: str, group: str, me: int, n: int, shared: dict[str, Any
 CONSUME: dict[str, Callable[..., None]] = {
     "laminar-group": _laminar_group,
     "laminar-group-noprefetch": functools.partial(_laminar_group, prefetch=0),
+    "laminar-group-unwaited": functools.partial(_laminar_group, wait=False),
     "laminar-plain": _laminar_plain,
     "redis-group": _redis_group,
     "nats-group": _nats_group,

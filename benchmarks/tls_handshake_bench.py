@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from laminar.bench.servers.certs import make_ca, make_cert
 from laminar.bench.servers.laminar_node import LaminarNode
+from laminar.certs import make_ca, make_cert
 from laminar.client.blocking import BlockingConnection
 from laminar.wire.messages import Ping
 

@@ -101,6 +101,10 @@ class Stream(Protocol):
     def peer_certificate(self) -> dict[str, Any] | None:
         """The verified certificate the other end showed (TLS), else None."""
 
+    def detach(self) -> Stream:
+        """This stream for a new owner that charges its own budget (a
+        connection handed to the replication): it charges none."""
+
 
 class PlainStream:
     """The socket as it is: the loop's calls bound to it."""
@@ -122,6 +126,9 @@ class PlainStream:
 
     def peer_certificate(self) -> None:
         return None
+
+    def detach(self) -> PlainStream:
+        return self
 
 
 def _chunks(buffers: Sequence[Buffer], size: int) -> Iterator[Buffer]:
@@ -309,3 +316,11 @@ class TlsStream:
 
     def peer_certificate(self) -> dict[str, Any] | None:
         return self._session.peer_certificate()
+
+    def detach(self) -> TlsStream:
+        """`close`d here; the new stream keeps the session and unsent output."""
+        tail = self._tail
+        self.close()
+        detached = TlsStream(self._loop, self.sock, self._session)
+        detached._tail = tail
+        return detached

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from laminar.bench.servers.certs import Pem, make_ca, make_cert
+from laminar.certs import Pem, make_ca, make_cert
 from laminar.outbox import Outbox
 from laminar.security.tls import TlsFiles, TlsSession, client_context, server_context
 from laminar.shards.budget import InputBudget

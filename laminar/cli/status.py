@@ -38,6 +38,7 @@ from laminar.client import Client, LaminarError, RetryPolicy, parse_address
 from laminar.client.login import login_options
 from laminar.client.results import TopicDescription
 from laminar.client.routing import Address, ClusterView, format_address
+from laminar.shards.config import UDP_OFF
 from laminar.wire import ListOffsetsResponse
 
 ADMIN_PORT_OFFSET = 2000
@@ -619,6 +620,8 @@ def _kernel_lines(doc: dict[str, Any]) -> list[str]:
             "WARNING   peers are not authenticated (--insecure-peers): any local process "
             "can claim to be a peer"
         )
+    if doc.get("routing_mode") == UDP_OFF:
+        lines.append("udp       off: TLS or logins are on (a datagram can carry neither)")
     steering = doc.get("steering")
     if steering:
         lines.append(

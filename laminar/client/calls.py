@@ -133,7 +133,9 @@ def fetch(
     max_wait_ms: int,
 ) -> Call[list[Record]]:
     """Read records from `index` on (long-poll up to `max_wait_ms` when none yet)."""
-    return _fetch(topic, partition, index, max_bytes, max_records, max_wait_ms, fetched_records)
+    return fetch_parsed(
+        topic, partition, index, max_bytes, max_records, max_wait_ms, fetched_records
+    )
 
 
 def fetch_batch(
@@ -149,10 +151,10 @@ def fetch_batch(
     def parse(frame: Frame) -> RecordBatch:
         return RecordBatch.from_frame(frame, partition)
 
-    return _fetch(topic, partition, index, max_bytes, max_records, max_wait_ms, parse)
+    return fetch_parsed(topic, partition, index, max_bytes, max_records, max_wait_ms, parse)
 
 
-def _fetch(
+def fetch_parsed(
     topic: str,
     partition: int,
     index: int,
@@ -161,6 +163,7 @@ def _fetch(
     max_wait_ms: int,
     parse: Callable[[Frame], T],
 ) -> Call[T]:
+    """`fetch`, its answer parsed by `parse` (a batch, or the group consumer's records)."""
 
     def target(view: ClusterView) -> tuple[Address, Message]:
         route = view.route_read(topic, partition)

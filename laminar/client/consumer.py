@@ -39,6 +39,11 @@ wants it, which then meets (and raises) what a fetch made without prefetch
 would: leader changes and retries are the call's own, as for any fetch.
 Bounded: at most `prefetch` batches (each `max_records`, `max_bytes`) ahead,
 one per partition at most; `prefetch_stats` counts them.
+
+Unwaited commits (`commit(wait=False)`, Kafka's commitAsync): the commit is
+sent and the app goes on; its answer is taken by the next commit (which
+raises first if it was refused), by a revocation before the partitions are
+released, or by leaving. One is in flight at most, so commits land in order.
 """
 
 from __future__ import annotations
@@ -50,14 +55,13 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any, Final, NamedTuple, Protocol, TypedDict
 
 from laminar.client import calls
 from laminar.client.core import RECOVER, REFRESH, ClientCore, Drop, Join, Plan, Send, Sleep, Start
 from laminar.client.errors import LaminarError, OffsetOutOfRangeError
-from laminar.client.groups import coordinator_plan, group_plan
-from laminar.client.results import Record, expect
+from laminar.client.groups import coordinator_plan, group_call, group_plan
+from laminar.client.results import expect, fetched_records
 from laminar.clock import SYSTEM_CLOCK, Clock
 from laminar.groups.errors import GroupError
 from laminar.groups.frames import (
@@ -71,7 +75,7 @@ from laminar.groups.frames import (
     PositionsQuery,
 )
 from laminar.groups.member import ASSIGNED, REVOKED, MemberCore
-from laminar.groups.messages import CommitRequest, TopicPartition
+from laminar.groups.messages import CommitAnswer, CommitRequest, TopicPartition
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES
 from laminar.wire.records import Headers
 
@@ -228,6 +232,9 @@ class ConsumerCore:
         self._at_end: set[TopicPartition] = set()
         """Partitions whose last fetch found nothing: not fetched ahead."""
         self.prefetch_stats = PrefetchStats()
+        self._unwaited: tuple[CommitRequest, Any] | None = None
+        """The commit sent by `commit(wait=False)` and not yet answered: its
+        request and the shell's handle."""
         self.wake: Callable[[], None] = lambda: None
         """Set by the shell: wakes its heartbeat loop (something is due sooner)."""
 
@@ -243,6 +250,11 @@ class ConsumerCore:
     ) -> Plan[Any]:
         pid = yield from self._coordinator_plan()
         return (yield from group_plan(self._client, pid, message, answer))
+
+    def _group_call(
+        self, pid: int, message: Callable[[int], GroupMessage], answer: type[GroupMessage]
+    ) -> calls.Call[Any]:
+        return group_call(pid, message, answer)
 
     # -- heartbeats --------------------------------------------------------------
 
@@ -271,7 +283,12 @@ class ConsumerCore:
             return self.member.next_wakeup()
 
     def leave_plan(self) -> Plan[None]:
-        """Commit (with `auto_commit`) and leave the group; best effort."""
+        """Commit (with `auto_commit`) and leave the group; best effort (an
+        unwaited commit that failed is logged: `commit()` before leaving says)."""
+        try:
+            yield from self._settle_plan()
+        except LaminarError as exc:
+            logger.warning("group %s: the last unwaited commit failed: %s", self.group, exc)
         if self.auto_commit:
             with contextlib.suppress(LaminarError):
                 yield from self.commit_plan(None)
@@ -344,7 +361,7 @@ class ConsumerCore:
             yield from self._drop_plan((tp,))  # the position moved since
         elif ahead is not None:
             try:
-                got: list[Record] | None = yield Join(ahead.handle)
+                got: list[ConsumedRecord] | None = yield Join(ahead.handle)
             except LaminarError:
                 got = None  # what a fetch made earlier met: this poll's own decides
                 self.prefetch_stats.failed += 1
@@ -373,10 +390,13 @@ class ConsumerCore:
 
     def _fetch_call(
         self, tp: TopicPartition, index: int, max_records: int, wait_ms: int
-    ) -> calls.Call[list[Record]]:
-        return calls.fetch(tp[0], tp[1], index, self._max_bytes, max_records, wait_ms)
+    ) -> calls.Call[list[ConsumedRecord]]:
+        parse = functools.partial(fetched_records, prefix=tp, kind=ConsumedRecord)
+        return calls.fetch_parsed(tp[0], tp[1], index, self._max_bytes, max_records, wait_ms, parse)
 
-    def _deliver(self, tp: TopicPartition, index: int, got: list[Record]) -> list[ConsumedRecord]:
+    def _deliver(
+        self, tp: TopicPartition, index: int, got: list[ConsumedRecord]
+    ) -> list[ConsumedRecord]:
         """`got`, read from `index`, as what poll returns, if `tp` is still
         delivered and read from there (else nothing: lost, paused or moved)."""
         with self._lock:
@@ -387,9 +407,7 @@ class ConsumerCore:
             return []
         self._at_end.discard(tp)
         self._next[tp] = self._delivered[tp] = got[-1].index + 1
-        # (topic, partition) + each record, made a ConsumedRecord in C loops:
-        # a Python call per record cost more than the rest of a poll.
-        return list(map(tuple.__new__, repeat(ConsumedRecord), map(tuple.__add__, repeat(tp), got)))
+        return got  # made as ConsumedRecords by the fetch's parse, in C loops
 
     def _prefetch_plan(self) -> Plan[None]:
         """Start fetches of the partitions the next polls visit first that
@@ -446,7 +464,13 @@ class ConsumerCore:
 
     def _revoked_plan(self, parts: frozenset[TopicPartition], *, committed: bool) -> Plan[None]:
         """A revoked partition is committed (with `auto_commit`) and released;
-        a lost one is only dropped (it is another member's already)."""
+        a lost one is only dropped (it is another member's already). An
+        unwaited commit is answered first: released, a partition's next owner
+        must find what this member committed."""
+        try:
+            yield from self._settle_plan()
+        except LaminarError as exc:
+            logger.warning("group %s: an unwaited commit failed: %s", self.group, exc)
         if committed and self.auto_commit:
             done = {tp: self._delivered[tp] for tp in parts if tp in self._delivered}
             if done:
@@ -467,11 +491,25 @@ class ConsumerCore:
 
     # -- commits ---------------------------------------------------------------------
 
-    def commit_plan(self, positions: Mapping[TopicPartition, int] | None) -> Plan[None]:
+    def commit_plan(
+        self, positions: Mapping[TopicPartition, int] | None, *, wait: bool = True
+    ) -> Plan[None]:
         """Commit `positions` (default: after what `poll` returned); raises
         `CommitFailedError` naming the partitions that were refused. A commit
         made at the epoch the member is leaving (STALE_EPOCH: the heartbeat
-        answer moving it on is on its way) is sent again at the new one."""
+        answer moving it on is on its way) is sent again at the new one.
+
+        `wait=False` sends the commit and returns: its answer is taken by the
+        next commit (which raises first if it was refused), by a revocation
+        (before the partitions are released) or by leaving (logged). One
+        commit is in flight at most, so commits land in the order made. A
+        STALE_EPOCH answer to it is not sent again: the next commit carries
+        those partitions (and a member that commits no more reads them again,
+        at least once)."""
+        yield from self._settle_plan()
+        if not wait:
+            yield from self._send_plan(positions)
+            return
         wanted = dict(self._delivered if positions is None else positions)
         refused: dict[TopicPartition, GroupError] = {}
         deadline = self._clock.monotonic() + self.member.request_timeout_s
@@ -503,6 +541,43 @@ class ConsumerCore:
             if wanted:
                 self.wake()
                 yield Sleep(STALE_RETRY_S)
+        if refused:
+            raise CommitFailedError(refused)
+
+    def _send_plan(self, positions: Mapping[TopicPartition, int] | None) -> Plan[None]:
+        """Send a commit without waiting for its answer (`commit_plan`)."""
+        wanted = dict(self._delivered if positions is None else positions)
+        if not wanted:
+            return
+        pid = yield from self._coordinator_plan()
+        with self._lock:
+            request = self.member.commit_request(wanted)
+        held = request.positions if request is not None else {}
+        if request is not None:
+            call = self._group_call(
+                pid, functools.partial(_commit_frame, request), CommitAnswerFrame
+            )
+            self._unwaited = (request, (yield Start(call)))
+        if wanted.keys() - held.keys():
+            raise CommitFailedError(dict.fromkeys(wanted.keys() - held.keys(), GroupError.FENCED))
+
+    def _settle_plan(self) -> Plan[None]:
+        """Take the answer of the unwaited commit, if any; raises
+        `CommitFailedError` if it was refused (STALE_EPOCH aside)."""
+        unwaited, self._unwaited = self._unwaited, None
+        if unwaited is None:
+            return
+        request, handle = unwaited
+        answer: CommitAnswer = yield Join(handle)
+        with self._lock:
+            self.member.on_commit_answer(request, answer)
+        if answer.error is not GroupError.NONE:
+            raise CommitFailedError(dict.fromkeys(request.positions, answer.error))
+        refused = {
+            tp: code
+            for tp, code in answer.results.items()
+            if code not in (GroupError.NONE, GroupError.STALE_EPOCH)
+        }
         if refused:
             raise CommitFailedError(refused)
 
@@ -612,10 +687,14 @@ class Consumer(_Face):
         records: list[ConsumedRecord] = self._client._run(self._core.poll_plan(timeout_s))
         return records
 
-    def commit(self, positions: Mapping[TopicPartition, int] | None = None) -> None:
+    def commit(
+        self, positions: Mapping[TopicPartition, int] | None = None, *, wait: bool = True
+    ) -> None:
         """Commit the index after the last record `poll` returned per partition
-        (or `positions`: (topic, partition) -> the next index to read)."""
-        self._client._run(self._core.commit_plan(positions))
+        (or `positions`: (topic, partition) -> the next index to read).
+        `wait=False`: send it and return; the next commit raises first if it
+        was refused (`ConsumerCore.commit_plan`)."""
+        self._client._run(self._core.commit_plan(positions, wait=wait))
 
     def close(self) -> None:
         """Leave the group (committing first with `auto_commit`)."""
@@ -669,8 +748,10 @@ class AsyncConsumer(_Face):
         records: list[ConsumedRecord] = await self._client._run(self._core.poll_plan(timeout_s))
         return records
 
-    async def commit(self, positions: Mapping[TopicPartition, int] | None = None) -> None:
-        await self._client._run(self._core.commit_plan(positions))
+    async def commit(
+        self, positions: Mapping[TopicPartition, int] | None = None, *, wait: bool = True
+    ) -> None:
+        await self._client._run(self._core.commit_plan(positions, wait=wait))
 
     async def close(self) -> None:
         if self._closed:

@@ -109,16 +109,24 @@ def group_plan(
     """A group op sent to the leader of positions partition `pid` (retried as
     the client retries); the answer's body."""
 
+    return (yield from client._call_plan(group_call(pid, message, answer)))
+
+
+def group_call(
+    pid: int, message: Callable[[int], GroupMessage], answer: type[GroupMessage]
+) -> calls.Call[Any]:
+    """A group op to the leader of positions partition `pid`, as a call (to
+    send now and wait for later: an unwaited commit)."""
+
     def target(view: Any) -> tuple[Any, GroupMessage]:
         return view.route_pid(pid).address, message(pid)
 
-    call = calls.Call(
+    return calls.Call(
         f"{answer.__name__} to partition {pid & 0xFFFF_FFFF} of {POSITIONS_TOPIC}",
         target,
         lambda frame: expect(frame, answer).body,
         idempotent=True,
     )
-    return (yield from client._call_plan(call))
 
 
 def list_groups_plan(client: ClientCore) -> Plan[list[GroupView]]:

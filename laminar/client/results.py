@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Final, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from laminar.client.errors import ProtocolViolationError, server_error
 from laminar.client.routing import ClusterView
@@ -62,8 +62,13 @@ class Record(NamedTuple):
     headers: Headers | None
 
 
-def fetched_records(frame: Frame) -> list[Record]:
-    """The records of a fetch answer (or the server's error raised).
+def fetched_records(
+    frame: Frame, prefix: tuple[Any, ...] = (), kind: type[tuple[Any, ...]] = Record
+) -> list[Any]:
+    """The records of a fetch answer (or the server's error raised), each a
+    `kind` of `prefix`'s fields then a `Record`'s (the group consumer's
+    `ConsumedRecord` starts with the topic and partition: made here, one
+    tuple per record, not a `Record` made over).
 
     This is the consumer's hot path, so the fetch batch (layout in
     `laminar.wire.records`: count, a table of (index, timestamp_ms, blob_len),
@@ -83,9 +88,11 @@ def fetched_records(frame: Frame) -> list[Record]:
         # Every record is a bare value (no key, no headers but the producer
         # stamp): slice them all with C-level loops, no Python per record.
         values = map(payload.__getitem__, map(slice, located.value_starts, located.ends))
-        rows = zip(indexes, stamps, values, repeat(None), repeat(None), strict=False)
-        return list(map(tuple.__new__, repeat(Record), rows))
-    out: list[Record] = []
+        rows = zip(
+            *map(repeat, prefix), indexes, stamps, values, repeat(None), repeat(None), strict=False
+        )
+        return list(map(tuple.__new__, repeat(kind), rows))
+    out: list[Any] = []
     for index, timestamp_ms, start, end in zip(
         indexes, stamps, located.starts, located.ends, strict=True
     ):
@@ -93,7 +100,7 @@ def fetched_records(frame: Frame) -> list[Record]:
             value, key, headers = decode_user_record(payload[start:end])
         except ProtocolError as exc:
             raise _bad_fetch(exc.message) from exc
-        out.append(_new_tuple(Record, (index, timestamp_ms, value, key, headers)))
+        out.append(_new_tuple(kind, (*prefix, index, timestamp_ms, value, key, headers)))
     return out
 
 

@@ -13,6 +13,11 @@ This module is the seam where `laminar.xdp` plugs into the node. The modes
 - "auto" (the default) takes the first of those that loads and the start-up
   log says why the better ones did not; a forced mode that cannot load is a
   `StartupError` naming the cause.
+- "off" (`UDP_OFF`): with TLS or logins (`--auth`) the node serves no UDP at
+  all (a datagram can carry neither, and a side door would undo them): no UDP socket
+  is bound on the node port, nothing is steered, no XDP classifier attaches,
+  and membership binds its own port. `NodeConfig` refuses a forced
+  `--routing` or `--xdp` mode then.
 
 Shards need nothing more to be correct: in every mode they check ownership of
 each request and forward over the inter-shard channel (`dispatch`); the modes
@@ -50,7 +55,7 @@ from typing import Any
 from laminar.node.listeners import NodeSockets, StartupError
 from laminar.node.prometheus import render_family
 from laminar.node.xdp_attach import NodeXdp, attach_classifier
-from laminar.shards.config import NodeConfig
+from laminar.shards.config import UDP_OFF, NodeConfig
 from laminar.xdp import ReuseportSteering, RoutingUnavailable, SteerCounters, SteeringUsageError
 
 
@@ -88,8 +93,11 @@ class Steering:
 
 
 def prepare_steering(config: NodeConfig, sockets: NodeSockets) -> Steering:
-    """Bind the node port's UDP group and steer it; raise `StartupError` if a
-    forced mode cannot be had or the port cannot be bound."""
+    """Bind the node port's UDP group and steer it (nothing with TLS or logins:
+    `UDP_OFF`); raise `StartupError` if a forced mode cannot be had or the port
+    cannot be bound."""
+    if config.udp_off_reason is not None:
+        return Steering(UDP_OFF, udp_fd=lambda _shard: None, detail=config.udp_off_reason)
     try:
         rs = ReuseportSteering.prepare(
             config.cores, config.host, sockets.port, routing=config.routing

@@ -75,7 +75,7 @@ from laminar.node.steering import Steering, prepare_steering
 from laminar.replication.auth import SecretFileError
 from laminar.security.tls import ServerTls, TlsFiles
 from laminar.shards.bootstrap_user import read_user_file
-from laminar.shards.config import NodeConfig
+from laminar.shards.config import UDP_OFF, NodeConfig
 from laminar.shards.control import (
     CONTROL_MAX_FRAME_BYTES,
     CONTROL_READY,
@@ -654,6 +654,7 @@ class Supervisor:
             "runtime": self.runtime,
             "routing_mode": self.steering.mode,
             "routing_detail": self.steering.detail,
+            "udp": self.steering.mode != UDP_OFF,
             "shard_pids": [slot.pid for slot in self.slots],
             "data_dir": self.config.data_dir,
             "admin_token_file": os.path.join(self.config.run_dir, TOKEN_FILE),
@@ -674,7 +675,8 @@ class Supervisor:
             "admin %s://%s:%s, runtime %s, routing %s, data %s",
             info["node_id"],
             info["port"],
-            "tls, no udp" if self.tls is not None else "tcp+udp",
+            ("tls, " if self.tls is not None else "")
+            + ("no udp" if self.steering and self.steering.mode == UDP_OFF else "tcp+udp"),
             info["cores"],
             ",".join(map(str, info["shard_ports"])),
             "https" if self.tls is not None else "http",

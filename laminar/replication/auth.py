@@ -22,17 +22,27 @@ node that does not know the secret. Comparisons are constant-time.
 
 What derived keys do not do: every node holds the cluster secret (it must
 check every other node's proof), so a holder of the secret can still derive
-any node's key and claim any id. They make the identity part of the
-credential, so the TLS work (per-node certificates, mutual TLS) replaces
-`PeerAuth.key_of` (derive the claimed node's key) with "verify the
-certificate naming that node" and keeps everything above it: the
-handshake's result is an authenticated node id, and every message on the
-session must name that id as its sender (`laminar.replication.transport`).
+any node's key and claim any id. Per-node certificates close that:
 
-What this does not do either: it authenticates the two ends once, when the
-connection opens. It neither encrypts nor protects the frames that follow
-against an on-path attacker who can rewrite TCP; that is what TLS is for.
-The README's security section says so.
+Certificate mode (`PeerAuth.with_certificates`: the node has
+`--tls-cert-file/--tls-key-file/--tls-ca-file` and peers). Every peer
+connection is mutual TLS first (`laminar.replication.transport`): both ends
+present a certificate the CA file verifies, and each names one node
+(`laminar.security.principal.node_id_from_certificate`: its
+`URI:laminar-node:<id>` SAN). The same three messages follow, with empty
+MACs: `key_of` gives way to the certificate. The responder takes the
+initiator's hello only if the id it claims is the one its certificate
+names (`Responder(certified=...)`); the initiator dials a node id and
+takes the connection only if the responder's certificate names that id
+(checked by the transport before the hello). The TLS handshake proved
+possession of the certificate's key, so the handshake's result is still an
+authenticated node id, now bound to a key only that node holds, and the
+frames that follow are encrypted and integrity-protected.
+
+What the HMAC mode does not do either: it authenticates the two ends once,
+when the connection opens. It neither encrypts nor protects the frames that
+follow against an on-path attacker who can rewrite TCP; certificate mode
+does (TLS). The README's security section says so.
 
 Without a secret (`--insecure-peers`, loopback only) the same three messages
 carry node ids and empty MACs, and `PeerAuth.required` is False.
@@ -45,6 +55,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import ssl
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -126,11 +137,15 @@ def _check_private_file(path: str, what: str, info: os.stat_result) -> None:
 
 @dataclass(frozen=True, slots=True)
 class PeerAuth:
-    """This node's identity and the cluster key (None: no secret configured)."""
+    """This node's identity, and how peers prove theirs: the cluster key, or
+    certificates (neither: `--insecure-peers`)."""
 
     node_id: str
     key: bytes | None
     """The cluster key: derives every node's key (see the module docstring)."""
+    dial_context: Callable[[], ssl.SSLContext] | None = None
+    """Certificate mode: the TLS context to dial peers with now (it is
+    reloaded on SIGHUP); the key is then None."""
 
     @classmethod
     def from_secret(cls, node_id: str, secret: bytes | None) -> PeerAuth:
@@ -138,9 +153,20 @@ class PeerAuth:
             return cls(node_id, None)
         return cls(node_id, hmac.new(secret, b"laminar cluster key v1", hashlib.sha256).digest())
 
+    @classmethod
+    def with_certificates(
+        cls, node_id: str, dial_context: Callable[[], ssl.SSLContext]
+    ) -> PeerAuth:
+        return cls(node_id, None, dial_context)
+
+    @property
+    def certificates(self) -> bool:
+        """Whether peers are named by their TLS certificates."""
+        return self.dial_context is not None
+
     @property
     def required(self) -> bool:
-        return self.key is not None
+        return self.key is not None or self.certificates
 
     def key_of(self, node_id: str) -> bytes:
         """Node `node_id`'s key (the one seam per-node certificates replace)."""
@@ -210,16 +236,26 @@ class Initiator:
 
 
 class Responder:
-    """The accepting side of one handshake: `on_hello()`, then `on_proof()`."""
+    """The accepting side of one handshake: `on_hello()`, then `on_proof()`.
+    In certificate mode `certified` is the node id the initiator's verified
+    certificate names (None: it showed none that names a node)."""
 
-    def __init__(self, auth: PeerAuth, nonce: Nonce = _fresh_nonce) -> None:
+    def __init__(
+        self, auth: PeerAuth, nonce: Nonce = _fresh_nonce, certified: str | None = None
+    ) -> None:
         self._auth = auth
         self._nonce_r = nonce()
+        self._certified = certified
         self._peer: str | None = None
         self._nonces = b""
 
     def on_hello(self, message: Any) -> dict[str, Any]:
         peer: str = _field(message, "node_id", str, NODE_ID_BYTES_MAX)
+        if self._auth.certificates and peer != self._certified:
+            raise PeerAuthError(
+                f"a peer claims to be node {peer!r} but its certificate names "
+                + ("no node" if self._certified is None else f"node {self._certified!r}")
+            )
         self._nonces = _nonce_field(message, "nonce") + self._nonce_r
         self._peer = peer
         me = self._auth.node_id

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from collections.abc import Callable
 from typing import Final
 
@@ -31,14 +30,15 @@ from laminar.placement import shard_for
 from laminar.replication.auth import PeerAuth
 from laminar.replication.nodes import Node, NodeView
 from laminar.replication.transport import (
-    HANDSHAKE_TIMEOUT_S,
     NodeLayout,
     PeerLinkError,
     ShardConnection,
+    close_stream,
     fetch_layout,
     fetch_metadata,
     read_frame,
 )
+from laminar.stream import Stream
 from laminar.wire import Frame, FrameDecoder, Message, ProtocolError, encode_frame
 
 logger = logging.getLogger("laminar.replication")
@@ -66,8 +66,8 @@ class PeerCallError(Exception):
 class _Connection:
     """One authenticated connection to one shard of a remote node, pipelined."""
 
-    def __init__(self, sock: socket.socket, max_frame_bytes: int) -> None:
-        self.sock = sock
+    def __init__(self, stream: Stream, max_frame_bytes: int) -> None:
+        self.stream = stream
         self._pending: dict[int, asyncio.Future[Frame]] = {}
         self._last_id = 0
         self._send_lock = asyncio.Lock()
@@ -77,16 +77,15 @@ class _Connection:
 
     async def call(self, frame: Frame, timeout_s: float) -> Frame:
         """Send request `frame` (its correlation id replaced); its answer."""
-        loop = asyncio.get_running_loop()
         self._last_id = corr = self._last_id % 0xFFFF_FFFF + 1
         data = encode_frame(
             frame.op, corr, frame.partition_id, frame.header, frame.payload, flags=frame.flags
         )
-        answer: asyncio.Future[Frame] = loop.create_future()
+        answer: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
         self._pending[corr] = answer
         try:
             async with self._send_lock:
-                await loop.sock_sendall(self.sock, data)
+                await self.stream.sendall(data)
             return await asyncio.wait_for(answer, timeout_s)
         finally:
             self._pending.pop(corr, None)
@@ -94,7 +93,7 @@ class _Connection:
     async def _read(self, decoder: FrameDecoder) -> None:
         try:
             while True:
-                frame = await read_frame(self.sock, decoder)
+                frame = await read_frame(self.stream, decoder)
                 answer = self._pending.pop(frame.correlation_id, None)
                 if answer is not None and not answer.done():
                     answer.set_result(frame)
@@ -107,7 +106,7 @@ class _Connection:
             if not answer.done():
                 answer.set_exception(ConnectionResetError(f"the connection failed: {exc}"))
         self._pending.clear()
-        self.sock.close()
+        close_stream(self.stream)
 
     def close(self) -> None:
         self._reader.cancel()
@@ -166,9 +165,7 @@ class PeerCalls:
         layout = self._layouts.get(node_id)
         if layout is None:
             member = self._member(node_id)
-            layout = await asyncio.wait_for(
-                fetch_layout(member.host, member.port), HANDSHAKE_TIMEOUT_S
-            )
+            layout = await fetch_layout(member.host, member.port, self.auth, node_id)
             self._layouts[node_id] = layout
         return layout
 
@@ -182,8 +179,8 @@ class PeerCalls:
         if known is not None and now - known[0] < LEADERS_TTL_S:
             return known[1]
         member = self._member(node_id)
-        response = await asyncio.wait_for(
-            fetch_metadata(member.host, member.port, layout_only=False), HANDSHAKE_TIMEOUT_S
+        response = await fetch_metadata(
+            member.host, member.port, self.auth, node_id, layout_only=False
         )
         leaders = dict(response.leaders)
         self._leaders[node_id] = (now, leaders)
@@ -199,7 +196,7 @@ class PeerCalls:
                 opened = await ShardConnection.open(
                     host, ports[key[1]], self.auth, node_id, self.max_frame_bytes
                 )
-                conn = self._connections[key] = _Connection(opened.sock, self.max_frame_bytes)
+                conn = self._connections[key] = _Connection(opened.stream, self.max_frame_bytes)
             return conn
 
     def close(self) -> None:

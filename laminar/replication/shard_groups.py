@@ -53,7 +53,6 @@ import functools
 import logging
 import os
 import random
-import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -77,6 +76,7 @@ from laminar.replication.raft_storage import SegmentedLogStorage
 from laminar.replication.refusals import PeerRefusals
 from laminar.replication.replica import RaftReplica
 from laminar.replication.transport import PeerLinks, PeerSession, ServeRequest
+from laminar.stream import Stream
 from laminar.swim import MembershipView
 from laminar.swim.agent import node_address
 from laminar.wire import ErrorCode, Frame, NodeInfo
@@ -650,14 +650,14 @@ class ShardGroups:
         self._serve_peers = (serve, ops)
 
     def accept_peer(
-        self, sock: socket.socket, hello: Frame, on_handshake_done: Callable[[], None]
+        self, stream: Stream, hello: Frame, on_handshake_done: Callable[[], None]
     ) -> None:
         """Serve a connection whose first frame was PEER_HELLO (handed over by
         `laminar.shards.connection`); `on_handshake_done` once the handshake
         ended, either way (the shard counts it against its caps until then)."""
         serve, ops = self._serve_peers or (None, frozenset[int]())
         session = PeerSession(
-            sock,
+            stream,
             self.auth,
             self.host.receive,
             self.links.heard,

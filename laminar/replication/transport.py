@@ -8,14 +8,19 @@ of every group two shards share travel as one frame per tick. A link learns
 the remote node's shards from its metadata (one METADATA request to its node
 port), opens a TCP connection to each shard it needs and authenticates it
 (`laminar.replication.auth`: hello, challenge, proof) before the first batch.
+In certificate mode every connection to a peer, the METADATA request's
+included, is TLS first (`open_stream`): the peer must show a certificate the
+CA file verifies that names the node id dialed, or nothing is sent.
 When nothing went to a node during a tick, a keepalive (an empty batch) goes
 instead, so the receiving host knows the node is alive even when every group
 is quiesced. A link that fails drops what was queued (Raft resends) and
 reconnects with backoff; queued bytes are bounded.
 
 Inbound (`PeerSession`): a shard connection whose first frame is PEER_HELLO is
-handed over by `laminar.shards.connection` to a session that answers the
-handshake (reading frames of a header's size at most until the peer is
+handed over by `laminar.shards.connection` (its stream: after the TLS
+handshake, in certificate mode, with the certificate the peer showed) to a
+session that answers the handshake (in certificate mode only for the node id
+that certificate names; reading frames of a header's size at most until the peer is
 authenticated, so an unauthenticated peer cannot make the shard buffer a
 large frame; its refusals logged at a bounded rate, `laminar.lograte`; the
 shard counts the session against its caps until `on_handshake_done`) and then
@@ -45,6 +50,9 @@ from laminar.replication.auth import Initiator, PeerAuth, PeerAuthError, Respond
 from laminar.replication.codec import RaftCodecError, decode_batch, encode_batch
 from laminar.replication.nodes import NodeView
 from laminar.replication.refusals import HANDSHAKE, IMPERSONATION, PeerRefusals
+from laminar.security.principal import PrincipalError, node_id_from_certificate
+from laminar.security.tls import TlsSession
+from laminar.stream import PlainStream, Stream, TlsStream
 from laminar.wire import (
     NEED_DATA,
     REQUEST_HEADER_LIMITS,
@@ -104,13 +112,12 @@ def _size(message: Message) -> int:
 # -- frames on a socket -------------------------------------------------------------
 
 
-async def read_frame(sock: socket.socket, decoder: FrameDecoder) -> Frame:
-    loop = asyncio.get_running_loop()
+async def read_frame(stream: Stream, decoder: FrameDecoder) -> Frame:
     while True:
         frame = decoder.next_frame()
         if frame is not NEED_DATA:
             return frame
-        data = await loop.sock_recv(sock, READ_BYTES)
+        data = await stream.recv(READ_BYTES)
         if not data:
             raise ConnectionResetError("the peer closed the connection")
         decoder.feed(data)
@@ -126,39 +133,39 @@ def peer_decoder(max_frame_bytes: int) -> FrameDecoder:
 class ShardConnection:
     """One authenticated connection to one shard of a remote node."""
 
-    def __init__(self, sock: socket.socket, peer_id: str) -> None:
-        self.sock = sock
+    def __init__(self, stream: Stream, peer_id: str) -> None:
+        self.stream = stream
         self.peer_id = peer_id
 
     @classmethod
     async def open(
         cls, host: str, port: int, auth: PeerAuth, expected: str, max_frame_bytes: int
     ) -> ShardConnection:
-        sock = await _connect(host, port)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            await asyncio.wait_for(
-                _initiate(sock, auth, expected, max_frame_bytes), HANDSHAKE_TIMEOUT_S
-            )
-        except BaseException:
-            sock.close()
-            raise
-        return cls(sock, expected)
+        """Connect (TLS in certificate mode) and authenticate; or raise."""
+
+        async def opened() -> Stream:
+            stream = await open_stream(host, port, auth, expected)
+            try:
+                await _initiate(stream, auth, expected, max_frame_bytes)
+            except BaseException:
+                close_stream(stream)
+                raise
+            return stream
+
+        return cls(await asyncio.wait_for(opened(), HANDSHAKE_TIMEOUT_S), expected)
 
     async def send(self, payload: bytes) -> None:
-        frame = encode_frame(RAFT_BATCH, 0, 0, {}, payload)
-        await asyncio.get_running_loop().sock_sendall(self.sock, frame)
+        await self.stream.sendall(encode_frame(RAFT_BATCH, 0, 0, {}, payload))
 
     def close(self) -> None:
-        self.sock.close()
+        close_stream(self.stream)
 
 
-async def _initiate(sock: socket.socket, auth: PeerAuth, expected: str, max_frame: int) -> None:
-    loop = asyncio.get_running_loop()
+async def _initiate(stream: Stream, auth: PeerAuth, expected: str, max_frame: int) -> None:
     decoder = peer_decoder(max_frame)
     initiator = Initiator(auth)
-    await loop.sock_sendall(sock, encode_frame(PEER_HELLO, 1, 0, initiator.hello()))
-    challenge = await read_frame(sock, decoder)
+    await stream.sendall(encode_frame(PEER_HELLO, 1, 0, initiator.hello()))
+    challenge = await read_frame(stream, decoder)
     _raise_refusal(challenge)
     try:
         proof = initiator.on_challenge(challenge.header)
@@ -166,8 +173,8 @@ async def _initiate(sock: socket.socket, auth: PeerAuth, expected: str, max_fram
         raise PeerLinkError(str(exc)) from None
     if initiator.peer_id != expected:
         raise PeerLinkError(f"expected node {expected!r} there, found {initiator.peer_id!r}")
-    await loop.sock_sendall(sock, encode_frame(PEER_PROOF, 2, 0, proof))
-    _raise_refusal(await read_frame(sock, decoder))
+    await stream.sendall(encode_frame(PEER_PROOF, 2, 0, proof))
+    _raise_refusal(await read_frame(stream, decoder))
 
 
 def _raise_refusal(frame: Frame) -> None:
@@ -239,7 +246,9 @@ class _NodeLink:
             member = self.links.view().get(self.node_id)
             if member is None:
                 raise PeerLinkError(f"node {self.node_id!r} is not a member")
-            self.layout = await fetch_layout(member.host, member.port)
+            self.layout = await fetch_layout(
+                member.host, member.port, self.links.auth, member.node_id
+            )
         return self.layout
 
     def _broken(self, exc: BaseException) -> None:
@@ -277,10 +286,49 @@ async def _connect(host: str, port: int) -> socket.socket:
     try:
         loop = asyncio.get_running_loop()
         await asyncio.wait_for(loop.sock_connect(sock, (host, port)), CONNECT_TIMEOUT_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except BaseException:
         sock.close()
         raise
     return sock
+
+
+async def open_stream(host: str, port: int, auth: PeerAuth, expected: str) -> Stream:
+    """A connection to node `expected` at host:port: in certificate mode after
+    a TLS handshake whose certificate names `expected` (else `PeerLinkError`);
+    plain TCP otherwise."""
+    sock = await _connect(host, port)
+    loop = asyncio.get_running_loop()
+    if auth.dial_context is None:
+        return PlainStream(loop, sock)
+    try:
+        stream = TlsStream(loop, sock, TlsSession(auth.dial_context(), server_side=False))
+        await stream.handshake()
+        certified = certified_node(stream)
+        if certified != expected:
+            named = "no node" if certified is None else f"node {certified!r}"
+            raise PeerLinkError(f"expected node {expected!r} there, its certificate names {named}")
+    except BaseException:
+        sock.close()
+        raise
+    return stream
+
+
+def certified_node(stream: Stream) -> str | None:
+    """The node id the verified certificate of the stream's other end names
+    (None: none, or no TLS). Raises `PeerAuthError` for one naming several."""
+    certificate = stream.peer_certificate()
+    if certificate is None:
+        return None
+    try:
+        return node_id_from_certificate(certificate)
+    except PrincipalError as exc:
+        raise PeerAuthError(str(exc)) from None
+
+
+def close_stream(stream: Stream) -> None:
+    stream.close()
+    stream.sock.close()
 
 
 class NodeLayout(NamedTuple):
@@ -292,9 +340,9 @@ class NodeLayout(NamedTuple):
     kafka_ports: tuple[int, ...]
 
 
-async def fetch_layout(host: str, port: int) -> NodeLayout:
-    """The layout of the node at host:port, from its metadata."""
-    response = await fetch_metadata(host, port, layout_only=True)
+async def fetch_layout(host: str, port: int, auth: PeerAuth, node_id: str) -> NodeLayout:
+    """The layout of node `node_id` at host:port, from its metadata."""
+    response = await fetch_metadata(host, port, auth, node_id, layout_only=True)
     shards = sorted(response.shards, key=lambda s: s.shard_id)
     kafka = tuple(s.kafka_port for s in shards if s.kafka_port is not None)
     return NodeLayout(
@@ -302,17 +350,21 @@ async def fetch_layout(host: str, port: int) -> NodeLayout:
     )
 
 
-async def fetch_metadata(host: str, port: int, *, layout_only: bool) -> MetadataResponse:
-    """The metadata answer of the node at host:port (as a client asks it)."""
-    sock = await _connect(host, port)
-    try:
-        request = MetadataRequest(layout_only=layout_only).encode(1)
-        await asyncio.get_running_loop().sock_sendall(sock, request)
-        frame = await asyncio.wait_for(
-            read_frame(sock, FrameDecoder(16 << 20)), HANDSHAKE_TIMEOUT_S
-        )
-    finally:
-        sock.close()
+async def fetch_metadata(
+    host: str, port: int, auth: PeerAuth, node_id: str, *, layout_only: bool
+) -> MetadataResponse:
+    """The metadata answer of node `node_id` at host:port (as a client asks it;
+    over TLS in certificate mode, `open_stream`)."""
+
+    async def ask() -> Frame:
+        stream = await open_stream(host, port, auth, node_id)
+        try:
+            await stream.sendall(MetadataRequest(layout_only=layout_only).encode(1))
+            return await read_frame(stream, FrameDecoder(16 << 20))
+        finally:
+            close_stream(stream)
+
+    frame = await asyncio.wait_for(ask(), HANDSHAKE_TIMEOUT_S)
     response = decode_response(frame)
     if not isinstance(response, MetadataResponse):
         raise PeerLinkError(f"{host}:{port} answered metadata with {type(response).__name__}")
@@ -381,7 +433,7 @@ class PeerSession:
 
     def __init__(
         self,
-        sock: socket.socket,
+        stream: Stream,
         auth: PeerAuth,
         receive: Receive,
         heard: Callable[[str], None],
@@ -391,7 +443,7 @@ class PeerSession:
         refusals: PeerRefusals | None = None,
         on_handshake_done: Callable[[], None] | None = None,
     ) -> None:
-        self.sock = sock
+        self.stream = stream
         self._refusals = refusals or PeerRefusals()
         self._on_handshake_done = on_handshake_done
         self._auth = auth
@@ -408,6 +460,7 @@ class PeerSession:
     async def serve(self, hello: Frame) -> None:
         """Answer the handshake that `hello` opened, then read batches until EOF."""
         loop = asyncio.get_running_loop()
+        stream = self.stream
         try:
             try:
                 peer = await asyncio.wait_for(self._handshake(hello), HANDSHAKE_TIMEOUT_S)
@@ -415,28 +468,24 @@ class PeerSession:
                 self._refusals.note(HANDSHAKE, f"refused a peer connection: {exc}")
                 refusal = ErrorResponse.for_code(hello.op, ErrorCode.INVALID_REQUEST, str(exc))
                 with contextlib.suppress(OSError):
-                    await loop.sock_sendall(self.sock, refusal.encode(0))
+                    await stream.sendall(refusal.encode(0))
                 return
             except (OSError, ProtocolError) as exc:
-                # The initiator checks our proof first: one with another secret hangs up.
+                # The initiator checks our proof first: one with another secret
+                # hangs up (in certificate mode it checked our certificate before).
                 who = hello.header.get("node_id")
                 name = who if isinstance(who, str) else "?"
-                self._refusals.note(
-                    HANDSHAKE,
-                    f"peer {name!r} gave up the handshake ({exc}): "
-                    "does it have another cluster secret?",
-                )
+                hint = "" if self._auth.certificates else ": does it have another cluster secret?"
+                self._refusals.note(HANDSHAKE, f"peer {name!r} gave up the handshake ({exc}){hint}")
                 return
             finally:
                 if self._on_handshake_done is not None:
                     self._on_handshake_done()
             self.peer_id = peer
             decoder = peer_decoder(self._max_frame_bytes)
-            await loop.sock_sendall(
-                self.sock, encode_frame(PEER_PROOF, 0, 0, {}, flags=Flags.RESPONSE)
-            )
+            await stream.sendall(encode_frame(PEER_PROOF, 0, 0, {}, flags=Flags.RESPONSE))
             while True:
-                frame = await read_frame(self.sock, decoder)
+                frame = await read_frame(stream, decoder)
                 if frame.op in self._request_ops and not frame.flags & Flags.RESPONSE:
                     await self._in_flight.acquire()
                     task = loop.create_task(self._answer(frame, peer))
@@ -463,7 +512,7 @@ class PeerSession:
         finally:
             for task in self._answering:
                 task.cancel()
-            self.sock.close()
+            close_stream(stream)
 
     async def _answer(self, frame: Frame, peer: str) -> None:
         """Serve one request of the peer and send its answer (any order)."""
@@ -471,7 +520,7 @@ class PeerSession:
         try:
             answer = b"".join(await self._serve(frame, peer))
             async with self._send_lock:
-                await asyncio.get_running_loop().sock_sendall(self.sock, answer)
+                await self.stream.sendall(answer)
         except OSError:
             pass  # the connection is gone; the reading side ends the session
         finally:
@@ -480,13 +529,10 @@ class PeerSession:
     async def _handshake(self, hello: Frame) -> str:
         """Answer `hello`, read the proof (a header-sized frame at most) and check it."""
         decoder = FrameDecoder(HANDSHAKE_FRAME_BYTES, header_limits=REQUEST_HEADER_LIMITS)
-        responder = Responder(self._auth)
+        responder = Responder(self._auth, certified=certified_node(self.stream))
         challenge = responder.on_hello(hello.header)
-        loop = asyncio.get_running_loop()
-        await loop.sock_sendall(
-            self.sock, encode_frame(PEER_HELLO, 0, 0, challenge, flags=Flags.RESPONSE)
-        )
-        proof = await read_frame(self.sock, decoder)
+        await self.stream.sendall(encode_frame(PEER_HELLO, 0, 0, challenge, flags=Flags.RESPONSE))
+        proof = await read_frame(self.stream, decoder)
         if proof.op != PEER_PROOF:
             raise PeerAuthError(f"expected the handshake's proof, got op {proof.op}")
         if decoder.buffered_bytes:

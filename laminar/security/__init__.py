@@ -7,8 +7,8 @@
   from metadata log entries.
 - `acls`: Kafka's ACL model and the cached `authorize` decision, applied from
   the same log.
-- `principal`: what a principal is, and the rule that names a TLS client by
-  its certificate.
+- `principal`: what a principal is, and the rules that name a TLS client,
+  and a node, by its certificate.
 - `login`: one client connection's login (SCRAM or a verified client
   certificate), which the connections of both doors drive.
 - `frames`: AUTHENTICATE, USERS and ACLS on laminar's wire.

@@ -8,6 +8,9 @@ logged in, in one of two ways:
   principal (`principal.principal_from_certificate`: `User:<CN>`). A
   certificate that does not verify never gets this far (the handshake
   fails); one that verifies but names nobody (no CN, or several) is refused.
+  A node's certificate (it names a node: `laminar-node:<id>`) is no user's:
+  it logs nobody in (the peer it belongs to opens a Raft link, PEER_HELLO,
+  which the replication authenticates).
 - One SCRAM exchange (`scram.ScramServer`), fed the client's messages in
   order by `step(mechanism, message)`. The first message picks the
   mechanism; every later one must name the same.
@@ -33,7 +36,11 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from laminar.security.errors import AuthFailure
-from laminar.security.principal import PrincipalError, principal_from_certificate
+from laminar.security.principal import (
+    PrincipalError,
+    node_id_from_certificate,
+    principal_from_certificate,
+)
 from laminar.security.scram import Authenticated, Mechanism, Refused, ScramServer, Step
 from laminar.security.state import SecurityState
 
@@ -79,6 +86,8 @@ class Login:
         if certificate is None:
             return None
         try:
+            if node_id_from_certificate(certificate) is not None:
+                return None  # a node's, for a peer link (PEER_HELLO): no user's
             self.principal = principal_from_certificate(certificate.get("subject", ()))
         except PrincipalError as exc:
             return self._refuse(

@@ -1,5 +1,5 @@
-"""Principals: who a request comes from, as ACLs name it, and the rule that
-names a client by its TLS certificate.
+"""Principals: who a request comes from, as ACLs name it, and the rules that
+name a client, and a node, by its TLS certificate.
 
 A principal is Kafka's string form `User:<name>`. A SCRAM login gives
 `User:<user name>`; a client certificate gives `User:<its subject's CN>`;
@@ -13,18 +13,31 @@ The CN identifies only as well as the CA's issuing policy: laminar trusts
 only the CA(s) given to it, and whoever issues certificates there decides
 names, exactly as with a DN. A subject with no CN, or with more than one
 (ambiguous), names nobody: the connection is refused rather than guessed at.
+
+A node is named by its certificate too, and never by its CN: a node
+certificate carries exactly one subjectAltName URI `laminar-node:<node id>`
+(`node_id_from_certificate`). Why a URI SAN: a client certificate (CN =
+a user) can never pass for a node however its CN is spelled, a node
+certificate still names its hosts in DNS/IP SANs for clients that check
+them, and "which node is this" is answered by one field made for it (as
+SPIFFE's `spiffe://` URIs do). Peer links take the node id from there
+(`laminar.replication.auth`); a certificate with none, or with several, is
+no node's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
 
 USER_TYPE: Final = "User"
 WILDCARD_PRINCIPAL: Final = "User:*"
 """In an ACL: any principal. Never a principal itself."""
 PRINCIPAL_NAME_MAX: Final = 255
 """Characters in the name part of a principal (a CN is at most 64 by X.520)."""
+
+NODE_URI_SCHEME: Final = "laminar-node"
+"""A node certificate's subjectAltName URI is `laminar-node:<node id>`."""
 
 Subject = Iterable[Iterable[tuple[str, str]]]
 """A certificate subject as `ssl.SSLObject.getpeercert()["subject"]` gives it:
@@ -75,3 +88,21 @@ def principal_from_certificate(subject: Subject) -> str:
             "laminar names a certificate by its one CN"
         )
     return user_principal(names[0])
+
+
+def node_id_from_certificate(certificate: Mapping[str, Any]) -> str | None:
+    """The node id a verified peer certificate names (its one
+    `laminar-node:<id>` URI SAN), None if it names no node;
+    `PrincipalError` if it names several. `certificate` is
+    `ssl.SSLObject.getpeercert()`'s dict."""
+    prefix = f"{NODE_URI_SCHEME}:"
+    names = [
+        value[len(prefix) :]
+        for kind, value in certificate.get("subjectAltName", ())
+        if kind == "URI" and value.startswith(prefix)
+    ]
+    if len(names) > 1:
+        raise PrincipalError(
+            f"the certificate names {len(names)} nodes; a node certificate names one"
+        )
+    return names[0] if names and names[0] else None

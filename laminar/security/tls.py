@@ -22,8 +22,14 @@ Rules:
 - With `--tls-ca-file` the node's ports ask for a client certificate and
   verify one if shown (`CERT_OPTIONAL`: a client without one still
   connects, and logs in with SCRAM; a certificate the CA file does not
-  verify fails the handshake). A verified one logs the client in as
-  `User:<its CN>` (`laminar.security.login`).
+  verify fails the handshake). A verified one logs a client in as
+  `User:<its CN>` (`laminar.security.login`). Peer links need it: another
+  node dialing a shard port shows its node certificate
+  (`peer_client_context`), and the replication takes
+  the node id from it (`laminar.replication.auth`). A node dialing a peer
+  verifies the peer's certificate against the same CA file, and checks the
+  node id it names instead of a host name (peers are dialed by node id, at
+  whatever address membership gives).
 """
 
 from __future__ import annotations
@@ -62,6 +68,19 @@ def server_context(files: TlsFiles) -> ssl.SSLContext:
     return context
 
 
+def peer_client_context(files: TlsFiles) -> ssl.SSLContext:
+    """The context a node dials its peers with: it shows the node's own
+    certificate and requires one the CA file verifies; the node id that
+    certificate names is checked by the caller, not a host name."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = MIN_VERSION
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_cert_chain(files.cert_file, files.key_file)
+    context.load_verify_locations(files.ca_file)
+    return context
+
+
 def client_context(
     tls: bool | ssl.SSLContext,
     ca_file: str | None = None,
@@ -92,22 +111,32 @@ def client_context(
 
 
 class ServerTls:
-    """The context new connections handshake with; swapped whole on `reload`."""
+    """The context new connections handshake with, and the one this node dials
+    its peers with (with a CA file); swapped whole on `reload`."""
 
     def __init__(self, files: TlsFiles) -> None:
         self.files = files
         self.context = server_context(files)
+        self.peer_context = peer_client_context(files) if files.ca_file else None
 
     def reload(self) -> bool:
         """Load the files again for new handshakes; True if it worked (else the
-        old context stays and the reason is logged)."""
+        old contexts stay and the reason is logged)."""
         try:
-            self.context = server_context(self.files)
+            context = server_context(self.files)
+            self.peer_context = peer_client_context(self.files) if self.files.ca_file else None
+            self.context = context
         except (OSError, ssl.SSLError) as exc:
             logger.error("TLS certificate reload failed, keeping the old one: %s", exc)
             return False
         logger.info("TLS certificate reloaded from %s", self.files.cert_file)
         return True
+
+    def dial_context(self) -> ssl.SSLContext:
+        """The current context to dial peers with; `ValueError` without a CA file."""
+        if self.peer_context is None:
+            raise ValueError("dialing peers needs --tls-ca-file")
+        return self.peer_context
 
     def switching_context(self) -> ssl.SSLContext:
         """A context for a server that keeps the one it is given (asyncio's

@@ -61,6 +61,9 @@ KAFKA_PORT_OFFSET: Final = 2022
 ROUTING_MODES: Final = ("auto", "ebpf", "cbpf", "userspace")
 """`--routing` choices (`laminar.xdp.routing.REQUESTED_MODES`, kept here so the
 config does not import the BPF layer)."""
+UDP_OFF: Final = "off"
+"""The routing mode a node with TLS or logins reports: it serves no UDP
+(`laminar.node.steering`, `NodeConfig.udp_off_reason`)."""
 XDP_MODES: Final = ("auto", "native", "generic", "off")
 """`--xdp`: auto attaches the classifier in native mode when the node can;
 native/generic insist on that mode; off never attaches. Generic (skb) mode is
@@ -465,8 +468,9 @@ class NodeConfig:
         metadata=setting(
             "--cluster-secret-file",
             "file with the cluster secret (chmod 600, at least 16 bytes, the same on every "
-            "node): authenticates every node-to-node connection and membership datagram; "
-            "turns membership on; required with --peers and --join",
+            "node): authenticates every node-to-node connection (with TLS: certificates "
+            "do) and membership datagram; turns membership on; required with --join, and "
+            "with --peers unless TLS",
             parse=_absolute_or_empty,
         ),
     )
@@ -574,11 +578,14 @@ class NodeConfig:
         default="",
         metadata=setting(
             "--tls-ca-file",
-            "PEM CA certificates for client certificates (loaded, not yet asked for)",
+            "PEM CA certificates: a client certificate shown is verified against them; "
+            "required with peers, whose links are then mutual TLS: every node's certificate "
+            "is signed by them and names its node (URI laminar-node:NODE_ID)",
             parse=_absolute_or_empty,
         ),
     )
-    """CAs for client certificates: loaded now, verified in a later step (issue 28)."""
+    """CAs that sign client certificates and, with peers, every node's certificate
+    (peer links are then mutual TLS, `laminar.replication.auth`)."""
     auth: str = field(
         default="none",
         metadata=setting(
@@ -638,8 +645,10 @@ class NodeConfig:
 
     @property
     def peer_auth(self) -> str:
-        """How peers authenticate: "node-keys", "insecure" (--insecure-peers) or
-        "" (a single node)."""
+        """How peers authenticate: "certificates" (TLS with peers), "node-keys",
+        "insecure" (--insecure-peers) or "" (a single node)."""
+        if self.tls and self.clustered:
+            return "certificates"
         if self.cluster_secret_file:
             return "node-keys"
         return "insecure" if self.peers.strip() else ""
@@ -648,6 +657,16 @@ class NodeConfig:
     def tls(self) -> bool:
         """True when the client-facing ports speak TLS."""
         return bool(self.tls_cert_file)
+
+    @property
+    def udp_off_reason(self) -> str | None:
+        """Why the node serves no UDP (None: it does): a datagram can carry
+        neither TLS nor a login."""
+        if self.tls:
+            return "TLS is on (a datagram cannot carry TLS)"
+        if self.authenticated:
+            return "logins are on (--auth: a datagram cannot carry one)"
+        return None
 
     @property
     def authenticated(self) -> bool:
@@ -819,7 +838,7 @@ def _replicas_flush_always(c: NodeConfig) -> str | None:
 
 def _peers_are_authenticated(c: NodeConfig) -> str | None:
     peers = parse_peers(c.peers)
-    if not peers or c.cluster_secret_file:
+    if not peers or c.cluster_secret_file or c.tls:  # certificates: `_tls_peers_show_...`
         return None
     exposed = [a for a in (c.host, *(p.host for p in peers)) if not _is_loopback(a)]
     if exposed:
@@ -845,13 +864,23 @@ def _tls_files_pair(c: NodeConfig) -> str | None:
     return None
 
 
-def _tls_single_node(c: NodeConfig) -> str | None:
-    if not c.tls or not (c.peers.strip() or c.cluster_secret_file):
+def _no_udp_no_steering(c: NodeConfig) -> str | None:
+    if c.udp_off_reason is None:
+        return None
+    if c.routing != "auto":
+        return f"--routing {c.routing} steers UDP; the node serves none: {c.udp_off_reason}"
+    if c.xdp not in ("auto", "off"):
+        return f"--xdp {c.xdp} classifies UDP; the node serves none: {c.udp_off_reason}"
+    return None
+
+
+def _tls_peers_show_certificates(c: NodeConfig) -> str | None:
+    if not c.tls or c.tls_ca_file or not (c.peers.strip() or c.cluster_secret_file or c.join):
         return None
     return (
-        "--tls-cert-file serves single nodes for now: peers reach each other through "
-        "the node port, and node-to-node TLS (mutual, per-node certificates) is not "
-        "built yet; run a cluster without TLS for now"
+        "with TLS, peers prove who they are by certificate: give --tls-ca-file, the CA "
+        "that signed every node's certificate (each naming its node as the subjectAltName "
+        "URI laminar-node:NODE_ID; README: TLS between nodes)"
     )
 
 
@@ -896,7 +925,8 @@ _RULES: Final[tuple[Callable[[NodeConfig], str | None], ...]] = (
     _replicas_flush_always,
     _peers_are_authenticated,
     _tls_files_pair,
-    _tls_single_node,
+    _no_udp_no_steering,
+    _tls_peers_show_certificates,
     _auth_settings,
     _exposed_needs_security,
 )

@@ -36,8 +36,9 @@ Rules, and why:
 - End of stream from the client ends reading, but requests already received are
   still answered before the socket is closed.
 - A connection whose first frame is PEER_HELLO is another node opening a Raft
-  link: it is handed, socket and all, to `on_peer` (the shard's replication,
-  which authenticates it) and leaves this class, releasing what it charged.
+  link: it is handed, stream and socket (TLS session and the certificate the
+  peer showed included), to `on_peer` (the shard's replication, which
+  authenticates it) and leaves this class, releasing what it charged.
   Without `on_peer` (a single node) the frame is served like any other: an
   unknown op.
 - With a TLS context the connection reads and writes through a
@@ -106,7 +107,8 @@ logger = logging.getLogger("laminar.shards")
 _tls_refusals = RateLimitedLog(logger)
 _login_refusals = RateLimitedLog(logger)
 
-OnPeer = Callable[[socket.socket, Frame], None]
+OnPeer = Callable[[Stream, Frame], None]
+"""Takes a peer's connection (its stream, TLS or not) and its PEER_HELLO."""
 
 MAX_IN_FLIGHT: Final = 256
 MAX_ANSWER_BYTES: Final = 16 << 20
@@ -332,7 +334,7 @@ class Connection:
         if hello is None or on_peer is None:
             return False
         self._handed_over = True
-        on_peer(self.sock, hello)
+        on_peer(self._stream.detach(), hello)
         return True
 
     async def _read_loop(self) -> None:
@@ -595,10 +597,10 @@ class Connection:
         self._decoder.discard()  # the connection may live on in a reference cycle
         self._not_holding()
         self._outbox.abort()
-        self._stream.close()
         for task in list(self._tasks):
             task.cancel()
         if not self._hand_over():
+            self._stream.close()
             self.sock.close()
         self._on_close(self)
 

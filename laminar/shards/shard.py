@@ -9,7 +9,7 @@ Start-up, in order (each step depends on the one before):
    metadata owner must serve followers before it is "ready" itself);
 3. the metadata: replay (owner) or catch up with the owner (followers);
 4. the client listeners: the shard's own port, the node port (TCP, and UDP
-   unless TLS is on: a datagram cannot be encrypted by TLS);
+   unless TLS or logins are on: a datagram can carry neither);
 5. READY to the supervisor over the control socket.
 
 Drain (SIGTERM, SIGINT, or the supervisor's end of the control socket closing):
@@ -52,7 +52,7 @@ from laminar.replication.nodes import Node, StaticView, parse_peers
 from laminar.replication.routes import NodeRoutes
 from laminar.replication.shard_groups import ShardGroups
 from laminar.replication.topic_config import log_config
-from laminar.replication.transport import HANDSHAKE_FRAME_BYTES
+from laminar.replication.transport import HANDSHAKE_FRAME_BYTES, close_stream
 from laminar.replication.transport import READ_BYTES as TRANSPORT_READ_BYTES
 from laminar.security.login import Login
 from laminar.security.state import DECOY_KEY_BYTES
@@ -77,6 +77,7 @@ from laminar.shards.replicas import ClusterReplicas, NodeReplicas, Replicas
 from laminar.shards.retention import Retention
 from laminar.shards.router import PEER_OPS
 from laminar.shards.security_ops import SecurityOps
+from laminar.stream import Stream
 from laminar.swim import MembershipView
 from laminar.wire import (
     NEED_DATA,
@@ -397,7 +398,9 @@ class Shard:
         if self.sockets.kafka_tcp is not None:
             self._listen(self.sockets.kafka_tcp, internal=False, kafka=True)
         self.datagrams = None
-        if self.sockets.node_udp is not None and self.tls is None and not config.authenticated:
+        if (
+            self.sockets.node_udp is not None
+        ):  # None with TLS or logins (`NodeConfig.udp_off_reason`)
             self.datagrams = DatagramServer(
                 self.sockets.node_udp,
                 self.dispatcher,
@@ -446,10 +449,9 @@ class Shard:
         me = Node(config.node_id, config.host, self.ident.port, config.weight)
         peers = () if config.gossiped else parse_peers(config.peers)
         view = StaticView(me, peers).view()
-        secret = load_secret(config.cluster_secret_file) if config.cluster_secret_file else None
         replication = ShardGroups(
             view,
-            PeerAuth.from_secret(config.node_id, secret),
+            self._peer_auth(),
             self.shard_id,
             config.cores,
             self.partitions,
@@ -467,6 +469,15 @@ class Shard:
                 lambda: self.metadata.state.decommissioned,
             )
         return replication
+
+    def _peer_auth(self) -> PeerAuth:
+        """Certificates when the node has TLS (`NodeConfig` then requires the
+        CA file), else the cluster secret's node keys (or none: insecure)."""
+        config = self.config
+        if self.tls is not None:
+            return PeerAuth.with_certificates(config.node_id, self.tls.dial_context)
+        secret = load_secret(config.cluster_secret_file) if config.cluster_secret_file else None
+        return PeerAuth.from_secret(config.node_id, secret)
 
     def _replication_factor(self, pid: int) -> int | None:
         """What the placement controller places `pid` on: the metadata group on
@@ -609,7 +620,7 @@ class Shard:
         if not self._per_address[host]:
             del self._per_address[host]
 
-    def _accept_peer(self, host: str, sock: socket.socket, hello: Frame) -> None:
+    def _accept_peer(self, host: str, stream: Stream, hello: Frame) -> None:
         """A client connection that opened with PEER_HELLO: hand it to the
         replication, still counted as a client connection and charged to the
         budget until its handshake ends, and at most `HANDSHAKES_MAX` at once."""
@@ -623,11 +634,11 @@ class Shard:
                 self.shard_id,
                 self._handshakes,
             )
-            sock.close()
+            close_stream(stream)
             return
         self._handshakes += 1
         self.budget.charge(HANDSHAKE_BYTES)
-        self.replication.accept_peer(sock, hello, functools.partial(self._handshake_done, host))
+        self.replication.accept_peer(stream, hello, functools.partial(self._handshake_done, host))
 
     def _handshake_done(self, host: str) -> None:
         self._handshakes -= 1

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from laminar.client import OffsetOutOfRangeError, ProtocolViolationError
+from laminar.client.consumer import ConsumedRecord
 from laminar.client.results import expect, fetched_records
 from laminar.wire import (
     ErrorCode,
@@ -46,6 +47,9 @@ def test_fetch_fast_path_agrees_with_the_wire(items: list[tuple]) -> None:  # ty
     got = fetched_records(frame)
     expected = [(r.index, r.timestamp_ms, *r.decode()) for r in decode_fetch_batch(frame.payload)]
     assert [tuple(r) for r in got] == expected
+    consumed = fetched_records(frame, prefix=("t", 3), kind=ConsumedRecord)
+    assert consumed == [ConsumedRecord("t", 3, *row) for row in expected]
+    assert all(type(r) is ConsumedRecord for r in consumed)
 
 
 def test_a_null_value_reads_as_none_not_empty() -> None:

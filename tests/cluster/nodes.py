@@ -12,6 +12,9 @@ loses its port anyway is made again on fresh ports, a restart on the same
 port is retried until the port is free. Shard and admin ports are ephemeral.
 With `prefix(node_id)` a node runs under a command (a network namespace of
 `tests.cluster.netns`), and `host(node_id)` is the address it binds.
+With `certs` (a directory of `laminar.certs.make_cluster_certs`) every node
+runs TLS with its own certificate, and its peer links are mutual TLS; the
+cluster then needs no secret, and `request` speaks TLS to it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import contextlib
 import os
 import shutil
 import socket
+import ssl
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +66,7 @@ class Cluster:
     cores: int
     host: Callable[[str], str]
     prefix: Callable[[str], list[str]]
+    certs: Path | None = None
     nodes: dict[str, RunningNode] = field(default_factory=dict)
 
     @classmethod
@@ -75,13 +80,15 @@ class Cluster:
         secret: Path | None = None,
         host: Callable[[str], str] = lambda node_id: "127.0.0.1",
         prefix: Callable[[str], list[str]] = lambda node_id: [],
+        certs: Path | None = None,
         **flags: Any,
     ) -> Iterator[Cluster]:
         ids = [f"n{i}" for i in range(1, count + 1)]
-        if secret is None:  # a cluster never runs without peer authentication
+        if secret is None and certs is None:  # a cluster never runs without peer authentication
             secret = tmp / "cluster-secret"
             write_secret(secret)
-        flags["cluster_secret_file"] = secret
+        if secret is not None:
+            flags["cluster_secret_file"] = secret
         clusters: list[Cluster] = []
 
         def attempt() -> Cluster:
@@ -90,9 +97,8 @@ class Cluster:
                 earlier.stop()
             for node_id in ids:
                 shutil.rmtree(tmp / node_id, ignore_errors=True)
-            cluster = cls(
-                tmp, {node_id: free_port() for node_id in ids}, flags, cores, host, prefix
-            )
+            ports = {node_id: free_port() for node_id in ids}
+            cluster = cls(tmp, ports, flags, cores, host, prefix, certs)
             clusters.append(cluster)
             for node_id in ids:
                 cluster.nodes[node_id] = cluster._start_once(node_id)
@@ -135,6 +141,7 @@ class Cluster:
             "admin_port": 0,
             "shard_port_base": 0,
             "peers": peers,
+            **self.tls_flags(node_id),
             **self.flags,
             **changes,
         }
@@ -146,6 +153,16 @@ class Cluster:
             prefix=self.prefix(node_id),
             **flags,
         )
+
+    def tls_flags(self, node_id: str) -> dict[str, Path]:
+        """Node `node_id`'s own certificate and the cluster's CA ({} without `certs`)."""
+        if self.certs is None:
+            return {}
+        return {
+            "tls_cert_file": self.certs / f"{node_id}.crt",
+            "tls_key_file": self.certs / f"{node_id}.key",
+            "tls_ca_file": self.certs / "ca.crt",
+        }
 
     @property
     def bootstrap(self) -> str:
@@ -170,10 +187,18 @@ class Cluster:
 # -- talking to one replica -------------------------------------------------------------
 
 
-def request(node: RunningNode, pid: int, message: Message, timeout_s: float = 10.0) -> Any:
-    """Send `message` to the shard of `node` that owns `pid`; its decoded answer."""
+def request(
+    node: RunningNode, pid: int, message: Message, timeout_s: float = 10.0, ca_file: str = ""
+) -> Any:
+    """Send `message` to the shard of `node` that owns `pid`; its decoded answer
+    (over TLS trusting `ca_file`, default the node's own --tls-ca-file, if it has one)."""
     port = node.shard_ports[shard_for(pid, len(node.shard_ports))]
-    with socket.create_connection((node.host, port), timeout=timeout_s) as sock:
+    with contextlib.ExitStack() as stack:
+        sock = stack.enter_context(socket.create_connection((node.host, port), timeout=timeout_s))
+        ca_file = ca_file or node.flags.get("tls_ca_file", "")
+        if ca_file:
+            context = ssl.create_default_context(cafile=str(ca_file))
+            sock = stack.enter_context(context.wrap_socket(sock, server_hostname=node.host))
         sock.sendall(message.encode(1))
         decoder = FrameDecoder(64 << 20)
         while True:
@@ -186,8 +211,8 @@ def request(node: RunningNode, pid: int, message: Message, timeout_s: float = 10
             decoder.feed(data)
 
 
-def offsets(node: RunningNode, pid: int) -> ListOffsetsResponse:
-    answer = request(node, pid, ListOffsetsRequest(pid, any_replica=True))
+def offsets(node: RunningNode, pid: int, ca_file: str = "") -> ListOffsetsResponse:
+    answer = request(node, pid, ListOffsetsRequest(pid, any_replica=True), ca_file=ca_file)
     if not isinstance(answer, ListOffsetsResponse):
         raise AssertionError(f"list offsets on {node.bootstrap}: {answer}")
     return answer

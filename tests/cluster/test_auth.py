@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import os
 import random
+import ssl
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,30 @@ def test_a_secret_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
     os.mkfifo(fifo, 0o600)
     with pytest.raises(SecretFileError, match="not a regular file"):
         load_secret(str(fifo))
+
+
+def _certified(node_id: str) -> PeerAuth:
+    return PeerAuth.with_certificates(node_id, ssl.create_default_context)
+
+
+@pytest.mark.parametrize(
+    ("certified", "why"),
+    [("n3", "its certificate names node 'n3'"), (None, "its certificate names no node")],
+)
+def test_in_certificate_mode_a_hello_must_claim_the_certified_node(
+    certified: str | None, why: str
+) -> None:
+    initiator = Initiator(_certified("n1"))
+    responder = Responder(_certified("n2"), certified=certified)
+    with pytest.raises(PeerAuthError, match=f"claims to be node 'n1' but {why}"):
+        responder.on_hello(initiator.hello())
+
+
+def test_in_certificate_mode_the_certified_node_is_the_session_s_peer() -> None:
+    initiator = Initiator(_certified("n1"))
+    responder = Responder(_certified("n2"), certified="n1")
+    assert _certified("n1").required and _certified("n1").certificates
+    proof = initiator.on_challenge(responder.on_hello(initiator.hello()))
+    assert proof == {"mac": b""}  # the certificate, not a key, proves who it is
+    assert responder.on_proof(proof) == "n1"
+    assert initiator.peer_id == "n2"

@@ -1,9 +1,8 @@
 """SASL and ACLs on the Kafka door of a static 3-node cluster with `--auth
 scram` (issue 28): users and ACLs made through any node's Kafka door reach
 the metadata leader and hold on every node; a Kafka client with SASL produces
-to the partition leader; records are checked by identity. Without TLS
-(SASL_PLAINTEXT on loopback): a cluster refuses --tls-cert-file until
-node-to-node TLS is built."""
+to the partition leader; records are checked by identity. Every node runs
+TLS with its own certificate (peer links are mutual TLS)."""
 
 from __future__ import annotations
 
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from laminar.certs import make_cluster_certs
 from laminar.kafka import messages as m
 from laminar.kafka.errors import ErrorCode
 from laminar.security.scram import Mechanism
@@ -58,9 +58,13 @@ def _upsert(name: str, password: str) -> m.AlterUserScramCredentialsRequest:
 
 
 def test_users_and_acls_made_on_any_node_hold_on_every_node(tmp_path: Path) -> None:
+    certs = tmp_path / "certs"
+    make_cluster_certs(certs)
+    ca = str(certs / "ca.crt")
     with Cluster.start(
         tmp_path,
         3,
+        certs=certs,
         auth="scram",
         bootstrap_user_file=write_user_file(tmp_path, *ADMIN),
     ) as cluster:
@@ -68,7 +72,7 @@ def test_users_and_acls_made_on_any_node_hold_on_every_node(tmp_path: Path) -> N
 
         def wire(node_index: int) -> KafkaWire:
             node = nodes[node_index]
-            return KafkaWire(node.host, node.kafka_ports[0])
+            return KafkaWire(node.host, node.kafka_ports[0], ca)
 
         def admin_logged_in(node_index: int) -> KafkaWire:
             connection = wire(node_index)
@@ -107,7 +111,8 @@ def test_users_and_acls_made_on_any_node_hold_on_every_node(tmp_path: Path) -> N
         bootstrap = ",".join(f"{n.host}:{n.kafka_ports[0]}" for n in nodes)
         sasl = {
             "bootstrap_servers": bootstrap,
-            "security_protocol": "SASL_PLAINTEXT",
+            "security_protocol": "SASL_SSL",
+            "ssl_cafile": ca,
             "sasl_mechanism": "SCRAM-SHA-256",
         }
         producer = kafka.KafkaProducer(

@@ -43,7 +43,8 @@ def test_every_node_names_the_same_coordinator_partition_before_and_after_a_kill
 
 class Member(threading.Thread):
     """A group member polling and committing until stopped (then it leaves);
-    the sync client's consumer, or the asyncio one."""
+    the sync client's consumer (waited commits), or the asyncio one (unwaited
+    commits, Kafka's commitAsync, and a waited one before leaving)."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, aio: bool) -> None:
         super().__init__(name=f"member-{'async' if aio else 'sync'}", daemon=True)
@@ -74,7 +75,8 @@ class Member(threading.Thread):
         ):
             while not self.stop.is_set():
                 self.seen += [r.value for r in await consumer.poll(timeout_s=0.2)]
-                await consumer.commit()
+                await consumer.commit(wait=False)
+            await consumer.commit()
 
 
 def _produce(client: Client, topic: str, values: range, acked: list[bytes]) -> None:

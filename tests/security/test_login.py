@@ -72,6 +72,12 @@ def test_a_certificate_names_its_common_name() -> None:
     assert login.by_certificate(None) is None and not login.done
     assert login.by_certificate({"subject": ((("commonName", "carol"),),)}) is None
     assert login.principal == "User:carol"
+    node = Login(SECURITY, FALLBACK_KEY)  # a node's certificate is no user's
+    node_certificate = {
+        "subject": ((("commonName", "n1"),),),
+        "subjectAltName": (("DNS", "localhost"), ("URI", "laminar-node:n1")),
+    }
+    assert node.by_certificate(node_certificate) is None and not node.done
     nameless = Login(SECURITY, FALLBACK_KEY)
     refused = nameless.by_certificate({"subject": ((("organizationName", "acme"),),)})
     assert isinstance(refused, Refused) and not nameless.done

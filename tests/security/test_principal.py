@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import shutil
 import ssl
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from laminar.certs import make_ca, make_cert
 from laminar.security.principal import (
     PrincipalError,
     Subject,
     check_acl_principal,
+    node_id_from_certificate,
     principal_from_certificate,
     user_principal,
 )
@@ -24,41 +25,18 @@ needs_openssl = pytest.mark.skipif(
 )
 
 
-def openssl(*args: str | Path) -> None:
-    subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True)
-
-
-def issue(ca: Path, folder: Path, name: str, subject: str, *extra: str) -> tuple[Path, Path]:
-    """A P-256 key and a certificate for it, signed by the CA `ca` (.key/.crt)."""
-    key, csr, crt = folder / f"{name}.key", folder / f"{name}.csr", folder / f"{name}.crt"
-    openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key)
-    openssl("req", "-new", "-key", key, "-subj", subject, "-out", csr)
-    openssl(
-        "x509", "-req", "-in", csr, "-CA", ca.with_suffix(".crt"), "-CAkey", ca.with_suffix(".key"),
-        "-CAcreateserial", "-days", "2", "-out", crt, *extra,
-    )  # fmt: skip
-    return crt, key
-
-
 def peer_subject(tmp_path: Path, client_subject: str) -> Subject:
     """The client certificate's subject as the server side of a verified TLS
     handshake sees it (`SSLObject.getpeercert()`), all in memory."""
-    ca = tmp_path / "ca"
-    openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", ca.with_suffix(".key"))
-    openssl(
-        "req", "-x509", "-new", "-key", ca.with_suffix(".key"), "-subj", "/CN=test CA",
-        "-days", "2", "-out", ca.with_suffix(".crt"),
-    )  # fmt: skip
-    san = tmp_path / "san.ext"
-    san.write_text("subjectAltName=DNS:localhost\n")
-    server_crt, server_key = issue(ca, tmp_path, "server", "/CN=localhost", "-extfile", str(san))
-    client_crt, client_key = issue(ca, tmp_path, "client", client_subject)
+    ca = make_ca(tmp_path, "ca")
+    server_crt, server_key = make_cert(tmp_path, ca, "server", hosts=("localhost",))
+    client_crt, client_key = make_cert(tmp_path, ca, "client", subject=client_subject, hosts=())
     server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server_ctx.load_cert_chain(server_crt, server_key)
-    server_ctx.load_verify_locations(ca.with_suffix(".crt"))
+    server_ctx.load_verify_locations(ca.cert)
     server_ctx.verify_mode = ssl.CERT_REQUIRED
     client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    client_ctx.load_verify_locations(ca.with_suffix(".crt"))
+    client_ctx.load_verify_locations(ca.cert)
     client_ctx.load_cert_chain(client_crt, client_key)
     to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
     server_in, client_in = ssl.MemoryBIO(), ssl.MemoryBIO()
@@ -124,3 +102,26 @@ def test_acl_principals() -> None:
         with pytest.raises(PrincipalError):
             check_acl_principal(bad)
     assert user_principal("alice") == "User:alice"
+
+
+@pytest.mark.parametrize(
+    ("alt_names", "node_id"),
+    [
+        ((("DNS", "localhost"), ("URI", "laminar-node:n1")), "n1"),
+        ((("IP Address", "127.0.0.1"),), None),  # a client's or a plain server's
+        ((("URI", "spiffe://acme/n1"),), None),
+        ((("URI", "laminar-node:"),), None),
+        ((), None),
+    ],
+)
+def test_a_node_certificate_names_its_node_by_its_uri(
+    alt_names: tuple[tuple[str, str], ...], node_id: str | None
+) -> None:
+    certificate = {"subject": ((("commonName", "n2"),),), "subjectAltName": alt_names}
+    assert node_id_from_certificate(certificate) == node_id  # never by the CN
+
+
+def test_a_certificate_naming_two_nodes_names_none() -> None:
+    both = {"subjectAltName": (("URI", "laminar-node:n1"), ("URI", "laminar-node:n2"))}
+    with pytest.raises(PrincipalError, match="names 2 nodes"):
+        node_id_from_certificate(both)

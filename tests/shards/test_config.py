@@ -120,6 +120,7 @@ def test_flags_set_their_fields() -> None:
 
 BASE: dict[str, Any] = {"cores": 1, "data_dir": "/tmp/x"}
 PEERS: dict[str, Any] = {"node_id": "n1", "peers": "n2=127.0.0.1:7170"}
+TLS: dict[str, Any] = {"tls_cert_file": "/c.pem", "tls_key_file": "/k.pem"}
 
 
 @pytest.mark.parametrize(
@@ -165,10 +166,11 @@ PEERS: dict[str, Any] = {"node_id": "n1", "peers": "n2=127.0.0.1:7170"}
         (PEERS, "a node with --peers needs --cluster-secret-file"),
         ({"tls_cert_file": "/c.pem"}, "--tls-cert-file and --tls-key-file go together"),
         ({"tls_ca_file": "/ca.pem"}, "--tls-ca-file needs --tls-cert-file"),
-        (
-            {**PEERS, "insecure_peers": True, "tls_cert_file": "/c", "tls_key_file": "/k"},
-            "--tls-cert-file serves single nodes for now",
-        ),
+        ({**TLS, "routing": "cbpf"}, "--routing cbpf steers UDP; the node serves none: TLS is on"),
+        ({**TLS, "xdp": "generic"}, "--xdp generic classifies UDP; the node serves none: TLS"),
+        ({"auth": "scram", "routing": "cbpf"}, "steers UDP; the node serves none: logins are on"),
+        ({**PEERS, **TLS}, "with TLS, peers prove who they are by certificate: give --tls-ca"),
+        ({**TLS, "join": ("a:1",)}, "with TLS, peers prove who they are by certificate"),
     ],
 )
 def test_each_rule_names_the_flag_and_what_is_allowed(
@@ -182,6 +184,8 @@ def test_each_rule_names_the_flag_and_what_is_allowed(
 @pytest.mark.parametrize(
     "changes",
     [
+        {**TLS, "xdp": "off"},
+        {**PEERS, **TLS, "tls_ca_file": "/ca.pem", "host": "10.0.0.1", "auth": "scram"},
         {"port": 0},
         {"port": 65535, "membership_port": 65535},
         {"dead_grace_s": 0, "max_wait_ms": 0, "move_bytes_per_s": 0},

@@ -32,6 +32,7 @@ import itertools
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -115,7 +116,15 @@ class RunningNode:
 
     @property
     def admin_url(self) -> str:
-        return f"http://{self.admin_host}:{self.admin_port}"
+        scheme = "https" if self.flags.get("tls_cert_file") else "http"
+        return f"{scheme}://{self.admin_host}:{self.admin_port}"
+
+    @property
+    def admin_tls(self) -> ssl.SSLContext | None:
+        """How to reach the admin endpoint of a node with TLS (its own --tls-ca-file)."""
+        if not self.flags.get("tls_cert_file"):
+            return None
+        return ssl.create_default_context(cafile=self.flags.get("tls_ca_file"))
 
     @property
     def routing_mode(self) -> str:
@@ -124,7 +133,9 @@ class RunningNode:
     def admin_get(self, path: str) -> tuple[int, str]:
         """GET `path` of the admin endpoint: (HTTP status, body), errors included."""
         try:
-            with urllib.request.urlopen(self.admin_url + path, timeout=10) as reply:
+            with urllib.request.urlopen(
+                self.admin_url + path, timeout=10, context=self.admin_tls
+            ) as reply:
                 return reply.status, reply.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()

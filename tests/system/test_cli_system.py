@@ -7,11 +7,12 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -230,15 +231,16 @@ def _cluster_ports(count: int) -> list[int]:
     return ports
 
 
-def test_sigterm_to_make_cluster_stops_every_node(tmp_path: Path) -> None:
-    """`kill -TERM` of `make cluster` (make passes it to scripts/cluster) stops
-    the three nodes; it used to stop only the log prefixers and leave them."""
+@contextlib.contextmanager
+def _make_cluster(data: Path, **env: str) -> Iterator[list[int]]:
+    """`make cluster` on free ports with its data in `data`: yields the ports once
+    every node is ready; then SIGTERM to make must stop every node."""
     ports = _cluster_ports(3)
-    data = tmp_path / "cluster"
     env = {
         **os.environ,
         "LAMINAR_CLUSTER_PORTS": " ".join(map(str, ports)),
         "LAMINAR_CLUSTER_DIR": str(data),
+        **env,
     }
     make = subprocess.Popen(
         ["make", "--no-print-directory", "cluster"],
@@ -262,6 +264,7 @@ def test_sigterm_to_make_cluster_stops_every_node(tmp_path: Path) -> None:
 
     try:
         pids = wait_until(node_pids, "the three nodes to be ready")
+        yield ports
         make.send_signal(signal.SIGTERM)
         make.wait(60)
         wait_until(lambda: not any(_alive(pid) for pid in pids), "every node to stop", 30)
@@ -269,6 +272,41 @@ def test_sigterm_to_make_cluster_stops_every_node(tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(make.pid, signal.SIGKILL)
         make.wait(10)
+
+
+def test_sigterm_to_make_cluster_stops_every_node(tmp_path: Path) -> None:
+    """`kill -TERM` of `make cluster` (make passes it to scripts/cluster) stops
+    the three nodes; it used to stop only the log prefixers and leave them."""
+    with _make_cluster(tmp_path / "cluster"):
+        pass
+
+
+def test_make_certs_then_make_cluster_runs_it_on_mutual_tls(tmp_path: Path) -> None:
+    """`make certs` makes owner-only certificates in one step; `make cluster`
+    then runs every node on TLS with its own certificate, and records go
+    through with replication factor 3."""
+    certs = tmp_path / "certs"
+    subprocess.run(
+        ["make", "--no-print-directory", "certs", f"CERTS_DIR={certs}"],
+        cwd=REPO, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    names = {"ca.crt", "ca.key", "ca.srl", "admin.crt", "admin.key"}
+    names |= {f"n{i}.{ext}" for i in (1, 2, 3) for ext in ("crt", "key")}
+    assert {p.name for p in certs.iterdir()} == names
+    assert stat.S_IMODE(certs.stat().st_mode) == 0o700
+    assert {stat.S_IMODE(p.stat().st_mode) for p in certs.iterdir()} == {0o600}
+    data = tmp_path / "cluster"
+    with _make_cluster(data, LAMINAR_CLUSTER_CERTS=str(certs)) as ports:
+        for node_id in ("n1", "n2", "n3"):
+            info = json.loads((data / node_id / "run" / "node.json").read_text())
+            assert info["peer_auth"] == "certificates" and info["udp"] is False
+        bootstrap = ",".join(f"127.0.0.1:{port}" for port in ports)
+        values = [b"m%03d" % i for i in range(20)]
+        with Client(bootstrap, tls=True, ca_file=str(certs / "ca.crt")) as client:
+            client.create_topic("made", 1, replication_factor=3)
+            for value in values:
+                client.produce("made", 0, [value])
+            assert [r.value for r in client.fetch("made", 0, 0)] == values
 
 
 def _alive(pid: int) -> bool:

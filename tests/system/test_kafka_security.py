@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from laminar.bench.servers.certs import Pem, make_ca, make_cert
+from laminar.certs import Pem, make_ca, make_cert
 from laminar.kafka import messages as m
 from laminar.kafka.errors import ErrorCode
 from laminar.security.scram import Mechanism

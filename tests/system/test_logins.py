@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from laminar.bench.servers.certs import make_ca, make_cert
+from laminar.certs import make_ca, make_cert
 from laminar.client import (
     Acl,
     AclFilter,
@@ -67,6 +67,7 @@ class Files:
         self.node = make_cert(directory, self.ca, "node")
         self.carol = make_cert(directory, self.ca, "carol")
         self.stranger = make_cert(directory, make_ca(directory, "other-ca"), "mallory")
+        self.expired = make_cert(directory, self.ca, "old-carol", days=-1)  # expired
         self.admin_cred = self.secret("admin.cred", f"{ADMIN}:{ADMIN_PASSWORD}")
         self.admin_pw = self.secret("admin.pw", ADMIN_PASSWORD + "\n")
 
@@ -331,13 +332,9 @@ def test_a_client_certificate_logs_in(node: RunningNode, files: Files, admin: Cl
         assert "admin-topic" in {t.name for t in carol.list_topics()}
     # TLS 1.3: the client's handshake ends before the node checks its
     # certificate; the node's alert ends the connection at the first read.
-    with pytest.raises(ConnectionLostError, match="unknown ca"):
-        tls_client(
-            node,
-            files,
-            cert_file=files.stranger.cert,
-            key_file=files.stranger.key,
-        )
+    for refused, alert in ((files.stranger, "unknown ca"), (files.expired, "certificate expired")):
+        with pytest.raises(ConnectionLostError, match=alert):
+            tls_client(node, files, cert_file=refused.cert, key_file=refused.key)
 
 
 def test_the_async_client_logs_in_and_is_refused(node: RunningNode, files: Files) -> None:
@@ -386,8 +383,16 @@ def test_a_replayed_or_oversized_login_is_refused_late_and_alone(
     other = ScramClient(Mechanism.SCRAM_SHA_256, ADMIN, "guessing")
     decoder = FrameDecoder()
     _exchange(victim, decoder, AuthenticateRequest("SCRAM-SHA-256", other.first()), 1)
+    admin.create_topic("behind-a-replay", 1)
+    pid = partition_id(admin.refresh_metadata_view().topic("behind-a-replay").topic_id, 0)
+    mark = uuid.uuid4().bytes
     sent = time.monotonic()
-    victim.sendmsg(AuthenticateRequest("SCRAM-SHA-256", final).encode_buffers(2))
+    victim.sendmsg(
+        [
+            AuthenticateRequest("SCRAM-SHA-256", final).encode(2),
+            ProduceRequest(pid, (mark,)).encode(3),  # pipelined behind the replay
+        ]
+    )
     pinged = time.monotonic()
     admin.ping()
     assert time.monotonic() - pinged < LOGIN_FAILURE_DELAY_S  # others are not held up
@@ -397,8 +402,10 @@ def test_a_replayed_or_oversized_login_is_refused_late_and_alone(
     refusal = ErrorResponse.from_frame(decoder.next_frame())  # type: ignore[arg-type]
     assert refusal.code is ErrorCode.AUTHENTICATION_FAILED
     assert "not a valid SCRAM message" in refusal.message  # the nonce is another exchange's
+    assert decoder.next_frame() is NEED_DATA  # that one answer, then closed
     recorded.close()
     victim.close()
+    assert mark not in {r.value for r in admin.fetch("behind-a-replay", partition=0, index=0)}
 
     huge = _raw(files, node.port)
     huge.sendmsg(

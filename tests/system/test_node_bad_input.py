@@ -138,9 +138,9 @@ def test_oversized_frame_is_refused_before_its_body_arrives(node: RunningNode) -
 
 def test_unknown_op_is_answered_and_the_connection_stays_usable(node: RunningNode) -> None:
     with WireConnection(node.host, node.port) as conn:
-        conn.send_raw(encode_frame(29, 5, 0, {}))
+        conn.send_raw(encode_frame(31, 5, 0, {}))
         error = error_of(conn)
-        assert error.code is ErrorCode.UNKNOWN_OP and error.op == 29
+        assert error.code is ErrorCode.UNKNOWN_OP and error.op == 31
         assert isinstance(conn.call(Ping(0)), Pong)
 
 

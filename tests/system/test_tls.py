@@ -21,9 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
-from laminar.bench.servers.certs import Pem, make_ca, make_cert
+from laminar.certs import Pem, make_ca, make_cert
 from laminar.client import AsyncClient, Client
 from laminar.client.blocking import BlockingConnection
 from laminar.client.errors import CannotConnectError, ConnectionLostError
@@ -206,7 +207,15 @@ def test_a_slow_handshake_is_closed_at_the_first_request_timeout(
 
 
 def test_udp_is_off_with_tls(node: RunningNode, certs: Certs) -> None:
-    """A datagram cannot be encrypted by TLS: the node port answers none."""
+    """A datagram cannot be encrypted by TLS: no process of the node holds a UDP
+    socket on the node port (the supervisor binds no steering group), the node
+    port answers no datagram, and /status and `laminar status` say so."""
+    pids = [node.pid, *node.shard_pids()]
+    udp_ports = {
+        conn.laddr.port for pid in pids for conn in psutil.Process(pid).net_connections(kind="udp")
+    }
+    assert node.port not in udp_ports
+    assert node.info["routing_mode"] == "off" and node.info["udp"] is False
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.settimeout(1.0)
         sock.sendto(Ping(0).encode(1), (node.host, node.port))
@@ -214,6 +223,13 @@ def test_udp_is_off_with_tls(node: RunningNode, certs: Certs) -> None:
             sock.recvfrom(65536)
     with _client(node, certs) as client:  # while TCP with TLS answers
         assert client.ping().shard_id in (0, 1)
+    status = subprocess.run(
+        [sys.executable, "-m", "laminar.cli.main", "--tls", "--ca-file", certs.ca.cert,
+         "-b", node.bootstrap, "status"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert "routing off" in status.stdout
+    assert "udp       off: TLS or logins are on" in status.stdout
 
 
 def test_confluent_kafka_over_ssl(node: RunningNode, certs: Certs) -> None:

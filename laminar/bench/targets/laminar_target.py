@@ -26,7 +26,6 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from laminar.bench.servers.certs import make_ca, make_cert
 from laminar.bench.servers.laminar_cluster import LaminarCluster
 from laminar.bench.servers.laminar_node import LaminarNode
 from laminar.bench.targets.base import (
@@ -36,6 +35,7 @@ from laminar.bench.targets.base import (
     System,
     SystemUnavailable,
 )
+from laminar.certs import make_ca, make_cert
 from laminar.client import AsyncClient, LaminarError, PartitionReader, TopicExistsError
 
 KIND = "laminar"
