@@ -505,6 +505,18 @@ def test_a_reader_consumes_in_its_group_and_is_refused_other_groups_and_topics(
     assert consumer.committed(kafka.TopicPartition(topic, 0)) == len(values)
     consumer.close()
     assert got == values
+    other_consumer = kafka.KafkaConsumer(  # the admin's group, which the reader must not see
+        group_id=foreign, enable_auto_commit=False, **secured.kafka_python(*ADMIN, MECHANISMS[0])
+    )
+    other_consumer.assign([kafka.TopicPartition(topic, 0)])
+    other_consumer.commit({kafka.TopicPartition(topic, 0): kafka.OffsetAndMetadata(1, "", -1)})
+    other_consumer.close()
+    listed: set[str] = set()
+    for shard in range(len(secured.node.kafka_ports)):  # each broker lists its own groups
+        with secured.wire(shard) as wire:
+            assert wire.log_in(reader, password).error_code == 0
+            listed |= {g.group_id for g in wire.call(m.ListGroupsRequest(), 4).groups}
+    assert listed == {group}  # not the other tests' groups
     with secured.wire() as wire:
         assert wire.log_in(reader, password).error_code == 0
         found = wire.call(m.FindCoordinatorRequest(key_type=0, coordinator_keys=[foreign]), 4)
