@@ -60,7 +60,7 @@ from laminar.shards.dispatch import Dispatcher
 from laminar.shards.errors import error_for
 from laminar.shards.handlers import Handlers, RequestContext
 from laminar.shards.kafka_admin import KafkaSecurityAdmin
-from laminar.shards.kafka_groups import PROTOCOL_TYPE, KafkaGroups, describe_state
+from laminar.shards.kafka_groups import PROTOCOL_TYPE, KafkaGroups, commit_answer, describe_state
 from laminar.wire import (
     CreateTopicRequest,
     CreateTopicResponse,
@@ -1087,20 +1087,7 @@ def _not_allowed(operation: Operation, name: str, kind: str = "topic") -> KafkaE
 
 def _commit_refused(topics: list[Any], code: Kafka) -> m.OffsetCommitResponse:
     """The OffsetCommit answer refusing every partition of `topics` with `code`."""
-    return m.OffsetCommitResponse(
-        topics=[
-            m.OffsetCommitResponse.OffsetCommitResponseTopic(
-                name=t.name,
-                partitions=[
-                    m.OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
-                        partition_index=p.partition_index, error_code=code
-                    )
-                    for p in t.partitions
-                ],
-            )
-            for t in topics
-        ]
-    )
+    return commit_answer(topics, lambda _: code)
 
 
 def _refused(answer: Any, exc: BaseException) -> Any:
