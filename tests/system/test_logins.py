@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,10 +145,8 @@ def test_refused_clients_get_a_clear_error(
         assert "log in first" in refused.value.message
     else:  # an unknown user hears exactly what a wrong password hears
         assert refused.value.message == "authentication failed: invalid user name or password"
-    context = client_context(True, files.ca.cert)
-    url = f"https://{node.admin_host}:{node.admin_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10, context=context) as reply:
-        metrics = reply.read().decode()
+    status, metrics = node.admin_get("/metrics")
+    assert status == 200, metrics
     reason = (
         "not-logged-in" if user is None else "unknown-user" if user == "nobody" else "invalid-proof"
     )
