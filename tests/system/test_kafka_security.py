@@ -11,6 +11,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,9 +41,10 @@ MECHANISMS = [Mechanism.SCRAM_SHA_256.value, Mechanism.SCRAM_SHA_512.value]
 class SecuredNode:
     """A node with TLS and SCRAM logins, and how clients reach it."""
 
-    def __init__(self, node: RunningNode, ca: Pem) -> None:
+    def __init__(self, node: RunningNode, ca: Pem, directory: Path) -> None:
         self.node = node
         self.ca = ca
+        self.dir = directory
 
     def kafka_python(self, user: str, password: str, mechanism: str) -> dict[str, Any]:
         return {
@@ -124,10 +126,11 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredNode]:
         flush="never",
         tls_cert_file=cert.cert,
         tls_key_file=cert.key,
+        tls_ca_file=ca.cert,  # client certificates log in too (optional: SASL needs none)
         auth="scram",
         bootstrap_user_file=write_user_file(directory, *ADMIN),
     ) as running:
-        yield SecuredNode(running, ca)
+        yield SecuredNode(running, ca, directory)
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
@@ -606,3 +609,32 @@ def test_topic_changes_producer_ids_and_configs_need_their_acls(secured: Secured
         assert new_topic not in admin.list_topics()
     finally:
         admin.close()
+
+
+def test_a_client_certificate_names_the_principal_the_acls_judge(secured: SecuredNode) -> None:
+    """Kafka's `SSL` with a client certificate: no SASL, the certificate's CN is
+    the principal (`User:<CN>`), and its ACLs hold as a SASL user's do."""
+    topic, hidden = secured.create_topic(), secured.create_topic()
+    name = f"cert{uuid.uuid4().hex[:8]}"
+    mine = make_cert(secured.dir, secured.ca, name, hosts=())
+    _grant(secured, _acl(f"User:{name}", "WRITE", topic))
+    config = {
+        "bootstrap.servers": secured.node.kafka_bootstrap,
+        "security.protocol": "SSL",
+        "ssl.ca.location": secured.ca.cert,
+        "ssl.certificate.location": mine.cert,
+        "ssl.key.location": mine.key,
+    }
+    producer = confluent_kafka.Producer(config)
+    outcomes: dict[str, Any] = {}
+
+    def on_delivery(err: Any, message: Any) -> None:
+        outcomes[message.topic()] = err
+
+    producer.produce(topic, value=b"by-certificate", partition=0, on_delivery=on_delivery)
+    producer.produce(hidden, value=b"not-allowed", partition=0, on_delivery=on_delivery)
+    producer.flush(30)
+    assert outcomes[topic] is None
+    assert outcomes[hidden].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert secured.values(topic) == [b"by-certificate"]
+    assert secured.values(hidden) == []
