@@ -30,6 +30,8 @@ _S_U = Struct(">16s")
 _S_Uh = Struct(">16sh")
 _S_Uo = Struct(">16s?")
 _S_b = Struct(">b")
+_S_bb = Struct(">bb")
+_S_bi = Struct(">bi")
 _S_h = Struct(">h")
 _S_hh = Struct(">hh")
 _S_hhh = Struct(">hhh")
@@ -153,6 +155,61 @@ class AddPartitionsToTxnResponse:
 
 
 @dataclass(slots=True, kw_only=True)
+class AlterUserScramCredentialsRequest:
+    """Kafka's AlterUserScramCredentialsRequest (request), versions 0-0."""
+
+    API_KEY: ClassVar[int] = 51
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 0)
+    FLEXIBLE_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
+
+    @dataclass(slots=True, kw_only=True)
+    class ScramCredentialDeletion:
+        """The ScramCredentialDeletion struct of AlterUserScramCredentialsRequest."""
+
+        name: str = ""
+        mechanism: int = 0
+
+    @dataclass(slots=True, kw_only=True)
+    class ScramCredentialUpsertion:
+        """The ScramCredentialUpsertion struct of AlterUserScramCredentialsRequest."""
+
+        name: str = ""
+        mechanism: int = 0
+        iterations: int = 0
+        salt: bytes = b""
+        salted_password: bytes = b""
+
+    deletions: list[AlterUserScramCredentialsRequest.ScramCredentialDeletion] = field(
+        default_factory=list
+    )
+    upsertions: list[AlterUserScramCredentialsRequest.ScramCredentialUpsertion] = field(
+        default_factory=list
+    )
+
+
+@dataclass(slots=True, kw_only=True)
+class AlterUserScramCredentialsResponse:
+    """Kafka's AlterUserScramCredentialsResponse (response), versions 0-0."""
+
+    API_KEY: ClassVar[int] = 51
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 0)
+    FLEXIBLE_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
+
+    @dataclass(slots=True, kw_only=True)
+    class AlterUserScramCredentialsResult:
+        """The AlterUserScramCredentialsResult struct of AlterUserScramCredentialsResponse."""
+
+        user: str = ""
+        error_code: int = 0
+        error_message: str | None = ""
+
+    throttle_time_ms: int = 0
+    results: list[AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult] = field(
+        default_factory=list
+    )
+
+
+@dataclass(slots=True, kw_only=True)
 class ApiVersionsRequest:
     """Kafka's ApiVersionsRequest (request), versions 0-4."""
 
@@ -249,6 +306,48 @@ class ConsumerProtocolSubscription:
 
 
 @dataclass(slots=True, kw_only=True)
+class CreateAclsRequest:
+    """Kafka's CreateAclsRequest (request), versions 1-3."""
+
+    API_KEY: ClassVar[int] = 30
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (1, 3)
+    FLEXIBLE_VERSIONS: ClassVar[tuple[int, int] | None] = (2, 3)
+
+    @dataclass(slots=True, kw_only=True)
+    class AclCreation:
+        """The AclCreation struct of CreateAclsRequest."""
+
+        resource_type: int = 0
+        resource_name: str = ""
+        resource_pattern_type: int = 3
+        principal: str = ""
+        host: str = ""
+        operation: int = 0
+        permission_type: int = 0
+
+    creations: list[CreateAclsRequest.AclCreation] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class CreateAclsResponse:
+    """Kafka's CreateAclsResponse (response), versions 1-3."""
+
+    API_KEY: ClassVar[int] = 30
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (1, 3)
+    FLEXIBLE_VERSIONS: ClassVar[tuple[int, int] | None] = (2, 3)
+
+    @dataclass(slots=True, kw_only=True)
+    class AclCreationResult:
+        """The AclCreationResult struct of CreateAclsResponse."""
+
+        error_code: int = 0
+        error_message: str | None = ""
+
+    throttle_time_ms: int = 0
+    results: list[CreateAclsResponse.AclCreationResult] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
 class CreateTopicsRequest:
     """Kafka's CreateTopicsRequest (request), versions 2-7."""
 
@@ -327,6 +426,65 @@ class CreateTopicsResponse:
 
 
 @dataclass(slots=True, kw_only=True)
+class DeleteAclsRequest:
+    """Kafka's DeleteAclsRequest (request), versions 1-3."""
+
+    API_KEY: ClassVar[int] = 31
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (1, 3)
+    FLEXIBLE_VERSIONS: ClassVar[tuple[int, int] | None] = (2, 3)
+
+    @dataclass(slots=True, kw_only=True)
+    class DeleteAclsFilter:
+        """The DeleteAclsFilter struct of DeleteAclsRequest."""
+
+        resource_type_filter: int = 0
+        resource_name_filter: str | None = ""
+        pattern_type_filter: int = 3
+        principal_filter: str | None = ""
+        host_filter: str | None = ""
+        operation: int = 0
+        permission_type: int = 0
+
+    filters: list[DeleteAclsRequest.DeleteAclsFilter] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DeleteAclsResponse:
+    """Kafka's DeleteAclsResponse (response), versions 1-3."""
+
+    API_KEY: ClassVar[int] = 31
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (1, 3)
+    FLEXIBLE_VERSIONS: ClassVar[tuple[int, int] | None] = (2, 3)
+
+    @dataclass(slots=True, kw_only=True)
+    class DeleteAclsFilterResult:
+        """The DeleteAclsFilterResult struct of DeleteAclsResponse."""
+
+        @dataclass(slots=True, kw_only=True)
+        class DeleteAclsMatchingAcl:
+            """The DeleteAclsMatchingAcl struct of DeleteAclsResponse."""
+
+            error_code: int = 0
+            error_message: str | None = ""
+            resource_type: int = 0
+            resource_name: str = ""
+            pattern_type: int = 3
+            principal: str = ""
+            host: str = ""
+            operation: int = 0
+            permission_type: int = 0
+
+        error_code: int = 0
+        error_message: str | None = ""
+        matching_acls: list[DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl] = (
+            field(default_factory=list)
+        )
+
+    throttle_time_ms: int = 0
+    filter_results: list[DeleteAclsResponse.DeleteAclsFilterResult] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
 class DeleteTopicsRequest:
     """Kafka's DeleteTopicsRequest (request), versions 1-6."""
 
@@ -365,6 +523,57 @@ class DeleteTopicsResponse:
 
     throttle_time_ms: int = 0
     responses: list[DeleteTopicsResponse.DeletableTopicResult] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeAclsRequest:
+    """Kafka's DescribeAclsRequest (request), versions 1-3."""
+
+    API_KEY: ClassVar[int] = 29
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (1, 3)
+    FLEXIBLE_VERSIONS: ClassVar[tuple[int, int] | None] = (2, 3)
+
+    resource_type_filter: int = 0
+    resource_name_filter: str | None = ""
+    pattern_type_filter: int = 3
+    principal_filter: str | None = ""
+    host_filter: str | None = ""
+    operation: int = 0
+    permission_type: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeAclsResponse:
+    """Kafka's DescribeAclsResponse (response), versions 1-3."""
+
+    API_KEY: ClassVar[int] = 29
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (1, 3)
+    FLEXIBLE_VERSIONS: ClassVar[tuple[int, int] | None] = (2, 3)
+
+    @dataclass(slots=True, kw_only=True)
+    class DescribeAclsResource:
+        """The DescribeAclsResource struct of DescribeAclsResponse."""
+
+        @dataclass(slots=True, kw_only=True)
+        class AclDescription:
+            """The AclDescription struct of DescribeAclsResponse."""
+
+            principal: str = ""
+            host: str = ""
+            operation: int = 0
+            permission_type: int = 0
+
+        resource_type: int = 0
+        resource_name: str = ""
+        pattern_type: int = 3
+        acls: list[DescribeAclsResponse.DescribeAclsResource.AclDescription] = field(
+            default_factory=list
+        )
+
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    error_message: str | None = ""
+    resources: list[DescribeAclsResponse.DescribeAclsResource] = field(default_factory=list)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -525,6 +734,57 @@ class DescribeGroupsResponse:
 
     throttle_time_ms: int = 0
     groups: list[DescribeGroupsResponse.DescribedGroup] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeUserScramCredentialsRequest:
+    """Kafka's DescribeUserScramCredentialsRequest (request), versions 0-0."""
+
+    API_KEY: ClassVar[int] = 50
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 0)
+    FLEXIBLE_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
+
+    @dataclass(slots=True, kw_only=True)
+    class UserName:
+        """The UserName struct of DescribeUserScramCredentialsRequest."""
+
+        name: str = ""
+
+    users: list[DescribeUserScramCredentialsRequest.UserName] | None = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class DescribeUserScramCredentialsResponse:
+    """Kafka's DescribeUserScramCredentialsResponse (response), versions 0-0."""
+
+    API_KEY: ClassVar[int] = 50
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 0)
+    FLEXIBLE_VERSIONS: ClassVar[tuple[int, int] | None] = (0, 0)
+
+    @dataclass(slots=True, kw_only=True)
+    class DescribeUserScramCredentialsResult:
+        """The DescribeUserScramCredentialsResult struct of DescribeUserScramCredentialsResponse."""
+
+        @dataclass(slots=True, kw_only=True)
+        class CredentialInfo:
+            """The CredentialInfo struct of DescribeUserScramCredentialsResponse."""
+
+            mechanism: int = 0
+            iterations: int = 0
+
+        user: str = ""
+        error_code: int = 0
+        error_message: str | None = ""
+        credential_infos: list[
+            DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.CredentialInfo
+        ] = field(default_factory=list)
+
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    error_message: str | None = ""
+    results: list[DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult] = field(
+        default_factory=list
+    )
 
 
 @dataclass(slots=True, kw_only=True)
@@ -2191,6 +2451,326 @@ def _e_AddPartitionsToTxnResponse_v4(out: bytearray, o: AddPartitionsToTxnRespon
     out.append(0)
 
 
+def _d_AlterUserScramCredentialsRequest_ScramCredentialDeletion_v0(
+    buf: memoryview, pos: int
+) -> tuple[AlterUserScramCredentialsRequest.ScramCredentialDeletion, int]:
+    blen = len(buf)
+    f_name: str
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        raise WireError("ScramCredentialDeletion.name: negative length")
+    end2 = pos + n1
+    if end2 > blen:
+        raise WireError("ScramCredentialDeletion.name: past the end")
+    f_name = str(buf[pos:end2], "utf-8")
+    pos = end2
+    f_mechanism = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterUserScramCredentialsRequest.ScramCredentialDeletion(
+        name=f_name, mechanism=f_mechanism
+    ), pos
+
+
+def _e_AlterUserScramCredentialsRequest_ScramCredentialDeletion_v0(
+    out: bytearray, o: AlterUserScramCredentialsRequest.ScramCredentialDeletion
+) -> None:
+    v1 = o.name
+    raw2 = v1.encode()
+    n3 = len(raw2) + 1
+    if n3 < 0x80:
+        out.append(n3)
+    else:
+        _write_uvarint(out, n3)
+    out += raw2
+    out += _S_b.pack(o.mechanism)
+    out.append(0)
+
+
+def _d_AlterUserScramCredentialsRequest_ScramCredentialUpsertion_v0(
+    buf: memoryview, pos: int
+) -> tuple[AlterUserScramCredentialsRequest.ScramCredentialUpsertion, int]:
+    blen = len(buf)
+    f_name: str
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        raise WireError("ScramCredentialUpsertion.name: negative length")
+    end2 = pos + n1
+    if end2 > blen:
+        raise WireError("ScramCredentialUpsertion.name: past the end")
+    f_name = str(buf[pos:end2], "utf-8")
+    pos = end2
+    f_mechanism, f_iterations = _S_bi.unpack_from(buf, pos)
+    pos += 5
+    f_salt: bytes
+    n3 = buf[pos]
+    if n3 & 0x80:
+        n3, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n3 -= 1
+    if n3 < 0:
+        raise WireError("ScramCredentialUpsertion.salt: negative length")
+    end4 = pos + n3
+    if end4 > blen:
+        raise WireError("ScramCredentialUpsertion.salt: past the end")
+    f_salt = bytes(buf[pos:end4])
+    pos = end4
+    f_salted_password: bytes
+    n5 = buf[pos]
+    if n5 & 0x80:
+        n5, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n5 -= 1
+    if n5 < 0:
+        raise WireError("ScramCredentialUpsertion.salted_password: negative length")
+    end6 = pos + n5
+    if end6 > blen:
+        raise WireError("ScramCredentialUpsertion.salted_password: past the end")
+    f_salted_password = bytes(buf[pos:end6])
+    pos = end6
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
+        name=f_name,
+        mechanism=f_mechanism,
+        iterations=f_iterations,
+        salt=f_salt,
+        salted_password=f_salted_password,
+    ), pos
+
+
+def _e_AlterUserScramCredentialsRequest_ScramCredentialUpsertion_v0(
+    out: bytearray, o: AlterUserScramCredentialsRequest.ScramCredentialUpsertion
+) -> None:
+    v1 = o.name
+    raw2 = v1.encode()
+    n3 = len(raw2) + 1
+    if n3 < 0x80:
+        out.append(n3)
+    else:
+        _write_uvarint(out, n3)
+    out += raw2
+    out += _S_bi.pack(o.mechanism, o.iterations)
+    v4 = o.salt
+    n5 = len(v4) + 1
+    if n5 < 0x80:
+        out.append(n5)
+    else:
+        _write_uvarint(out, n5)
+    out += v4
+    v6 = o.salted_password
+    n7 = len(v6) + 1
+    if n7 < 0x80:
+        out.append(n7)
+    else:
+        _write_uvarint(out, n7)
+    out += v6
+    out.append(0)
+
+
+def _d_AlterUserScramCredentialsRequest_v0(
+    buf: memoryview, pos: int
+) -> tuple[AlterUserScramCredentialsRequest, int]:
+    blen = len(buf)
+    f_deletions: list[AlterUserScramCredentialsRequest.ScramCredentialDeletion]
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        raise WireError("AlterUserScramCredentialsRequest.deletions: negative length")
+    else:
+        if n1 > blen - pos:
+            raise WireError("AlterUserScramCredentialsRequest.deletions: count past the end")
+        f_deletions = []
+        for _ in range(n1):
+            item2: AlterUserScramCredentialsRequest.ScramCredentialDeletion
+            item2, pos = _d_AlterUserScramCredentialsRequest_ScramCredentialDeletion_v0(buf, pos)
+            f_deletions.append(item2)
+    f_upsertions: list[AlterUserScramCredentialsRequest.ScramCredentialUpsertion]
+    n3 = buf[pos]
+    if n3 & 0x80:
+        n3, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n3 -= 1
+    if n3 < 0:
+        raise WireError("AlterUserScramCredentialsRequest.upsertions: negative length")
+    else:
+        if n3 > blen - pos:
+            raise WireError("AlterUserScramCredentialsRequest.upsertions: count past the end")
+        f_upsertions = []
+        for _ in range(n3):
+            item4: AlterUserScramCredentialsRequest.ScramCredentialUpsertion
+            item4, pos = _d_AlterUserScramCredentialsRequest_ScramCredentialUpsertion_v0(buf, pos)
+            f_upsertions.append(item4)
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterUserScramCredentialsRequest(deletions=f_deletions, upsertions=f_upsertions), pos
+
+
+def _e_AlterUserScramCredentialsRequest_v0(
+    out: bytearray, o: AlterUserScramCredentialsRequest
+) -> None:
+    v1 = o.deletions
+    n2 = len(v1) + 1
+    if n2 < 0x80:
+        out.append(n2)
+    else:
+        _write_uvarint(out, n2)
+    for item3 in v1:
+        _e_AlterUserScramCredentialsRequest_ScramCredentialDeletion_v0(out, item3)
+    v4 = o.upsertions
+    n5 = len(v4) + 1
+    if n5 < 0x80:
+        out.append(n5)
+    else:
+        _write_uvarint(out, n5)
+    for item6 in v4:
+        _e_AlterUserScramCredentialsRequest_ScramCredentialUpsertion_v0(out, item6)
+    out.append(0)
+
+
+def _d_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0(
+    buf: memoryview, pos: int
+) -> tuple[AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult, int]:
+    blen = len(buf)
+    f_user: str
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        raise WireError("AlterUserScramCredentialsResult.user: negative length")
+    end2 = pos + n1
+    if end2 > blen:
+        raise WireError("AlterUserScramCredentialsResult.user: past the end")
+    f_user = str(buf[pos:end2], "utf-8")
+    pos = end2
+    f_error_code = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    f_error_message: str | None
+    n3 = buf[pos]
+    if n3 & 0x80:
+        n3, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n3 -= 1
+    if n3 < 0:
+        f_error_message = None
+    else:
+        end4 = pos + n3
+        if end4 > blen:
+            raise WireError("AlterUserScramCredentialsResult.error_message: past the end")
+        f_error_message = str(buf[pos:end4], "utf-8")
+        pos = end4
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult(
+        user=f_user, error_code=f_error_code, error_message=f_error_message
+    ), pos
+
+
+def _e_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0(
+    out: bytearray, o: AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
+) -> None:
+    v1 = o.user
+    raw2 = v1.encode()
+    n3 = len(raw2) + 1
+    if n3 < 0x80:
+        out.append(n3)
+    else:
+        _write_uvarint(out, n3)
+    out += raw2
+    out += _S_h.pack(o.error_code)
+    v4 = o.error_message
+    if v4 is None:
+        out.append(0)
+    else:
+        raw5 = v4.encode()
+        n6 = len(raw5) + 1
+        if n6 < 0x80:
+            out.append(n6)
+        else:
+            _write_uvarint(out, n6)
+        out += raw5
+    out.append(0)
+
+
+def _d_AlterUserScramCredentialsResponse_v0(
+    buf: memoryview, pos: int
+) -> tuple[AlterUserScramCredentialsResponse, int]:
+    blen = len(buf)
+    f_throttle_time_ms = _S_i.unpack_from(buf, pos)[0]
+    pos += 4
+    f_results: list[AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult]
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        raise WireError("AlterUserScramCredentialsResponse.results: negative length")
+    else:
+        if n1 > blen - pos:
+            raise WireError("AlterUserScramCredentialsResponse.results: count past the end")
+        f_results = []
+        for _ in range(n1):
+            item2: AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
+            item2, pos = _d_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0(
+                buf, pos
+            )
+            f_results.append(item2)
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return AlterUserScramCredentialsResponse(
+        throttle_time_ms=f_throttle_time_ms, results=f_results
+    ), pos
+
+
+def _e_AlterUserScramCredentialsResponse_v0(
+    out: bytearray, o: AlterUserScramCredentialsResponse
+) -> None:
+    out += _S_i.pack(o.throttle_time_ms)
+    v1 = o.results
+    n2 = len(v1) + 1
+    if n2 < 0x80:
+        out.append(n2)
+    else:
+        _write_uvarint(out, n2)
+    for item3 in v1:
+        _e_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0(out, item3)
+    out.append(0)
+
+
 def _d_ApiVersionsRequest_v0(buf: memoryview, pos: int) -> tuple[ApiVersionsRequest, int]:
     return ApiVersionsRequest(), pos
 
@@ -3050,6 +3630,388 @@ def _e_ConsumerProtocolSubscription_v3(out: bytearray, o: ConsumerProtocolSubscr
         raw8 = v7.encode()
         out += _S_h.pack(len(raw8))
         out += raw8
+
+
+def _d_CreateAclsRequest_AclCreation_v1(
+    buf: memoryview, pos: int
+) -> tuple[CreateAclsRequest.AclCreation, int]:
+    blen = len(buf)
+    f_resource_type = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_resource_name: str
+    n1 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise WireError("AclCreation.resource_name: negative length")
+    end2 = pos + n1
+    if end2 > blen:
+        raise WireError("AclCreation.resource_name: past the end")
+    f_resource_name = str(buf[pos:end2], "utf-8")
+    pos = end2
+    f_resource_pattern_type = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_principal: str
+    n3 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n3 < 0:
+        raise WireError("AclCreation.principal: negative length")
+    end4 = pos + n3
+    if end4 > blen:
+        raise WireError("AclCreation.principal: past the end")
+    f_principal = str(buf[pos:end4], "utf-8")
+    pos = end4
+    f_host: str
+    n5 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n5 < 0:
+        raise WireError("AclCreation.host: negative length")
+    end6 = pos + n5
+    if end6 > blen:
+        raise WireError("AclCreation.host: past the end")
+    f_host = str(buf[pos:end6], "utf-8")
+    pos = end6
+    f_operation, f_permission_type = _S_bb.unpack_from(buf, pos)
+    pos += 2
+    return CreateAclsRequest.AclCreation(
+        resource_type=f_resource_type,
+        resource_name=f_resource_name,
+        resource_pattern_type=f_resource_pattern_type,
+        principal=f_principal,
+        host=f_host,
+        operation=f_operation,
+        permission_type=f_permission_type,
+    ), pos
+
+
+def _e_CreateAclsRequest_AclCreation_v1(out: bytearray, o: CreateAclsRequest.AclCreation) -> None:
+    out += _S_b.pack(o.resource_type)
+    v1 = o.resource_name
+    raw2 = v1.encode()
+    out += _S_h.pack(len(raw2))
+    out += raw2
+    out += _S_b.pack(o.resource_pattern_type)
+    v3 = o.principal
+    raw4 = v3.encode()
+    out += _S_h.pack(len(raw4))
+    out += raw4
+    v5 = o.host
+    raw6 = v5.encode()
+    out += _S_h.pack(len(raw6))
+    out += raw6
+    out += _S_bb.pack(o.operation, o.permission_type)
+
+
+def _d_CreateAclsRequest_v1(buf: memoryview, pos: int) -> tuple[CreateAclsRequest, int]:
+    blen = len(buf)
+    f_creations: list[CreateAclsRequest.AclCreation]
+    n1 = _S_i.unpack_from(buf, pos)[0]
+    pos += 4
+    if n1 < 0:
+        raise WireError("CreateAclsRequest.creations: negative length")
+    else:
+        if n1 > blen - pos:
+            raise WireError("CreateAclsRequest.creations: count past the end")
+        f_creations = []
+        for _ in range(n1):
+            item2: CreateAclsRequest.AclCreation
+            item2, pos = _d_CreateAclsRequest_AclCreation_v1(buf, pos)
+            f_creations.append(item2)
+    return CreateAclsRequest(creations=f_creations), pos
+
+
+def _e_CreateAclsRequest_v1(out: bytearray, o: CreateAclsRequest) -> None:
+    v1 = o.creations
+    out += _S_i.pack(len(v1))
+    for item2 in v1:
+        _e_CreateAclsRequest_AclCreation_v1(out, item2)
+
+
+def _d_CreateAclsRequest_AclCreation_v2(
+    buf: memoryview, pos: int
+) -> tuple[CreateAclsRequest.AclCreation, int]:
+    blen = len(buf)
+    f_resource_type = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_resource_name: str
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        raise WireError("AclCreation.resource_name: negative length")
+    end2 = pos + n1
+    if end2 > blen:
+        raise WireError("AclCreation.resource_name: past the end")
+    f_resource_name = str(buf[pos:end2], "utf-8")
+    pos = end2
+    f_resource_pattern_type = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_principal: str
+    n3 = buf[pos]
+    if n3 & 0x80:
+        n3, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n3 -= 1
+    if n3 < 0:
+        raise WireError("AclCreation.principal: negative length")
+    end4 = pos + n3
+    if end4 > blen:
+        raise WireError("AclCreation.principal: past the end")
+    f_principal = str(buf[pos:end4], "utf-8")
+    pos = end4
+    f_host: str
+    n5 = buf[pos]
+    if n5 & 0x80:
+        n5, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n5 -= 1
+    if n5 < 0:
+        raise WireError("AclCreation.host: negative length")
+    end6 = pos + n5
+    if end6 > blen:
+        raise WireError("AclCreation.host: past the end")
+    f_host = str(buf[pos:end6], "utf-8")
+    pos = end6
+    f_operation, f_permission_type = _S_bb.unpack_from(buf, pos)
+    pos += 2
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreateAclsRequest.AclCreation(
+        resource_type=f_resource_type,
+        resource_name=f_resource_name,
+        resource_pattern_type=f_resource_pattern_type,
+        principal=f_principal,
+        host=f_host,
+        operation=f_operation,
+        permission_type=f_permission_type,
+    ), pos
+
+
+def _e_CreateAclsRequest_AclCreation_v2(out: bytearray, o: CreateAclsRequest.AclCreation) -> None:
+    out += _S_b.pack(o.resource_type)
+    v1 = o.resource_name
+    raw2 = v1.encode()
+    n3 = len(raw2) + 1
+    if n3 < 0x80:
+        out.append(n3)
+    else:
+        _write_uvarint(out, n3)
+    out += raw2
+    out += _S_b.pack(o.resource_pattern_type)
+    v4 = o.principal
+    raw5 = v4.encode()
+    n6 = len(raw5) + 1
+    if n6 < 0x80:
+        out.append(n6)
+    else:
+        _write_uvarint(out, n6)
+    out += raw5
+    v7 = o.host
+    raw8 = v7.encode()
+    n9 = len(raw8) + 1
+    if n9 < 0x80:
+        out.append(n9)
+    else:
+        _write_uvarint(out, n9)
+    out += raw8
+    out += _S_bb.pack(o.operation, o.permission_type)
+    out.append(0)
+
+
+def _d_CreateAclsRequest_v2(buf: memoryview, pos: int) -> tuple[CreateAclsRequest, int]:
+    blen = len(buf)
+    f_creations: list[CreateAclsRequest.AclCreation]
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        raise WireError("CreateAclsRequest.creations: negative length")
+    else:
+        if n1 > blen - pos:
+            raise WireError("CreateAclsRequest.creations: count past the end")
+        f_creations = []
+        for _ in range(n1):
+            item2: CreateAclsRequest.AclCreation
+            item2, pos = _d_CreateAclsRequest_AclCreation_v2(buf, pos)
+            f_creations.append(item2)
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreateAclsRequest(creations=f_creations), pos
+
+
+def _e_CreateAclsRequest_v2(out: bytearray, o: CreateAclsRequest) -> None:
+    v1 = o.creations
+    n2 = len(v1) + 1
+    if n2 < 0x80:
+        out.append(n2)
+    else:
+        _write_uvarint(out, n2)
+    for item3 in v1:
+        _e_CreateAclsRequest_AclCreation_v2(out, item3)
+    out.append(0)
+
+
+def _d_CreateAclsResponse_AclCreationResult_v1(
+    buf: memoryview, pos: int
+) -> tuple[CreateAclsResponse.AclCreationResult, int]:
+    blen = len(buf)
+    f_error_code = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    f_error_message: str | None
+    n1 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        f_error_message = None
+    else:
+        end2 = pos + n1
+        if end2 > blen:
+            raise WireError("AclCreationResult.error_message: past the end")
+        f_error_message = str(buf[pos:end2], "utf-8")
+        pos = end2
+    return CreateAclsResponse.AclCreationResult(
+        error_code=f_error_code, error_message=f_error_message
+    ), pos
+
+
+def _e_CreateAclsResponse_AclCreationResult_v1(
+    out: bytearray, o: CreateAclsResponse.AclCreationResult
+) -> None:
+    out += _S_h.pack(o.error_code)
+    v1 = o.error_message
+    if v1 is None:
+        out += b"\xff\xff"
+    else:
+        raw2 = v1.encode()
+        out += _S_h.pack(len(raw2))
+        out += raw2
+
+
+def _d_CreateAclsResponse_v1(buf: memoryview, pos: int) -> tuple[CreateAclsResponse, int]:
+    blen = len(buf)
+    f_throttle_time_ms = _S_i.unpack_from(buf, pos)[0]
+    pos += 4
+    f_results: list[CreateAclsResponse.AclCreationResult]
+    n1 = _S_i.unpack_from(buf, pos)[0]
+    pos += 4
+    if n1 < 0:
+        raise WireError("CreateAclsResponse.results: negative length")
+    else:
+        if n1 > blen - pos:
+            raise WireError("CreateAclsResponse.results: count past the end")
+        f_results = []
+        for _ in range(n1):
+            item2: CreateAclsResponse.AclCreationResult
+            item2, pos = _d_CreateAclsResponse_AclCreationResult_v1(buf, pos)
+            f_results.append(item2)
+    return CreateAclsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results), pos
+
+
+def _e_CreateAclsResponse_v1(out: bytearray, o: CreateAclsResponse) -> None:
+    out += _S_i.pack(o.throttle_time_ms)
+    v1 = o.results
+    out += _S_i.pack(len(v1))
+    for item2 in v1:
+        _e_CreateAclsResponse_AclCreationResult_v1(out, item2)
+
+
+def _d_CreateAclsResponse_AclCreationResult_v2(
+    buf: memoryview, pos: int
+) -> tuple[CreateAclsResponse.AclCreationResult, int]:
+    blen = len(buf)
+    f_error_code = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    f_error_message: str | None
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        f_error_message = None
+    else:
+        end2 = pos + n1
+        if end2 > blen:
+            raise WireError("AclCreationResult.error_message: past the end")
+        f_error_message = str(buf[pos:end2], "utf-8")
+        pos = end2
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreateAclsResponse.AclCreationResult(
+        error_code=f_error_code, error_message=f_error_message
+    ), pos
+
+
+def _e_CreateAclsResponse_AclCreationResult_v2(
+    out: bytearray, o: CreateAclsResponse.AclCreationResult
+) -> None:
+    out += _S_h.pack(o.error_code)
+    v1 = o.error_message
+    if v1 is None:
+        out.append(0)
+    else:
+        raw2 = v1.encode()
+        n3 = len(raw2) + 1
+        if n3 < 0x80:
+            out.append(n3)
+        else:
+            _write_uvarint(out, n3)
+        out += raw2
+    out.append(0)
+
+
+def _d_CreateAclsResponse_v2(buf: memoryview, pos: int) -> tuple[CreateAclsResponse, int]:
+    blen = len(buf)
+    f_throttle_time_ms = _S_i.unpack_from(buf, pos)[0]
+    pos += 4
+    f_results: list[CreateAclsResponse.AclCreationResult]
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        raise WireError("CreateAclsResponse.results: negative length")
+    else:
+        if n1 > blen - pos:
+            raise WireError("CreateAclsResponse.results: count past the end")
+        f_results = []
+        for _ in range(n1):
+            item2: CreateAclsResponse.AclCreationResult
+            item2, pos = _d_CreateAclsResponse_AclCreationResult_v2(buf, pos)
+            f_results.append(item2)
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return CreateAclsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results), pos
+
+
+def _e_CreateAclsResponse_v2(out: bytearray, o: CreateAclsResponse) -> None:
+    out += _S_i.pack(o.throttle_time_ms)
+    v1 = o.results
+    n2 = len(v1) + 1
+    if n2 < 0x80:
+        out.append(n2)
+    else:
+        _write_uvarint(out, n2)
+    for item3 in v1:
+        _e_CreateAclsResponse_AclCreationResult_v2(out, item3)
+    out.append(0)
 
 
 def _d_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment_v2(
@@ -3986,6 +4948,691 @@ def _e_CreateTopicsResponse_v7(out: bytearray, o: CreateTopicsResponse) -> None:
     out.append(0)
 
 
+def _d_DeleteAclsRequest_DeleteAclsFilter_v1(
+    buf: memoryview, pos: int
+) -> tuple[DeleteAclsRequest.DeleteAclsFilter, int]:
+    blen = len(buf)
+    f_resource_type_filter = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_resource_name_filter: str | None
+    n1 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        f_resource_name_filter = None
+    else:
+        end2 = pos + n1
+        if end2 > blen:
+            raise WireError("DeleteAclsFilter.resource_name_filter: past the end")
+        f_resource_name_filter = str(buf[pos:end2], "utf-8")
+        pos = end2
+    f_pattern_type_filter = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_principal_filter: str | None
+    n3 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n3 < 0:
+        f_principal_filter = None
+    else:
+        end4 = pos + n3
+        if end4 > blen:
+            raise WireError("DeleteAclsFilter.principal_filter: past the end")
+        f_principal_filter = str(buf[pos:end4], "utf-8")
+        pos = end4
+    f_host_filter: str | None
+    n5 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n5 < 0:
+        f_host_filter = None
+    else:
+        end6 = pos + n5
+        if end6 > blen:
+            raise WireError("DeleteAclsFilter.host_filter: past the end")
+        f_host_filter = str(buf[pos:end6], "utf-8")
+        pos = end6
+    f_operation, f_permission_type = _S_bb.unpack_from(buf, pos)
+    pos += 2
+    return DeleteAclsRequest.DeleteAclsFilter(
+        resource_type_filter=f_resource_type_filter,
+        resource_name_filter=f_resource_name_filter,
+        pattern_type_filter=f_pattern_type_filter,
+        principal_filter=f_principal_filter,
+        host_filter=f_host_filter,
+        operation=f_operation,
+        permission_type=f_permission_type,
+    ), pos
+
+
+def _e_DeleteAclsRequest_DeleteAclsFilter_v1(
+    out: bytearray, o: DeleteAclsRequest.DeleteAclsFilter
+) -> None:
+    out += _S_b.pack(o.resource_type_filter)
+    v1 = o.resource_name_filter
+    if v1 is None:
+        out += b"\xff\xff"
+    else:
+        raw2 = v1.encode()
+        out += _S_h.pack(len(raw2))
+        out += raw2
+    out += _S_b.pack(o.pattern_type_filter)
+    v3 = o.principal_filter
+    if v3 is None:
+        out += b"\xff\xff"
+    else:
+        raw4 = v3.encode()
+        out += _S_h.pack(len(raw4))
+        out += raw4
+    v5 = o.host_filter
+    if v5 is None:
+        out += b"\xff\xff"
+    else:
+        raw6 = v5.encode()
+        out += _S_h.pack(len(raw6))
+        out += raw6
+    out += _S_bb.pack(o.operation, o.permission_type)
+
+
+def _d_DeleteAclsRequest_v1(buf: memoryview, pos: int) -> tuple[DeleteAclsRequest, int]:
+    blen = len(buf)
+    f_filters: list[DeleteAclsRequest.DeleteAclsFilter]
+    n1 = _S_i.unpack_from(buf, pos)[0]
+    pos += 4
+    if n1 < 0:
+        raise WireError("DeleteAclsRequest.filters: negative length")
+    else:
+        if n1 > blen - pos:
+            raise WireError("DeleteAclsRequest.filters: count past the end")
+        f_filters = []
+        for _ in range(n1):
+            item2: DeleteAclsRequest.DeleteAclsFilter
+            item2, pos = _d_DeleteAclsRequest_DeleteAclsFilter_v1(buf, pos)
+            f_filters.append(item2)
+    return DeleteAclsRequest(filters=f_filters), pos
+
+
+def _e_DeleteAclsRequest_v1(out: bytearray, o: DeleteAclsRequest) -> None:
+    v1 = o.filters
+    out += _S_i.pack(len(v1))
+    for item2 in v1:
+        _e_DeleteAclsRequest_DeleteAclsFilter_v1(out, item2)
+
+
+def _d_DeleteAclsRequest_DeleteAclsFilter_v2(
+    buf: memoryview, pos: int
+) -> tuple[DeleteAclsRequest.DeleteAclsFilter, int]:
+    blen = len(buf)
+    f_resource_type_filter = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_resource_name_filter: str | None
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        f_resource_name_filter = None
+    else:
+        end2 = pos + n1
+        if end2 > blen:
+            raise WireError("DeleteAclsFilter.resource_name_filter: past the end")
+        f_resource_name_filter = str(buf[pos:end2], "utf-8")
+        pos = end2
+    f_pattern_type_filter = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_principal_filter: str | None
+    n3 = buf[pos]
+    if n3 & 0x80:
+        n3, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n3 -= 1
+    if n3 < 0:
+        f_principal_filter = None
+    else:
+        end4 = pos + n3
+        if end4 > blen:
+            raise WireError("DeleteAclsFilter.principal_filter: past the end")
+        f_principal_filter = str(buf[pos:end4], "utf-8")
+        pos = end4
+    f_host_filter: str | None
+    n5 = buf[pos]
+    if n5 & 0x80:
+        n5, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n5 -= 1
+    if n5 < 0:
+        f_host_filter = None
+    else:
+        end6 = pos + n5
+        if end6 > blen:
+            raise WireError("DeleteAclsFilter.host_filter: past the end")
+        f_host_filter = str(buf[pos:end6], "utf-8")
+        pos = end6
+    f_operation, f_permission_type = _S_bb.unpack_from(buf, pos)
+    pos += 2
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteAclsRequest.DeleteAclsFilter(
+        resource_type_filter=f_resource_type_filter,
+        resource_name_filter=f_resource_name_filter,
+        pattern_type_filter=f_pattern_type_filter,
+        principal_filter=f_principal_filter,
+        host_filter=f_host_filter,
+        operation=f_operation,
+        permission_type=f_permission_type,
+    ), pos
+
+
+def _e_DeleteAclsRequest_DeleteAclsFilter_v2(
+    out: bytearray, o: DeleteAclsRequest.DeleteAclsFilter
+) -> None:
+    out += _S_b.pack(o.resource_type_filter)
+    v1 = o.resource_name_filter
+    if v1 is None:
+        out.append(0)
+    else:
+        raw2 = v1.encode()
+        n3 = len(raw2) + 1
+        if n3 < 0x80:
+            out.append(n3)
+        else:
+            _write_uvarint(out, n3)
+        out += raw2
+    out += _S_b.pack(o.pattern_type_filter)
+    v4 = o.principal_filter
+    if v4 is None:
+        out.append(0)
+    else:
+        raw5 = v4.encode()
+        n6 = len(raw5) + 1
+        if n6 < 0x80:
+            out.append(n6)
+        else:
+            _write_uvarint(out, n6)
+        out += raw5
+    v7 = o.host_filter
+    if v7 is None:
+        out.append(0)
+    else:
+        raw8 = v7.encode()
+        n9 = len(raw8) + 1
+        if n9 < 0x80:
+            out.append(n9)
+        else:
+            _write_uvarint(out, n9)
+        out += raw8
+    out += _S_bb.pack(o.operation, o.permission_type)
+    out.append(0)
+
+
+def _d_DeleteAclsRequest_v2(buf: memoryview, pos: int) -> tuple[DeleteAclsRequest, int]:
+    blen = len(buf)
+    f_filters: list[DeleteAclsRequest.DeleteAclsFilter]
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        raise WireError("DeleteAclsRequest.filters: negative length")
+    else:
+        if n1 > blen - pos:
+            raise WireError("DeleteAclsRequest.filters: count past the end")
+        f_filters = []
+        for _ in range(n1):
+            item2: DeleteAclsRequest.DeleteAclsFilter
+            item2, pos = _d_DeleteAclsRequest_DeleteAclsFilter_v2(buf, pos)
+            f_filters.append(item2)
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteAclsRequest(filters=f_filters), pos
+
+
+def _e_DeleteAclsRequest_v2(out: bytearray, o: DeleteAclsRequest) -> None:
+    v1 = o.filters
+    n2 = len(v1) + 1
+    if n2 < 0x80:
+        out.append(n2)
+    else:
+        _write_uvarint(out, n2)
+    for item3 in v1:
+        _e_DeleteAclsRequest_DeleteAclsFilter_v2(out, item3)
+    out.append(0)
+
+
+def _d_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v1(
+    buf: memoryview, pos: int
+) -> tuple[DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl, int]:
+    blen = len(buf)
+    f_error_code = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    f_error_message: str | None
+    n1 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        f_error_message = None
+    else:
+        end2 = pos + n1
+        if end2 > blen:
+            raise WireError("DeleteAclsMatchingAcl.error_message: past the end")
+        f_error_message = str(buf[pos:end2], "utf-8")
+        pos = end2
+    f_resource_type = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_resource_name: str
+    n3 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n3 < 0:
+        raise WireError("DeleteAclsMatchingAcl.resource_name: negative length")
+    end4 = pos + n3
+    if end4 > blen:
+        raise WireError("DeleteAclsMatchingAcl.resource_name: past the end")
+    f_resource_name = str(buf[pos:end4], "utf-8")
+    pos = end4
+    f_pattern_type = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_principal: str
+    n5 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n5 < 0:
+        raise WireError("DeleteAclsMatchingAcl.principal: negative length")
+    end6 = pos + n5
+    if end6 > blen:
+        raise WireError("DeleteAclsMatchingAcl.principal: past the end")
+    f_principal = str(buf[pos:end6], "utf-8")
+    pos = end6
+    f_host: str
+    n7 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n7 < 0:
+        raise WireError("DeleteAclsMatchingAcl.host: negative length")
+    end8 = pos + n7
+    if end8 > blen:
+        raise WireError("DeleteAclsMatchingAcl.host: past the end")
+    f_host = str(buf[pos:end8], "utf-8")
+    pos = end8
+    f_operation, f_permission_type = _S_bb.unpack_from(buf, pos)
+    pos += 2
+    return DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl(
+        error_code=f_error_code,
+        error_message=f_error_message,
+        resource_type=f_resource_type,
+        resource_name=f_resource_name,
+        pattern_type=f_pattern_type,
+        principal=f_principal,
+        host=f_host,
+        operation=f_operation,
+        permission_type=f_permission_type,
+    ), pos
+
+
+def _e_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v1(
+    out: bytearray, o: DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl
+) -> None:
+    out += _S_h.pack(o.error_code)
+    v1 = o.error_message
+    if v1 is None:
+        out += b"\xff\xff"
+    else:
+        raw2 = v1.encode()
+        out += _S_h.pack(len(raw2))
+        out += raw2
+    out += _S_b.pack(o.resource_type)
+    v3 = o.resource_name
+    raw4 = v3.encode()
+    out += _S_h.pack(len(raw4))
+    out += raw4
+    out += _S_b.pack(o.pattern_type)
+    v5 = o.principal
+    raw6 = v5.encode()
+    out += _S_h.pack(len(raw6))
+    out += raw6
+    v7 = o.host
+    raw8 = v7.encode()
+    out += _S_h.pack(len(raw8))
+    out += raw8
+    out += _S_bb.pack(o.operation, o.permission_type)
+
+
+def _d_DeleteAclsResponse_DeleteAclsFilterResult_v1(
+    buf: memoryview, pos: int
+) -> tuple[DeleteAclsResponse.DeleteAclsFilterResult, int]:
+    blen = len(buf)
+    f_error_code = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    f_error_message: str | None
+    n1 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        f_error_message = None
+    else:
+        end2 = pos + n1
+        if end2 > blen:
+            raise WireError("DeleteAclsFilterResult.error_message: past the end")
+        f_error_message = str(buf[pos:end2], "utf-8")
+        pos = end2
+    f_matching_acls: list[DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl]
+    n3 = _S_i.unpack_from(buf, pos)[0]
+    pos += 4
+    if n3 < 0:
+        raise WireError("DeleteAclsFilterResult.matching_acls: negative length")
+    else:
+        if n3 > blen - pos:
+            raise WireError("DeleteAclsFilterResult.matching_acls: count past the end")
+        f_matching_acls = []
+        for _ in range(n3):
+            item4: DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl
+            item4, pos = _d_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v1(
+                buf, pos
+            )
+            f_matching_acls.append(item4)
+    return DeleteAclsResponse.DeleteAclsFilterResult(
+        error_code=f_error_code, error_message=f_error_message, matching_acls=f_matching_acls
+    ), pos
+
+
+def _e_DeleteAclsResponse_DeleteAclsFilterResult_v1(
+    out: bytearray, o: DeleteAclsResponse.DeleteAclsFilterResult
+) -> None:
+    out += _S_h.pack(o.error_code)
+    v1 = o.error_message
+    if v1 is None:
+        out += b"\xff\xff"
+    else:
+        raw2 = v1.encode()
+        out += _S_h.pack(len(raw2))
+        out += raw2
+    v3 = o.matching_acls
+    out += _S_i.pack(len(v3))
+    for item4 in v3:
+        _e_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v1(out, item4)
+
+
+def _d_DeleteAclsResponse_v1(buf: memoryview, pos: int) -> tuple[DeleteAclsResponse, int]:
+    blen = len(buf)
+    f_throttle_time_ms = _S_i.unpack_from(buf, pos)[0]
+    pos += 4
+    f_filter_results: list[DeleteAclsResponse.DeleteAclsFilterResult]
+    n1 = _S_i.unpack_from(buf, pos)[0]
+    pos += 4
+    if n1 < 0:
+        raise WireError("DeleteAclsResponse.filter_results: negative length")
+    else:
+        if n1 > blen - pos:
+            raise WireError("DeleteAclsResponse.filter_results: count past the end")
+        f_filter_results = []
+        for _ in range(n1):
+            item2: DeleteAclsResponse.DeleteAclsFilterResult
+            item2, pos = _d_DeleteAclsResponse_DeleteAclsFilterResult_v1(buf, pos)
+            f_filter_results.append(item2)
+    return DeleteAclsResponse(
+        throttle_time_ms=f_throttle_time_ms, filter_results=f_filter_results
+    ), pos
+
+
+def _e_DeleteAclsResponse_v1(out: bytearray, o: DeleteAclsResponse) -> None:
+    out += _S_i.pack(o.throttle_time_ms)
+    v1 = o.filter_results
+    out += _S_i.pack(len(v1))
+    for item2 in v1:
+        _e_DeleteAclsResponse_DeleteAclsFilterResult_v1(out, item2)
+
+
+def _d_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v2(
+    buf: memoryview, pos: int
+) -> tuple[DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl, int]:
+    blen = len(buf)
+    f_error_code = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    f_error_message: str | None
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        f_error_message = None
+    else:
+        end2 = pos + n1
+        if end2 > blen:
+            raise WireError("DeleteAclsMatchingAcl.error_message: past the end")
+        f_error_message = str(buf[pos:end2], "utf-8")
+        pos = end2
+    f_resource_type = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_resource_name: str
+    n3 = buf[pos]
+    if n3 & 0x80:
+        n3, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n3 -= 1
+    if n3 < 0:
+        raise WireError("DeleteAclsMatchingAcl.resource_name: negative length")
+    end4 = pos + n3
+    if end4 > blen:
+        raise WireError("DeleteAclsMatchingAcl.resource_name: past the end")
+    f_resource_name = str(buf[pos:end4], "utf-8")
+    pos = end4
+    f_pattern_type = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_principal: str
+    n5 = buf[pos]
+    if n5 & 0x80:
+        n5, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n5 -= 1
+    if n5 < 0:
+        raise WireError("DeleteAclsMatchingAcl.principal: negative length")
+    end6 = pos + n5
+    if end6 > blen:
+        raise WireError("DeleteAclsMatchingAcl.principal: past the end")
+    f_principal = str(buf[pos:end6], "utf-8")
+    pos = end6
+    f_host: str
+    n7 = buf[pos]
+    if n7 & 0x80:
+        n7, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n7 -= 1
+    if n7 < 0:
+        raise WireError("DeleteAclsMatchingAcl.host: negative length")
+    end8 = pos + n7
+    if end8 > blen:
+        raise WireError("DeleteAclsMatchingAcl.host: past the end")
+    f_host = str(buf[pos:end8], "utf-8")
+    pos = end8
+    f_operation, f_permission_type = _S_bb.unpack_from(buf, pos)
+    pos += 2
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl(
+        error_code=f_error_code,
+        error_message=f_error_message,
+        resource_type=f_resource_type,
+        resource_name=f_resource_name,
+        pattern_type=f_pattern_type,
+        principal=f_principal,
+        host=f_host,
+        operation=f_operation,
+        permission_type=f_permission_type,
+    ), pos
+
+
+def _e_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v2(
+    out: bytearray, o: DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl
+) -> None:
+    out += _S_h.pack(o.error_code)
+    v1 = o.error_message
+    if v1 is None:
+        out.append(0)
+    else:
+        raw2 = v1.encode()
+        n3 = len(raw2) + 1
+        if n3 < 0x80:
+            out.append(n3)
+        else:
+            _write_uvarint(out, n3)
+        out += raw2
+    out += _S_b.pack(o.resource_type)
+    v4 = o.resource_name
+    raw5 = v4.encode()
+    n6 = len(raw5) + 1
+    if n6 < 0x80:
+        out.append(n6)
+    else:
+        _write_uvarint(out, n6)
+    out += raw5
+    out += _S_b.pack(o.pattern_type)
+    v7 = o.principal
+    raw8 = v7.encode()
+    n9 = len(raw8) + 1
+    if n9 < 0x80:
+        out.append(n9)
+    else:
+        _write_uvarint(out, n9)
+    out += raw8
+    v10 = o.host
+    raw11 = v10.encode()
+    n12 = len(raw11) + 1
+    if n12 < 0x80:
+        out.append(n12)
+    else:
+        _write_uvarint(out, n12)
+    out += raw11
+    out += _S_bb.pack(o.operation, o.permission_type)
+    out.append(0)
+
+
+def _d_DeleteAclsResponse_DeleteAclsFilterResult_v2(
+    buf: memoryview, pos: int
+) -> tuple[DeleteAclsResponse.DeleteAclsFilterResult, int]:
+    blen = len(buf)
+    f_error_code = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    f_error_message: str | None
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        f_error_message = None
+    else:
+        end2 = pos + n1
+        if end2 > blen:
+            raise WireError("DeleteAclsFilterResult.error_message: past the end")
+        f_error_message = str(buf[pos:end2], "utf-8")
+        pos = end2
+    f_matching_acls: list[DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl]
+    n3 = buf[pos]
+    if n3 & 0x80:
+        n3, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n3 -= 1
+    if n3 < 0:
+        raise WireError("DeleteAclsFilterResult.matching_acls: negative length")
+    else:
+        if n3 > blen - pos:
+            raise WireError("DeleteAclsFilterResult.matching_acls: count past the end")
+        f_matching_acls = []
+        for _ in range(n3):
+            item4: DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl
+            item4, pos = _d_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v2(
+                buf, pos
+            )
+            f_matching_acls.append(item4)
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteAclsResponse.DeleteAclsFilterResult(
+        error_code=f_error_code, error_message=f_error_message, matching_acls=f_matching_acls
+    ), pos
+
+
+def _e_DeleteAclsResponse_DeleteAclsFilterResult_v2(
+    out: bytearray, o: DeleteAclsResponse.DeleteAclsFilterResult
+) -> None:
+    out += _S_h.pack(o.error_code)
+    v1 = o.error_message
+    if v1 is None:
+        out.append(0)
+    else:
+        raw2 = v1.encode()
+        n3 = len(raw2) + 1
+        if n3 < 0x80:
+            out.append(n3)
+        else:
+            _write_uvarint(out, n3)
+        out += raw2
+    v4 = o.matching_acls
+    n5 = len(v4) + 1
+    if n5 < 0x80:
+        out.append(n5)
+    else:
+        _write_uvarint(out, n5)
+    for item6 in v4:
+        _e_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v2(out, item6)
+    out.append(0)
+
+
+def _d_DeleteAclsResponse_v2(buf: memoryview, pos: int) -> tuple[DeleteAclsResponse, int]:
+    blen = len(buf)
+    f_throttle_time_ms = _S_i.unpack_from(buf, pos)[0]
+    pos += 4
+    f_filter_results: list[DeleteAclsResponse.DeleteAclsFilterResult]
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        raise WireError("DeleteAclsResponse.filter_results: negative length")
+    else:
+        if n1 > blen - pos:
+            raise WireError("DeleteAclsResponse.filter_results: count past the end")
+        f_filter_results = []
+        for _ in range(n1):
+            item2: DeleteAclsResponse.DeleteAclsFilterResult
+            item2, pos = _d_DeleteAclsResponse_DeleteAclsFilterResult_v2(buf, pos)
+            f_filter_results.append(item2)
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DeleteAclsResponse(
+        throttle_time_ms=f_throttle_time_ms, filter_results=f_filter_results
+    ), pos
+
+
+def _e_DeleteAclsResponse_v2(out: bytearray, o: DeleteAclsResponse) -> None:
+    out += _S_i.pack(o.throttle_time_ms)
+    v1 = o.filter_results
+    n2 = len(v1) + 1
+    if n2 < 0x80:
+        out.append(n2)
+    else:
+        _write_uvarint(out, n2)
+    for item3 in v1:
+        _e_DeleteAclsResponse_DeleteAclsFilterResult_v2(out, item3)
+    out.append(0)
+
+
 def _d_DeleteTopicsRequest_DeleteTopicState_v1(
     buf: memoryview, pos: int
 ) -> tuple[DeleteTopicsRequest.DeleteTopicState, int]:
@@ -4570,6 +6217,556 @@ def _e_DeleteTopicsResponse_v6(out: bytearray, o: DeleteTopicsResponse) -> None:
         _write_uvarint(out, n2)
     for item3 in v1:
         _e_DeleteTopicsResponse_DeletableTopicResult_v6(out, item3)
+    out.append(0)
+
+
+def _d_DescribeAclsRequest_v1(buf: memoryview, pos: int) -> tuple[DescribeAclsRequest, int]:
+    blen = len(buf)
+    f_resource_type_filter = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_resource_name_filter: str | None
+    n1 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        f_resource_name_filter = None
+    else:
+        end2 = pos + n1
+        if end2 > blen:
+            raise WireError("DescribeAclsRequest.resource_name_filter: past the end")
+        f_resource_name_filter = str(buf[pos:end2], "utf-8")
+        pos = end2
+    f_pattern_type_filter = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_principal_filter: str | None
+    n3 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n3 < 0:
+        f_principal_filter = None
+    else:
+        end4 = pos + n3
+        if end4 > blen:
+            raise WireError("DescribeAclsRequest.principal_filter: past the end")
+        f_principal_filter = str(buf[pos:end4], "utf-8")
+        pos = end4
+    f_host_filter: str | None
+    n5 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n5 < 0:
+        f_host_filter = None
+    else:
+        end6 = pos + n5
+        if end6 > blen:
+            raise WireError("DescribeAclsRequest.host_filter: past the end")
+        f_host_filter = str(buf[pos:end6], "utf-8")
+        pos = end6
+    f_operation, f_permission_type = _S_bb.unpack_from(buf, pos)
+    pos += 2
+    return DescribeAclsRequest(
+        resource_type_filter=f_resource_type_filter,
+        resource_name_filter=f_resource_name_filter,
+        pattern_type_filter=f_pattern_type_filter,
+        principal_filter=f_principal_filter,
+        host_filter=f_host_filter,
+        operation=f_operation,
+        permission_type=f_permission_type,
+    ), pos
+
+
+def _e_DescribeAclsRequest_v1(out: bytearray, o: DescribeAclsRequest) -> None:
+    out += _S_b.pack(o.resource_type_filter)
+    v1 = o.resource_name_filter
+    if v1 is None:
+        out += b"\xff\xff"
+    else:
+        raw2 = v1.encode()
+        out += _S_h.pack(len(raw2))
+        out += raw2
+    out += _S_b.pack(o.pattern_type_filter)
+    v3 = o.principal_filter
+    if v3 is None:
+        out += b"\xff\xff"
+    else:
+        raw4 = v3.encode()
+        out += _S_h.pack(len(raw4))
+        out += raw4
+    v5 = o.host_filter
+    if v5 is None:
+        out += b"\xff\xff"
+    else:
+        raw6 = v5.encode()
+        out += _S_h.pack(len(raw6))
+        out += raw6
+    out += _S_bb.pack(o.operation, o.permission_type)
+
+
+def _d_DescribeAclsRequest_v2(buf: memoryview, pos: int) -> tuple[DescribeAclsRequest, int]:
+    blen = len(buf)
+    f_resource_type_filter = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_resource_name_filter: str | None
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        f_resource_name_filter = None
+    else:
+        end2 = pos + n1
+        if end2 > blen:
+            raise WireError("DescribeAclsRequest.resource_name_filter: past the end")
+        f_resource_name_filter = str(buf[pos:end2], "utf-8")
+        pos = end2
+    f_pattern_type_filter = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_principal_filter: str | None
+    n3 = buf[pos]
+    if n3 & 0x80:
+        n3, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n3 -= 1
+    if n3 < 0:
+        f_principal_filter = None
+    else:
+        end4 = pos + n3
+        if end4 > blen:
+            raise WireError("DescribeAclsRequest.principal_filter: past the end")
+        f_principal_filter = str(buf[pos:end4], "utf-8")
+        pos = end4
+    f_host_filter: str | None
+    n5 = buf[pos]
+    if n5 & 0x80:
+        n5, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n5 -= 1
+    if n5 < 0:
+        f_host_filter = None
+    else:
+        end6 = pos + n5
+        if end6 > blen:
+            raise WireError("DescribeAclsRequest.host_filter: past the end")
+        f_host_filter = str(buf[pos:end6], "utf-8")
+        pos = end6
+    f_operation, f_permission_type = _S_bb.unpack_from(buf, pos)
+    pos += 2
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeAclsRequest(
+        resource_type_filter=f_resource_type_filter,
+        resource_name_filter=f_resource_name_filter,
+        pattern_type_filter=f_pattern_type_filter,
+        principal_filter=f_principal_filter,
+        host_filter=f_host_filter,
+        operation=f_operation,
+        permission_type=f_permission_type,
+    ), pos
+
+
+def _e_DescribeAclsRequest_v2(out: bytearray, o: DescribeAclsRequest) -> None:
+    out += _S_b.pack(o.resource_type_filter)
+    v1 = o.resource_name_filter
+    if v1 is None:
+        out.append(0)
+    else:
+        raw2 = v1.encode()
+        n3 = len(raw2) + 1
+        if n3 < 0x80:
+            out.append(n3)
+        else:
+            _write_uvarint(out, n3)
+        out += raw2
+    out += _S_b.pack(o.pattern_type_filter)
+    v4 = o.principal_filter
+    if v4 is None:
+        out.append(0)
+    else:
+        raw5 = v4.encode()
+        n6 = len(raw5) + 1
+        if n6 < 0x80:
+            out.append(n6)
+        else:
+            _write_uvarint(out, n6)
+        out += raw5
+    v7 = o.host_filter
+    if v7 is None:
+        out.append(0)
+    else:
+        raw8 = v7.encode()
+        n9 = len(raw8) + 1
+        if n9 < 0x80:
+            out.append(n9)
+        else:
+            _write_uvarint(out, n9)
+        out += raw8
+    out += _S_bb.pack(o.operation, o.permission_type)
+    out.append(0)
+
+
+def _d_DescribeAclsResponse_DescribeAclsResource_AclDescription_v1(
+    buf: memoryview, pos: int
+) -> tuple[DescribeAclsResponse.DescribeAclsResource.AclDescription, int]:
+    blen = len(buf)
+    f_principal: str
+    n1 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise WireError("AclDescription.principal: negative length")
+    end2 = pos + n1
+    if end2 > blen:
+        raise WireError("AclDescription.principal: past the end")
+    f_principal = str(buf[pos:end2], "utf-8")
+    pos = end2
+    f_host: str
+    n3 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n3 < 0:
+        raise WireError("AclDescription.host: negative length")
+    end4 = pos + n3
+    if end4 > blen:
+        raise WireError("AclDescription.host: past the end")
+    f_host = str(buf[pos:end4], "utf-8")
+    pos = end4
+    f_operation, f_permission_type = _S_bb.unpack_from(buf, pos)
+    pos += 2
+    return DescribeAclsResponse.DescribeAclsResource.AclDescription(
+        principal=f_principal, host=f_host, operation=f_operation, permission_type=f_permission_type
+    ), pos
+
+
+def _e_DescribeAclsResponse_DescribeAclsResource_AclDescription_v1(
+    out: bytearray, o: DescribeAclsResponse.DescribeAclsResource.AclDescription
+) -> None:
+    v1 = o.principal
+    raw2 = v1.encode()
+    out += _S_h.pack(len(raw2))
+    out += raw2
+    v3 = o.host
+    raw4 = v3.encode()
+    out += _S_h.pack(len(raw4))
+    out += raw4
+    out += _S_bb.pack(o.operation, o.permission_type)
+
+
+def _d_DescribeAclsResponse_DescribeAclsResource_v1(
+    buf: memoryview, pos: int
+) -> tuple[DescribeAclsResponse.DescribeAclsResource, int]:
+    blen = len(buf)
+    f_resource_type = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_resource_name: str
+    n1 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise WireError("DescribeAclsResource.resource_name: negative length")
+    end2 = pos + n1
+    if end2 > blen:
+        raise WireError("DescribeAclsResource.resource_name: past the end")
+    f_resource_name = str(buf[pos:end2], "utf-8")
+    pos = end2
+    f_pattern_type = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_acls: list[DescribeAclsResponse.DescribeAclsResource.AclDescription]
+    n3 = _S_i.unpack_from(buf, pos)[0]
+    pos += 4
+    if n3 < 0:
+        raise WireError("DescribeAclsResource.acls: negative length")
+    else:
+        if n3 > blen - pos:
+            raise WireError("DescribeAclsResource.acls: count past the end")
+        f_acls = []
+        for _ in range(n3):
+            item4: DescribeAclsResponse.DescribeAclsResource.AclDescription
+            item4, pos = _d_DescribeAclsResponse_DescribeAclsResource_AclDescription_v1(buf, pos)
+            f_acls.append(item4)
+    return DescribeAclsResponse.DescribeAclsResource(
+        resource_type=f_resource_type,
+        resource_name=f_resource_name,
+        pattern_type=f_pattern_type,
+        acls=f_acls,
+    ), pos
+
+
+def _e_DescribeAclsResponse_DescribeAclsResource_v1(
+    out: bytearray, o: DescribeAclsResponse.DescribeAclsResource
+) -> None:
+    out += _S_b.pack(o.resource_type)
+    v1 = o.resource_name
+    raw2 = v1.encode()
+    out += _S_h.pack(len(raw2))
+    out += raw2
+    out += _S_b.pack(o.pattern_type)
+    v3 = o.acls
+    out += _S_i.pack(len(v3))
+    for item4 in v3:
+        _e_DescribeAclsResponse_DescribeAclsResource_AclDescription_v1(out, item4)
+
+
+def _d_DescribeAclsResponse_v1(buf: memoryview, pos: int) -> tuple[DescribeAclsResponse, int]:
+    blen = len(buf)
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    f_error_message: str | None
+    n1 = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        f_error_message = None
+    else:
+        end2 = pos + n1
+        if end2 > blen:
+            raise WireError("DescribeAclsResponse.error_message: past the end")
+        f_error_message = str(buf[pos:end2], "utf-8")
+        pos = end2
+    f_resources: list[DescribeAclsResponse.DescribeAclsResource]
+    n3 = _S_i.unpack_from(buf, pos)[0]
+    pos += 4
+    if n3 < 0:
+        raise WireError("DescribeAclsResponse.resources: negative length")
+    else:
+        if n3 > blen - pos:
+            raise WireError("DescribeAclsResponse.resources: count past the end")
+        f_resources = []
+        for _ in range(n3):
+            item4: DescribeAclsResponse.DescribeAclsResource
+            item4, pos = _d_DescribeAclsResponse_DescribeAclsResource_v1(buf, pos)
+            f_resources.append(item4)
+    return DescribeAclsResponse(
+        throttle_time_ms=f_throttle_time_ms,
+        error_code=f_error_code,
+        error_message=f_error_message,
+        resources=f_resources,
+    ), pos
+
+
+def _e_DescribeAclsResponse_v1(out: bytearray, o: DescribeAclsResponse) -> None:
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    v1 = o.error_message
+    if v1 is None:
+        out += b"\xff\xff"
+    else:
+        raw2 = v1.encode()
+        out += _S_h.pack(len(raw2))
+        out += raw2
+    v3 = o.resources
+    out += _S_i.pack(len(v3))
+    for item4 in v3:
+        _e_DescribeAclsResponse_DescribeAclsResource_v1(out, item4)
+
+
+def _d_DescribeAclsResponse_DescribeAclsResource_AclDescription_v2(
+    buf: memoryview, pos: int
+) -> tuple[DescribeAclsResponse.DescribeAclsResource.AclDescription, int]:
+    blen = len(buf)
+    f_principal: str
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        raise WireError("AclDescription.principal: negative length")
+    end2 = pos + n1
+    if end2 > blen:
+        raise WireError("AclDescription.principal: past the end")
+    f_principal = str(buf[pos:end2], "utf-8")
+    pos = end2
+    f_host: str
+    n3 = buf[pos]
+    if n3 & 0x80:
+        n3, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n3 -= 1
+    if n3 < 0:
+        raise WireError("AclDescription.host: negative length")
+    end4 = pos + n3
+    if end4 > blen:
+        raise WireError("AclDescription.host: past the end")
+    f_host = str(buf[pos:end4], "utf-8")
+    pos = end4
+    f_operation, f_permission_type = _S_bb.unpack_from(buf, pos)
+    pos += 2
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeAclsResponse.DescribeAclsResource.AclDescription(
+        principal=f_principal, host=f_host, operation=f_operation, permission_type=f_permission_type
+    ), pos
+
+
+def _e_DescribeAclsResponse_DescribeAclsResource_AclDescription_v2(
+    out: bytearray, o: DescribeAclsResponse.DescribeAclsResource.AclDescription
+) -> None:
+    v1 = o.principal
+    raw2 = v1.encode()
+    n3 = len(raw2) + 1
+    if n3 < 0x80:
+        out.append(n3)
+    else:
+        _write_uvarint(out, n3)
+    out += raw2
+    v4 = o.host
+    raw5 = v4.encode()
+    n6 = len(raw5) + 1
+    if n6 < 0x80:
+        out.append(n6)
+    else:
+        _write_uvarint(out, n6)
+    out += raw5
+    out += _S_bb.pack(o.operation, o.permission_type)
+    out.append(0)
+
+
+def _d_DescribeAclsResponse_DescribeAclsResource_v2(
+    buf: memoryview, pos: int
+) -> tuple[DescribeAclsResponse.DescribeAclsResource, int]:
+    blen = len(buf)
+    f_resource_type = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_resource_name: str
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        raise WireError("DescribeAclsResource.resource_name: negative length")
+    end2 = pos + n1
+    if end2 > blen:
+        raise WireError("DescribeAclsResource.resource_name: past the end")
+    f_resource_name = str(buf[pos:end2], "utf-8")
+    pos = end2
+    f_pattern_type = _S_b.unpack_from(buf, pos)[0]
+    pos += 1
+    f_acls: list[DescribeAclsResponse.DescribeAclsResource.AclDescription]
+    n3 = buf[pos]
+    if n3 & 0x80:
+        n3, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n3 -= 1
+    if n3 < 0:
+        raise WireError("DescribeAclsResource.acls: negative length")
+    else:
+        if n3 > blen - pos:
+            raise WireError("DescribeAclsResource.acls: count past the end")
+        f_acls = []
+        for _ in range(n3):
+            item4: DescribeAclsResponse.DescribeAclsResource.AclDescription
+            item4, pos = _d_DescribeAclsResponse_DescribeAclsResource_AclDescription_v2(buf, pos)
+            f_acls.append(item4)
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeAclsResponse.DescribeAclsResource(
+        resource_type=f_resource_type,
+        resource_name=f_resource_name,
+        pattern_type=f_pattern_type,
+        acls=f_acls,
+    ), pos
+
+
+def _e_DescribeAclsResponse_DescribeAclsResource_v2(
+    out: bytearray, o: DescribeAclsResponse.DescribeAclsResource
+) -> None:
+    out += _S_b.pack(o.resource_type)
+    v1 = o.resource_name
+    raw2 = v1.encode()
+    n3 = len(raw2) + 1
+    if n3 < 0x80:
+        out.append(n3)
+    else:
+        _write_uvarint(out, n3)
+    out += raw2
+    out += _S_b.pack(o.pattern_type)
+    v4 = o.acls
+    n5 = len(v4) + 1
+    if n5 < 0x80:
+        out.append(n5)
+    else:
+        _write_uvarint(out, n5)
+    for item6 in v4:
+        _e_DescribeAclsResponse_DescribeAclsResource_AclDescription_v2(out, item6)
+    out.append(0)
+
+
+def _d_DescribeAclsResponse_v2(buf: memoryview, pos: int) -> tuple[DescribeAclsResponse, int]:
+    blen = len(buf)
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    f_error_message: str | None
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        f_error_message = None
+    else:
+        end2 = pos + n1
+        if end2 > blen:
+            raise WireError("DescribeAclsResponse.error_message: past the end")
+        f_error_message = str(buf[pos:end2], "utf-8")
+        pos = end2
+    f_resources: list[DescribeAclsResponse.DescribeAclsResource]
+    n3 = buf[pos]
+    if n3 & 0x80:
+        n3, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n3 -= 1
+    if n3 < 0:
+        raise WireError("DescribeAclsResponse.resources: negative length")
+    else:
+        if n3 > blen - pos:
+            raise WireError("DescribeAclsResponse.resources: count past the end")
+        f_resources = []
+        for _ in range(n3):
+            item4: DescribeAclsResponse.DescribeAclsResource
+            item4, pos = _d_DescribeAclsResponse_DescribeAclsResource_v2(buf, pos)
+            f_resources.append(item4)
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeAclsResponse(
+        throttle_time_ms=f_throttle_time_ms,
+        error_code=f_error_code,
+        error_message=f_error_message,
+        resources=f_resources,
+    ), pos
+
+
+def _e_DescribeAclsResponse_v2(out: bytearray, o: DescribeAclsResponse) -> None:
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    v1 = o.error_message
+    if v1 is None:
+        out.append(0)
+    else:
+        raw2 = v1.encode()
+        n3 = len(raw2) + 1
+        if n3 < 0x80:
+            out.append(n3)
+        else:
+            _write_uvarint(out, n3)
+        out += raw2
+    v4 = o.resources
+    n5 = len(v4) + 1
+    if n5 < 0x80:
+        out.append(n5)
+    else:
+        _write_uvarint(out, n5)
+    for item6 in v4:
+        _e_DescribeAclsResponse_DescribeAclsResource_v2(out, item6)
     out.append(0)
 
 
@@ -7454,6 +9651,302 @@ def _e_DescribeGroupsResponse_v6(out: bytearray, o: DescribeGroupsResponse) -> N
         _write_uvarint(out, n2)
     for item3 in v1:
         _e_DescribeGroupsResponse_DescribedGroup_v6(out, item3)
+    out.append(0)
+
+
+def _d_DescribeUserScramCredentialsRequest_UserName_v0(
+    buf: memoryview, pos: int
+) -> tuple[DescribeUserScramCredentialsRequest.UserName, int]:
+    blen = len(buf)
+    f_name: str
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        raise WireError("UserName.name: negative length")
+    end2 = pos + n1
+    if end2 > blen:
+        raise WireError("UserName.name: past the end")
+    f_name = str(buf[pos:end2], "utf-8")
+    pos = end2
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeUserScramCredentialsRequest.UserName(name=f_name), pos
+
+
+def _e_DescribeUserScramCredentialsRequest_UserName_v0(
+    out: bytearray, o: DescribeUserScramCredentialsRequest.UserName
+) -> None:
+    v1 = o.name
+    raw2 = v1.encode()
+    n3 = len(raw2) + 1
+    if n3 < 0x80:
+        out.append(n3)
+    else:
+        _write_uvarint(out, n3)
+    out += raw2
+    out.append(0)
+
+
+def _d_DescribeUserScramCredentialsRequest_v0(
+    buf: memoryview, pos: int
+) -> tuple[DescribeUserScramCredentialsRequest, int]:
+    blen = len(buf)
+    f_users: list[DescribeUserScramCredentialsRequest.UserName] | None
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        f_users = None
+    else:
+        if n1 > blen - pos:
+            raise WireError("DescribeUserScramCredentialsRequest.users: count past the end")
+        f_users = []
+        for _ in range(n1):
+            item2: DescribeUserScramCredentialsRequest.UserName
+            item2, pos = _d_DescribeUserScramCredentialsRequest_UserName_v0(buf, pos)
+            f_users.append(item2)
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeUserScramCredentialsRequest(users=f_users), pos
+
+
+def _e_DescribeUserScramCredentialsRequest_v0(
+    out: bytearray, o: DescribeUserScramCredentialsRequest
+) -> None:
+    v1 = o.users
+    if v1 is None:
+        out.append(0)
+    else:
+        n2 = len(v1) + 1
+        if n2 < 0x80:
+            out.append(n2)
+        else:
+            _write_uvarint(out, n2)
+        for item3 in v1:
+            _e_DescribeUserScramCredentialsRequest_UserName_v0(out, item3)
+    out.append(0)
+
+
+def _d_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_CredentialInfo_v0(
+    buf: memoryview, pos: int
+) -> tuple[
+    DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.CredentialInfo, int
+]:
+    f_mechanism, f_iterations = _S_bi.unpack_from(buf, pos)
+    pos += 5
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.CredentialInfo(
+        mechanism=f_mechanism, iterations=f_iterations
+    ), pos
+
+
+def _e_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_CredentialInfo_v0(
+    out: bytearray,
+    o: DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.CredentialInfo,
+) -> None:
+    out += _S_bi.pack(o.mechanism, o.iterations)
+    out.append(0)
+
+
+def _d_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_v0(
+    buf: memoryview, pos: int
+) -> tuple[DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult, int]:
+    blen = len(buf)
+    f_user: str
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        raise WireError("DescribeUserScramCredentialsResult.user: negative length")
+    end2 = pos + n1
+    if end2 > blen:
+        raise WireError("DescribeUserScramCredentialsResult.user: past the end")
+    f_user = str(buf[pos:end2], "utf-8")
+    pos = end2
+    f_error_code = _S_h.unpack_from(buf, pos)[0]
+    pos += 2
+    f_error_message: str | None
+    n3 = buf[pos]
+    if n3 & 0x80:
+        n3, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n3 -= 1
+    if n3 < 0:
+        f_error_message = None
+    else:
+        end4 = pos + n3
+        if end4 > blen:
+            raise WireError("DescribeUserScramCredentialsResult.error_message: past the end")
+        f_error_message = str(buf[pos:end4], "utf-8")
+        pos = end4
+    f_credential_infos: list[
+        DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.CredentialInfo
+    ]
+    n5 = buf[pos]
+    if n5 & 0x80:
+        n5, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n5 -= 1
+    if n5 < 0:
+        raise WireError("DescribeUserScramCredentialsResult.credential_infos: negative length")
+    else:
+        if n5 > blen - pos:
+            raise WireError(
+                "DescribeUserScramCredentialsResult.credential_infos: count past the end"
+            )
+        f_credential_infos = []
+        for _ in range(n5):
+            item6: DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.CredentialInfo
+            item6, pos = (
+                _d_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_CredentialInfo_v0(
+                    buf, pos
+                )
+            )
+            f_credential_infos.append(item6)
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult(
+        user=f_user,
+        error_code=f_error_code,
+        error_message=f_error_message,
+        credential_infos=f_credential_infos,
+    ), pos
+
+
+def _e_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_v0(
+    out: bytearray, o: DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
+) -> None:
+    v1 = o.user
+    raw2 = v1.encode()
+    n3 = len(raw2) + 1
+    if n3 < 0x80:
+        out.append(n3)
+    else:
+        _write_uvarint(out, n3)
+    out += raw2
+    out += _S_h.pack(o.error_code)
+    v4 = o.error_message
+    if v4 is None:
+        out.append(0)
+    else:
+        raw5 = v4.encode()
+        n6 = len(raw5) + 1
+        if n6 < 0x80:
+            out.append(n6)
+        else:
+            _write_uvarint(out, n6)
+        out += raw5
+    v7 = o.credential_infos
+    n8 = len(v7) + 1
+    if n8 < 0x80:
+        out.append(n8)
+    else:
+        _write_uvarint(out, n8)
+    for item9 in v7:
+        _e_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_CredentialInfo_v0(
+            out, item9
+        )
+    out.append(0)
+
+
+def _d_DescribeUserScramCredentialsResponse_v0(
+    buf: memoryview, pos: int
+) -> tuple[DescribeUserScramCredentialsResponse, int]:
+    blen = len(buf)
+    f_throttle_time_ms, f_error_code = _S_ih.unpack_from(buf, pos)
+    pos += 6
+    f_error_message: str | None
+    n1 = buf[pos]
+    if n1 & 0x80:
+        n1, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n1 -= 1
+    if n1 < 0:
+        f_error_message = None
+    else:
+        end2 = pos + n1
+        if end2 > blen:
+            raise WireError("DescribeUserScramCredentialsResponse.error_message: past the end")
+        f_error_message = str(buf[pos:end2], "utf-8")
+        pos = end2
+    f_results: list[DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult]
+    n3 = buf[pos]
+    if n3 & 0x80:
+        n3, pos = _read_uvarint(buf, pos)
+    else:
+        pos += 1
+    n3 -= 1
+    if n3 < 0:
+        raise WireError("DescribeUserScramCredentialsResponse.results: negative length")
+    else:
+        if n3 > blen - pos:
+            raise WireError("DescribeUserScramCredentialsResponse.results: count past the end")
+        f_results = []
+        for _ in range(n3):
+            item4: DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
+            item4, pos = (
+                _d_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_v0(
+                    buf, pos
+                )
+            )
+            f_results.append(item4)
+    if buf[pos]:
+        pos = _skip_tagged_fields(buf, pos)
+    else:
+        pos += 1
+    return DescribeUserScramCredentialsResponse(
+        throttle_time_ms=f_throttle_time_ms,
+        error_code=f_error_code,
+        error_message=f_error_message,
+        results=f_results,
+    ), pos
+
+
+def _e_DescribeUserScramCredentialsResponse_v0(
+    out: bytearray, o: DescribeUserScramCredentialsResponse
+) -> None:
+    out += _S_ih.pack(o.throttle_time_ms, o.error_code)
+    v1 = o.error_message
+    if v1 is None:
+        out.append(0)
+    else:
+        raw2 = v1.encode()
+        n3 = len(raw2) + 1
+        if n3 < 0x80:
+            out.append(n3)
+        else:
+            _write_uvarint(out, n3)
+        out += raw2
+    v4 = o.results
+    n5 = len(v4) + 1
+    if n5 < 0x80:
+        out.append(n5)
+    else:
+        _write_uvarint(out, n5)
+    for item6 in v4:
+        _e_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_v0(out, item6)
     out.append(0)
 
 
@@ -23156,12 +25649,17 @@ def _e_SyncGroupResponse_v5(out: bytearray, o: SyncGroupResponse) -> None:
 
 API_KEYS: dict[str, int] = {
     "AddPartitionsToTxn": 24,
+    "AlterUserScramCredentials": 51,
     "ApiVersions": 18,
+    "CreateAcls": 30,
     "CreateTopics": 19,
+    "DeleteAcls": 31,
     "DeleteTopics": 20,
+    "DescribeAcls": 29,
     "DescribeCluster": 60,
     "DescribeConfigs": 32,
     "DescribeGroups": 15,
+    "DescribeUserScramCredentials": 50,
     "EndTxn": 26,
     "Fetch": 1,
     "FindCoordinator": 10,
@@ -23183,12 +25681,17 @@ API_KEYS: dict[str, int] = {
 
 REQUESTS: dict[int, type[Any]] = {
     24: AddPartitionsToTxnRequest,
+    51: AlterUserScramCredentialsRequest,
     18: ApiVersionsRequest,
+    30: CreateAclsRequest,
     19: CreateTopicsRequest,
+    31: DeleteAclsRequest,
     20: DeleteTopicsRequest,
+    29: DescribeAclsRequest,
     60: DescribeClusterRequest,
     32: DescribeConfigsRequest,
     15: DescribeGroupsRequest,
+    50: DescribeUserScramCredentialsRequest,
     26: EndTxnRequest,
     1: FetchRequest,
     10: FindCoordinatorRequest,
@@ -23208,12 +25711,17 @@ REQUESTS: dict[int, type[Any]] = {
 }
 RESPONSES: dict[int, type[Any]] = {
     24: AddPartitionsToTxnResponse,
+    51: AlterUserScramCredentialsResponse,
     18: ApiVersionsResponse,
+    30: CreateAclsResponse,
     19: CreateTopicsResponse,
+    31: DeleteAclsResponse,
     20: DeleteTopicsResponse,
+    29: DescribeAclsResponse,
     60: DescribeClusterResponse,
     32: DescribeConfigsResponse,
     15: DescribeGroupsResponse,
+    50: DescribeUserScramCredentialsResponse,
     26: EndTxnResponse,
     1: FetchResponse,
     10: FindCoordinatorResponse,
@@ -23245,6 +25753,8 @@ _DECODERS: dict[tuple[type[Any], int], Callable[[memoryview, int], tuple[Any, in
     (AddPartitionsToTxnResponse, 3): _d_AddPartitionsToTxnResponse_v3,
     (AddPartitionsToTxnResponse, 4): _d_AddPartitionsToTxnResponse_v4,
     (AddPartitionsToTxnResponse, 5): _d_AddPartitionsToTxnResponse_v4,
+    (AlterUserScramCredentialsRequest, 0): _d_AlterUserScramCredentialsRequest_v0,
+    (AlterUserScramCredentialsResponse, 0): _d_AlterUserScramCredentialsResponse_v0,
     (ApiVersionsRequest, 0): _d_ApiVersionsRequest_v0,
     (ApiVersionsRequest, 1): _d_ApiVersionsRequest_v0,
     (ApiVersionsRequest, 2): _d_ApiVersionsRequest_v0,
@@ -23263,6 +25773,12 @@ _DECODERS: dict[tuple[type[Any], int], Callable[[memoryview, int], tuple[Any, in
     (ConsumerProtocolSubscription, 1): _d_ConsumerProtocolSubscription_v1,
     (ConsumerProtocolSubscription, 2): _d_ConsumerProtocolSubscription_v2,
     (ConsumerProtocolSubscription, 3): _d_ConsumerProtocolSubscription_v3,
+    (CreateAclsRequest, 1): _d_CreateAclsRequest_v1,
+    (CreateAclsRequest, 2): _d_CreateAclsRequest_v2,
+    (CreateAclsRequest, 3): _d_CreateAclsRequest_v2,
+    (CreateAclsResponse, 1): _d_CreateAclsResponse_v1,
+    (CreateAclsResponse, 2): _d_CreateAclsResponse_v2,
+    (CreateAclsResponse, 3): _d_CreateAclsResponse_v2,
     (CreateTopicsRequest, 2): _d_CreateTopicsRequest_v2,
     (CreateTopicsRequest, 3): _d_CreateTopicsRequest_v2,
     (CreateTopicsRequest, 4): _d_CreateTopicsRequest_v2,
@@ -23275,6 +25791,12 @@ _DECODERS: dict[tuple[type[Any], int], Callable[[memoryview, int], tuple[Any, in
     (CreateTopicsResponse, 5): _d_CreateTopicsResponse_v5,
     (CreateTopicsResponse, 6): _d_CreateTopicsResponse_v5,
     (CreateTopicsResponse, 7): _d_CreateTopicsResponse_v7,
+    (DeleteAclsRequest, 1): _d_DeleteAclsRequest_v1,
+    (DeleteAclsRequest, 2): _d_DeleteAclsRequest_v2,
+    (DeleteAclsRequest, 3): _d_DeleteAclsRequest_v2,
+    (DeleteAclsResponse, 1): _d_DeleteAclsResponse_v1,
+    (DeleteAclsResponse, 2): _d_DeleteAclsResponse_v2,
+    (DeleteAclsResponse, 3): _d_DeleteAclsResponse_v2,
     (DeleteTopicsRequest, 1): _d_DeleteTopicsRequest_v1,
     (DeleteTopicsRequest, 2): _d_DeleteTopicsRequest_v1,
     (DeleteTopicsRequest, 3): _d_DeleteTopicsRequest_v1,
@@ -23287,6 +25809,12 @@ _DECODERS: dict[tuple[type[Any], int], Callable[[memoryview, int], tuple[Any, in
     (DeleteTopicsResponse, 4): _d_DeleteTopicsResponse_v4,
     (DeleteTopicsResponse, 5): _d_DeleteTopicsResponse_v5,
     (DeleteTopicsResponse, 6): _d_DeleteTopicsResponse_v6,
+    (DescribeAclsRequest, 1): _d_DescribeAclsRequest_v1,
+    (DescribeAclsRequest, 2): _d_DescribeAclsRequest_v2,
+    (DescribeAclsRequest, 3): _d_DescribeAclsRequest_v2,
+    (DescribeAclsResponse, 1): _d_DescribeAclsResponse_v1,
+    (DescribeAclsResponse, 2): _d_DescribeAclsResponse_v2,
+    (DescribeAclsResponse, 3): _d_DescribeAclsResponse_v2,
     (DescribeClusterRequest, 0): _d_DescribeClusterRequest_v0,
     (DescribeClusterRequest, 1): _d_DescribeClusterRequest_v1,
     (DescribeClusterRequest, 2): _d_DescribeClusterRequest_v2,
@@ -23315,6 +25843,8 @@ _DECODERS: dict[tuple[type[Any], int], Callable[[memoryview, int], tuple[Any, in
     (DescribeGroupsResponse, 4): _d_DescribeGroupsResponse_v4,
     (DescribeGroupsResponse, 5): _d_DescribeGroupsResponse_v5,
     (DescribeGroupsResponse, 6): _d_DescribeGroupsResponse_v6,
+    (DescribeUserScramCredentialsRequest, 0): _d_DescribeUserScramCredentialsRequest_v0,
+    (DescribeUserScramCredentialsResponse, 0): _d_DescribeUserScramCredentialsResponse_v0,
     (EndTxnRequest, 0): _d_EndTxnRequest_v0,
     (EndTxnRequest, 1): _d_EndTxnRequest_v0,
     (EndTxnRequest, 2): _d_EndTxnRequest_v0,
@@ -23589,6 +26119,8 @@ _ENCODERS: dict[tuple[type[Any], int], Callable[[bytearray, Any], None]] = {
     (AddPartitionsToTxnResponse, 3): _e_AddPartitionsToTxnResponse_v3,
     (AddPartitionsToTxnResponse, 4): _e_AddPartitionsToTxnResponse_v4,
     (AddPartitionsToTxnResponse, 5): _e_AddPartitionsToTxnResponse_v4,
+    (AlterUserScramCredentialsRequest, 0): _e_AlterUserScramCredentialsRequest_v0,
+    (AlterUserScramCredentialsResponse, 0): _e_AlterUserScramCredentialsResponse_v0,
     (ApiVersionsRequest, 0): _e_ApiVersionsRequest_v0,
     (ApiVersionsRequest, 1): _e_ApiVersionsRequest_v0,
     (ApiVersionsRequest, 2): _e_ApiVersionsRequest_v0,
@@ -23607,6 +26139,12 @@ _ENCODERS: dict[tuple[type[Any], int], Callable[[bytearray, Any], None]] = {
     (ConsumerProtocolSubscription, 1): _e_ConsumerProtocolSubscription_v1,
     (ConsumerProtocolSubscription, 2): _e_ConsumerProtocolSubscription_v2,
     (ConsumerProtocolSubscription, 3): _e_ConsumerProtocolSubscription_v3,
+    (CreateAclsRequest, 1): _e_CreateAclsRequest_v1,
+    (CreateAclsRequest, 2): _e_CreateAclsRequest_v2,
+    (CreateAclsRequest, 3): _e_CreateAclsRequest_v2,
+    (CreateAclsResponse, 1): _e_CreateAclsResponse_v1,
+    (CreateAclsResponse, 2): _e_CreateAclsResponse_v2,
+    (CreateAclsResponse, 3): _e_CreateAclsResponse_v2,
     (CreateTopicsRequest, 2): _e_CreateTopicsRequest_v2,
     (CreateTopicsRequest, 3): _e_CreateTopicsRequest_v2,
     (CreateTopicsRequest, 4): _e_CreateTopicsRequest_v2,
@@ -23619,6 +26157,12 @@ _ENCODERS: dict[tuple[type[Any], int], Callable[[bytearray, Any], None]] = {
     (CreateTopicsResponse, 5): _e_CreateTopicsResponse_v5,
     (CreateTopicsResponse, 6): _e_CreateTopicsResponse_v5,
     (CreateTopicsResponse, 7): _e_CreateTopicsResponse_v7,
+    (DeleteAclsRequest, 1): _e_DeleteAclsRequest_v1,
+    (DeleteAclsRequest, 2): _e_DeleteAclsRequest_v2,
+    (DeleteAclsRequest, 3): _e_DeleteAclsRequest_v2,
+    (DeleteAclsResponse, 1): _e_DeleteAclsResponse_v1,
+    (DeleteAclsResponse, 2): _e_DeleteAclsResponse_v2,
+    (DeleteAclsResponse, 3): _e_DeleteAclsResponse_v2,
     (DeleteTopicsRequest, 1): _e_DeleteTopicsRequest_v1,
     (DeleteTopicsRequest, 2): _e_DeleteTopicsRequest_v1,
     (DeleteTopicsRequest, 3): _e_DeleteTopicsRequest_v1,
@@ -23631,6 +26175,12 @@ _ENCODERS: dict[tuple[type[Any], int], Callable[[bytearray, Any], None]] = {
     (DeleteTopicsResponse, 4): _e_DeleteTopicsResponse_v4,
     (DeleteTopicsResponse, 5): _e_DeleteTopicsResponse_v5,
     (DeleteTopicsResponse, 6): _e_DeleteTopicsResponse_v6,
+    (DescribeAclsRequest, 1): _e_DescribeAclsRequest_v1,
+    (DescribeAclsRequest, 2): _e_DescribeAclsRequest_v2,
+    (DescribeAclsRequest, 3): _e_DescribeAclsRequest_v2,
+    (DescribeAclsResponse, 1): _e_DescribeAclsResponse_v1,
+    (DescribeAclsResponse, 2): _e_DescribeAclsResponse_v2,
+    (DescribeAclsResponse, 3): _e_DescribeAclsResponse_v2,
     (DescribeClusterRequest, 0): _e_DescribeClusterRequest_v0,
     (DescribeClusterRequest, 1): _e_DescribeClusterRequest_v1,
     (DescribeClusterRequest, 2): _e_DescribeClusterRequest_v2,
@@ -23659,6 +26209,8 @@ _ENCODERS: dict[tuple[type[Any], int], Callable[[bytearray, Any], None]] = {
     (DescribeGroupsResponse, 4): _e_DescribeGroupsResponse_v4,
     (DescribeGroupsResponse, 5): _e_DescribeGroupsResponse_v5,
     (DescribeGroupsResponse, 6): _e_DescribeGroupsResponse_v6,
+    (DescribeUserScramCredentialsRequest, 0): _e_DescribeUserScramCredentialsRequest_v0,
+    (DescribeUserScramCredentialsResponse, 0): _e_DescribeUserScramCredentialsResponse_v0,
     (EndTxnRequest, 0): _e_EndTxnRequest_v0,
     (EndTxnRequest, 1): _e_EndTxnRequest_v0,
     (EndTxnRequest, 2): _e_EndTxnRequest_v0,

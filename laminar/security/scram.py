@@ -118,6 +118,25 @@ def make_credential(
     return credential
 
 
+def credential_from_salted_password(
+    mechanism: Mechanism, salt: bytes, iterations: int, salted_password: bytes
+) -> ScramCredential:
+    """The credential of a password a client salted itself (Kafka's
+    AlterUserScramCredentials sends SaltedPassword = PBKDF2(password, salt,
+    iterations)): its keys, not the salted password, which would log in.
+    ValueError unless it fits the mechanism and the bounds."""
+    if len(salted_password) != mechanism.digest_bytes:
+        raise ValueError(f"a {mechanism.value} salted password has {mechanism.digest_bytes} bytes")
+    digest = hashlib.sha256 if mechanism is Mechanism.SCRAM_SHA_256 else hashlib.sha512
+    client_key = hmac.new(salted_password, b"Client Key", digest).digest()
+    server_key = hmac.new(salted_password, b"Server Key", digest).digest()
+    credential = ScramCredential(
+        mechanism, salt, iterations, digest(client_key).digest(), server_key
+    )
+    credential.check()
+    return credential
+
+
 def decoy_credential(mechanism: Mechanism, name: str, decoy_key: bytes) -> ScramCredential:
     """A credential for a user that does not exist: stable per name (so its salt
     does not betray it), and matching no password (its keys are not the hash

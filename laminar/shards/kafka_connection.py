@@ -8,7 +8,10 @@ requests are served one at a time, as a Kafka broker does. A framing error
 (a size no client sends, a frame over `--max-frame-bytes`) closes the
 connection without an answer: the stream is out of step and Kafka has no
 error frame for it. With TLS, the same `TlsStream` as laminar's door
-(Kafka's `security.protocol=SSL`).
+(Kafka's `security.protocol=SSL`). With --auth, the same login gate
+(`Connection._login_step`), spoken in SaslHandshake and SaslAuthenticate
+(`laminar.kafka.sasl`; Kafka's `security.protocol=SASL_SSL`), or a verified
+client certificate.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from laminar.clock import SYSTEM_CLOCK, Clock
+from laminar.kafka import codec
 from laminar.kafka.framing import KafkaFrameDecoder
+from laminar.kafka.sasl import KafkaSasl
 from laminar.security.login import Login
 from laminar.shards.budget import InputBudget
 from laminar.shards.connection import Connection, LoginReply
@@ -35,6 +40,7 @@ if TYPE_CHECKING:
 
 PRODUCE_API_KEY = 0
 FETCH_API_KEY = 1
+API_VERSIONS_API_KEY = 18
 PRODUCE_DECODED_SHARE = 16
 """A produce's records become blobs (a second copy, charged at twice their
 size here); the rest of it is small and charged as a header is."""
@@ -60,6 +66,7 @@ class KafkaConnection(Connection):
         login: Login | None = None,
     ) -> None:
         self._door = door
+        self._sasl: KafkaSasl | None = None
         super().__init__(
             sock,
             dispatcher,
@@ -84,10 +91,23 @@ class KafkaConnection(Connection):
         return None
 
     def _login_step(self, login: Login, frame: bytes) -> LoginReply | None:  # type: ignore[override]
-        """Kafka's frames are served as before a login: a client certificate
-        logs a connection in (`Connection._certificate_login`); SASL is not
-        served here yet."""
-        return None
+        """A frame before the login succeeded: ApiVersions is served as usual,
+        SaslHandshake and SaslAuthenticate carry the login (`laminar.kafka.sasl`),
+        anything else closes the connection unanswered."""
+        if self._sasl is None:
+            self._sasl = KafkaSasl(login)
+        try:
+            request = codec.decode_request(frame)
+        except codec.UnsupportedVersion as exc:
+            if exc.api_key == API_VERSIONS_API_KEY:
+                return None  # the door answers with the versions it serves
+            return LoginReply([], login.not_logged_in())
+        except codec.MalformedRequest as exc:
+            return LoginReply([], login.malformed(str(exc)))
+        reply = self._sasl.step(request.body)
+        if reply.body is None:
+            return None if reply.refused is None else LoginReply([], reply.refused)
+        return LoginReply([codec.encode_response(request, reply.body)], reply.refused)
 
     def _answer_reserve(self, frame: bytes) -> int:  # type: ignore[override]
         """A fetch may answer up to the door's cap: reserve it (one request is in

@@ -17,6 +17,13 @@ through either door is read through both:
 - Topic changes go to the metadata owner through the shard's dispatcher, as
   laminar frames: one code path decides them whichever door asked.
 
+- With --auth, every API is authorized here by the connection's principal
+  (`_denied`: one cached `AclSet.authorize`), with Kafka's mapping of APIs to
+  operations and resources (the table in docs/architecture.md, "SASL, ACLs
+  and authorization"); the login itself happens before a request reaches
+  the door (`kafka_connection`, `laminar.kafka.sasl`). The ACL and
+  SCRAM-user APIs are `kafka_admin`'s.
+
 Errors inside a request are Kafka error codes in the answer's own fields;
 only a request that cannot be decoded gets the codec's error answer.
 """
@@ -44,30 +51,45 @@ from laminar.placement import partition_id, shard_for
 from laminar.replication.calls import PeerCalls
 from laminar.replication.metadata import METADATA_PID, is_internal_topic
 from laminar.replication.replica import PartitionReplica
-from laminar.replication.routes import NodeRoutes
+from laminar.replication.routes import NodeRoutes, NodeUnreachable
 from laminar.replication.topic_config import TOPIC_CONFIG_KEYS
 from laminar.replication.transport import PeerLinkError
+from laminar.security.acls import CLUSTER, Operation, Resource, ResourceType
+from laminar.security.state import SecurityState
 from laminar.shards.dispatch import Dispatcher
 from laminar.shards.errors import error_for
 from laminar.shards.handlers import Handlers, RequestContext
-from laminar.shards.kafka_groups import PROTOCOL_TYPE, KafkaGroups, describe_state
+from laminar.shards.kafka_admin import KafkaSecurityAdmin
+from laminar.shards.kafka_groups import PROTOCOL_TYPE, KafkaGroups, commit_answer, describe_state
 from laminar.wire import (
     CreateTopicRequest,
     CreateTopicResponse,
     DeleteTopicRequest,
     ErrorCode,
     ErrorResponse,
+    Frame,
+    Message,
     ProduceRequest,
     TopicInfo,
     decode_frame,
 )
-from laminar.wire.errors import ProtocolError
+from laminar.wire.errors import ProtocolError, RequestError
 
 logger = logging.getLogger("laminar.kafka")
 _refusals = RateLimitedLog(logger)
 """Refused requests are logged at a bounded rate: a client cannot flood the log."""
 
 CLUSTER_ID: Final = "laminar"
+READ, WRITE, CREATE, DELETE, DESCRIBE = (
+    Operation.READ,
+    Operation.WRITE,
+    Operation.CREATE,
+    Operation.DELETE,
+    Operation.DESCRIBE,
+)
+TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
+TOPIC_REFUSED: Final = Kafka.TOPIC_AUTHORIZATION_FAILED
+GROUP_REFUSED: Final = Kafka.GROUP_AUTHORIZATION_FAILED
 PRODUCER_ID_BITS: Final = 47
 """Kafka producer ids the door hands out: random, positive, and with the epoch
 (16 bits) still inside laminar's u64 producer id."""
@@ -92,6 +114,9 @@ _LAMINAR_TO_KAFKA: Final = {
     ErrorCode.TIMEOUT: Kafka.REQUEST_TIMED_OUT,
     ErrorCode.OUTCOME_UNKNOWN: Kafka.REQUEST_TIMED_OUT,
     ErrorCode.INVALID_REQUEST: Kafka.INVALID_REQUEST,
+    ErrorCode.USER_EXISTS: Kafka.DUPLICATE_RESOURCE,
+    ErrorCode.UNKNOWN_USER: Kafka.RESOURCE_NOT_FOUND,
+    ErrorCode.LIMIT_REACHED: Kafka.POLICY_VIOLATION,
 }
 
 
@@ -135,8 +160,12 @@ class KafkaDoor:
         routes: NodeRoutes,
         peers: PeerCalls | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        authenticated: bool = False,
     ) -> None:
         self.handlers = handlers
+        self.authenticated = authenticated
+        """Clients must log in (SASL) and every request is authorized."""
+
         self.dispatcher = dispatcher
         self._peers = peers
         """Other nodes' layouts (their Kafka ports) and the leaders they know:
@@ -163,8 +192,13 @@ class KafkaDoor:
             m.OffsetFetchRequest: self.offset_fetch,
             m.DescribeGroupsRequest: self.describe_groups,
             m.ListGroupsRequest: self.list_groups,
+            m.SaslHandshakeRequest: self.sasl_handshake,
+            m.SaslAuthenticateRequest: self.sasl_authenticate,
         }
         self.groups = KafkaGroups(self._laminar, routes)
+        self._routes = routes
+        admin = KafkaSecurityAdmin(self._security, self._denied, self._to_metadata_leader)
+        self._table.update(admin.table())
 
     @property
     def fetch_bytes_max(self) -> int:
@@ -207,6 +241,40 @@ class KafkaDoor:
         if body is None:
             return None
         return codec.encode_response(request, body)
+
+    async def sasl_handshake(
+        self, req: m.SaslHandshakeRequest, ctx: RequestContext
+    ) -> m.SaslHandshakeResponse:
+        """Without --auth, or once logged in: no login to make (Kafka's answer)."""
+        return m.SaslHandshakeResponse(error_code=Kafka.ILLEGAL_SASL_STATE)
+
+    async def sasl_authenticate(
+        self, req: m.SaslAuthenticateRequest, ctx: RequestContext
+    ) -> m.SaslAuthenticateResponse:
+        return m.SaslAuthenticateResponse(
+            error_code=Kafka.ILLEGAL_SASL_STATE,
+            error_message="no login to make: not asked for, or done already",
+        )
+
+    # -- authorization (the table: docs/architecture.md) ---------------------------
+
+    def _denied(self, ctx: RequestContext, operation: Operation, resource: Resource) -> bool:
+        """Whether the connection's principal may not do `operation` on
+        `resource` (never, without --auth): one cached AclSet decision."""
+        if not self.authenticated:
+            return False
+        principal = ctx.principal
+        if principal is None:
+            return True
+        return not self.handlers.metadata.state.security.acls.authorize(
+            principal, operation, resource
+        )
+
+    def _topic_denied(self, ctx: RequestContext, operation: Operation, name: str) -> bool:
+        return self.authenticated and self._denied(ctx, operation, Resource(TOPIC, name))
+
+    def _group_denied(self, ctx: RequestContext, operation: Operation, group: str) -> bool:
+        return self.authenticated and self._denied(ctx, operation, Resource(GROUP, group))
 
     # -- the layout -------------------------------------------------------------
 
@@ -266,8 +334,10 @@ class KafkaDoor:
             for b, h, p in _brokers(kafka_ports)
         ]
         state = metadata.state
-        if req.topics is None:
-            wanted: list[tuple[str, TopicInfo | None]] = [(t.name, t) for t in state.topics()]
+        if req.topics is None:  # every topic the principal may see
+            wanted: list[tuple[str, TopicInfo | None]] = [
+                (t.name, t) for t in state.topics() if not self._topic_denied(ctx, DESCRIBE, t.name)
+            ]
         else:
             wanted = [(t.name or "", state.by_name(t.name or "")) for t in req.topics]
         pids = [
@@ -279,6 +349,13 @@ class KafkaDoor:
         leaders = await self._leaders([*pids, METADATA_PID], kafka_ports, ctx)
         topics = []
         for name, topic in wanted:
+            if req.topics is not None and self._topic_denied(ctx, DESCRIBE, name):
+                topics.append(  # whether it exists or not: that is not told either
+                    m.MetadataResponse.MetadataResponseTopic(
+                        error_code=Kafka.TOPIC_AUTHORIZATION_FAILED, name=name
+                    )
+                )
+                continue
             if topic is None:
                 topics.append(
                     m.MetadataResponse.MetadataResponseTopic(
@@ -452,6 +529,8 @@ class KafkaDoor:
     ) -> m.ProduceResponse.TopicProduceResponse.PartitionProduceResponse:
         answer = m.ProduceResponse.TopicProduceResponse.PartitionProduceResponse(index=index)
         try:
+            if self._topic_denied(ctx, WRITE, name):
+                raise _not_allowed(WRITE, name)
             if records is None:
                 raise KafkaError(Kafka.INVALID_RECORD, "a produce needs a record batch")
             replica = await self._partition(name, index, write=True)
@@ -483,14 +562,14 @@ class KafkaDoor:
         wait_s = min(req.max_wait_ms, self.ident.max_wait_ms) / 1000
         deadline = self._clock.monotonic() + wait_s
         while True:
-            responses, size, waits = await self._fetch_once(req, budget)
+            responses, size, waits = await self._fetch_once(req, budget, ctx)
             remaining = deadline - self._clock.monotonic()
             if size >= max(1, req.min_bytes) or not waits or remaining <= 0:
                 return m.FetchResponse(responses=responses)
             await self._wait_any(waits, remaining)  # then read again
 
     async def _fetch_once(
-        self, req: m.FetchRequest, budget: int
+        self, req: m.FetchRequest, budget: int, ctx: RequestContext
     ) -> tuple[list[Any], int, list[tuple[PartitionReplica, int]]]:
         size = 0
         waits: list[tuple[PartitionReplica, int]] = []
@@ -502,6 +581,8 @@ class KafkaDoor:
                     partition_index=part.partition, records=b""
                 )
                 try:
+                    if self._topic_denied(ctx, READ, topic.topic):
+                        raise _not_allowed(READ, topic.topic)
                     replica = await self._partition(topic.topic, part.partition, write=False)
                     await replica.confirm_reads()
                     answer.high_watermark = replica.highest_index
@@ -560,6 +641,8 @@ class KafkaDoor:
                     )
                 )
                 try:
+                    if self._topic_denied(ctx, DESCRIBE, topic.name):
+                        raise _not_allowed(DESCRIBE, topic.name)
                     replica = await self._partition(topic.name, part.partition_index, write=False)
                     await replica.confirm_reads()
                     answer.offset, answer.timestamp = await self._offset_for(
@@ -598,9 +681,20 @@ class KafkaDoor:
     ) -> m.InitProducerIdResponse:
         if req.transactional_id is not None:
             return m.InitProducerIdResponse(error_code=Kafka.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if self._may_not_write(ctx):
+            return m.InitProducerIdResponse(error_code=Kafka.CLUSTER_AUTHORIZATION_FAILED)
         return m.InitProducerIdResponse(
             producer_id=secrets.randbits(PRODUCER_ID_BITS), producer_epoch=0
         )
+
+    def _may_not_write(self, ctx: RequestContext) -> bool:
+        """Whether the principal may not have an idempotent producer's id, which
+        needs WRITE on the cluster (laminar's stand-in for Kafka's
+        IDEMPOTENT_WRITE) or on any topic (Kafka >= 2.8)."""
+        if not self._denied(ctx, WRITE, CLUSTER):
+            return False
+        topics = self.handlers.metadata.state.topics()
+        return all(self._topic_denied(ctx, WRITE, topic.name) for topic in topics)
 
     async def create_topics(
         self, req: m.CreateTopicsRequest, ctx: RequestContext
@@ -615,6 +709,8 @@ class KafkaDoor:
     ) -> m.CreateTopicsResponse.CreatableTopicResult:
         result = m.CreateTopicsResponse.CreatableTopicResult(name=want.name)
         try:
+            if self._denied(ctx, CREATE, CLUSTER) and self._topic_denied(ctx, CREATE, want.name):
+                raise _not_allowed(CREATE, want.name)
             if want.assignments:
                 raise KafkaError(
                     Kafka.INVALID_REQUEST, "laminar places replicas itself: omit the assignments"
@@ -654,6 +750,8 @@ class KafkaDoor:
             try:
                 if name is None:
                     raise KafkaError(Kafka.UNKNOWN_TOPIC_ID, "delete topics by name")
+                if self._topic_denied(ctx, DELETE, name):
+                    raise _not_allowed(DELETE, name)
                 await self._laminar(DeleteTopicRequest(name), ctx)
             except asyncio.CancelledError:
                 raise
@@ -661,6 +759,20 @@ class KafkaDoor:
                 result.error_code, result.error_message = kafka_error(exc)
             results.append(result)
         return m.DeleteTopicsResponse(responses=results)
+
+    def _security(self) -> SecurityState:
+        return self.handlers.metadata.state.security
+
+    async def _to_metadata_leader(self, message: Message) -> Frame:
+        """The metadata leader's answer to a laminar request of this node's own
+        (users and ACLs: the Kafka door checked the client's rights); a failure
+        raised as the KafkaError a Kafka client expects."""
+        try:
+            return await self._routes.to_leader(message)
+        except NodeUnreachable as exc:
+            raise KafkaError(Kafka.REQUEST_TIMED_OUT, str(exc)) from None
+        except RequestError as exc:
+            raise KafkaError(*kafka_error(exc)) from None
 
     async def _laminar(self, request: Any, ctx: RequestContext) -> Any:
         """Serve a laminar request through this shard's dispatcher (which takes
@@ -707,6 +819,8 @@ class KafkaDoor:
     async def _find_one(self, group: str, ctx: RequestContext) -> Any:
         answer = m.FindCoordinatorResponse.Coordinator(key=group, node_id=-1, host="", port=-1)
         try:
+            if self._group_denied(ctx, DESCRIBE, group):
+                raise _not_allowed(DESCRIBE, group, "group")
             broker = await self._leader_broker(await self.groups.coordinator(group, ctx), ctx)
             if broker is None:
                 raise KafkaError(Kafka.COORDINATOR_NOT_AVAILABLE, "the group has no leader yet")
@@ -730,6 +844,8 @@ class KafkaDoor:
         return broker_id(node, shard), host, ports[shard]
 
     async def join_group(self, req: m.JoinGroupRequest, ctx: RequestContext) -> Any:
+        if self._group_denied(ctx, READ, req.group_id):
+            return m.JoinGroupResponse(error_code=GROUP_REFUSED, member_id=req.member_id)
         try:
             return await self.groups.join_group(req, ctx)
         except KafkaError as exc:
@@ -738,39 +854,40 @@ class KafkaDoor:
             )
 
     async def sync_group(self, req: m.SyncGroupRequest, ctx: RequestContext) -> Any:
+        if self._group_denied(ctx, READ, req.group_id):
+            return m.SyncGroupResponse(error_code=GROUP_REFUSED, assignment=b"")
         return await self.groups.sync_group(req, ctx)
 
     async def heartbeat(self, req: m.HeartbeatRequest, ctx: RequestContext) -> Any:
+        if self._group_denied(ctx, READ, req.group_id):
+            return m.HeartbeatResponse(error_code=GROUP_REFUSED)
         try:
             return await self.groups.heartbeat(req, ctx)
         except KafkaError as exc:
             return m.HeartbeatResponse(error_code=coordinator_error(exc)[0])
 
     async def leave_group(self, req: m.LeaveGroupRequest, ctx: RequestContext) -> Any:
+        if self._group_denied(ctx, READ, req.group_id):
+            return m.LeaveGroupResponse(error_code=GROUP_REFUSED)
         try:
             return await self.groups.leave_group(req, ctx)
         except KafkaError as exc:
             return m.LeaveGroupResponse(error_code=coordinator_error(exc)[0])
 
     async def offset_commit(self, req: m.OffsetCommitRequest, ctx: RequestContext) -> Any:
-        try:
-            return await self.groups.offset_commit(req, ctx)
-        except KafkaError as exc:
-            code = coordinator_error(exc)[0]
-            return m.OffsetCommitResponse(
-                topics=[
-                    m.OffsetCommitResponse.OffsetCommitResponseTopic(
-                        name=t.name,
-                        partitions=[
-                            m.OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
-                                partition_index=p.partition_index, error_code=code
-                            )
-                            for p in t.partitions
-                        ],
-                    )
-                    for t in req.topics
-                ]
-            )
+        if self._group_denied(ctx, READ, req.group_id):
+            return _commit_refused(req.topics, GROUP_REFUSED)
+        denied = [t for t in req.topics if self._topic_denied(ctx, READ, t.name)]
+        if denied:
+            req.topics = [t for t in req.topics if all(t is not d for d in denied)]
+        answer = m.OffsetCommitResponse()
+        if req.topics:
+            try:
+                answer = await self.groups.offset_commit(req, ctx)
+            except KafkaError as exc:
+                answer = _commit_refused(req.topics, coordinator_error(exc)[0])
+        answer.topics += _commit_refused(denied, TOPIC_REFUSED).topics
+        return answer
 
     async def offset_fetch(
         self, req: m.OffsetFetchRequest, ctx: RequestContext
@@ -793,12 +910,15 @@ class KafkaDoor:
                                 name=topic,
                                 partitions=[
                                     m.OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics.OffsetFetchResponsePartitions(
-                                        partition_index=p, committed_offset=offset, metadata=""
+                                        partition_index=p,
+                                        committed_offset=offset,
+                                        metadata="",
+                                        error_code=topic_code,
                                     )
                                     for p, offset in parts
                                 ],
                             )
-                            for topic, parts in found
+                            for topic, parts, topic_code in found
                         ],
                     )
                 )
@@ -816,22 +936,47 @@ class KafkaDoor:
                     name=topic,
                     partitions=[
                         m.OffsetFetchResponse.OffsetFetchResponseTopic.OffsetFetchResponsePartition(
-                            partition_index=p, committed_offset=offset, metadata="", error_code=code
+                            partition_index=p,
+                            committed_offset=offset,
+                            metadata="",
+                            error_code=topic_code or code,
                         )
                         for p, offset in parts
                     ],
                 )
-                for topic, parts in found
+                for topic, parts, topic_code in found
             ],
         )
 
     async def _committed(
         self, group: str, wanted: list[tuple[str, list[int]]] | None, ctx: RequestContext
-    ) -> tuple[Kafka, list[tuple[str, list[tuple[int, int]]]]]:
+    ) -> tuple[Kafka, list[tuple[str, list[tuple[int, int]], Kafka]]]:
+        """A group's committed positions, per topic: (topic, [(partition,
+        offset)], the topic's error). Topics the principal may not describe are
+        left out of a listing of all, and answered TOPIC_AUTHORIZATION_FAILED
+        when named."""
+        if self._group_denied(ctx, DESCRIBE, group):
+            return GROUP_REFUSED, []
+        denied = []
+        if wanted is not None:
+            denied = [(t, ps) for t, ps in wanted if self._topic_denied(ctx, DESCRIBE, t)]
+            wanted = [(t, ps) for t, ps in wanted if not self._topic_denied(ctx, DESCRIBE, t)]
         try:
-            return await self.groups.committed(group, wanted, ctx)
+            code, found = (
+                (Kafka.NONE, [])
+                if wanted == []
+                else await self.groups.committed(group, wanted, ctx)
+            )
         except KafkaError as exc:
             return coordinator_error(exc)[0], []
+        return code, [
+            *(
+                (topic, parts, Kafka.NONE)
+                for topic, parts in found
+                if not self._topic_denied(ctx, DESCRIBE, topic)
+            ),
+            *((topic, [(p, -1) for p in ps], TOPIC_REFUSED) for topic, ps in denied),
+        ]
 
     async def describe_groups(
         self, req: m.DescribeGroupsRequest, ctx: RequestContext
@@ -842,6 +987,8 @@ class KafkaDoor:
                 group_id=group, group_state="Dead", protocol_type="", protocol_data=""
             )
             try:
+                if self._group_denied(ctx, DESCRIBE, group):
+                    raise _not_allowed(DESCRIBE, group, "group")
                 view = await self.groups.describe(group, ctx)
                 entry.group_state = describe_state(view)
                 if view is not None:
@@ -876,6 +1023,7 @@ class KafkaDoor:
                 if self._owns(partition_id(topic.topic_id, i))
             ]
         views = await self.groups.list_groups(pids, ctx)
+        everything = not self._denied(ctx, DESCRIBE, CLUSTER)
         wanted_states = set(req.states_filter)
         return m.ListGroupsResponse(
             groups=[
@@ -886,7 +1034,8 @@ class KafkaDoor:
                     group_type="classic",
                 )
                 for view in views
-                if not wanted_states or describe_state(view) in wanted_states
+                if (not wanted_states or describe_state(view) in wanted_states)
+                and (everything or not self._group_denied(ctx, DESCRIBE, view.group))
             ]
         )
 
@@ -899,6 +1048,13 @@ class KafkaDoor:
                 resource_type=resource.resource_type, resource_name=resource.resource_name
             )
             if resource.resource_type == RESOURCE_TOPIC:
+                if self._topic_denied(ctx, DESCRIBE, resource.resource_name):
+                    result.error_code = TOPIC_REFUSED
+                    result.error_message = (
+                        f"not allowed to describe {resource.resource_name[:60]!r}"
+                    )
+                    results.append(result)
+                    continue
                 topic = await self._topic(resource.resource_name)
                 if topic is None:
                     result.error_code = Kafka.UNKNOWN_TOPIC_OR_PARTITION
@@ -915,11 +1071,23 @@ class KafkaDoor:
                         for key in keys
                         if key in TOPIC_CONFIG_KEYS
                     ]
+            elif resource.resource_type == RESOURCE_BROKER and self._denied(ctx, DESCRIBE, CLUSTER):
+                result.error_code = Kafka.CLUSTER_AUTHORIZATION_FAILED
             elif resource.resource_type != RESOURCE_BROKER:
                 result.error_code = Kafka.INVALID_REQUEST
                 result.error_message = f"resource type {resource.resource_type} has no configs here"
             results.append(result)
         return m.DescribeConfigsResponse(results=results)
+
+
+def _not_allowed(operation: Operation, name: str, kind: str = "topic") -> KafkaError:
+    code = GROUP_REFUSED if kind == "group" else TOPIC_REFUSED
+    return KafkaError(code, f"not allowed to {operation.value} {kind} {name[:60]!r}")
+
+
+def _commit_refused(topics: list[Any], code: Kafka) -> m.OffsetCommitResponse:
+    """The OffsetCommit answer refusing every partition of `topics` with `code`."""
+    return commit_answer(topics, lambda _: code)
 
 
 def _refused(answer: Any, exc: BaseException) -> Any:

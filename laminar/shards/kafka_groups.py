@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from laminar.groups.errors import GroupError
 from laminar.groups.frames import (
@@ -340,21 +340,7 @@ class KafkaGroups:
             results = {
                 tp: answer.error or answer.results.get(tp, GroupError.NONE) for tp in positions
             }
-        return m.OffsetCommitResponse(
-            topics=[
-                m.OffsetCommitResponse.OffsetCommitResponseTopic(
-                    name=t.name,
-                    partitions=[
-                        m.OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
-                            partition_index=p.partition_index,
-                            error_code=group_error(results[(t.name, p.partition_index)]),
-                        )
-                        for p in t.partitions
-                    ],
-                )
-                for t in req.topics
-            ]
-        )
+        return commit_answer(req.topics, lambda tp: group_error(results[tp]))
 
     async def committed(
         self, group: str, wanted: list[tuple[str, list[int]]] | None, ctx: RequestContext
@@ -407,6 +393,28 @@ class KafkaGroups:
                 continue  # not the leader here: another broker lists them
             out.extend(ListAnswerFrame.from_frame(frame).body.groups)
         return out
+
+
+def commit_answer(
+    topics: list[Any], error_of: Callable[[tuple[str, int]], int]
+) -> m.OffsetCommitResponse:
+    """The OffsetCommitResponse for `topics` (those of a request), each
+    partition's error code `error_of((topic, partition))`."""
+    return m.OffsetCommitResponse(
+        topics=[
+            m.OffsetCommitResponse.OffsetCommitResponseTopic(
+                name=t.name,
+                partitions=[
+                    m.OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
+                        partition_index=p.partition_index,
+                        error_code=error_of((t.name, p.partition_index)),
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in topics
+        ]
+    )
 
 
 def describe_state(view: GroupView | None) -> str:

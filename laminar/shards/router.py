@@ -79,12 +79,19 @@ COORDINATOR_OPS: Final = frozenset({Op.COMMIT_WRITE, Op.ABORT_WRITE, Op.WRITE_ST
 INTERNAL_WRITE_OPS: Final = frozenset(
     {Op.CHECK_STAGED, Op.PUBLISH_STAGED, Op.DROP_STAGED, Op.APPEND_STAGED}
 )
-PEER_OPS: Final = INTERNAL_WRITE_OPS | {Op.WRITE_STATUS, Op.LIST_OFFSETS, Op.FIND_COORDINATOR}
+PEER_OPS: Final = INTERNAL_WRITE_OPS | {
+    Op.WRITE_STATUS,
+    Op.LIST_OFFSETS,
+    Op.FIND_COORDINATOR,
+    Op.USERS,
+    Op.ACLS,
+}
 """What another node may ask over an authenticated peer session: the write
 protocol's internal ops, a commit's state (a staging node's expiry asks), a
 partition's range (a group coordinator checks a commit against its end), and
 where a group lives (the Kafka door asks the metadata leader, which makes the
-positions topic on the first ask)."""
+positions topic on the first ask), and user and ACL changes (the Kafka door
+takes its clients' ones to the metadata leader, having checked their rights)."""
 NODE_OPS: Final = frozenset({Op.METADATA, Op.LIST_TOPICS})
 METADATA_WRITE_OPS: Final = frozenset(
     {

@@ -509,7 +509,14 @@ class Shard:
 
             calls = None if self.replication is None else self.replication.calls
             routes = NodeRoutes(self.config.node_id, self._internal_request, calls, self.clock)
-            self.kafka = KafkaDoor(self.handlers, self.dispatcher, routes, calls, self.clock)
+            self.kafka = KafkaDoor(
+                self.handlers,
+                self.dispatcher,
+                routes,
+                calls,
+                self.clock,
+                authenticated=self.config.authenticated,
+            )
         return self.kafka
 
     def _listen(self, sock: socket.socket, *, internal: bool, kafka: bool = False) -> None:

@@ -14,11 +14,11 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from laminar.client import Client
 from laminar.kafka import messages as m
 from laminar.placement import partition_id, shard_for
+from tests.system.kafka_wire import record_batch
 from tests.system.nodes import RunningNode, start_node
 
 pytestmark = pytest.mark.timeout(120)
@@ -318,24 +318,9 @@ def _produce_answer(node: RunningNode, topic: str, records: bytes) -> m.ProduceR
     return answer
 
 
-def _batch(values: list[bytes]) -> bytes:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 30,
-    )
-    for k, value in enumerate(values):
-        builder.append(k, timestamp=1_700_000_000_000, key=None, value=value, headers=[])
-    return bytes(builder.build())
-
-
 def test_a_batch_with_a_wrong_crc_is_refused_and_nothing_is_stored(node: RunningNode) -> None:
     topic = _topic(node, partitions=1)
-    good = _batch([b"a", b"b"])
+    good = record_batch([b"a", b"b"])
     damaged = bytearray(good)
     damaged[-1] ^= 0x01  # the last value's byte: inside the CRC
     answer = _produce_answer(node, topic, bytes(damaged))

@@ -30,6 +30,7 @@ from laminar.client.blocking import BlockingConnection
 from laminar.client.errors import CannotConnectError, ConnectionLostError
 from laminar.wire import Pong
 from laminar.wire.messages import Ping
+from tests.system.kafka_wire import confluent_round_trip
 from tests.system.nodes import RunningNode, start_node
 from tests.system.test_readme import (
     README_KAFKA_ADDRESS,
@@ -232,37 +233,11 @@ def test_udp_is_off_with_tls(node: RunningNode, certs: Certs) -> None:
 
 
 def test_confluent_kafka_over_ssl(node: RunningNode, certs: Certs) -> None:
-    confluent_kafka = pytest.importorskip("confluent_kafka")
+    pytest.importorskip("confluent_kafka")
     topic = _topic(node, certs, partitions=1)
     tls = {"security.protocol": "SSL", "ssl.ca.location": certs.ca.cert}
-    producer = confluent_kafka.Producer({"bootstrap.servers": node.kafka_bootstrap, **tls})
-    acked: list[bytes] = []
-
-    def on_delivery(err: object, message: object) -> None:
-        assert err is None, err
-        acked.append(message.value())  # type: ignore[attr-defined]
-
     values = [f"confluent-{i}".encode() for i in range(100)]
-    for value in values:
-        producer.produce(topic, value=value, partition=0, on_delivery=on_delivery)
-    assert producer.flush(30) == 0
-    assert sorted(acked) == sorted(values)
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": node.kafka_bootstrap,
-            "group.id": f"g-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            **tls,
-        }
-    )
-    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(got) < len(values) and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is not None and message.error() is None:
-            got.append(message.value())
-    consumer.close()
+    got = confluent_round_trip({"bootstrap.servers": node.kafka_bootstrap, **tls}, topic, values)
     assert got == _values(node, certs, topic, 0) == values
 
 
