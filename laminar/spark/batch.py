@@ -50,7 +50,7 @@ class LaminarBatchReader(DataSourceReader):
         self.options = options
         pieces = []
         shards: dict[tuple[str, int], int] = {}
-        with connect(options.bootstrap, options.topic) as client:
+        with connect(options.bootstrap, options.topic, options.security) as client:
             for name in subscribed_topics(client, options):
                 one = options.for_topic(name)
                 topic = TopicState.fetch(client, one)

@@ -4,10 +4,10 @@ Spark hands a data source its options as strings in a case-insensitive map;
 this module turns them into frozen dataclasses or raises `LaminarSparkError`
 naming the option. Nothing here touches the network or Spark. Options named
 like Spark's Kafka source are accepted too (second column); any other option
-starting with `kafka.` is ignored with a logged warning, except those asking
-for TLS or SASL (`kafka.security.protocol` other than PLAINTEXT,
-`kafka.ssl.*`, `kafka.sasl.*`): laminar does not speak either yet, so such a
-query is refused rather than run in plaintext.
+starting with `kafka.` is ignored with a logged warning, except the security
+ones (`kafka.security.protocol`, `kafka.ssl.*`, `kafka.sasl.*`), which
+`laminar.spark.security` honours or refuses, never ignores (its docstring
+lists the TLS and login options, taken by reads and writes alike).
 
 Read options (batch and streaming):
   bootstrap             host:port of any laminar node port or shard port, or a
@@ -67,6 +67,13 @@ from typing import Final, Literal
 
 from laminar.client import parse_address
 from laminar.spark.errors import LaminarSparkError
+from laminar.spark.security import (
+    LAMINAR_OPTIONS,
+    PLAINTEXT,
+    ClientSecurity,
+    bool_option,
+    take_security,
+)
 
 logger = logging.getLogger("laminar.spark")
 
@@ -134,6 +141,7 @@ class ReadOptions:
     ending_timestamp_ms: int | None = None
     fail_on_data_loss: bool = True
     kafka_schema: bool = False
+    security: ClientSecurity = PLAINTEXT
 
     @property
     def several_topics(self) -> bool:
@@ -170,11 +178,12 @@ class WriteOptions:
     max_batch_bytes: int
     guarantee: str = "exactly-once"
     staging_timeout_s: float | None = None
+    security: ClientSecurity = PLAINTEXT
 
 
 def read_options(options: Mapping[str, str]) -> ReadOptions:
     """Parse and check the options of `spark.read` / `spark.readStream`."""
-    opts = _lowered(options, _READ_OPTIONS)
+    opts, security = _lowered(options, _READ_OPTIONS)
     topic, topics, pattern = _subscription(opts)
     starting = opts.get("startingindex")
     kafka_starting = opts.get("startingoffsets")
@@ -215,8 +224,9 @@ def read_options(options: Mapping[str, str]) -> ReadOptions:
         ending_by_topic=ending_by_topic,
         starting_timestamps=None if by_timestamp is None else _timestamps(by_timestamp),
         ending_timestamp_ms=None if ending_ts is None else _count("endingTimestamp", ending_ts),
-        fail_on_data_loss=_flag(opts, "failondataloss", "failOnDataLoss", True),
-        kafka_schema=_flag(opts, "kafkacompatibleschema", "kafkaCompatibleSchema", False),
+        fail_on_data_loss=bool_option(opts, "failondataloss", "failOnDataLoss", True),
+        kafka_schema=bool_option(opts, "kafkacompatibleschema", "kafkaCompatibleSchema", False),
+        security=security,
     )
 
 
@@ -243,16 +253,6 @@ def _subscription(opts: dict[str, str]) -> tuple[str, tuple[str, ...] | None, st
             raise LaminarSparkError(f"subscribePattern={pattern!r} is not a regex: {exc}") from None
         return "", None, pattern
     return _topic(opts), None, None
-
-
-def _flag(opts: dict[str, str], key: str, name: str, default: bool) -> bool:
-    text = opts.get(key)
-    if text is None:
-        return default
-    value = text.strip().lower()
-    if value not in ("true", "false"):
-        raise LaminarSparkError(f'{name}={text!r}: use "true" or "false"')
-    return value == "true"
 
 
 def _kafka_or_index(
@@ -313,7 +313,7 @@ def _json(name: str, text: str) -> dict[str, object]:
 
 def write_options(options: Mapping[str, str]) -> WriteOptions:
     """Parse and check the options of `df.write` / `df.writeStream`."""
-    opts = _lowered(options, _WRITE_OPTIONS)
+    opts, security = _lowered(options, _WRITE_OPTIONS)
     batch_bytes = _positive(opts, "maxbatchbytes", "maxBatchBytes") or DEFAULT_MAX_BATCH_BYTES
     if batch_bytes > MAX_BATCH_BYTES_LIMIT:
         raise LaminarSparkError(
@@ -329,11 +329,17 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
         batch_bytes,
         guarantee,
         None if timeout_ms is None else timeout_ms / 1000,
+        security,
     )
 
 
-def _lowered(options: Mapping[str, str], known: frozenset[str]) -> dict[str, str]:
+def _lowered(
+    options: Mapping[str, str], known: frozenset[str]
+) -> tuple[dict[str, str], ClientSecurity]:
+    """The options with lower-cased names, security ones taken out (and
+    parsed); `LaminarSparkError` for an unknown one."""
     opts = {str(k).lower(): str(v) for k, v in options.items()}
+    security = take_security(opts)
     if _KAFKA_BOOTSTRAP in opts:
         if "bootstrap" in opts:
             raise LaminarSparkError(f"give bootstrap or {_KAFKA_BOOTSTRAP}, not both")
@@ -342,34 +348,16 @@ def _lowered(options: Mapping[str, str], known: frozenset[str]) -> dict[str, str
         if name in known or name in _SPARK_OPTIONS:
             continue
         if name.startswith("kafka."):
-            _refuse_security(name, opts[name])
             logger.warning("option %r is a Kafka client setting; laminar ignores it", name)
             del opts[name]
             continue
         hint = _KAFKA_HINTS.get(name)
         advice = f"; laminar calls it {hint!r}" if hint else ""
         raise LaminarSparkError(
-            f"unknown option {name!r}{advice} (laminar options here: {', '.join(sorted(known))})"
+            f"unknown option {name!r}{advice} (laminar options here: "
+            f"{', '.join(sorted(known | LAMINAR_OPTIONS))})"
         )
-    return opts
-
-
-def _refuse_security(name: str, value: str) -> None:
-    """Refuse a Kafka option that asks for TLS or SASL: ignoring it would send
-    the data in plaintext to a user who asked for encryption."""
-    if name == "kafka.security.protocol":
-        if value.strip().upper() == "PLAINTEXT":
-            return
-        asks = f"{name}={value}"
-    elif name.startswith(("kafka.ssl.", "kafka.sasl.")):
-        asks = name
-    else:
-        return
-    raise LaminarSparkError(
-        f"option {asks} asks for TLS or SASL, which laminar does not support yet (client "
-        "security is planned: issue 28); refusing to run in plaintext instead. Remove the "
-        "option to connect without encryption or authentication (on a trusted network only)"
-    )
+    return opts, security
 
 
 def _bootstrap(opts: dict[str, str]) -> str:

@@ -33,6 +33,7 @@ from laminar.spark.errors import LaminarSparkError, explain
 from laminar.spark.options import ReadOptions
 from laminar.spark.plan import Range, check_named_partitions, resolve_index
 from laminar.spark.schema import reshape
+from laminar.spark.security import PLAINTEXT, ClientSecurity
 
 logger = logging.getLogger("laminar.spark")
 
@@ -123,23 +124,23 @@ class TopicState:
         }
 
 
-def open_client(bootstrap: str) -> Client:
+def open_client(bootstrap: str, security: ClientSecurity) -> Client:
     """A client of the first node in `bootstrap` ("host:port[,host:port...]")
-    that answers; the last error if none does."""
+    that answers, with `security`'s TLS and login; the last error if none does."""
     error: LaminarError | None = None
     for address in bootstrap.split(","):
         try:
-            return Client(address, connect_timeout_s=CONNECT_TIMEOUT_S)
+            return Client(address, connect_timeout_s=CONNECT_TIMEOUT_S, **security.client_kwargs())
         except LaminarError as exc:
             error = exc
     assert error is not None
     raise error
 
 
-def connect(bootstrap: str, topic: str) -> Client:
+def connect(bootstrap: str, topic: str, security: ClientSecurity) -> Client:
     """A client for the driver; `LaminarSparkError` if the node cannot be reached."""
     try:
-        return open_client(bootstrap)
+        return open_client(bootstrap, security)
     except LaminarError as exc:
         raise explain(exc, bootstrap, topic) from None
 
@@ -194,10 +195,16 @@ class RangeSplit(InputPartition):
     """One Spark task's share of a read: a range of one partition."""
 
     def __init__(
-        self, bootstrap: str, topic: str, range_: Range, shape: Shape | None = None
+        self,
+        bootstrap: str,
+        topic: str,
+        range_: Range,
+        shape: Shape | None = None,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         super().__init__((topic, range_.partition, range_.start, range_.end))
         self.bootstrap = bootstrap
+        self.security = security
         self.topic = topic
         self.range = range_
         self.shape = shape or Shape()
@@ -210,7 +217,10 @@ class RangeSplit(InputPartition):
 def splits(options: ReadOptions, pieces: Sequence[Range]) -> list[RangeSplit]:
     """A split per piece (pieces of several topics carry their topic)."""
     shape = Shape.of(options)
-    return [RangeSplit(options.bootstrap, r.topic or options.topic, r, shape) for r in pieces]
+    return [
+        RangeSplit(options.bootstrap, r.topic or options.topic, r, shape, options.security)
+        for r in pieces
+    ]
 
 
 def read_split(split: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -223,7 +233,7 @@ def read_split(split: InputPartition) -> Iterator[pa.RecordBatch]:
     r = split.range
     if r.end <= r.start:
         return
-    with open_client(split.bootstrap) as client:
+    with open_client(split.bootstrap, split.security) as client:
         index = r.start
         pending = _fetch(client, split.topic, r.partition, index, r.end)
         while True:

@@ -110,7 +110,9 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _connected(self) -> Client:
         if self._client is None:
-            self._client = connect(self.options.bootstrap, self.options.topic)
+            self._client = connect(
+                self.options.bootstrap, self.options.topic, self.options.security
+            )
         return self._client
 
     def _states(self) -> dict[str, TopicState]:

@@ -76,7 +76,7 @@ class WriteTarget:
     @classmethod
     def check(cls, options: WriteOptions, columns: WriteColumns) -> WriteTarget:
         """On the driver: the node answers and the topic exists."""
-        with connect(options.bootstrap, options.topic) as client:
+        with connect(options.bootstrap, options.topic, options.security) as client:
             try:
                 topic = client.describe_topic(options.topic).topic
             except LaminarError as exc:
@@ -170,7 +170,7 @@ def write_task(
     if task is None or spark_attempt is None:
         task, spark_attempt = task_context()
     options = target.options
-    with open_client(options.bootstrap) as client:
+    with open_client(options.bootstrap, options.security) as client:
         if options.guarantee == "at-least-once":
             producer = _Producer(client)
             writer = TopicWriter(producer, target, round_robin_start=task)
@@ -201,7 +201,7 @@ def commit_tasks(
     if not parts:
         logger.info("%s to %s: no rows, nothing to commit", what, options.topic)
         return None
-    with connect(options.bootstrap, options.topic) as client:
+    with connect(options.bootstrap, options.topic, options.security) as client:
         try:
             result = client.commit_write(commit_id, parts)
         except LaminarError as exc:
@@ -239,7 +239,7 @@ def abort_tasks(
         return
     parts = [p for m in messages if isinstance(m, StagedTask) for p in m.parts]
     try:
-        with connect(target.options.bootstrap, topic) as client:
+        with connect(target.options.bootstrap, topic, target.options.security) as client:
             state = client.abort_write(commit_id, parts, final=final)
     except (LaminarError, LaminarSparkError) as exc:
         logger.warning("aborting the write to %s failed (staged rows expire): %s", topic, exc)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +29,7 @@ from laminar.spark.plan import (
     topics_from_offset,
     topics_to_offset,
 )
+from laminar.spark.security import ClientSecurity
 
 
 def test_read_options_parse_and_default() -> None:
@@ -102,24 +105,81 @@ def test_kafka_named_read_options(caplog: pytest.LogCaptureFixture) -> None:
     assert read_options({"topic": "t", "startingOffsets": "earliest"}).starting == "earliest"
 
 
+JAAS = (
+    "org.apache.kafka.common.security.scram.ScramLoginModule required "
+    'username="alice" password="p:w d";'
+)
+
+
+@pytest.mark.parametrize("parse", [read_options, write_options])
+def test_kafka_security_options_become_tls_and_a_login(
+    parse: Callable[[dict[str, str]], Any], tmp_path: Path
+) -> None:
+    """The Kafka source's SASL_SSL options and laminar's own give the same settings."""
+    kafka = parse(
+        {
+            "topic": "t",
+            "kafka.security.protocol": "sasl_ssl",
+            "kafka.ssl.truststore.type": "PEM",
+            "kafka.ssl.truststore.location": "/etc/ca.pem",
+            "kafka.ssl.endpoint.identification.algorithm": "",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.jaas.config": JAAS,
+        }
+    ).security
+    (tmp_path / "pw").write_text("p:w d\n")
+    ours = parse(
+        {
+            "topic": "t",
+            "tls": "true",
+            "caFile": "/etc/ca.pem",
+            "checkHostname": "false",
+            "user": "alice",
+            "passwordFile": str(tmp_path / "pw"),
+            "saslMechanism": "scram-sha-512",
+        }
+    ).security
+    expected = ClientSecurity(
+        tls=True,
+        ca_file="/etc/ca.pem",
+        check_hostname=False,
+        user="alice",
+        password="p:w d",
+        mechanism="SCRAM-SHA-512",
+    )
+    assert kafka == ours == expected
+    assert "p:w d" not in repr(kafka)  # Spark logs plans: never the password
+    assert parse({"topic": "t", "kafka.security.protocol": "SSL"}).security.tls
+    assert parse({"topic": "t"}).security == ClientSecurity()
+
+
 @pytest.mark.parametrize(
-    ("name", "value"),
+    ("options", "match"),
     [
-        ("kafka.security.protocol", "SSL"),
-        ("kafka.security.protocol", "sasl_ssl"),
-        ("kafka.security.protocol", "SASL_PLAINTEXT"),
-        ("kafka.ssl.truststore.location", "/etc/truststore.jks"),
-        ("kafka.sasl.mechanism", "SCRAM-SHA-512"),
+        ({"kafka.security.protocol": "SSL", "kafka.ssl.truststore.location": "/t.jks"}, "PEM"),
+        ({"kafka.security.protocol": "SASL_SSL"}, "go together"),
+        ({"kafka.sasl.jaas.config": JAAS}, "go together"),
+        (
+            {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.jaas.config": "x required;"},
+            "SCRAM only",
+        ),
+        ({"kafka.sasl.mechanism": "PLAIN", "user": "a", "password": "b"}, "SCRAM-SHA-256 or"),
+        ({"kafka.ssl.cipher.suites": "X"}, "not supported by laminar"),
+        ({"kafka.security.protocol": "KERBEROS"}, "use one of"),
+        ({"caFile": "/ca.pem"}, "need tls=true"),
+        ({"tls": "true", "certFile": "/c.pem"}, "go together"),
+        ({"user": "alice"}, "go together"),
+        ({"tls": "true", "kafka.security.protocol": "SSL"}, "not both"),
     ],
 )
 @pytest.mark.parametrize("parse", [read_options, write_options])
-def test_tls_and_sasl_options_are_refused_not_ignored(
-    name: str, value: str, parse: Callable[[dict[str, str]], object]
+def test_security_options_laminar_cannot_honour_are_refused_not_ignored(
+    options: dict[str, str], match: str, parse: Callable[[dict[str, str]], object]
 ) -> None:
-    """Until laminar speaks TLS, a query asking for it must fail, not run in
-    plaintext with a warning line."""
-    with pytest.raises(LaminarSparkError, match=r"TLS or SASL.*plaintext"):
-        parse({"topic": "t", name: value})
+    """A query asking for protection laminar cannot give fails, naming the
+    option, rather than running with less than was asked."""
+    with pytest.raises(LaminarSparkError, match=match):
+        parse({"topic": "t", **options})
 
 
 def test_write_options() -> None:
