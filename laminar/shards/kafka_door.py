@@ -117,7 +117,11 @@ _LAMINAR_TO_KAFKA: Final = {
     ErrorCode.USER_EXISTS: Kafka.DUPLICATE_RESOURCE,
     ErrorCode.UNKNOWN_USER: Kafka.RESOURCE_NOT_FOUND,
     ErrorCode.LIMIT_REACHED: Kafka.POLICY_VIOLATION,
+    ErrorCode.NOT_AUTHORIZED: Kafka.TOPIC_AUTHORIZATION_FAILED,
 }
+"""A refusal by laminar's own check (`laminar.shards.authorization`) reaching a
+partition's answer is the topic's; in a group API's, the group's
+(`coordinator_error`)."""
 
 
 def kafka_error(exc: BaseException) -> tuple[Kafka, str]:
@@ -138,6 +142,8 @@ def coordinator_error(exc: BaseException) -> tuple[Kafka, str]:
         return Kafka.NOT_COORDINATOR, message
     if code in (Kafka.LEADER_NOT_AVAILABLE, Kafka.REQUEST_TIMED_OUT):
         return Kafka.COORDINATOR_NOT_AVAILABLE, message
+    if code is Kafka.TOPIC_AUTHORIZATION_FAILED:
+        return Kafka.GROUP_AUTHORIZATION_FAILED, message
     return code, message
 
 
