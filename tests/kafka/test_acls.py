@@ -18,7 +18,6 @@ from kafka.admin import (
 from laminar.kafka import acls
 from laminar.kafka import messages as m
 from laminar.kafka.errors import ErrorCode, KafkaError
-from laminar.kafka.errors import ErrorCode as Kafka
 from laminar.security.acls import (
     MATCH,
     Acl,
@@ -30,7 +29,7 @@ from laminar.security.acls import (
 from laminar.security.acls import ResourceType as Kind
 from laminar.security.scram import Mechanism, make_credential
 from laminar.shards.kafka_door import coordinator_error, kafka_error
-from laminar.wire import ErrorCode
+from laminar.wire import ErrorCode as WireCode
 from laminar.wire.errors import RequestError
 
 
@@ -184,6 +183,6 @@ def test_an_upsertion_out_of_bounds_is_refused(changes: dict[str, object], code:
 def test_laminar_s_own_refusal_reaches_a_kafka_client_as_an_authorization_error() -> None:
     """A request the laminar check refuses (the door hands group and topic work
     to it) answers Kafka's authorization codes, never UNKNOWN_SERVER_ERROR."""
-    refused = RequestError(ErrorCode.NOT_AUTHORIZED, "User:bob may not read topic 'x'")
-    assert kafka_error(refused) == (Kafka.TOPIC_AUTHORIZATION_FAILED, refused.message)
-    assert coordinator_error(refused)[0] is Kafka.GROUP_AUTHORIZATION_FAILED
+    refused = RequestError(WireCode.NOT_AUTHORIZED, "User:bob may not read topic 'x'")
+    assert kafka_error(refused) == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, refused.message)
+    assert coordinator_error(refused)[0] is ErrorCode.GROUP_AUTHORIZATION_FAILED
