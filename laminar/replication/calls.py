@@ -35,11 +35,19 @@ from laminar.replication.transport import (
     ShardConnection,
     close_stream,
     fetch_layout,
-    fetch_metadata,
     read_frame,
 )
 from laminar.stream import Stream
-from laminar.wire import Frame, FrameDecoder, Message, ProtocolError, encode_frame
+from laminar.wire import (
+    Frame,
+    FrameDecoder,
+    Message,
+    MetadataRequest,
+    MetadataResponse,
+    ProtocolError,
+    decode_response,
+    encode_frame,
+)
 
 logger = logging.getLogger("laminar.replication")
 
@@ -170,18 +178,18 @@ class PeerCalls:
         return layout
 
     async def leaders(self, node_id: str) -> dict[int, str]:
-        """The partition leaders `node_id` knows (its metadata answer, as a
-        client asks it), kept for `LEADERS_TTL_S`: what a node that hosts no
-        replica of a partition asks one that does. Raises `PeerLinkError`,
-        OSError or TimeoutError."""
+        """The partition leaders `node_id` knows (its metadata answer, asked
+        over the peer session: a node with logins answers a client's only
+        after a login), kept for `LEADERS_TTL_S`: what a node that hosts no
+        replica of a partition asks one that does. Raises `PeerCallError`,
+        or `PeerLinkError` for an answer that is not metadata."""
         now = self._clock.monotonic()
         known = self._leaders.get(node_id)
         if known is not None and now - known[0] < LEADERS_TTL_S:
             return known[1]
-        member = self._member(node_id)
-        response = await fetch_metadata(
-            member.host, member.port, self.auth, node_id, layout_only=False
-        )
+        response = decode_response(await self.call(node_id, MetadataRequest()))
+        if not isinstance(response, MetadataResponse):
+            raise PeerLinkError(f"{node_id!r} answered metadata with {type(response).__name__}")
         leaders = dict(response.leaders)
         self._leaders[node_id] = (now, leaders)
         return leaders

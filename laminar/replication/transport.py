@@ -348,7 +348,7 @@ class NodeLayout(NamedTuple):
 
 async def fetch_layout(host: str, port: int, auth: PeerAuth, node_id: str) -> NodeLayout:
     """The layout of node `node_id` at host:port, from its metadata."""
-    response = await fetch_metadata(host, port, auth, node_id, layout_only=True)
+    response = await _layout_metadata(host, port, auth, node_id)
     shards = sorted(response.shards, key=lambda s: s.shard_id)
     kafka = tuple(s.kafka_port for s in shards if s.kafka_port is not None)
     return NodeLayout(
@@ -356,16 +356,15 @@ async def fetch_layout(host: str, port: int, auth: PeerAuth, node_id: str) -> No
     )
 
 
-async def fetch_metadata(
-    host: str, port: int, auth: PeerAuth, node_id: str, *, layout_only: bool
-) -> MetadataResponse:
-    """The metadata answer of node `node_id` at host:port (as a client asks it;
-    over TLS in certificate mode, `open_stream`)."""
+async def _layout_metadata(host: str, port: int, auth: PeerAuth, node_id: str) -> MetadataResponse:
+    """The layout-only metadata answer of node `node_id` at host:port (its node
+    id and shard ports, which it serves before any login; over TLS in
+    certificate mode, `open_stream`): where the peer session is opened."""
 
     async def ask() -> Frame:
         stream = await open_stream(host, port, auth, node_id)
         try:
-            await stream.sendall(MetadataRequest(layout_only=layout_only).encode(1))
+            await stream.sendall(MetadataRequest(layout_only=True).encode(1))
             return await read_frame(stream, FrameDecoder(16 << 20))
         finally:
             close_stream(stream)

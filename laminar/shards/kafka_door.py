@@ -48,7 +48,7 @@ from laminar.kafka.errors import ErrorCode as Kafka
 from laminar.kafka.errors import KafkaError
 from laminar.lograte import RateLimitedLog
 from laminar.placement import partition_id, shard_for
-from laminar.replication.calls import PeerCalls
+from laminar.replication.calls import PeerCallError, PeerCalls
 from laminar.replication.metadata import METADATA_PID, is_internal_topic
 from laminar.replication.replica import PartitionReplica
 from laminar.replication.routes import NodeRoutes, NodeUnreachable
@@ -450,7 +450,7 @@ class KafkaDoor:
         for node, wanted in ask.items():
             try:
                 known = await self._peers.leaders(node)
-            except (OSError, TimeoutError, ProtocolError, PeerLinkError):
+            except (PeerCallError, ProtocolError, PeerLinkError):
                 continue
             leaders.update((pid, known[pid]) for pid in wanted if pid in known)
         return leaders

@@ -85,13 +85,16 @@ PEER_OPS: Final = INTERNAL_WRITE_OPS | {
     Op.FIND_COORDINATOR,
     Op.USERS,
     Op.ACLS,
+    Op.METADATA,
 }
 """What another node may ask over an authenticated peer session: the write
 protocol's internal ops, a commit's state (a staging node's expiry asks), a
 partition's range (a group coordinator checks a commit against its end), and
 where a group lives (the Kafka door asks the metadata leader, which makes the
-positions topic on the first ask), and user and ACL changes (the Kafka door
-takes its clients' ones to the metadata leader, having checked their rights)."""
+positions topic on the first ask), user and ACL changes (the Kafka door
+takes its clients' ones to the metadata leader, having checked their rights),
+and the metadata (the partition leaders a node knows: the Kafka door asks the
+nodes that hold a partition it does not; a client's metadata needs a login)."""
 NODE_OPS: Final = frozenset({Op.METADATA, Op.LIST_TOPICS})
 METADATA_WRITE_OPS: Final = frozenset(
     {

@@ -106,6 +106,19 @@ def test_users_and_acls_made_on_any_node_hold_on_every_node(tmp_path: Path) -> N
                         return [t.name for t in listed.topics] == [topic]
 
                 wait_until(sees_only_its_topic, f"{name} logs in on n{i + 1} and sees {topic}")
+        # a partition on two nodes: the third names its leader too (it
+        # asks them over the peer session: a client's question needs a login)
+        pair = f"pair-{uuid.uuid4().hex[:8]}"
+        wait_until(lambda: _created_somewhere(admin_logged_in, pair, 2), f"{pair} created")
+        for i in range(3):
+
+            def names_pair_leader(i: int = i) -> bool:
+                with admin_logged_in(i) as a:
+                    listed = a.call(m.MetadataRequest(topics=[_wanted(pair)]), 9)
+                    (partition,) = listed.topics[0].partitions
+                    return partition.error_code == 0 and partition.leader_id >= 0
+
+            wait_until(names_pair_leader, f"n{i + 1} names the leader of {pair}/0")
         # a Kafka client with SASL produces to the leader, through any bootstrap node
         name, password = users[1]
         bootstrap = ",".join(f"{n.host}:{n.kafka_ports[0]}" for n in nodes)
@@ -155,7 +168,13 @@ def test_users_and_acls_made_on_any_node_hold_on_every_node(tmp_path: Path) -> N
                 assert answer.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
 
-def _created_somewhere(wire_admin: Callable[[int], KafkaWire], topic: str) -> bool:
+def _wanted(topic: str) -> m.MetadataRequest.MetadataRequestTopic:
+    return m.MetadataRequest.MetadataRequestTopic(name=topic)
+
+
+def _created_somewhere(
+    wire_admin: Callable[[int], KafkaWire], topic: str, replication_factor: int = 3
+) -> bool:
     """Create `topic` through each node in turn until one (the metadata
     leader: CreateTopics goes to the controller) takes it."""
     for i in range(3):
@@ -164,7 +183,7 @@ def _created_somewhere(wire_admin: Callable[[int], KafkaWire], topic: str) -> bo
                 m.CreateTopicsRequest(
                     topics=[
                         m.CreateTopicsRequest.CreatableTopic(
-                            name=topic, num_partitions=1, replication_factor=3
+                            name=topic, num_partitions=1, replication_factor=replication_factor
                         )
                     ],
                     timeout_ms=30_000,
