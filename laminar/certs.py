@@ -9,8 +9,10 @@
 in DIR, owner-only (`make_cluster_certs`): a CA, a certificate per node for
 node ids n1..n3 (each naming its node by the rule of
 `laminar.security.principal.node_id_from_certificate`) and a client
-certificate for the user `admin`. These are for loopback clusters and
-tests: a real deployment's CA keeps its key elsewhere.
+certificate for the user `admin`, and that user's login: `admin.cred`
+(`admin:PASSWORD`, for `--bootstrap-user-file`) and `admin.pw` (the password,
+for `laminar --password-file`), a fresh random password. These are for
+loopback clusters and tests: a real deployment's CA keeps its key elsewhere.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import secrets
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -94,7 +97,8 @@ def make_cluster_certs(
     days: int = 365,
 ) -> None:
     """DIR/ca.crt, DIR/<node id>.crt/.key per node, DIR/<user>.crt/.key per
-    user; every file owner-only, the directory too."""
+    user, the first user's login (DIR/<user>.cred, DIR/<user>.pw); every file
+    owner-only, the directory too."""
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
     old = os.umask(0o077)
@@ -104,6 +108,9 @@ def make_cluster_certs(
             make_cert(directory, ca, node_id, node_id=node_id, days=days)
         for user in users:
             make_cert(directory, ca, user, hosts=(), days=days)
+        password = secrets.token_urlsafe(18)
+        (directory / f"{users[0]}.cred").write_text(f"{users[0]}:{password}\n")
+        (directory / f"{users[0]}.pw").write_text(password + "\n")
     finally:
         os.umask(old)
     for leftover in (*directory.glob("*.csr"), *directory.glob("*.ext")):
@@ -123,7 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--users", default=CLUSTER_USER, help="client certificate user names")
     args = parser.parse_args(argv)
     make_cluster_certs(args.directory, args.nodes.split(","), args.users.split(","))
-    print(f"certificates in {args.directory}/: ca.crt, per node and user NAME.crt and NAME.key")
+    print(
+        f"certificates in {args.directory}/: ca.crt, per node and user NAME.crt and NAME.key; "
+        f"the {CLUSTER_USER} login: {CLUSTER_USER}.cred, {CLUSTER_USER}.pw"
+    )
     return 0
 
 

@@ -16,7 +16,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
-from laminar.client import Client
+import pytest
+
+from laminar.client import AuthenticationFailedError, Client
 from tests.support import free_port, wait_until
 
 from .nodes import RunningNode
@@ -282,15 +284,16 @@ def test_sigterm_to_make_cluster_stops_every_node(tmp_path: Path) -> None:
 
 
 def test_make_certs_then_make_cluster_runs_it_on_mutual_tls(tmp_path: Path) -> None:
-    """`make certs` makes owner-only certificates in one step; `make cluster`
-    then runs every node on TLS with its own certificate, and records go
-    through with replication factor 3."""
+    """`make certs` makes owner-only certificates and the admin login in one
+    step; `make cluster` then runs every node on TLS with its own certificate
+    and logins, the admin logs in, and records go through with replication
+    factor 3; a client without a login is refused."""
     certs = tmp_path / "certs"
     subprocess.run(
         ["make", "--no-print-directory", "certs", f"CERTS_DIR={certs}"],
         cwd=REPO, check=True, capture_output=True, timeout=120,
     )  # fmt: skip
-    names = {"ca.crt", "ca.key", "ca.srl", "admin.crt", "admin.key"}
+    names = {"ca.crt", "ca.key", "ca.srl", "admin.crt", "admin.key", "admin.cred", "admin.pw"}
     names |= {f"n{i}.{ext}" for i in (1, 2, 3) for ext in ("crt", "key")}
     assert {p.name for p in certs.iterdir()} == names
     assert stat.S_IMODE(certs.stat().st_mode) == 0o700
@@ -302,7 +305,14 @@ def test_make_certs_then_make_cluster_runs_it_on_mutual_tls(tmp_path: Path) -> N
             assert info["peer_auth"] == "certificates" and info["udp"] is False
         bootstrap = ",".join(f"127.0.0.1:{port}" for port in ports)
         values = [b"m%03d" % i for i in range(20)]
-        with Client(bootstrap, tls=True, ca_file=str(certs / "ca.crt")) as client:
+        tls = {"tls": True, "ca_file": str(certs / "ca.crt")}
+        with pytest.raises(AuthenticationFailedError):
+            Client(bootstrap, **tls).create_topic("refused", 1)
+        password = (certs / "admin.pw").read_text().strip()
+        with wait_until(
+            lambda: Client(bootstrap, **tls, username="admin", password=password),
+            "the admin logs in (made on the first start)",
+        ) as client:
             client.create_topic("made", 1, replication_factor=3)
             for value in values:
                 client.produce("made", 0, [value])
