@@ -5,14 +5,15 @@ setting, `-r<N>` runs N replicated servers (a cluster on loopback) and streams
 with N replicas:
 
 - `laminar` (`--flush always`), `laminar:interval`, `laminar:tls` (`--flush
-  always`, every door and the client through TLS); `laminar-r1` (the same
+  always`, every door and the client through TLS), `laminar:tls-scram` (TLS and
+  `--auth scram`, an ordinary user's login and ACLs); `laminar-r1` (the same
   single node), `laminar-r3` (three nodes, replication_factor 3)
 - `nats-jetstream` (server default), `nats-jetstream:sync-always` (needs
   nats-server >= 2.10); `nats-jetstream-r3` (three clustered servers, R3 streams)
 - `redis-streams` (`appendfsync always`), `redis-streams:everysec`
 - `laminar-kafka` (the `laminar` node through its Kafka door, confluent-kafka's
   producer defaults), `laminar-kafka:linger5` (`linger.ms=5`), `laminar-kafka:tls`
-  (`security.protocol=SSL`)
+  (`security.protocol=SSL`), `laminar-kafka:tls-scram` (`SASL_SSL`, SCRAM-SHA-256)
 
 Imports are lazy so that a missing client library only fails the targets that
 need it, with a message, instead of the whole harness.
@@ -42,11 +43,13 @@ KNOWN_TARGETS = (
     "laminar:interval",
     "laminar:plain",
     "laminar:tls",
+    "laminar:tls-scram",
     "laminar-r1",
     "laminar-r3",
     "laminar-kafka",
     "laminar-kafka:linger5",
     "laminar-kafka:tls",
+    "laminar-kafka:tls-scram",
     "nats-jetstream",
     "nats-jetstream:sync-always",
     "nats-jetstream-r3",

@@ -41,16 +41,18 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # NewTopic: n
 )
 
 from laminar.bench.targets.base import Durability, Endpoint, Start, SystemUnavailable
-from laminar.bench.targets.laminar_target import LaminarSystem
+from laminar.bench.targets.laminar_target import SECURED, LaminarSystem
 
 KIND = "laminar-kafka"
 VARIANTS: dict[str, dict[str, str]] = {
     "default": {},
     "linger5": {"linger.ms": "5"},
     "tls": {},
+    "tls-scram": {},
 }
 """Producer settings per variant, on top of confluent's defaults (`tls` sets
-`security.protocol=SSL` on every client instead: `LaminarKafkaSystem.start`)."""
+`security.protocol=SSL` on every client instead, `tls-scram` `SASL_SSL` with
+SCRAM-SHA-256 as the laminar target's ordinary user: `LaminarKafkaSystem.start`)."""
 POLL_S = 0.1
 """The delivery thread's longest wait (it returns as soon as a report is in)."""
 ADMIN_TIMEOUT_S = 30.0
@@ -219,7 +221,7 @@ class LaminarKafkaSystem(LaminarSystem):
     def __init__(self, variant: str = "default", *, cores: int | None, runtime: str) -> None:
         if variant not in VARIANTS:
             raise SystemUnavailable(f"{KIND} has variants {', '.join(VARIANTS)}, not {variant!r}")
-        super().__init__("tls" if variant == "tls" else "always", cores=cores, runtime=runtime)
+        super().__init__(variant if variant in SECURED else "always", cores=cores, runtime=runtime)
         self.kafka_variant = variant
         self.name = KIND if variant == "default" else f"{KIND}:{variant}"
 
@@ -233,6 +235,15 @@ class LaminarKafkaSystem(LaminarSystem):
         ca_file = endpoint.options.get("tls_ca_file")
         if ca_file is not None:
             options.update({"client.security.protocol": "SSL", "client.ssl.ca.location": ca_file})
+        if "username" in endpoint.options:
+            options.update(
+                {
+                    "client.security.protocol": "SASL_SSL",
+                    "client.sasl.mechanism": "SCRAM-SHA-256",
+                    "client.sasl.username": endpoint.options["username"],
+                    "client.sasl.password": endpoint.options["password"],
+                }
+            )
         return Endpoint(KIND, ",".join(f"{host}:{p}" for p in ports), options)
 
     def durability(self) -> Durability:

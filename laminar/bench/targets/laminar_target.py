@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,10 +37,31 @@ from laminar.bench.targets.base import (
     SystemUnavailable,
 )
 from laminar.certs import make_ca, make_cert
-from laminar.client import AsyncClient, LaminarError, PartitionReader, TopicExistsError
+from laminar.client import (
+    AsyncClient,
+    AuthenticationFailedError,
+    Client,
+    LaminarError,
+    PartitionReader,
+    TopicExistsError,
+)
+from laminar.security.acls import (
+    CLUSTER_NAME,
+    Acl,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
 
 KIND = "laminar"
-VARIANTS = ("always", "interval", "plain", "tls")
+VARIANTS = ("always", "interval", "plain", "tls", "tls-scram")
+SECURED = ("tls", "tls-scram")
+BENCH_USER, BENCH_PASSWORD = "bench", "bench-password-1"
+"""The `tls-scram` variant's client: an ordinary user whose ACLs allow it
+everything the workloads do (not a superuser: every request takes the ACL path)."""
+ADMIN_USER, ADMIN_PASSWORD = "admin", "admin-password-1"
+LOGIN_WAIT_S = 30.0
 """`--flush always`, `--flush interval`, and `--flush always` with plain
 (not idempotent) produce: `AsyncClient(idempotent=False)`."""
 _FETCH_MAX_BYTES = 8 << 20
@@ -98,7 +120,12 @@ class LaminarTarget:
         idempotent = endpoint.options.get("idempotent", "1") == "1"
         ca_file = endpoint.options.get("tls_ca_file")
         self._client = AsyncClient(
-            endpoint.address, idempotent=idempotent, tls=ca_file is not None, ca_file=ca_file
+            endpoint.address,
+            idempotent=idempotent,
+            tls=ca_file is not None,
+            ca_file=ca_file,
+            username=endpoint.options.get("username"),
+            password=endpoint.options.get("password"),
         )
         self._replicas = int(endpoint.options.get("replication_factor", "1"))
 
@@ -163,10 +190,10 @@ class LaminarSystem(System):
         if variant not in VARIANTS:
             raise SystemUnavailable(f"laminar has variants {', '.join(VARIANTS)}, not {variant!r}")
         self.variant = variant
-        self.flush = "always" if variant in ("plain", "tls") else variant
+        self.flush = "always" if variant in ("plain", *SECURED) else variant
         self.replicas = replicas or 1
-        if self.replicas > 1 and variant == "tls":
-            raise SystemUnavailable("a laminar node with TLS serves alone for now (issue 28)")
+        if self.replicas > 1 and variant in SECURED:
+            raise SystemUnavailable("the harness runs a laminar node with TLS alone")
         if self.replicas > 1 and self.flush != "always":
             raise SystemUnavailable(
                 "a replicated laminar partition requires --flush always (an acknowledgement "
@@ -189,11 +216,17 @@ class LaminarSystem(System):
         if self.bootstrap is not None:
             return Endpoint(KIND, self.bootstrap, options)
         extra_args: tuple[str, ...] = ()
-        if self.variant == "tls":
+        if self.variant in SECURED:
             ca = make_ca(workdir, "bench-ca")
             cert = make_cert(workdir, ca, "bench-node")
             extra_args = ("--tls-cert-file", cert.cert, "--tls-key-file", cert.key)
             options["tls_ca_file"] = ca.cert
+        if self.variant == "tls-scram":
+            admin = workdir / "admin.cred"
+            admin.write_text(f"{ADMIN_USER}:{ADMIN_PASSWORD}\n")
+            admin.chmod(0o600)
+            extra_args += ("--auth", "scram", "--bootstrap-user-file", str(admin))
+            options.update(username=BENCH_USER, password=BENCH_PASSWORD)
         if self.replicas > 1:
             self._cluster = LaminarCluster(
                 workdir, self.replicas, self.cores, flush=self.flush, runtime=self.runtime
@@ -202,7 +235,10 @@ class LaminarSystem(System):
         self._node = LaminarNode(
             workdir, self.cores, flush=self.flush, runtime=self.runtime, extra_args=extra_args
         )
-        return Endpoint(KIND, self._node.start(), options)
+        address = self._node.start()
+        if self.variant == "tls-scram":
+            _make_bench_user(address, options["tls_ca_file"])
+        return Endpoint(KIND, address, options)
 
     def stop(self) -> None:
         if self._node is not None:
@@ -223,8 +259,13 @@ class LaminarSystem(System):
         settings = {"flush": self.flush, "cores": str(self.cores), "runtime": self.runtime}
         if self.variant == "plain":
             settings["produce"] = "plain (idempotent=False)"
-        if self.variant == "tls":
+        if self.variant in SECURED:
             settings["tls"] = "TLS 1.3, ECDSA P-256 (client and every door)"
+        if self.variant == "tls-scram":
+            settings["auth"] = (
+                f"--auth scram: SCRAM-SHA-256 logins, user {BENCH_USER!r} allowed by "
+                "ACLs (not a superuser)"
+            )
         if self.replicas > 1:
             settings.update(nodes=str(self.replicas), replication_factor=str(self.replicas))
             return Durability(
@@ -267,3 +308,32 @@ class LaminarSystem(System):
         if self._cluster is not None:
             return self._cluster.log_tail()
         return "" if self._node is None else self._node.log_tail()
+
+
+def _make_bench_user(address: str, ca_file: str) -> None:
+    """The `tls-scram` client's user and its ACLs, made as the bootstrap admin
+    (created a moment after the node is up: logins are retried until then)."""
+    deadline = time.monotonic() + LOGIN_WAIT_S
+    while True:
+        try:
+            admin = Client(
+                address, tls=True, ca_file=ca_file, username=ADMIN_USER, password=ADMIN_PASSWORD
+            )
+            break
+        except AuthenticationFailedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    with admin:
+        admin.create_user(BENCH_USER, BENCH_PASSWORD)
+        principal = f"User:{BENCH_USER}"
+        admin.add_acls(
+            [
+                Acl(principal, kind, PatternType.LITERAL, name, Operation.ALL, Permission.ALLOW)
+                for kind, name in (
+                    (ResourceType.TOPIC, "*"),
+                    (ResourceType.GROUP, "*"),
+                    (ResourceType.CLUSTER, CLUSTER_NAME),
+                )
+            ]
+        )
