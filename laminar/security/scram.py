@@ -39,15 +39,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import importlib
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from types import ModuleType
 from typing import Final
-
-from scramp import ScramClient as _ScrampClient
-from scramp import ScramException, ScramMechanism
-from scramp.utils import ServerError
 
 from laminar.security.errors import AuthenticationError, AuthFailure
 from laminar.security.principal import PrincipalError, user_principal
@@ -59,6 +57,13 @@ ITERATIONS_DEFAULT: Final = 8192
 SALT_BYTES: Final = 32
 MESSAGE_BYTES_MAX: Final = 1024
 PASSWORD_CHARS_MAX: Final = 1024
+
+
+def _scramp() -> ModuleType:
+    """`scramp`, imported when first needed: it costs a process ~80 ms to
+    import (asn1crypto), and every shard and CLI process imports this module
+    while most never run an exchange."""
+    return importlib.import_module("scramp")
 
 
 class Mechanism(Enum):
@@ -107,11 +112,12 @@ def make_credential(
     if not ITERATIONS_MIN <= iterations <= ITERATIONS_MAX:
         raise ValueError(f"iterations must be {ITERATIONS_MIN}-{ITERATIONS_MAX}")
     salt = secrets.token_bytes(SALT_BYTES) if salt is None else salt
+    scramp = _scramp()
     try:
-        salt, stored_key, server_key, iterations = ScramMechanism(mechanism.value).make_auth_info(
-            password, iteration_count=iterations, salt=salt
-        )
-    except ScramException as exc:
+        salt, stored_key, server_key, iterations = scramp.ScramMechanism(
+            mechanism.value
+        ).make_auth_info(password, iteration_count=iterations, salt=salt)
+    except scramp.ScramException as exc:
         raise ValueError(str(exc)) from None
     credential = ScramCredential(mechanism, salt, iterations, stored_key, server_key)
     credential.check()
@@ -189,11 +195,11 @@ class Refused:
 Step = Challenge | Authenticated | Refused
 
 _FAILURES: Final = {
-    ServerError.INVALID_PROOF: AuthFailure.INVALID_PROOF,
-    ServerError.UNKNOWN_USER: AuthFailure.UNKNOWN_USER,
-    ServerError.CHANNEL_BINDING_NOT_SUPPORTED: AuthFailure.CHANNEL_BINDING,
-    ServerError.UNSUPPORTED_CHANNEL_BINDING_TYPE: AuthFailure.CHANNEL_BINDING,
-    ServerError.CHANNEL_BINDINGS_DONT_MATCH: AuthFailure.CHANNEL_BINDING,
+    "invalid-proof": AuthFailure.INVALID_PROOF,
+    "unknown-user": AuthFailure.UNKNOWN_USER,
+    "channel-binding-not-supported": AuthFailure.CHANNEL_BINDING,
+    "unsupported-channel-binding-type": AuthFailure.CHANNEL_BINDING,
+    "channel-bindings-dont-match": AuthFailure.CHANNEL_BINDING,
 }
 
 _SERVER_ERRORS: Final = {
@@ -229,7 +235,8 @@ class ScramServer:
         self.mechanism = mechanism
         self._lookup = lookup
         self._decoy_key = decoy_key
-        self._server = ScramMechanism(mechanism.value).make_server(
+        self._scramp = _scramp()
+        self._server = self._scramp.ScramMechanism(mechanism.value).make_server(
             self._credential_of, s_nonce=nonce or secrets.token_urlsafe(24)
         )
         self._user: str | None = None
@@ -266,8 +273,9 @@ class ScramServer:
                 self._server.set_client_first(text)
                 return Challenge(self._server.get_server_first().encode())
             self._server.set_client_final(text)
-        except ScramException as exc:
-            failure = _FAILURES.get(exc.server_error, AuthFailure.MALFORMED)
+        except self._scramp.ScramException as exc:
+            error = getattr(exc.server_error, "value", exc.server_error)
+            failure = _FAILURES.get(error, AuthFailure.MALFORMED)
             if self._decoy and failure is AuthFailure.INVALID_PROOF:
                 failure = AuthFailure.UNKNOWN_USER
             return self._refuse(failure, str(exc))
@@ -308,9 +316,12 @@ class ScramClient:
     def __init__(
         self, mechanism: Mechanism, user: str, password: str, *, nonce: str | None = None
     ) -> None:
+        self._scramp = _scramp()
         try:
-            self._client = _ScrampClient([mechanism.value], user, password, c_nonce=nonce)
-        except ScramException as exc:
+            self._client = self._scramp.ScramClient(
+                [mechanism.value], user, password, c_nonce=nonce
+            )
+        except self._scramp.ScramException as exc:
             raise AuthenticationError(f"cannot log in as {user[:64]!r}: {exc}") from None
 
     def first(self) -> bytes:
@@ -327,14 +338,14 @@ class ScramClient:
                     f"(accepted: {ITERATIONS_MIN}-{ITERATIONS_MAX})"
                 )
             return str(self._client.get_client_final()).encode()
-        except ScramException as exc:
+        except self._scramp.ScramException as exc:
             raise AuthenticationError(f"authentication failed: {exc}") from None
 
     def verify(self, server_final: bytes) -> None:
         """Check the server's signature (it proves the server holds our credential)."""
         try:
             self._client.set_server_final(_text(server_final))
-        except ScramException as exc:
+        except self._scramp.ScramException as exc:
             raise AuthenticationError(f"authentication failed: {exc}") from None
 
 
