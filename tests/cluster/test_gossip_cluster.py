@@ -269,6 +269,7 @@ def decisions_settled(nodes: list[RunningNode]) -> bool:
     return bool(groups) and all(len(g["voters"]) == 3 and not g["learners"] for g in groups)
 
 
+@pytest.mark.soak  # 50 s of a 4-node cluster: `make soak` (suite time)
 def test_members_beyond_the_metadata_voters_observe_it_and_replace_a_dead_voter(
     tmp_path: Path,
 ) -> None:
