@@ -29,11 +29,13 @@ from laminar.client import (
     AuthenticationFailedError,
     Client,
     ConnectionLostError,
+    NotAuthorizedError,
     Operation,
     PatternType,
     Permission,
     ResourceType,
     UserExistsError,
+    new_write_id,
 )
 from laminar.client.tls_socket import TlsSocket
 from laminar.placement import partition_id
@@ -450,3 +452,45 @@ def test_a_login_stalled_midway_is_closed_by_the_first_request_timeout(
     assert _until_closed(conn) == b""  # waits for the node to close it
     assert time.monotonic() - started < FIRST_REQUEST_TIMEOUT_S * 5
     conn.close()
+
+
+def test_a_principal_cannot_commit_or_abort_another_s_atomic_write(
+    node: RunningNode, files: Files, admin: Client
+) -> None:
+    """Both may write the topic; only the one who staged a write commits it,
+    and once decided only its owner may act on it: the other's commit and
+    abort are refused, the owner's commit publishes each record once. (Not
+    held yet: a final abort of an id nobody has decided is the first
+    claimer's, so a principal that learns a write id may abort it first.)"""
+    topic = f"owned-{uuid.uuid4().hex[:6]}"
+    admin.create_topic(topic, 1)
+    users = {"owner": "owner-password-1", "intruder": "intruder-password-1"}
+    for name, password in users.items():
+        admin.create_user(name, password)
+        admin.add_acls(
+            [
+                Acl(
+                    f"User:{name}",
+                    ResourceType.TOPIC,
+                    PatternType.LITERAL,
+                    topic,
+                    Operation.ALL,
+                    Permission.ALLOW,
+                )
+            ]
+        )
+    with (
+        logged_in(node, files, "owner", users["owner"]) as owner,
+        logged_in(node, files, "intruder", users["intruder"]) as intruder,
+    ):
+        write_id = new_write_id()
+        stager = owner.stager(write_id)
+        stager.send(topic, 0, [b"w1", b"w2"])
+        parts = stager.finish()
+        with pytest.raises(NotAuthorizedError):
+            intruder.commit_write(write_id, parts)
+        assert admin.fetch(topic, 0, 0) == []  # nothing published by the refusal
+        assert owner.commit_write(write_id, parts).first
+        with pytest.raises(NotAuthorizedError):  # the decision is the owner's
+            intruder.abort_write(write_id, parts)
+        assert [r.value for r in admin.fetch(topic, 0, 0)] == [b"w1", b"w2"]
