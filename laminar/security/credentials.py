@@ -126,6 +126,12 @@ class CredentialStore:
             for u in sorted(self._users.values(), key=lambda u: u.name)
         )
 
+    def __len__(self) -> int:
+        return len(self._users)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._users
+
     def superusers(self) -> frozenset[str]:
         """The principals of the superusers."""
         return frozenset(user_principal(u.name) for u in self._users.values() if u.superuser)

@@ -99,7 +99,7 @@ class SecurityState:
 
     def __len__(self) -> int:
         """Users and ACLs held (what a snapshot's size grows with)."""
-        return len(self.users.users()) + len(self.acls)
+        return len(self.users) + len(self.acls)
 
     # -- decisions (metadata leader only) ----------------------------------------
 

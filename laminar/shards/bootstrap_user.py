@@ -55,8 +55,7 @@ async def keep_bootstrap_user(metadata: MetadataService, name: str, password: st
     credentials = tuple(make_credential(m, password) for m in Mechanism)
     while True:
         await metadata.ready()
-        users = metadata.state.security.users
-        if any(users.credential(name, m) is not None for m in Mechanism):
+        if name in metadata.state.security.users:
             return
         try:
             await metadata.create_user(name, credentials, superuser=True)
