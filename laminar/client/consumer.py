@@ -20,7 +20,11 @@ member's last commit are delivered again to the next owner. With
 A partition is delivered only while the member holds a valid lease on it
 (its last heartbeat answered within the session timeout, measured from when
 it was sent): the coordinator gives it to another member only after that.
-A revoked partition is committed (with `auto_commit`), then released.
+A revoked partition is committed (with `auto_commit`), then released. A
+partition lost and given back (the lease lapsed, or the member was fenced
+and joined again) starts afresh at the committed position: what was read
+before is neither delivered nor committed under the new grant (another
+member may have processed and committed it meanwhile; `MemberCore.grant`).
 
 Prefetch (`prefetch=2`, the default; 0 turns it off): a poll that returns
 records starts, before it returns, fetches of the partitions the next polls
@@ -221,6 +225,9 @@ class ConsumerCore:
         """The positions partition that holds the group (its leader coordinates)."""
         self._next: dict[TopicPartition, int] = {}
         """Where each assigned partition is read next."""
+        self._grants: dict[TopicPartition, int] = {}
+        """The member's grant each partition in `_next` was started under:
+        what it reads and commits counts only under that grant."""
         self._delivered: dict[TopicPartition, int] = {}
         """The index after the last record `poll` returned, per partition."""
         self._turn = 0
@@ -349,7 +356,7 @@ class ConsumerCore:
             changes = self.member.take_changes()
         for change in changes:
             if change.kind == ASSIGNED:
-                yield from self._assigned_plan(change.partitions)
+                yield from self._assigned_plan(change.partitions, change.grant)
             else:
                 yield from self._revoked_plan(change.partitions, committed=change.kind == REVOKED)
 
@@ -400,7 +407,11 @@ class ConsumerCore:
         """`got`, read from `index`, as what poll returns, if `tp` is still
         delivered and read from there (else nothing: lost, paused or moved)."""
         with self._lock:
-            if tp not in self.member.assignment or self._next.get(tp) != index:
+            if (
+                tp not in self.member.assignment
+                or self.member.grant(tp) != self._grants.get(tp)
+                or self._next.get(tp) != index
+            ):
                 return []
         if not got:
             self._at_end.add(tp)
@@ -444,7 +455,7 @@ class ConsumerCore:
             self.prefetch_stats.dropped += 1
             yield Drop(handle)
 
-    def _assigned_plan(self, parts: frozenset[TopicPartition]) -> Plan[None]:
+    def _assigned_plan(self, parts: frozenset[TopicPartition], grant: int) -> Plan[None]:
         """Start each new partition at the group's committed position (else `start`)."""
         query = PositionsQuery(self.group, parts)
         committed = yield from self._group_plan(
@@ -454,6 +465,7 @@ class ConsumerCore:
             position = committed.positions.get(tp)
             index = position.index if position is not None else (yield from self._start_plan(tp))
             self._next[tp] = index
+            self._grants[tp] = grant
             self._at_end.discard(tp)
         if self._on_assign is not None:
             self._on_assign(parts)
@@ -482,6 +494,7 @@ class ConsumerCore:
         yield from self._drop_plan(parts)
         for tp in parts:
             self._next.pop(tp, None)
+            self._grants.pop(tp, None)
             self._delivered.pop(tp, None)
             self._at_end.discard(tp)
         if committed:
@@ -515,7 +528,7 @@ class ConsumerCore:
         deadline = self._clock.monotonic() + self.member.request_timeout_s
         while wanted:
             with self._lock:
-                request = self.member.commit_request(wanted)
+                request = self.member.commit_request(wanted, self._grants)
             held = request.positions if request is not None else {}
             refused.update(dict.fromkeys(wanted.keys() - held.keys(), GroupError.FENCED))
             if request is None:
@@ -551,7 +564,7 @@ class ConsumerCore:
             return
         pid = yield from self._coordinator_plan()
         with self._lock:
-            request = self.member.commit_request(wanted)
+            request = self.member.commit_request(wanted, self._grants)
         held = request.positions if request is not None else {}
         if request is not None:
             call = self._group_call(

@@ -19,6 +19,12 @@ deliver and `commit_request()` what to commit, and wake up by
 - Release on the app's word. A revoked partition is no longer delivered but
   still held (it may commit its last position) until `release()`; the next
   heartbeat reports it gone and the coordinator may give it to another.
+- One grant per holding. Every time partitions are given (again) to this
+  member they get a new grant number (`Change.grant`, `grant()`). The app
+  delivers and commits a partition only under the grant it started it with:
+  a partition lost and given back between a poll and its commit (another
+  member may have read and committed it meanwhile) is a new holding, and
+  what was read under the old one is neither delivered nor committed.
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ class Change:
 
     kind: str
     partitions: frozenset[TopicPartition]
+    grant: int = 0
+    """For ASSIGNED: the grant the partitions are held under from now on."""
 
 
 class MemberCore:
@@ -92,6 +100,9 @@ class MemberCore:
         self.revision = 0
         self._assigned: frozenset[TopicPartition] = frozenset()
         self._releasing: frozenset[TopicPartition] = frozenset()
+        self._grants: dict[TopicPartition, int] = {}
+        """The grant each partition held (assigned or releasing) came with."""
+        self._last_grant = 0
         self._lease_until = -math.inf
         self._in_flight: HeartbeatRequest | None = None
         self._sent_at = now
@@ -117,6 +128,10 @@ class MemberCore:
         return (
             self._clock.monotonic() < self._lease_until and tp in self._assigned | self._releasing
         )
+
+    def grant(self, tp: TopicPartition) -> int | None:
+        """The grant `tp` is held under now (None: not held)."""
+        return self._grants.get(tp) if self.holds(tp) else None
 
     @property
     def joined(self) -> bool:
@@ -196,7 +211,9 @@ class MemberCore:
         if revoked:
             self._changes.append(Change(REVOKED, revoked))
         if added:
-            self._changes.append(Change(ASSIGNED, added))
+            self._last_grant += 1
+            self._grants.update(dict.fromkeys(added, self._last_grant))
+            self._changes.append(Change(ASSIGNED, added, self._last_grant))
         self._expire()
 
     def on_heartbeat_failed(self, request: HeartbeatRequest) -> None:
@@ -208,6 +225,9 @@ class MemberCore:
     def release(self, partitions: Iterable[TopicPartition]) -> None:
         """The app is done with these revoked partitions: report it at once."""
         self._releasing -= frozenset(partitions)
+        for tp in partitions:
+            if tp not in self._assigned:
+                self._grants.pop(tp, None)
         self._next_at = self._clock.monotonic()
 
     def subscribe(self, topics: Iterable[str]) -> None:
@@ -216,9 +236,16 @@ class MemberCore:
 
     # -- commits ----------------------------------------------------------
 
-    def commit_request(self, positions: Mapping[TopicPartition, int]) -> CommitRequest | None:
-        """A commit of the positions of partitions held now (others left out)."""
-        held = {tp: index for tp, index in positions.items() if self.holds(tp)}
+    def commit_request(
+        self, positions: Mapping[TopicPartition, int], grants: Mapping[TopicPartition, int]
+    ) -> CommitRequest | None:
+        """A commit of the positions of partitions held now under the grant
+        the app read them under (`grants`); others are left out."""
+        held = {
+            tp: index
+            for tp, index in positions.items()
+            if tp in grants and self.grant(tp) == grants[tp]
+        }
         if not held or not self.joined:
             return None
         return CommitRequest(self.group, self.member_id, self.epoch, held)
@@ -279,6 +306,7 @@ class MemberCore:
     def _drop(self, kind: str) -> None:
         lost = self._assigned | self._releasing
         self._assigned = self._releasing = frozenset()
+        self._grants.clear()
         self._lease_until = -math.inf
         if lost:
             self._changes.append(Change(kind, lost))

@@ -18,7 +18,7 @@ from laminar.client.core import Drop, Join, Plan, Sleep, Start
 from laminar.client.errors import LaminarError, OffsetOutOfRangeError, RequestTimeoutError
 from laminar.groups.errors import GroupError
 from laminar.groups.frames import CommitAnswerFrame, PositionsAnswerFrame
-from laminar.groups.messages import CommitAnswer, HeartbeatAnswer, PositionsAnswer
+from laminar.groups.messages import CommitAnswer, HeartbeatAnswer, Position, PositionsAnswer
 from tests.support.clock import FakeClock
 
 TOPIC = "t"
@@ -83,6 +83,10 @@ class Shell:
     ahead_seen_max: dict[tuple[str, int], int] = field(default_factory=dict)
     fetch_s: float = 0.0
     """How long every fetch's answer takes from now on."""
+    positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    """The group's committed positions, as a positions query answers them."""
+    while_fetching: Callable[[], None] | None = None
+    """Runs once, inside the next fetch (what the heartbeat thread does meanwhile)."""
 
     def go_away(self) -> None:
         """The partitions' leader goes away: fetches in flight are lost too."""
@@ -92,6 +96,9 @@ class Shell:
 
     def fetch(self, ask: Fetch) -> list[ConsumedRecord]:
         self.clock.advance(self.fetch_s)
+        meanwhile, self.while_fetching = self.while_fetching, None
+        if meanwhile is not None:
+            meanwhile()
         if self.unreachable:
             raise RequestTimeoutError("the partition's leader is away")
         tp = (ask.topic, ask.partition)
@@ -110,7 +117,8 @@ class Shell:
 
     def group(self, message: Any, answer: type) -> Any:
         if answer is PositionsAnswerFrame:
-            return PositionsAnswer(GroupError.NONE, 0, {})
+            committed = {tp: Position(i, "other", 1, 0) for tp, i in self.positions.items()}
+            return PositionsAnswer(GroupError.NONE, 0, committed)
         assert answer is CommitAnswerFrame
         request = message(0).body
         self.commits.append(dict(request.positions))

@@ -55,13 +55,32 @@ def test_a_revoked_partition_stops_being_delivered_but_is_held_until_released() 
     assert request is not None and request.owned == {P0, P1}
     member.on_heartbeat_answer(request, _answer({P0}, revision=2))
     assert member.assignment == {P0} and member.holds(P1)
-    assert member.commit_request({P1: 5}) is not None, "a revoked partition's last commit"
+    grants = dict.fromkeys((P0, P1), 1)
+    assert member.commit_request({P1: 5}, grants) is not None, "a revoked partition's last commit"
     assert member.next_request() is None
     member.release([P1])
     report = member.next_request()
     assert report is not None and report.owned == {P0} and report.revision == 2
     assert not member.holds(P1)
     assert [c.kind for c in member.take_changes()] == [ASSIGNED, REVOKED]
+
+
+def test_a_partition_lost_and_given_back_is_a_new_grant_and_the_old_one_cannot_commit() -> None:
+    clock = FakeClock()
+    member = _joined(clock)
+    first = member.take_changes()[0]
+    assert (first.kind, first.grant) == (ASSIGNED, 1) and member.grant(P0) == 1
+    grants = dict.fromkeys(first.partitions, first.grant)
+    clock.advance(10)  # the lease lapses: another member may take P0 and commit it
+    assert member.grant(P0) is None
+    request = member.next_request()
+    assert request is not None
+    member.on_heartbeat_answer(request, _answer({P0}, revision=2))  # given back
+    assert member.grant(P0) == 2
+    assert member.commit_request({P0: 7}, grants) is None, "read under grant 1"
+    again = member.take_changes()[-1]
+    assert (again.kind, again.grant) == (ASSIGNED, 2)
+    assert member.commit_request({P0: 7}, {P0: again.grant}) is not None
 
 
 def test_an_answer_to_an_abandoned_heartbeat_is_ignored() -> None:
@@ -100,7 +119,7 @@ def test_processing_past_the_poll_deadline_leaves_and_the_next_poll_rejoins() ->
 def test_a_fenced_commit_drops_everything_and_joins_again() -> None:
     clock = FakeClock()
     member = _joined(clock)
-    commit = member.commit_request({P0: 3, ("t", 9): 1})
+    commit = member.commit_request({P0: 3, ("t", 9): 1}, {P0: 1, ("t", 9): 1})
     assert commit is not None and dict(commit.positions) == {P0: 3}
     member.on_commit_answer(commit, CommitAnswer(GroupError.NONE, 0, {P0: GroupError.STALE_EPOCH}))
     assert member.assignment == {P0, P1}, "a stale epoch is retriable"

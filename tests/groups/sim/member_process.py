@@ -50,6 +50,7 @@ class SimMember:
         self.stalled = False
         self.inbox: list[Any] = []
         self.next_index: dict[TopicPartition, int] = {}
+        self.grants: dict[TopicPartition, int] = {}
         self._release_at: dict[TopicPartition, float] = {}
         self.sent_commits: list[CommitRequest] = []
 
@@ -98,6 +99,7 @@ class SimMember:
             if change.kind == ASSIGNED:
                 for tp in sorted(change.partitions):
                     self.next_index[tp] = committed[tp].index if tp in committed else 0
+                    self.grants[tp] = change.grant
             elif change.kind == REVOKED:
                 last = {
                     tp: self.next_index[tp] for tp in change.partitions if tp in self.next_index
@@ -119,7 +121,7 @@ class SimMember:
         return self._rng.uniform(0.0, 0.1)
 
     def _commit(self, send: Callable[[Any], None], positions: dict[TopicPartition, int]) -> None:
-        request = self.core.commit_request(positions)
+        request = self.core.commit_request(positions, self.grants)
         if request is not None:
             self.sent_commits.append(request)
             send(("commit", request))
