@@ -240,11 +240,13 @@ class MemberCore:
         self, positions: Mapping[TopicPartition, int], grants: Mapping[TopicPartition, int]
     ) -> CommitRequest | None:
         """A commit of the positions of partitions held now under the grant
-        the app read them under (`grants`); others are left out."""
+        the app read them under (`grants`); others are left out. A partition
+        absent from `grants` (the app has not started it yet: nothing read
+        of it could be read again by a later holding) counts as the current."""
         held = {
             tp: index
             for tp, index in positions.items()
-            if tp in grants and self.grant(tp) == grants[tp]
+            if (grant := self.grant(tp)) is not None and grants.get(tp, grant) == grant
         }
         if not held or not self.joined:
             return None

@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from laminar.log import Fault, LogConfig, SimulatedDisk
+from laminar.log import Fault, LogConfig, LogRecord, SimulatedDisk
 from laminar.log.simdisk import KeepOrLose
 from laminar.raft import LEADER, ConfigChangeRefused, Membership, Message, NotLeader, RaftCore
 from laminar.raft.messages import APPEND
 from laminar.replication.group import ProposalLost, RaftGroup
 from laminar.replication.host import RaftHost
 from laminar.replication.opening import replica_config
-from laminar.replication.raft_storage import SegmentedLogStorage
+from laminar.replication.raft_storage import CONTROL_TERM_BIT, SegmentedLogStorage
 from laminar.replication.replica import RaftReplica
 from laminar.shards.producers import IdempotentProducers
 from laminar.wire import ErrorCode, ProduceRequest
@@ -142,26 +142,49 @@ def _leader(net: FakeNetwork) -> RaftGroup | None:
 
 
 async def _produce(net: FakeNetwork, blob: bytes) -> tuple[int, int]:
-    """Produce through whoever leads; (log index, timestamp) once committed."""
+    """Produce through whoever leads; (log index, timestamp) once committed.
+    After an unknown outcome (the proposal lost, or its leader gone) it first
+    looks whether the entry committed after all: a retry never writes a
+    blob twice (the tests compare logs value by value)."""
     while True:
         group = await _until(lambda: _leader(net))
         try:
             index, ts, done = group.propose([blob])
-            await asyncio.wait_for(done, 10)
-            return index, ts
-        except (NotLeader, ProposalLost, TimeoutError):
+        except NotLeader:
             await asyncio.sleep(TICK_S)
+            continue
+        while not done.done() and _leader(net) is group:
+            await asyncio.wait([done], timeout=10 * TICK_S)
+        if done.done() and done.exception() is None:
+            return index, ts
+        done.add_done_callback(lambda f: f.exception())  # its outcome is read below
+        committed = await _settled_records(net)
+        copies = [(index, ts) for index, ts, value in committed if value == blob]
+        if copies:
+            return copies[0]
+
+
+async def _settled_records(net: FakeNetwork) -> list[tuple[int, int, bytes]]:
+    """The committed records of a leader that has committed an entry of its
+    own term (its election's no-op): an entry it does not hold committed then
+    never commits."""
+    while True:
+        group = await _until(lambda: _leader(net))
+        records = await _committed(group)
+        if records and records[-1].term & ~CONTROL_TERM_BIT == group.core.term:
+            return [(r.index, r.timestamp_ms, r.value) for r in records if not r.term >> 63]
+        await asyncio.sleep(TICK_S)
+
+
+async def _committed(group: RaftGroup) -> list[LogRecord]:
+    log = group.storage.log
+    records = await log.read_range(log.lowest_index, max_bytes=1 << 30, max_records=100_000)
+    return [r for r in records if r.index < group.committed_end]
 
 
 async def _records(host: RaftHost) -> list[tuple[int, int, bytes]]:
-    group = host.groups[PID]
-    log = group.storage.log
-    out = []
-    records = await log.read_range(log.lowest_index, max_bytes=1 << 30, max_records=100_000)
-    for record in records:
-        if record.index < group.committed_end and not record.term >> 63:
-            out.append((record.index, record.timestamp_ms, record.value))
-    return out
+    records = await _committed(host.groups[PID])
+    return [(r.index, r.timestamp_ms, r.value) for r in records if not r.term >> 63]
 
 
 def _run(

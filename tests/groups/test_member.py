@@ -175,3 +175,11 @@ def test_a_paused_partition_is_held_but_not_delivered() -> None:
     assert member.assignment == {P1} and member.holds(P0)
     member.resume([P0])
     assert member.assignment == {P0, P1}
+
+
+def test_a_partition_not_started_yet_commits_under_the_grant_it_is_held_under() -> None:
+    clock = FakeClock()
+    member = _joined(clock)
+    assert member.commit_request({P0: 4}, {}) is not None, "set before any poll"
+    clock.advance(10)
+    assert member.commit_request({P0: 4}, {}) is None, "not held"
