@@ -41,6 +41,10 @@ READY_TIMEOUT_S: Final = 60.0
 READ_BACK_RECORDS: Final = 1000
 READ_BACK_WAIT_MS: Final = 300
 """The identity check's read-back: an answer this long empty ends a partition."""
+READ_BACK_PATIENCE_S: Final = 10.0
+"""A read-back that missed acknowledged records is made again, a partition
+ending only after its answers stayed empty this long: a client that paces its
+fetches (librdkafka backs off a full local queue for a second) is not a loss."""
 START_DELAY_S: Final = 0.3
 """Between the go and the shared start: time for every worker to wake up."""
 PREFILL_BATCH: Final = 100
@@ -303,7 +307,12 @@ def run_once(
             server_cpu_over(result, server_cpu, result.consume.elapsed_s)
         if config.producer_count:
             progress.phase("reading back for the identity check")
-            verdict = asyncio.run(_read_back(endpoint, stream, config, reports))
+            verdict = asyncio.run(_read_back(endpoint, stream, config, reports, 0.0))
+            if verdict.lost:
+                progress.phase(f"{verdict.lost} missed: reading back again, patiently")
+                verdict = asyncio.run(
+                    _read_back(endpoint, stream, config, reports, READ_BACK_PATIENCE_S)
+                )
             result.note_delivery(verdict)
     except Exception as exc:
         result.status = "failed"
@@ -324,11 +333,16 @@ def run_once(
 
 
 async def _read_back(
-    endpoint: Endpoint, stream: str, config: RunConfig, reports: list[WorkerReport]
+    endpoint: Endpoint,
+    stream: str,
+    config: RunConfig,
+    reports: list[WorkerReport],
+    patience_s: float,
 ) -> DeliveryVerdict:
     """Read every partition from the beginning and check it against what the
-    producers were told was acknowledged (`laminar.bench.delivery`). Not
-    measured: the run's clock has stopped."""
+    producers were told was acknowledged (`laminar.bench.delivery`); a
+    partition ends once its answers stayed empty `patience_s` (0: the first
+    empty one). Not measured: the run's clock has stopped."""
     ledgers = {
         r.ledger[0]: Ledger.from_wire(r.ledger[1:])
         for r in reports
@@ -341,11 +355,16 @@ async def _read_back(
         for p in range(config.partitions):
             reader = await target.open_reader(stream, p, "beginning")
             try:
+                empty_since = None
                 while True:
                     got = await reader.fetch(READ_BACK_RECORDS, READ_BACK_WAIT_MS)
-                    if not got:
+                    if got:
+                        values.extend(got)
+                        empty_since = None
+                        continue
+                    empty_since = empty_since or time.monotonic()
+                    if time.monotonic() - empty_since >= patience_s:
                         break
-                    values.extend(got)
             finally:
                 await reader.close()
     finally:
