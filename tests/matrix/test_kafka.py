@@ -20,10 +20,6 @@ from tests.support import wait_until
 PARTITIONS = 2
 
 
-def _kafka_bootstrap(topology: Topology) -> str:
-    return ",".join(f"{n.host}:{n.kafka_ports[0]}" for n in topology.nodes.values() if n.alive())
-
-
 def _stored(topology: Topology, topic: str) -> list[bytes]:
     """Every record of the topic, read through laminar's door."""
     out: list[bytes] = []
@@ -44,7 +40,7 @@ def test_an_idempotent_kafka_producer_writes_each_acknowledged_record_once_acros
         client.create_topic(topic, PARTITIONS, replication_factor=healed.replication_factor)
     producer = confluent_kafka.Producer(
         {
-            "bootstrap.servers": _kafka_bootstrap(healed),
+            "bootstrap.servers": healed.kafka_bootstrap,
             "enable.idempotence": True,
             "linger.ms": 2,
             "message.timeout.ms": 120_000,
@@ -93,7 +89,7 @@ def test_a_kafka_group_keeps_its_positions_across_a_coordinator_kill(healed: Top
     def member() -> None:
         consumer = confluent_kafka.Consumer(
             {
-                "bootstrap.servers": _kafka_bootstrap(healed),
+                "bootstrap.servers": healed.kafka_bootstrap,
                 "group.id": group,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,

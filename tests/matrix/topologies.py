@@ -49,6 +49,11 @@ class Topology:
         return ",".join(node.bootstrap for node in self.nodes.values())
 
     @property
+    def kafka_bootstrap(self) -> str:
+        """The Kafka door of every live node (each node's first shard)."""
+        return ",".join(n.kafka_bootstrap for n in self.nodes.values() if n.alive())
+
+    @property
     def clustered(self) -> bool:
         return self.name != "single"
 
