@@ -291,7 +291,7 @@ def _heartbeat_answer(h: dict[str, Any]) -> HeartbeatAnswer:
         error=_error(h),
         wait_for=0,
         member_id=f.opt_string(h, "member_id"),
-        epoch=_int(h, "epoch", 0, f.U32 - 1),
+        epoch=_int(h, "epoch", EPOCH_MIN, f.U32 - 1),  # a leave's answer echoes it
         revision=_int(h, "revision", 0, f.U32 - 1),
         assignment=_parts(h, "assignment"),
         heartbeat_interval_s=_int(h, "interval_ms", 0, f.U32 - 1) / 1000,

@@ -14,8 +14,9 @@ through either door is read through both:
 - Fetch: records read as a `LogBatch` and sent as one RecordBatch v2 per
   partition; a fetch that finds less than `min_bytes` waits (up to
   `max_wait_ms`, capped by `--max-wait-ms`) for any of its partitions to grow.
-- Topic changes go to the metadata owner through the shard's dispatcher, as
-  laminar frames: one code path decides them whichever door asked.
+- Topic changes go to the metadata leader as laminar frames (over the peer
+  session when another node leads it; the client's rights checked here):
+  one code path decides them whichever door asked.
 
 - With --auth, every API is authorized here by the connection's principal
   (`_denied`: one cached `AclSet.authorize`), with Kafka's mapping of APIs to
@@ -489,7 +490,7 @@ class KafkaDoor:
     ) -> int:
         """The broker admin clients send topic changes to: the metadata owner's
         shard, on the metadata group's leader when this node knows it (any
-        shard takes them: its dispatcher carries them to the owner)."""
+        shard takes them: the door carries them to the metadata leader)."""
         node = leaders.get(METADATA_PID, self.ident.node_id)
         if node not in kafka_ports:
             node = self.ident.node_id
@@ -735,7 +736,7 @@ class KafkaDoor:
             if validate_only:
                 return result
             request = CreateTopicRequest(want.name, partitions, config, factor)
-            answer = await self._laminar(request, ctx)
+            answer = await self._to_metadata_leader(request)
             topic = CreateTopicResponse.from_frame(answer).topic
             result.topic_id = topic_uuid(topic.topic_id)
             result.num_partitions = topic.partitions
@@ -758,7 +759,7 @@ class KafkaDoor:
                     raise KafkaError(Kafka.UNKNOWN_TOPIC_ID, "delete topics by name")
                 if self._topic_denied(ctx, DELETE, name):
                     raise _not_allowed(DELETE, name)
-                await self._laminar(DeleteTopicRequest(name), ctx)
+                await self._to_metadata_leader(DeleteTopicRequest(name))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -771,8 +772,10 @@ class KafkaDoor:
 
     async def _to_metadata_leader(self, message: Message) -> Frame:
         """The metadata leader's answer to a laminar request of this node's own
-        (users and ACLs: the Kafka door checked the client's rights); a failure
-        raised as the KafkaError a Kafka client expects."""
+        (topics, users and ACLs: the Kafka door checked the client's rights);
+        a failure raised as the KafkaError a Kafka client expects. Kafka clients
+        send these to any broker, or to the controller an older metadata named:
+        the door takes them where they are decided."""
         try:
             return await self._routes.to_leader(message)
         except NodeUnreachable as exc:

@@ -83,6 +83,8 @@ PEER_OPS: Final = INTERNAL_WRITE_OPS | {
     Op.WRITE_STATUS,
     Op.LIST_OFFSETS,
     Op.FIND_COORDINATOR,
+    Op.CREATE_TOPIC,
+    Op.DELETE_TOPIC,
     Op.USERS,
     Op.ACLS,
     Op.METADATA,
@@ -91,8 +93,8 @@ PEER_OPS: Final = INTERNAL_WRITE_OPS | {
 protocol's internal ops, a commit's state (a staging node's expiry asks), a
 partition's range (a group coordinator checks a commit against its end), and
 where a group lives (the Kafka door asks the metadata leader, which makes the
-positions topic on the first ask), user and ACL changes (the Kafka door
-takes its clients' ones to the metadata leader, having checked their rights),
+positions topic on the first ask), topic, user and ACL changes (the Kafka
+door takes its clients' ones to the metadata leader, having checked their rights),
 and the metadata (the partition leaders a node knows: the Kafka door asks the
 nodes that hold a partition it does not; a client's metadata needs a login)."""
 NODE_OPS: Final = frozenset({Op.METADATA, Op.LIST_TOPICS})

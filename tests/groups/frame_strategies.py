@@ -24,6 +24,8 @@ from laminar.groups.messages import (
 from laminar.wire import TopicInfo
 
 u32 = st.integers(0, 2**32 - 1)
+epochs = st.integers(-2, 2**32 - 1)
+"""Member epochs: the leaves are -1 and -2."""
 u64 = st.integers(0, 2**64 - 1)
 pids = u64
 names = st.text(max_size=20)
@@ -60,7 +62,7 @@ REQUESTS: list[st.SearchStrategy[Any]] = [
             HeartbeatRequest,
             names,
             st.none() | names,
-            st.integers(-2, 2**32 - 1),
+            epochs,
             u32,
             st.none() | names,
             st.lists(names, max_size=3).map(tuple),
@@ -91,7 +93,9 @@ RESPONSES: list[st.SearchStrategy[Any]] = [
     ),
     _frame(
         g.HeartbeatAnswerFrame,
-        st.builds(HeartbeatAnswer, errors, st.just(0), st.none() | names, u32, u32, parts, ms),
+        st.builds(  # a leave's answer echoes its epoch (-1, -2)
+            HeartbeatAnswer, errors, st.just(0), st.none() | names, epochs, u32, parts, ms
+        ),
     ),
     _frame(
         g.CommitAnswerFrame,

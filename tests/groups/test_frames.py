@@ -1,5 +1,6 @@
 """The group ops' frames refuse a hostile header with `InvalidMessage`, never
-another exception (their round trips are in tests/wire/test_wire_messages.py)."""
+another exception (their round trips are in tests/wire/test_wire_messages.py;
+the answer to a leave, whose epochs random round trips rarely draw, here)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from laminar.groups import frames as frames  # registers the group ops
+from laminar.groups.errors import GroupError
+from laminar.groups.messages import LEAVE, LEAVE_STATIC, HeartbeatAnswer
 from laminar.wire import Flags, Op, decode_request, decode_response
 from laminar.wire.codec import Frame
 from laminar.wire.errors import InvalidMessage
@@ -72,3 +75,12 @@ def test_a_commit_names_each_position_as_topic_partition_index() -> None:
     )
     with pytest.raises(InvalidMessage, match="3 items"):
         decode_request(frame)
+
+
+@pytest.mark.parametrize("epoch", [LEAVE, LEAVE_STATIC])
+def test_the_answer_to_a_leave_round_trips(epoch: int) -> None:
+    """It echoes the leave's epoch (below 0): a decoder that wanted 0 and up
+    turned every Kafka LeaveGroup into INVALID_REQUEST."""
+    answer = HeartbeatAnswer(GroupError.NONE, 0, "m1", epoch, 3, frozenset(), 0.0)
+    message = frames.HeartbeatAnswerFrame(7, answer)
+    assert decode_response(message.to_frame(5)) == message
