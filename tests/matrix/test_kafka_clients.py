@@ -1,9 +1,9 @@
 """kcat, kafka-python and aiokafka, unmodified, on every topology
 (confluent-kafka has its own checks in test_kafka.py). Each produces to a
 partition before and after a kill of its leader (the clients follow the
-leader to its new broker), and reads it back from the beginning; kafka-python
-and aiokafka then consume it in a group and commit (lag 0 on laminar's door)
-and create and delete a topic with their admin clients. Every acknowledged
+leader to its new broker), reads it back from the beginning, and consumes it
+in a group that commits (lag 0 on laminar's door); kafka-python and aiokafka
+create and delete a topic with their admin clients (kcat has none). Every acknowledged
 record is stored exactly once, at the offset its client was told, checked by
 identity through laminar's door; every client reads the same records."""
 
@@ -122,6 +122,18 @@ def _aiokafka_read(bootstrap: str, topic: str) -> list[tuple[int, bytes]]:
 # -- group members: read everything expected, commit, leave ------------------------
 
 
+def _kcat_group(bootstrap: str, topic: str, group: str, expected: set[bytes]) -> None:
+    """kcat's balanced consumer (-G): to the end of every partition, then it
+    commits and leaves."""
+    done = subprocess.run(
+        ["kcat", "-b", bootstrap, "-G", group, "-o", "beginning", "-e", "-f", "%s\\n", topic],
+        capture_output=True,
+        timeout=TIMEOUT_S,
+        check=True,
+    )
+    assert expected <= set(done.stdout.splitlines()), done.stderr.decode()
+
+
 def _kafka_python_group(bootstrap: str, topic: str, group: str, expected: set[bytes]) -> None:
     consumer = kafka.KafkaConsumer(
         topic,
@@ -199,7 +211,7 @@ def _aiokafka_admin(
 PRODUCERS = {"kcat": _kcat_produce, "kafka-python": _kafka_python_produce}
 PRODUCERS["aiokafka"] = _aiokafka_produce
 READERS = {"kcat": _kcat_read, "kafka-python": _kafka_python_read, "aiokafka": _aiokafka_read}
-GROUPS = {"kafka-python": _kafka_python_group, "aiokafka": _aiokafka_group}
+GROUPS = {"kcat": _kcat_group, "kafka-python": _kafka_python_group, "aiokafka": _aiokafka_group}
 ADMINS = {"kafka-python": _kafka_python_admin, "aiokafka": _aiokafka_admin}
 
 
