@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from laminar.client.routing import parse_address, parse_addresses
 from laminar.replication.auth import SecretFileError, read_private_file
+from laminar.security.scram import password_line
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:7070"
 
@@ -143,8 +144,8 @@ def read_password(path: str) -> str:
         raise UsageError(str(exc)) from None
     except UnicodeDecodeError:
         raise UsageError(f"the password file {path} is not UTF-8 text") from None
-    password = text.removesuffix("\n").removesuffix("\r")
-    if not password or "\n" in password:
+    password = password_line(text)
+    if password is None:
         raise UsageError(f"the password file {path} must hold the password on one line")
     return password
 

@@ -98,6 +98,15 @@ class ScramCredential:
             raise ValueError(f"{self.mechanism.value} keys have {size} bytes")
 
 
+def password_line(text: str) -> str | None:
+    """The password a password file holds: its one line without the line's
+    end (leading and trailing spaces are the password's own, for every
+    reader: the CLI, the Spark connector, the bootstrap user file); None
+    unless the text is one non-empty line."""
+    line = text.removesuffix("\n").removesuffix("\r")
+    return line if line and "\n" not in line and "\r" not in line else None
+
+
 def make_credential(
     mechanism: Mechanism,
     password: str,

@@ -22,7 +22,7 @@ from laminar.replication.auth import SecretFileError, read_private_file
 from laminar.replication.metalog import MetadataService
 from laminar.security.credentials import check_user_name
 from laminar.security.errors import Refusal, SecurityRefusal
-from laminar.security.scram import PASSWORD_CHARS_MAX, Mechanism, make_credential
+from laminar.security.scram import PASSWORD_CHARS_MAX, Mechanism, make_credential, password_line
 
 logger = logging.getLogger("laminar.shards")
 
@@ -34,9 +34,9 @@ def read_user_file(path: str) -> tuple[str, str]:
     """(name, password) from an owner-only `NAME:PASSWORD` file; raises
     `SecretFileError` saying what is wrong (at start-up, before any shard runs)."""
     what = "the bootstrap user file"
-    text = read_private_file(path, what).decode("utf-8", "replace").strip()
-    name, sep, password = text.partition(":")
-    if not sep or not password or "\n" in text:
+    line = password_line(read_private_file(path, what).decode("utf-8", "replace"))
+    name, sep, password = (line or "").partition(":")
+    if not sep or not password:
         raise SecretFileError(f"{what} {path} must hold one line, NAME:PASSWORD")
     try:
         check_user_name(name)

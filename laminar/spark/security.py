@@ -33,6 +33,7 @@ import ssl
 from dataclasses import dataclass
 from typing import Any, Final
 
+from laminar.security.scram import password_line
 from laminar.security.tls import client_context
 from laminar.spark.errors import LaminarSparkError
 
@@ -243,4 +244,7 @@ def _read_password(path: str) -> str:
         raise LaminarSparkError(f"passwordFile {path} cannot be read: {exc}") from None
     if len(data) > PASSWORD_FILE_BYTES_MAX:
         raise LaminarSparkError(f"passwordFile {path} is over {PASSWORD_FILE_BYTES_MAX} B")
-    return data.decode("utf-8", "replace").strip()
+    password = password_line(data.decode("utf-8", "replace"))
+    if password is None:
+        raise LaminarSparkError(f"passwordFile {path} must hold the password on one line")
+    return password
