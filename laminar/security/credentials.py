@@ -108,6 +108,10 @@ class CredentialStore:
     def __init__(self, max_users: int = 1000) -> None:
         self.max_users = max_users
         self._users: dict[str, PutUser] = {}
+        self.removals = 0
+        """Moves whenever a user may have gone (a delete, a snapshot restored):
+        what logged-in connections compare per request (`Login.current`).
+        Volatile, this node's own: not part of the state."""
 
     # -- queries -----------------------------------------------------------------
 
@@ -176,7 +180,9 @@ class CredentialStore:
     def apply(self, entry: UserEntry) -> bool:
         """Apply one entry; True if it changed the store."""
         if isinstance(entry, DeleteUser):
-            return self._users.pop(entry.name, None) is not None
+            removed = self._users.pop(entry.name, None) is not None
+            self.removals += removed
+            return removed
         if entry.name not in self._users and len(self._users) >= self.max_users:
             return False
         if self._users.get(entry.name) == entry:
@@ -187,6 +193,7 @@ class CredentialStore:
     def restore(self, users: tuple[PutUser, ...]) -> None:
         """Replace the whole store with a snapshot's users."""
         self._users = {}
+        self.removals += 1
         for user in users:
             self.apply(user)
 

@@ -31,6 +31,8 @@ class AuthFailure(Enum):
     """A message after the exchange ended."""
     NOT_LOGGED_IN = "not-logged-in"
     """A request other than a login before the connection logged in."""
+    USER_DELETED = "user-deleted"
+    """A request on a connection whose user was deleted after it logged in."""
 
 
 class AuthenticationError(Exception):

@@ -28,6 +28,13 @@ Rules, and why:
   and log.
 - Users and the decoy key are read from the replicated `SecurityState` when
   the exchange starts (every shard holds them: no lookup elsewhere).
+- A SCRAM login lasts while its user does: once the user is deleted (on any
+  node: the deletion replicates), the connection's next request is refused
+  and the connection closed (`current`), where Kafka keeps such a connection
+  until it re-authenticates. A password change leaves logged-in connections
+  as they are (they proved the password that was right then), as Kafka does.
+  A certificate login names no user record: it lasts as long as the
+  connection.
 """
 
 from __future__ import annotations
@@ -54,8 +61,10 @@ class Login:
         "_fallback_key",
         "_mechanism",
         "_nonce",
+        "_removals",
         "_security",
         "_server",
+        "_user",
         "principal",
         "refused",
     )
@@ -73,11 +82,37 @@ class Login:
         """Who the connection is, once logged in."""
         self.refused: Refused | None = None
         """Why the login failed, once it has (for good)."""
+        self._user: str | None = None
+        """The SCRAM user logged in as (None: not, or by certificate)."""
+        self._removals = 0
 
     @property
     def done(self) -> bool:
         """Whether the connection has logged in."""
         return self.principal is not None
+
+    @property
+    def current(self) -> bool:
+        """Logged in, and a SCRAM login's user not deleted since: what a door
+        asks before each request. An int compared, until a user is deleted
+        anywhere; a login whose user is gone ends (`refused` says why)."""
+        if self.principal is None:
+            return False
+        users = self._security.users
+        if self._user is None or users.removals == self._removals:
+            return True
+        self._removals = users.removals
+        if self._user in users:
+            return True
+        self.principal = None
+        self.refused = Refused(
+            AuthFailure.USER_DELETED,
+            f"user {self._user} was deleted after logging in",
+            b"e=other-error",
+            f"authentication failed: user {self._user} was deleted; this connection "
+            "serves no more requests",
+        )
+        return False
 
     def by_certificate(self, certificate: Mapping[str, Any] | None) -> Refused | None:
         """Log in with the verified client certificate the TLS handshake gave
@@ -131,6 +166,8 @@ class Login:
         answer = self._server.receive(message)
         if isinstance(answer, Authenticated):
             self.principal = answer.principal
+            self._user = answer.user
+            self._removals = self._security.users.removals
         elif isinstance(answer, Refused):
             self.refused = answer
         return answer

@@ -278,6 +278,11 @@ class Connection:
         answer = AuthenticateResponse(step.message, done=isinstance(step, Authenticated))
         return LoginReply(answer.encode_buffers(frame.correlation_id))
 
+    def _ended(self, frame: Frame, refused: Refused) -> LoginReply:
+        """The reply to `frame` once the login has ended (`Login.current`: its
+        user was deleted): the reason, then the connection closes."""
+        return self._login_refusal(frame, refused)
+
     @staticmethod
     def _login_refusal(frame: Frame, refused: Refused) -> LoginReply:
         answer = ErrorResponse(frame.op, ErrorCode.AUTHENTICATION_FAILED, refused.reason)
@@ -454,8 +459,11 @@ class Connection:
 
     def _start(self, frame: Frame, frame_bytes: int, reserve: int) -> None:
         login = self._login
-        if login is not None and not login.done:
-            reply = self._login_step(login, frame)
+        if login is not None and not login.current:
+            refused = login.refused
+            reply = (
+                self._login_step(login, frame) if refused is None else self._ended(frame, refused)
+            )
             if reply is not None:
                 self._login_messages += 1
                 self._release(frame_bytes)  # answered here and now: nothing stays held

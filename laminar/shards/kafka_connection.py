@@ -26,6 +26,7 @@ from laminar.kafka import codec
 from laminar.kafka.framing import KafkaFrameDecoder
 from laminar.kafka.sasl import KafkaSasl
 from laminar.security.login import Login
+from laminar.security.scram import Refused
 from laminar.shards.budget import InputBudget
 from laminar.shards.connection import Connection, LoginReply
 from laminar.shards.dispatch import Dispatcher
@@ -108,6 +109,11 @@ class KafkaConnection(Connection):
         if reply.body is None:
             return None if reply.refused is None else LoginReply([], reply.refused)
         return LoginReply([codec.encode_response(request, reply.body)], reply.refused)
+
+    def _ended(self, frame: bytes, refused: Refused) -> LoginReply:  # type: ignore[override]
+        """Once the login has ended (its user was deleted): closed unanswered,
+        as Kafka closes a connection whose re-authentication fails."""
+        return LoginReply([], refused)
 
     def _answer_reserve(self, frame: bytes) -> int:  # type: ignore[override]
         """A fetch may answer up to the door's cap: reserve it (one request is in

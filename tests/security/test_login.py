@@ -11,7 +11,7 @@ import contextlib
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from laminar.security.credentials import PutUser
+from laminar.security.credentials import DeleteUser, PutUser
 from laminar.security.errors import AuthenticationError, AuthFailure
 from laminar.security.login import Login
 from laminar.security.scram import (
@@ -183,3 +183,38 @@ def test_hostile_login_messages_never_log_in(
     genuine = steps[:2] == [("first",), ("final",)]
     assert (login.principal == "User:alice") == genuine
     assert login.done == genuine
+
+
+def _logged_in_as_alice(security: SecurityState) -> Login:
+    login = Login(security, FALLBACK_KEY)
+    client = ScramClient(SHA256, "alice", PASSWORD)
+    challenge = login.step(SHA256.value, client.first())
+    assert isinstance(challenge, Challenge)
+    assert isinstance(login.step(SHA256.value, client.final(challenge.message)), Authenticated)
+    return login
+
+
+def test_a_login_ends_when_its_user_is_deleted_or_a_snapshot_drops_it() -> None:
+    for drop in ("delete", "snapshot"):
+        security = security_with_alice()
+        login = _logged_in_as_alice(security)
+        security.apply(PutUser("bob", security.users.snapshot()[0].credentials))
+        security.apply(DeleteUser("bob"))
+        assert login.current, "another user's deletion"
+        if drop == "delete":
+            security.apply(DeleteUser("alice"))
+        else:
+            security.restore({"users": [], "acls": []})
+        assert not login.current and not login.done
+        assert login.refused is not None and login.refused.failure is AuthFailure.USER_DELETED
+        assert "alice was deleted" in login.refused.reason
+
+
+def test_a_password_change_or_a_snapshot_keeping_the_user_leaves_the_login() -> None:
+    security = security_with_alice()
+    login = _logged_in_as_alice(security)
+    kept = security.snapshot_body()
+    credentials = tuple(make_credential(m, "new-password", iterations=4096) for m in Mechanism)
+    security.apply(PutUser("alice", credentials))
+    security.restore(kept)
+    assert login.current and login.principal == "User:alice"

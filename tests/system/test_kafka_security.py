@@ -17,9 +17,11 @@ from typing import Any
 import pytest
 
 from laminar.certs import Pem, make_ca, make_cert
+from laminar.client import Client
 from laminar.kafka import messages as m
 from laminar.kafka.errors import ErrorCode
 from laminar.security.scram import Mechanism
+from tests.support import wait_until
 from tests.system.kafka_wire import (
     Closed,
     KafkaWire,
@@ -65,6 +67,10 @@ class SecuredNode:
             "sasl.username": user,
             "sasl.password": password,
         }
+
+    def laminar_login(self, user: str, password: str) -> dict[str, Any]:
+        """A laminar `Client`'s options to log in to the node's own door."""
+        return {"tls": True, "ca_file": self.ca.cert, "username": user, "password": password}
 
     def wire(self, shard: int = 0) -> KafkaWire:
         return KafkaWire(self.node.host, self.node.kafka_ports[shard], self.ca.cert)
@@ -638,3 +644,38 @@ def test_a_client_certificate_names_the_principal_the_acls_judge(secured: Secure
     assert outcomes[hidden].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert secured.values(topic) == [b"by-certificate"]
     assert secured.values(hidden) == []
+
+
+def test_a_deleted_user_s_connection_is_closed_at_its_next_request(secured: SecuredNode) -> None:
+    """A SCRAM login lasts while its user does (Kafka would keep the
+    connection until it re-authenticates)."""
+    user, password = f"dora-{uuid.uuid4().hex[:6]}", "dora-secret-1"
+
+    def logged_in_wire() -> KafkaWire | None:
+        wire = secured.wire()
+        if wire.log_in(user, password).error_code == 0:
+            return wire
+        wire.close()  # the user has not reached this shard yet
+        return None
+
+    def still_served(wire: KafkaWire) -> bool:
+        try:
+            wire.call(m.MetadataRequest(topics=[]), 9)
+        except Closed:
+            return False
+        return True
+
+    login = secured.laminar_login(*ADMIN)
+    with Client(secured.node.bootstrap, **login) as admin:
+        admin.create_user(user, password)
+        wire = wait_until(logged_in_wire, f"{user} logs in")
+        with wire:
+            assert still_served(wire)
+            before = secured.metric("laminar_auth_failures_total")
+            admin.delete_user(user)
+            wait_until(lambda: not still_served(wire), "the connection closed")
+
+    def deletions(samples: dict[str, float]) -> float:
+        return sum(n for labels, n in samples.items() if 'reason="user-deleted"' in labels)
+
+    assert deletions(secured.metric("laminar_auth_failures_total")) == deletions(before) + 1

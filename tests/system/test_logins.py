@@ -494,3 +494,24 @@ def test_a_principal_cannot_commit_or_abort_another_s_atomic_write(
         with pytest.raises(NotAuthorizedError):  # the decision is the owner's
             intruder.abort_write(write_id, parts)
         assert [r.value for r in admin.fetch(topic, 0, 0)] == [b"w1", b"w2"]
+
+
+def test_a_deleted_user_s_connection_serves_no_more_requests(
+    node: RunningNode, files: Files, admin: Client
+) -> None:
+    """Its next request gets the reason and the connection closes; a new
+    connection then fails to log in, as an unknown user does."""
+    admin.create_user("dora", "dora-secret-1")
+    with logged_in(node, files, "dora", "dora-secret-1") as dora:
+        dora.list_topics()
+        admin.delete_user("dora")
+        deadline = time.monotonic() + LOGIN_DEADLINE_S
+        while True:  # until the deletion reaches the shard serving dora's connection
+            try:
+                dora.list_topics()
+            except AuthenticationFailedError as exc:
+                assert "user dora was deleted" in exc.message
+                break
+            assert time.monotonic() < deadline, "dora's connection still served"
+        with pytest.raises(AuthenticationFailedError, match="invalid user name or password"):
+            dora.list_topics()
