@@ -28,6 +28,8 @@ from tests.support import wait_until
 PER_PHASE = 20
 TIMEOUT_S = 60.0
 FORMAT = ("-f", "%o %s\\n")
+MEMBER = {"auto_offset_reset": "earliest", "enable_auto_commit": False}
+"""A group member that reads from the start and commits only when told."""
 Acked = dict[bytes, int | None]
 """Value -> the offset its producer was told (None: the client does not say)."""
 
@@ -135,13 +137,7 @@ def _kcat_group(bootstrap: str, topic: str, group: str, expected: set[bytes]) ->
 
 
 def _kafka_python_group(bootstrap: str, topic: str, group: str, expected: set[bytes]) -> None:
-    consumer = kafka.KafkaConsumer(
-        topic,
-        bootstrap_servers=bootstrap,
-        group_id=group,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-    )
+    consumer = kafka.KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, **MEMBER)
     try:
         seen: set[bytes] = set()
         deadline = time.monotonic() + TIMEOUT_S
@@ -156,11 +152,7 @@ def _kafka_python_group(bootstrap: str, topic: str, group: str, expected: set[by
 def _aiokafka_group(bootstrap: str, topic: str, group: str, expected: set[bytes]) -> None:
     async def run() -> None:
         consumer = aiokafka.AIOKafkaConsumer(
-            topic,
-            bootstrap_servers=bootstrap,
-            group_id=group,
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
+            topic, bootstrap_servers=bootstrap, group_id=group, **MEMBER
         )
         await consumer.start()
         try:
