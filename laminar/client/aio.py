@@ -33,7 +33,18 @@ from laminar.client import calls, groups, security, writes
 from laminar.client.aio_connection import AsyncConnection
 from laminar.client.batch import RecordBatch
 from laminar.client.consumer import AsyncConsumer, ConsumerCore, ConsumerOptions
-from laminar.client.core import REFRESH, ClientCore, Drop, Join, Plan, Send, Sleep, Start, sent
+from laminar.client.core import (
+    REFRESH,
+    ClientCore,
+    Drop,
+    Join,
+    Plan,
+    Ready,
+    Send,
+    Sleep,
+    Start,
+    sent,
+)
 from laminar.client.errors import ConnectionLostError, LaminarError
 from laminar.client.groups import GroupDescription
 from laminar.client.login import ClientLogin, Credentials
@@ -518,6 +529,8 @@ class AsyncClient(ClientCore):
                     value = await asyncio.shield(action.handle)
                 elif type(action) is Drop:
                     abandon(action.handle)
+                elif type(action) is Ready:
+                    value = action.handle.done()
                 else:
                     await self._recover()
             except LaminarError as exc:

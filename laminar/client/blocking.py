@@ -325,20 +325,46 @@ class BlockingConnection:
                 self._salvage_locked()
             self._fail_locked(error)
 
+    def answered(self, corr: int) -> bool:
+        """Whether `wait(corr)` would not wait: its answer is filed (read now,
+        without blocking, unless another thread is the reader, which files it
+        as it comes) or the connection broke."""
+        with self._cond:
+            if corr not in self._done and self._error is None and not self._reading:
+                self._file_available_locked(fail=True)
+            return corr in self._done or self._error is not None
+
     def _salvage_locked(self) -> None:
         """File the complete answers already received, without blocking."""
-        while True:
+        self._file_available_locked(fail=False)
+
+    def _file_available_locked(self, *, fail: bool) -> None:
+        """File the complete answers the socket holds now, without blocking;
+        with `fail`, a socket found closed or failing breaks the connection."""
+        error: ConnectionLostError | None = None
+        while error is None:
             try:
                 n = self._sock.recv_into(
                     self._view, min(_READ_BYTES, self._proto.receive_room), socket.MSG_DONTWAIT
                 )
-                frames = self._proto.receive(self._view[:n]) if n > 0 else []
-            except (OSError, ConnectionLostError):
-                return
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                error = self._lost(exc)
+                break
+            if n == 0:
+                error = ConnectionLostError(f"{self._name()} closed the connection")
+                break
+            try:
+                frames = self._proto.receive(self._view[:n])
+            except ConnectionLostError as exc:
+                error = exc
+                break
             for frame in frames:
                 self._done[frame.correlation_id] = frame
-            if n <= 0:
-                return
+        if fail and error is not None:
+            self._fail_locked(error)
+        self._cond.notify_all()
 
     def _fail_locked(self, error: ConnectionLostError) -> None:
         if self._error is None:

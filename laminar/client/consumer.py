@@ -47,7 +47,16 @@ one per partition at most; `prefetch_stats` counts them.
 Unwaited commits (`commit(wait=False)`, Kafka's commitAsync): the commit is
 sent and the app goes on; its answer is taken by the next commit (which
 raises first if it was refused), by a revocation before the partitions are
-released, or by leaving. One is in flight at most, so commits land in order.
+released, or by leaving. One is in flight at most, so commits land in order:
+an unwaited commit made while the last one is still unanswered is not sent
+but kept (`commits_kept` counts them), merged with any kept before it (a
+later position of a partition replaces an earlier one: positions only move
+forward), and leaves with the next commit made once that answer is in, or
+with a waited commit, a revocation's settling or the leave. So an app that
+commits every batch pays one commit round trip in flight, never waits for
+one, and the coordinator sees one commit per round trip instead of one per
+batch; what a member that dies held kept is read again by the next owner (at
+least once, as for a commit lost in flight).
 """
 
 from __future__ import annotations
@@ -62,7 +71,18 @@ from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, Protocol, TypedDict
 
 from laminar.client import calls
-from laminar.client.core import RECOVER, REFRESH, ClientCore, Drop, Join, Plan, Send, Sleep, Start
+from laminar.client.core import (
+    RECOVER,
+    REFRESH,
+    ClientCore,
+    Drop,
+    Join,
+    Plan,
+    Ready,
+    Send,
+    Sleep,
+    Start,
+)
 from laminar.client.errors import LaminarError, OffsetOutOfRangeError
 from laminar.client.groups import coordinator_plan, group_call, group_plan
 from laminar.client.results import expect, fetched_records
@@ -242,6 +262,11 @@ class ConsumerCore:
         self._unwaited: tuple[CommitRequest, Any] | None = None
         """The commit sent by `commit(wait=False)` and not yet answered: its
         request and the shell's handle."""
+        self._kept: dict[TopicPartition, int] = {}
+        """Positions of unwaited commits made while `_unwaited` was in flight,
+        merged: sent by the next commit."""
+        self.commits_kept = 0
+        """Unwaited commits kept behind the one in flight instead of sent."""
         self.wake: Callable[[], None] = lambda: None
         """Set by the shell: wakes its heartbeat loop (something is due sooner)."""
 
@@ -512,18 +537,19 @@ class ConsumerCore:
         made at the epoch the member is leaving (STALE_EPOCH: the heartbeat
         answer moving it on is on its way) is sent again at the new one.
 
-        `wait=False` sends the commit and returns: its answer is taken by the
-        next commit (which raises first if it was refused), by a revocation
-        (before the partitions are released) or by leaving (logged). One
-        commit is in flight at most, so commits land in the order made. A
-        STALE_EPOCH answer to it is not sent again: the next commit carries
-        those partitions (and a member that commits no more reads them again,
-        at least once)."""
-        yield from self._settle_plan()
-        if not wait:
-            yield from self._send_plan(positions)
-            return
+        `wait=False` sends the commit and returns (see the module docstring:
+        one in flight at most, later ones kept behind it, merged). A waited
+        commit first takes the answer of the one in flight (raising its
+        refusal) and carries what was kept along with its own positions."""
         wanted = dict(self._delivered if positions is None else positions)
+        if not wait:
+            yield from self._unwaited_plan(wanted)
+            return
+        yield from self._join_unwaited_plan()
+        wanted, self._kept = {**self._kept, **wanted}, {}
+        yield from self._waited_plan(wanted)
+
+    def _waited_plan(self, wanted: dict[TopicPartition, int]) -> Plan[None]:
         refused: dict[TopicPartition, GroupError] = {}
         deadline = self._clock.monotonic() + self.member.request_timeout_s
         while wanted:
@@ -557,11 +583,17 @@ class ConsumerCore:
         if refused:
             raise CommitFailedError(refused)
 
-    def _send_plan(self, positions: Mapping[TopicPartition, int] | None) -> Plan[None]:
-        """Send a commit without waiting for its answer (`commit_plan`)."""
-        wanted = dict(self._delivered if positions is None else positions)
+    def _unwaited_plan(self, wanted: dict[TopicPartition, int]) -> Plan[None]:
+        """An unwaited commit: kept behind the one in flight while that is
+        unanswered, else sent (with what was kept) once its answer is taken."""
         if not wanted:
             return
+        if self._unwaited is not None and not (yield Ready(self._unwaited[1])):
+            self._kept.update(wanted)
+            self.commits_kept += 1
+            return
+        yield from self._join_unwaited_plan()
+        wanted, self._kept = {**self._kept, **wanted}, {}
         pid = yield from self._coordinator_plan()
         with self._lock:
             request = self.member.commit_request(wanted, self._grants)
@@ -575,8 +607,19 @@ class ConsumerCore:
             raise CommitFailedError(dict.fromkeys(wanted.keys() - held.keys(), GroupError.FENCED))
 
     def _settle_plan(self) -> Plan[None]:
-        """Take the answer of the unwaited commit, if any; raises
-        `CommitFailedError` if it was refused (STALE_EPOCH aside)."""
+        """Before a revocation's release or a leave: take the unwaited
+        commit's answer, then commit what was kept behind it, waiting; raises
+        `CommitFailedError` if either was refused (STALE_EPOCH aside)."""
+        yield from self._join_unwaited_plan()
+        if self._kept:
+            kept, self._kept = self._kept, {}
+            yield from self._waited_plan(kept)
+
+    def _join_unwaited_plan(self) -> Plan[None]:
+        """Take the answer of the unwaited commit in flight, if any; raises
+        `CommitFailedError` if it was refused (STALE_EPOCH aside: what it
+        carried is at least once, read again by the next owner if no later
+        commit covers it)."""
         unwaited, self._unwaited = self._unwaited, None
         if unwaited is None:
             return

@@ -16,8 +16,10 @@ returns the result (or raises the typed error). It yields
 - `Start(call)`: send `call` now without waiting for it (retried as any call)
   and answer with a handle; `Join(handle)` answers with its result (or
   throws its error), `Drop(handle)` abandons it (its answer is never looked
-  at). A plan keeps a request in flight while its caller does something else
-  (a group consumer's prefetch, `laminar.client.consumer`).
+  at), `Ready(handle)` answers whether its answer is in (`Join` would not
+  wait), without waiting. A plan keeps a request in flight while its caller
+  does something else (a group consumer's prefetch and unwaited commits,
+  `laminar.client.consumer`).
 
 A shell throws the `LaminarError` an action failed with into the plan
 instead of answering (`generator.throw`); the plan decides what it means. So
@@ -125,13 +127,20 @@ class Drop(NamedTuple):
     handle: Any
 
 
+class Ready(NamedTuple):
+    """Whether a `Start`ed call's answer (or error) is in, so that `Join` would
+    not wait; answer a bool, without waiting."""
+
+    handle: Any
+
+
 REFRESH: Final = _Refresh()
 """Fetch the metadata (`_metadata_plan`); answer with the new `ClusterView`."""
 RECOVER: Final = _Recover()
 """Before a retry: drop broken connections, refresh the metadata (a failure
 here is left for the retry to meet); answer None."""
 
-Action = Send | Sleep | _Refresh | _Recover | Start | Join | Drop
+Action = Send | Sleep | _Refresh | _Recover | Start | Join | Drop | Ready
 Plan = Generator[Action, Any, T]
 """An operation as the actions it needs (see the module docstring)."""
 

@@ -33,6 +33,7 @@ from laminar.client.core import (
     Drop,
     Join,
     Plan,
+    Ready,
     Send,
     Sleep,
     Start,
@@ -147,6 +148,8 @@ class Pending(Generic[T]):
                     value = action.handle.result()
                 elif type(action) is Drop:
                     action.handle.abandon()
+                elif type(action) is Ready:
+                    value = action.handle.ready()
                 else:
                     client._recover()
             except LaminarError as exc:
@@ -156,6 +159,15 @@ class Pending(Generic[T]):
     def done(self) -> bool:
         """Whether the final answer is in: `result()` will not wait."""
         return self._result is not _NO_RESULT or self._failed is not None
+
+    def ready(self) -> bool:
+        """Whether `result()` would not wait: the final answer is in, or the
+        answer to the request out now is (read without blocking, if no other
+        thread is reading this connection: else it files it when it comes)."""
+        if self.done:
+            return True
+        conn = self._conn
+        return self._backoff is None and conn is not None and conn.answered(self._corr)
 
     def abandon(self) -> None:
         """Give up on the answer (a prefetch nobody wants any more): the request

@@ -14,7 +14,7 @@ import pytest
 
 from laminar.client import consumer as consumer_module
 from laminar.client.consumer import ConsumedRecord, ConsumerCore
-from laminar.client.core import Drop, Join, Plan, Sleep, Start
+from laminar.client.core import Drop, Join, Plan, Ready, Sleep, Start
 from laminar.client.errors import LaminarError, OffsetOutOfRangeError, RequestTimeoutError
 from laminar.groups.errors import GroupError
 from laminar.groups.frames import CommitAnswerFrame, PositionsAnswerFrame
@@ -64,6 +64,8 @@ class CommitHandle:
 
     answer: CommitAnswer
     fate: str = "in flight"
+    answered: bool = True
+    """Whether its answer has come (`Ready`); `Join` takes it either way."""
 
 
 @dataclass
@@ -83,10 +85,17 @@ class Shell:
     ahead_seen_max: dict[tuple[str, int], int] = field(default_factory=dict)
     fetch_s: float = 0.0
     """How long every fetch's answer takes from now on."""
+    commits_answer_later: bool = False
+    """Unwaited commits sent from now on are unanswered (`Ready` says no)
+    until `answer_commits()`."""
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
     """The group's committed positions, as a positions query answers them."""
     while_fetching: Callable[[], None] | None = None
     """Runs once, inside the next fetch (what the heartbeat thread does meanwhile)."""
+
+    def answer_commits(self) -> None:
+        for handle in self.commit_handles:
+            handle.answered = True
 
     def go_away(self) -> None:
         """The partitions' leader goes away: fetches in flight are lost too."""
@@ -146,7 +155,8 @@ class Shell:
         if isinstance(action, tuple) and action[:1] == ("group",):
             return self.group(action[1], action[2])
         if type(action) is Start and isinstance(action.call, GroupAsk):
-            commit = CommitHandle(self.group(action.call.message, action.call.answer))
+            answer = self.group(action.call.message, action.call.answer)
+            commit = CommitHandle(answer, answered=not self.commits_answer_later)
             self.commit_handles.append(commit)
             return commit
         if type(action) is Start:
@@ -163,6 +173,9 @@ class Shell:
             if action.handle.lost:
                 raise RequestTimeoutError("the fetch's answer was lost")
             return self.fetch(action.handle.fetch)
+        if type(action) is Ready:
+            assert action.handle.fate == "in flight", "asked after its answer was taken"
+            return action.handle.answered
         if type(action) is Drop:
             assert action.handle.fate == "in flight"
             action.handle.fate = "dropped"

@@ -240,3 +240,29 @@ def test_sends_queued_while_a_write_is_under_way_leave_in_one_write(
     assert got == {pid: pid for pid in range(1, n + 1)}
     assert len(counting.writes) == 1  # one sendmsg carried all five frames
     conn.close()
+
+
+def test_answered_reads_without_blocking_and_says_whether_wait_would(
+    peer: Callable[[Script], tuple[str, int]],
+) -> None:
+    go = threading.Event()
+
+    def script(conn: socket.socket) -> None:
+        frames = read_frames(conn, 2)
+        go.wait(10)
+        conn.sendall(answer(frames[1]))  # the second one only
+        read_frames(conn, 1)
+
+    conn = BlockingConnection(peer(script))
+    first, second = conn.send(Ping(1)), conn.send(Ping(2))
+    started = time.monotonic()
+    assert not conn.answered(first) and not conn.answered(second)
+    assert time.monotonic() - started < 0.2, "it waited"
+    go.set()
+    deadline = time.monotonic() + 10
+    while not conn.answered(second):
+        assert time.monotonic() < deadline
+    assert not conn.answered(first)
+    assert conn.wait(second, deadline).correlation_id == second
+    conn.close()
+    assert conn.answered(first), "broken: wait would raise at once"

@@ -1,8 +1,11 @@
 """Unwaited commits of the group consumer (`commit(wait=False)`), driven
 without a node by the fake shell of `tests.client.consumer_fakes`. The rules:
-one in flight at most, so commits land in the order made; its refusal is
-raised by the next commit; a revocation takes its answer before releasing
-the partitions; leaving takes it too, and only logs a refusal."""
+one in flight at most, so commits land in the order made; those made while
+it is unanswered are kept, merged, and leave with the next commit (or are
+committed by a waited commit, before a revocation's release, at the leave);
+its refusal is raised by the next commit; a revocation takes its answer
+before releasing the partitions; leaving takes it too, and only logs a
+refusal."""
 
 from __future__ import annotations
 
@@ -82,3 +85,58 @@ def test_leaving_takes_the_unwaited_answer_and_logs_a_refusal(
     member.leave()
     assert [h.fate for h in shell.commit_handles] == ["joined"]
     assert "the last unwaited commit failed" in caplog.text
+
+
+def _kept_behind_one_in_flight(shell: Shell, member: Member) -> list[dict[tuple[str, int], int]]:
+    """Three polls, each committed unwaited while the first commit stays
+    unanswered: the first is sent, the next two kept. What poll had returned
+    after each."""
+    shell.commits_answer_later = True
+    seen = []
+    for _ in range(3):
+        member.poll()
+        member.commit(wait=False)
+        seen.append(dict(member.core._delivered))
+    assert len(shell.commit_handles) == 1 and member.core.commits_kept == 2
+    return seen
+
+
+def test_commits_made_while_one_is_unanswered_are_kept_and_leave_merged_with_the_next() -> None:
+    shell = Shell({P0: 1000, P1: 1000})
+    member = Member(shell, max_records=100)
+    member.assign(P0, P1)
+    seen = _kept_behind_one_in_flight(shell, member)
+    shell.answer_commits()
+    member.poll()
+    member.commit(wait=False)  # the first one's answer is in: sent, with what was kept
+    assert shell.commits == [seen[0], {**seen[2], **member.core._delivered}]
+    assert [h.fate for h in shell.commit_handles] == ["joined", "in flight"]
+
+
+@pytest.mark.parametrize("then", ["waited commit", "revocation", "leave"])
+def test_what_was_kept_is_committed_by_a_waited_commit_a_revocation_and_a_leave(
+    then: str,
+) -> None:
+    shell = Shell({P0: 1000, P1: 1000})
+    member = Member(shell, max_records=100)
+    member.assign(P0, P1)
+    seen = _kept_behind_one_in_flight(shell, member)
+    if then == "waited commit":
+        shell.run(member.core.commit_plan({P1: 999}))
+        assert shell.commits[-1] == {**seen[2], P1: 999}
+    elif then == "revocation":
+        released = []
+        release = member.core.member.release
+
+        def watched(parts: frozenset[tuple[str, int]]) -> None:
+            released.append(list(shell.commits))
+            release(parts)
+
+        member.core.member.release = watched  # type: ignore[method-assign]
+        member.assign(P1)  # P0 revoked
+        member.poll()
+        assert released == [[seen[0], seen[2]]], "kept positions committed before the release"
+    else:
+        member.leave()
+        assert shell.commits == [seen[0], seen[2]]
+    assert [h.fate for h in shell.commit_handles] == ["joined"]
