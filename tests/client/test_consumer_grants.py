@@ -55,3 +55,22 @@ def test_a_fetch_answered_after_the_partition_came_back_is_not_delivered(prefetc
     assert got[0].index == 150
     delivered = [i for t, p, i in m.delivered if (t, p) == (TOPIC, 0)]
     assert delivered == list(range(100)) + list(range(150, 150 + len(got)))
+
+
+def test_an_unwaited_commit_kept_behind_one_in_flight_dies_with_its_grant() -> None:
+    """Kept (not yet sent) when P0 was lost; once P0 comes back, what was read
+    under the old grant is not sent under the new one."""
+    shell = Shell({P0: 1000})
+    m = Member(shell)
+    m.assign(P0)
+    m.poll()
+    shell.commits_answer_later = True
+    m.commit(wait=False)  # 0..99: sent, unanswered
+    m.poll()
+    m.commit(wait=False)  # 100..199: kept
+    assert shell.commits == [{P0: 100}] and m.core.commits_kept == 1
+    shell.answer_commits()
+    _lost_and_given_back(m, others_commit=1000)  # the other member read it all
+    assert m.poll() == []  # the loss and the new grant taken: nothing left to read
+    m.commit()
+    assert shell.commits == [{P0: 100}], "what the old grant read, not sent under the new"
