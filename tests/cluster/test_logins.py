@@ -65,12 +65,19 @@ def metadata_group(node: RunningNode) -> dict[str, Any]:
 
 
 def logs_in_everywhere(nodes: dict[str, RunningNode], **options: Any) -> None:
-    """A client logs in through each node alone (its node port and every shard)."""
-    for node in nodes.values():
+    """A client logs in through each node alone (its node port and every shard),
+    once the node's shards have applied the user (each a moment after the
+    metadata leader committed it)."""
+
+    def everywhere_on(node: RunningNode) -> bool:
         with login(node, **options) as client:
             client.refresh_metadata_view()
             for shard in range(len(node.shard_ports)):
                 client.ping(shard=shard)
+        return True
+
+    for name, node in nodes.items():
+        wait_until(lambda n=node: everywhere_on(n), f"logins on every shard of {name}")
 
 
 @pytest.mark.parametrize("peers", ["secret", "certificates"])
