@@ -157,7 +157,7 @@ async def _produce(net: FakeNetwork, blob: bytes) -> tuple[int, int]:
             await asyncio.wait([done], timeout=10 * TICK_S)
         if done.done() and done.exception() is None:
             return index, ts
-        done.add_done_callback(lambda f: f.exception())  # its outcome is read below
+        done.add_done_callback(lambda f: f.cancelled() or f.exception())  # read below
         committed = await _settled_records(net)
         copies = [(index, ts) for index, ts, value in committed if value == blob]
         if copies:
