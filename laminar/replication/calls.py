@@ -134,7 +134,7 @@ class PeerCalls:
         self.auth = auth
         self.view = view
         self.max_frame_bytes = max_frame_bytes
-        self._layouts: dict[str, NodeLayout] = {}
+        self._layouts: dict[str, tuple[float, NodeLayout]] = {}
         self._leaders: dict[str, tuple[float, dict[int, str]]] = {}
         self._clock = clock
         self._connections: dict[tuple[str, int], _Connection] = {}
@@ -167,14 +167,18 @@ class PeerCalls:
             raise PeerLinkError(f"{node_id!r} is not a member of the cluster")
         return member
 
-    async def layout(self, node_id: str) -> NodeLayout:
+    async def layout(self, node_id: str, max_age_s: float | None = None) -> NodeLayout:
         """Where `node_id`'s shards listen (asked once, then kept until a call
-        to it fails). Raises `PeerLinkError`, OSError or TimeoutError."""
-        layout = self._layouts.get(node_id)
-        if layout is None:
-            member = self._member(node_id)
-            layout = await fetch_layout(member.host, member.port, self.auth, node_id)
-            self._layouts[node_id] = layout
+        to it fails, or, with `max_age_s`, asked again when the one kept is
+        older). Raises `PeerLinkError`, OSError or TimeoutError."""
+        now = self._clock.monotonic()
+        kept = self._layouts.get(node_id)
+        if kept is not None and (max_age_s is None or now - kept[0] <= max_age_s):
+            return kept[1]
+        self._layouts.pop(node_id, None)
+        member = self._member(node_id)
+        layout = await fetch_layout(member.host, member.port, self.auth, node_id)
+        self._layouts[node_id] = (now, layout)
         return layout
 
     async def leaders(self, node_id: str) -> dict[int, str]:

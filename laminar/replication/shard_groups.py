@@ -535,7 +535,7 @@ class ShardGroups:
             self.host.add(group)
             replica = self._orphans.pop(pid, None)
             if replica is None:
-                replica = RaftReplica(group, self._heard_lately)
+                replica = RaftReplica(group, self._not_silent)
             else:
                 replica.rebind(group)
             self.replicas[pid] = replica
@@ -620,13 +620,21 @@ class ShardGroups:
         replica = self.replicas.get(pid)
         return 0 if replica is None else max(0, replica.highest_index - 1)
 
-    def _heard_lately(self, node_id: str) -> bool:
-        """Not known to be silent: heard from within an election timeout
-        (keepalives arrive every tick, also while every group is quiesced), or
-        never yet (a shard whose peers have not sent it anything so far, as
-        right after a topic is created, is not cut off for that)."""
+    def silent(self, node_id: str) -> bool:
+        """Heard from before, but not within an election timeout (keepalives
+        arrive every tick, also while every group is quiesced): gone quiet."""
         heard = self.links.last_heard(node_id)
-        return heard is None or self.clock.monotonic() - heard <= TICK_S * ELECTION_TICKS
+        return heard is not None and self.clock.monotonic() - heard > TICK_S * ELECTION_TICKS
+
+    def heard_from(self, node_id: str) -> bool:
+        """Whether `node_id` ever sent this shard anything (a shard that shares
+        no group with a node, and is not the one its keepalives go to, never hears it)."""
+        return self.links.last_heard(node_id) is not None
+
+    def _not_silent(self, node_id: str) -> bool:
+        """What a replica may count as reachable: not gone quiet (a node never
+        heard yet, as right after a topic is created, is not cut off for that)."""
+        return not self.silent(node_id)
 
     async def close_group(self, pid: int) -> None:
         """Stop `pid`'s group (the partition manager closes and removes its files)."""

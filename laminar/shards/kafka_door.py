@@ -96,6 +96,9 @@ PRODUCER_ID_BITS: Final = 47
 (16 bits) still inside laminar's u64 producer id."""
 DEFAULT_PARTITIONS: Final = 1
 """What CreateTopics with `num_partitions = -1` gets (Kafka's `num.partitions`)."""
+LAYOUT_RECHECK_S: Final = 1.0
+"""How long a shard trusts the layout of a node it never hears from before
+asking again whether that node is there (one connection per second at most)."""
 
 _LAMINAR_TO_KAFKA: Final = {
     ErrorCode.UNKNOWN_TOPIC: Kafka.UNKNOWN_TOPIC_OR_PARTITION,
@@ -404,18 +407,23 @@ class KafkaDoor:
         )
 
     async def _kafka_ports(self, ctx: RequestContext) -> dict[str, tuple[str, tuple[int, ...]]]:
-        """(host, Kafka port per shard) of every node this shard can name: itself
-        and, on a cluster, each member whose layout it has or can ask for now
-        (a node that cannot be reached is left out: no partition leads there)."""
+        """(host, Kafka port per shard) of every live node this shard can name:
+        itself and, on a cluster, each member it hears from, or, where it never
+        hears from a node, whose layout it could ask for within the last
+        `LAYOUT_RECHECK_S`. A node gone quiet or unreachable is left out, as
+        Kafka lists only live brokers (no partition leads there, and admin
+        clients send to any broker listed, one that refuses included)."""
         ident = self.ident
         out = {ident.node_id: (self._host(ctx), ident.kafka_ports)}
         if self._peers is None:
             return out
-        for node in self.handlers.replicas.nodes():
-            if node.node_id == ident.node_id:
+        replicas = self.handlers.replicas
+        for node in replicas.nodes():
+            if node.node_id == ident.node_id or replicas.silent(node.node_id):
                 continue
+            recheck = None if replicas.heard_from(node.node_id) else LAYOUT_RECHECK_S
             try:
-                layout = await self._peers.layout(node.node_id)
+                layout = await self._peers.layout(node.node_id, recheck)
             except (OSError, TimeoutError, ProtocolError, PeerLinkError):
                 continue
             if layout.kafka_ports:

@@ -46,6 +46,14 @@ class Replicas(Protocol):
         leader of (none alone)."""
         ...
 
+    def silent(self, node_id: str) -> bool:
+        """Whether node `node_id` was heard from on this shard and has gone quiet."""
+        ...
+
+    def heard_from(self, node_id: str) -> bool:
+        """Whether node `node_id` ever sent this shard anything."""
+        ...
+
     def placed_on(self, pid: int, topic: TopicInfo) -> tuple[str, ...]:
         """The nodes placement puts partition `pid` on ("" names this node alone)."""
         ...
@@ -81,6 +89,12 @@ class NodeReplicas:
     def leaders(self) -> tuple[tuple[int, str], ...]:
         return ()
 
+    def silent(self, node_id: str) -> bool:
+        return False
+
+    def heard_from(self, node_id: str) -> bool:
+        return False
+
     def placed_on(self, pid: int, topic: TopicInfo) -> tuple[str, ...]:
         return ("",)
 
@@ -113,6 +127,12 @@ class ClusterReplicas:
 
     def leaders(self) -> tuple[tuple[int, str], ...]:
         return self._replication.leaders()
+
+    def silent(self, node_id: str) -> bool:
+        return self._replication.silent(node_id)
+
+    def heard_from(self, node_id: str) -> bool:
+        return self._replication.heard_from(node_id)
 
     def placed_on(self, pid: int, topic: TopicInfo) -> tuple[str, ...]:
         return tuple(self._replication.replica_nodes(pid, topic.replication_factor))

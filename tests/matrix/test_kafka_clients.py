@@ -21,9 +21,11 @@ import kafka
 import kafka.admin
 
 from laminar.client import Client
+from laminar.kafka import messages as m
 from tests.matrix.reading import check_once, read_partition, topic_name
 from tests.matrix.topologies import Topology
 from tests.support import wait_until
+from tests.system.kafka_wire import KafkaWire
 
 PER_PHASE = 20
 TIMEOUT_S = 60.0
@@ -207,6 +209,25 @@ GROUPS = {"kcat": _kcat_group, "kafka-python": _kafka_python_group, "aiokafka": 
 ADMINS = {"kafka-python": _kafka_python_admin, "aiokafka": _aiokafka_admin}
 
 
+def _listed_ports(topology: Topology) -> set[int]:
+    """The Kafka ports every shard of every live node lists as brokers."""
+    listed: set[int] = set()
+    for node in topology.nodes.values():
+        if node.alive():
+            for port in node.kafka_ports:
+                with KafkaWire(node.host, port) as wire:
+                    listed |= {b.port for b in wire.call(m.MetadataRequest(topics=[]), 9).brokers}
+    return listed
+
+
+def _wait_until_unlisted(topology: Topology, killed: str) -> None:
+    """Wait until no live shard lists a broker of `killed` (Kafka lists live
+    brokers only, and admin clients send to any one listed)."""
+    if killed in topology.killed:  # a single node is back at once
+        dead = set(topology.nodes[killed].kafka_ports)
+        wait_until(lambda: not dead & _listed_ports(topology), f"no shard lists {killed}")
+
+
 def test_kcat_kafka_python_and_aiokafka_ride_out_a_leader_kill(healed: Topology) -> None:
     topic = topic_name("kclients")
     with Client(healed.bootstrap) as client:
@@ -214,7 +235,7 @@ def test_kcat_kafka_python_and_aiokafka_ride_out_a_leader_kill(healed: Topology)
     acked: Acked = {}
     for phase in ("before", "after"):
         if phase == "after":
-            healed.kill_leader(topic, 0)
+            _wait_until_unlisted(healed, healed.kill_leader(topic, 0))
         for library, produce in PRODUCERS.items():
             values = [b"%s-%s-%d" % (library.encode(), phase.encode(), n) for n in range(PER_PHASE)]
             acked |= produce(healed.kafka_bootstrap, topic, values)
