@@ -100,6 +100,7 @@ from laminar.groups.frames import (
 )
 from laminar.groups.member import ASSIGNED, REVOKED, MemberCore
 from laminar.groups.messages import CommitAnswer, CommitRequest, TopicPartition
+from laminar.wire import ErrorCode
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES
 from laminar.wire.records import Headers
 
@@ -115,6 +116,17 @@ LONG_POLL_MS: Final = 200
 """A poll with nothing to read waits on one partition at a time this long."""
 ASSIGNMENT_WAIT_S: Final = 0.02
 """A poll before the first assignment looks again this often."""
+REFUSALS: Final = frozenset(
+    {
+        ErrorCode.NOT_AUTHORIZED,
+        ErrorCode.AUTHENTICATION_FAILED,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.LIMIT_REACHED,
+    }
+)
+"""Heartbeat answers that sending it again cannot change: the member stops
+and `poll` raises the error (another principal's static member, a missing
+ACL, a group over its limits), instead of retrying without end."""
 
 Partitions = Callable[[frozenset[TopicPartition]], None]
 
@@ -305,9 +317,14 @@ class ConsumerCore:
                 answer = expect(frame, HeartbeatAnswerFrame).body
             except LaminarError as exc:
                 self._client._note_leader(exc)
+                refused = exc.code in REFUSALS
                 with self._lock:
-                    self.member.on_heartbeat_failed(request)
-                yield RECOVER
+                    if refused:
+                        self.member.on_heartbeat_refused(request, exc)
+                    else:
+                        self.member.on_heartbeat_failed(request)
+                if not refused:
+                    yield RECOVER
             else:
                 with self._lock:
                     self.member.on_heartbeat_answer(request, answer)
@@ -346,6 +363,10 @@ class ConsumerCore:
             self.member.poll_started()
         self.wake()
         while True:
+            with self._lock:
+                refusal = self.member.take_refusal()
+            if refusal is not None:
+                raise refusal
             yield from self._changes_plan()
             yield from self._drop_plan(())
             with self._lock:

@@ -114,6 +114,7 @@ class MemberCore:
         self._leave: HeartbeatRequest | None = None
         self._paused: set[TopicPartition] = set()
         self._changes: list[Change] = []
+        self._refusal: Exception | None = None
 
     # -- what the client asks ---------------------------------------------
 
@@ -221,6 +222,24 @@ class MemberCore:
         if request is self._in_flight:
             self._in_flight = None
             self._next_at = self._clock.monotonic()
+
+    def on_heartbeat_refused(self, request: HeartbeatRequest, reason: Exception) -> None:
+        """The coordinator refused the heartbeat in a way sending it again
+        cannot change (not authorized, invalid, over a limit): the member
+        stops (no retry storm), lets go of what it held, and the app hears
+        `reason` from `take_refusal`; its next poll tries to join again."""
+        if request is not self._in_flight:
+            return
+        self._in_flight = None
+        self._active = False
+        self._announced = False  # a leave would be refused the same way
+        self._drop(LOST)
+        self._refusal = reason
+
+    def take_refusal(self) -> Exception | None:
+        """Why the coordinator stopped this member, once (None: it did not)."""
+        refusal, self._refusal = self._refusal, None
+        return refusal
 
     def release(self, partitions: Iterable[TopicPartition]) -> None:
         """The app is done with these revoked partitions: report it at once."""

@@ -183,3 +183,30 @@ def test_a_partition_not_started_yet_commits_under_the_grant_it_is_held_under() 
     assert member.commit_request({P0: 4}, {}) is not None, "set before any poll"
     clock.advance(10)
     assert member.commit_request({P0: 4}, {}) is None, "not held"
+
+
+def test_a_refused_heartbeat_stops_the_member_until_the_app_polls_again() -> None:
+    """Refused for good (another principal's instance, a missing ACL): the
+    member lets go and sends nothing more (no retry storm, no leave that
+    would be refused too); the refusal is told once; the next poll joins again."""
+    clock = FakeClock()
+    member = _joined(clock)
+    member.take_changes()
+    clock.advance(1)
+    request = member.next_request()
+    assert request is not None
+    refusal = PermissionError("not yours")
+    member.on_heartbeat_refused(request, refusal)
+    assert member.assignment == frozenset() and not member.holds(P0)
+    assert [c.kind for c in member.take_changes()] == [LOST]
+    clock.advance(60)
+    assert member.next_request() is None, "nothing sent after a refusal"
+    assert member.take_refusal() is refusal and member.take_refusal() is None
+    assert member.close() is None, "no leave"
+    again = MemberCore(clock, "g", ["t"])
+    first = again.next_request()
+    assert first is not None
+    again.on_heartbeat_refused(first, refusal)
+    again.poll_started()
+    retry = again.next_request()
+    assert retry is not None and retry.member_epoch == JOIN, "the next poll joins again"

@@ -1,0 +1,98 @@
+"""A group member belongs to the principal that joined it, on a cluster too
+(issue 28): another principal cannot take over a static member's instance,
+before or after the coordinator's node dies, since the owner is in the
+replicated positions log that the next coordinator replays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from laminar.client import Client, calls
+from laminar.client.consumer import Consumer
+from laminar.client.errors import LaminarError, NotAuthorizedError
+from laminar.groups.positions import POSITIONS_TOPIC
+from laminar.security.acls import Acl, Operation, PatternType, Permission, ResourceType
+from tests.cluster.nodes import Cluster
+from tests.cluster.test_logins import admin_file, admin_of, login, logs_in_everywhere
+from tests.support import wait_until
+from tests.system.nodes import RunningNode
+
+pytestmark = pytest.mark.timeout(300)
+
+TOPIC, GROUP, INSTANCE = "events", "billing", "worker-1"
+USERS = {"alice": "alice-secret-1", "bob": "bob-secret-1"}
+
+
+def _may_consume(user: str) -> list[Acl]:
+    return [
+        Acl(f"User:{user}", kind, PatternType.LITERAL, name, Operation.READ, Permission.ALLOW)
+        for kind, name in ((ResourceType.TOPIC, TOPIC), (ResourceType.GROUP, GROUP))
+    ]
+
+
+def _coordinator(admin: Client, nodes: list[str]) -> str:
+    """The node leading GROUP's positions partition, once every node agrees."""
+    partition = admin._start(calls.find_coordinator(GROUP)).result().partition
+
+    def agreed() -> str | None:
+        named = {admin.replica_offsets(POSITIONS_TOPIC, partition, n).leader for n in nodes}
+        return named.pop() if len(named) == 1 else None
+
+    leader: str = wait_until(agreed, "one coordinator named by every node")
+    return leader
+
+
+def _commits(member: Consumer) -> bool:
+    """Alice's member polls and commits (through whichever node coordinates
+    now); False on an error that a retry may cure, a refusal raises."""
+    try:
+        member.poll(timeout_s=0.2)
+        member.commit({(TOPIC, 0): 0})
+    except LaminarError as exc:
+        if exc.code is None or exc.retriable:
+            return False
+        raise
+    return True
+
+
+def _bob_is_refused(node: RunningNode) -> None:
+    """Bob, through `node`, joins as the static member INSTANCE: his poll
+    raises the coordinator's refusal (it does not idle without a word)."""
+    with (
+        login(node, username="bob", password=USERS["bob"]) as bob,
+        bob.consumer(GROUP, [TOPIC], instance_id=INSTANCE, session_timeout_s=60) as member,
+        pytest.raises(NotAuthorizedError),
+    ):
+        member.poll(timeout_s=5)
+
+
+def test_another_principal_cannot_take_a_static_member_even_after_the_coordinator_dies(
+    tmp_path: Path,
+) -> None:
+    with Cluster.start(
+        tmp_path, 3, auth="scram", bootstrap_user_file=admin_file(tmp_path)
+    ) as cluster:
+        with admin_of(cluster.nodes["n1"]) as admin:
+            for user, password in USERS.items():
+                admin.create_user(user, password)
+                admin.add_acls(_may_consume(user))
+            admin.create_topic(TOPIC, 2, replication_factor=3)
+        for user, password in USERS.items():
+            logs_in_everywhere(cluster.nodes, username=user, password=password)
+
+        alice = login(cluster.nodes["n1"], username="alice", password=USERS["alice"])
+        with alice:
+            with alice.consumer(GROUP, [TOPIC], instance_id=INSTANCE) as member:
+                wait_until(lambda: _commits(member), "alice's member is in and commits")
+                _bob_is_refused(cluster.nodes["n2"])
+            # Alice's static member is away (its leave was temporary); the
+            # coordinator dies; the next one knows whose instance it is.
+            with admin_of(cluster.nodes["n1"]) as admin:
+                coordinator = _coordinator(admin, list(cluster.nodes))
+            cluster.nodes[coordinator].kill()
+            survivor = cluster.nodes[next(iter(cluster.live()))]
+            _bob_is_refused(survivor)
+            with alice.consumer(GROUP, [TOPIC], instance_id=INSTANCE) as member:
+                wait_until(lambda: _commits(member), "alice's member is back and commits")
