@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -24,10 +24,12 @@ from laminar.log.storage import StorageBackend
 from laminar.replication.calls import PeerCalls
 from laminar.replication.replica import PartitionReplica
 from laminar.replication.routes import NodeRoutes, Send
-from laminar.security.ownership import Requester
+from laminar.security.ownership import Requester, decided_id
 from laminar.wire import Op
 from laminar.wire.codec import Buffer
+from laminar.wire.errors import RequestError
 from laminar.wire.writes import (
+    COORDINATOR_BUCKETS,
     AbortWriteRequest,
     AbortWriteResponse,
     AppendStagedRequest,
@@ -161,16 +163,25 @@ class WriteService:
             req.partition_id, req.sequence, records, duplicate, self.node_id
         ).encode_buffers(corr)
 
+    # A client's commit id is decided under its principal's own id (`decided_id`);
+    # answers and refusals name the id the client sent.
+
     async def commit(self, req: CommitWriteRequest, corr: int, ctx: Requester) -> list[Buffer]:
-        first, published = await self.coordinator.commit(req.commit_id, req.parts, ctx)
+        decided = decided_id(req.commit_id, ctx, COORDINATOR_BUCKETS)
+        with _named_as_sent(decided, req.commit_id):
+            first, published = await self.coordinator.commit(decided, req.parts, ctx)
         return CommitWriteResponse(req.commit_id, first, published).encode_buffers(corr)
 
     async def abort(self, req: AbortWriteRequest, corr: int, ctx: Requester) -> list[Buffer]:
-        state = await self.coordinator.abort(req.commit_id, req.final, req.parts, ctx)
+        decided = decided_id(req.commit_id, ctx, COORDINATOR_BUCKETS)
+        with _named_as_sent(decided, req.commit_id):
+            state = await self.coordinator.abort(decided, req.final, req.parts, ctx)
         return AbortWriteResponse(req.commit_id, state).encode_buffers(corr)
 
     async def status(self, req: WriteStatusRequest, corr: int, ctx: Requester) -> list[Buffer]:
-        state = await self.coordinator.state(req.commit_id, ctx)
+        decided = decided_id(req.commit_id, ctx, COORDINATOR_BUCKETS)
+        with _named_as_sent(decided, req.commit_id):
+            state = await self.coordinator.state(decided, ctx)
         return WriteStateResponse(req.commit_id, state).encode_buffers(corr)
 
     async def check(self, req: CheckStagedRequest, corr: int, ctx: object) -> list[Buffer]:
@@ -236,3 +247,15 @@ class WriteService:
                 await self._upkeep
         await self.coordinator.close()
         await self.participant.close()
+
+
+@contextlib.contextmanager
+def _named_as_sent(decided: int, sent: int) -> Iterator[None]:
+    """A refusal about commit `decided` names `sent`, the id the client knows."""
+    try:
+        yield
+    except RequestError as exc:
+        if decided != sent:
+            exc.message = exc.message.replace(f"{decided:#x}", f"{sent:#x}")
+            exc.args = (exc.message,)
+        raise

@@ -25,8 +25,11 @@ from laminar.groups.frames import (
 )
 from laminar.groups.messages import JOIN, LEAVE, LEAVE_STATIC, CommitRequest, HeartbeatRequest
 from laminar.security.acls import Operation, ResourceType
+from laminar.security.ownership import decided_id
 from laminar.shards.handlers import RequestContext
+from laminar.wire import ErrorCode
 from laminar.wire.writes import (
+    COORDINATOR_BUCKETS,
     AbortWriteRequest,
     CommitWriteRequest,
     CommitWriteResponse,
@@ -90,19 +93,37 @@ def test_only_the_stager_stages_more_or_commits_and_only_the_decider_sees_the_ou
         got = await s.ask(CommitWriteRequest(COMMIT, (part(pid, 2),)), alice)
         assert isinstance(got, CommitWriteResponse) and got.first, got
         assert await s.values(pid) == [b"a0", b"a1"]
-        for request in (
-            WriteStatusRequest(COMMIT),
-            AbortWriteRequest(COMMIT),
-            CommitWriteRequest(COMMIT, (part(pid, 2),)),
-        ):
-            assert refused(await s.ask(request, bob), f"write {COMMIT:#x}", BOB), request
+        # Bob's ids are his own: Alice's commit is nothing he can see or undo.
+        status = await s.ask(WriteStatusRequest(COMMIT), bob)
+        assert isinstance(status, WriteStateResponse) and status.state == WriteState.UNKNOWN
+        assert (await s.ask(AbortWriteRequest(COMMIT), bob)).state == WriteState.ABORTED
+        got = await s.ask(CommitWriteRequest(COMMIT, (part(pid, 2),)), bob)
+        assert refused(got, "another principal"), got  # the parts are Alice's
         status = await s.ask(WriteStatusRequest(COMMIT), alice)
         assert isinstance(status, WriteStateResponse) and status.state == WriteState.DONE
-        # A commit id another principal decided first (here: aborted) is not Alice's.
-        assert (await s.ask(AbortWriteRequest(COMMIT + 2), bob)).state == WriteState.ABORTED
-        got = await s.ask(CommitWriteRequest(COMMIT + 2, (part(pid, 2),)), alice)
-        assert refused(got, "another principal"), got
         assert await s.values(pid) == [b"a0", b"a1"]
+
+
+def test_another_principal_cannot_take_a_commit_id_first(tmp_path: Path) -> None:
+    """Bob knows the id Alice will commit under (a Spark stream's ids are
+    predictable) and aborts it, finally: his abort binds his own commits of
+    that id alone; Alice's commit of it still decides, with her records."""
+
+    async def scenario(s: Shards) -> None:
+        pid = s.pid_on("events", 1)
+        alice, bob = s.client(ALICE), s.client(BOB)
+        assert (await s.ask(AbortWriteRequest(COMMIT, True), bob)).state == WriteState.ABORTED
+        assert isinstance(await s.ask(stage(pid, 0, b"bob's", task=1), bob), StageResponse)
+        got = await s.ask(CommitWriteRequest(COMMIT, (part(pid, 1, task=1),)), bob)
+        assert got.code == ErrorCode.WRITE_ABORTED, got  # his own abort binds him alone
+        assert f"write {COMMIT:#x} was aborted" in got.message, "named as Bob sent it"
+        assert isinstance(await s.ask(stage(pid, 0, b"alice's"), alice), StageResponse)
+        got = await s.ask(CommitWriteRequest(COMMIT, (part(pid, 1),)), alice)
+        assert isinstance(got, CommitWriteResponse) and got.first, got
+        assert await s.values(pid) == [b"alice's"]
+        for who, state in ((alice, WriteState.DONE), (bob, WriteState.ABORTED)):
+            answer = await s.ask(WriteStatusRequest(COMMIT), who)
+            assert isinstance(answer, WriteStateResponse) and answer.state == state
 
     run(tmp_path, scenario)
 
@@ -145,7 +166,7 @@ def test_owners_survive_a_restart(tmp_path: Path) -> None:
         try:
             pid = s.pid_on("events", 0)
             alice, bob = s.client(ALICE), s.client(BOB)
-            assert refused(await s.ask(WriteStatusRequest(COMMIT + 4), bob), BOB)
+            assert (await s.ask(WriteStatusRequest(COMMIT + 4), bob)).state == "unknown"
             assert (await s.ask(WriteStatusRequest(COMMIT + 4), alice)).state == "aborted"
             got = await s.ask(CommitWriteRequest(COMMIT + 5, (part(pid, 1),)), bob)
             assert refused(got, "another principal"), got
@@ -165,7 +186,8 @@ def test_the_nodes_own_requests_are_not_refused(tmp_path: Path) -> None:
         assert isinstance(await s.ask(stage(pid, 0, b"a"), alice), StageResponse)
         got = await s.ask(CommitWriteRequest(COMMIT, (part(pid, 1),)), alice)
         assert isinstance(got, CommitWriteResponse), got
-        status = await s.ask(WriteStatusRequest(COMMIT), s.internal(0))  # an expiry's question
+        decided = decided_id(COMMIT, alice, COORDINATOR_BUCKETS)  # what a participant knows
+        status = await s.ask(WriteStatusRequest(decided), s.internal(0))  # an expiry's question
         assert isinstance(status, WriteStateResponse) and status.state == WriteState.DONE
 
     run(tmp_path, scenario)

@@ -30,6 +30,7 @@ from laminar.client import (
     Client,
     ConnectionLostError,
     NotAuthorizedError,
+    WriteAbortedError,
     Operation,
     PatternType,
     Permission,
@@ -457,11 +458,10 @@ def test_a_login_stalled_midway_is_closed_by_the_first_request_timeout(
 def test_a_principal_cannot_commit_or_abort_another_s_atomic_write(
     node: RunningNode, files: Files, admin: Client
 ) -> None:
-    """Both may write the topic; only the one who staged a write commits it,
-    and once decided only its owner may act on it: the other's commit and
-    abort are refused, the owner's commit publishes each record once. (Not
-    held yet: a final abort of an id nobody has decided is the first
-    claimer's, so a principal that learns a write id may abort it first.)"""
+    """Both may write the topic; only the one who staged a write commits it:
+    the other's commit is refused, and his final abort of the same id, made
+    before the owner commits, is his own (ids are per principal), so the
+    owner's commit still publishes each record once."""
     topic = f"owned-{uuid.uuid4().hex[:6]}"
     admin.create_topic(topic, 1)
     users = {"owner": "owner-password-1", "intruder": "intruder-password-1"}
@@ -490,9 +490,14 @@ def test_a_principal_cannot_commit_or_abort_another_s_atomic_write(
         with pytest.raises(NotAuthorizedError):
             intruder.commit_write(write_id, parts)
         assert admin.fetch(topic, 0, 0) == []  # nothing published by the refusal
+        # The intruder's ids are his own: his abort of this one, made first,
+        # binds him alone (his commit of it is refused), not the owner.
+        assert intruder.abort_write(write_id, parts) == "aborted"
+        with pytest.raises(WriteAbortedError):
+            intruder.commit_write(write_id, parts)
         assert owner.commit_write(write_id, parts).first
-        with pytest.raises(NotAuthorizedError):  # the decision is the owner's
-            intruder.abort_write(write_id, parts)
+        assert intruder.write_status(write_id) == "aborted"
+        assert owner.write_status(write_id) == "done"
         assert [r.value for r in admin.fetch(topic, 0, 0)] == [b"w1", b"w2"]
 
 
