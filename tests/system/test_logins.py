@@ -30,12 +30,12 @@ from laminar.client import (
     Client,
     ConnectionLostError,
     NotAuthorizedError,
-    WriteAbortedError,
     Operation,
     PatternType,
     Permission,
     ResourceType,
     UserExistsError,
+    WriteAbortedError,
     new_write_id,
 )
 from laminar.client.tls_socket import TlsSocket
