@@ -12,7 +12,8 @@ and fast paths above see plaintext either way and do not change.
   Ciphertext of a chunk the kernel did not take whole (`_tail`), and output
   the session made on its own while reading (a KeyUpdate answer), leave
   first on the next write: ciphertext is sent in the order it was made.
-  The tail is bounded by one chunk.
+  The tail is bounded by one chunk. `end` sends close_notify (unless a
+  tail is unsent), so the peer can tell a clean end from a cut connection.
 - Input budget: with a budget, a `TlsStream` charges what TLS makes the
   node hold beyond the plaintext the connection charges itself: all
   ciphertext received during the handshake (at most `HANDSHAKE_BYTES_MAX`,
@@ -95,6 +96,10 @@ class Stream(Protocol):
     def sendall(self) -> Callable[[Buffer], Awaitable[None]]:
         """Send all of it."""
 
+    def end(self) -> None:
+        """Tell the peer the stream ends here (TLS: close_notify), with what the
+        kernel takes now; before `close`, when the owner closes the socket."""
+
     def close(self) -> None:
         """Release what the stream holds (the socket is its owner's to close)."""
 
@@ -119,6 +124,9 @@ class PlainStream:
         self.sendall = functools.partial(loop.sock_sendall, sock)
 
     async def handshake(self) -> None:
+        return None
+
+    def end(self) -> None:
         return None
 
     def close(self) -> None:
@@ -307,6 +315,14 @@ class TlsStream:
         for chunk in _chunks((data,), CHUNK_BYTES):
             await self._drain_tail()
             await self._loop.sock_sendall(self.sock, self._session.encrypt(chunk))
+
+    def end(self) -> None:
+        if self._tail:
+            return  # mid-record: an alert now would corrupt the stream, a cut says as much
+        alert = self._session.close_notify()
+        if alert:
+            with contextlib.suppress(OSError):
+                self.sock.send(alert)
 
     def close(self) -> None:
         if self._budget is not None and self._charged:

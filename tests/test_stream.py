@@ -145,6 +145,24 @@ def test_bytes_after_close_notify_break_the_stream(
     asyncio.run(main())
 
 
+def test_end_says_close_notify_once_and_the_peer_reads_a_clean_end(
+    contexts: tuple[ssl.SSLContext, ssl.SSLContext], pair: tuple[socket.socket, socket.socket]
+) -> None:
+    """The socket stays open: only close_notify can end the peer's read."""
+
+    async def main() -> None:
+        server, client = _streams(contexts, pair)
+        await asyncio.gather(server.handshake(), client.handshake())
+        await server.sendall(b"answer")
+        server.end()
+        server.end()  # said once
+        assert await _read_exactly(client, 6) == b"answer"
+        assert await asyncio.wait_for(client.recv(100), 5) == b""
+        assert server.session.close_notify() == b""
+
+    asyncio.run(main())
+
+
 def test_a_plaintext_peer_fails_the_handshake(
     contexts: tuple[ssl.SSLContext, ssl.SSLContext], pair: tuple[socket.socket, socket.socket]
 ) -> None:

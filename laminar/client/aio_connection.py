@@ -346,6 +346,7 @@ class AsyncConnection:
             self._watch = None
         # The reader's recv may still be in the kernel (io_uring): shut the socket
         # down now, close it once the reader has let go of it.
+        self._stream.end()
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         if self._reader.done():

@@ -38,6 +38,7 @@ class TlsSocket:
         self._session = session
         self._lock = threading.Lock()
         self._pending = b""
+        self._ended = False
 
     @property
     def session(self) -> TlsSession:
@@ -93,7 +94,22 @@ class TlsSocket:
         return self._sock.recv(n, flags)
 
     def shutdown(self, how: int) -> None:
+        if how != socket.SHUT_RD:
+            self._end()
         self._sock.shutdown(how)
 
     def close(self) -> None:
+        self._end()
         self._sock.close()
+
+    def _end(self) -> None:
+        """close_notify, once, with what the kernel takes now (never blocking;
+        not after output still waiting: it would leave out of order)."""
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+            alert = b"" if self._pending else self._session.close_notify()
+        if alert:
+            with contextlib.suppress(OSError):
+                self._sock.send(alert, socket.MSG_DONTWAIT)

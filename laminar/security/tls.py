@@ -159,7 +159,7 @@ class TlsSession:
     ciphertext to send, in order.
     """
 
-    __slots__ = ("_in", "_obj", "_out", "handshake_bytes", "handshaken")
+    __slots__ = ("_ended", "_in", "_obj", "_out", "handshake_bytes", "handshaken")
 
     def __init__(
         self, context: ssl.SSLContext, *, server_side: bool, server_hostname: str | None = None
@@ -170,6 +170,7 @@ class TlsSession:
             self._in, self._out, server_side=server_side, server_hostname=server_hostname
         )
         self.handshaken = False
+        self._ended = False
         self.handshake_bytes = 0
         """Ciphertext fed before the handshake finished (what it made the node hold)."""
 
@@ -235,6 +236,22 @@ class TlsSession:
         """`data` as ciphertext, behind any output still waiting in the session."""
         self._obj.write(data)
         return self._out.read()
+
+    def close_notify(self) -> bytes:
+        """The alert that ends the session cleanly (close_notify), as ciphertext
+        to send, so the peer can tell the end from a cut; b"" before the
+        handshake finished, on a broken session, or once said. The peer's
+        own close_notify is not waited for."""
+        if not self.handshaken or self._ended:
+            return b""
+        self._ended = True
+        try:
+            self._obj.unwrap()
+        except ssl.SSLWantReadError:
+            pass  # sent ours; the peer's would come next
+        except (ssl.SSLError, ValueError):
+            return b""
+        return self.take_output()
 
     def take_output(self) -> bytes:
         """Ciphertext the session made on its own (handshake messages, a KeyUpdate answer)."""

@@ -618,6 +618,7 @@ class Connection:
         for task in list(self._tasks):
             task.cancel()
         if not self._hand_over():
+            self._stream.end()
             self._stream.close()
             self.sock.close()
         self._on_close(self)

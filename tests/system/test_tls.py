@@ -15,6 +15,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,8 +27,9 @@ import pytest
 
 from laminar.certs import Pem, make_ca, make_cert
 from laminar.client import AsyncClient, Client
-from laminar.client.blocking import BlockingConnection
+from laminar.client.blocking import BlockingConnection, connect
 from laminar.client.errors import CannotConnectError, ConnectionLostError
+from laminar.security.tls import client_context
 from laminar.wire import Pong
 from laminar.wire.messages import Ping
 from tests.system.kafka_wire import confluent_round_trip
@@ -317,3 +319,42 @@ def test_the_readme_tls_section_runs_as_written(tmp_path: Path) -> None:
         _run_python([blocks[2].source], running, tmp_path)
         with Client(running.bootstrap, tls=True, ca_file=str(tmp_path / "ca.crt")) as client:
             assert [r.value for r in client.fetch("secured", 0, 0)] == [b"hello", b"over TLS"]
+
+
+def test_a_connection_the_node_closes_ends_with_close_notify(
+    node: RunningNode, certs: Certs
+) -> None:
+    """Here closed for sending no request in time: the client reads a clean
+    end (close_notify), which tells it from a cut (Python's ssl raises
+    SSLEOFError on a cut when ragged ends are not suppressed)."""
+    context = ssl.create_default_context(cafile=certs.ca.cert)
+    with (
+        socket.create_connection(
+            ("127.0.0.1", node.shard_ports[0]), timeout=10 * FIRST_REQUEST_TIMEOUT_S
+        ) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1", suppress_ragged_eofs=False) as tls,
+    ):
+        assert tls.recv(1) == b""
+
+
+def test_the_blocking_client_ends_tls_with_close_notify(certs: Certs) -> None:
+    """`TlsSocket.close` says close_notify: the server reads a clean end."""
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(certs.served.cert, certs.served.key)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        ended: list[bytes] = []
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            with server_context.wrap_socket(
+                conn, server_side=True, suppress_ragged_eofs=False
+            ) as tls:
+                tls.settimeout(10)
+                ended.append(tls.recv(1))
+
+        server = threading.Thread(target=serve)
+        server.start()
+        client = connect(listener.getsockname()[:2], 10, client_context(True, certs.ca.cert))
+        client.close()
+        server.join(10)
+    assert ended == [b""]
