@@ -84,7 +84,7 @@ from laminar.replication.metadata_home import MetadataHome
 from laminar.replication.replica import LocalReplica, PartitionReplica, RaftReplica
 from laminar.security.acls import Acl, AclFilter, AddAcls, RemoveAcls
 from laminar.security.errors import SecurityRefusal
-from laminar.security.scram import ScramCredential
+from laminar.security.scram import Mechanism, ScramCredential
 from laminar.security.state import DECOY_KEY_BYTES
 from laminar.wire import (
     ErrorCode,
@@ -453,12 +453,28 @@ class MetadataService:
     ) -> None:
         """Create a user (raises `SecurityRefusal`, `MetadataError`); the first
         user also writes the cluster's decoy key."""
+        await self._decoy_key()
+        users = self.state.security.users
+        await self._write(lambda: users.plan_create(name, credentials, superuser))
+
+    async def alter_user_credentials(
+        self, name: str, upserts: tuple[ScramCredential, ...], removed: tuple[Mechanism, ...]
+    ) -> None:
+        """Upsert and remove some of `name`'s credentials, planned on the state
+        the entry lands on (`CredentialStore.plan_alter`: it may create or
+        delete the user)."""
+        if upserts:
+            await self._decoy_key()
+        users = self.state.security.users
+        await self._write(lambda: users.plan_alter(name, upserts, removed))
+
+    async def _decoy_key(self) -> None:
+        """The cluster's decoy key (unknown users' fake salts), written once,
+        before the first user."""
         if self.state.security.decoy_key is None:
             with contextlib.suppress(SecurityRefusal):  # a racing create wrote it first
                 key = secrets.token_bytes(DECOY_KEY_BYTES)
                 await self._write(lambda: self.state.security.plan_decoy_key(key))
-        users = self.state.security.users
-        await self._write(lambda: users.plan_create(name, credentials, superuser))
 
     async def set_user_credentials(
         self, name: str, credentials: tuple[ScramCredential, ...]

@@ -165,6 +165,31 @@ class CredentialStore:
         user = self._known(name)
         return PutUser(name, _checked_credentials(credentials), user.superuser)
 
+    def plan_alter(
+        self,
+        name: str,
+        upserts: tuple[ScramCredential, ...],
+        removed: tuple[Mechanism, ...],
+    ) -> UserEntry:
+        """The entry that applies `upserts` and `removed` to the credentials
+        `name` has when it is planned (under the metadata leader's write lock:
+        two admins altering one user's mechanisms both land). Kafka's model: a
+        user that does not exist is made (not a superuser), one left without
+        credentials is deleted; removing a credential it lacks is refused."""
+        user = self._users.get(name)
+        credentials = {c.mechanism: c for c in user.credentials} if user is not None else {}
+        for mechanism in removed:
+            if credentials.pop(mechanism, None) is None:
+                raise SecurityRefusal(
+                    Refusal.UNKNOWN, f"user {name[:64]!r} has no {mechanism.value} credential"
+                )
+        credentials.update((c.mechanism, c) for c in upserts)
+        if user is None:
+            return self.plan_create(name, tuple(credentials.values()))
+        if not credentials:
+            return DeleteUser(name)
+        return PutUser(name, _checked_credentials(tuple(credentials.values())), user.superuser)
+
     def plan_delete(self, name: str) -> DeleteUser:
         self._known(name)
         return DeleteUser(name)

@@ -59,6 +59,8 @@ the clients send more as several requests."""
 class UserAction:
     CREATE: Final = "create"
     SET_PASSWORD: Final = "set-password"
+    ALTER: Final = "alter"
+    """Upsert some credentials and remove others (Kafka's AlterUserScramCredentials)."""
     DELETE: Final = "delete"
     LIST: Final = "list"
 
@@ -72,6 +74,7 @@ class AclAction:
 _USER_ACTIONS: Final = (
     UserAction.CREATE,
     UserAction.SET_PASSWORD,
+    UserAction.ALTER,
     UserAction.DELETE,
     UserAction.LIST,
 )
@@ -168,10 +171,11 @@ def _credentials(h: dict[str, Any]) -> tuple[ScramCredential, ...]:
 
 @dataclass(frozen=True, slots=True)
 class UsersRequest(Message):
-    """Create, change the password of, delete or list users.
+    """Create, change the password of, alter the credentials of, delete or
+    list users.
 
     Header: {action, name?, superuser?, <mechanism>: [salt, iterations,
-    stored_key, server_key]...}.
+    stored_key, server_key]..., removed?: [mechanism...] (alter)}.
     """
 
     OP: ClassVar[int] = Op.USERS
@@ -180,6 +184,8 @@ class UsersRequest(Message):
     name: str = ""
     credentials: tuple[ScramCredential, ...] = ()
     superuser: bool = False
+    removed: tuple[Mechanism, ...] = ()
+    """Alter: the mechanisms whose credentials go (the others are upserted)."""
 
     def _header(self) -> dict[str, Any]:
         h: dict[str, Any] = {"action": self.action}
@@ -189,6 +195,8 @@ class UsersRequest(Message):
             h["superuser"] = True
         for c in self.credentials:
             h[c.mechanism.value] = _encode_credential(c)
+        if self.removed:
+            h["removed"] = [m.value for m in self.removed]
         return h
 
     @classmethod
@@ -201,9 +209,25 @@ class UsersRequest(Message):
         if action == UserAction.DELETE:
             return cls(action, name)
         credentials = _credentials(h)
+        if action == UserAction.ALTER:
+            removed = _removed(h.get("removed", []))
+            if not credentials and not removed:
+                raise InvalidMessage("a user alter upserts or removes at least one credential")
+            if {c.mechanism for c in credentials} & set(removed):
+                raise InvalidMessage("a user alter both upserts and removes one mechanism")
+            return cls(action, name, credentials, removed=removed)
         if not credentials:
             raise InvalidMessage(f"a user {action} carries at least one salted credential")
         return cls(action, name, credentials, f.flag(h, "superuser"))
+
+
+def _removed(v: object) -> tuple[Mechanism, ...]:
+    if type(v) is not list or len(v) > len(Mechanism):
+        raise InvalidMessage("header field 'removed' must list mechanisms")
+    removed = tuple(_enum(m, Mechanism, "a mechanism") for m in v)
+    if len(set(removed)) != len(removed):
+        raise InvalidMessage("header field 'removed' names a mechanism twice")
+    return removed
 
 
 def _encode_user(user: UserInfo) -> list[Any]:

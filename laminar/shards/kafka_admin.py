@@ -23,9 +23,10 @@ mapped onto `laminar.security` by `laminar.kafka.acls`.
   deletes the user (Kafka's model: a user is its credentials). A user named
   twice in one request, or a mechanism both deleted and upserted, answers
   DUPLICATE_RESOURCE; deleting a credential the user does not have answers
-  RESOURCE_NOT_FOUND. The new set is computed from this node's applied state:
-  two admins changing one user's credentials at the same moment may each
-  overwrite the other's change (the last one wins, as for a password change).
+  RESOURCE_NOT_FOUND. The change goes to the metadata leader as it was asked
+  (one USERS "alter") and the new set is planned there on the state the
+  entry lands on, so two admins changing one user's mechanisms at the same
+  moment both land.
 """
 
 from __future__ import annotations
@@ -213,29 +214,19 @@ class KafkaSecurityAdmin:
             raise KafkaError(
                 Kafka.DUPLICATE_RESOURCE, "a mechanism is named twice for one user in one request"
             )
-        users = self._security().users
-        current = {
-            mechanism: found
-            for mechanism in Mechanism
-            if (found := users.credential(name, mechanism)) is not None
-        }
-        new: dict[Mechanism, ScramCredential] = dict(current)
+        upserts: list[ScramCredential] = []
+        removed: list[Mechanism] = []
         for change in asked:
             if isinstance(change, m.AlterUserScramCredentialsRequest.ScramCredentialUpsertion):
-                credential = upserted_credential(change)
-                new[credential.mechanism] = credential
+                upserts.append(upserted_credential(change))
                 continue
             mechanism = MECHANISMS.get(change.mechanism)
-            if mechanism is None or mechanism not in current:
+            if mechanism is None:
                 raise KafkaError(
                     Kafka.RESOURCE_NOT_FOUND,
                     f"user {name[:64]!r} has no credential of mechanism code {change.mechanism}",
                 )
-            del new[mechanism]
-        if not current:
-            request = UsersRequest(UserAction.CREATE, name, tuple(new.values()))
-        elif new:
-            request = UsersRequest(UserAction.SET_PASSWORD, name, tuple(new.values()))
-        else:
-            request = UsersRequest(UserAction.DELETE, name)
-        await self._to_leader(request)
+            removed.append(mechanism)
+        await self._to_leader(
+            UsersRequest(UserAction.ALTER, name, tuple(upserts), removed=tuple(removed))
+        )

@@ -62,6 +62,8 @@ class SecurityOps:
             await metadata.create_user(req.name, req.credentials, req.superuser)
         elif req.action == UserAction.SET_PASSWORD:
             await metadata.set_user_credentials(req.name, req.credentials)
+        elif req.action == UserAction.ALTER:
+            await metadata.alter_user_credentials(req.name, req.credentials, req.removed)
         else:
             await metadata.delete_user(req.name)
         return UsersResponse().encode_buffers(corr)

@@ -67,6 +67,21 @@ REQUESTS: list[st.SearchStrategy[Any]] = [
             credentials,
             st.booleans(),
         ),
+        (st.just(()) | credentials).flatmap(
+            lambda upserts: st.builds(
+                sf.UsersRequest,
+                st.just(sf.UserAction.ALTER),
+                names,
+                st.just(upserts),
+                removed=st.lists(
+                    st.sampled_from(
+                        [m for m in Mechanism if m not in {c.mechanism for c in upserts}]
+                    ),
+                    min_size=0 if upserts else 1,
+                    unique=True,
+                ).map(tuple),
+            )
+        ),
     ),
     st.one_of(
         st.builds(

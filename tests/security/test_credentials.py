@@ -77,6 +77,27 @@ def test_a_password_change_replaces_the_credentials() -> None:
     assert store.credential("alice", SHA512) is None
 
 
+def test_an_alter_applies_to_the_credentials_there_when_planned() -> None:
+    """Kafka's model: an upsert makes a missing user (not a superuser), removals
+    leave the other mechanisms, the last one's removal deletes the user, and
+    removing what is not there is refused."""
+    store = CredentialStore()
+    store.apply(store.plan_alter("alice", CREDENTIALS[:1], ()))
+    store.apply(store.plan_alter("alice", CREDENTIALS[1:], ()))  # the first stays
+    assert store.users()[0].mechanisms == (SHA256, SHA512) and not store.users()[0].superuser
+    store.apply(store.plan_alter("alice", (), (SHA256,)))
+    assert store.credential("alice", SHA256) is None
+    assert isinstance(login(store, "alice", PASSWORD, SHA512), Authenticated)
+    assert refusal_of(store.plan_alter, "alice", (), (SHA256,)) is Refusal.UNKNOWN
+    assert refusal_of(store.plan_alter, "nobody", (), (SHA256,)) is Refusal.UNKNOWN
+    store.apply(store.plan_alter("alice", (), (SHA512,)))
+    assert "alice" not in store
+    root = CredentialStore()
+    root.apply(root.plan_create("root", CREDENTIALS[:1], superuser=True))
+    root.apply(root.plan_alter("root", CREDENTIALS[1:], ()))
+    assert root.users()[0].superuser, "an alter keeps a superuser one"
+
+
 def test_listing_shows_names_mechanisms_and_superusers_only() -> None:
     store = store_with("bob", "alice")
     store.apply(store.plan_create("root", CREDENTIALS[:1], superuser=True))

@@ -6,6 +6,8 @@ and nothing they sent is applied (checked by identity, as the admin)."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import ssl
 import time
 import urllib.request
@@ -323,6 +325,39 @@ def test_deleting_a_user_s_last_credential_deletes_the_user(secured: SecuredNode
     assert again[name] is not None  # nothing left to delete
     with secured.wire() as wire:
         assert wire.log_in(name, password).error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+def test_two_admins_altering_one_user_s_mechanisms_at_once_both_land(
+    secured: SecuredNode,
+) -> None:
+    """Two AlterUserScramCredentials for a new user, one per mechanism, sent on
+    two connections without waiting: each is planned on the state the other
+    left (at the metadata leader), so the user ends with both, and logs in
+    with either (a door computing the new set from its own state made both
+    creates, and refused one)."""
+    name, password = f"u{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex}"
+    wires = [secured.wire(), secured.wire(1)]
+    try:
+        for wire in wires:
+            assert wire.log_in(*ADMIN).error_code == 0
+        codes = {Mechanism.SCRAM_SHA_256: 1, Mechanism.SCRAM_SHA_512: 2}
+        for wire, (mechanism, code) in zip(wires, codes.items(), strict=True):
+            salt = os.urandom(16)
+            digest = "sha256" if mechanism is Mechanism.SCRAM_SHA_256 else "sha512"
+            salted = hashlib.pbkdf2_hmac(digest, password.encode(), salt, 4096)
+            upsert = m.AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
+                name=name, mechanism=code, iterations=4096, salt=salt, salted_password=salted
+            )
+            wire.send(m.AlterUserScramCredentialsRequest(upsertions=[upsert]), 0)
+        for wire in wires:
+            answer = wire.receive(m.AlterUserScramCredentialsRequest, 0)
+            assert [r.error_code for r in answer.results] == [0], answer
+    finally:
+        for wire in wires:
+            wire.close()
+    for mechanism in codes:
+        with secured.wire() as wire:
+            assert wire.log_in(name, password, mechanism).error_code == 0, mechanism
 
 
 def test_kafka_python_creates_describes_and_deletes_acls(secured: SecuredNode) -> None:
