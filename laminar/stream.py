@@ -160,7 +160,7 @@ def _chunks(buffers: Sequence[Buffer], size: int) -> Iterator[Buffer]:
 class TlsStream:
     """TLS over a non-blocking socket, on an event loop (see the module docstring)."""
 
-    __slots__ = ("_budget", "_charged", "_loop", "_session", "_tail", "sock")
+    __slots__ = ("_budget", "_charged", "_loop", "_sending", "_session", "_tail", "sock")
 
     def __init__(
         self,
@@ -176,6 +176,8 @@ class TlsStream:
         self._charged = 0
         self._tail = b""
         """Ciphertext made and not yet taken by the kernel; it leaves first."""
+        self._sending = False
+        """A send of ciphertext is in the loop's hands (or was cut off there)."""
 
     @property
     def session(self) -> TlsSession:
@@ -309,15 +311,22 @@ class TlsStream:
     async def _drain_tail(self) -> None:
         while self._tail:
             tail, self._tail = self._tail, b""
-            await self._loop.sock_sendall(self.sock, tail)
+            await self._send(tail)
 
     async def sendall(self, data: Buffer) -> None:
         for chunk in _chunks((data,), CHUNK_BYTES):
             await self._drain_tail()
-            await self._loop.sock_sendall(self.sock, self._session.encrypt(chunk))
+            await self._send(self._session.encrypt(chunk))
+
+    async def _send(self, cipher: bytes) -> None:
+        """Through the loop; a send that fails or is cancelled leaves
+        `_sending` set: the kernel may hold part of a record, so no alert may follow."""
+        self._sending = True
+        await self._loop.sock_sendall(self.sock, cipher)
+        self._sending = False
 
     def end(self) -> None:
-        if self._tail:
+        if self._tail or self._sending:
             return  # mid-record: an alert now would corrupt the stream, a cut says as much
         alert = self._session.close_notify()
         if alert:

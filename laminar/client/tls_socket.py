@@ -38,6 +38,8 @@ class TlsSocket:
         self._session = session
         self._lock = threading.Lock()
         self._pending = b""
+        self._sending = 0
+        """Sends of ciphertext under way (or cut off by an error): no alert then."""
         self._ended = False
 
     @property
@@ -71,7 +73,10 @@ class TlsSocket:
         with self._lock:
             cipher = self._pending + self._session.encrypt(plain)
             self._pending = b""
+            self._sending += 1
         self._sock.sendall(cipher)
+        with self._lock:
+            self._sending -= 1
         return len(plain)
 
     def recv_into(self, view: memoryview, nbytes: int = 0, flags: int = 0) -> int:
@@ -104,12 +109,13 @@ class TlsSocket:
 
     def _end(self) -> None:
         """close_notify, once, with what the kernel takes now (never blocking;
-        not after output still waiting: it would leave out of order)."""
+        not while a send is under way or after output still waiting: it would
+        land inside a record or out of order)."""
         with self._lock:
             if self._ended:
                 return
             self._ended = True
-            alert = b"" if self._pending else self._session.close_notify()
+            alert = b"" if self._pending or self._sending else self._session.close_notify()
         if alert:
             with contextlib.suppress(OSError):
                 self._sock.send(alert, socket.MSG_DONTWAIT)
