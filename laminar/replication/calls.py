@@ -134,7 +134,12 @@ class PeerCalls:
         self.auth = auth
         self.view = view
         self.max_frame_bytes = max_frame_bytes
-        self._layouts: dict[str, tuple[float, NodeLayout]] = {}
+        self._layouts: dict[str, NodeLayout] = {}
+        self._live: dict[str, NodeLayout] = {}
+        """`live_layout`'s: the answer of each node's last ask, if it answered."""
+        self._asked: dict[str, float] = {}
+        """When each node's layout was last asked for by `live_layout`."""
+        self._asking: dict[str, asyncio.Task[None]] = {}
         self._leaders: dict[str, tuple[float, dict[int, str]]] = {}
         self._clock = clock
         self._connections: dict[tuple[str, int], _Connection] = {}
@@ -167,19 +172,38 @@ class PeerCalls:
             raise PeerLinkError(f"{node_id!r} is not a member of the cluster")
         return member
 
-    async def layout(self, node_id: str, max_age_s: float | None = None) -> NodeLayout:
+    async def layout(self, node_id: str) -> NodeLayout:
         """Where `node_id`'s shards listen (asked once, then kept until a call
-        to it fails, or, with `max_age_s`, asked again when the one kept is
-        older). Raises `PeerLinkError`, OSError or TimeoutError."""
-        now = self._clock.monotonic()
-        kept = self._layouts.get(node_id)
-        if kept is not None and (max_age_s is None or now - kept[0] <= max_age_s):
-            return kept[1]
-        self._layouts.pop(node_id, None)
-        member = self._member(node_id)
-        layout = await fetch_layout(member.host, member.port, self.auth, node_id)
-        self._layouts[node_id] = (now, layout)
+        to it fails). Raises `PeerLinkError`, OSError or TimeoutError."""
+        layout = self._layouts.get(node_id)
+        if layout is None:
+            member = self._member(node_id)
+            layout = await fetch_layout(member.host, member.port, self.auth, node_id)
+            self._layouts[node_id] = layout
         return layout
+
+    async def live_layout(self, node_id: str, max_age_s: float) -> NodeLayout | None:
+        """`node_id`'s layout if it answered its last ask, None if that failed:
+        for a caller with no other sign the node is alive (no traffic from it).
+        The first ask is awaited; once the last is older than `max_age_s`, the
+        next runs in the background (one at a time, the last answer standing
+        meanwhile), so no caller waits on a node that may be gone."""
+        asked_at = self._asked.get(node_id)
+        if asked_at is None:
+            await self._ask_layout(node_id)
+        elif node_id not in self._asking and self._clock.monotonic() - asked_at > max_age_s:
+            task = asyncio.get_running_loop().create_task(self._ask_layout(node_id))
+            self._asking[node_id] = task
+            task.add_done_callback(lambda _: self._asking.pop(node_id, None))
+        return self._live.get(node_id)
+
+    async def _ask_layout(self, node_id: str) -> None:
+        self._asked[node_id] = self._clock.monotonic()
+        try:
+            member = self._member(node_id)
+            self._live[node_id] = await fetch_layout(member.host, member.port, self.auth, node_id)
+        except (OSError, PeerLinkError, TimeoutError, ProtocolError):
+            self._live.pop(node_id, None)
 
     async def leaders(self, node_id: str) -> dict[int, str]:
         """The partition leaders `node_id` knows (its metadata answer, asked
@@ -212,6 +236,8 @@ class PeerCalls:
             return conn
 
     def close(self) -> None:
+        for task in list(self._asking.values()):
+            task.cancel()
         for conn in self._connections.values():
             with contextlib.suppress(Exception):
                 conn.close()

@@ -97,8 +97,8 @@ PRODUCER_ID_BITS: Final = 47
 DEFAULT_PARTITIONS: Final = 1
 """What CreateTopics with `num_partitions = -1` gets (Kafka's `num.partitions`)."""
 LAYOUT_RECHECK_S: Final = 1.0
-"""How long a shard trusts the layout of a node it never hears from before
-asking again whether that node is there (one connection per second at most)."""
+"""How often a shard asks a node it never hears from whether it is there
+(in the background: one connection a second at most)."""
 
 _LAMINAR_TO_KAFKA: Final = {
     ErrorCode.UNKNOWN_TOPIC: Kafka.UNKNOWN_TOPIC_OR_PARTITION,
@@ -409,10 +409,11 @@ class KafkaDoor:
     async def _kafka_ports(self, ctx: RequestContext) -> dict[str, tuple[str, tuple[int, ...]]]:
         """(host, Kafka port per shard) of every live node this shard can name:
         itself and, on a cluster, each member it hears from, or, where it never
-        hears from a node, whose layout it could ask for within the last
-        `LAYOUT_RECHECK_S`. A node gone quiet or unreachable is left out, as
-        Kafka lists only live brokers (no partition leads there, and admin
-        clients send to any broker listed, one that refuses included)."""
+        hears from a node, that answered its last layout ask (asked again in
+        the background every `LAYOUT_RECHECK_S`: `PeerCalls.live_layout`). A
+        node gone quiet or unreachable is left out, as Kafka lists only live
+        brokers (no partition leads there, and admin clients send to any
+        broker listed, one that refuses included)."""
         ident = self.ident
         out = {ident.node_id: (self._host(ctx), ident.kafka_ports)}
         if self._peers is None:
@@ -421,11 +422,16 @@ class KafkaDoor:
         for node in replicas.nodes():
             if node.node_id == ident.node_id or replicas.silent(node.node_id):
                 continue
-            recheck = None if replicas.heard_from(node.node_id) else LAYOUT_RECHECK_S
-            try:
-                layout = await self._peers.layout(node.node_id, recheck)
-            except (OSError, TimeoutError, ProtocolError, PeerLinkError):
-                continue
+            if not replicas.heard_from(node.node_id):
+                known = await self._peers.live_layout(node.node_id, LAYOUT_RECHECK_S)
+                if known is None:
+                    continue
+                layout = known
+            else:
+                try:
+                    layout = await self._peers.layout(node.node_id)
+                except (OSError, TimeoutError, ProtocolError, PeerLinkError):
+                    continue
             if layout.kafka_ports:
                 out[node.node_id] = (layout.host, layout.kafka_ports)
         return out
