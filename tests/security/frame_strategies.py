@@ -55,6 +55,21 @@ users = st.builds(
     UserInfo, names, st.lists(st.sampled_from(Mechanism), max_size=2).map(tuple), st.booleans()
 )
 
+
+def _alter(upserts: tuple[ScramCredential, ...]) -> st.SearchStrategy[sf.UsersRequest]:
+    """A USERS alter upserting `upserts` and removing some other mechanisms
+    (at least one thing to do)."""
+    others = [m for m in Mechanism if m not in {c.mechanism for c in upserts}]
+    removed = (
+        st.lists(st.sampled_from(others), min_size=0 if upserts else 1, unique=True).map(tuple)
+        if others
+        else st.just(())
+    )
+    return st.builds(
+        sf.UsersRequest, st.just(sf.UserAction.ALTER), names, st.just(upserts), removed=removed
+    )
+
+
 REQUESTS: list[st.SearchStrategy[Any]] = [
     st.builds(sf.AuthenticateRequest, names, st.binary(max_size=200)),
     st.one_of(
@@ -67,21 +82,7 @@ REQUESTS: list[st.SearchStrategy[Any]] = [
             credentials,
             st.booleans(),
         ),
-        (st.just(()) | credentials).flatmap(
-            lambda upserts: st.builds(
-                sf.UsersRequest,
-                st.just(sf.UserAction.ALTER),
-                names,
-                st.just(upserts),
-                removed=st.lists(
-                    st.sampled_from(
-                        [m for m in Mechanism if m not in {c.mechanism for c in upserts}]
-                    ),
-                    min_size=0 if upserts else 1,
-                    unique=True,
-                ).map(tuple),
-            )
-        ),
+        (st.just(()) | credentials).flatmap(_alter),
     ),
     st.one_of(
         st.builds(
