@@ -200,8 +200,10 @@ class MemberLog:
 
     got: list[tuple[int, int, str]] = field(default_factory=list)
     """(partition, index, value) in order."""
-    covered: set[tuple[int, int]] = field(default_factory=set)
-    """(partition, index) of deliveries a later commit of this member covers."""
+    covered: set[int] = field(default_factory=set)
+    """Positions in `got` of the deliveries a later commit of this member
+    covers (by position: a record delivered again after a refused commit is
+    a second delivery, which a later commit covers alone)."""
     refused: list[str] = field(default_factory=list)
 
     @classmethod
@@ -213,11 +215,11 @@ class MemberLog:
         for line in path.read_text().splitlines():
             kind, *rest = line.split()
             if kind == "GOT":
+                pending.setdefault(int(rest[0]), []).append(len(log.got))
                 log.got.append((int(rest[0]), int(rest[1]), rest[2]))
-                pending.setdefault(int(rest[0]), []).append(int(rest[1]))
             elif kind == "COMMITTED":
                 partition, end = int(rest[0]), int(rest[1])
-                log.covered |= {(partition, i) for i in pending.pop(partition, []) if i < end}
+                log.covered |= {n for n in pending.pop(partition, []) if log.got[n][1] < end}
             elif kind == "REFUSED":
                 pending.pop(int(rest[0]), None)
                 log.refused.append(rest[1])
@@ -280,10 +282,10 @@ def test_killed_stopped_and_added_member_processes_deliver_every_record(tmp_path
     logs = {name: MemberLog.read(tmp_path / f"{name}.log") for name in procs}
     deliveries = Counter(v for log in logs.values() for _, _, v in log.got)
     assert set(producer.acked) <= set(deliveries)  # every acknowledged record, by identity
-    covered = Counter(v for log in logs.values() for p, i, v in log.got if (p, i) in log.covered)
+    covered = Counter(log.got[n][2] for log in logs.values() for n in log.covered)
     assert max(covered.values()) == 1  # no record processed twice under commits
     uncovered = {
-        name for name, log in logs.items() for p, i, _ in log.got if (p, i) not in log.covered
+        name for name, log in logs.items() for n in range(len(log.got)) if n not in log.covered
     }
     assert uncovered <= {"a", "b"}  # only the killed and the stopped member's tails
     assert "FENCED" in logs["b"].refused
