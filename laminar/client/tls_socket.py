@@ -40,7 +40,6 @@ class TlsSocket:
         self._pending = b""
         self._sending = 0
         """Sends of ciphertext under way (or cut off by an error): no alert then."""
-        self._ended = False
 
     @property
     def session(self) -> TlsSession:
@@ -108,13 +107,10 @@ class TlsSocket:
         self._sock.close()
 
     def _end(self) -> None:
-        """close_notify, once, with what the kernel takes now (never blocking;
-        not while a send is under way or after output still waiting: it would
-        land inside a record or out of order)."""
+        """close_notify (the session says it once), with what the kernel takes
+        now (never blocking; not while a send is under way or after output
+        still waiting: it would land inside a record or out of order)."""
         with self._lock:
-            if self._ended:
-                return
-            self._ended = True
             alert = b"" if self._pending or self._sending else self._session.close_notify()
         if alert:
             with contextlib.suppress(OSError):

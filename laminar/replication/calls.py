@@ -135,8 +135,7 @@ class PeerCalls:
         self.view = view
         self.max_frame_bytes = max_frame_bytes
         self._layouts: dict[str, NodeLayout] = {}
-        self._live: dict[str, NodeLayout] = {}
-        """`live_layout`'s: the answer of each node's last ask, if it answered."""
+        """Each node's layout, dropped when an ask or a call to the node fails."""
         self._asked: dict[str, float] = {}
         """When each node's layout was last asked for by `live_layout`."""
         self._asking: dict[str, asyncio.Task[None]] = {}
@@ -183,7 +182,8 @@ class PeerCalls:
         return layout
 
     async def live_layout(self, node_id: str, max_age_s: float) -> NodeLayout | None:
-        """`node_id`'s layout if it answered its last ask, None if that failed:
+        """`node_id`'s layout if it answered its last ask (and no call to it
+        failed since), None if not:
         for a caller with no other sign the node is alive (no traffic from it).
         The first ask is awaited; once the last is older than `max_age_s`, the
         next runs in the background (one at a time, the last answer standing
@@ -195,15 +195,17 @@ class PeerCalls:
             task = asyncio.get_running_loop().create_task(self._ask_layout(node_id))
             self._asking[node_id] = task
             task.add_done_callback(lambda _: self._asking.pop(node_id, None))
-        return self._live.get(node_id)
+        return self._layouts.get(node_id)
 
     async def _ask_layout(self, node_id: str) -> None:
         self._asked[node_id] = self._clock.monotonic()
         try:
             member = self._member(node_id)
-            self._live[node_id] = await fetch_layout(member.host, member.port, self.auth, node_id)
+            layout = await fetch_layout(member.host, member.port, self.auth, node_id)
         except (OSError, PeerLinkError, TimeoutError, ProtocolError):
-            self._live.pop(node_id, None)
+            self._layouts.pop(node_id, None)
+        else:
+            self._layouts[node_id] = layout
 
     async def leaders(self, node_id: str) -> dict[int, str]:
         """The partition leaders `node_id` knows (its metadata answer, asked

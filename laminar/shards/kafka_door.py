@@ -54,7 +54,7 @@ from laminar.replication.metadata import METADATA_PID, is_internal_topic
 from laminar.replication.replica import PartitionReplica
 from laminar.replication.routes import NodeRoutes, NodeUnreachable
 from laminar.replication.topic_config import TOPIC_CONFIG_KEYS
-from laminar.replication.transport import PeerLinkError
+from laminar.replication.transport import NodeLayout, PeerLinkError
 from laminar.security.acls import CLUSTER, Operation, Resource, ResourceType
 from laminar.security.state import SecurityState
 from laminar.shards.dispatch import Dispatcher
@@ -422,19 +422,21 @@ class KafkaDoor:
         for node in replicas.nodes():
             if node.node_id == ident.node_id or replicas.silent(node.node_id):
                 continue
-            if not replicas.heard_from(node.node_id):
-                known = await self._peers.live_layout(node.node_id, LAYOUT_RECHECK_S)
-                if known is None:
-                    continue
-                layout = known
-            else:
-                try:
-                    layout = await self._peers.layout(node.node_id)
-                except (OSError, TimeoutError, ProtocolError, PeerLinkError):
-                    continue
-            if layout.kafka_ports:
+            layout = await self._layout(node.node_id, replicas.heard_from(node.node_id))
+            if layout is not None and layout.kafka_ports:
                 out[node.node_id] = (layout.host, layout.kafka_ports)
         return out
+
+    async def _layout(self, node_id: str, heard: bool) -> NodeLayout | None:
+        """Where a node's shards listen; None if it cannot be reached (one this
+        shard never hears from: if its last background ask failed)."""
+        assert self._peers is not None
+        if not heard:
+            return await self._peers.live_layout(node_id, LAYOUT_RECHECK_S)
+        try:
+            return await self._peers.layout(node_id)
+        except (OSError, TimeoutError, ProtocolError, PeerLinkError):
+            return None
 
     async def _leaders(
         self,
