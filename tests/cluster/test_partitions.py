@@ -14,6 +14,7 @@ The kernel here has no `netem`, so these faults are cuts and random loss
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -43,6 +44,7 @@ from tests.cluster.nodes import (
     wait_committed,
 )
 from tests.support import wait_until
+from tests.system.nodes import RunningNode
 
 pytestmark = pytest.mark.skipif(netns_reason() is not None, reason=str(netns_reason()))
 
@@ -188,6 +190,16 @@ def test_a_cut_off_leader_never_answers_a_leader_read_from_its_stale_prefix(
         assert stale.next_index <= after
 
 
+def _read_lossy(node: RunningNode, pid: int) -> list[tuple[tuple[int, bytes], ...]]:
+    """`read_answers` from a node whose interface drops packets: a reader's
+    connection to it may be reset (seen once in a full run), and a read is an
+    observation without effect, so a reset read is made again (three tries)."""
+    for _ in range(2):
+        with contextlib.suppress(ConnectionResetError):
+            return read_answers(node, pid)
+    return read_answers(node, pid)
+
+
 def test_nothing_acknowledged_is_lost_while_a_node_loses_packets(
     cluster: tuple[TestNetwork, Cluster],
 ) -> None:
@@ -203,7 +215,7 @@ def test_nothing_acknowledged_is_lost_while_a_node_loses_packets(
         net.loss(host_index(lossy), 20)
         producer.produce(24)
         for name in nodes.nodes:
-            history += [Read(0, answer) for answer in read_answers(nodes.nodes[name], pid)]
+            history += [Read(0, answer) for answer in _read_lossy(nodes.nodes[name], pid)]
         net.heal()
         wait_committed(nodes, pid, producer.end)
         report = check(history, _final(nodes, pid))
