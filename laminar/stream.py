@@ -140,19 +140,28 @@ class PlainStream:
 
 
 def _chunks(buffers: Sequence[Buffer], size: int) -> Iterator[Buffer]:
-    """`buffers` as runs of at most `size` bytes: small ones joined, large ones cut."""
+    """`buffers` as runs of at most `size` bytes: small ones joined, large ones
+    cut. A buffer that fits whole is only counted (a fetch answer can be a
+    buffer per record); only the one a run ends in is cut."""
     run: list[Buffer] = []
     run_bytes = 0
     for buf in buffers:
+        n = len(buf)  # byte buffers, as the outbox counts them
+        if run_bytes + n < size:
+            if n:
+                run.append(buf)
+                run_bytes += n
+            continue
         view = memoryview(buf).cast("B")
-        while len(view):
+        while run_bytes + len(view) >= size:
             room = size - run_bytes
-            part, view = view[:room], view[room:]
-            run.append(part)
-            run_bytes += len(part)
-            if run_bytes == size:
-                yield b"".join(run) if len(run) > 1 else run[0]
-                run, run_bytes = [], 0
+            run.append(view[:room])
+            view = view[room:]
+            yield b"".join(run) if len(run) > 1 else run[0]
+            run, run_bytes = [], 0
+        if len(view):
+            run.append(view)
+            run_bytes += len(view)
     if run:
         yield b"".join(run) if len(run) > 1 else run[0]
 

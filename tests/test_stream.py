@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from laminar.certs import Pem, make_ca, make_cert
 from laminar.outbox import Outbox
@@ -69,6 +71,21 @@ def test_chunks_join_small_buffers_and_cut_large_ones() -> None:
     chunks = [bytes(c) for c in _chunks(parts, 16)]
     assert b"".join(chunks) == b"".join(parts)
     assert [len(c) for c in chunks] == [16, 16, 6]
+
+
+@given(
+    st.lists(st.binary(max_size=40).map(lambda b: [b, bytearray(b), memoryview(b)]), max_size=12),
+    st.integers(0, 2),
+    st.integers(1, 48),
+)
+def test_chunks_are_the_buffers_in_order_in_full_runs_of_the_size(
+    forms: list[list[bytes | bytearray | memoryview]], kind: int, size: int
+) -> None:
+    parts = [form[kind] for form in forms]
+    chunks = [bytes(c) for c in _chunks(parts, size)]
+    assert b"".join(chunks) == b"".join(bytes(p) for p in parts)
+    assert all(len(c) == size for c in chunks[:-1])
+    assert all(0 < len(c) <= size for c in chunks)
 
 
 def test_frames_through_an_outbox_arrive_whole_and_in_order_both_ways(
