@@ -266,18 +266,23 @@ def scrape(
         return None
 
 
-def fetch_members(
+def fetch_membership(
     address: Address, timeout_s: float, tls: ssl.SSLContext | None = None
-) -> list[dict[str, Any]] | None:
-    """The members the node's membership agent knows ([] when membership is off),
-    or None when the admin endpoint cannot be read."""
+) -> tuple[list[dict[str, Any]], str | None] | None:
+    """The members the node's membership agent knows ([] when membership is off)
+    and how their datagrams are authenticated ("certificates", "cluster-secret",
+    None when off), or None when the admin endpoint cannot be read."""
     try:
         with admin_open(address, "/status", timeout_s, tls) as response:
             doc = json.loads(response.read().decode("utf-8", "replace"))
     except (urllib.error.URLError, OSError, ValueError):
         return None
-    members = doc.get("members") if isinstance(doc, dict) else None
-    return members if isinstance(members, list) else []
+    if not isinstance(doc, dict):
+        return [], None
+    members = doc.get("members")
+    membership = doc.get("membership")
+    auth = membership.get("auth") if isinstance(membership, dict) else None
+    return (members if isinstance(members, list) else []), auth
 
 
 # --- gathering ----------------------------------------------------------------------
@@ -333,6 +338,9 @@ def gather(client: Client, admin: Address, timeout_s: float) -> dict[str, Any]:
         for node in md.decommissioned
     ]
     samples = scrape(admin, min(timeout_s, 3.0), client.tls)
+    membership = (
+        fetch_membership(admin, min(timeout_s, 3.0), client.tls) if samples is not None else None
+    )
     loads = shard_loads(samples) if samples is not None else {}
     for s in shards:
         s.load = loads.get(s.shard_id)
@@ -354,9 +362,8 @@ def gather(client: Client, admin: Address, timeout_s: float) -> dict[str, Any]:
         "steering": steering_counts(samples) if samples is not None else None,
         "xdp": xdp_state(samples) if samples is not None else None,
         "peer_auth": peer_auth(samples) if samples is not None else None,
-        "members": (
-            fetch_members(admin, min(timeout_s, 3.0), client.tls) if samples is not None else None
-        ),
+        "members": membership[0] if membership is not None else None,
+        "membership_auth": membership[1] if membership is not None else None,
         "cluster": replication,
         "groups": group_status(client),
         "decommissioning": leaving,
@@ -532,7 +539,9 @@ def status(client: Client, args: argparse.Namespace) -> int:
         print(table(["NODE", "STATE", "PARTITIONS LEFT"], leaving))
     if doc.get("members"):
         print()
-        print(f"members ({len(doc['members'])})")
+        signed = {"certificates": "signed by certificate", "cluster-secret": "cluster secret"}
+        how = signed.get(doc.get("membership_auth") or "", "")
+        print(f"members ({len(doc['members'])}{'; datagrams: ' + how if how else ''})")
         members = [
             (m["node_id"], m["address"], m["state"], m["incarnation"], m["weight"])
             for m in doc["members"]

@@ -1,10 +1,13 @@
 """The node's membership: the SWIM agent the supervisor runs, and where its socket is.
 
-Membership is on when the node is given a cluster secret
-(`--cluster-secret-file`): every membership datagram is authenticated with it
-(`laminar.swim.auth`), so there is no membership without one, and `--join`
-without a secret is a start-up error. Without a secret the node runs alone,
-as before, and `members` is empty.
+Membership is on with a cluster secret (`--cluster-secret-file`), `--join`
+or `--gossip` (`NodeConfig.membership`). Every membership datagram is
+authenticated: with TLS between nodes, signed by the sending node's
+certificate key and carrying its certificate (`laminar.swim.signing`; no
+secret needed), else tagged with the cluster secret (`laminar.swim.auth`).
+Membership with neither is a start-up error (`NodeConfig`). Without
+membership the node runs alone or on its --peers, and `members` is empty.
+SIGHUP loads the certificate and key again (`reload`).
 
 Where membership datagrams arrive:
 
@@ -42,14 +45,18 @@ from laminar.node.listeners import StartupError
 from laminar.node.prometheus import render_family
 from laminar.replication.auth import SecretFileError, load_secret
 from laminar.shards.config import NodeConfig
-from laminar.swim import MembershipView, Swim
+from laminar.swim import MembershipView, Swim, SwimConfig, SwimUsageError
 from laminar.swim.agent import MembershipAgent, format_address, member_address, monotonic_ms
-from laminar.swim.auth import PacketSealer
+from laminar.swim.auth import PacketSealer, Sealer
+from laminar.swim.signing import CertificateError, CertificateSealer
 from laminar.xdp import sockets as xdp_sockets
 
 logger = logging.getLogger("laminar.membership")
 
 MEMBERSHIP_PORT_OFFSET = 1000
+RELOAD_SLACK_BYTES = 128
+"""Room kept in each packet for a reloaded certificate a little larger than
+the one the node started with (a larger one waits for a restart)."""
 
 
 def read_cluster_secret(path: str) -> bytes:
@@ -65,9 +72,16 @@ class NodeGossip:
     """The agent of one node, with the socket it owns."""
 
     def __init__(
-        self, agent: MembershipAgent, address: str, seeds: list[str], steered: bool
+        self,
+        agent: MembershipAgent,
+        address: str,
+        seeds: list[str],
+        steered: bool,
+        signed: bool,
     ) -> None:
         self.agent = agent
+        self.signed = signed
+        """True when datagrams are signed by certificate, not tagged with the secret."""
         self.address = address
         """Where membership datagrams reach this node (what `--join` names)."""
         self.seeds = seeds
@@ -90,12 +104,26 @@ class NodeGossip:
         """Announce a new weight (`SwimUsageError` if it is not one)."""
         self.agent.set_weight(weight)
 
+    def reload(self, config: NodeConfig) -> None:
+        """SIGHUP: sign with the certificate and key in the files now, and trust
+        the CA file's CAs now (datagrams tagged with the secret: nothing to do).
+        A failure is logged and the credentials in use stay."""
+        if not self.signed:
+            return
+        try:
+            self.agent.use_sealer(certificate_sealer(config))
+        except (OSError, SwimUsageError) as exc:
+            logger.error("SIGHUP: membership keeps its certificate: %s", exc)
+            return
+        logger.info("SIGHUP: membership signs with the reloaded certificate")
+
     def state(self) -> dict[str, Any]:
         """The "membership" block of /status."""
         stats = self.agent.stats
         swim = self.agent.swim
         return {
             "address": self.address,
+            "auth": "certificates" if self.signed else "cluster-secret",
             "port": "node" if self.steered else "membership",
             "incarnation": swim.incarnation,
             "weight": swim.weight,
@@ -169,14 +197,9 @@ def prepare_gossip(
     cannot, and then a port of membership's own is bound. Raises
     `StartupError` with a one-line reason.
     """
-    if not config.cluster_secret_file:
-        if config.join:
-            raise StartupError(
-                "--join needs --cluster-secret-file: membership traffic is authenticated "
-                "with the cluster secret (the same file on every node)"
-            )
+    if not config.membership:
         return None
-    secret = read_cluster_secret(config.cluster_secret_file)
+    sealer = _sealer(config)
     steered = bind_steered() if config.membership_port is None else None
     sock = steered if steered is not None else _bind_own_port(config, node_port)
     port = xdp_sockets.bound_port(sock)
@@ -188,11 +211,28 @@ def prepare_gossip(
         now_ms=monotonic_ms(),
         weight=config.weight,
         incarnation=_start_incarnation(),
+        config=SwimConfig(packet_overhead_bytes=sealer.overhead_bytes + RELOAD_SLACK_BYTES),
     )
-    agent = MembershipAgent(swim, sock, PacketSealer(secret))
+    agent = MembershipAgent(swim, sock, sealer)
     where = "the node port (steered by the eBPF program)" if steered else f"port {port}"
     logger.info("membership on %s as %s at %s", where, config.node_id, address)
-    return NodeGossip(agent, address, list(config.join), steered is not None)
+    return NodeGossip(agent, address, list(config.join), steered is not None, config.gossip_signed)
+
+
+def _sealer(config: NodeConfig) -> Sealer:
+    if not config.gossip_signed:
+        return PacketSealer(read_cluster_secret(config.cluster_secret_file))
+    try:
+        return certificate_sealer(config)
+    except (OSError, CertificateError) as exc:
+        raise StartupError(f"membership cannot sign with the node certificate: {exc}") from None
+
+
+def certificate_sealer(config: NodeConfig) -> CertificateSealer:
+    """Raises `OSError` or `CertificateError`."""
+    return CertificateSealer.from_files(
+        config.tls_cert_file, config.tls_key_file, config.tls_ca_file, node_id=config.node_id
+    )
 
 
 def _bind_own_port(config: NodeConfig, node_port: int) -> socket.socket:

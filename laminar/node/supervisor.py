@@ -29,11 +29,12 @@ Theory of operation:
   supervisor waits (bounded, then SIGKILL), removes node.json, and exits 0 if
   every shard drained cleanly.
 - SIGHUP: the TLS certificate and key are loaded again, here (the admin
-  endpoint) and in every shard, which the supervisor forwards it to; new
-  handshakes use them, connections already open keep theirs.
+  endpoint and membership's signing key) and in every shard, which the
+  supervisor forwards it to; new handshakes use them, connections already
+  open keep theirs.
 - The admin endpoint (`admin`) runs here and asks the shards for their stats
   over the control sockets.
-- Membership (`membership`, when the node has a cluster secret) runs here too,
+- Membership (`membership`, when the node runs it: `NodeConfig.membership`) runs here too,
   so it outlives shard restarts: the SWIM agent joins through `--join`, pushes
   each new view to every shard over its control socket (and the current one to
   a shard that becomes ready), and on SIGTERM announces, once the shards have
@@ -334,11 +335,13 @@ class Supervisor:
             raise StartupError(f"the TLS certificate or key cannot be loaded: {exc}") from None
 
     def _reload_tls(self) -> None:
-        """SIGHUP: every shard and the admin endpoint load the TLS files again."""
+        """SIGHUP: every shard, the admin endpoint and membership load the TLS files again."""
         if self.tls is None:
             logger.info("SIGHUP: no TLS to reload")
             return
         self.tls.reload()
+        if self.membership is not None:
+            self.membership.reload(self.config)
         for slot in self.slots:
             slot.signal(signal.SIGHUP)
 

@@ -95,12 +95,15 @@ def node_id_from_certificate(certificate: Mapping[str, Any]) -> str | None:
     `laminar-node:<id>` URI SAN), None if it names no node;
     `PrincipalError` if it names several. `certificate` is
     `ssl.SSLObject.getpeercert()`'s dict."""
+    return node_id_from_uris(
+        value for kind, value in certificate.get("subjectAltName", ()) if kind == "URI"
+    )
+
+
+def node_id_from_uris(uris: Iterable[str]) -> str | None:
+    """The rule of `node_id_from_certificate`, over a certificate's URI SANs."""
     prefix = f"{NODE_URI_SCHEME}:"
-    names = [
-        value[len(prefix) :]
-        for kind, value in certificate.get("subjectAltName", ())
-        if kind == "URI" and value.startswith(prefix)
-    ]
+    names = [uri[len(prefix) :] for uri in uris if uri.startswith(prefix)]
     if len(names) > 1:
         raise PrincipalError(
             f"the certificate names {len(names)} nodes; a node certificate names one"

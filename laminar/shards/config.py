@@ -468,9 +468,9 @@ class NodeConfig:
         metadata=setting(
             "--cluster-secret-file",
             "file with the cluster secret (chmod 600, at least 16 bytes, the same on every "
-            "node): authenticates every node-to-node connection (with TLS: certificates "
-            "do) and membership datagram; turns membership on; required with --join, and "
-            "with --peers unless TLS",
+            "node): authenticates every node-to-node connection and membership datagram "
+            "(with TLS between nodes, certificates do); turns membership on; required "
+            "with --join or --gossip, and with --peers, unless TLS",
             parse=_absolute_or_empty,
         ),
     )
@@ -493,14 +493,26 @@ class NodeConfig:
         metadata=setting(
             "--join",
             "join the cluster through any of these members' membership addresses "
-            "(needs --cluster-secret-file)",
+            "(needs --cluster-secret-file, or TLS between nodes)",
             checks=(host_ports,),
             parse=_addresses,
             metavar="HOST:PORT,...",
             flag_default="",
         ),
     )
-    """Membership addresses (HOST:PORT) of members to join through; needs a secret."""
+    """Membership addresses (HOST:PORT) of members to join through; needs a secret
+    or TLS between nodes (`NodeConfig.gossip_authenticated`)."""
+    gossip: bool = field(
+        default=False,
+        metadata=setting(
+            "--gossip",
+            "run membership without --join: the first node of a cluster others --join "
+            "(implied by --cluster-secret-file without --peers); needs "
+            "--cluster-secret-file, or TLS between nodes",
+        ),
+    )
+    """Run membership though no member is named to join (the seed of a gossip
+    cluster); a secret without --peers implies it."""
     weight: float = field(
         default=1.0,
         metadata=setting(
@@ -682,7 +694,19 @@ class NodeConfig:
     @property
     def gossiped(self) -> bool:
         """True when the cluster's members come from SWIM, not from --peers."""
-        return bool(self.cluster_secret_file) and not self.peers.strip()
+        return self.membership and not self.peers.strip()
+
+    @property
+    def membership(self) -> bool:
+        """True when the node runs SWIM (`laminar.node.gossip`): a secret
+        (with --peers too), --join or --gossip."""
+        return bool(self.cluster_secret_file or self.join or self.gossip)
+
+    @property
+    def gossip_signed(self) -> bool:
+        """True when membership datagrams are signed by each node's certificate
+        (`laminar.swim.signing`), not tagged with the cluster secret."""
+        return self.peer_auth == "certificates" and self.membership
 
     # -- derived settings ------------------------------------------------------
 
@@ -874,8 +898,19 @@ def _no_udp_no_steering(c: NodeConfig) -> str | None:
     return None
 
 
+def _membership_is_authenticated(c: NodeConfig) -> str | None:
+    if not c.membership or c.cluster_secret_file or c.tls:  # certificates sign it
+        return None
+    flag = "--join" if c.join else "--gossip"
+    return (
+        f"{flag} runs membership, whose datagrams must be authenticated: give every node "
+        "the same --cluster-secret-file, or TLS between nodes (--tls-cert-file, "
+        "--tls-key-file, --tls-ca-file: each node signs its datagrams with its certificate)"
+    )
+
+
 def _tls_peers_show_certificates(c: NodeConfig) -> str | None:
-    if not c.tls or c.tls_ca_file or not (c.peers.strip() or c.cluster_secret_file or c.join):
+    if not c.tls or c.tls_ca_file or not (c.peers.strip() or c.membership):
         return None
     return (
         "with TLS, peers prove who they are by certificate: give --tls-ca-file, the CA "
@@ -926,6 +961,7 @@ _RULES: Final[tuple[Callable[[NodeConfig], str | None], ...]] = (
     _peers_are_authenticated,
     _tls_files_pair,
     _no_udp_no_steering,
+    _membership_is_authenticated,
     _tls_peers_show_certificates,
     _auth_settings,
     _exposed_needs_security,

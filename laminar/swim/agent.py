@@ -1,6 +1,7 @@
 """The membership agent: the SWIM core on a UDP socket, in the supervisor's loop.
 
-A thin shell: it reads datagrams, checks their tag (`auth`), hands packets to
+A thin shell: it reads datagrams, has its `auth.Sealer` check them (the
+cluster secret's tag, or a certificate and signature), hands packets to
 the core, calls the core's `tick` at its deadline, seals and sends what the
 core produced, and publishes a new `MembershipView` whenever a member changed.
 It runs in the supervisor, not in a shard, so membership survives shard
@@ -22,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from laminar.swim.auth import PacketSealer
+from laminar.swim.auth import Sealer
 from laminar.swim.core import Swim
-from laminar.swim.errors import MalformedPacket, Unauthenticated
+from laminar.swim.errors import MalformedPacket, SwimUsageError, Unauthenticated
 from laminar.swim.view import MembershipView
 
 logger = logging.getLogger("laminar.membership")
@@ -89,7 +90,7 @@ class MembershipAgent:
         self,
         swim: Swim,
         sock: socket.socket,
-        sealer: PacketSealer,
+        sealer: Sealer,
         *,
         clock_ms: Callable[[], int] = monotonic_ms,
     ) -> None:
@@ -137,6 +138,17 @@ class MembershipAgent:
         """Announce a new weight to the cluster (`Swim.set_weight`)."""
         self.swim.set_weight(weight, self._clock_ms())
         self._flush()
+
+    def use_sealer(self, sealer: Sealer) -> None:
+        """Seal and open with `sealer` from now on (a reloaded certificate);
+        `SwimUsageError` if its datagrams would not fit the packets' reserve."""
+        reserved = self.swim.config.packet_overhead_bytes
+        if sealer.overhead_bytes > reserved:
+            raise SwimUsageError(
+                f"the new credentials need {sealer.overhead_bytes} bytes per datagram; "
+                f"{reserved} are reserved until a restart"
+            )
+        self._sealer = sealer
 
     def close(self) -> None:
         if self._timer is not None:

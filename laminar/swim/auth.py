@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Final
+from typing import Final, Protocol
 
 from laminar.swim.codec import decode_packet, encode_packet
 from laminar.swim.errors import SwimUsageError, Unauthenticated
@@ -45,10 +45,29 @@ def derive_key(secret: bytes) -> bytes:
     return hmac.new(secret, KEY_LABEL, hashlib.sha256).digest()
 
 
+class Sealer(Protocol):
+    """How membership datagrams are authenticated: the cluster secret's tag
+    (`PacketSealer`) or the sending node's certificate and signature
+    (`laminar.swim.signing.CertificateSealer`)."""
+
+    @property
+    def overhead_bytes(self) -> int:
+        """Bytes each datagram carries beyond its packet (`SwimConfig.packet_overhead_bytes`)."""
+        ...
+
+    def seal(self, packet: Packet) -> bytes: ...
+
+    def open(self, datagram: bytes) -> Packet:
+        """Raises `Unauthenticated` or `MalformedPacket`."""
+        ...
+
+
 class PacketSealer:
     """Encodes packets with their tag, and checks and decodes received datagrams."""
 
     __slots__ = ("_key",)
+
+    overhead_bytes: Final = TAG_BYTES
 
     def __init__(self, secret: bytes) -> None:
         self._key = derive_key(secret)

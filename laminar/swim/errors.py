@@ -3,7 +3,8 @@
 - `SwimUsageError`: this side misused the core (a bug in the caller).
 - `MalformedPacket`: a peer sent a datagram the protocol does not allow; the
   shell drops it, counts it and logs it. It never changes any state.
-- `Unauthenticated`: a datagram without a valid tag for the cluster secret.
+- `Unauthenticated`: a datagram without a valid tag for the cluster secret, or
+  (certificate mode) without a valid certificate and signature of its sender.
 """
 
 from __future__ import annotations
@@ -22,4 +23,4 @@ class MalformedPacket(SwimError):
 
 
 class Unauthenticated(MalformedPacket):
-    """A datagram whose authentication tag is missing or wrong."""
+    """A datagram whose tag, or certificate and signature, is missing or wrong."""

@@ -26,14 +26,18 @@ import socket
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from laminar.certs import make_ca, make_cert, make_cluster_certs
 from laminar.client import Client
 from laminar.placement import partition_id
-from laminar.replication.auth import Initiator, PeerAuth, write_secret
+from laminar.replication.auth import Initiator, PeerAuth
 from laminar.replication.transport import PEER_HELLO, peer_decoder
+from laminar.swim.agent import parse_address
+from laminar.swim.messages import Packet, Ping
+from laminar.swim.signing import CertificateSealer
 from laminar.wire import NEED_DATA, Frame, encode_frame
 from laminar.wire.records import decode_record
 from tests.cluster.nodes import Cluster, leader_of, offsets, read_replica
@@ -219,39 +223,96 @@ def test_a_node_cannot_speak_for_another_node_id(tmp_path: Path) -> None:
         _check_replicas(cluster, ["n1", "n2"], pid, acked)
 
 
-def test_nodes_that_join_by_gossip_link_by_certificate(tmp_path: Path) -> None:
-    """--join: membership keeps its cluster secret (UDP carries no TLS), the
-    links between the members it finds are mutual TLS."""
+def test_nodes_that_join_by_gossip_sign_it_and_link_by_certificate(tmp_path: Path) -> None:
+    """--join with certificates and no secret: membership datagrams are signed
+    by each node's certificate, links are mutual TLS; a node with another CA's
+    certificate never becomes a member, a datagram signed by one member in
+    another's name is dropped, and records survive the leader's SIGKILL."""
     certs = _certs(tmp_path)
-    secret = tmp_path / "secret"
-    write_secret(secret)
     with contextlib.ExitStack() as stack:
         nodes: dict[str, RunningNode] = {}
         for name in ("n1", "n2", "n3"):
             seed = nodes.get("n1")
-            (tmp_path / name).mkdir()
             nodes[name] = stack.enter_context(
-                start_node(
-                    tmp_path / name,
-                    cores=1,
-                    data_dir=tmp_path / name / "data",
-                    node_id=name,
-                    cluster_secret_file=secret,
-                    join=seed.info["membership_address"] if seed else None,
-                    tls_cert_file=certs / f"{name}.crt",
-                    tls_key_file=certs / f"{name}.key",
-                    tls_ca_file=certs / "ca.crt",
-                )
+                _gossip_node(tmp_path, name, certs, certs / "ca.crt", seed)
             )
+        n1 = nodes["n1"]
         assert all(n.node_file()["peer_auth"] == "certificates" for n in nodes.values())
+        assert _membership(n1)["auth"] == "certificates"
+        wait_until(lambda: all(_members(n) == set(nodes) for n in nodes.values()), "3 members")
 
-        def members(node: RunningNode) -> set[str]:
-            status = json.loads(node.admin_get("/status")[1])
-            return {m["node_id"] for m in status["members"] if m["state"] == "alive"}
+        other = tmp_path / "other"
+        other.mkdir()
+        other_ca = make_ca(other, "other-ca")
+        make_cert(other, other_ca, "n4", node_id="n4")
+        foreign = stack.enter_context(_gossip_node(tmp_path, "n4", other, other_ca.cert, n1))
+        wait_until(lambda: _membership(n1)["unauthenticated"] >= 3, "n4's datagrams refused")
+        wait_until(lambda: "was not issued by the CA" in n1.log_text(), "the refusal logged")
+        assert _members(foreign) == {"n4"}
+        foreign.kill()
+        # n3's key in n2's name, sent until its drop is logged (at most one drop
+        # is logged per 10 s):
+        wait_until(
+            lambda: (
+                _sign_as(certs, "n3", claimed="n2", to=n1)
+                or "signed by node n3 speaks as node n2" in n1.log_text()
+            ),
+            "the forgery dropped and logged",
+            timeout_s=40,
+        )
+        assert all(_members(n) == set(nodes) for n in nodes.values())
 
-        wait_until(lambda: all(members(n) == set(nodes) for n in nodes.values()), "3 members")
         with _tls_client(list(nodes.values())) as client:
             topic = client.create_topic("joined", partitions=1, replication_factor=3)
             pid = partition_id(topic.topic_id, 0)
             acked = _produce(client, "joined", [b"j%03d" % i for i in range(RECORDS)])
-        _check_nodes(nodes, pid, acked)
+        cluster_leader = next(
+            name for name, node in nodes.items() if offsets(node, pid).leader == name
+        )
+        nodes[cluster_leader].kill()
+        survivors = {n: node for n, node in nodes.items() if n != cluster_leader}
+        with _tls_client(list(survivors.values())) as client:
+            acked |= _produce(client, "joined", [b"k%03d" % i for i in range(RECORDS)])
+        _check_nodes(survivors, pid, acked)
+
+
+@contextlib.contextmanager
+def _gossip_node(
+    tmp: Path, name: str, certs: Path, ca_file: str | Path, seed: RunningNode | None
+) -> Iterator[RunningNode]:
+    (tmp / name).mkdir()
+    with start_node(
+        tmp / name,
+        cores=1,
+        data_dir=tmp / name / "data",
+        node_id=name,
+        gossip=seed is None,
+        join=seed.info["membership_address"] if seed else None,
+        tls_cert_file=certs / f"{name}.crt",
+        tls_key_file=certs / f"{name}.key",
+        tls_ca_file=ca_file,
+    ) as node:
+        yield node
+
+
+def _membership(node: RunningNode) -> dict[str, Any]:
+    membership: dict[str, Any] = json.loads(node.admin_get("/status")[1])["membership"]
+    return membership
+
+
+def _members(node: RunningNode) -> set[str]:
+    status = json.loads(node.admin_get("/status")[1])
+    return {m["node_id"] for m in status["members"] if m["state"] == "alive"}
+
+
+def _sign_as(certs: Path, signer: str, *, claimed: str, to: RunningNode) -> None:
+    """A ping signed with `signer`'s certificate and key that claims to come from `claimed`."""
+    sealer = CertificateSealer.from_files(
+        str(certs / f"{signer}.crt"), str(certs / f"{signer}.key"), str(certs / "ca.crt"),
+        node_id=signer,
+    )  # fmt: skip
+    address = to.info["membership_address"]
+    host, port = parse_address(address)
+    datagram = sealer.seal(Packet(Ping(1, "n1", claimed, "127.0.0.1:9")))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.sendto(datagram, (host, port))

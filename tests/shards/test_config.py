@@ -65,6 +65,24 @@ def test_a_cluster_never_runs_without_peer_authentication() -> None:
     assert "--insecure-peers" in build_parser().format_help()
 
 
+def test_membership_is_authenticated_by_the_secret_or_signed_by_certificates() -> None:
+    """--join and --gossip run membership: with TLS between nodes its datagrams
+    are signed by certificate and no secret is needed, else the secret tags them."""
+    parse = build_parser().parse_args
+    tls = ["--tls-cert-file", "/c.pem", "--tls-key-file", "/k.pem", "--tls-ca-file", "/ca.pem"]
+    for flags in (["--gossip"], ["--join", "127.0.0.1:8070"]):
+        with pytest.raises(ConfigError, match="runs membership, whose datagrams must be"):
+            config_from_args(parse(["--node-id", "n1", *flags]))
+        signed = config_from_args(parse(["--node-id", "n1", *flags, *tls]))
+        assert signed.gossiped and signed.gossip_signed and signed.peer_auth == "certificates"
+        tagged = config_from_args(parse(["--node-id", "n1", *flags, "--cluster-secret-file", "/s"]))
+        assert tagged.gossiped and not tagged.gossip_signed
+    seed = config_from_args(parse(["--node-id", "n1", "--cluster-secret-file", "/s"]))
+    assert seed.gossiped and seed.membership and not seed.gossip_signed
+    alone = config_from_args(parse(["--node-id", "n1", *tls]))
+    assert not alone.membership and not alone.clustered
+
+
 def test_a_node_facing_a_network_needs_tls_and_logins_unless_insecure() -> None:
     """Safe by default: a non-loopback --host without TLS and --auth is refused
     (the message names what is missing), --insecure lets it run."""

@@ -303,6 +303,7 @@ def test_make_certs_then_make_cluster_runs_it_on_mutual_tls(tmp_path: Path) -> N
         for node_id in ("n1", "n2", "n3"):
             info = json.loads((data / node_id / "run" / "node.json").read_text())
             assert info["peer_auth"] == "certificates" and info["udp"] is False
+        assert not (data / "cluster.secret").exists()  # membership is signed by certificate
         bootstrap = ",".join(f"127.0.0.1:{port}" for port in ports)
         values = [b"m%03d" % i for i in range(20)]
         tls = {"tls": True, "ca_file": str(certs / "ca.crt")}

@@ -124,7 +124,9 @@ def test_five_nodes_join_through_one_seed_and_see_a_killed_node_die(
             timeout=60,
             check=True,
         )
-        members = {m["node_id"]: m for m in json.loads(cli.stdout)["members"]}
+        doc = json.loads(cli.stdout)
+        assert doc["membership_auth"] == "cluster-secret"
+        members = {m["node_id"]: m for m in doc["members"]}
         assert set(members) == names
         assert members["n3"]["weight"] == 3.0 and members["n3"]["state"] == "alive"
         assert set(members["n2"]) == {"node_id", "address", "state", "incarnation", "weight"}
@@ -183,7 +185,7 @@ def test_a_node_with_the_wrong_secret_cannot_join(tmp_path: Path) -> None:
 def test_join_without_a_secret_is_refused(tmp_path: Path) -> None:
     from tests.system.nodes import NodeStartError
 
-    with pytest.raises(NodeStartError, match="--join needs --cluster-secret-file"):
+    with pytest.raises(NodeStartError, match="--join runs membership, whose datagrams must be"):
         start_node(tmp_path, cores=1, join="127.0.0.1:7946")
 
 
