@@ -7,16 +7,23 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shutil
 import socket
 import struct
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from laminar.certs import Pem, make_ca, make_cert
+from laminar.node.gossip import RELOAD_SLACK_BYTES, NodeGossip, certificate_sealer
+from laminar.shards.config import NodeConfig
 from laminar.swim import MemberState, Swim, SwimConfig
 from laminar.swim.agent import MembershipAgent, format_address, monotonic_ms
 from laminar.swim.errors import MalformedPacket, Unauthenticated
@@ -77,6 +84,10 @@ def test_another_node_s_certificate_in_a_datagram_does_not_verify(pki: Pki) -> N
     )
     with pytest.raises(Unauthenticated, match="does not match the certificate of node n1"):
         n1.open(forged)
+
+
+def _der(pem: bytes) -> bytes:
+    return x509.load_pem_x509_certificate(pem).public_bytes(serialization.Encoding.DER)
 
 
 def _parts(datagram: bytes) -> tuple[bytes, bytes, bytes]:
@@ -184,7 +195,7 @@ def _agent(name: str, sealer: CertificateSealer) -> MembershipAgent:
         probe_interval_ms=100,
         probe_timeout_ms=40,
         gossip_interval_ms=20,
-        packet_overhead_bytes=sealer.overhead_bytes,
+        packet_overhead_bytes=sealer.overhead_bytes + RELOAD_SLACK_BYTES,  # as a node does
     )
     address = format_address(*sock.getsockname())
     swim = Swim(name, address, rng=random.Random(name), now_ms=monotonic_ms(), config=config)
@@ -218,3 +229,39 @@ async def _join_with_certificates(pki: Pki) -> None:
     finally:
         for agent in [*agents, intruder]:
             agent.close()
+
+
+def test_a_reload_signs_with_the_new_certificate_and_keeps_the_old_on_failure(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """SIGHUP (`NodeGossip.reload`): the files' certificate signs from then on;
+    a certificate for another node is refused and the one in use stays."""
+    files = {"cert": tmp_path / "n1.crt", "key": tmp_path / "n1.key"}
+    for kind, source in (("cert", pki.certs["n1"].cert), ("key", pki.certs["n1"].key)):
+        shutil.copy(source, files[kind])
+    config = cast(
+        NodeConfig,
+        SimpleNamespace(
+            tls_cert_file=str(files["cert"]),
+            tls_key_file=str(files["key"]),
+            tls_ca_file=pki.ca.cert,
+            node_id="n1",
+        ),
+    )
+    sealer = certificate_sealer(config)
+    gossip = NodeGossip(_agent("n1", sealer), "127.0.0.1:1", [], False, signed=True)
+    reader = pki.sealer(pki.certs["n2"], "n2")
+    try:
+        renewed = make_cert(pki.tmp, pki.ca, "n1-renewed", node_id="n1")
+        for kind, source in (("cert", renewed.cert), ("key", renewed.key)):
+            shutil.copy(source, files[kind])
+        gossip.reload(config)
+        datagram = gossip.agent._sealer.seal(ping("n1"))
+        assert _der(Path(renewed.cert).read_bytes()) in datagram
+        assert reader.open(datagram) == ping("n1")
+        for kind, source in (("cert", pki.certs["n2"].cert), ("key", pki.certs["n2"].key)):
+            shutil.copy(source, files[kind])
+        gossip.reload(config)  # names n2: refused, logged
+        assert _der(Path(renewed.cert).read_bytes()) in gossip.agent._sealer.seal(ping("n1"))
+    finally:
+        gossip.close()
