@@ -208,6 +208,8 @@ NEEDS: Final[dict[int, Needs]] = {
 }
 """What each client op needs (the module docstring says why)."""
 
+_NEED_NOTHING: Final = frozenset(op for op, needs in NEEDS.items() if needs is _nothing)
+
 
 def refusal(principal: str | None, need: Need) -> RequestError:
     """The NOT_AUTHORIZED answer naming what was missing."""
@@ -233,12 +235,14 @@ class Authorizer:
     for an id cannot outlive its topic's name (a deleted topic's requests fail
     on their own)."""
 
-    __slots__ = ("_acls", "_decisions", "_generation", "_state")
+    __slots__ = ("_acls", "_decisions", "_generation", "_state", "_visible")
 
     def __init__(self, state: MetadataState) -> None:
         self._state = state
         self._acls = state.security.acls
         self._decisions: dict[tuple[str | None, int, int], bool] = {}
+        self._visible: dict[str | None, tuple[tuple[TopicInfo, ...], tuple[TopicInfo, ...]]] = {}
+        """Per principal: the topics last filtered and what it may see of them."""
         self._generation = -1
 
     def _name_of(self, topic_id: int) -> str | None:
@@ -255,6 +259,8 @@ class Authorizer:
                 raise UnresolvedTopic(pid)
             if not allowed:
                 raise refusal(principal, NEEDS[op](request, self._name_of)[0])
+            return
+        if op in _NEED_NOTHING:
             return
         needs = NEEDS.get(op)
         if needs is None:
@@ -277,8 +283,7 @@ class Authorizer:
         or leaves the request to the general path)."""
         acls = self._acls
         if acls.generation != self._generation:
-            self._decisions.clear()
-            self._generation = acls.generation
+            self._forget()
         key = (principal, op, pid >> 32)
         decision = self._decisions.get(key)
         if decision is not None:
@@ -301,8 +306,27 @@ class Authorizer:
             return True
         return self.allows(requester.principal, _group(_DESCRIBE, group)._replace(or_cluster=True))
 
-    def visible(self, principal: str | None, topics: Iterable[TopicInfo]) -> tuple[TopicInfo, ...]:
+    def visible(
+        self, principal: str | None, topics: tuple[TopicInfo, ...]
+    ) -> tuple[TopicInfo, ...]:
         """The topics `principal` may describe (what a metadata answer lists):
-        those whose offsets it may list, decided per topic id."""
+        those whose offsets it may list, decided per topic id; the answer is
+        kept per principal until the topics or the ACLs change (clients ask
+        again and again, the topics rarely change)."""
+        if self._acls.generation != self._generation:
+            self._forget()
+        kept = self._visible.get(principal)
+        if kept is not None and kept[0] == topics:  # the same TopicInfo objects: C speed
+            return kept[1]
         allows = self.allows_partition
-        return tuple(t for t in topics if allows(principal, Op.LIST_OFFSETS, t.topic_id << 32))
+        seen = tuple(t for t in topics if allows(principal, Op.LIST_OFFSETS, t.topic_id << 32))
+        if len(self._visible) >= DECISIONS_MAX:
+            self._visible.clear()
+        self._visible[principal] = (topics, seen)
+        return seen
+
+    def _forget(self) -> None:
+        """The ACLs moved: every decision kept goes."""
+        self._decisions.clear()
+        self._visible.clear()
+        self._generation = self._acls.generation

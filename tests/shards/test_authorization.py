@@ -26,6 +26,7 @@ from laminar.groups.messages import CommitRequest, HeartbeatRequest
 from laminar.placement import partition_id
 from laminar.security.acls import CLUSTER_NAME, Operation, Permission, Resource, ResourceType
 from laminar.shards.authorization import NEEDS, Need, UnresolvedTopic
+from laminar.shards.handlers import RequestContext
 from laminar.wire import (
     AlterTopicRequest,
     CreateTopicRequest,
@@ -304,8 +305,20 @@ def test_metadata_and_topic_lists_show_only_what_the_principal_may_describe(
         assert [t.name for t in (await s.ask(MetadataRequest(), s.client(BOB))).topics] == []
         every = await s.ask(ListTopicsRequest(), s.internal(0))
         assert sorted(t.name for t in every.topics) == ["events", "other"]
+        # A listing is kept per principal, and redone when the ACLs or the topics move:
+        s.metadata.allow(acl(Operation.DESCRIBE, "fresh"))
+        assert await _listed(s, alice) == ["events"]
+        await s.metadata.create_topic("fresh", 1)
+        assert await _listed(s, alice) == ["events", "fresh"]
+        s.metadata.revoke(acl(Operation.READ, "events"))
+        assert await _listed(s, alice) == ["fresh"]
 
     run(tmp_path, scenario)
+
+
+async def _listed(s: Shards, ctx: RequestContext) -> list[str]:
+    listed = await s.ask(ListTopicsRequest(), ctx)
+    return sorted(t.name for t in listed.topics)
 
 
 # -- the fast path -----------------------------------------------------------------------
