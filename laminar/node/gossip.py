@@ -211,7 +211,10 @@ def prepare_gossip(
         now_ms=monotonic_ms(),
         weight=config.weight,
         incarnation=_start_incarnation(),
-        config=SwimConfig(packet_overhead_bytes=sealer.overhead_bytes + RELOAD_SLACK_BYTES),
+        config=SwimConfig(
+            packet_overhead_bytes=sealer.overhead_bytes
+            + (RELOAD_SLACK_BYTES if config.gossip_signed else 0)
+        ),
     )
     agent = MembershipAgent(swim, sock, sealer)
     where = "the node port (steered by the eBPF program)" if steered else f"port {port}"

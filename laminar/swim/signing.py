@@ -253,7 +253,8 @@ class CertificateSealer:
     def _check(self, der: bytes) -> _Signer:
         try:
             certificate = x509.load_der_x509_certificate(der)
-            issued = any(_issued_by(certificate, ca) for ca in self._cas)
+            now = self._wall_s()
+            issued = any(_issued_by(certificate, ca, now) for ca in self._cas)
             node_id = _node_id(certificate) if issued else None
             key = certificate.public_key()
         except PrincipalError as exc:
@@ -272,7 +273,10 @@ class CertificateSealer:
         )
 
 
-def _issued_by(certificate: x509.Certificate, ca: x509.Certificate) -> bool:
+def _issued_by(certificate: x509.Certificate, ca: x509.Certificate, now: float) -> bool:
+    """Signed by `ca`, which is valid now (as TLS checks a chain)."""
+    if not ca.not_valid_before_utc.timestamp() <= now <= ca.not_valid_after_utc.timestamp():
+        return False
     try:
         certificate.verify_directly_issued_by(ca)
     except (*_UNREADABLE, InvalidSignature):

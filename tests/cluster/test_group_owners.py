@@ -1,14 +1,19 @@
 """A group member belongs to the principal that joined it, on a cluster too
 (issue 28): another principal cannot take over a static member's instance,
 before or after the coordinator's node dies, since the owner is in the
-replicated positions log that the next coordinator replays."""
+replicated positions log that the next coordinator replays. On a static
+cluster and on one joined by gossip (signed by node certificates)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from laminar.certs import make_cluster_certs
 from laminar.client import Client, calls
 from laminar.client.consumer import Consumer
 from laminar.client.errors import LaminarError, NotAuthorizedError
@@ -17,7 +22,7 @@ from laminar.security.acls import Acl, Operation, PatternType, Permission, Resou
 from tests.cluster.nodes import Cluster
 from tests.cluster.test_logins import admin_file, admin_of, login, logs_in_everywhere
 from tests.support import wait_until
-from tests.system.nodes import RunningNode
+from tests.system.nodes import RunningNode, start_node
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -68,12 +73,55 @@ def _bob_is_refused(node: RunningNode) -> None:
         member.poll(timeout_s=5)
 
 
+class JoinedCluster:
+    """Three nodes that found each other with --join, on certificates (their
+    membership signed by them, no secret) and logins."""
+
+    def __init__(self, nodes: dict[str, RunningNode]) -> None:
+        self.nodes = nodes
+
+    def live(self) -> dict[str, RunningNode]:
+        return {name: node for name, node in self.nodes.items() if node.alive()}
+
+
+@contextlib.contextmanager
+def _joined(tmp: Path) -> Iterator[JoinedCluster]:
+    certs = tmp / "certs"
+    make_cluster_certs(certs, days=2)
+    with contextlib.ExitStack() as stack:
+        nodes: dict[str, RunningNode] = {}
+        for name in ("n1", "n2", "n3"):
+            seed = nodes.get("n1")
+            (tmp / name).mkdir()
+            nodes[name] = stack.enter_context(
+                start_node(
+                    tmp / name,
+                    cores=1,
+                    data_dir=tmp / name / "data",
+                    node_id=name,
+                    gossip=seed is None,
+                    join=seed.info["membership_address"] if seed else None,
+                    tls_cert_file=certs / f"{name}.crt",
+                    tls_key_file=certs / f"{name}.key",
+                    tls_ca_file=certs / "ca.crt",
+                    auth="scram",
+                    bootstrap_user_file=admin_file(tmp),
+                )
+            )
+        yield JoinedCluster(nodes)
+
+
+def _cluster(tmp: Path, topology: str) -> contextlib.AbstractContextManager[Any]:
+    if topology == "join":
+        return _joined(tmp)
+    return Cluster.start(tmp, 3, auth="scram", bootstrap_user_file=admin_file(tmp))
+
+
+@pytest.mark.parametrize("topology", ["static", "join"])
 def test_another_principal_cannot_take_a_static_member_even_after_the_coordinator_dies(
-    tmp_path: Path,
+    tmp_path: Path, topology: str
 ) -> None:
-    with Cluster.start(
-        tmp_path, 3, auth="scram", bootstrap_user_file=admin_file(tmp_path)
-    ) as cluster:
+    with _cluster(tmp_path, topology) as cluster:
         with admin_of(cluster.nodes["n1"]) as admin:
             for user, password in USERS.items():
                 admin.create_user(user, password)

@@ -11,6 +11,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
@@ -121,12 +122,18 @@ def test_certificates_from_another_ca_or_naming_no_node_are_refused(pki: Pki) ->
 
 
 def test_an_expired_certificate_is_refused(pki: Pki) -> None:
+    """Checked on every datagram, also for a certificate whose verdict is kept."""
     n1 = pki.sealer(pki.certs["n1"], "n1")
-    later = pki.sealer(pki.certs["n2"], "n2", wall_s=lambda: 4e9)  # year 2096
+    now = [time.time()]
+    n2 = pki.sealer(pki.certs["n2"], "n2", wall_s=lambda: now[0])
     datagram = n1.seal(ping("n1"))
-    assert pki.sealer(pki.certs["n2"], "n2").open(datagram) == ping("n1")
+    assert n2.open(datagram) == ping("n1")
+    now[0] = 4e9  # year 2096
     with pytest.raises(Unauthenticated, match="not valid now"):
-        later.open(datagram)
+        n2.open(datagram)
+    # Met first once it (and its CA) expired: the CA no longer vouches for it.
+    with pytest.raises(Unauthenticated, match="not issued by the CA"):
+        pki.sealer(pki.certs["n3"], "n3", wall_s=lambda: 4e9).open(datagram)
 
 
 def test_a_sealer_refuses_a_certificate_for_another_node_or_an_rsa_key(pki: Pki) -> None:
