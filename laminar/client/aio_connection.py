@@ -58,6 +58,7 @@ from laminar.client.routing import Address, format_address
 from laminar.outbox import Outbox
 from laminar.security.tls import TlsSession
 from laminar.stream import PlainStream, Stream, TlsStream
+from laminar.tasks import settle
 from laminar.wire import Frame, Message
 
 _READ_BYTES: Final = 256 << 10
@@ -323,8 +324,7 @@ class AsyncConnection:
                 f"connection to {format_address(self.address)} was closed by the client"
             )
         )
-        with contextlib.suppress(asyncio.CancelledError):
-            await reader
+        await settle(reader)
 
     def _fail(self, error: ConnectionLostError) -> None:
         if self._error is not None:

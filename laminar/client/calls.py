@@ -71,6 +71,11 @@ class Call(Generic[T]):
     """What an answer means when an earlier attempt of this call may have been
     applied (its answer was lost): a commit sent again hears "committed before"
     about its own first attempt."""
+    appends: bool = False
+    """A produce: given up on after an attempt whose answer was lost, it fails
+    with `OutcomeUnknownError` whatever the last attempt said
+    (`laminar.client.retry.given_up`), so a caller never resends records that
+    may be in the partition under a new sequence."""
 
 
 def produce(
@@ -107,6 +112,7 @@ def produce(
         idempotent=producer_id is not None,
         topic=topic,
         failed=failed,
+        appends=True,
     )
 
 

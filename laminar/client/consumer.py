@@ -100,6 +100,7 @@ from laminar.groups.frames import (
 )
 from laminar.groups.member import ASSIGNED, REVOKED, MemberCore
 from laminar.groups.messages import CommitAnswer, CommitRequest, TopicPartition
+from laminar.tasks import settle
 from laminar.wire import ErrorCode
 from laminar.wire.messages import DEFAULT_FETCH_MAX_BYTES
 from laminar.wire.records import Headers
@@ -835,8 +836,7 @@ class AsyncConsumer(_Face):
             return
         self._closed = True
         self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await settle(self._task)
         await self._client._run(self._core.leave_plan())
 
     async def __aenter__(self) -> AsyncConsumer:

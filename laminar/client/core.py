@@ -66,6 +66,7 @@ from laminar.client.retry import (
     MetadataSearch,
     RetryPolicy,
     final_error,
+    given_up,
     may_have_applied,
     no_answer,
 )
@@ -225,16 +226,17 @@ class ClientCore:
                 self._note_unreachable(address)
             self._note_leader(error)
             final = final_error(error, call.idempotent, call.what)
-            if final is not None:
-                self._note_failure(call, final)
-                raise final
-            backoff = backoff or Backoff(self.retry)
-            delay = backoff.next_delay()
-            if delay is None:
-                self._note_failure(call, error)
-                raise error
-            yield Sleep(delay)
-            yield RECOVER
+            if final is None:
+                backoff = backoff or Backoff(self.retry)
+                delay = backoff.next_delay()
+                if delay is not None:
+                    yield Sleep(delay)
+                    yield RECOVER
+                    continue
+                final = error  # the retry budget is spent
+            final = given_up(final, applied_maybe and call.appends, call.what)
+            self._note_failure(call, final)
+            raise final
 
     def _direct_route(self, call: calls.Call[Any]) -> tuple[Address, Message] | None:
         """Where `call`'s first attempt goes when the shell may make it without a

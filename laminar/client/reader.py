@@ -39,6 +39,7 @@ from types import TracebackType
 from typing import NamedTuple, TypeVar
 
 from laminar.client.batch import RecordBatch
+from laminar.tasks import settle
 
 T = TypeVar("T")
 
@@ -131,8 +132,8 @@ class PartitionReader:
         answers = [a.answer for a in self._ahead]
         self._drop_ahead()
         for answer in answers:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await answer
+            with contextlib.suppress(Exception):  # abandoned: how it ended is nobody's
+                await settle(answer)
 
     async def __aenter__(self) -> PartitionReader:
         return self

@@ -116,6 +116,26 @@ def may_have_applied(exc: LaminarError) -> bool:
     )
 
 
+def given_up(exc: LaminarError, applied_maybe: bool, what: str) -> LaminarError:
+    """The error to raise for a produce given up on with `exc`, when one of its
+    attempts may have been applied (`applied_maybe`: `may_have_applied`).
+    The last attempt's "not sent" or "not applied" speaks for that attempt
+    only: an idempotent produce whose first answer was lost, then refused
+    NOT_LEADER or unsent until the budget ran out, may be in the partition,
+    so the caller hears `OutcomeUnknownError`, never a refusal it would take
+    for "nothing was written" and send again under a new sequence."""
+    unapplied = isinstance(exc, CannotConnectError) or exc.code in _REFUSED_UNAPPLIED
+    if not applied_maybe or not unapplied:
+        return exc
+    unknown = OutcomeUnknownError(
+        f"{what}: an earlier attempt was sent and its answer lost, and the last "
+        f"failed ({exc}); it may or may not have been applied. Read the partition "
+        "to check before sending it again."
+    )
+    unknown.__cause__ = exc
+    return unknown
+
+
 def final_error(exc: LaminarError, idempotent: bool, what: str) -> LaminarError | None:
     """None when a request that failed with `exc` may be sent again; else the
     error to raise, which for a request not safe to repeat whose answer was lost

@@ -25,6 +25,7 @@ from laminar.replication.calls import PeerCalls
 from laminar.replication.replica import PartitionReplica
 from laminar.replication.routes import NodeRoutes, Send
 from laminar.security.ownership import Requester, decided_id
+from laminar.tasks import settle
 from laminar.wire import Op
 from laminar.wire.codec import Buffer
 from laminar.wire.errors import RequestError
@@ -243,8 +244,7 @@ class WriteService:
     async def close(self) -> None:
         if self._upkeep is not None:
             self._upkeep.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._upkeep
+            await settle(self._upkeep)
         await self.coordinator.close()
         await self.participant.close()
 

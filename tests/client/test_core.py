@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
+from laminar.client import calls
 from laminar.client.core import RECOVER, REFRESH, ClientCore, Send, Sleep
-from laminar.client.errors import ConnectionLostError, LaminarError, WriteAbortedError
+from laminar.client.errors import (
+    CannotConnectError,
+    ConnectionLostError,
+    LaminarError,
+    NotLeaderError,
+    OutcomeUnknownError,
+    WriteAbortedError,
+)
 from laminar.client.retry import RetryPolicy
 from laminar.client.routing import ClusterView
 from laminar.client.writes import CommitResult, commit_write
-from laminar.wire import ErrorCode, ErrorResponse, Frame, MetadataResponse, Op, ShardInfo
+from laminar.wire import (
+    ErrorCode,
+    ErrorResponse,
+    Frame,
+    MetadataResponse,
+    Op,
+    ShardInfo,
+    TopicInfo,
+)
 from laminar.wire.writes import CommitWriteResponse, Published
 
 VIEW = ClusterView.from_metadata(
@@ -21,11 +38,25 @@ VIEW = ClusterView.from_metadata(
     ("10.0.0.5", 7070),
 )
 PUBLISHED = (Published(7, 0, 3),)
+WITH_TOPIC = ClusterView.from_metadata(
+    MetadataResponse(
+        "node-1",
+        "10.0.0.5",
+        7070,
+        "userspace",
+        (ShardInfo(0, "10.0.0.5", 7071),),
+        (TopicInfo("events", 7, 1),),
+    ),
+    ("10.0.0.5", 7070),
+)
 
 
-def run(plan: Any, answers: list[Frame | LaminarError]) -> Any:
+def run(
+    plan: Any, answers: list[Frame | LaminarError], view: ClusterView = VIEW, sleep: bool = False
+) -> Any:
     """Perform `plan`: each Send gets the next of `answers` (a frame, or an
-    error raised at the send), metadata is `VIEW`, sleeps and recoveries pass."""
+    error raised at the send), metadata is `view`, recoveries pass, and sleeps
+    pass too, or are slept (`sleep`: a retry budget then runs out)."""
     action = next(plan)
     try:
         while True:
@@ -36,9 +67,11 @@ def run(plan: Any, answers: list[Frame | LaminarError]) -> Any:
                 else:
                     action = plan.send(answer)
             elif action is REFRESH:
-                action = plan.send(VIEW)
+                action = plan.send(view)
             else:
                 assert isinstance(action, Sleep) or action is RECOVER
+                if sleep and isinstance(action, Sleep):
+                    time.sleep(action.delay_s)
                 action = plan.send(None)
     except StopIteration as done:
         return done.value
@@ -95,3 +128,36 @@ def test_an_aborted_write_cannot_commit() -> None:
     aborted = ErrorResponse(Op.COMMIT_WRITE, ErrorCode.WRITE_ABORTED, "aborted").to_frame(1)
     with pytest.raises(WriteAbortedError):
         run(core()._call_plan(commit_write(42, ())), [aborted])
+
+
+def test_a_produce_whose_answer_was_lost_is_unknown_when_given_up_never_refused() -> None:
+    """An idempotent produce's first answer is lost (it may be in the
+    partition); its retries are refused NOT_LEADER or cannot connect until the
+    budget runs out: the caller hears "unknown", not "not applied", which it
+    would take as leave to send the records again under a new sequence."""
+    lost = ConnectionLostError("connection lost")
+    unsent = CannotConnectError("cannot reach 10.0.0.5:7071")
+    refused = ErrorResponse(Op.PRODUCE, ErrorCode.NOT_LEADER, "not the leader").to_frame(1)
+    brief = RetryPolicy(budget_s=0.05, backoff_first_s=0.01)
+
+    def produce(answers: list[Frame | LaminarError]) -> Any:
+        client = ClientCore(
+            "10.0.0.5:7070",
+            timeout_s=1.0,
+            connect_timeout_s=1.0,
+            retry=brief,
+            read_from="leader",
+            idempotent=True,
+        )
+        call = calls.produce("events", 0, [b"v"], producer_id=9, sequence=0)
+        return run(client._call_plan(call), answers, WITH_TOPIC, sleep=True)
+
+    for last in (unsent, refused):
+        with pytest.raises(OutcomeUnknownError, match="an earlier attempt was sent") as raised:
+            produce([lost, *[last] * 100])
+        assert isinstance(raised.value.__cause__, CannotConnectError | NotLeaderError)
+    # Never sent, or refused each time: nothing can be in the partition.
+    with pytest.raises(CannotConnectError):
+        produce([unsent] * 100)
+    with pytest.raises(NotLeaderError):
+        produce([refused] * 100)

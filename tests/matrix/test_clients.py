@@ -14,6 +14,7 @@ from laminar.client import (
     CannotConnectError,
     Client,
     ConnectionLostError,
+    DuplicateSequenceError,
     LaminarError,
     RequestTimeoutError,
     ServerTimeoutError,
@@ -41,6 +42,8 @@ class Outcomes:
     def record(self, value: bytes, send: Callable[[], int]) -> None:
         try:
             self.acked[value] = send()
+        except DuplicateSequenceError:
+            self.acked[value] = None  # appended by an earlier attempt; its index is forgotten
         except CannotConnectError:
             self.refused.add(value)  # never sent
         except (ConnectionLostError, RequestTimeoutError, ServerTimeoutError):
