@@ -187,6 +187,35 @@ class Cluster:
 # -- talking to one replica -------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def gossip_node(
+    tmp: Path,
+    name: str,
+    certs: Path,
+    seed: RunningNode | None,
+    ca_file: str | Path | None = None,
+    **flags: Any,
+) -> Iterator[RunningNode]:
+    """Node `name` of a cluster joined by gossip on certificates (`certs`:
+    NAME.crt, NAME.key, ca.crt unless `ca_file`): the seed runs with
+    --gossip, the others --join it; membership is signed by the
+    certificates, no secret. Its files in tmp/NAME."""
+    (tmp / name).mkdir()
+    with start_node(
+        tmp / name,
+        cores=1,
+        data_dir=tmp / name / "data",
+        node_id=name,
+        gossip=seed is None,
+        join=seed.info["membership_address"] if seed else None,
+        tls_cert_file=certs / f"{name}.crt",
+        tls_key_file=certs / f"{name}.key",
+        tls_ca_file=ca_file or certs / "ca.crt",
+        **flags,
+    ) as node:
+        yield node
+
+
 def request(
     node: RunningNode, pid: int, message: Message, timeout_s: float = 10.0, ca_file: str = ""
 ) -> Any:

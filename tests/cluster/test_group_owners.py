@@ -19,10 +19,10 @@ from laminar.client.consumer import Consumer
 from laminar.client.errors import LaminarError, NotAuthorizedError
 from laminar.groups.positions import POSITIONS_TOPIC
 from laminar.security.acls import Acl, Operation, PatternType, Permission, ResourceType
-from tests.cluster.nodes import Cluster
+from tests.cluster.nodes import Cluster, gossip_node
 from tests.cluster.test_logins import admin_file, admin_of, login, logs_in_everywhere
 from tests.support import wait_until
-from tests.system.nodes import RunningNode, start_node
+from tests.system.nodes import RunningNode
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -91,19 +91,12 @@ def _joined(tmp: Path) -> Iterator[JoinedCluster]:
     with contextlib.ExitStack() as stack:
         nodes: dict[str, RunningNode] = {}
         for name in ("n1", "n2", "n3"):
-            seed = nodes.get("n1")
-            (tmp / name).mkdir()
             nodes[name] = stack.enter_context(
-                start_node(
-                    tmp / name,
-                    cores=1,
-                    data_dir=tmp / name / "data",
-                    node_id=name,
-                    gossip=seed is None,
-                    join=seed.info["membership_address"] if seed else None,
-                    tls_cert_file=certs / f"{name}.crt",
-                    tls_key_file=certs / f"{name}.key",
-                    tls_ca_file=certs / "ca.crt",
+                gossip_node(
+                    tmp,
+                    name,
+                    certs,
+                    nodes.get("n1"),
                     auth="scram",
                     bootstrap_user_file=admin_file(tmp),
                 )

@@ -40,9 +40,9 @@ from laminar.swim.messages import Packet, Ping
 from laminar.swim.signing import CertificateSealer
 from laminar.wire import NEED_DATA, Frame, encode_frame
 from laminar.wire.records import decode_record
-from tests.cluster.nodes import Cluster, leader_of, offsets, read_replica
+from tests.cluster.nodes import Cluster, gossip_node, leader_of, offsets, read_replica
 from tests.support import wait_until
-from tests.system.nodes import RunningNode, start_node
+from tests.system.nodes import RunningNode
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -233,9 +233,7 @@ def test_nodes_that_join_by_gossip_sign_it_and_link_by_certificate(tmp_path: Pat
         nodes: dict[str, RunningNode] = {}
         for name in ("n1", "n2", "n3"):
             seed = nodes.get("n1")
-            nodes[name] = stack.enter_context(
-                _gossip_node(tmp_path, name, certs, certs / "ca.crt", seed)
-            )
+            nodes[name] = stack.enter_context(gossip_node(tmp_path, name, certs, seed))
         n1 = nodes["n1"]
         assert all(n.node_file()["peer_auth"] == "certificates" for n in nodes.values())
         assert _membership(n1)["auth"] == "certificates"
@@ -245,7 +243,7 @@ def test_nodes_that_join_by_gossip_sign_it_and_link_by_certificate(tmp_path: Pat
         other.mkdir()
         other_ca = make_ca(other, "other-ca")
         make_cert(other, other_ca, "n4", node_id="n4")
-        foreign = stack.enter_context(_gossip_node(tmp_path, "n4", other, other_ca.cert, n1))
+        foreign = stack.enter_context(gossip_node(tmp_path, "n4", other, n1, ca_file=other_ca.cert))
         wait_until(lambda: _membership(n1)["unauthenticated"] >= 3, "n4's datagrams refused")
         wait_until(lambda: "was not issued by the CA" in n1.log_text(), "the refusal logged")
         assert _members(foreign) == {"n4"}
@@ -274,25 +272,6 @@ def test_nodes_that_join_by_gossip_sign_it_and_link_by_certificate(tmp_path: Pat
         with _tls_client(list(survivors.values())) as client:
             acked |= _produce(client, "joined", [b"k%03d" % i for i in range(RECORDS)])
         _check_nodes(survivors, pid, acked)
-
-
-@contextlib.contextmanager
-def _gossip_node(
-    tmp: Path, name: str, certs: Path, ca_file: str | Path, seed: RunningNode | None
-) -> Iterator[RunningNode]:
-    (tmp / name).mkdir()
-    with start_node(
-        tmp / name,
-        cores=1,
-        data_dir=tmp / name / "data",
-        node_id=name,
-        gossip=seed is None,
-        join=seed.info["membership_address"] if seed else None,
-        tls_cert_file=certs / f"{name}.crt",
-        tls_key_file=certs / f"{name}.key",
-        tls_ca_file=ca_file,
-    ) as node:
-        yield node
 
 
 def _membership(node: RunningNode) -> dict[str, Any]:
