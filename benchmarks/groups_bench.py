@@ -4,8 +4,8 @@ JetStream, in one run.
 
     .venv/bin/python benchmarks/groups_bench.py [--records 200000] [--rounds 3]
         [--session-s 10] [--trials 3] [--json benchmarks/out/groups_bench.json]
-        [--systems laminar-group,laminar-group-noprefetch,laminar-group-unwaited,laminar-plain,
-                   redis-group,nats-group]
+        [--systems laminar-group,laminar-group-noprefetch,laminar-group-unwaited,
+                   laminar-group-uncommitted,laminar-plain,redis-group,nats-group]
 
 Consume: a backlog of `--records` 1 KiB records, read by 1, 2 and 4 consumer
 processes, each taking batches of 500 and acknowledging each batch before the
@@ -20,6 +20,8 @@ next, until every record was read once:
 - laminar-group-unwaited: the same with `commit(wait=False)` per batch (Kafka's
   commitAsync: the batch's commit travels while the next is processed; one in
   flight at most, its answer taken by the next commit).
+- laminar-group-uncommitted: the same without any commit (not the workload:
+  it shows what the commits cost, next to what the group itself costs).
 - laminar-plain: `Client.fetch` of the partitions split by hand (no group, no
   commit): what the group costs on top.
 - redis-group: one stream, `XREADGROUP ... COUNT 500` then `XACK` of the batch
@@ -75,6 +77,7 @@ SYSTEMS = (
     "laminar-group",
     "laminar-group-noprefetch",
     "laminar-group-unwaited",
+    "laminar-group-uncommitted",
     "laminar-plain",
     "redis-group",
     "nats-group",
@@ -99,6 +102,7 @@ def _laminar_group(
     n: int,
     shared: dict[str, Any],
     wait: bool = True,
+    commit: bool = True,
     **options: Any,
 ) -> None:
     with (
@@ -109,7 +113,8 @@ def _laminar_group(
         while not shared["stop"].is_set():
             got = len(consumer.poll(timeout_s=0.2))
             if got:
-                consumer.commit(wait=wait)
+                if commit:
+                    consumer.commit(wait=wait)
                 _count(shared, got)
         consumer.commit()  # the last unwaited one answered
         _report_cpu(shared)
@@ -185,6 +190,7 @@ CONSUME: dict[str, Callable[..., None]] = {
     "laminar-group": _laminar_group,
     "laminar-group-noprefetch": functools.partial(_laminar_group, prefetch=0),
     "laminar-group-unwaited": functools.partial(_laminar_group, wait=False),
+    "laminar-group-uncommitted": functools.partial(_laminar_group, commit=False),
     "laminar-plain": _laminar_plain,
     "redis-group": _redis_group,
     "nats-group": _nats_group,
