@@ -48,15 +48,19 @@ Unwaited commits (`commit(wait=False)`, Kafka's commitAsync): the commit is
 sent and the app goes on; its answer is taken by the next commit (which
 raises first if it was refused), by a revocation before the partitions are
 released, or by leaving. One is in flight at most, so commits land in order:
-an unwaited commit made while the last one is still unanswered is not sent
-but kept (`commits_kept` counts them), merged with any kept before it (a
-later position of a partition replaces an earlier one: positions only move
-forward), and leaves with the next commit made once that answer is in, or
-with a waited commit, a revocation's settling or the leave. So an app that
-commits every batch pays one commit round trip in flight, never waits for
-one, and the coordinator sees one commit per round trip instead of one per
-batch; what a member that dies held kept is read again by the next owner (at
-least once, as for a commit lost in flight).
+an unwaited commit made while the last one is still unanswered, or less
+than `commit_interval_s` (default 5 ms) after it was sent, is not sent but
+kept (`commits_kept` counts them), merged with any kept before it (a later
+position of a partition replaces an earlier one: positions only move
+forward), and leaves with the next commit or poll made once that answer is
+in and the interval is over (a refusal a poll takes is raised by the next
+commit), or with a waited commit, a revocation's settling or the leave. So
+an app that commits every batch never waits for a commit, and the
+coordinator sees at most one commit per round trip and per interval instead
+of one per batch (each a durable append: an fdatasync and the node's CPU
+for a lone write); what a member that dies held kept is read again by the
+next owner (at least once, as for a commit lost in flight).
+`commit_interval_s=0` sends each as soon as the one before is answered.
 """
 
 from __future__ import annotations
@@ -114,6 +118,8 @@ HEARTBEAT_RETRY_S: Final = 0.1
 STALE_RETRY_S: Final = 0.02
 """A commit refused as STALE_EPOCH is sent again this soon (at the new epoch)."""
 LONG_POLL_MS: Final = 200
+COMMIT_INTERVAL_S: Final = 0.005
+"""The least time between two unwaited commits sent (`commit_interval_s`)."""
 """A poll with nothing to read waits on one partition at a time this long."""
 ASSIGNMENT_WAIT_S: Final = 0.02
 """A poll before the first assignment looks again this often."""
@@ -196,6 +202,7 @@ class ConsumerOptions(TypedDict, total=False):
     on_assign: Partitions | None
     on_revoke: Partitions | None
     prefetch: int
+    commit_interval_s: float
 
 
 class ConsumerCore:
@@ -210,7 +217,8 @@ class ConsumerCore:
     processing may take between polls before the member leaves; `on_assign`,
     `on_revoke`: called from `poll` with the (topic, partition) pairs that
     came and went; `prefetch`: how many batches may be fetched ahead while
-    the app works (see the module docstring; 0: none)."""
+    the app works (see the module docstring; 0: none); `commit_interval_s`:
+    the least time between two unwaited commits sent (the module docstring)."""
 
     def __init__(
         self,
@@ -229,6 +237,7 @@ class ConsumerCore:
         on_assign: Partitions | None = None,
         on_revoke: Partitions | None = None,
         prefetch: int = 2,
+        commit_interval_s: float = COMMIT_INTERVAL_S,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if start not in STARTS:
@@ -280,6 +289,12 @@ class ConsumerCore:
         merged: sent by the next commit."""
         self.commits_kept = 0
         """Unwaited commits kept behind the one in flight instead of sent."""
+        self._commit_interval_s = commit_interval_s
+        self._unwaited_sent_at = -commit_interval_s
+        """When the last unwaited commit was sent (the clock's monotonic seconds)."""
+        self._refusal: CommitFailedError | None = None
+        """A refusal of an unwaited commit that a poll took the answer of:
+        the app's next commit raises it, as it would have taken it itself."""
         self.wake: Callable[[], None] = lambda: None
         """Set by the shell: wakes its heartbeat loop (something is due sooner)."""
 
@@ -335,6 +350,9 @@ class ConsumerCore:
     def leave_plan(self) -> Plan[None]:
         """Commit (with `auto_commit`) and leave the group; best effort (an
         unwaited commit that failed is logged: `commit()` before leaving says)."""
+        refusal, self._refusal = self._refusal, None
+        if refusal is not None:
+            logger.warning("group %s: an unwaited commit failed: %s", self.group, refusal)
         try:
             yield from self._settle_plan()
         except LaminarError as exc:
@@ -369,6 +387,7 @@ class ConsumerCore:
             if refusal is not None:
                 raise refusal
             yield from self._changes_plan()
+            yield from self._due_plan()
             yield from self._drop_plan(())
             with self._lock:
                 held = sorted(tp for tp in self.member.assignment if tp in self._next)
@@ -563,6 +582,9 @@ class ConsumerCore:
         one in flight at most, later ones kept behind it, merged). A waited
         commit first takes the answer of the one in flight (raising its
         refusal) and carries what was kept along with its own positions."""
+        refusal, self._refusal = self._refusal, None
+        if refusal is not None:
+            raise refusal
         wanted = dict(self._delivered if positions is None else positions)
         if not wait:
             yield from self._unwaited_plan(wanted)
@@ -606,13 +628,15 @@ class ConsumerCore:
             raise CommitFailedError(refused)
 
     def _unwaited_plan(self, wanted: dict[TopicPartition, int]) -> Plan[None]:
-        """An unwaited commit: kept behind the one in flight while that is
-        unanswered, else sent (with what was kept) once its answer is taken."""
-        if not wanted:
+        """An unwaited commit: kept while the one in flight is unanswered or
+        was sent less than `commit_interval_s` ago, else sent (with what was
+        kept) once its answer is taken."""
+        if not wanted and not self._kept:
             return
-        if self._unwaited is not None and not (yield Ready(self._unwaited[1])):
+        early = self._clock.monotonic() - self._unwaited_sent_at < self._commit_interval_s
+        if early or (self._unwaited is not None and not (yield Ready(self._unwaited[1]))):
             self._kept.update(wanted)
-            self.commits_kept += 1
+            self.commits_kept += bool(wanted)
             return
         yield from self._join_unwaited_plan()
         wanted, self._kept = {**self._kept, **wanted}, {}
@@ -625,8 +649,21 @@ class ConsumerCore:
                 pid, functools.partial(_commit_frame, request), CommitAnswerFrame
             )
             self._unwaited = (request, (yield Start(call)))
+            self._unwaited_sent_at = self._clock.monotonic()
         if wanted.keys() - held.keys():
             raise CommitFailedError(dict.fromkeys(wanted.keys() - held.keys(), GroupError.FENCED))
+
+    def _due_plan(self) -> Plan[None]:
+        """From `poll`, once its changes are acted on: send what unwaited
+        commits kept when it is due, as the app's next unwaited commit would
+        (an app that commits no more still gets its positions committed); a
+        refusal is kept for the app's next commit to raise."""
+        if not self._kept or self._refusal is not None:
+            return
+        try:
+            yield from self._unwaited_plan({})
+        except CommitFailedError as exc:
+            self._refusal = exc
 
     def _settle_plan(self) -> Plan[None]:
         """Before a revocation's release or a leave: take the unwaited

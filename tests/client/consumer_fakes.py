@@ -77,6 +77,9 @@ class Shell:
     clock: FakeClock = field(default_factory=FakeClock)
     lowest: dict[tuple[str, int], int] = field(default_factory=dict)
     fence_commits: bool = False
+    refuse_commits: GroupError | None = None
+    """Commits sent from now on are refused with this code per partition
+    (one that does not fence the member, unlike `fence_commits`)."""
     unreachable: bool = False
     """Every fetch fails (its leader is away) while set."""
     handles: list[Handle] = field(default_factory=list)
@@ -132,6 +135,7 @@ class Shell:
         request = message(0).body
         self.commits.append(dict(request.positions))
         code = GroupError.FENCED if self.fence_commits else GroupError.NONE
+        code = self.refuse_commits or code
         return CommitAnswer(GroupError.NONE, 0, dict.fromkeys(request.positions, code))
 
     def run(self, plan: Plan[Any]) -> Any:
@@ -239,7 +243,16 @@ def heartbeat_answer(assignment: set[tuple[str, int]], revision: int) -> Heartbe
 class Member:
     """A consumer core, its shell, and the coordinator's word on its assignment."""
 
-    def __init__(self, shell: Shell, *, prefetch: int = 2, max_records: int = 100) -> None:
+    def __init__(
+        self,
+        shell: Shell,
+        *,
+        prefetch: int = 2,
+        max_records: int = 100,
+        commit_interval_s: float = 0.0,
+    ) -> None:
+        """No interval between unwaited commits unless asked (the shell's clock
+        moves only when told)."""
         self.shell = shell
         self.core = Core(
             FakeClient(),  # type: ignore[arg-type]
@@ -247,6 +260,7 @@ class Member:
             [TOPIC],
             max_records=max_records,
             prefetch=prefetch,
+            commit_interval_s=commit_interval_s,
             clock=shell.clock,
         )
         self.revision = 0

@@ -1,7 +1,8 @@
 """Unwaited commits of the group consumer (`commit(wait=False)`), driven
 without a node by the fake shell of `tests.client.consumer_fakes`. The rules:
 one in flight at most, so commits land in the order made; those made while
-it is unanswered are kept, merged, and leave with the next commit (or are
+it is unanswered (or within `commit_interval_s` of it) are kept, merged,
+and leave with the next commit or poll (or are
 committed by a waited commit, before a revocation's release, at the leave);
 its refusal is raised by the next commit; a revocation takes its answer
 before releasing the partitions; leaving takes it too, and only logs a
@@ -107,10 +108,62 @@ def test_commits_made_while_one_is_unanswered_are_kept_and_leave_merged_with_the
     member.assign(P0, P1)
     seen = _kept_behind_one_in_flight(shell, member)
     shell.answer_commits()
-    member.poll()
     member.commit(wait=False)  # the first one's answer is in: sent, with what was kept
     assert shell.commits == [seen[0], {**seen[2], **member.core._delivered}]
     assert [h.fate for h in shell.commit_handles] == ["joined", "in flight"]
+
+
+def test_a_poll_sends_what_was_kept_once_the_answer_is_in() -> None:
+    """An app that commits no more still gets its kept positions committed."""
+    shell = Shell({P0: 1000, P1: 1000})
+    member = Member(shell, max_records=100)
+    member.assign(P0, P1)
+    seen = _kept_behind_one_in_flight(shell, member)
+    member.poll()  # the first one is still unanswered: nothing sent
+    assert shell.commits == [seen[0]]
+    shell.answer_commits()
+    member.poll()
+    assert shell.commits == [seen[0], seen[2]]
+    assert [h.fate for h in shell.commit_handles] == ["joined", "in flight"]
+
+
+def test_a_refusal_a_poll_took_is_raised_by_the_next_commit() -> None:
+    shell = Shell({P0: 1000})
+    member = Member(shell, max_records=100)
+    member.assign(P0)
+    shell.refuse_commits = GroupError.POSITION_BEYOND_END
+    _kept_behind_one_in_flight(shell, member)  # the first sent (refused), two kept
+    shell.refuse_commits = None
+    shell.answer_commits()
+    member.poll()  # takes the refusal: not raised here, and sends nothing after it
+    assert len(shell.commits) == 1
+    with pytest.raises(CommitFailedError) as raised:
+        member.commit(wait=False)
+    assert raised.value.refused == {P0: GroupError.POSITION_BEYOND_END}
+    member.commit(wait=False)  # told: what was kept goes now
+    assert shell.commits[1:] == [dict(member.core._delivered)]
+
+
+def test_unwaited_commits_leave_at_most_once_per_interval_and_a_poll_sends_what_waits() -> None:
+    """Within `commit_interval_s` of the last unwaited commit sent, later ones
+    are kept though its answer is in; once the interval is over the next
+    poll (or commit) sends them merged."""
+    shell = Shell({P0: 1000})
+    member = Member(shell, max_records=100, commit_interval_s=0.005)
+    member.assign(P0)
+    member.poll()
+    member.commit(wait=False)  # sent
+    for _ in range(3):
+        member.poll()
+        member.commit(wait=False)  # answered, but within the interval: kept
+    assert len(shell.commits) == 1 and member.core.commits_kept == 3
+    kept = dict(member.core._kept)
+    shell.clock.advance(0.01)
+    member.poll()  # the interval is over: the poll sends what waits
+    assert shell.commits[1:] == [kept]
+    shell.clock.advance(0.01)
+    member.commit(wait=False)  # over again: sent at once
+    assert shell.commits[2:] == [dict(member.core._delivered)]
 
 
 @pytest.mark.parametrize("then", ["waited commit", "revocation", "leave"])
