@@ -118,9 +118,9 @@ HEARTBEAT_RETRY_S: Final = 0.1
 STALE_RETRY_S: Final = 0.02
 """A commit refused as STALE_EPOCH is sent again this soon (at the new epoch)."""
 LONG_POLL_MS: Final = 200
+"""A poll with nothing to read waits on one partition at a time this long."""
 COMMIT_INTERVAL_S: Final = 0.005
 """The least time between two unwaited commits sent (`commit_interval_s`)."""
-"""A poll with nothing to read waits on one partition at a time this long."""
 ASSIGNMENT_WAIT_S: Final = 0.02
 """A poll before the first assignment looks again this often."""
 REFUSALS: Final = frozenset(
