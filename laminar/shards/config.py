@@ -501,7 +501,7 @@ class NodeConfig:
         ),
     )
     """Membership addresses (HOST:PORT) of members to join through; needs a secret
-    or TLS between nodes (`NodeConfig.gossip_authenticated`)."""
+    or TLS between nodes (the rule `_membership_is_authenticated`)."""
     gossip: bool = field(
         default=False,
         metadata=setting(
