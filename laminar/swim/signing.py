@@ -147,7 +147,7 @@ class CertificateSealer:
             certificate = x509.load_pem_x509_certificate(certificate_pem)
             key = serialization.load_pem_private_key(key_pem, password=None)
             self._cas = x509.load_pem_x509_certificates(ca_pem)
-        except ValueError as exc:
+        except (ValueError, TypeError, UnsupportedAlgorithm) as exc:  # TypeError: a password
             raise CertificateError(f"cannot load the certificate, key or CA: {exc}") from None
         public = certificate.public_key()
         if not isinstance(key, PrivateKey) or not isinstance(public, PublicKey):
