@@ -16,6 +16,7 @@ from laminar.bench.progress import SilentProgress
 from laminar.bench.runner import RunPlan, run_once
 from laminar.bench.servers.process import ManagedProcess, live_pids
 from laminar.bench.targets import Durability, Endpoint, System
+from tests.support.stacks import wait_or_show
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,7 +64,7 @@ def test_server_stops_when_the_harness_ends(mode: str) -> None:
 def test_server_stops_when_the_harness_is_signalled(signum: int) -> None:
     proc, server_pid, generator_pid = _child("wait")
     os.kill(proc.pid, signum)
-    proc.wait(30)
+    wait_or_show(proc, 30)
     assert _gone(server_pid), f"server {server_pid} outlived signal {signum} to the harness"
     assert _gone(generator_pid), f"generator {generator_pid} outlived signal {signum}"
     if signum != signal.SIGKILL:

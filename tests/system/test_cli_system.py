@@ -20,6 +20,7 @@ import pytest
 
 from laminar.client import AuthenticationFailedError, Client
 from tests.support import free_port, wait_until
+from tests.support.stacks import wait_or_show
 
 from .nodes import RunningNode
 
@@ -166,7 +167,7 @@ class Follower:
         """Ctrl-C, the way to stop a follower (exit 0)."""
         self.proc.send_signal(signal.SIGINT)
         try:
-            code = self.proc.wait(30)
+            code = wait_or_show(self.proc, 30)
         finally:
             self.proc.kill()
             for reader in self._readers:

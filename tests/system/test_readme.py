@@ -24,6 +24,7 @@ from pathlib import Path
 
 from laminar.client import Client
 from tests.support import wait_until
+from tests.support.stacks import wait_or_show
 
 from .nodes import RunningNode
 
@@ -144,7 +145,7 @@ def _run_shell_line(line: str, env: dict[str, str], bootstrap: str, cwd: Path = 
 
             wait_until(printed, "the follower to print a new record")
         follower.send_signal(signal.SIGINT)
-        assert follower.wait(30) == 0
+        assert wait_or_show(follower, 30) == 0
     finally:
         follower.kill()
         reader.join(10)
