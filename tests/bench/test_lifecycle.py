@@ -16,7 +16,7 @@ from laminar.bench.progress import SilentProgress
 from laminar.bench.runner import RunPlan, run_once
 from laminar.bench.servers.process import ManagedProcess, live_pids
 from laminar.bench.targets import Durability, Endpoint, System
-from tests.support.stacks import wait_or_show
+from tests.support.processes import interruptible, wait_or_show
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,6 +42,7 @@ def _child(mode: str) -> tuple[subprocess.Popen[str], int, int]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=interruptible,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()

@@ -20,7 +20,7 @@ import pytest
 
 from laminar.client import AuthenticationFailedError, Client
 from tests.support import free_port, wait_until
-from tests.support.stacks import wait_or_show
+from tests.support.processes import interruptible, wait_or_show
 
 from .nodes import RunningNode
 
@@ -138,6 +138,7 @@ class Follower:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=interruptible,
         )
         self.values: list[str] = []
         self.notices: list[str] = []

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from laminar.client import Client
 from tests.support import wait_until
-from tests.support.stacks import wait_or_show
+from tests.support.processes import interruptible, wait_or_show
 
 from .nodes import RunningNode
 
@@ -129,7 +129,12 @@ def _run_shell_line(line: str, env: dict[str, str], bootstrap: str, cwd: Path = 
         return
     # `consume --follow` runs until Ctrl-C: see it print a new record, then stop it.
     follower = subprocess.Popen(
-        ["bash", "-c", f"exec {line}"], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True
+        ["bash", "-c", f"exec {line}"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,
     )
     assert follower.stdout is not None
     lines: list[str] = []

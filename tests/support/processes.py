@@ -1,8 +1,17 @@
-"""What a process that will not end is doing: its Python stacks, for the
-failure message of a test that waited for it in vain."""
+"""Child processes a test stops with a signal: started so that Ctrl-C
+reaches them (`interruptible`), and, when one will not end, what it was
+doing (its Python stacks) in the failure message.
+
+A shell starts a background job with SIGINT ignored, and an ignored signal
+stays ignored across fork and exec: Python then installs no KeyboardInterrupt
+handler, so a suite started as `make test &` would see every child ignore
+the SIGINT a test sends it (seen this stop: `consume --follow` and the bench
+harness "hung" in two full runs).
+"""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -33,3 +42,9 @@ def wait_or_show(proc: subprocess.Popen[str], timeout_s: float) -> int:
         raise AssertionError(
             f"pid {proc.pid} did not end within {timeout_s} s; it was at:\n{stacks_of(proc.pid)}"
         ) from None
+
+
+def interruptible() -> None:
+    """`preexec_fn` for a child a test will SIGINT: SIGINT as a terminal's
+    Ctrl-C finds it (its default), whatever the test process inherited."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
