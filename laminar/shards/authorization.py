@@ -224,6 +224,9 @@ def refusal(principal: str | None, need: Need) -> RequestError:
 
 DECISIONS_MAX: Final = 100_000
 """Per-topic-id decisions kept (`Authorizer.allows_partition`); past it, all go."""
+VISIBLE_MAX: Final = 256
+"""Principals whose visible topic list is kept (each holds two tuples as long
+as the topic list: cleared when full, so memory stays a few MiB at most)."""
 
 
 class Authorizer:
@@ -320,7 +323,7 @@ class Authorizer:
             return kept[1]
         allows = self.allows_partition
         seen = tuple(t for t in topics if allows(principal, Op.LIST_OFFSETS, t.topic_id << 32))
-        if len(self._visible) >= DECISIONS_MAX:
+        if len(self._visible) >= VISIBLE_MAX:
             self._visible.clear()
         self._visible[principal] = (topics, seen)
         return seen
