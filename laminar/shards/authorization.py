@@ -224,9 +224,10 @@ def refusal(principal: str | None, need: Need) -> RequestError:
 
 DECISIONS_MAX: Final = 100_000
 """Per-topic-id decisions kept (`Authorizer.allows_partition`); past it, all go."""
-VISIBLE_MAX: Final = 256
+VISIBLE_MAX: Final = 64
 """Principals whose visible topic list is kept (each holds two tuples as long
-as the topic list: cleared when full, so memory stays a few MiB at most)."""
+as the topic list, 16 bytes a topic: cleared when full, so at most 10 MiB
+with `--max-topics` 10,000)."""
 
 
 class Authorizer:
