@@ -272,10 +272,28 @@ def _make_cluster(data: Path, **env: str) -> Iterator[list[int]]:
         make.send_signal(signal.SIGTERM)
         make.wait(60)
         wait_until(lambda: not any(_alive(pid) for pid in pids), "every node to stop", 30)
+        # ... and none was started again meanwhile (scripts/cluster restarts a
+        # node that stops cleanly on its own while the cluster is not stopping):
+        assert not _nodes_on(data), "make cluster left nodes running after its SIGTERM"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(make.pid, signal.SIGKILL)
         make.wait(10)
+
+
+def _nodes_on(data: Path) -> list[int]:
+    """Pids of laminar-node processes whose data dir is under `data`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(b"laminar-node" in a for a in argv) and any(str(data).encode() in a for a in argv):
+            found.append(int(proc.name))
+    return found
 
 
 def test_sigterm_to_make_cluster_stops_every_node(tmp_path: Path) -> None:
