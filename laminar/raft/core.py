@@ -565,9 +565,7 @@ class RaftCore(LeaderReplication):
         self.leader = None
         self._election_elapsed = 0
         self._heartbeat_elapsed = 0
-        self._randomized_timeout = self.config.election_ticks + self._rng.randrange(
-            self.config.election_ticks
-        )
+        self._draw_timeout()
         self._transferee = None
         self._early.clear()
         self._tracker.votes = {}
@@ -631,12 +629,24 @@ class RaftCore(LeaderReplication):
 
     # -- ticks --------------------------------------------------------------------
 
+    def _draw_timeout(self) -> None:
+        self._randomized_timeout = self.config.election_ticks + self._rng.randrange(
+            self.config.election_ticks
+        )
+
     def _tick_election(self) -> None:
         self._election_elapsed += 1
         if self._election_elapsed < self._randomized_timeout:
             return
         if self._promotable():
+            # Its leader was not heard for a whole timeout: it holds no lease
+            # to protect, also when it may not campaign (it lacks committed
+            # entries) and so keeps its role. And a new draw per timeout: two
+            # replicas on one period stay in one phase, and a candidate whose
+            # pre-votes always landed in another's lease never won.
             self._election_elapsed = 0
+            self.leader = None
+            self._draw_timeout()
             self._hup(transfer=False)
         elif self.id not in self.membership.members and not self._removal_confirmed:
             self._election_elapsed = 0

@@ -4,6 +4,7 @@ restarts, and the API contract (Ready duties, errors)."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -29,7 +30,16 @@ from laminar.raft import (
 )
 from laminar.raft.budget import ByteBudget
 from laminar.raft.core import DEPARTING_TOLD
-from laminar.raft.messages import APPEND, APPEND_RESP, HEARTBEAT, HEARTBEAT_RESP, INSTALL, QUIESCE
+from laminar.raft.messages import (
+    APPEND,
+    APPEND_RESP,
+    HEARTBEAT,
+    HEARTBEAT_RESP,
+    INSTALL,
+    PRE_VOTE,
+    PRE_VOTE_RESP,
+    QUIESCE,
+)
 
 from .harness import Cluster
 
@@ -559,6 +569,68 @@ def test_a_restarted_follower_learns_how_far_the_group_committed_before_it_appli
     assert n3.log.committed == 2 and n3.leader_commit == 4
     cluster.tick(5)  # the leader resends what n3 missed
     assert cluster.applied["n3"][-1].index == n3.leader_commit == 4
+
+
+def _lagging_follower_of_a_dead_leader(seed: int = 0) -> tuple[Cluster, RaftCore]:
+    """n3 heard n1 lead but got none of its entries (it knows the group
+    committed past its log, so it may not campaign); then n1 died."""
+    cluster = Cluster(3, seed=seed)
+    cluster.elect("n1")
+    cluster.lose = lambda m: m.dst == "n3" and m.kind == APPEND
+    for data in (b"a", b"b"):
+        cluster.propose("n1", data)
+    cluster.tick(1, ("n1",))  # a heartbeat reaches n3: it learns the leader's commit
+    cluster.crash("n1")
+    n3 = cluster.cores["n3"]
+    assert n3.leader == "n1" and n3.leader_commit is not None
+    assert n3.log.last_index() < n3.leader_commit
+    return cluster, n3
+
+
+@pytest.mark.parametrize("silent_ticks", range(10, 60))
+def test_a_follower_that_may_not_campaign_grants_votes_once_its_leader_is_silent(
+    silent_ticks: int,
+) -> None:
+    """Its leader's lease ends with an election timeout of silence, whatever
+    the tick a candidate's (pre-)vote arrives at. It once restarted the lease
+    at each of its own timeouts: a candidate on the same period as it, its
+    pre-votes always in that window, never won (a partition stayed leaderless
+    for minutes on a real 4-node cluster)."""
+    cluster, n3 = _lagging_follower_of_a_dead_leader()
+    for _ in range(silent_ticks):
+        n3.tick()
+    n2 = cluster.cores["n2"]
+    last, last_term = n2.log.last_index(), n2.log.last_term()
+    n3.step(Message(PRE_VOTE, "n2", "n3", n2.term + 1, last, last_term))
+    answers = [m for m in n3.ready().messages if m.kind == PRE_VOTE_RESP]
+    assert [m.reject for m in answers] == [False], f"after {silent_ticks} silent ticks"
+
+
+def test_a_pre_candidate_draws_a_new_election_timeout_each_time() -> None:
+    """Unanswered pre-votes change no term, so nothing else redraws it: on
+    one fixed period two replicas would stay in one phase for good."""
+    cluster = Cluster(3)
+    cluster.elect("n1")
+    cluster.crash("n1")
+    cluster.crash("n3")
+    n2 = cluster.cores["n2"]
+    sent_at = []
+    for tick in range(400):
+        n2.tick()
+        if n2.has_ready():
+            rd = n2.ready()
+            if any(m.kind == PRE_VOTE for m in rd.messages):
+                sent_at.append(tick)
+            n2.advance(rd)
+    gaps = {b - a for a, b in itertools.pairwise(sent_at)}
+    assert len(sent_at) > 10 and len(gaps) > 1, sent_at
+
+
+def test_a_lagging_follower_and_a_candidate_on_one_period_elect_a_leader() -> None:
+    """The same, end to end: whatever the draws, the up-to-date replica wins."""
+    for seed in range(100):
+        cluster, _ = _lagging_follower_of_a_dead_leader(seed)
+        assert cluster.wait_for_leader(max_ticks=300) == "n2", f"seed {seed}"
 
 
 def test_a_restarted_voter_remembers_its_vote() -> None:

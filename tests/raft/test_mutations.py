@@ -15,13 +15,13 @@ from .sim.mutations import FIGURE_8, MUTATIONS, PRE_VOTE_BUMPS_TERM, Mutation, f
 
 CATCHING_SEEDS = {
     "skip persisting the vote": (2,),
-    "skip the AppendEntries prev-term check": (91,),
-    "skip the voter's up-to-date check (5.4.1)": (4, 1, 2),
+    "skip the AppendEntries prev-term check": (27,),
+    "skip the voter's up-to-date check (5.4.1)": (2, 4, 1),
     "a restart takes its whole persisted log as committed": (4, 2),
     "commit the leader's commit index past the appended entries": (1,),
-    "answer reads without a heartbeat quorum": (113, 229, 284),
-    "acknowledge an append before persisting it": (179,),
-    "grant a vote before persisting it": (24,),
+    "answer reads without a heartbeat quorum": (84, 113, 229, 284),
+    "acknowledge an append before persisting it": (3, 179),
+    "grant a vote before persisting it": (14, 24),
     "never resend a lost append": (0, 1),
 }
 
