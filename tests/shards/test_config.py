@@ -261,10 +261,11 @@ def test_port_zero_picks_again_when_the_udp_side_is_taken() -> None:
 
     def probe(family: socket.AddressFamily, kind: socket.SocketKind, host: str, port: int,
               what: str) -> int:  # fmt: skip
-        if kind == socket.SOCK_STREAM and port == 0:
-            port = next(picks)  # the kernel's choice, made to collide once
+        if kind == socket.SOCK_STREAM:
+            if port == 0:
+                port = next(picks)  # the kernel's choice, made to collide once
             if port == taken:
-                return taken
+                return taken  # its TCP side is free in this story (another test may hold it)
         return real(family, kind, host, port, what)
 
     try:
