@@ -6,12 +6,14 @@
     .venv/bin/python benchmarks/fsync_bench.py idle [--dir DIR] [--partitions N] [--growing-only]
 
 `flush` compares the log as built (each flush writes and fdatasyncs the store
-and the index: two fsyncs) with a prototype of the single-fsync format (the
-index write left unsynced: the one fdatasync a framed store would need).
+and the index: two fsyncs, ring operations run by io-wq workers) with a
+prototype of the single-fsync format (the index write left unsynced: the one
+fdatasync a framed store would need) and with the loop thread making the
+writes and syncs itself (`inline-syncs`, as Redis's appendfsync always does).
 `prealloc` compares segment preallocation by fallocate (unwritten extents, the
 default), by writing zeros (what a background zero-filler would leave), and
-none. Workloads: closed loop (16 appenders of one 1 KiB record: flushes/s,
-records/s) and open loop at 2,000 and 20,000 records/s (one record per append,
+none. Workloads: closed loop (1, 16 or 64 appenders of one 1 KiB record:
+flushes/s, records/s) and open loop at 2,000 and 20,000 records/s (one record per append,
 latency from each record's intended start, so stalls are not hidden: p50, p99,
 p99.9). Variants run interleaved in every round, in rotated order, each on a
 fresh directory of the same file system; figures are medians over rounds.
@@ -69,6 +71,9 @@ class _Wrapped:
     async def read_at(self, length: int, offset: int) -> bytes:
         return await self.inner.read_at(length, offset)
 
+    def read_at_nowait(self, length: int, offset: int) -> Buffer | None:
+        return self.inner.read_at_nowait(length, offset)
+
     async def writev(self, buffers: Sequence[Buffer], offset: int, *, sync: bool) -> None:
         await self.inner.writev(buffers, offset, sync=sync)
 
@@ -93,6 +98,30 @@ class UnsyncedIndex(_Wrapped):
 
     async def writev(self, buffers: Sequence[Buffer], offset: int, *, sync: bool) -> None:
         await self.inner.writev(buffers, offset, sync=sync and not self.path.endswith(".index"))
+
+
+class InlineSyncs(_Wrapped):
+    """The Redis way: the loop thread writes and fdatasyncs itself (blocking
+    syscalls, store then index), with no ring operation, worker or wake-up."""
+
+    def __init__(self, inner: Storage, path: str) -> None:
+        super().__init__(inner, path)
+        self._fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        self._end = 0
+
+    @property
+    def size(self) -> int:
+        return max(self.inner.size, self._end)
+
+    async def writev(self, buffers: Sequence[Buffer], offset: int, *, sync: bool) -> None:
+        written = os.pwritev(self._fd, buffers, offset)
+        if sync:
+            os.fdatasync(self._fd)
+        self._end = max(self._end, offset + written)
+
+    async def close(self) -> None:
+        os.close(self._fd)
+        await self.inner.close()
 
 
 class ZeroFilled(_Wrapped):
@@ -217,6 +246,8 @@ async def one_run(
     backend = base
     if variant == "index-unsynced":
         backend = Wrapping(base, UnsyncedIndex)
+    elif variant == "inline-syncs":
+        backend = Wrapping(base, InlineSyncs)
     elif variant == "zero-filled":
         backend = Wrapping(base, ZeroFilled)
     elif variant == "no-prealloc":
@@ -229,8 +260,8 @@ async def one_run(
     flushes = log.flush_count
     cpu = time.process_time()
     wall = time.perf_counter()
-    if workload == "closed":
-        figures = await closed_loop(log, seconds)
+    if workload.startswith("closed"):
+        figures = await closed_loop(log, seconds, int(workload.partition("-")[2] or 16))
     else:
         figures = await open_loop(log, seconds, int(workload.removeprefix("open-")))
     figures["process_cpu_pct"] = 100 * (time.process_time() - cpu) / (time.perf_counter() - wall)
@@ -368,7 +399,9 @@ def main(argv: list[str] | None = None) -> None:
         info["idle"] = idle(args)
     elif args.what == "flush":
         info["flush"] = compare(
-            args, ["two-fsyncs", "index-unsynced"], ["closed", "open-2000", "open-20000"]
+            args,
+            ["two-fsyncs", "index-unsynced", "inline-syncs"],
+            ["closed-1", "closed-16", "closed-64", "open-2000", "open-20000"],
         )
     elif args.what == "prealloc":
         info["prealloc"] = compare(
