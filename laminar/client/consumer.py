@@ -49,7 +49,7 @@ sent and the app goes on; its answer is taken by the next commit (which
 raises first if it was refused), by a revocation before the partitions are
 released, or by leaving. One is in flight at most, so commits land in order:
 an unwaited commit made while the last one is still unanswered, or less
-than `commit_interval_s` (default 5 ms) after it was sent, is not sent but
+than `commit_interval_s` (default 50 ms) after it was sent, is not sent but
 kept (`commits_kept` counts them), merged with any kept before it (a later
 position of a partition replaces an earlier one: positions only move
 forward), and leaves with the next commit or poll made once that answer is
@@ -59,7 +59,10 @@ an app that commits every batch never waits for a commit, and the
 coordinator sees at most one commit per round trip and per interval instead
 of one per batch (each a durable append: an fdatasync and the node's CPU
 for a lone write); what a member that dies held kept is read again by the
-next owner (at least once, as for a commit lost in flight).
+next owner (at least once, as for a commit lost in flight): at most the
+interval's worth of its processing, the price of the default (50 ms: with
+5 ms, 2 and 4 members on two cores read at 0.80-0.82x of the plain reader,
+spending the node's CPU on ten times the commits; see RESULTS.md).
 `commit_interval_s=0` sends each as soon as the one before is answered.
 """
 
@@ -119,7 +122,7 @@ STALE_RETRY_S: Final = 0.02
 """A commit refused as STALE_EPOCH is sent again this soon (at the new epoch)."""
 LONG_POLL_MS: Final = 200
 """A poll with nothing to read waits on one partition at a time this long."""
-COMMIT_INTERVAL_S: Final = 0.005
+COMMIT_INTERVAL_S: Final = 0.05
 """The least time between two unwaited commits sent (`commit_interval_s`)."""
 ASSIGNMENT_WAIT_S: Final = 0.02
 """A poll before the first assignment looks again this often."""
