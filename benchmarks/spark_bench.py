@@ -22,6 +22,14 @@ bytes through the plain client, then measures, on the same data:
   round (order rotated), and every written topic is read back and checked by
   identity: each row id exactly once. `exactly_once_cost` is the ratio of
   the medians of their times (target: at most 1.5);
+- with `--vs-parquet` (issue 23's comparison, instead of all the above): the
+  topic filled with random values (incompressible: Parquet would shrink
+  repeated ones to almost nothing) and the same rows as Parquet files on
+  local disk next to it, rounds rotated:
+  a batch read (`count` and `sum(length(value))`, both checked against what
+  was written) from each, and a write of `spark.range(N)` into a new topic
+  (the default exactly-once protocol, identity-checked) against
+  `df.write.parquet`; Spark's and the node's CPU per operation;
 - `spark_canned_count`: a control: the same `count()` over a Python data
   source that yields the same Arrow batches from memory (no node, no network),
   i.e. what Spark itself costs for this schema on this machine.
@@ -107,14 +115,19 @@ def spark_rounds(fn: Callable[[], int], rounds: int) -> dict[str, Any]:
     return {"median": statistics.median(runs), "best": max(runs), "runs": runs}
 
 
-def fill(client: Any, topic: str, records: int, partitions: int, value: bytes) -> int:
+def fill(
+    client: Any, topic: str, records: int, partitions: int, value: bytes, random: bool = False
+) -> int:
+    """`records` copies of `value`, or with `random` as many random values of
+    its length (what Parquet cannot compress away)."""
     batch = 5000
     pending: list[Any] = []
     sent = 0
     i = 0
     while sent < records:
         n = min(batch, records - sent)
-        pending.append(client.produce_nowait(topic, i % partitions, [value] * n))
+        values = [os.urandom(len(value)) for _ in range(n)] if random else [value] * n
+        pending.append(client.produce_nowait(topic, i % partitions, values))
         if len(pending) >= 8:
             pending.pop(0).result()
         sent += n
@@ -243,6 +256,103 @@ def check_identity(bootstrap: str, client: Any, topic: str, partitions: int, rec
         )
 
 
+def parquet_rounds(
+    spark: Any,
+    client: Any,
+    bootstrap: str,
+    reader: Callable[[], Any],
+    parquet_dir: Path,
+    args: argparse.Namespace,
+    node_pid: int | None,
+) -> dict[str, Any]:
+    """Rows/s of the read and the write, laminar against Parquet, in rotated
+    rounds after one warm-up round; see the module docstring."""
+    from pyspark.sql import functions as F
+
+    reader().select("value").write.mode("overwrite").parquet(str(parquet_dir / "source"))
+    want = (args.records, args.records * args.value_bytes)
+    frame = spark.range(args.records).selectExpr(
+        f"CAST(lpad(CAST(id AS STRING), {args.value_bytes}, 'x') AS BINARY) AS value"
+    )
+
+    def read(df: Any) -> None:
+        row = df.agg(F.count("*"), F.sum(F.length("value"))).collect()[0]
+        if (row[0], row[1]) != want:
+            raise AssertionError(f"read {tuple(row)}, wrote {want}")
+
+    Op = tuple[Callable[[], None], Callable[[], None]]  # (timed, checked after)
+
+    def write_laminar(round_no: int) -> Op:
+        topic = f"spark-bench-vs-parquet-{round_no}-{time.time_ns()}"
+        client.create_topic(topic, partitions=args.partitions)
+
+        def check() -> None:
+            check_identity(bootstrap, client, topic, args.partitions, args.records)
+            client.delete_topic(topic)
+
+        return (
+            lambda: (
+                frame.write.format("laminar")
+                .option("bootstrap", bootstrap)
+                .option("topic", topic)
+                .mode("append")
+                .save()
+            ),
+            check,
+        )
+
+    def write_parquet(round_no: int) -> Op:
+        out = parquet_dir / f"write-{round_no}"
+
+        def check() -> None:
+            read(spark.read.parquet(str(out)))
+            shutil.rmtree(out)
+
+        return lambda: frame.write.parquet(str(out)), check
+
+    ops: dict[str, Callable[[int], Op]] = {
+        "read_laminar": lambda _: (lambda: read(reader()), lambda: None),
+        "read_parquet": lambda _: (
+            lambda: read(spark.read.parquet(str(parquet_dir / "source"))),
+            lambda: None,
+        ),
+        "write_laminar": write_laminar,
+        "write_parquet": write_parquet,
+    }
+    names = list(ops)
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    for round_no in range(args.rounds + 1):
+        shift = round_no % len(names)
+        for name in names[shift:] + names[:shift]:
+            op, check = ops[name](round_no)
+            spark_cpu, node_cpu = cpu_s(os.getpid()), cpu_s(node_pid)
+            start = time.perf_counter()
+            op()
+            elapsed = time.perf_counter() - start
+            if round_no:
+                runs[name].append(
+                    {
+                        "rows_per_s": args.records / elapsed,
+                        "spark_cpu_s": cpu_s(os.getpid()) - spark_cpu,
+                        "node_cpu_s": cpu_s(node_pid) - node_cpu,
+                    }
+                )
+            check()
+            log(f"  {name}: {args.records / elapsed:,.0f} rows/s (checked)")
+    medians = {
+        name: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
+        for name, rs in runs.items()
+    }
+    return {
+        "medians": medians,
+        "read_ratio": medians["read_laminar"]["rows_per_s"] / medians["read_parquet"]["rows_per_s"],
+        "write_ratio": medians["write_laminar"]["rows_per_s"]
+        / medians["write_parquet"]["rows_per_s"],
+        "target_ratio": 0.8,
+        "runs": runs,
+    }
+
+
 def canned_source(records: int, value_bytes: int, splits: int) -> type:
     """A data source yielding laminar-shaped Arrow batches from memory (the
     control): built here so cloudpickle ships it by value to the workers."""
@@ -294,6 +404,9 @@ def main() -> None:
     p.add_argument(
         "--writes-only", action="store_true", help="only the write comparison (no fill, no reads)"
     )
+    p.add_argument(
+        "--vs-parquet", action="store_true", help="only the comparison with Parquet files"
+    )
     args = p.parse_args()
 
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
@@ -320,8 +433,11 @@ def main() -> None:
             if not args.writes_only:
                 log(f"filling {source} with {args.records} records of {args.value_bytes} bytes")
                 results["client_produce"] = timed(
-                    lambda: fill(client, source, args.records, args.partitions, value)
+                    lambda: fill(
+                        client, source, args.records, args.partitions, value, args.vs_parquet
+                    )
                 )
+            if not (args.writes_only or args.vs_parquet):
                 results["client_fetch"] = timed(
                     lambda: client_fetch(client, source, args.partitions)
                 )
@@ -356,7 +472,13 @@ def main() -> None:
                     .load()
                 )
 
-            if not args.writes_only:
+            node_pid = node.pid if node is not None else None
+            if args.vs_parquet:
+                log("spark: laminar against Parquet files, reads and writes")
+                results["vs_parquet"] = parquet_rounds(
+                    spark, client, bootstrap, reader, base / "parquet", args, node_pid
+                )
+            elif not args.writes_only:
                 log("spark: count")
                 results["spark_read_count"] = spark_rounds(
                     lambda: int(reader().count()), args.rounds
@@ -366,24 +488,25 @@ def main() -> None:
 
                 def to_parquet() -> int:
                     reader().write.mode("overwrite").parquet(str(out))
-                    return args.records
+                    return int(args.records)
 
                 results["spark_read_to_parquet"] = spark_rounds(to_parquet, args.rounds)
                 log("spark: canned count (control)")
                 results["spark_canned_count"] = spark_rounds(
                     lambda: int(spark.read.format("laminar_canned").load().count()), args.rounds
                 )
-            log("spark: writes, exactly-once against at-least-once")
-            results["spark_write"] = write_rounds(
-                spark,
-                client,
-                bootstrap,
-                args.records,
-                args.value_bytes,
-                args.partitions,
-                args.rounds,
-                node.pid if node is not None else None,
-            )
+            if not args.vs_parquet:
+                log("spark: writes, exactly-once against at-least-once")
+                results["spark_write"] = write_rounds(
+                    spark,
+                    client,
+                    bootstrap,
+                    args.records,
+                    args.value_bytes,
+                    args.partitions,
+                    args.rounds,
+                    node_pid,
+                )
             spark.stop()
         report = {
             "bench": "spark",
