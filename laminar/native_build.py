@@ -30,6 +30,8 @@ void laminar_columns(const unsigned char *entries, size_t count, uint64_t *posit
                      uint64_t *timestamps);
 void laminar_fetch_table(uint64_t first_index, const uint64_t *timestamps,
                          const uint32_t *lengths, size_t count, unsigned char *out);
+void laminar_gather(const unsigned char *buf, const int64_t *starts, const int64_t *ends,
+                    size_t count, unsigned char *out);
 int laminar_locate(const unsigned char *payload, size_t size, size_t count,
                    const unsigned char *stamp_prefix, size_t stamp_prefix_size,
                    size_t stamp_value_start, uint64_t *indexes, uint64_t *timestamps,
@@ -131,6 +133,18 @@ void laminar_fetch_table(uint64_t first_index, const uint64_t *timestamps,
         be32_put(p + 8, timestamps[k] >> 32);
         be32_put(p + 12, (uint32_t)timestamps[k]);
         be32_put(p + 16, lengths[k]);
+    }
+}
+
+/* The slices buf[starts[k]:ends[k]], one after another into `out` (an Arrow
+   binary column's data; the caller checked each slice lies in `buf` and
+   sized `out` to their total). */
+void laminar_gather(const unsigned char *buf, const int64_t *starts, const int64_t *ends,
+                    size_t count, unsigned char *out) {
+    for (size_t k = 0; k < count; k++) {
+        size_t length = (size_t)(ends[k] - starts[k]);
+        memcpy(out, buf + starts[k], length);
+        out += length;
     }
 }
 

@@ -25,6 +25,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from laminar._native import ffi as _ffi  # the C loops (laminar/native_build.py)
+from laminar._native import lib as _native
 from laminar.wire import PRODUCER_HEADER
 from laminar.wire.records import STAMP_ONLY_PREFIX, STAMP_ONLY_VALUE_START
 from laminar.wire.writes import WRITE_HEADER
@@ -177,25 +179,28 @@ def _gather(
     ends: Ints,
     valid: npt.NDArray[np.bool_] | None = None,
 ) -> pa.Array:
-    """A BinaryArray of `buf[starts[i]:ends[i]]` (ordered, disjoint slices):
-    one mask over the region they span, one masked copy."""
+    """A BinaryArray of `buf[starts[i]:ends[i]]`: one C loop of copies
+    (`laminar_gather`; a numpy mask over the region cost 4x more)."""
     n = len(starts)
     if n == 0:
         return pa.array([], pa.binary())
     lengths = ends - starts
+    if int(lengths.min()) < 0 or int(starts.min()) < 0 or int(ends.max()) > len(buf):
+        raise CorruptFetchError("a record's section lies outside the fetch answer")
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     if offsets[-1] >= 2**31:
         raise CorruptFetchError("a fetch answer holds over 2 GiB of one column")
-    first = int(starts[0])
-    gaps = np.empty(n, np.int64)
-    gaps[0] = 0
-    gaps[1:] = starts[1:] - ends[:-1]
-    runs = np.empty(2 * n, np.int64)
-    runs[0::2] = gaps
-    runs[1::2] = lengths
-    keep = np.repeat(np.tile(np.array([False, True]), n), runs)
-    data = buf[first : first + len(keep)][keep]
+    data = np.empty(int(offsets[-1]), np.uint8)
+    starts = np.ascontiguousarray(starts, np.int64)
+    ends = np.ascontiguousarray(ends, np.int64)
+    _native.laminar_gather(
+        _ffi.from_buffer(buf),
+        _ffi.from_buffer("int64_t[]", starts),
+        _ffi.from_buffer("int64_t[]", ends),
+        n,
+        _ffi.from_buffer(data),
+    )
     validity = None
     null_count = 0
     if valid is not None and not valid.all():

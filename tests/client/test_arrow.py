@@ -89,3 +89,18 @@ def test_a_header_map_shaped_like_a_lone_stamp_is_shown() -> None:
     blobs = [encode_record(b"v", None, lookalike), encode_record(b"w", None, stamp)]
     rows = fetch_to_arrow(_payload(blobs, 0), 0, 2).to_pylist()
     assert [dict(r["headers"]) if r["headers"] else None for r in rows] == [lookalike, None]
+
+
+def test_the_gather_refuses_slices_outside_the_answer() -> None:
+    """The copies run in C: a slice past the buffer, before it or reversed
+    must be refused before any byte is copied, never read out of bounds."""
+    import numpy as np
+
+    from laminar.client.arrow import _gather
+
+    buf = np.frombuffer(b"0123456789", np.uint8)
+    ok = _gather(buf, np.array([0, 4], np.int64), np.array([2, 10], np.int64))
+    assert ok.to_pylist() == [b"01", b"456789"]
+    for starts, ends in (([0, 8], [2, 11]), ([-1], [2]), ([5], [3])):
+        with pytest.raises(CorruptFetchError, match="outside"):
+            _gather(buf, np.array(starts, np.int64), np.array(ends, np.int64))
