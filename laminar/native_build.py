@@ -7,9 +7,10 @@ table 57 us), and parsing the answer ~0.4 us a record in the client; the C
 loops cost a few microseconds each. Only loops over records live here, each
 with one job and no policy; the callers (`laminar.log.segment`,
 `laminar.wire.records`, `laminar.client.batch`, `laminar.client.arrow`,
-`laminar.kafka.batches`) keep the rules and the errors. The Kafka door's loops (RecordBatch v2 to and from
-record blobs, CRC-32C) are here for the same reason: a Python loop over a
-batch's varints costs microseconds per record.
+`laminar.kafka.batches`) keep the rules and the errors. The Kafka door's
+loops (RecordBatch v2 to and from record blobs, CRC-32C) are here for the
+same reason: a Python loop over a batch's varints costs microseconds per
+record.
 The checksum links the system's libxxhash (Debian `libxxhash0`, 0.8: its
 XXH3_64bits is the same function as the `xxhash` package's
 `xxh3_64_intdigest`, which wrote the checksums), by file name, so no
