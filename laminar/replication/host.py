@@ -17,6 +17,11 @@
   heard from each node (every link carries a keepalive each tick), and
   followers whose leader's node has been silent for an election timeout are
   woken, so they time out and elect a new leader.
+- A group that knows no leader for `leaderless_warn_s` (10 s) is logged with
+  this replica's view (role, term, log, the commit it knows of), again each
+  time as long again passes, at most `LEADERLESS_LINES` such lines in that
+  time for the shard: a partition that cannot elect (its
+  peers down, or a bug) is named in the log instead of found by its clients.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 from laminar.clock import SYSTEM_CLOCK, Clock
+from laminar.lograte import RateLimitedLog
 from laminar.raft import LEADER, Message
 from laminar.raft.budget import ByteBudget
 from laminar.replication.group import RaftGroup
@@ -37,6 +43,11 @@ logger = logging.getLogger("laminar.replication")
 TICK_S: Final = 0.1
 ELECTION_TICKS: Final = 10
 QUIESCE_AFTER_TICKS: Final = 3
+LEADERLESS_WARN_S: Final = 10.0
+"""How long a group may know no leader before it is logged (elections take 1-2 s)."""
+LEADERLESS_LINES: Final = 5
+"""At most this many leaderless lines per `leaderless_warn_s` (a node's whole
+share of partitions may lose its leaders at once)."""
 
 
 class Transport(Protocol):
@@ -79,6 +90,11 @@ class RaftHost:
         self.groups: dict[int, RaftGroup] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._idle_ticks: dict[int, int] = {}
+        self._leaderless: dict[int, tuple[float, float]] = {}
+        """Per group that knows no leader: since when, and when it is next logged."""
+        self._leaderless_log = RateLimitedLog(
+            logger, LEADERLESS_LINES, LEADERLESS_WARN_S, clock.monotonic
+        )
         self.dropped_messages = 0
         self._ticker: asyncio.Task[None] | None = None
 
@@ -107,6 +123,7 @@ class RaftHost:
         """Stop and close `pid`'s group (its files stay)."""
         group = self.groups.pop(pid, None)
         self._idle_ticks.pop(pid, None)
+        self._leaderless.pop(pid, None)
         task = self._tasks.pop(pid, None)
         if group is None:
             return
@@ -190,11 +207,46 @@ class RaftHost:
                         core.wake()  # the leader's node went silent: time out
                 continue
             group.tick()
+            if core.leader is None:
+                self._watch_leaderless(pid, group, now)
+            else:
+                self._leaderless.pop(pid, None)
             if core.role == LEADER:
                 idle = self._idle_ticks[pid] = 0 if group.take_busy() else self._idle_ticks[pid] + 1
                 if idle >= QUIESCE_AFTER_TICKS and core.quiesce():
                     group.kick()
         self.transport.tick()
+
+    @property
+    def leaderless_warn_s(self) -> float:
+        """How long a group may know no leader before it is logged; also the
+        window of the lines' rate limit."""
+        return self._leaderless_log.interval_s
+
+    @leaderless_warn_s.setter
+    def leaderless_warn_s(self, seconds: float) -> None:
+        self._leaderless_log.interval_s = seconds
+
+    def _watch_leaderless(self, pid: int, group: RaftGroup, now: float) -> None:
+        since, due = self._leaderless.setdefault(pid, (now, now + self.leaderless_warn_s))
+        if now < due:
+            return
+        self._leaderless[pid] = (since, now + self.leaderless_warn_s)
+        core = group.core
+        self._leaderless_log.warning(
+            "leaderless",
+            "partition %d: no leader known for %.1f s (this replica: %s at term %d, log "
+            "to %d, committed %d, the group's commit as last told %s; voters %s): its "
+            "peers may be down or unreachable, or its election cannot complete",
+            pid,
+            now - since,
+            core.role,
+            core.term,
+            core.log.last_index(),
+            core.log.committed,
+            core.leader_commit,
+            ",".join(sorted(core.membership.voters)),
+        )
 
     async def close(self) -> None:
         if self._ticker is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import time
 from collections import Counter
@@ -614,3 +615,30 @@ def test_a_leader_whose_group_dies_answers_its_pending_batch_outcome_unknown(
                 await host.close()
 
     asyncio.run(main())
+
+
+def test_a_group_that_knows_no_leader_is_logged_until_it_does(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replica whose peers are not there can never elect: the log names the
+    partition and what the replica sees, again while it lasts, and stops once
+    a leader is known."""
+
+    def lines() -> list[str]:
+        said = (r.getMessage() for r in caplog.records)
+        return [m for m in said if m.startswith(f"partition {PID}: no leader known")]
+
+    async def scenario(net: FakeNetwork) -> None:
+        net.hosts["n1"].leaderless_warn_s = 0.2
+        await _until(lambda: len(lines()) >= 2, what="two leaderless lines")
+        assert "voters n1,n2,n3" in lines()[0], lines()[0]
+        for node in ("n2", "n3"):
+            await _open(tmp_path, node, net)
+        await _until(lambda: _leader(net))
+        await _until(lambda: net.hosts["n1"].groups[PID].core.leader is not None)
+        seen = len(lines())
+        await _ticks(net, "n1", 60)  # three warning intervals at TICK_S
+        assert len(lines()) == seen, lines()[seen:]
+
+    with caplog.at_level(logging.WARNING, logger="laminar.replication"):
+        _run(tmp_path, scenario, opened=("n1",))
