@@ -20,8 +20,8 @@
 - A group that knows no leader for `leaderless_warn_s` (10 s) is logged with
   this replica's view (role, term, log, the commit it knows of), again each
   time as long again passes, at most `LEADERLESS_LINES` such lines in that
-  time for the shard: a partition that cannot elect (its
-  peers down, or a bug) is named in the log instead of found by its clients.
+  time for the shard: a partition that cannot elect (its peers down, or a
+  bug) is named in the log instead of found by its clients.
 """
 
 from __future__ import annotations
