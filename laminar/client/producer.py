@@ -20,15 +20,17 @@ node has forgotten it (DUPLICATE_SEQUENCE). Kafka bounds the same thing with
 `max.in.flight.requests.per.connection` <= 5 against the broker's 5.
 
 Batching by itself. The window limits batches, not records: produce calls
-to a partition that arrive while its window is full wait in a `BatchQueue`,
-merged in call order into batches of at most `BATCH_MAX_RECORDS` records and
-`BATCH_MAX_BYTES` bytes (a call is never split: its records stay together
-and share one outcome), and each batch leaves as soon as the window has room
-for it, as Kafka's RecordAccumulator does. No timer: a produce that finds
-room and nobody queued ahead of it leaves at once, alone. Each caller gets
-the index of its own first record (the batch's first index plus the records
-queued ahead of its own in that batch); if the batch fails, every call in it
-fails with that error.
+to a partition wait in a `BatchQueue`, merged in call order into batches of
+at most `BATCH_MAX_RECORDS` records and `BATCH_MAX_BYTES` bytes (a call is
+never split: its records stay together and share one outcome), and each
+batch leaves as soon as the window has room for it, as Kafka's
+RecordAccumulator does. No timer: the asyncio client sends what is queued at
+the end of the loop pass in which a call was made, so a lone produce leaves
+at once and calls made in one pass (the callers one answer woke) leave as
+one batch; the blocking client sends a call that finds room at once. Each
+caller gets the index of its own first record (the batch's first index plus
+the records queued ahead of its own in that batch); if the batch fails,
+every call in it fails with that error.
 
 A produce that fails for good leaves a hole in the numbers, which the node
 would refuse every later batch for. The partition then starts over under a
@@ -276,13 +278,12 @@ SendAlone = Callable[[], Awaitable[int]]
 
 
 class _AsyncPartition:
-    __slots__ = ("queue", "starting", "window")
+    __slots__ = ("pump_due", "queue", "window")
 
     def __init__(self, limit: int) -> None:
         self.window = SequenceWindow(limit)
-        self.starting = 0
-        """Batches taken from the queue whose task has not taken a sequence yet:
-        a call that finds room waits behind them (sequences in call order)."""
+        self.pump_due = False
+        """Whether a pump is scheduled for the end of this loop pass."""
         self.queue: BatchQueue[asyncio.Future[int]] = BatchQueue(
             asyncio.get_running_loop().create_future
         )
@@ -308,22 +309,18 @@ class AsyncProducer:
         headers: Sequence[Headers] | None = None,
         alone: SendAlone | None = None,
     ) -> int:
-        """Append a call's records (sent at once if there is room and nothing is
-        queued, else merged into the next batch, unless it must go `alone`):
-        the index of its first."""
+        """Append a call's records, merged with the calls made in the same loop
+        pass or while the window is full (unless it must go `alone`): the index
+        of its first."""
         if alone is None:
             check_records(values, keys, headers)  # one call's mistake is its own
         part = self._partitions.get(key)
         if part is None:
             part = self._partitions[key] = _AsyncPartition(self.limit)
-        if part.window.has_room and not part.queue and not part.starting:
-            position = part.window.sent()
-            try:
-                return await (alone() if alone else self._send(key, values, keys, headers))
-            finally:
-                self._answered(key, part, position)
         batch, offset = part.queue.add(values, keys, headers, alone)
-        self._pump(key, part)  # room, behind batches still starting: goes after them
+        if part.window.has_room and not part.pump_due:
+            part.pump_due = True
+            asyncio.get_running_loop().call_soon(self._pump_due, key, part)
         # Shielded: a caller that gives up leaves the batch to the others in it.
         return await asyncio.shield(batch.outcome) + offset
 
@@ -349,12 +346,15 @@ class AsyncProducer:
         part.window.answered(position)
         self._pump(key, part)
 
+    def _pump_due(self, key: Key, part: _AsyncPartition) -> None:
+        part.pump_due = False
+        self._pump(key, part)
+
     def _pump(self, key: Key, part: _AsyncPartition) -> None:
         """Send queued batches while there is room, each from a task of its own
         (tasks run in the order they are made: sequences follow the queue)."""
         while part.window.has_room and part.queue and not self._closed:
             batch = part.queue.take()
-            part.starting += 1
             task = asyncio.get_running_loop().create_task(
                 self._send_queued(key, part, batch, part.window.sent())
             )
@@ -370,8 +370,7 @@ class AsyncProducer:
     ) -> None:
         outcome = batch.outcome
         alone: SendAlone | None = batch.alone  # type: ignore[assignment]
-        part.starting -= 1  # the send below takes its sequence before it yields
-        try:
+        try:  # the send takes its sequence before it first yields
             if alone is not None:
                 first = await alone()
             else:

@@ -193,15 +193,43 @@ class _Node:
             await asyncio.sleep(0)
 
 
+async def _one_pass() -> None:
+    """Let the loop run the callbacks of the pass under way and one more (where
+    a produce's batch leaves)."""
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+def test_calls_made_in_one_loop_pass_leave_as_one_batch_and_a_lone_call_at_once() -> None:
+    async def main() -> None:
+        node = _Node()
+        producer = AsyncProducer(node.send, limit=8)
+        woken = [asyncio.create_task(producer.produce(("t", 0), [b"r%d" % i])) for i in range(5)]
+        await _one_pass()
+        assert node.sent == [[b"r0", b"r1", b"r2", b"r3", b"r4"]]  # room, yet merged
+        lone = asyncio.create_task(producer.produce(("t", 0), [b"r5"]))
+        await _one_pass()
+        assert node.sent[1:] == [[b"r5"]]  # no answer needed, no timer waited for
+        await node.answer(0)
+        await node.answer(1)
+        assert await asyncio.gather(*woken, lone) == [0, 1, 2, 3, 4, 5]
+
+    asyncio.run(main())
+
+
 def test_calls_waiting_for_the_window_leave_merged_and_each_gets_its_own_index() -> None:
     async def main() -> None:
         node = _Node()
         producer = AsyncProducer(node.send, limit=2)
-        calls = [
-            asyncio.create_task(producer.produce(("t", 0), [f"r{i}".encode()])) for i in range(7)
+        calls = []
+        for i in range(2):  # one pass each: a batch each, filling the window
+            calls.append(asyncio.create_task(producer.produce(("t", 0), [f"r{i}".encode()])))
+            await _one_pass()
+        calls += [
+            asyncio.create_task(producer.produce(("t", 0), [f"r{i}".encode()])) for i in range(2, 7)
         ]
-        await asyncio.sleep(0)
-        assert node.sent == [[b"r0"], [b"r1"]]  # alone, at once: room in the window
+        await _one_pass()
+        assert node.sent == [[b"r0"], [b"r1"]]
         await node.answer(1)  # not the oldest: nothing leaves
         assert len(node.sent) == 2
         await node.answer(0)  # room for one batch: everything waiting, merged
@@ -213,16 +241,20 @@ def test_calls_waiting_for_the_window_leave_merged_and_each_gets_its_own_index()
     asyncio.run(main())
 
 
-def test_a_call_finding_room_goes_behind_a_queued_batch_not_yet_started() -> None:
+def test_a_call_made_while_queued_batches_start_goes_behind_them() -> None:
     """Sequences follow call order: a batch taken from the queue takes its
-    sequence in its own task, a moment later; a call made meanwhile that finds
-    room must not overtake it."""
+    sequence in its own task, a moment later; a call made meanwhile, finding
+    room, must not overtake it."""
 
     async def main() -> None:
         node = _Node()
         producer = AsyncProducer(node.send, limit=3)
-        early = [asyncio.create_task(producer.produce(("t", 0), [b"r%d" % i])) for i in range(5)]
-        await asyncio.sleep(0)
+        early = []
+        for i in range(3):
+            early.append(asyncio.create_task(producer.produce(("t", 0), [b"r%d" % i])))
+            await _one_pass()
+        early += [asyncio.create_task(producer.produce(("t", 0), [b"r%d" % i])) for i in (3, 4)]
+        await _one_pass()
         assert node.sent == [[b"r0"], [b"r1"], [b"r2"]]  # r3 and r4 queued
         node.answers[0].set_result(None)
         node.answers[1].set_result(None)
