@@ -4,6 +4,7 @@ replication goals, on synthetic results (no servers)."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,9 @@ from laminar.bench.machine import ProcessTreeCpu
 from laminar.bench.replication_goal import replication_checks
 from laminar.bench.report import markdown, summary_rows
 from laminar.bench.results_md import MarkerError, splice
-from laminar.bench.servers.laminar_cluster import node_ids, peers_arg
+from laminar.bench.servers.laminar_cluster import node_cpus, node_ids, peers_arg
 from laminar.bench.servers.nats_server import ClusterRole, NatsServer
+from laminar.bench.servers.process import ManagedProcess
 from laminar.bench.targets import make_system, parse_target
 from laminar.bench.targets.base import SystemUnavailable
 from tests.bench.test_config_and_report import _result
@@ -70,6 +72,27 @@ def test_cluster_nodes_name_each_other_but_not_themselves() -> None:
     assert peers_arg(ports, "n2") == "n1=127.0.0.1:7000,n3=127.0.0.1:7002"
     with pytest.raises(ValueError, match="1 to 5"):
         node_ids(6)
+
+
+def test_cluster_nodes_get_the_machines_cpus_in_turn() -> None:
+    assert node_cpus(3, 1, [0, 1]) == [[0], [1], [0]]
+    assert node_cpus(3, 2, [0, 1]) == [[0, 1], [0, 1], [0, 1]]
+    assert node_cpus(3, 1, [2, 5, 7, 9]) == [[2], [5], [7]]
+    assert node_cpus(2, 2, [0, 1, 2, 3, 4]) == [[0, 1], [2, 3]]
+
+
+def test_a_node_process_runs_on_the_cpus_it_was_given(tmp_path: Path) -> None:
+    """What the shards pin themselves among: the supervisor's own affinity."""
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    log = tmp_path / "affinity.log"
+    script = "import os, time; print(sorted(os.sched_getaffinity(0)), flush=True); time.sleep(60)"
+    process = ManagedProcess("affinity", [sys.executable, "-c", script], log, cpus=[cpu])
+    process.start()
+    try:
+        process.wait_ready(lambda: log.read_text().endswith("\n"), 10)
+    finally:
+        process.stop()
+    assert log.read_text().strip() == f"[{cpu}]"
 
 
 def test_nats_cluster_config_routes_to_the_others(tmp_path: Path) -> None:

@@ -6,11 +6,18 @@ and log under the run's directory, and everything else ephemeral. All nodes
 are started before any is waited for: a node's start-up does not depend on its
 peers being up, and starting them together is how a cluster comes up in
 practice (`make cluster`).
+
+A node pins its shards to the first CPUs it may run on, so nodes started
+alike would all share the first cores of the machine (three nodes of one
+core each: all on CPU 0, the other cores idle). The cluster deals the
+machine's CPUs out instead, in turn (`node_cpus`), as separate machines
+would each have their own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 from pathlib import Path
 from typing import Final
@@ -28,6 +35,15 @@ def node_ids(count: int) -> list[str]:
     if not 1 <= count <= MAX_NODES:
         raise ValueError(f"a benchmark cluster has 1 to {MAX_NODES} nodes, not {count}")
     return [f"n{i}" for i in range(1, count + 1)]
+
+
+def node_cpus(count: int, cores_per_node: int, cpus: list[int]) -> list[list[int]]:
+    """The CPUs of each of `count` nodes: `cpus` dealt out in turn,
+    `cores_per_node` each (wrapping around when there are too few)."""
+    return [
+        sorted({cpus[(i * cores_per_node + j) % len(cpus)] for j in range(cores_per_node)})
+        for i in range(count)
+    ]
 
 
 def peers_arg(ports: dict[str, int], node_id: str) -> str:
@@ -50,6 +66,7 @@ class LaminarCluster:
         self.ports = {node_id: free_port(HOST) for node_id in ids}
         secret = workdir / "cluster.secret"  # peers always authenticate each other
         write_secret(secret)
+        cpus = node_cpus(count, cores_per_node, sorted(os.sched_getaffinity(0)))
         self.nodes = {
             node_id: LaminarNode(
                 workdir,
@@ -66,8 +83,9 @@ class LaminarCluster:
                 ),
                 port=self.ports[node_id],
                 name=node_id,
+                cpus=node_cpu,
             )
-            for node_id in ids
+            for node_id, node_cpu in zip(ids, cpus, strict=True)
         }
 
     @property

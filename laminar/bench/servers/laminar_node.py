@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ class LaminarNode:
         *,
         port: int = 0,
         name: str = "laminar-node",
+        cpus: Sequence[int] | None = None,
     ) -> None:
         if flush not in FLUSH_POLICIES:
             raise ValueError(f"flush must be one of {', '.join(FLUSH_POLICIES)}")
@@ -47,6 +49,8 @@ class LaminarNode:
         self.port = port
         """The node port; 0: ephemeral (a cluster's nodes need theirs up front)."""
         self.name = name
+        self.cpus = cpus
+        """The CPUs its shards are pinned among (None: the harness's own)."""
         self.data_dir = workdir / ("laminar-data" if name == "laminar-node" else f"{name}-data")
         self.info: dict[str, Any] = {}
         self._proc: ManagedProcess | None = None
@@ -84,7 +88,9 @@ class LaminarNode:
         """Start the process without waiting for it (a cluster starts all first)."""
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        self._proc = ManagedProcess(self.name, self.argv(), self.log_path, self.workdir, env)
+        self._proc = ManagedProcess(
+            self.name, self.argv(), self.log_path, self.workdir, env, self.cpus
+        )
         self._proc.start()
 
     def wait_serving(self, timeout_s: float) -> str:

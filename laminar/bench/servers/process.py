@@ -27,7 +27,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -65,12 +65,15 @@ class ManagedProcess:
         log_path: Path,
         cwd: Path | None = None,
         env: dict[str, str] | None = None,
+        cpus: Collection[int] | None = None,
     ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
         self.cwd = cwd
         self.env = env
+        self.cpus = None if cpus is None else frozenset(cpus)
+        """The CPUs the process (and what it starts) may run on; None: any."""
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -92,11 +95,17 @@ class ManagedProcess:
                 cwd=self.cwd,
                 env=self.env,
                 start_new_session=True,
+                preexec_fn=None if self.cpus is None else self._restrict,
             )
         with _live_lock:
             _live[self._proc.pid] = self
         if setpriv is not None:
             _await_exec(self._proc.pid, setpriv)
+
+    def _restrict(self) -> None:
+        """In the child, before exec: the affinity its own children inherit."""
+        assert self.cpus is not None
+        os.sched_setaffinity(0, self.cpus)
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
