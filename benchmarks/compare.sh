@@ -167,7 +167,8 @@ process, 1 KiB records, fresh servers on empty directories for every run,
 targets rotated round by round, medians over rounds, open-loop latency from
 each request's intended send time, identity check of every acknowledged
 record after every run). \`laminar-r3\` is three \`laminar-node\` processes on
-loopback (one shard each; \`--node-id\`, \`--peers\`) and a topic with
+loopback (one shard each; \`--node-id\`, \`--peers\`; the machine's CPUs dealt
+out in turn, so on two cores n1 and n3 share CPU 0 and n2 has CPU 1) and a topic with
 \`replication_factor\` 3: the client bootstraps from all three and produces to
 the partition's leader as the metadata names it. \`laminar-r1\` is one node as
 in the laminar-bench section (two shards; the partition lives on one). \`nats-jetstream-r3\`
