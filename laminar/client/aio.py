@@ -67,7 +67,11 @@ T = TypeVar("T")
 
 class AsyncClient(ClientCore):
     """An asyncio laminar client; see the module docstring. Use it from one
-    event loop (the one it first ran on). `tls` and `ca_file` as for `Client`."""
+    event loop (the one it first ran on). Settings as for `Client`, and
+    `linger_s` (0 by default; Kafka's linger.ms): how long an idempotent
+    produce batch that finds room in its partition's window waits for more
+    calls to join it (it leaves sooner once a batch is full); with 0 it
+    leaves at the end of the event loop's pass (`laminar.client.producer`)."""
 
     def __init__(
         self,
@@ -79,6 +83,7 @@ class AsyncClient(ClientCore):
         max_frame_bytes: int = CLIENT_MAX_FRAME_BYTES,
         read_from: str = "leader",
         idempotent: bool = True,
+        linger_s: float = 0.0,
         tls: bool | ssl.SSLContext = False,
         ca_file: str | None = None,
         cert_file: str | None = None,
@@ -105,7 +110,7 @@ class AsyncClient(ClientCore):
         )
         self._conns: dict[Address, AsyncConnection] = {}
         self._connecting: dict[Address, asyncio.Task[AsyncConnection]] = {}
-        self._producer = AsyncProducer(self._produce_batch)
+        self._producer = AsyncProducer(self._produce_batch, linger_s=linger_s)
         self._generation = 0
         self._refresh_lock: asyncio.Lock | None = None
 

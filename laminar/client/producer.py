@@ -24,13 +24,19 @@ to a partition wait in a `BatchQueue`, merged in call order into batches of
 at most `BATCH_MAX_RECORDS` records and `BATCH_MAX_BYTES` bytes (a call is
 never split: its records stay together and share one outcome), and each
 batch leaves as soon as the window has room for it, as Kafka's
-RecordAccumulator does. No timer: the asyncio client sends what is queued at
-the end of the loop pass in which a call was made, so a lone produce leaves
-at once and calls made in one pass (the callers one answer woke) leave as
-one batch; the blocking client sends a call that finds room at once. Each
-caller gets the index of its own first record (the batch's first index plus
-the records queued ahead of its own in that batch); if the batch fails,
-every call in it fails with that error.
+RecordAccumulator does. No timer by default: the asyncio client sends what
+is queued at the end of the loop pass in which a call was made, so a lone
+produce leaves at once and calls made in one pass (the callers one answer
+woke) leave as one batch; the blocking client sends a call that finds room
+at once. With `AsyncClient(linger_s=...)` (Kafka's linger.ms) a batch that
+finds room waits that long for more calls before it leaves, sooner once a
+batch is full; batches queued while the window was full leave as soon as it
+has room. The blocking client has no linger: it sends from the caller's
+thread, so a lingering call would block its caller (and a thread
+pipelining with `produce_nowait` would wait out every linger).
+Each caller gets the index of its own first record (the batch's first
+index plus the records queued ahead of its own in that batch); if the
+batch fails, every call in it fails with that error.
 
 A produce that fails for good leaves a hole in the numbers, which the node
 would refuse every later batch for. The partition then starts over under a
@@ -43,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import secrets
 import threading
 from collections import deque
@@ -63,6 +70,18 @@ BATCH_MAX_BYTES: Final = 1 << 20
 than that goes alone)."""
 RECORD_OVERHEAD_BYTES: Final = 32
 """What a record costs in a batch besides its bytes, as the bound counts it."""
+MAX_LINGER_S: Final = 60.0
+"""The longest `linger_s` a client takes."""
+
+
+def check_linger(linger_s: float) -> float:
+    """`linger_s` if it is a number of seconds from 0 to `MAX_LINGER_S`."""
+    if not (isinstance(linger_s, int | float) and math.isfinite(linger_s)):
+        raise ValueError(f"linger_s is a number of seconds, not {linger_s!r}")
+    if not 0 <= linger_s <= MAX_LINGER_S:
+        raise ValueError(f"linger_s must be between 0 and {MAX_LINGER_S:g} s, got {linger_s:g}")
+    return float(linger_s)
+
 
 Headers = Mapping[str, bytes] | None
 
@@ -278,12 +297,12 @@ SendAlone = Callable[[], Awaitable[int]]
 
 
 class _AsyncPartition:
-    __slots__ = ("pump_due", "queue", "window")
+    __slots__ = ("due", "queue", "window")
 
     def __init__(self, limit: int) -> None:
         self.window = SequenceWindow(limit)
-        self.pump_due = False
-        """Whether a pump is scheduled for the end of this loop pass."""
+        self.due: asyncio.TimerHandle | asyncio.Handle | None = None
+        """The pump scheduled (for the end of this loop pass, or the linger's end)."""
         self.queue: BatchQueue[asyncio.Future[int]] = BatchQueue(
             asyncio.get_running_loop().create_future
         )
@@ -293,9 +312,12 @@ class AsyncProducer:
     """The asyncio client's idempotent produce: a partition's window, and the
     calls waiting for it merged into batches (see the module docstring)."""
 
-    def __init__(self, send: SendBatch, limit: int = PRODUCER_WINDOW) -> None:
+    def __init__(
+        self, send: SendBatch, limit: int = PRODUCER_WINDOW, linger_s: float = 0.0
+    ) -> None:
         self._send = send
         self.limit = limit
+        self.linger_s = check_linger(linger_s)
         self._partitions: dict[Key, _AsyncPartition] = {}
         self._sending: dict[asyncio.Task[None], asyncio.Future[int]] = {}
         """Queued batches being sent, and their outcomes."""
@@ -310,17 +332,25 @@ class AsyncProducer:
         alone: SendAlone | None = None,
     ) -> int:
         """Append a call's records, merged with the calls made in the same loop
-        pass or while the window is full (unless it must go `alone`): the index
-        of its first."""
+        pass (or within `linger_s`) or while the window is full (unless it must
+        go `alone`): the index of its first."""
         if alone is None:
             check_records(values, keys, headers)  # one call's mistake is its own
         part = self._partitions.get(key)
         if part is None:
             part = self._partitions[key] = _AsyncPartition(self.limit)
         batch, offset = part.queue.add(values, keys, headers, alone)
-        if part.window.has_room and not part.pump_due:
-            part.pump_due = True
-            asyncio.get_running_loop().call_soon(self._pump_due, key, part)
+        if part.window.has_room:
+            loop = asyncio.get_running_loop()
+            if not self.linger_s or alone is not None or len(part.queue) > 1:
+                # Now, at the end of this pass: no linger, or a batch is full.
+                if isinstance(part.due, asyncio.TimerHandle):
+                    part.due.cancel()
+                    part.due = None
+                if part.due is None:
+                    part.due = loop.call_soon(self._pump_due, key, part)
+            elif part.due is None:
+                part.due = loop.call_later(self.linger_s, self._pump_due, key, part)
         # Shielded: a caller that gives up leaves the batch to the others in it.
         return await asyncio.shield(batch.outcome) + offset
 
@@ -328,6 +358,8 @@ class AsyncProducer:
         """Stop sending queued batches (their callers get `CancelledError`)."""
         self._closed = True
         for part in self._partitions.values():
+            if part.due is not None:
+                part.due.cancel()
             while part.queue:
                 part.queue.take().outcome.cancel()
         sending = list(self._sending.items())
@@ -342,12 +374,13 @@ class AsyncProducer:
         return len(part.queue) if part is not None else 0
 
     def _answered(self, key: Key, part: _AsyncPartition, position: int) -> None:
-        """A batch got its final answer: send what waits."""
+        """A batch got its final answer: send what waits (unless it lingers)."""
         part.window.answered(position)
-        self._pump(key, part)
+        if not isinstance(part.due, asyncio.TimerHandle):
+            self._pump(key, part)
 
     def _pump_due(self, key: Key, part: _AsyncPartition) -> None:
-        part.pump_due = False
+        part.due = None
         self._pump(key, part)
 
     def _pump(self, key: Key, part: _AsyncPartition) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from laminar.client.errors import ServerError
 from laminar.client.producer import (
+    BATCH_MAX_RECORDS,
     RECORD_OVERHEAD_BYTES,
     AsyncProducer,
     BatchQueue,
@@ -213,6 +214,69 @@ def test_calls_made_in_one_loop_pass_leave_as_one_batch_and_a_lone_call_at_once(
         await node.answer(0)
         await node.answer(1)
         assert await asyncio.gather(*woken, lone) == [0, 1, 2, 3, 4, 5]
+
+    asyncio.run(main())
+
+
+def test_a_lingering_batch_waits_for_calls_of_later_passes_then_leaves() -> None:
+    async def main() -> None:
+        node = _Node()
+        node.auto = True
+        producer = AsyncProducer(node.send, limit=8, linger_s=0.2)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        first = asyncio.create_task(producer.produce(("t", 0), [b"a"]))
+        await _one_pass()
+        later = asyncio.create_task(producer.produce(("t", 0), [b"b"]))  # another pass
+        await _one_pass()
+        assert node.sent == []  # room in the window, yet it waits
+        assert await asyncio.gather(first, later) == [0, 1]
+        assert node.sent == [[b"a", b"b"]] and loop.time() - start >= 0.2
+        await producer.close()
+
+    asyncio.run(main())
+
+
+def test_an_answer_does_not_cut_a_linger_short() -> None:
+    async def main() -> None:
+        node = _Node()
+        producer = AsyncProducer(node.send, limit=8, linger_s=0.1)
+        first = asyncio.create_task(producer.produce(("t", 0), [b"a"]))
+        while not node.sent:
+            await asyncio.sleep(0.01)
+        second = asyncio.create_task(producer.produce(("t", 0), [b"b"]))
+        await _one_pass()
+        await node.answer(0)  # room was there all along: "b" still lingers
+        assert node.sent == [[b"a"]]
+        await node.answer(1)
+        assert await asyncio.gather(first, second) == [0, 1]
+        await producer.close()
+
+    asyncio.run(main())
+
+
+def test_a_full_batch_does_not_wait_out_the_linger() -> None:
+    async def main() -> None:
+        node = _Node()
+        node.auto = True
+        producer = AsyncProducer(node.send, limit=8, linger_s=60)
+        full = [b"x"] * BATCH_MAX_RECORDS
+        calls = [
+            asyncio.create_task(producer.produce(("t", 0), full)),
+            asyncio.create_task(producer.produce(("t", 0), [b"y"])),  # the next batch
+        ]
+        assert await asyncio.wait_for(asyncio.gather(*calls), 10) == [0, BATCH_MAX_RECORDS]
+        assert node.sent == [full, [b"y"]]
+        await producer.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("linger_s", [-0.001, 60.5, float("inf"), float("nan"), "1"])
+def test_a_linger_outside_its_bounds_is_refused(linger_s: object) -> None:
+    async def main() -> None:
+        with pytest.raises(ValueError, match="linger_s"):
+            AsyncProducer(_Node().send, linger_s=linger_s)  # type: ignore[arg-type]
 
     asyncio.run(main())
 

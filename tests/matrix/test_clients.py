@@ -1,5 +1,6 @@
-"""Both clients, idempotent and not, produce to one partition while its leader is
-killed; a reader follows it meanwhile. Checked by identity on every topology."""
+"""Both clients, idempotent and not (and the asyncio one with a linger), produce
+to one partition while its leader is killed; a reader follows it meanwhile.
+Checked by identity on every topology."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ from tests.support import wait_until
 ACKS_EACH_SIDE = 30
 """Acknowledged produces each producer must have before the kill and after it."""
 
+
+LINGER_S = 0.005
+"""The lingering asyncio producer's `linger_s`."""
 
 ASYNC_IN_FLIGHT = 32
 """The asyncio producer's calls in flight: four times the idempotent window."""
@@ -55,10 +59,18 @@ class Outcomes:
 class Producer(threading.Thread):
     """Produces values `<name>-<i>`, one per call, until stopped."""
 
-    def __init__(self, name: str, bootstrap: str, topic: str, idempotent: bool, aio: bool):
+    def __init__(
+        self,
+        name: str,
+        bootstrap: str,
+        topic: str,
+        idempotent: bool,
+        aio: bool,
+        linger_s: float = 0.0,
+    ):
         super().__init__(name=name, daemon=True)
         self.tag, self.bootstrap, self.topic = name, bootstrap, topic
-        self.idempotent, self.aio = idempotent, aio
+        self.idempotent, self.aio, self.linger_s = idempotent, aio, linger_s
         self.outcomes = Outcomes()
         self.stop = threading.Event()
         self.error: BaseException | None = None
@@ -80,7 +92,9 @@ class Producer(threading.Thread):
         """`ASYNC_IN_FLIGHT` produce calls at a time, so the idempotent ones
         wait for the window and leave merged into batches (each call's index
         is its own record's)."""
-        async with AsyncClient(self.bootstrap, idempotent=self.idempotent) as client:
+        async with AsyncClient(
+            self.bootstrap, idempotent=self.idempotent, linger_s=self.linger_s
+        ) as client:
             loop = asyncio.get_running_loop()
             in_flight: dict[asyncio.Task[int], bytes] = {}
             for value in self._values():
@@ -116,6 +130,7 @@ def test_both_clients_produce_once_and_read_in_order_across_a_leader_kill(
         for kind in ("sync", "async")
         for mode in ("idem", "plain")
     ]
+    producers.append(Producer("async-linger", healed.bootstrap, topic, True, True, LINGER_S))
     follower = Follower(healed.bootstrap, topic)
     follower.start()
     for producer in producers:

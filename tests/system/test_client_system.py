@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from laminar.client import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from laminar.client.producer import Key
 from laminar.placement import partition_id, shard_for
 from laminar.reactor import StockEventLoop, UringEventLoop, uring_unavailable_reason
 from laminar.wire import ErrorCode
@@ -172,6 +174,34 @@ def test_async_client_long_poll_and_concurrency(node: RunningNode, loop: str) ->
 
     with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
         runner.run(main())
+
+
+def test_async_calls_within_a_linger_leave_as_one_batch(node: RunningNode) -> None:
+    """`AsyncClient(linger_s=...)`: calls made in separate loop passes within
+    the linger reach the node as one batch, each answered with its own index."""
+
+    async def main() -> None:
+        async with AsyncClient(node.bootstrap, linger_s=0.2) as c:
+            await c.create_topic("linger", partitions=1)
+            sent: list[list[bytes]] = []
+            send = c._producer._send
+
+            async def counted(key: Key, values: Sequence[bytes], *rest: object) -> int:
+                sent.append(list(values))
+                return await send(key, values, *rest)  # type: ignore[arg-type]
+
+            c._producer._send = counted  # type: ignore[method-assign]
+            calls = []
+            for i in range(5):  # one call per pass
+                calls.append(asyncio.create_task(c.produce("linger", 0, [b"v%d" % i])))
+                await asyncio.sleep(0)
+            firsts = await asyncio.gather(*calls)
+            assert sent == [[b"v%d" % i for i in range(5)]]
+            records = await c.fetch("linger", 0, 0)
+            acked = {b"v%d" % i: first for i, first in enumerate(firsts)}
+            assert {r.value: r.index for r in records} == acked  # each once, where acked
+
+    asyncio.run(main())
 
 
 def _as_an_older_node_says(view: ClusterView) -> ClusterView:
