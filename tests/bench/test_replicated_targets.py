@@ -66,6 +66,15 @@ def test_replicated_systems_are_named_and_durable_as_stated() -> None:
     assert nats.durability().settings["replicas"] == "3"
 
 
+def test_the_lingering_laminar_variant_says_so() -> None:
+    system = make_system("laminar:linger5")
+    assert system.name == "laminar:linger5"
+    durability = system.durability()
+    assert durability.fsync_before_ack and durability.settings["flush"] == "always"
+    assert durability.settings["produce"] == "AsyncClient(linger_s=0.005)"
+    assert "produce" not in make_system("laminar").durability().settings
+
+
 def test_cluster_nodes_name_each_other_but_not_themselves() -> None:
     ports = {n: 7000 + i for i, n in enumerate(node_ids(3))}
     assert list(ports) == ["n1", "n2", "n3"]

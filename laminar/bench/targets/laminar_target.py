@@ -55,7 +55,7 @@ from laminar.security.acls import (
 )
 
 KIND = "laminar"
-VARIANTS = ("always", "interval", "plain", "tls", "tls-scram")
+VARIANTS = ("always", "interval", "plain", "linger5", "tls", "tls-scram")
 SECURED = ("tls", "tls-scram")
 BENCH_USER, BENCH_PASSWORD = "bench", "bench-password-1"
 """The `tls-scram` variant's client: an ordinary user whose ACLs allow it
@@ -63,7 +63,9 @@ everything the workloads do (not a superuser: every request takes the ACL path).
 ADMIN_USER, ADMIN_PASSWORD = "admin", "admin-password-1"
 LOGIN_WAIT_S = 30.0
 """`--flush always`, `--flush interval`, and `--flush always` with plain
-(not idempotent) produce: `AsyncClient(idempotent=False)`."""
+(not idempotent) produce: `AsyncClient(idempotent=False)`, or with a 5 ms
+linger: `AsyncClient(linger_s=0.005)`."""
+LINGER5_S = 0.005
 _FETCH_MAX_BYTES = 8 << 20
 CLUSTER_CORES_PER_NODE = 1
 """A cluster node's shards: one partition lives on one shard of each node, and
@@ -122,6 +124,7 @@ class LaminarTarget:
         self._client = AsyncClient(
             endpoint.address,
             idempotent=idempotent,
+            linger_s=float(endpoint.options.get("linger_s", "0")),
             tls=ca_file is not None,
             ca_file=ca_file,
             username=endpoint.options.get("username"),
@@ -190,7 +193,7 @@ class LaminarSystem(System):
         if variant not in VARIANTS:
             raise SystemUnavailable(f"laminar has variants {', '.join(VARIANTS)}, not {variant!r}")
         self.variant = variant
-        self.flush = "always" if variant in ("plain", *SECURED) else variant
+        self.flush = "always" if variant in ("plain", "linger5", *SECURED) else variant
         self.replicas = replicas or 1
         if self.replicas > 1 and variant in SECURED:
             raise SystemUnavailable("the harness runs a laminar node with TLS alone")
@@ -213,6 +216,8 @@ class LaminarSystem(System):
             "replication_factor": str(self.replicas),
             "idempotent": "0" if self.variant == "plain" else "1",
         }
+        if self.variant == "linger5":
+            options["linger_s"] = str(LINGER5_S)
         if self.bootstrap is not None:
             return Endpoint(KIND, self.bootstrap, options)
         extra_args: tuple[str, ...] = ()
@@ -259,6 +264,8 @@ class LaminarSystem(System):
         settings = {"flush": self.flush, "cores": str(self.cores), "runtime": self.runtime}
         if self.variant == "plain":
             settings["produce"] = "plain (idempotent=False)"
+        if self.variant == "linger5":
+            settings["produce"] = f"AsyncClient(linger_s={LINGER5_S})"
         if self.variant in SECURED:
             settings["tls"] = "TLS 1.3, ECDSA P-256 (client and every door)"
         if self.variant == "tls-scram":
