@@ -29,14 +29,15 @@ is queued at the end of the loop pass in which a call was made, so a lone
 produce leaves at once and calls made in one pass (the callers one answer
 woke) leave as one batch; the blocking client sends a call that finds room
 at once. With `AsyncClient(linger_s=...)` (Kafka's linger.ms) a batch that
-finds room waits that long for more calls before it leaves, sooner once a
-batch is full; batches queued while the window was full leave as soon as it
-has room. The blocking client has no linger: it sends from the caller's
-thread, so a lingering call would block its caller (and a thread
-pipelining with `produce_nowait` would wait out every linger).
-Each caller gets the index of its own first record (the batch's first
-index plus the records queued ahead of its own in that batch); if the
-batch fails, every call in it fails with that error.
+finds room waits that long for more calls before it leaves, sooner once it
+holds `LINGER_FULL_BYTES` (Kafka's batch.size) or another batch is started;
+batches queued while the window was full leave as soon as it has room.
+The blocking client has no linger: it sends from the caller's thread, so a
+lingering call would block its caller (and a thread pipelining with
+`produce_nowait` would wait out every linger). Each caller gets the index
+of its own first record (the batch's first index plus the records queued
+ahead of its own in that batch); if the batch fails, every call in it
+fails with that error.
 
 A produce that fails for good leaves a hole in the numbers, which the node
 would refuse every later batch for. The partition then starts over under a
@@ -72,6 +73,9 @@ RECORD_OVERHEAD_BYTES: Final = 32
 """What a record costs in a batch besides its bytes, as the bound counts it."""
 MAX_LINGER_S: Final = 60.0
 """The longest `linger_s` a client takes."""
+LINGER_FULL_BYTES: Final = 16 << 10
+"""A lingering batch leaves once it holds this many bytes (Kafka's batch.size
+default): a linger gathers calls while they are few, not while they are many."""
 
 
 def check_linger(linger_s: float) -> float:
@@ -342,7 +346,12 @@ class AsyncProducer:
         batch, offset = part.queue.add(values, keys, headers, alone)
         if part.window.has_room:
             loop = asyncio.get_running_loop()
-            if not self.linger_s or alone is not None or len(part.queue) > 1:
+            if (
+                not self.linger_s
+                or alone is not None
+                or len(part.queue) > 1
+                or batch.size >= LINGER_FULL_BYTES
+            ):
                 # Now, at the end of this pass: no linger, or a batch is full.
                 if isinstance(part.due, asyncio.TimerHandle):
                     part.due.cancel()

@@ -12,6 +12,7 @@ import pytest
 from laminar.client.errors import ServerError
 from laminar.client.producer import (
     BATCH_MAX_RECORDS,
+    LINGER_FULL_BYTES,
     RECORD_OVERHEAD_BYTES,
     AsyncProducer,
     BatchQueue,
@@ -250,6 +251,23 @@ def test_an_answer_does_not_cut_a_linger_short() -> None:
         assert node.sent == [[b"a"]]
         await node.answer(1)
         assert await asyncio.gather(first, second) == [0, 1]
+        await producer.close()
+
+    asyncio.run(main())
+
+
+def test_a_lingering_batch_leaves_once_it_holds_kafkas_batch_size() -> None:
+    async def main() -> None:
+        node = _Node()
+        node.auto = True
+        producer = AsyncProducer(node.send, limit=8, linger_s=60)
+        value = b"v" * (1024 - RECORD_OVERHEAD_BYTES)  # 1 KiB as the bound counts
+        calls = [
+            asyncio.create_task(producer.produce(("t", 0), [value]))
+            for _ in range(LINGER_FULL_BYTES // 1024)
+        ]
+        assert await asyncio.wait_for(asyncio.gather(*calls), 10) == list(range(len(calls)))
+        assert [len(batch) for batch in node.sent] == [len(calls)]
         await producer.close()
 
     asyncio.run(main())
