@@ -29,6 +29,7 @@ from laminar.client import Client
 from laminar.placement import partition_id
 from laminar.replication.auth import write_secret
 from tests.cluster.nodes import offsets
+from tests.cluster.test_gossip_cluster import decisions_settled
 from tests.support import free_port, retry_on_port_in_use, wait_until
 from tests.system.nodes import RunningNode, start_node
 
@@ -156,6 +157,14 @@ def start(name: str, tmp: Path) -> Topology:
             )
         topology = Topology(name, 3, nodes)
         wait_until(lambda: _all_alive(topology), "every member alive in every view")
+        # The seed starts the write decisions group alone and placement grows it
+        # a voter at a time: until it has three, losing one of its two voters
+        # stalls every atomic write (a check that kills a leader would test the
+        # cluster's bootstrap, not its feature).
+        wait_until(
+            lambda: decisions_settled(list(nodes.values())),
+            "the write decisions group on three voters",
+        )
         return topology
     raise ValueError(f"unknown topology {name!r}")
 
