@@ -6,7 +6,9 @@
     .venv/bin/python benchmarks/fsync_bench.py idle [--dir DIR] [--partitions N] [--growing-only]
 
 `flush` compares the log as built (each flush writes and fdatasyncs the store
-and the index: two fsyncs, ring operations run by io-wq workers) with a
+and the index: two fsyncs, ring operations run by io-wq workers, submitted as
+one `write_durably`) with the same two files written by their own
+`writev(..., sync=True)` each (`per-file`, the shape before), with a
 prototype of the single-fsync format (the index write left unsynced: the one
 fdatasync a framed store would need) and with the loop thread making the
 writes and syncs itself (`inline-syncs`, as Redis's appendfsync always does).
@@ -46,7 +48,7 @@ from typing import Any
 
 from laminar.log import LogConfig, SegmentedLog, Storage, StorageBackend, SyscallBackend
 from laminar.log import commit as commit_module
-from laminar.log.storage import Buffer
+from laminar.log.storage import Buffer, WrappedBackend
 from laminar.reactor import UringEventLoop, uring_unavailable_reason
 from laminar.reactor.storage import UringBackend
 
@@ -139,30 +141,16 @@ class ZeroFilled(_Wrapped):
             await self.inner.sync()
 
 
-class Wrapping:
-    """A `StorageBackend` handing out `kind`-wrapped files."""
+class Wrapping(WrappedBackend):
+    """A `StorageBackend` handing out `kind`-wrapped files. Its durable writes
+    are each file's own `writev(..., sync=True)` (`write_each_durably`)."""
 
     def __init__(self, inner: StorageBackend, kind: type[_Wrapped]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.kind = kind
 
     async def open(self, path: str, *, create: bool) -> Storage:
-        return self.kind(await self.inner.open(path, create=create), path)
-
-    async def remove(self, path: str) -> None:
-        await self.inner.remove(path)
-
-    async def rename(self, source: str, target: str) -> None:
-        await self.inner.rename(source, target)
-
-    async def list_dir(self, path: str) -> list[str]:
-        return await self.inner.list_dir(path)
-
-    async def make_dir(self, path: str) -> list[str]:
-        return await self.inner.make_dir(path)
-
-    async def sync_dir(self, path: str) -> None:
-        await self.inner.sync_dir(path)
+        return self.kind(await self._inner.open(path, create=create), path)
 
 
 # -- jbd2 ----------------------------------------------------------------------------
@@ -244,7 +232,9 @@ async def one_run(
     base: StorageBackend = UringBackend() if runtime == "uring" else SyscallBackend()
     config = LogConfig(max_flushes_in_flight=4 if runtime == "uring" else 1)
     backend = base
-    if variant == "index-unsynced":
+    if variant == "per-file":
+        backend = Wrapping(base, _Wrapped)
+    elif variant == "index-unsynced":
         backend = Wrapping(base, UnsyncedIndex)
     elif variant == "inline-syncs":
         backend = Wrapping(base, InlineSyncs)
@@ -400,7 +390,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.what == "flush":
         info["flush"] = compare(
             args,
-            ["two-fsyncs", "index-unsynced", "inline-syncs"],
+            ["two-fsyncs", "per-file", "index-unsynced", "inline-syncs"],
             ["closed-1", "closed-16", "closed-64", "open-2000", "open-20000"],
         )
     elif args.what == "prealloc":

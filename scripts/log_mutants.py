@@ -50,8 +50,9 @@ MUTATIONS: list[tuple[str, str, list[Edit]]] = [
         "log/commit.py",
         [
             (
-                "segment.store.writev(flush.values, flush.store_offset, sync=sync)",
-                "segment.store.writev(flush.values, flush.store_offset, sync=False)",
+                "            await durably.write_durably((store, index))",
+                "            await store.file.writev(store.buffers, store.offset, sync=False)\n"
+                "            await durably.write_durably((index,))",
             )
         ],
     ),
@@ -60,8 +61,9 @@ MUTATIONS: list[tuple[str, str, list[Edit]]] = [
         "log/commit.py",
         [
             (
-                "[flush.index_bytes()], flush.index_offset, sync=sync)",
-                "[flush.index_bytes()], flush.index_offset, sync=False)",
+                "            await durably.write_durably((store, index))",
+                "            await index.file.writev(index.buffers, index.offset, sync=False)\n"
+                "            await durably.write_durably((store,))",
             )
         ],
     ),
@@ -268,13 +270,12 @@ MUTATIONS: list[tuple[str, str, list[Edit]]] = [
     ),
     (
         "commit: a failed store write abandons the running index write",
-        "log/commit.py",
+        "log/storage.py",
         [
-            ("    results = await asyncio.gather(\n", "    try:\n        await asyncio.gather(\n"),
             (
-                "        return_exceptions=True,\n    )\n"
-                "    return next((r for r in results if isinstance(r, BaseException)), None)",
-                "        )\n    except Exception as exc:\n        return exc\n    return None",
+                "        *(w.file.writev(w.buffers, w.offset, sync=True) for w in writes),\n"
+                "        return_exceptions=True,\n",
+                "        *(w.file.writev(w.buffers, w.offset, sync=True) for w in writes),\n",
             ),
         ],
     ),

@@ -4,9 +4,10 @@ Theory of operation. `place()` is synchronous: it gives the batch its indices,
 adds its index entries to the segment's in-memory index and its values to the
 open `PendingFlush`, and returns a future. A flusher task takes the open
 flush, reserves disk space, and starts a commit: one `writev` of the store and
-one of the index, each followed by fdatasync under policy "always" (backends
-link the two). While that runs, new appends gather in the next flush, so the
-more appenders wait on a sync, the more records each sync carries.
+one of the index, each followed by fdatasync under policy "always" (then one
+`write_durably` of the backend, which may chain all four in the kernel).
+While that runs, new appends gather in the next flush, so the more
+appenders wait on a sync, the more records each sync carries.
 
 Up to `max_flushes_in_flight` commits run at once, but they are *released*
 (made readable, acknowledged) strictly in order: each commit awaits its
@@ -33,6 +34,7 @@ from .config import LogConfig
 from .errors import LogFailed
 from .index import ENTRY_BYTES, FLUSH_END, HEADER_BYTES, SYNCED, set_marks
 from .segment import Segment
+from .storage import DurableWrite, StorageBackend
 
 # Preallocation starts at one block and doubles while a partition keeps filling
 # its reservation quickly, up to the configured step (see `Reservation`).
@@ -113,9 +115,11 @@ class FlushPipeline:
     def __init__(
         self,
         config: LogConfig,
+        backend: StorageBackend,
         on_release: Callable[[PendingFlush], None],
     ) -> None:
         self._config = config
+        self._backend = backend
         self._sync = config.flush == "always"
         self._flags = SYNCED if self._sync else 0
         self._on_release = on_release
@@ -215,7 +219,7 @@ class FlushPipeline:
     async def _commit(self, flush: PendingFlush, previous: asyncio.Future[None] | None) -> None:
         error: BaseException | None = None
         if self.failure is None:
-            error = await _write_flush(flush, self._sync)
+            error = await _write_flush(flush, self._backend if self._sync else None)
         if previous is not None:
             await previous  # release in order; jobs never raise
         if error is not None:
@@ -260,14 +264,22 @@ class FlushPipeline:
         return self.failure
 
 
-async def _write_flush(flush: PendingFlush, sync: bool) -> BaseException | None:
-    """Write (and sync) a flush's store and index bytes at once; the first error.
+async def _write_flush(flush: PendingFlush, durably: StorageBackend | None) -> BaseException | None:
+    """Write a flush's store and index bytes at once (through `durably`'s
+    `write_durably` when they must be synced); the first error.
 
     Waits for both writes even when one fails: none may outlive the log."""
     segment = flush.segment
+    store = DurableWrite(segment.store, flush.values, flush.store_offset)
+    index = DurableWrite(segment.index, [flush.index_bytes()], flush.index_offset)
+    if durably is not None:
+        try:
+            await durably.write_durably((store, index))
+        except Exception as exc:
+            return exc
+        return None
     results = await asyncio.gather(
-        segment.store.writev(flush.values, flush.store_offset, sync=sync),
-        segment.index.writev([flush.index_bytes()], flush.index_offset, sync=sync),
+        *(w.file.writev(w.buffers, w.offset, sync=False) for w in (store, index)),
         return_exceptions=True,
     )
     return next((r for r in results if isinstance(r, BaseException)), None)

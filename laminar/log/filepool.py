@@ -37,7 +37,14 @@ import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 
-from .storage import Buffer, Storage, StorageBackend, WrappedBackend
+from .storage import (
+    Buffer,
+    DurableWrite,
+    Storage,
+    StorageBackend,
+    WrappedBackend,
+    write_each_durably,
+)
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +132,29 @@ class PooledBackend(WrappedBackend):
         await self._pool.make_room()
         file = await self._inner.open(path, create=create)
         return PooledFile(self._pool, self._inner, path, file)
+
+    async def write_durably(self, writes: Sequence[DurableWrite]) -> None:
+        """The inner backend's durable write over the pooled files' open files,
+        each pinned (and reopened if the pool had closed it) until it ends."""
+        pooled = [w.file for w in writes if isinstance(w.file, PooledFile)]
+        if len(pooled) < len(writes):
+            await write_each_durably(writes)
+            return
+        pinned: list[tuple[PooledFile, Storage, int]] = []
+        try:
+            for owner in pooled:
+                pinned.append((owner, *await owner.pin_for_durable_write()))
+            await self._inner.write_durably(
+                [
+                    DurableWrite(file, w.buffers, w.offset)
+                    for (_, file, _), w in zip(pinned, writes, strict=True)
+                ]
+            )
+            for owner, _, covered in pinned:
+                owner.covered(covered)
+        finally:
+            for owner, file, _ in pinned:
+                owner._done(file)
 
 
 class PooledFile:
@@ -261,21 +291,41 @@ class PooledFile:
         return file.read_at_nowait(length, offset)
 
     async def writev(self, buffers: Sequence[Buffer], offset: int, *, sync: bool) -> None:
+        if sync:
+            file, covered = await self.pin_for_durable_write()
+            try:
+                await file.writev(buffers, offset, sync=True)
+                self.covered(covered)
+            finally:
+                self._done(file)
+            return
         async with self._pinned() as file:
             self._writes += 1
-            covered = self._writes
-            if sync:
-                self._raise_deferred()
-            await file.writev(buffers, offset, sync=sync)
-            if sync:
-                self._synced_writes = max(self._synced_writes, covered)
+            await file.writev(buffers, offset, sync=False)
+
+    async def pin_for_durable_write(self) -> tuple[Storage, int]:
+        """The open file, pinned for a durable write (release with `_done`), and
+        the count of changes that write's sync will cover (for `covered`). Raises
+        an eviction's failed sync first: it is this write's to report."""
+        file = await self._use()
+        self._writes += 1
+        try:
+            self._raise_deferred()
+        except BaseException:
+            self._done(file)
+            raise
+        return file, self._writes
+
+    def covered(self, writes: int) -> None:
+        """A sync covered the first `writes` changes."""
+        self._synced_writes = max(self._synced_writes, writes)
 
     async def sync(self) -> None:
         async with self._pinned() as file:
             covered = self._writes
             self._raise_deferred()
             await file.sync()
-            self._synced_writes = max(self._synced_writes, covered)
+            self.covered(covered)
 
     async def truncate(self, size: int) -> None:
         async with self._pinned() as file:

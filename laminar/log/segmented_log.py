@@ -62,7 +62,7 @@ class SegmentedLog:
         self._last_timestamp_ms = self._tail_timestamp_ms()
         self._append_waiters: dict[asyncio.Future[None], None] = {}
         self._relaxed = config.flush != "always"
-        self._pipeline = FlushPipeline(config, self._released)
+        self._pipeline = FlushPipeline(config, backend, self._released)
         self._interval_task = (
             asyncio.get_running_loop().create_task(self._sync_every_interval())
             if config.flush == "interval"

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .storage import Buffer, Storage
+from .storage import Buffer, DurableWrite, Storage, write_each_durably
 
 OpKind = Literal[
     "open", "create", "read", "write", "sync", "truncate", "allocate", "drop_cache",
@@ -465,6 +465,11 @@ class SimulatedDisk:
         fault = await self._step("sync_dir", path, "", self._generation)
         _raise(fault, path)
         self._lookup_dir(path).sync()
+
+    async def write_durably(self, writes: Sequence[DurableWrite]) -> None:
+        # Each file's write and sync are their own steps, so a power cut can
+        # fall between them as it can on a disk.
+        await write_each_durably(writes)
 
 
 class SimulatedFile:

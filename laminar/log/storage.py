@@ -14,7 +14,12 @@ syncs, truncates and preallocates, so that is the whole interface. Backends:
 - the io_uring backend lives in `laminar.reactor` and runs on `UringEventLoop`.
 
 `writev(..., sync=True)` is one operation on purpose: a backend that can chain a
-write and its sync in the kernel (io_uring links) does so.
+write and its sync in the kernel (io_uring links) does so. For the same reason
+a flush's writes to several files (a segment's store and index) are one
+`StorageBackend.write_durably`: the io_uring backend submits them together and
+wakes its caller once, when every file is synced, instead of resolving a
+future per write and per sync; other backends write each file as
+`write_each_durably` does.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 Buffer = bytes | bytearray
 
@@ -78,6 +83,28 @@ class Storage(Protocol):
         ...
 
 
+class DurableWrite(NamedTuple):
+    """Buffers to write back to back at `offset` of `file`, then fdatasync."""
+
+    file: Storage
+    buffers: Sequence[Buffer]
+    offset: int
+
+
+async def write_each_durably(writes: Sequence[DurableWrite]) -> None:
+    """`write_durably` as each file's own `writev(..., sync=True)`, all at once.
+
+    Waits for every write even when one fails (none may outlive its caller on a
+    descriptor that could be closed and reused), then raises the first error."""
+    results = await asyncio.gather(
+        *(w.file.writev(w.buffers, w.offset, sync=True) for w in writes),
+        return_exceptions=True,
+    )
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
 class StorageBackend(Protocol):
     """Opens files and changes directories. Paths are `os.PathLike` or `str`."""
 
@@ -107,10 +134,18 @@ class StorageBackend(Protocol):
         """Make creations, renames and removals in a directory durable."""
         ...
 
+    async def write_durably(self, writes: Sequence[DurableWrite]) -> None:
+        """Write each of `writes` and fdatasync its file, as one operation on
+        files this backend opened; return once all are durable, or raise the
+        first error once none is running any more."""
+        ...
+
 
 class WrappedBackend:
     """A backend that adds to another's files (subclasses override `open`) and
-    passes every directory operation through unchanged."""
+    passes every directory operation through unchanged. Its durable writes go
+    through its own files (`write_each_durably`): a subclass whose files only
+    observe may hand the inner files to the inner backend instead."""
 
     def __init__(self, inner: StorageBackend) -> None:
         self._inner = inner
@@ -132,6 +167,9 @@ class WrappedBackend:
 
     async def sync_dir(self, path: str) -> None:
         await self._inner.sync_dir(path)
+
+    async def write_durably(self, writes: Sequence[DurableWrite]) -> None:
+        await write_each_durably(writes)
 
 
 # --------------------------------------------------------------------------
@@ -262,6 +300,9 @@ class SyscallBackend:
 
     async def sync_dir(self, path: str) -> None:
         await asyncio.get_running_loop().run_in_executor(None, _fsync_dir, path)
+
+    async def write_durably(self, writes: Sequence[DurableWrite]) -> None:
+        await write_each_durably(writes)
 
 
 def _fsync_dir(path: str) -> None:

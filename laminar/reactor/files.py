@@ -9,6 +9,14 @@
   with -ECANCELED. Short writes happen only near real errors (ENOSPC), so we then
   write the remainder one plain write at a time and sync after it. A chain the
   kernel took in two submissions (`Ring.chain_split`) is synced again too.
+- `files_write_durably` does the same for several files at once (a flush's
+  store and index): one chain per file, all submitted together, and one future
+  for the lot, resolved by the completions' finishers when the last arrives.
+  Two `file_writev(..., sync=True)` would resolve a future per write and per
+  sync and wake two coroutines and a gather; a lone flush costs the loop
+  thread about a fifth less CPU this way (`benchmarks/RESULTS.md`). The chains
+  stay apart so that the files' fdatasyncs run in parallel on two io-wq
+  workers: one chain would make the second wait for the first.
 - Buffers (bytes, bytearray or anything with the buffer protocol) and the
   iovec array stay referenced by the ring until their completions.
 """
@@ -55,6 +63,18 @@ def _iovecs(buffers: Sequence[Any]) -> tuple[bytes, list[object], int]:
     iov = struct.pack(f"<{len(flat)}Q", *flat)
     keep.append(iov)
     return iov, keep, total
+
+
+class _DurableGroup:
+    """The state of one `files_write_durably`: its completions still to come."""
+
+    __slots__ = ("broken", "done", "error", "pending")
+
+    def __init__(self, done: asyncio.Future[None], pending: int) -> None:
+        self.done = done
+        self.pending = pending
+        self.broken = False
+        self.error: OSError | None = None
 
 
 class FileOps(UringLoopCore):
@@ -201,6 +221,65 @@ class FileOps(UringLoopCore):
                 # the sync may have run before the write finished: sync again.
                 await self.file_fdatasync(fd)
         return position - offset
+
+    async def files_write_durably(self, writes: Sequence[tuple[int, Sequence[Any], int]]) -> None:
+        """Write each (fd, buffers, offset) and fdatasync each fd, as one operation.
+
+        A failed write or fdatasync is raised once every operation has ended; a
+        failed fdatasync is never retried (fsyncgate). A chain broken by a short
+        write (its later entries cancelled) or taken by the kernel in two
+        submissions is done again by `file_writev`, which rewrites the same
+        bytes at the same offsets and syncs.
+        """
+        ring = self._ring
+        chunked = [
+            [bufs[i : i + IOV_MAX] for i in range(0, len(bufs), IOV_MAX)] for _, bufs, _ in writes
+        ]
+        entries = sum(len(chunks) + 1 for chunks in chunked)
+        if entries > ring.sq_entries:
+            await asyncio.gather(*(self.file_writev(fd, b, o, sync=True) for fd, b, o in writes))
+            return
+        ring.reserve(entries)
+        group = _DurableGroup(_Future(loop=self), entries)
+        uds: list[int] = []
+        for (fd, _, offset), chunks in zip(writes, chunked, strict=True):
+            position = offset
+            for chunk in chunks:
+                iov, keep, total = _iovecs(chunk)
+                token = (self._fin_group_write, group, total)
+                uds.append(
+                    ring.prep_writev(
+                        fd, bytes_address(iov), len(chunk), position, token, keep, abi.IOSQE_IO_LINK
+                    )
+                )
+                position += total
+            uds.append(ring.prep_fdatasync(fd, (self._fin_group_sync, group)))
+        try:
+            await group.done
+        except asyncio.CancelledError:
+            for ud in uds:
+                self._cancel_op(ud)
+            raise
+        if group.error is not None:
+            raise group.error  # a failed fdatasync above all is final
+        if group.broken | ring.chain_split(uds):
+            await asyncio.gather(*(self.file_writev(fd, b, o, sync=True) for fd, b, o in writes))
+
+    def _fin_group_write(self, token: tuple[Any, ...], res: int) -> None:
+        self._fin_group(token[1], res, token[2])
+
+    def _fin_group_sync(self, token: tuple[Any, ...], res: int) -> None:
+        self._fin_group(token[1], res, 0)
+
+    def _fin_group(self, group: _DurableGroup, res: int, expected: int) -> None:
+        """A write's completion (`expected` bytes) or a sync's (0)."""
+        if res == -errno.ECANCELED or 0 <= res < expected:
+            group.broken = True  # short, or cancelled by its chain's break: redone
+        elif res < 0 and group.error is None:
+            group.error = _oserror(-res)
+        group.pending -= 1
+        if not group.pending and not group.done.done():
+            group.done.set_result(None)
 
     async def file_fdatasync(self, fd: int) -> None:
         await self._simple_op(lambda token: self._ring.prep_fdatasync(fd, token))

@@ -3,7 +3,8 @@
 Every data operation is a completion on the shard's ring: reads are
 IORING_OP_READ, `writev(..., sync=True)` is one WRITEV entry (per IOV_MAX
 buffers) linked to an fdatasync entry, so the log's group commit can keep
-several flushes in flight; truncate, allocate and close are ring operations
+several flushes in flight; `write_durably` submits such a chain per file at
+once and resolves one future when all are done; truncate, allocate and close are ring operations
 too. Directory listing, creation, directory removal, cache dropping and a
 directory sync's open and close stay plain syscalls (quick, metadata-only);
 a rename, which waits for the journal, runs on a worker thread.
@@ -17,7 +18,14 @@ import contextlib
 import os
 from collections.abc import Sequence
 
-from laminar.log.storage import Buffer, FdFile, Storage, make_dirs
+from laminar.log.storage import (
+    Buffer,
+    DurableWrite,
+    FdFile,
+    Storage,
+    make_dirs,
+    write_each_durably,
+)
 
 from .files import FileOps
 
@@ -45,7 +53,11 @@ class UringStorage(FdFile):
     async def writev(self, buffers: Sequence[Buffer], offset: int, *, sync: bool) -> None:
         fd = self._check_open()
         written = await self._loop.file_writev(fd, buffers, offset, sync=sync)
-        self._size = max(self._size, offset + written)
+        self.written_to(offset + written)
+
+    def written_to(self, end: int) -> None:
+        """Bytes up to `end` were written: the file is at least that long."""
+        self._size = max(self._size, end)
 
     async def sync(self) -> None:
         await self._loop.file_fdatasync(self._check_open())
@@ -101,6 +113,17 @@ class UringBackend:
 
     async def make_dir(self, path: str) -> list[str]:
         return make_dirs(path)
+
+    async def write_durably(self, writes: Sequence[DurableWrite]) -> None:
+        files = [w.file for w in writes if isinstance(w.file, UringStorage)]
+        if len(files) < len(writes):
+            await write_each_durably(writes)
+            return
+        await _uring_loop().files_write_durably(
+            [(f._check_open(), w.buffers, w.offset) for f, w in zip(files, writes, strict=True)]
+        )
+        for f, w in zip(files, writes, strict=True):
+            f.written_to(w.offset + sum(map(len, w.buffers)))
 
     async def sync_dir(self, path: str) -> None:
         # One completion, not three: opening and closing a directory are quick

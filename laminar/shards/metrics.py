@@ -8,8 +8,9 @@ the snapshots. Latencies go into `LatencySummary`, a fixed log-scale histogram
 quantiles within ~10% of the true value, which is what an operator needs.
 
 `TimedBackend` wraps the log's storage backend and times every durable write
-(write linked to fdatasync) and every sync: that is the node's fsync latency,
-measured where it happens rather than guessed from request latency.
+(write linked to fdatasync; a flush's writes of its store and index together,
+one sample) and every sync: that is the node's fsync latency, measured where
+it happens rather than guessed from request latency.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Final
 
-from laminar.log.storage import Buffer, Storage, StorageBackend, WrappedBackend
+from laminar.log.storage import (
+    Buffer,
+    DurableWrite,
+    Storage,
+    StorageBackend,
+    WrappedBackend,
+    write_each_durably,
+)
 
 _BUCKETS_PER_OCTAVE: Final = 4
 _MIN_S: Final = 1e-6
@@ -203,3 +211,17 @@ class TimedBackend(WrappedBackend):
 
     async def open(self, path: str, *, create: bool) -> Storage:
         return TimedStorage(await self._inner.open(path, create=create), self._summary)
+
+    async def write_durably(self, writes: Sequence[DurableWrite]) -> None:
+        """The inner backend's durable write over the inner files, as one sample."""
+        inner = [
+            DurableWrite(w.file._inner, w.buffers, w.offset)
+            for w in writes
+            if isinstance(w.file, TimedStorage)
+        ]
+        if len(inner) < len(writes):
+            await write_each_durably(writes)
+            return
+        start = _perf()
+        await self._inner.write_durably(inner)
+        self._summary.record(_perf() - start)

@@ -5,7 +5,10 @@
   the test's duration;
 - io_uring: the loop's ring swapped for a `FaultyRing`, which rewrites the
   completions of WRITEV / FSYNC / UNLINKAT entries (the kernel did the real
-  work; the log sees the error, exactly as when the device reports one).
+  work; the log sees the error, exactly as when the device reports one). A
+  write it reports short it also makes short: the bytes it does not report
+  are zeroed in the file, so only a backend that finishes the write keeps
+  them.
 
 A plan fails matching operations after the first `after` (`times` of them)
 with `error`. `short` makes a write short instead: on the real backends it
@@ -52,10 +55,13 @@ class FaultyRing(Ring):
 
     plans: list[Plan]
     opcodes: dict[int, int]
+    positions: dict[int, tuple[int, int]]  # a write's (fd, offset)
 
     def prep(self, opcode: int, *args: Any, **kwargs: Any) -> int:
         ud = super().prep(opcode, *args, **kwargs)
         self.opcodes[ud] = opcode
+        if opcode == abi.OP_WRITEV:
+            self.positions[ud] = (args[0], args[3])
         return ud
 
     def reap(self) -> list[tuple[Any, int, int]]:
@@ -68,8 +74,12 @@ class FaultyRing(Ring):
         for token, res, flags in out:
             ud = by_token.get(id(token))
             opcode = self.opcodes.pop(ud, None) if ud is not None else None
+            position = self.positions.pop(ud, None) if ud is not None else None
             for plan in self.plans:
                 if opcode == _OPCODES[plan.op] and res >= 0 and plan.fires():
+                    if plan.short and position is not None:
+                        fd, offset = position
+                        os.pwrite(fd, bytes(res - res // 2), offset + res // 2)
                     res = res // 2 if plan.short else -plan.error
             rewritten.append((token, res, flags))
         return rewritten
@@ -81,6 +91,7 @@ def install_ring_faults(*plans: Plan) -> None:
     if not isinstance(ring, FaultyRing):
         ring.__class__ = FaultyRing
         ring.opcodes = {}
+        ring.positions = {}
     ring.plans = list(plans)
 
 

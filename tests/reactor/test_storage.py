@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from laminar.log.storage import IOV_MAX, StorageBackend, SyscallBackend
+from laminar.iouring import abi
+from laminar.log.storage import IOV_MAX, DurableWrite, StorageBackend, SyscallBackend
 from laminar.reactor import StockEventLoop, UringEventLoop
 from laminar.reactor.storage import UringBackend
 
@@ -123,6 +124,71 @@ def test_a_synced_writev_is_one_writev_linked_to_one_fdatasync(tmp_path: Path) -
 
     with asyncio.Runner(loop_factory=UringEventLoop) as runner:
         assert runner.run(main()) == 2
+
+
+def test_a_durable_write_of_several_files(env: Env, tmp_path: Path) -> None:
+    """A flush's shape: many buffers to one file (more than IOV_MAX: chunks of
+    one chain) and one to another, at offsets past each file's start."""
+    backend, run = env
+    many = [b"%06d" % i for i in range(IOV_MAX * 2 + 10)]
+
+    async def main() -> tuple[bytes, bytes, int, int]:
+        store = await backend.open(str(tmp_path / "s"), create=True)
+        index = await backend.open(str(tmp_path / "i"), create=True)
+        await store.writev([b"head"], 0, sync=True)
+        await backend.write_durably(
+            [DurableWrite(store, many, 4), DurableWrite(index, [bytearray(b"entry")], 16)]
+        )
+        got = (await store.read_at(1 << 20, 0), await index.read_at(100, 0), store.size, index.size)
+        await store.close()
+        await index.close()
+        return got
+
+    store_bytes, index_bytes, store_size, index_size = run(main())
+    assert store_bytes == b"head" + b"".join(many) and store_size == len(store_bytes)
+    assert index_bytes == bytes(16) + b"entry" and index_size == 21
+
+
+@needs_uring
+def test_a_durable_write_is_a_chain_per_file_submitted_together(tmp_path: Path) -> None:
+    """Each file's writev linked to its own fdatasync (so the syncs run side by
+    side), both chains in the ring before the loop waits once for them."""
+
+    async def main() -> tuple[int, list[tuple[int, int]]]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, UringEventLoop)
+        backend = UringBackend()
+        store = await backend.open(str(tmp_path / "s"), create=True)
+        index = await backend.open(str(tmp_path / "i"), create=True)
+        ring = loop._ring
+        seen: list[tuple[int, int]] = []
+        prep = ring.prep
+
+        def spy(opcode: int, *args: Any, **kwargs: Any) -> int:
+            seen.append((opcode, args[7] if len(args) > 7 else kwargs.get("sqe_flags", 0)))
+            return prep(opcode, *args, **kwargs)
+
+        ring.prep = spy  # type: ignore[method-assign]
+        before = loop.stats().sqes_submitted
+        await backend.write_durably(
+            [DurableWrite(store, [b"x" * 100] * 64, 0), DurableWrite(index, [b"y" * 48], 0)]
+        )
+        used = loop.stats().sqes_submitted - before
+        del ring.prep
+        await store.close()
+        await index.close()
+        return used, seen
+
+    with asyncio.Runner(loop_factory=UringEventLoop) as runner:
+        used, seen = runner.run(main())
+    link = abi.IOSQE_IO_LINK
+    assert used == 4
+    assert seen == [
+        (abi.OP_WRITEV, link),
+        (abi.OP_FSYNC, 0),
+        (abi.OP_WRITEV, link),
+        (abi.OP_FSYNC, 0),
+    ]
 
 
 @needs_uring
