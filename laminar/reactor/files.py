@@ -13,8 +13,9 @@
   store and index): one chain per file, all submitted together, and one future
   for the lot, resolved by the completions' finishers when the last arrives.
   Two `file_writev(..., sync=True)` would resolve a future per write and per
-  sync and wake two coroutines and a gather; a lone flush costs the loop
-  thread about a fifth less CPU this way (`benchmarks/RESULTS.md`). The chains
+  sync and wake two coroutines and a gather (measured: a lone flush 269 ->
+  214 us of CPU, a node's lone produce 468 -> 408; `benchmarks/RESULTS.md`,
+  "A flush's two files as one durable write"). The chains
   stay apart so that the files' fdatasyncs run in parallel on two io-wq
   workers: one chain would make the second wait for the first.
 - Buffers (bytes, bytearray or anything with the buffer protocol) and the
@@ -237,7 +238,7 @@ class FileOps(UringLoopCore):
         ]
         entries = sum(len(chunks) + 1 for chunks in chunked)
         if entries > ring.sq_entries:
-            await asyncio.gather(*(self.file_writev(fd, b, o, sync=True) for fd, b, o in writes))
+            await self._write_each_durably(writes)
             return
         ring.reserve(entries)
         group = _DurableGroup(_Future(loop=self), entries)
@@ -262,8 +263,20 @@ class FileOps(UringLoopCore):
             raise
         if group.error is not None:
             raise group.error  # a failed fdatasync above all is final
+        # `|`, not `or`: chain_split must forget these entries either way.
         if group.broken | ring.chain_split(uds):
-            await asyncio.gather(*(self.file_writev(fd, b, o, sync=True) for fd, b, o in writes))
+            await self._write_each_durably(writes)
+
+    async def _write_each_durably(self, writes: Sequence[tuple[int, Sequence[Any], int]]) -> None:
+        """Each file on its own (`file_writev`), all at once; the first error
+        once all have ended."""
+        results = await asyncio.gather(
+            *(self.file_writev(fd, b, o, sync=True) for fd, b, o in writes),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     def _fin_group_write(self, token: tuple[Any, ...], res: int) -> None:
         self._fin_group(token[1], res, token[2])
