@@ -119,7 +119,7 @@ class UringBackend:
         if len(files) < len(writes):
             await write_each_durably(writes)
             return
-        await _uring_loop().files_write_durably(
+        await files[0]._loop.files_write_durably(
             [(f._check_open(), w.buffers, w.offset) for f, w in zip(files, writes, strict=True)]
         )
         for f, w in zip(files, writes, strict=True):
