@@ -223,8 +223,11 @@ class FileOps(UringLoopCore):
                 await self.file_fdatasync(fd)
         return position - offset
 
-    async def files_write_durably(self, writes: Sequence[tuple[int, Sequence[Any], int]]) -> None:
-        """Write each (fd, buffers, offset) and fdatasync each fd, as one operation.
+    async def files_write_durably(
+        self, writes: Sequence[tuple[int, Sequence[Any], int]]
+    ) -> list[int]:
+        """Write each (fd, buffers, offset) and fdatasync each fd, as one operation;
+        return the bytes written to each.
 
         A failed write or fdatasync is raised once every operation has ended; a
         failed fdatasync is never retried (fsyncgate). A chain broken by a short
@@ -238,11 +241,11 @@ class FileOps(UringLoopCore):
         ]
         entries = sum(len(chunks) + 1 for chunks in chunked)
         if entries > ring.sq_entries:
-            await self._write_each_durably(writes)
-            return
+            return await self._write_each_durably(writes)
         ring.reserve(entries)
         group = _DurableGroup(_Future(loop=self), entries)
         uds: list[int] = []
+        written: list[int] = []
         for (fd, _, offset), chunks in zip(writes, chunked, strict=True):
             position = offset
             for chunk in chunks:
@@ -254,6 +257,7 @@ class FileOps(UringLoopCore):
                     )
                 )
                 position += total
+            written.append(position - offset)
             uds.append(ring.prep_fdatasync(fd, (self._fin_group_sync, group)))
         try:
             await group.done
@@ -265,18 +269,24 @@ class FileOps(UringLoopCore):
             raise group.error  # a failed fdatasync above all is final
         # `|`, not `or`: chain_split must forget these entries either way.
         if group.broken | ring.chain_split(uds):
-            await self._write_each_durably(writes)
+            return await self._write_each_durably(writes)
+        return written
 
-    async def _write_each_durably(self, writes: Sequence[tuple[int, Sequence[Any], int]]) -> None:
+    async def _write_each_durably(
+        self, writes: Sequence[tuple[int, Sequence[Any], int]]
+    ) -> list[int]:
         """Each file on its own (`file_writev`), all at once; the first error
-        once all have ended."""
+        once all have ended, else the bytes written to each."""
         results = await asyncio.gather(
             *(self.file_writev(fd, b, o, sync=True) for fd, b, o in writes),
             return_exceptions=True,
         )
+        written: list[int] = []
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+            written.append(result)
+        return written
 
     def _fin_group_write(self, token: tuple[Any, ...], res: int) -> None:
         self._fin_group(token[1], res, token[2])

@@ -119,11 +119,11 @@ class UringBackend:
         if len(files) < len(writes):
             await write_each_durably(writes)
             return
-        await files[0]._loop.files_write_durably(
+        written = await files[0]._loop.files_write_durably(
             [(f._check_open(), w.buffers, w.offset) for f, w in zip(files, writes, strict=True)]
         )
-        for f, w in zip(files, writes, strict=True):
-            f.written_to(w.offset + sum(map(len, w.buffers)))
+        for f, w, n in zip(files, writes, written, strict=True):
+            f.written_to(w.offset + n)
 
     async def sync_dir(self, path: str) -> None:
         # One completion, not three: opening and closing a directory are quick
