@@ -78,6 +78,12 @@ scenario_args() {
         # Streams still one XREAD at a time (each needs the previous reply's
         # last id).
         consume-100k-prefetch) echo "--workload consume --from beginning --prefill 100000 --partitions 1 --consumers 1 --duration 60 --prefetch 2" ;;
+        # A backlog ten times longer (about 1 s of reading instead of 0.1 s:
+        # the first fetches, a cold loop and the scheduler's placement weigh
+        # less); not in the default list (Redis's prefill of 1 GiB takes 20 s
+        # a round).
+        consume-1m) echo "--workload consume --from beginning --prefill 1000000 --partitions 1 --consumers 1 --duration 60" ;;
+        consume-1m-prefetch) echo "--workload consume --from beginning --prefill 1000000 --partitions 1 --consumers 1 --duration 60 --prefetch 2" ;;
         # Batches of 10, 32 in flight (the workload of the earlier comparison).
         produce-closed) echo "--workload produce --load closed --window 32 --batch 10" ;;
         produce-open-20k-b10) echo "--workload produce --load open --rate 20000 --batch 10 --window 64" ;;

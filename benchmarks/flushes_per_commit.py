@@ -3,10 +3,12 @@
     .venv/bin/python benchmarks/flushes_per_commit.py --replicas 3
     .venv/bin/python benchmarks/flushes_per_commit.py --replicas 1
     .venv/bin/python benchmarks/flushes_per_commit.py --replicas 3 --profile benchmarks/out/r3
+    .venv/bin/python benchmarks/flushes_per_commit.py --replicas 3 --batch 64
 
 Starts the node(s) on loopback in a temporary directory, creates a one-partition
-topic (replication_factor N), keeps 64 one-record produces in flight for
-`--seconds`, and prints the requests done and, per node, the group-commit
+topic (replication_factor N), keeps 64 produces of `--batch` records (1 by
+default) in flight for `--seconds`, and prints the records produced and, per
+node, the group-commit
 flushes (`laminar_flushes_total` from its /metrics) and records per flush. How
 many records share one write + fdatasync is what bounds durable throughput;
 issue 15 used it to find the per-timestamp flushes of the Raft storage.
@@ -45,7 +47,7 @@ def flushes(info: dict[str, Any]) -> float:
     return sum(float(v) for v in _FLUSHES.findall(text))
 
 
-async def produce(bootstrap: str, replicas: int, seconds: float, window: int) -> int:
+async def produce(bootstrap: str, replicas: int, seconds: float, window: int, batch: int) -> int:
     client = AsyncClient(bootstrap)
     await client.connect()
     await client.create_topic("t", 1, replication_factor=replicas if replicas > 1 else None)
@@ -59,11 +61,13 @@ async def produce(bootstrap: str, replicas: int, seconds: float, window: int) ->
     done = 0
     end = time.monotonic() + seconds
 
+    values = [b"y" * 1024] * batch
+
     async def one() -> None:
         nonlocal done
         while time.monotonic() < end:
-            await client.produce("t", 0, [b"y" * 1024])
-            done += 1
+            await client.produce("t", 0, values)
+            done += batch
 
     await asyncio.gather(*(one() for _ in range(window)))
     await client.close()
@@ -100,6 +104,7 @@ def main() -> None:
     p.add_argument("--replicas", type=int, default=3, choices=(1, 3, 5))
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--window", type=int, default=64)
+    p.add_argument("--batch", type=int, default=1, help="records per produce call")
     p.add_argument("--profile", type=Path, help="py-spy every shard into this directory")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="flushes-") as tmp:
@@ -122,7 +127,9 @@ def main() -> None:
                 ]
             cpu_before = {pid: cpu_seconds(pid) for pids in shards.values() for pid in pids}
             generator_before = time.process_time()
-            requests = asyncio.run(produce(bootstrap, args.replicas, args.seconds, args.window))
+            records = asyncio.run(
+                produce(bootstrap, args.replicas, args.seconds, args.window, args.batch)
+            )
             generator = (time.process_time() - generator_before) / args.seconds
             cpu = {pid: (cpu_seconds(pid) - t) / args.seconds for pid, t in cpu_before.items()}
             after = {n: flushes(node.info) for n, node in nodes.items()}
@@ -130,11 +137,11 @@ def main() -> None:
                 process.wait(timeout=60)
         finally:
             server.stop()
-    print(f"replicas {args.replicas}: {requests} one-record produces in {args.seconds:g} s")
+    print(f"replicas {args.replicas}: {records} records in {args.seconds:g} s (batch {args.batch})")
     print(f"  load generator: {generator:.2f} cores; {os.getloadavg()[0]:.2f} load average")
     for n in nodes:
         count = after[n] - before[n]
-        per = requests / count if count else 0.0
+        per = records / count if count else 0.0
         print(f"  {n}: {count:.0f} flushes, {per:.1f} records per flush")
         for pid in shards.get(n, ()):
             print(f"    shard {pid}: {cpu[pid]:.2f} cores")
