@@ -60,8 +60,10 @@ SOURCE = r"""
 uint64_t XXH3_64bits(const void *data, size_t len);
 
 /* The log's index entry (laminar.log.index.ENTRY, "<QIHHQQqIB3x", 48 bytes):
-   position u64 @0, length u32 @8, checksum u64 @16, term u64 @24,
-   timestamp u64 @32. Little-endian, as the host (segment.py checks). */
+   position u64 @0, length u32 @8, flags u16 @12, reserved u16 @14,
+   checksum u64 @16, term u64 @24, timestamp i64 @32, the entry's own
+   checksum u32 @40 (xxh3 of bytes 0-39), marks u8 @44, 3 bytes of padding.
+   Little-endian, as the host (segment.py checks). */
 #define ENTRY_BYTES 48
 
 static uint64_t u64_at(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
