@@ -6,10 +6,10 @@
     .venv/bin/python benchmarks/flushes_per_commit.py --replicas 3 --batch 64
 
 Starts the node(s) on loopback in a temporary directory, creates a one-partition
-topic (replication_factor N), keeps 64 produces of `--batch` records (1 by
-default) in flight for `--seconds`, and prints the records produced and, per
-node, the group-commit
-flushes (`laminar_flushes_total` from its /metrics) and records per flush. How
+topic (replication_factor N), keeps `--window` (64) produces of `--batch`
+records (1) in flight for `--seconds`, and prints the records produced and,
+per node, the group-commit flushes (`laminar_flushes_total` from its
+/metrics) and records per flush. How
 many records share one write + fdatasync is what bounds durable throughput;
 issue 15 used it to find the per-timestamp flushes of the Raft storage.
 

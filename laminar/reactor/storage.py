@@ -5,8 +5,9 @@ IORING_OP_READ, `writev(..., sync=True)` is one WRITEV entry (per IOV_MAX
 buffers) linked to an fdatasync entry, so the log's group commit can keep
 several flushes in flight; `write_durably` submits such a chain per file at
 once and resolves one future when all are done; truncate, allocate and
-close are ring operations too. Directory listing, creation, directory removal, cache dropping and a
-directory sync's open and close stay plain syscalls (quick, metadata-only);
+close are ring operations too. Directory listing, creation, directory
+removal, cache dropping and a directory sync's open and close stay plain
+syscalls (quick, metadata-only);
 a rename, which waits for the journal, runs on a worker thread.
 It must run on a `UringEventLoop`; on the stock loop use `SyscallBackend`.
 """
